@@ -1,0 +1,82 @@
+// A model is a runtime object: an input shape, a sequence of layer descriptions and a loss,
+// built with the fluent builder below or read from a JSON model description. No recompilation
+// to change a model. Built-in models carry the recipe they are trained with by default.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ember {
+
+enum class LayerKind { Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax };
+enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
+// Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
+// Torch: PyTorch's default for Linear/Conv2d weights, uniform with bound 1/sqrt(fan_in).
+// Biases always start at zero.
+enum class Init { Kaiming, Xavier, Torch };
+
+const char* layer_kind_name(LayerKind k);
+const char* loss_kind_name(LossKind k);
+const char* init_name(Init i);
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::ReLU;
+  int out = 0;                        // Conv2d: K out-channels; Linear: out features
+  int kernel_h = 1, kernel_w = 1;     // Conv2d, pools: R x S
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int groups = 1;                     // Conv2d: C and K must both divide by it
+  bool bias = true;                   // Conv2d, Linear
+  std::optional<Init> init;           // overrides the model's default init
+};
+
+// The training recipe a model is meant for; the CLI's flags override each field.
+struct Recipe {
+  std::string optimizer = "adam";     // sgd | momentum | adam | adamw
+  double lr = 1e-3;
+  int batch_size = 64;
+  int epochs = 10;
+  std::string schedule = "cosine";    // constant | step | exp | cosine
+  double lr_min = 1e-5;               // cosine
+  int t_max = 20;                     // cosine, epochs
+  double l2 = 1e-4;                   // coupled L2 on weights (added to gradients)
+  double weight_decay = 0.0;          // decoupled (AdamW-style) weight decay
+  double momentum = 0.9;
+};
+
+struct Model {
+  std::string name = "custom";
+  std::string source;                  // the file it was read from, named in shape errors
+  int in_c = 1, in_h = 28, in_w = 28;  // per-sample input [C, H, W]
+  int num_classes = 10;
+  std::vector<LayerSpec> layers;
+  LossKind loss = LossKind::SoftmaxCrossEntropy;
+  Init init = Init::Kaiming;
+  Recipe recipe;
+
+  // Builder: each call appends one layer and returns *this.
+  Model& conv2d(int out_channels, int kernel, int stride = 1, int pad = 0, int groups = 1);
+  Model& linear(int out_features);
+  Model& maxpool2d(int kernel, int stride = 0, int pad = 0);  // stride 0: = kernel
+  Model& avgpool2d(int kernel, int stride = 0, int pad = 0);
+  Model& flatten();
+  Model& relu();
+  Model& sigmoid();
+  Model& tanh();
+  Model& softmax();
+};
+
+// Built-in models: "mnist-cnn", "mnist-mlp", "mxnet-mlp". Throws Error listing the names.
+Model builtin_model(const std::string& name);
+std::vector<std::string> builtin_model_names();
+
+// JSON model descriptions (see docs/model-format.md). `source` names the file in errors.
+Model parse_model_json(const std::string& text, const std::string& source);
+Model load_model_file(const std::string& path);
+std::string model_to_json(const Model& model);
+
+// A name that ends in ".json" is a file; anything else a built-in name.
+Model resolve_model(const std::string& name_or_file);
+
+}  // namespace ember

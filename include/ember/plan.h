@@ -1,0 +1,101 @@
+// A plan is a model compiled for a batch size, a data type and a device: shapes inferred and
+// checked, every activation, gradient, parameter and optimizer-state buffer placed once in one
+// arena, kernels chosen from the kernel table. Steps (forward, loss, backward, optimizer) then
+// allocate nothing. Batches smaller than the compiled size (an epoch's last) run as they are.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/model.h"
+
+namespace ember {
+
+enum class DType { f32, f64 };  // f64 runs the scalar reference kernels (gradient checks)
+
+enum class OptimizerKind { SGD, Momentum, Nesterov, Adam, AdamW };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::Adam;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;   // Adam, AdamW
+  double momentum = 0.9;                           // Momentum, Nesterov
+  double l2 = 0.0;             // coupled L2: g += l2 * w, weights only (not biases)
+  double weight_decay = 0.0;   // decoupled: w -= lr * wd * w, weights only
+};
+
+struct PlanOptions {
+  int batch = 64;
+  DType dtype = DType::f32;
+  std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
+  int threads = 1;
+  OptimizerConfig optimizer;    // decides how much optimizer state the arena holds
+};
+
+struct ParamInfo {
+  std::string name;             // PyTorch nn.Sequential state_dict names: "0.weight", "4.bias"
+  std::vector<int> shape;       // PyTorch layout: Linear [K, C], Conv2d [K, C/G, R, S]
+  size_t offset = 0;            // element offset inside the flat parameter block
+  size_t size = 0;              // elements
+  bool is_weight = false;       // L2 and weight decay apply to weights, not biases
+  int fan_in = 0, fan_out = 0;
+};
+
+struct LayerInfo {
+  std::string kind;
+  std::vector<int> in_shape, out_shape;  // per sample [C, H, W] or [D]
+  size_t params = 0;
+  double flops_fwd = 0;                   // per sample
+};
+
+class Plan {
+ public:
+  Plan(const Model& model, const PlanOptions& options);
+  ~Plan();
+  Plan(Plan&&) noexcept;
+  Plan& operator=(Plan&&) noexcept;
+
+  int batch() const;
+  int threads() const;
+  DType dtype() const;
+  const char* isa_name() const;
+  const Model& model() const;
+  size_t arena_bytes() const;
+  const std::vector<ParamInfo>& params() const;
+  const std::vector<LayerInfo>& layers() const;
+  size_t param_count() const;   // elements in the flat parameter block
+
+  // Initialises all parameters from `seed` (each tensor its own PCG32 stream); biases zero;
+  // clears optimizer state and its step count.
+  void init_params(uint64_t seed);
+
+  // Input and labels of the current batch: [batch, C, H, W] of dtype, and [batch].
+  void* input();
+  int32_t* labels();
+  // Gathers n images by index from u8 [count, H*W*C] data into the input, scaled by 1/255, and
+  // their labels. Indices must be < count (checked by the caller).
+  void gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n);
+
+  void forward(int n);
+  // Mean loss over the first n samples; with grad, also d(loss)/d(output) for backward.
+  double loss(int n, bool grad);
+  // Number of the first n samples whose arg-max output equals the label.
+  int correct(int n) const;
+  void backward(int n);
+  // One optimizer update of every parameter with learning rate lr (f32 plans only).
+  void optimizer_step(double lr);
+
+  // The flat parameter block and its gradient (dtype elements, param_count() of them).
+  void* param_data();
+  void* grad_data();
+  const void* output() const;   // [batch, classes]
+
+  std::string summary() const;  // one line per layer: kind, shapes, parameters
+
+  struct Impl;  // opaque: defined in src/nn/plan.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember

@@ -1,0 +1,63 @@
+// Training: learning-rate schedules stepped per epoch, the training loop over a data set with
+// per-epoch metrics (loss, accuracy, time, samples/s), evaluation, and early stopping.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "ember/data.h"
+#include "ember/plan.h"
+
+namespace ember {
+
+enum class ScheduleKind { Constant, Step, Exp, Cosine };
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::Cosine;
+  double lr = 1e-3;        // initial
+  double lr_min = 1e-5;    // cosine floor
+  int t_max = 20;          // cosine period, epochs
+  int step_size = 5;       // step decay: every step_size epochs ...
+  double gamma = 0.5;      // ... multiply by gamma (also exp's per-epoch factor)
+  // Learning rate for 0-based epoch e.
+  double at(int epoch) const;
+};
+
+struct TrainConfig {
+  int epochs = 10;
+  uint64_t seed = 1;
+  bool shuffle = true;
+  Schedule schedule;
+  double early_stop_tol = 0;  // > 0: stop when the train loss improves by less than this
+};
+
+struct EpochMetrics {
+  int epoch = 0;  // 1-based
+  double lr = 0, train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
+  double seconds = 0, samples_per_s = 0;
+};
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  int64_t count = 0;
+};
+
+// Evaluates the plan's model on all of `data` in batches of plan.batch().
+EvalResult evaluate(Plan& plan, const Dataset& data);
+
+// Trains for cfg.epochs (or until early stopping), evaluating on `test` after every epoch.
+// on_epoch is called after each epoch; returning false stops training.
+// The epoch's order is a permutation drawn from (seed, epoch): runs are reproducible.
+struct TrainResult {
+  int epochs_run = 0;
+  double seconds = 0;
+  EpochMetrics last;
+  bool early_stopped = false;
+};
+TrainResult train(Plan& plan, const Dataset& train_set, const Dataset& test_set,
+                  const TrainConfig& cfg, const std::function<bool(const EpochMetrics&)>& on_epoch);
+
+// Checks that a data set fits a plan's model (image size, classes); throws Error naming `what`.
+void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what);
+
+}  // namespace ember

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs ember's build dependencies from Debian 12 packages (apt-get, only what is missing),
+# then configures and builds the release preset. Safe to run again: it skips what is done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+      libbenchmark-dev dataset-fashion-mnist)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+cmake --preset "${EMBER_PRESET:-release}" >/dev/null
+cmake --build --preset "${EMBER_PRESET:-release}"

@@ -1,0 +1,62 @@
+// One persistent pool of worker threads. run(fn) calls fn(tid) for every tid in [0, size())
+// at once, the caller being tid 0, and returns when all are done. No allocation per run:
+// the job is passed as a non-owning function reference.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace ember {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return size_; }
+
+  template <class F>
+  void run(F&& fn) {
+    run_impl(JobRef{&fn, [](void* f, int tid) { (*static_cast<std::remove_reference_t<F>*>(f))(tid); }});
+  }
+
+ private:
+  struct JobRef {
+    void* obj;
+    void (*call)(void*, int);
+  };
+  void run_impl(JobRef job);
+  void worker(int tid);
+
+  int size_;
+  std::vector<std::thread> workers_;
+  JobRef job_{nullptr, nullptr};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+// The half-open range [begin, end) of n items that part `part` of `parts` owns: contiguous,
+// sizes differ by at most one, fixed for a given (n, parts) so results are reproducible.
+struct Range {
+  int64_t begin, end;
+};
+inline Range split_range(int64_t n, int part, int parts) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t b = part * base + (part < extra ? part : extra);
+  return {b, b + base + (part < extra ? 1 : 0)};
+}
+// The same, with boundaries rounded to multiples of `align` (the last part takes the tail).
+inline Range split_range_aligned(int64_t n, int part, int parts, int64_t align) {
+  const int64_t blocks = (n + align - 1) / align;
+  Range r = split_range(blocks, part, parts);
+  r.begin = r.begin * align < n ? r.begin * align : n;
+  r.end = r.end * align < n ? r.end * align : n;
+  return r;
+}
+
+}  // namespace ember

@@ -1,0 +1,75 @@
+// The kernel table: one function pointer per fp32 kernel, one table per instruction set.
+// Kernels take raw pointers and sizes; they never allocate, throw, log or start threads.
+// Threading and shape checks live one level up (src/ops). Dimension letters: N batch,
+// C in-channels, K out-channels, H/W input height/width, R/S kernel, P/Q output height/width.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace ember {
+
+enum class Isa { scalar, avx2, avx512 };
+
+const char* isa_name(Isa isa);
+// Parses "scalar", "avx2", "avx512"; returns false on anything else.
+bool parse_isa(std::string_view text, Isa* out);
+// What the CPU running this process supports (cpuid via the compiler builtins).
+bool isa_supported(Isa isa);
+// The best ISA the CPU supports. (The EMBER_ISA environment variable and --isa are resolved one
+// level up, in the plan, where a bad value becomes an error naming it.)
+Isa best_isa();
+
+// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, all row-major.
+// op(A) = A, stored [M, lda >= K]; or A^T when trans_a, A stored [K, lda >= M].
+// op(B) = B, stored [K, ldb >= N]; or B^T when trans_b, B stored [N, ldb >= K].
+// beta == 0 overwrites C without reading it. Single-threaded.
+using SgemmFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                         const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                         int ldc);
+
+// Convolution geometry shared by the conv kernels (one sample, one group at a time for im2col).
+struct ConvShape {
+  int N, C, H, W;   // input  [N, C, H, W]
+  int K, R, S;      // weight [K, C/groups, R, S]
+  int P, Q;         // output [N, K, P, Q]
+  int stride_h, stride_w, pad_h, pad_w, groups;
+};
+
+// col[(c*R + r)*S + s, p*Q + q] = x[c, p*stride_h - pad_h + r, q*stride_w - pad_w + s] (0 outside),
+// for c in [0, Cg): x is one sample's [Cg, H, W] slice, col is [Cg*R*S, P*Q].
+using Im2colFn = void (*)(float* col, const float* x, int Cg, const ConvShape& s);
+// The adjoint: dx[Cg, H, W] += scatter of col[Cg*R*S, P*Q]. dx must be initialised by the caller.
+using Col2imFn = void (*)(float* dx, const float* col, int Cg, const ConvShape& s);
+
+// y[i] = max(x[i], 0) for i < n.
+using ReluFwdFn = void (*)(float* y, const float* x, size_t n);
+// dx[i] = y[i] > 0 ? dy[i] : 0 (y is the forward output).
+using ReluBwdFn = void (*)(float* dx, const float* dy, const float* y, size_t n);
+// y[rows, cols] += bias[cols]  (Linear) — or per channel: y[N, K, PQ] += bias[K] (Conv).
+using BiasRowsFn = void (*)(float* y, const float* bias, int rows, int cols);
+using BiasChannelsFn = void (*)(float* y, const float* bias, int N, int K, int PQ);
+
+struct Kernels {
+  Isa isa;
+  SgemmFn sgemm;
+  Im2colFn im2col;
+  Col2imFn col2im;
+  ReluFwdFn relu_fwd;
+  ReluBwdFn relu_bwd;
+  BiasRowsFn bias_rows;
+  BiasChannelsFn bias_channels;
+};
+
+// The table for an ISA (static, immutable). The ISA must be supported by the CPU.
+const Kernels& kernels_for(Isa isa);
+
+// Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).
+void sgemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+               int lda, const float* B, int ldb, float beta, float* C, int ldc);
+void sgemm_avx2(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                int lda, const float* B, int ldb, float beta, float* C, int ldc);
+void sgemm_avx512(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                  int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+}  // namespace ember

@@ -1,0 +1,361 @@
+// Plain scalar reference kernels, kept forever: the oracle every fast path is tested against.
+// Templates on the element type so gradient checks run them in double; the float
+// instantiations back the scalar kernel table. Raw pointers and sizes; no allocation.
+// Letters: N batch, C in-channels, K out-channels, H/W in, R/S kernel, P/Q out, G groups.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/kernels.h"
+
+namespace ember::ref {
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C (see SgemmFn for layouts).
+template <class T>
+void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+          T beta, T* C, int ldc) {
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      T acc = 0;
+      for (int k = 0; k < K; ++k) {
+        T a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+        T b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+        acc += a * b;
+      }
+      T& c = C[(size_t)i * ldc + j];
+      c = beta == T(0) ? alpha * acc : alpha * acc + beta * c;
+    }
+}
+
+// Linear. y[N,K] = x[N,C] w[K,C]^T + b[K] (b may be null).
+template <class T>
+void linear_fwd(T* y, const T* x, const T* w, const T* b, int N, int C, int K) {
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) {
+      T acc = b ? b[k] : T(0);
+      for (int c = 0; c < C; ++c) acc += x[(size_t)n * C + c] * w[(size_t)k * C + c];
+      y[(size_t)n * K + k] = acc;
+    }
+}
+// dx[N,C] = dy[N,K] w[K,C] (dx may be null); dw[K,C] = dy^T x; db[K] = sum_n dy (db may be null).
+template <class T>
+void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N, int C, int K) {
+  if (dx)
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) {
+        T acc = 0;
+        for (int k = 0; k < K; ++k) acc += dy[(size_t)n * K + k] * w[(size_t)k * C + c];
+        dx[(size_t)n * C + c] = acc;
+      }
+  for (int k = 0; k < K; ++k) {
+    for (int c = 0; c < C; ++c) {
+      T acc = 0;
+      for (int n = 0; n < N; ++n) acc += dy[(size_t)n * K + k] * x[(size_t)n * C + c];
+      dw[(size_t)k * C + c] = acc;
+    }
+    if (db) {
+      T acc = 0;
+      for (int n = 0; n < N; ++n) acc += dy[(size_t)n * K + k];
+      db[k] = acc;
+    }
+  }
+}
+
+// Conv2d, direct. y[N,K,P,Q] = sum over c in group, r, s of x[N,C,H,W] w[K,C/G,R,S] + b[K].
+template <class T>
+void conv2d_fwd(T* y, const T* x, const T* w, const T* b, const ConvShape& s) {
+  const int Cg = s.C / s.groups, Kg = s.K / s.groups;
+  for (int n = 0; n < s.N; ++n)
+    for (int k = 0; k < s.K; ++k) {
+      const int g = k / Kg;
+      for (int p = 0; p < s.P; ++p)
+        for (int q = 0; q < s.Q; ++q) {
+          T acc = b ? b[k] : T(0);
+          for (int c = 0; c < Cg; ++c)
+            for (int r = 0; r < s.R; ++r) {
+              const int h = p * s.stride_h - s.pad_h + r;
+              if (h < 0 || h >= s.H) continue;
+              for (int t = 0; t < s.S; ++t) {
+                const int ww = q * s.stride_w - s.pad_w + t;
+                if (ww < 0 || ww >= s.W) continue;
+                acc += x[(((size_t)n * s.C + g * Cg + c) * s.H + h) * s.W + ww] *
+                       w[(((size_t)k * Cg + c) * s.R + r) * s.S + t];
+              }
+            }
+          y[(((size_t)n * s.K + k) * s.P + p) * s.Q + q] = acc;
+        }
+    }
+}
+// dx[N,C,H,W] = full correlation of dy with w (overwrites dx).
+template <class T>
+void conv2d_bwd_data(T* dx, const T* dy, const T* w, const ConvShape& s) {
+  const int Cg = s.C / s.groups, Kg = s.K / s.groups;
+  for (size_t i = 0; i < (size_t)s.N * s.C * s.H * s.W; ++i) dx[i] = 0;
+  for (int n = 0; n < s.N; ++n)
+    for (int k = 0; k < s.K; ++k) {
+      const int g = k / Kg;
+      for (int p = 0; p < s.P; ++p)
+        for (int q = 0; q < s.Q; ++q) {
+          const T d = dy[(((size_t)n * s.K + k) * s.P + p) * s.Q + q];
+          for (int c = 0; c < Cg; ++c)
+            for (int r = 0; r < s.R; ++r) {
+              const int h = p * s.stride_h - s.pad_h + r;
+              if (h < 0 || h >= s.H) continue;
+              for (int t = 0; t < s.S; ++t) {
+                const int ww = q * s.stride_w - s.pad_w + t;
+                if (ww < 0 || ww >= s.W) continue;
+                dx[(((size_t)n * s.C + g * Cg + c) * s.H + h) * s.W + ww] +=
+                    d * w[(((size_t)k * Cg + c) * s.R + r) * s.S + t];
+              }
+            }
+        }
+    }
+}
+// dw[K,C/G,R,S] and db[K] (db may be null), overwritten.
+template <class T>
+void conv2d_bwd_filter(T* dw, T* db, const T* dy, const T* x, const ConvShape& s) {
+  const int Cg = s.C / s.groups, Kg = s.K / s.groups;
+  for (int k = 0; k < s.K; ++k) {
+    const int g = k / Kg;
+    for (int c = 0; c < Cg; ++c)
+      for (int r = 0; r < s.R; ++r)
+        for (int t = 0; t < s.S; ++t) {
+          T acc = 0;
+          for (int n = 0; n < s.N; ++n)
+            for (int p = 0; p < s.P; ++p) {
+              const int h = p * s.stride_h - s.pad_h + r;
+              if (h < 0 || h >= s.H) continue;
+              for (int q = 0; q < s.Q; ++q) {
+                const int ww = q * s.stride_w - s.pad_w + t;
+                if (ww < 0 || ww >= s.W) continue;
+                acc += dy[(((size_t)n * s.K + k) * s.P + p) * s.Q + q] *
+                       x[(((size_t)n * s.C + g * Cg + c) * s.H + h) * s.W + ww];
+              }
+            }
+          dw[(((size_t)k * Cg + c) * s.R + r) * s.S + t] = acc;
+        }
+    if (db) {
+      T acc = 0;
+      for (int n = 0; n < s.N; ++n)
+        for (int i = 0; i < s.P * s.Q; ++i) acc += dy[((size_t)n * s.K + k) * s.P * s.Q + i];
+      db[k] = acc;
+    }
+  }
+}
+
+// im2col / col2im for one sample and Cg channels (see Im2colFn).
+template <class T>
+void im2col(T* col, const T* x, int Cg, const ConvShape& s) {
+  for (int c = 0; c < Cg; ++c)
+    for (int r = 0; r < s.R; ++r)
+      for (int t = 0; t < s.S; ++t) {
+        T* row = col + ((size_t)(c * s.R + r) * s.S + t) * s.P * s.Q;
+        for (int p = 0; p < s.P; ++p) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          for (int q = 0; q < s.Q; ++q) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            row[p * s.Q + q] =
+                (h >= 0 && h < s.H && w >= 0 && w < s.W) ? x[((size_t)c * s.H + h) * s.W + w] : T(0);
+          }
+        }
+      }
+}
+template <class T>
+void col2im(T* dx, const T* col, int Cg, const ConvShape& s) {
+  for (int c = 0; c < Cg; ++c)
+    for (int r = 0; r < s.R; ++r)
+      for (int t = 0; t < s.S; ++t) {
+        const T* row = col + ((size_t)(c * s.R + r) * s.S + t) * s.P * s.Q;
+        for (int p = 0; p < s.P; ++p) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          if (h < 0 || h >= s.H) continue;
+          for (int q = 0; q < s.Q; ++q) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            if (w >= 0 && w < s.W) dx[((size_t)c * s.H + h) * s.W + w] += row[p * s.Q + q];
+          }
+        }
+      }
+}
+
+// Pooling geometry: x [N, C, H, W] -> y [N, C, P, Q], window R x S, stride, padding.
+struct PoolShape {
+  int N, C, H, W, P, Q, R, S, stride_h, stride_w, pad_h, pad_w;
+};
+// MaxPool2d. argmax[N,C,P,Q] holds the flat h*W+w index of the max inside x's plane (a named
+// output of forward, used by backward). Padding never wins (it is -inf, as in PyTorch).
+template <class T>
+void maxpool2d_fwd(T* y, int32_t* argmax, const T* x, const PoolShape& s) {
+  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc) {
+    const T* xp = x + nc * s.H * s.W;
+    for (int p = 0; p < s.P; ++p)
+      for (int q = 0; q < s.Q; ++q) {
+        T best = -std::numeric_limits<T>::infinity();
+        int32_t arg = -1;
+        for (int r = 0; r < s.R; ++r) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          if (h < 0 || h >= s.H) continue;
+          for (int t = 0; t < s.S; ++t) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            if (w < 0 || w >= s.W) continue;
+            const T v = xp[h * s.W + w];
+            if (arg < 0 || v > best || std::isnan(v)) { best = v; arg = h * s.W + w; }
+            if (std::isnan(v)) break;
+          }
+        }
+        y[nc * s.P * s.Q + p * s.Q + q] = best;
+        argmax[nc * s.P * s.Q + p * s.Q + q] = arg;
+      }
+  }
+}
+// dx[N,C,H,W] = scatter of dy through argmax (overwrites dx).
+template <class T>
+void maxpool2d_bwd(T* dx, const T* dy, const int32_t* argmax, const PoolShape& s) {
+  for (size_t i = 0; i < (size_t)s.N * s.C * s.H * s.W; ++i) dx[i] = 0;
+  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
+    for (int i = 0; i < s.P * s.Q; ++i) {
+      const int32_t a = argmax[nc * s.P * s.Q + i];
+      if (a >= 0) dx[nc * s.H * s.W + a] += dy[nc * s.P * s.Q + i];
+    }
+}
+// AvgPool2d, padding counted in the divisor (PyTorch's count_include_pad=True default).
+template <class T>
+void avgpool2d_fwd(T* y, const T* x, const PoolShape& s) {
+  const T inv = T(1) / T(s.R * s.S);
+  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
+    for (int p = 0; p < s.P; ++p)
+      for (int q = 0; q < s.Q; ++q) {
+        T acc = 0;
+        for (int r = 0; r < s.R; ++r) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          if (h < 0 || h >= s.H) continue;
+          for (int t = 0; t < s.S; ++t) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            if (w >= 0 && w < s.W) acc += x[nc * s.H * s.W + h * s.W + w];
+          }
+        }
+        y[nc * s.P * s.Q + p * s.Q + q] = acc * inv;
+      }
+}
+template <class T>
+void avgpool2d_bwd(T* dx, const T* dy, const PoolShape& s) {
+  const T inv = T(1) / T(s.R * s.S);
+  for (size_t i = 0; i < (size_t)s.N * s.C * s.H * s.W; ++i) dx[i] = 0;
+  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
+    for (int p = 0; p < s.P; ++p)
+      for (int q = 0; q < s.Q; ++q) {
+        const T d = dy[nc * s.P * s.Q + p * s.Q + q] * inv;
+        for (int r = 0; r < s.R; ++r) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          if (h < 0 || h >= s.H) continue;
+          for (int t = 0; t < s.S; ++t) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            if (w >= 0 && w < s.W) dx[nc * s.H * s.W + h * s.W + w] += d;
+          }
+        }
+      }
+}
+
+// Pointwise activations over n elements. Backward takes the forward output y.
+template <class T> void relu_fwd(T* y, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+}
+template <class T> void relu_bwd(T* dx, const T* dy, const T* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+}
+template <class T> void sigmoid_fwd(T* y, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    y[i] = x[i] >= 0 ? T(1) / (T(1) + std::exp(-x[i])) : std::exp(x[i]) / (T(1) + std::exp(x[i]));
+}
+template <class T> void sigmoid_bwd(T* dx, const T* dy, const T* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
+}
+template <class T> void tanh_fwd(T* y, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+template <class T> void tanh_bwd(T* dx, const T* dy, const T* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * (T(1) - y[i] * y[i]);
+}
+// Bias broadcasts (see BiasRowsFn / BiasChannelsFn).
+template <class T> void bias_rows(T* y, const T* b, int rows, int cols) {
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) y[(size_t)i * cols + j] += b[j];
+}
+template <class T> void bias_channels(T* y, const T* b, int N, int K, int PQ) {
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k)
+      for (int i = 0; i < PQ; ++i) y[((size_t)n * K + k) * PQ + i] += b[k];
+}
+
+// Softmax over the last dimension: y[N,D] = softmax(x[N,D]), max-subtracted.
+template <class T> void softmax_fwd(T* y, const T* x, int N, int D) {
+  for (int n = 0; n < N; ++n) {
+    const T* xr = x + (size_t)n * D;
+    T* yr = y + (size_t)n * D;
+    T m = xr[0];
+    for (int d = 1; d < D; ++d) m = xr[d] > m ? xr[d] : m;
+    T sum = 0;
+    for (int d = 0; d < D; ++d) sum += (yr[d] = std::exp(xr[d] - m));
+    for (int d = 0; d < D; ++d) yr[d] /= sum;
+  }
+}
+// dx = y * (dy - sum(dy * y)) per row.
+template <class T> void softmax_bwd(T* dx, const T* dy, const T* y, int N, int D) {
+  for (int n = 0; n < N; ++n) {
+    const size_t o = (size_t)n * D;
+    T dot = 0;
+    for (int d = 0; d < D; ++d) dot += dy[o + d] * y[o + d];
+    for (int d = 0; d < D; ++d) dx[o + d] = y[o + d] * (dy[o + d] - dot);
+  }
+}
+
+// Losses: mean over the batch of a per-sample loss; each returns the loss and writes
+// dx = d(loss)/dx (already divided by N). Labels are class indices in [0, D).
+// Fused softmax cross-entropy on logits x[N,D]: loss = mean(logsumexp(x) - x[label]).
+template <class T> double softmax_xent(T* dx, const T* x, const int32_t* label, int N, int D) {
+  double total = 0;
+  for (int n = 0; n < N; ++n) {
+    const T* xr = x + (size_t)n * D;
+    T m = xr[0];
+    for (int d = 1; d < D; ++d) m = xr[d] > m ? xr[d] : m;
+    T sum = 0;
+    for (int d = 0; d < D; ++d) sum += std::exp(xr[d] - m);
+    const T lse = m + std::log(sum);
+    total += double(lse - xr[label[n]]);
+    if (dx)
+      for (int d = 0; d < D; ++d)
+        dx[(size_t)n * D + d] = (std::exp(xr[d] - lse) - T(d == label[n])) / T(N);
+  }
+  return total / N;
+}
+// Cross-entropy on probabilities x[N,D] (after a Softmax layer): loss = mean(-log x[label]).
+// Probabilities are clamped to 1e-12 (float) / 1e-300 (double) so log stays finite.
+template <class T> double xent(T* dx, const T* x, const int32_t* label, int N, int D) {
+  const T eps = std::is_same_v<T, float> ? T(1e-12) : T(1e-300);
+  double total = 0;
+  for (int n = 0; n < N; ++n) {
+    const T p = x[(size_t)n * D + label[n]];
+    const T pc = p > eps ? p : eps;
+    total -= std::log(double(pc));
+    if (dx) {
+      for (int d = 0; d < D; ++d) dx[(size_t)n * D + d] = 0;
+      dx[(size_t)n * D + label[n]] = p > eps ? -T(1) / (pc * T(N)) : T(0);
+    }
+  }
+  return total / N;
+}
+// Mean squared error against one-hot targets: loss = mean_n sum_d (x - onehot)^2 / D,
+// i.e. PyTorch's MSELoss(reduction='mean') over all N*D elements.
+template <class T> double mse(T* dx, const T* x, const int32_t* label, int N, int D) {
+  double total = 0;
+  for (int n = 0; n < N; ++n)
+    for (int d = 0; d < D; ++d) {
+      const T diff = x[(size_t)n * D + d] - T(d == label[n]);
+      total += double(diff) * double(diff);
+      if (dx) dx[(size_t)n * D + d] = T(2) * diff / T(N * D);
+    }
+  return total / ((double)N * D);
+}
+
+}  // namespace ember::ref

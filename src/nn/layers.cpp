@@ -1,0 +1,231 @@
+// The layer implementations: Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten and the pointwise
+// activations and Softmax. Shape inference messages say what was expected and what was found;
+// the plan prefixes them with the model file and the layer index.
+#include "nn/layers.h"
+
+#include <string>
+
+#include "ember/error.h"
+
+namespace ember::nn {
+
+namespace {
+
+template <class F>
+void dispatch(DType dt, F&& f) {
+  if (dt == DType::f64) f(double{});
+  else f(float{});
+}
+template <class T> T* p(void* v) { return static_cast<T*>(v); }
+template <class T> const T* p(const void* v) { return static_cast<const T*>(v); }
+
+std::string dims_str(const Dims& d) {
+  return d.flat() ? "[" + std::to_string(d.c) + "]"
+                  : "[" + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " + std::to_string(d.w) + "]";
+}
+
+// Output size of a window sliding over `in` (PyTorch's floor formula).
+int out_size(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+
+void check_window(const char* what, const Dims& in, const LayerSpec& s) {
+  if (in.flat() && in.c > 0 && (s.kernel_h > 1 || s.kernel_w > 1))
+    throw Error(std::string(what) + " needs an image input [C, H, W], found " + dims_str(in));
+  if (s.kernel_h < 1 || s.kernel_w < 1 || s.stride_h < 1 || s.stride_w < 1 || s.pad_h < 0 || s.pad_w < 0)
+    throw Error(std::string(what) + ": kernel and stride must be >= 1 and padding >= 0");
+  if (in.h + 2 * s.pad_h < s.kernel_h || in.w + 2 * s.pad_w < s.kernel_w)
+    throw Error(std::string(what) + ": kernel " + std::to_string(s.kernel_h) + "x" +
+                std::to_string(s.kernel_w) + " is larger than the padded input " + dims_str(in));
+}
+
+class Conv2d final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    check_window("conv2d", in, spec_);
+    if (spec_.out < 1) throw Error("conv2d: out_channels must be >= 1, found " + std::to_string(spec_.out));
+    if (spec_.groups < 1 || in.c % spec_.groups || spec_.out % spec_.groups)
+      throw Error("conv2d: groups " + std::to_string(spec_.groups) + " must divide in-channels " +
+                  std::to_string(in.c) + " and out_channels " + std::to_string(spec_.out));
+    in_ = in;
+    out_ = {spec_.out, out_size(in.h, spec_.kernel_h, spec_.stride_h, spec_.pad_h),
+            out_size(in.w, spec_.kernel_w, spec_.stride_w, spec_.pad_w)};
+    return out_;
+  }
+  ConvShape shape(int n) const {
+    return {n, in_.c, in_.h, in_.w, spec_.out, spec_.kernel_h, spec_.kernel_w, out_.h, out_.w,
+            spec_.stride_h, spec_.stride_w, spec_.pad_h, spec_.pad_w, spec_.groups};
+  }
+  std::vector<std::vector<int>> param_shapes() const override {
+    std::vector<std::vector<int>> v{{spec_.out, in_.c / spec_.groups, spec_.kernel_h, spec_.kernel_w}};
+    if (spec_.bias) v.push_back({spec_.out});
+    return v;
+  }
+  int fan_in() const override { return in_.c / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
+  int fan_out() const override { return spec_.out / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
+  size_t workspace_elems(int batch, int threads) const override {
+    return ops::conv2d_workspace(shape(batch), threads);
+  }
+  double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::conv2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::conv2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
+                         shape(n), p<T>(b.ws));
+    });
+  }
+};
+
+class Linear final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    if (!in.flat())
+      throw Error("linear needs a flat input [D] (add a flatten layer), found " + dims_str(in));
+    if (spec_.out < 1) throw Error("linear: out_features must be >= 1, found " + std::to_string(spec_.out));
+    in_ = in;
+    out_ = {spec_.out, 1, 1};
+    return out_;
+  }
+  std::vector<std::vector<int>> param_shapes() const override {
+    std::vector<std::vector<int>> v{{spec_.out, in_.c}};
+    if (spec_.bias) v.push_back({spec_.out});
+    return v;
+  }
+  int fan_in() const override { return in_.c; }
+  int fan_out() const override { return spec_.out; }
+  double flops_per_sample() const override { return 2.0 * in_.c * spec_.out; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::linear_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), n, in_.c, spec_.out);
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::linear_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
+                         n, in_.c, spec_.out);
+    });
+  }
+};
+
+class Pool2d final : public Layer {
+ public:
+  Pool2d(const LayerSpec& s, bool max) : Layer(s), max_(max) {}
+  Dims infer(const Dims& in) override {
+    const char* what = max_ ? "maxpool2d" : "avgpool2d";
+    check_window(what, in, spec_);
+    if (spec_.pad_h * 2 > spec_.kernel_h || spec_.pad_w * 2 > spec_.kernel_w)
+      throw Error(std::string(what) + ": padding must be at most half the kernel (as in PyTorch)");
+    in_ = in;
+    out_ = {in.c, out_size(in.h, spec_.kernel_h, spec_.stride_h, spec_.pad_h),
+            out_size(in.w, spec_.kernel_w, spec_.stride_w, spec_.pad_w)};
+    return out_;
+  }
+  ref::PoolShape shape(int n) const {
+    return {n, in_.c, in_.h, in_.w, out_.h, out_.w, spec_.kernel_h, spec_.kernel_w,
+            spec_.stride_h, spec_.stride_w, spec_.pad_h, spec_.pad_w};
+  }
+  size_t index_elems(int batch) const override { return max_ ? size_t(batch) * out_.size() : 0; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      if (max_) ops::maxpool2d_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), shape(n));
+      else ops::avgpool2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), shape(n));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      if (max_) ops::maxpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), b.idx, shape(n));
+      else ops::avgpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), shape(n));
+    });
+  }
+
+ private:
+  bool max_;
+};
+
+class Flatten final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    in_ = in;
+    out_ = {int(in.size()), 1, 1};
+    return out_;
+  }
+  bool aliases_input() const override { return true; }
+  void forward(const ops::Exec&, const Bufs&, int) override {}
+  void backward(const ops::Exec&, const Bufs&, int) override {}
+};
+
+class Activation final : public Layer {
+ public:
+  Activation(const LayerSpec& s, ops::Act a) : Layer(s), act_(a) {}
+  Dims infer(const Dims& in) override { return in_ = out_ = in; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::act_fwd<T>(e, act_, p<T>(b.y), p<T>(b.x), size_t(n) * in_.size());
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::act_bwd<T>(e, act_, p<T>(b.dx), p<T>(b.dy), p<T>(b.y), size_t(n) * in_.size());
+    });
+  }
+
+ private:
+  ops::Act act_;
+};
+
+// Softmax over the features of a flat input [D].
+class Softmax final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    if (!in.flat()) throw Error("softmax needs a flat input [D], found " + dims_str(in));
+    return in_ = out_ = in;
+  }
+  void forward(const ops::Exec&, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ref::softmax_fwd<T>(p<T>(b.y), p<T>(b.x), n, in_.c);
+    });
+  }
+  void backward(const ops::Exec&, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ref::softmax_bwd<T>(p<T>(b.dx), p<T>(b.dy), p<T>(b.y), n, in_.c);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
+  switch (s.kind) {
+    case LayerKind::Conv2d: return std::make_unique<Conv2d>(s);
+    case LayerKind::Linear: return std::make_unique<Linear>(s);
+    case LayerKind::MaxPool2d: return std::make_unique<Pool2d>(s, true);
+    case LayerKind::AvgPool2d: return std::make_unique<Pool2d>(s, false);
+    case LayerKind::Flatten: return std::make_unique<Flatten>(s);
+    case LayerKind::ReLU: return std::make_unique<Activation>(s, ops::Act::ReLU);
+    case LayerKind::Sigmoid: return std::make_unique<Activation>(s, ops::Act::Sigmoid);
+    case LayerKind::Tanh: return std::make_unique<Activation>(s, ops::Act::Tanh);
+    case LayerKind::Softmax: return std::make_unique<Softmax>(s);
+  }
+  throw Error("unknown layer kind");
+}
+
+}  // namespace ember::nn

@@ -1,0 +1,63 @@
+// Layers: the units a plan is built from. Each infers its output shape from its input shape
+// (throwing a message on mismatch), declares its parameters and scratch, and runs forward and
+// backward on arena buffers through the ops. Per-sample shapes are [C, H, W]; flat is [D, 1, 1].
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/model.h"
+#include "ember/plan.h"
+#include "ops/ops.h"
+
+namespace ember::nn {
+
+struct Dims {
+  int c = 0, h = 1, w = 1;
+  size_t size() const { return size_t(c) * h * w; }
+  bool flat() const { return h == 1 && w == 1; }
+};
+
+// Pointers a layer runs on, resolved by the plan. Elements are float or double (dt).
+struct Bufs {
+  DType dt;
+  const void* x;   // input  [N, in]
+  void* y;         // output [N, out]
+  void* dx;        // input gradient, null when no earlier layer has parameters
+  const void* dy;  // output gradient
+  const void* w;   // parameters (weight, then bias), null when none
+  const void* b;
+  void* dw;
+  void* db;
+  void* ws;        // shared scratch, workspace_elems() of dt
+  int32_t* idx;    // saved indices (max-pool argmax), index_elems()
+};
+
+class Layer {
+ public:
+  explicit Layer(const LayerSpec& spec) : spec_(spec) {}
+  virtual ~Layer() = default;
+  const LayerSpec& spec() const { return spec_; }
+
+  // Called once by the plan, in order. Throws std::string-carrying ember::Error on bad shapes.
+  virtual Dims infer(const Dims& in) = 0;
+  // Weight [and bias] shapes in PyTorch layout; empty for parameter-free layers.
+  virtual std::vector<std::vector<int>> param_shapes() const { return {}; }
+  virtual int fan_in() const { return 0; }
+  virtual int fan_out() const { return 0; }
+  virtual size_t workspace_elems(int batch, int threads) const { return 0; }
+  virtual size_t index_elems(int batch) const { return 0; }
+  virtual bool aliases_input() const { return false; }  // output is the input (Flatten)
+  virtual double flops_per_sample() const { return 0; }
+
+  virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;
+  virtual void backward(const ops::Exec& e, const Bufs& b, int n) = 0;
+
+ protected:
+  LayerSpec spec_;
+  Dims in_, out_;
+};
+
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec);
+
+}  // namespace ember::nn

@@ -1,0 +1,314 @@
+// Models: the fluent builder, the built-in models with their recipes, and the JSON model
+// description (parsed with nlohmann-json; every key checked, unknown keys rejected, errors name
+// the file and the JSON path). Format: docs/model-format.md.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ember/error.h"
+#include "ember/model.h"
+
+namespace ember {
+
+using json = nlohmann::json;
+
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::Conv2d: return "conv2d";
+    case LayerKind::Linear: return "linear";
+    case LayerKind::MaxPool2d: return "maxpool2d";
+    case LayerKind::AvgPool2d: return "avgpool2d";
+    case LayerKind::Flatten: return "flatten";
+    case LayerKind::ReLU: return "relu";
+    case LayerKind::Sigmoid: return "sigmoid";
+    case LayerKind::Tanh: return "tanh";
+    case LayerKind::Softmax: return "softmax";
+  }
+  return "?";
+}
+const char* loss_kind_name(LossKind k) {
+  switch (k) {
+    case LossKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
+    case LossKind::CrossEntropy: return "cross_entropy";
+    case LossKind::MSE: return "mse";
+  }
+  return "?";
+}
+const char* init_name(Init i) {
+  switch (i) {
+    case Init::Kaiming: return "kaiming";
+    case Init::Xavier: return "xavier";
+    case Init::Torch: return "torch";
+  }
+  return "?";
+}
+
+namespace {
+LayerSpec window(LayerKind kind, int kernel, int stride, int pad) {
+  LayerSpec s;
+  s.kind = kind;
+  s.kernel_h = s.kernel_w = kernel;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = pad;
+  return s;
+}
+LayerSpec simple(LayerKind kind) {
+  LayerSpec s;
+  s.kind = kind;
+  return s;
+}
+}  // namespace
+
+Model& Model::conv2d(int out_channels, int kernel, int stride, int pad, int groups) {
+  LayerSpec s = window(LayerKind::Conv2d, kernel, stride, pad);
+  s.out = out_channels;
+  s.groups = groups;
+  layers.push_back(s);
+  return *this;
+}
+Model& Model::linear(int out_features) {
+  LayerSpec s = simple(LayerKind::Linear);
+  s.out = out_features;
+  layers.push_back(s);
+  return *this;
+}
+Model& Model::maxpool2d(int kernel, int stride, int pad) {
+  layers.push_back(window(LayerKind::MaxPool2d, kernel, stride ? stride : kernel, pad));
+  return *this;
+}
+Model& Model::avgpool2d(int kernel, int stride, int pad) {
+  layers.push_back(window(LayerKind::AvgPool2d, kernel, stride ? stride : kernel, pad));
+  return *this;
+}
+Model& Model::flatten() { layers.push_back(simple(LayerKind::Flatten)); return *this; }
+Model& Model::relu() { layers.push_back(simple(LayerKind::ReLU)); return *this; }
+Model& Model::sigmoid() { layers.push_back(simple(LayerKind::Sigmoid)); return *this; }
+Model& Model::tanh() { layers.push_back(simple(LayerKind::Tanh)); return *this; }
+Model& Model::softmax() { layers.push_back(simple(LayerKind::Softmax)); return *this; }
+
+std::vector<std::string> builtin_model_names() { return {"mnist-cnn", "mnist-mlp", "mxnet-mlp"}; }
+
+Model builtin_model(const std::string& name) {
+  Model m;
+  m.name = name;
+  if (name == "mnist-cnn") {
+    // The original C library's network and recipe (Adam 1e-3, cosine to 1e-5 over T_max 20, L2 1e-4).
+    m.conv2d(32, 5, 1, 2).relu().maxpool2d(2).flatten().linear(128).relu().linear(10);
+  } else if (name == "mnist-mlp") {
+    m.flatten().linear(128).relu().linear(10);
+  } else if (name == "mxnet-mlp") {
+    // MXNet's MNIST MLP example: SGD 0.1, batch 100, weight decay 1e-2 (coupled, as MXNet's wd).
+    m.flatten().linear(128).relu().linear(64).relu().linear(10);
+    m.recipe.optimizer = "sgd";
+    m.recipe.lr = 0.1;
+    m.recipe.batch_size = 100;
+    m.recipe.schedule = "constant";
+    m.recipe.l2 = 1e-2;
+  } else {
+    std::string known;
+    for (auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error("--model: unknown model '" + name + "' (expected one of " + known +
+                ", or a FILE.json model description)");
+  }
+  return m;
+}
+
+namespace {
+
+struct Reader {
+  const std::string& source;
+  [[noreturn]] void fail(const std::string& path, const std::string& msg) const {
+    throw Error(source + ": " + path + ": " + msg);
+  }
+  int integer(const json& j, const std::string& path, int lo, int hi) const {
+    if (!j.is_number_integer()) fail(path, "expected an integer, found " + j.dump());
+    const long long v = j.get<long long>();
+    if (v < lo || v > hi)
+      fail(path, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "], found " + std::to_string(v));
+    return int(v);
+  }
+  // An int or a pair [h, w].
+  void pair(const json& j, const std::string& path, int lo, int hi, int* h, int* w) const {
+    if (j.is_array()) {
+      if (j.size() != 2) fail(path, "expected an integer or [h, w], found " + j.dump());
+      *h = integer(j[0], path + "[0]", lo, hi);
+      *w = integer(j[1], path + "[1]", lo, hi);
+    } else {
+      *h = *w = integer(j, path, lo, hi);
+    }
+  }
+  Init init(const json& j, const std::string& path) const {
+    const std::string v = j.is_string() ? j.get<std::string>() : "";
+    if (v == "kaiming" || v == "he") return Init::Kaiming;
+    if (v == "xavier" || v == "glorot") return Init::Xavier;
+    if (v == "torch") return Init::Torch;
+    fail(path, "expected \"kaiming\", \"xavier\" or \"torch\", found " + j.dump());
+  }
+  void only(const json& obj, const std::string& path, std::initializer_list<const char*> keys) const {
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      bool ok = false;
+      for (const char* k : keys) ok = ok || it.key() == k;
+      if (!ok) {
+        std::string list;
+        for (const char* k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
+        fail(path + "." + it.key(), "unknown key (expected one of " + list + ")");
+      }
+    }
+  }
+};
+
+LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
+  if (!j.is_object()) r.fail(path, "expected an object, found " + j.dump());
+  if (!j.contains("type") || !j["type"].is_string()) r.fail(path + ".type", "missing layer type");
+  const std::string type = j["type"].get<std::string>();
+  LayerSpec s;
+  constexpr int kMax = 1 << 20;
+  if (type == "conv2d") {
+    r.only(j, path, {"type", "out_channels", "kernel", "stride", "padding", "groups", "bias", "init"});
+    s.kind = LayerKind::Conv2d;
+    if (!j.contains("out_channels")) r.fail(path + ".out_channels", "missing");
+    if (!j.contains("kernel")) r.fail(path + ".kernel", "missing");
+    s.out = r.integer(j["out_channels"], path + ".out_channels", 1, kMax);
+    r.pair(j["kernel"], path + ".kernel", 1, 4096, &s.kernel_h, &s.kernel_w);
+    if (j.contains("stride")) r.pair(j["stride"], path + ".stride", 1, 4096, &s.stride_h, &s.stride_w);
+    if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
+    if (j.contains("groups")) s.groups = r.integer(j["groups"], path + ".groups", 1, kMax);
+  } else if (type == "linear") {
+    r.only(j, path, {"type", "out_features", "bias", "init"});
+    s.kind = LayerKind::Linear;
+    if (!j.contains("out_features")) r.fail(path + ".out_features", "missing");
+    s.out = r.integer(j["out_features"], path + ".out_features", 1, kMax);
+  } else if (type == "maxpool2d" || type == "avgpool2d") {
+    r.only(j, path, {"type", "kernel", "stride", "padding"});
+    s.kind = type == "maxpool2d" ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
+    if (!j.contains("kernel")) r.fail(path + ".kernel", "missing");
+    r.pair(j["kernel"], path + ".kernel", 1, 4096, &s.kernel_h, &s.kernel_w);
+    s.stride_h = s.kernel_h, s.stride_w = s.kernel_w;
+    if (j.contains("stride")) r.pair(j["stride"], path + ".stride", 1, 4096, &s.stride_h, &s.stride_w);
+    if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
+  } else {
+    static const std::pair<const char*, LayerKind> simple_kinds[] = {
+        {"flatten", LayerKind::Flatten}, {"relu", LayerKind::ReLU}, {"sigmoid", LayerKind::Sigmoid},
+        {"tanh", LayerKind::Tanh}, {"softmax", LayerKind::Softmax}};
+    bool found = false;
+    for (auto& [name, kind] : simple_kinds)
+      if (type == name) s.kind = kind, found = true;
+    if (!found)
+      r.fail(path + ".type", "unknown layer '" + type +
+                                 "' (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
+                                 "sigmoid, tanh or softmax)");
+    r.only(j, path, {"type"});
+  }
+  if (j.contains("bias")) {
+    if (!j["bias"].is_boolean()) r.fail(path + ".bias", "expected true or false, found " + j["bias"].dump());
+    s.bias = j["bias"].get<bool>();
+  }
+  if (j.contains("init")) s.init = r.init(j["init"], path + ".init");
+  return s;
+}
+
+json layer_json(const LayerSpec& s) {
+  json j{{"type", layer_kind_name(s.kind)}};
+  auto pair = [](int h, int w) { return h == w ? json(h) : json::array({h, w}); };
+  switch (s.kind) {
+    case LayerKind::Conv2d:
+      j["out_channels"] = s.out;
+      j["kernel"] = pair(s.kernel_h, s.kernel_w);
+      j["stride"] = pair(s.stride_h, s.stride_w);
+      j["padding"] = pair(s.pad_h, s.pad_w);
+      j["groups"] = s.groups;
+      j["bias"] = s.bias;
+      break;
+    case LayerKind::Linear:
+      j["out_features"] = s.out;
+      j["bias"] = s.bias;
+      break;
+    case LayerKind::MaxPool2d:
+    case LayerKind::AvgPool2d:
+      j["kernel"] = pair(s.kernel_h, s.kernel_w);
+      j["stride"] = pair(s.stride_h, s.stride_w);
+      j["padding"] = pair(s.pad_h, s.pad_w);
+      break;
+    default: break;
+  }
+  if (s.init) j["init"] = init_name(*s.init);
+  return j;
+}
+
+}  // namespace
+
+Model parse_model_json(const std::string& text, const std::string& source) {
+  const Reader r{source};
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(source + ": invalid JSON: " + e.what());
+  }
+  if (!j.is_object()) r.fail("(top level)", "expected an object, found " + j.dump().substr(0, 40));
+  r.only(j, "(top level)", {"name", "input", "classes", "loss", "init", "layers"});
+  Model m;
+  m.source = source;
+  m.name = j.value("name", std::string("custom"));
+  if (j.contains("input")) {
+    const json& in = j["input"];
+    if (!in.is_array() || in.size() != 3) r.fail("input", "expected [C, H, W], found " + in.dump());
+    m.in_c = r.integer(in[0], "input[0]", 1, 1 << 16);
+    m.in_h = r.integer(in[1], "input[1]", 1, 1 << 16);
+    m.in_w = r.integer(in[2], "input[2]", 1, 1 << 16);
+  }
+  if (j.contains("classes")) m.num_classes = r.integer(j["classes"], "classes", 2, 1 << 20);
+  if (j.contains("loss")) {
+    const std::string l = j["loss"].is_string() ? j["loss"].get<std::string>() : "";
+    if (l == "softmax_cross_entropy") m.loss = LossKind::SoftmaxCrossEntropy;
+    else if (l == "cross_entropy") m.loss = LossKind::CrossEntropy;
+    else if (l == "mse") m.loss = LossKind::MSE;
+    else r.fail("loss", "expected \"softmax_cross_entropy\", \"cross_entropy\" or \"mse\", found " + j["loss"].dump());
+  }
+  if (j.contains("init")) m.init = r.init(j["init"], "init");
+  if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].empty())
+    r.fail("layers", "expected a non-empty array of layers");
+  for (size_t i = 0; i < j["layers"].size(); ++i)
+    m.layers.push_back(parse_layer(r, j["layers"][i], "layers[" + std::to_string(i) + "]"));
+  return m;
+}
+
+Model load_model_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(path + ": cannot open model description: expected a file, found a directory");
+  errno = 0;
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    throw Error(path + ": cannot open model description: " +
+                (errno ? std::strerror(errno) : "open failed"));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw Error(path + ": read error");
+  return parse_model_json(ss.str(), path);
+}
+
+std::string model_to_json(const Model& m) {
+  json j{{"name", m.name},
+         {"input", {m.in_c, m.in_h, m.in_w}},
+         {"classes", m.num_classes},
+         {"loss", loss_kind_name(m.loss)},
+         {"init", init_name(m.init)},
+         {"layers", json::array()}};
+  for (auto& s : m.layers) j["layers"].push_back(layer_json(s));
+  return j.dump(2);
+}
+
+Model resolve_model(const std::string& name_or_file) {
+  const std::string ext = ".json";
+  if (name_or_file.size() > ext.size() &&
+      name_or_file.compare(name_or_file.size() - ext.size(), ext.size(), ext) == 0)
+    return load_model_file(name_or_file);
+  return builtin_model(name_or_file);
+}
+
+}  // namespace ember

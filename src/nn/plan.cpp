@@ -1,0 +1,366 @@
+// The plan: a model compiled for (batch, dtype, ISA, threads). Compile infers and checks shapes,
+// places parameters, gradients, optimizer state, activations, activation gradients, saved
+// indices and one shared scratch area in a single arena, and binds every layer's pointers.
+// Steps then only run kernels: nothing is allocated after construction.
+#include "ember/plan.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/arena.h"
+#include "core/rng.h"
+#include "ember/error.h"
+#include "nn/layers.h"
+
+namespace ember {
+
+struct Plan::Impl {
+  Model model;
+  PlanOptions opt;
+  const Kernels* k = nullptr;
+  std::unique_ptr<ThreadPool> pool;
+  Arena arena;
+  size_t esz = 4;  // bytes per element
+  std::vector<std::unique_ptr<nn::Layer>> layers;
+  std::vector<nn::Dims> dims;                    // dims[i]: input of layer i; dims[L]: output
+  std::vector<size_t> act, grad;                 // per boundary, arena offsets (grad: SIZE_MAX = none)
+  std::vector<int> first_param;                  // per layer, index into params or -1
+  std::vector<size_t> idx_off;                   // per layer, saved indices offset
+  std::vector<bool> run_backward;
+  std::vector<ParamInfo> params;
+  std::vector<LayerInfo> infos;
+  size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
+  int state_count = 0;
+  int64_t step = 0;
+
+  template <class T> T* at(size_t off) const { return arena.at<T>(off); }
+  ops::Exec exec() const { return {*k, *pool}; }
+};
+
+namespace {
+constexpr size_t kNone = SIZE_MAX;
+
+std::vector<int> dims_vec(const nn::Dims& d) {
+  return d.flat() ? std::vector<int>{d.c} : std::vector<int>{d.c, d.h, d.w};
+}
+}  // namespace
+
+Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.model = model;
+  m.opt = opt;
+  if (opt.batch < 1 || opt.batch > (1 << 20))
+    throw Error("--batch-size: expected an integer in [1, 1048576], found " + std::to_string(opt.batch));
+  if (opt.threads < 1 || opt.threads > 256)
+    throw Error("--threads: expected an integer in [1, 256], found " + std::to_string(opt.threads));
+  Isa isa = best_isa();
+  const char* env = std::getenv("EMBER_ISA");
+  const std::string isa_text = !opt.isa.empty() ? opt.isa : (env ? env : "");
+  const char* isa_source = !opt.isa.empty() ? "--isa" : "EMBER_ISA";
+  if (!isa_text.empty()) {
+    if (!parse_isa(isa_text, &isa))
+      throw Error(std::string(isa_source) + ": expected scalar, avx2 or avx512, found '" + isa_text + "'");
+    if (!isa_supported(isa))
+      throw Error(std::string(isa_source) + ": this CPU does not support " + isa_text +
+                  " (best available: " + ember::isa_name(best_isa()) + ")");
+  }
+  if (opt.dtype == DType::f64) isa = Isa::scalar;  // f64 runs the scalar references only
+  m.k = &kernels_for(isa);
+  m.esz = opt.dtype == DType::f64 ? 8 : 4;
+  const std::string where = model.source.empty() ? "model " + model.name : model.source;
+  if (model.layers.empty()) throw Error(where + ": layers: the model has no layers");
+
+  // Shapes, layer by layer.
+  const int N = opt.batch;
+  m.dims.push_back({model.in_c, model.in_h, model.in_w});
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    m.layers.push_back(nn::make_layer(model.layers[i]));
+    try {
+      m.dims.push_back(m.layers.back()->infer(m.dims.back()));
+    } catch (const Error& e) {
+      throw Error(where + ": layers[" + std::to_string(i) + "] (" +
+                  layer_kind_name(model.layers[i].kind) + "): " + e.what());
+    }
+    if (m.dims.back().size() > (size_t(1) << 31) / N)
+      throw Error(where + ": layers[" + std::to_string(i) + "]: activation too large for batch " +
+                  std::to_string(N));
+  }
+  const nn::Dims out = m.dims.back();
+  if (!out.flat() || out.c != model.num_classes)
+    throw Error(where + ": the last layer must output [" + std::to_string(model.num_classes) +
+                "] class scores, found " + (out.flat() ? "[" + std::to_string(out.c) + "]" :
+                "an image; add flatten and linear layers"));
+
+  // Parameters: one flat block, tensor after tensor.
+  const size_t L = m.layers.size();
+  m.first_param.assign(L, -1);
+  for (size_t i = 0; i < L; ++i) {
+    auto shapes = m.layers[i]->param_shapes();
+    if (!shapes.empty()) m.first_param[i] = int(m.params.size());
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      ParamInfo p;
+      p.name = std::to_string(i) + (t == 0 ? ".weight" : ".bias");  // PyTorch Sequential names
+      p.shape = shapes[t];
+      p.size = 1;
+      for (int d : p.shape) p.size *= size_t(d);
+      p.offset = m.nparams;
+      p.is_weight = t == 0;
+      p.fan_in = m.layers[i]->fan_in();
+      p.fan_out = m.layers[i]->fan_out();
+      m.nparams += p.size;
+      m.params.push_back(p);
+    }
+  }
+  // Which layers need backward and which boundaries need gradients: only what leads to a parameter.
+  std::vector<bool> params_before(L + 1, false);
+  for (size_t i = 0; i < L; ++i) params_before[i + 1] = params_before[i] || m.first_param[i] >= 0;
+  m.run_backward.resize(L);
+  for (size_t i = 0; i < L; ++i) m.run_backward[i] = params_before[i + 1];
+
+  // Arena placement.
+  const OptimizerKind ok = opt.optimizer.kind;
+  m.state_count = (ok == OptimizerKind::Adam || ok == OptimizerKind::AdamW) ? 2
+                  : (ok == OptimizerKind::Momentum || ok == OptimizerKind::Nesterov) ? 1 : 0;
+  Arena& a = m.arena;
+  m.param_off = a.reserve(m.nparams * m.esz);
+  m.grad_off = a.reserve(m.nparams * m.esz);
+  for (int s = 0; s < m.state_count; ++s) m.state_off[s] = a.reserve(m.nparams * m.esz);
+  m.labels_off = a.reserve(size_t(N) * sizeof(int32_t));
+  m.act.assign(L + 1, kNone);
+  m.grad.assign(L + 1, kNone);
+  m.act[0] = a.reserve(size_t(N) * m.dims[0].size() * m.esz);
+  m.grad[L] = kNone;
+  for (size_t i = 0; i < L; ++i) {
+    const bool alias = m.layers[i]->aliases_input();
+    m.act[i + 1] = alias ? m.act[i] : a.reserve(size_t(N) * m.dims[i + 1].size() * m.esz);
+  }
+  for (size_t i = L + 1; i-- > 0;) {
+    const bool needed = i == L || params_before[i];
+    if (!needed) continue;
+    if (i < L && m.layers[i]->aliases_input() && m.grad[i + 1] != kNone) m.grad[i] = m.grad[i + 1];
+    else m.grad[i] = a.reserve(size_t(N) * m.dims[i].size() * m.esz);
+  }
+  m.idx_off.assign(L, kNone);
+  size_t ws = 0;
+  for (size_t i = 0; i < L; ++i) {
+    if (size_t n = m.layers[i]->index_elems(N)) m.idx_off[i] = a.reserve(n * sizeof(int32_t));
+    ws = std::max(ws, m.layers[i]->workspace_elems(N, opt.threads));
+  }
+  m.ws_off = a.reserve(ws * m.esz);
+  constexpr size_t kMaxArena = size_t(8) << 30;
+  if (a.size() > kMaxArena) {
+    size_t big = 0;
+    for (size_t i = 1; i < m.params.size(); ++i)
+      if (m.params[i].size > m.params[big].size) big = i;
+    throw Error(where + ": needs " + std::to_string(a.size() >> 20) + " MiB for batch " +
+                std::to_string(N) + ", more than the 8192 MiB limit (largest tensor: " +
+                (m.params.empty() ? std::string("none") : m.params[big].name + ", " +
+                 std::to_string(m.params[big].size) + " elements") + ")");
+  }
+  try {
+    a.allocate();
+  } catch (const std::bad_alloc&) {
+    throw Error(where + ": cannot allocate " + std::to_string(a.size() >> 20) + " MiB for the plan");
+  }
+  m.pool = std::make_unique<ThreadPool>(opt.threads);
+
+  for (size_t i = 0; i < L; ++i) {
+    LayerInfo li;
+    li.kind = layer_kind_name(model.layers[i].kind);
+    li.in_shape = dims_vec(m.dims[i]);
+    li.out_shape = dims_vec(m.dims[i + 1]);
+    for (auto& s : m.layers[i]->param_shapes()) {
+      size_t n = 1;
+      for (int d : s) n *= size_t(d);
+      li.params += n;
+    }
+    li.flops_fwd = m.layers[i]->flops_per_sample();
+    m.infos.push_back(li);
+  }
+}
+
+Plan::~Plan() = default;
+Plan::Plan(Plan&&) noexcept = default;
+Plan& Plan::operator=(Plan&&) noexcept = default;
+
+int Plan::batch() const { return impl_->opt.batch; }
+int Plan::threads() const { return impl_->pool->size(); }
+DType Plan::dtype() const { return impl_->opt.dtype; }
+const char* Plan::isa_name() const { return ember::isa_name(impl_->k->isa); }
+const Model& Plan::model() const { return impl_->model; }
+size_t Plan::arena_bytes() const { return impl_->arena.size(); }
+const std::vector<ParamInfo>& Plan::params() const { return impl_->params; }
+const std::vector<LayerInfo>& Plan::layers() const { return impl_->infos; }
+size_t Plan::param_count() const { return impl_->nparams; }
+void* Plan::input() { return impl_->at<std::byte>(impl_->act[0]); }
+int32_t* Plan::labels() { return impl_->at<int32_t>(impl_->labels_off); }
+void* Plan::param_data() { return impl_->at<std::byte>(impl_->param_off); }
+void* Plan::grad_data() { return impl_->at<std::byte>(impl_->grad_off); }
+const void* Plan::output() const { return impl_->at<std::byte>(impl_->act.back()); }
+
+void Plan::init_params(uint64_t seed) {
+  Impl& m = *impl_;
+  for (size_t t = 0; t < m.params.size(); ++t) {
+    const ParamInfo& p = m.params[t];
+    Pcg32 rng(seed, t + 1);
+    size_t layer = std::stoul(p.name.substr(0, p.name.find('.')));
+    const Init init = m.model.layers[layer].init.value_or(m.model.init);
+    for (size_t i = 0; i < p.size; ++i) {
+      double v = 0;
+      if (p.is_weight) {
+        switch (init) {
+          case Init::Kaiming: v = rng.normal() * std::sqrt(2.0 / p.fan_in); break;
+          case Init::Xavier: v = (2 * rng.uniform() - 1) * std::sqrt(6.0 / (p.fan_in + p.fan_out)); break;
+          case Init::Torch: v = (2 * rng.uniform() - 1) / std::sqrt(double(p.fan_in)); break;
+        }
+      }
+      if (m.esz == 8) m.at<double>(m.param_off)[p.offset + i] = v;
+      else m.at<float>(m.param_off)[p.offset + i] = float(v);
+    }
+  }
+  for (int s = 0; s < m.state_count; ++s) std::memset(m.at<std::byte>(m.state_off[s]), 0, m.nparams * m.esz);
+  m.step = 0;
+}
+
+void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n) {
+  Impl& m = *impl_;
+  const size_t D = m.dims[0].size();
+  int32_t* lab = m.at<int32_t>(m.labels_off);
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* src = images + size_t(index[i]) * D;
+    if (m.esz == 8) {
+      double* dst = m.at<double>(m.act[0]) + size_t(i) * D;
+      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0 / 255.0);
+    } else {
+      float* dst = m.at<float>(m.act[0]) + size_t(i) * D;
+      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0f / 255.0f);
+    }
+    lab[i] = labels[index[i]];
+  }
+}
+
+namespace {
+nn::Bufs bind(const Plan::Impl& m, size_t i) {
+  nn::Bufs b{};
+  b.dt = m.opt.dtype;
+  std::byte* base = m.arena.base();
+  b.x = base + m.act[i];
+  b.y = base + m.act[i + 1];
+  b.dx = m.grad[i] != kNone ? base + m.grad[i] : nullptr;
+  b.dy = m.grad[i + 1] != kNone ? base + m.grad[i + 1] : nullptr;
+  if (m.first_param[i] >= 0) {
+    const ParamInfo& w = m.params[m.first_param[i]];
+    b.w = base + m.param_off + w.offset * m.esz;
+    b.dw = base + m.grad_off + w.offset * m.esz;
+    if (m.model.layers[i].bias) {
+      const ParamInfo& bi = m.params[m.first_param[i] + 1];
+      b.b = base + m.param_off + bi.offset * m.esz;
+      b.db = base + m.grad_off + bi.offset * m.esz;
+    }
+  }
+  b.ws = base + m.ws_off;
+  b.idx = m.idx_off[i] != kNone ? reinterpret_cast<int32_t*>(base + m.idx_off[i]) : nullptr;
+  return b;
+}
+}  // namespace
+
+void Plan::forward(int n) {
+  Impl& m = *impl_;
+  const ops::Exec e = m.exec();
+  for (size_t i = 0; i < m.layers.size(); ++i) m.layers[i]->forward(e, bind(m, i), n);
+}
+
+double Plan::loss(int n, bool grad) {
+  Impl& m = *impl_;
+  const int D = m.model.num_classes;
+  const int32_t* lab = m.at<int32_t>(m.labels_off);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = m.at<T>(m.act.back());
+    T* dx = grad ? m.at<T>(m.grad.back()) : nullptr;
+    switch (m.model.loss) {
+      case LossKind::SoftmaxCrossEntropy: return ref::softmax_xent<T>(dx, x, lab, n, D);
+      case LossKind::CrossEntropy: return ref::xent<T>(dx, x, lab, n, D);
+      case LossKind::MSE: return ref::mse<T>(dx, x, lab, n, D);
+    }
+    return 0.0;
+  };
+  return m.esz == 8 ? run(double{}) : run(float{});
+}
+
+int Plan::correct(int n) const {
+  const Impl& m = *impl_;
+  const int D = m.model.num_classes;
+  const int32_t* lab = m.at<int32_t>(m.labels_off);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = m.at<T>(m.act.back());
+    int ok = 0;
+    for (int i = 0; i < n; ++i) {
+      int best = 0;
+      for (int d = 1; d < D; ++d)
+        if (x[size_t(i) * D + d] > x[size_t(i) * D + best]) best = d;
+      ok += best == lab[i];
+    }
+    return ok;
+  };
+  return m.esz == 8 ? run(double{}) : run(float{});
+}
+
+void Plan::backward(int n) {
+  Impl& m = *impl_;
+  const ops::Exec e = m.exec();
+  for (size_t i = m.layers.size(); i-- > 0;)
+    if (m.run_backward[i]) m.layers[i]->backward(e, bind(m, i), n);
+}
+
+void Plan::optimizer_step(double lr) {
+  Impl& m = *impl_;
+  if (m.esz != 4) throw Error("optimizer_step: only f32 plans train (f64 plans are for gradient checks)");
+  const OptimizerConfig& o = m.opt.optimizer;
+  const ops::Exec e = m.exec();
+  ++m.step;
+  float* w = m.at<float>(m.param_off);
+  float* g = m.at<float>(m.grad_off);
+  float* s0 = m.state_count > 0 ? m.at<float>(m.state_off[0]) : nullptr;
+  float* s1 = m.state_count > 1 ? m.at<float>(m.state_off[1]) : nullptr;
+  for (const ParamInfo& p : m.params) {
+    const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
+    const size_t off = p.offset;
+    if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW) {
+      const ops::AdamArgs args{float(lr), float(o.beta1), float(o.beta2), float(o.eps), l2, wd,
+                               float(1 - std::pow(o.beta1, double(m.step))),
+                               float(1 - std::pow(o.beta2, double(m.step)))};
+      ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, args);
+    } else {
+      const ops::SgdArgs args{float(lr), float(o.momentum), l2, wd, o.kind == OptimizerKind::Nesterov,
+                              o.kind != OptimizerKind::SGD};
+      ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args);
+    }
+  }
+}
+
+std::string Plan::summary() const {
+  const Impl& m = *impl_;
+  std::ostringstream os;
+  auto shape = [](const std::vector<int>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  os << "model " << m.model.name << ": input " << shape(dims_vec(m.dims[0])) << ", "
+     << m.nparams << " parameters, loss " << loss_kind_name(m.model.loss) << "\n";
+  for (size_t i = 0; i < m.infos.size(); ++i) {
+    const LayerInfo& li = m.infos[i];
+    char line[160];
+    std::snprintf(line, sizeof line, "  %2zu %-10s %-16s -> %-16s %9zu params %8.3f MFLOP/sample\n", i,
+                  li.kind.c_str(), shape(li.in_shape).c_str(), shape(li.out_shape).c_str(), li.params,
+                  li.flops_fwd / 1e6);
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace ember

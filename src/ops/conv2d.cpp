@@ -1,0 +1,129 @@
+// Conv2d forward and backward as im2col + GEMM per sample and group, samples split across the
+// pool; each thread sums its own weight gradient and the partials are added in thread order, so
+// results are bit-identical for a given thread count. f64 runs the direct scalar reference.
+#include <cstring>
+#include <type_traits>
+
+#include "ops/ops.h"
+
+namespace ember::ops {
+
+namespace {
+size_t col_elems(const ConvShape& s) {
+  return size_t(s.C / s.groups) * s.R * s.S * s.P * s.Q;
+}
+size_t wgrad_elems(const ConvShape& s) {
+  return size_t(s.K) * (s.C / s.groups) * s.R * s.S + s.K;
+}
+bool is_pointwise(const ConvShape& s) {
+  return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
+         s.pad_w == 0;
+}
+}  // namespace
+
+size_t conv2d_workspace(const ConvShape& s, int threads) {
+  return threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
+}
+
+// y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
+template <class T>
+void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws) {
+  if constexpr (std::is_same_v<T, double>) {
+    ref::conv2d_fwd<T>(y, x, w, b, s);
+  } else {
+    const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
+    const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
+    e.pool.run([&](int t) {
+      const Range r = split_range(s.N, t, T_);
+      float* col = ws + t * col_elems(s);
+      for (int64_t n = r.begin; n < r.end; ++n)
+        for (int g = 0; g < G; ++g) {
+          const float* xg = x + (n * s.C + g * Cg) * HW;
+          const float* B = xg;
+          if (!is_pointwise(s)) {
+            e.k.im2col(col, xg, Cg, s);
+            B = col;
+          }
+          e.k.sgemm(false, false, Kg, PQ, CRS, 1.f, w + (size_t)g * Kg * CRS, CRS, B, PQ, 0.f,
+                    y + (n * s.K + g * Kg) * PQ, PQ);
+        }
+      if (b && r.end > r.begin)
+        e.k.bias_channels(y + r.begin * s.K * PQ, b, int(r.end - r.begin), s.K, PQ);
+    });
+  }
+}
+
+// dx[N,C,H,W] (skipped when null), dw[K,C/G,R,S], db[K] (skipped when null), all overwritten.
+template <class T>
+void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
+                const ConvShape& s, T* ws) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (dx) ref::conv2d_bwd_data<T>(dx, dy, w, s);
+    ref::conv2d_bwd_filter<T>(dw, db, dy, x, s);
+  } else {
+    const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
+    const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
+    const size_t Kw = size_t(s.K) * CRS;
+    float* partials = ws + T_ * col_elems(s);
+    e.pool.run([&](int t) {
+      const Range r = split_range(s.N, t, T_);
+      float* col = ws + t * col_elems(s);
+      float* dwt = t == 0 ? dw : partials + (t - 1) * wgrad_elems(s);
+      float* dbt = t == 0 ? db : dwt + Kw;
+      if (r.end <= r.begin) {  // nothing to add: a zero partial keeps the reduction uniform
+        std::memset(dwt, 0, wgrad_elems(s) * sizeof(float));
+        return;
+      }
+      if (dbt) std::memset(dbt, 0, s.K * sizeof(float));
+      for (int64_t n = r.begin; n < r.end; ++n)
+        for (int g = 0; g < G; ++g) {
+          const float* xg = x + (n * s.C + g * Cg) * HW;
+          const float* dyg = dy + (n * s.K + g * Kg) * PQ;
+          const float* B = xg;
+          if (!is_pointwise(s)) {
+            e.k.im2col(col, xg, Cg, s);
+            B = col;
+          }
+          e.k.sgemm(false, true, Kg, CRS, PQ, 1.f, dyg, PQ, B, PQ, n == r.begin ? 0.f : 1.f,
+                    dwt + (size_t)g * Kg * CRS, CRS);
+          if (dbt)
+            for (int k = 0; k < Kg; ++k) {
+              float acc = 0;
+              for (int i = 0; i < PQ; ++i) acc += dyg[(size_t)k * PQ + i];
+              dbt[g * Kg + k] += acc;
+            }
+          if (dx) {
+            float* dxg = dx + (n * s.C + g * Cg) * HW;
+            if (is_pointwise(s)) {
+              e.k.sgemm(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
+                        0.f, dxg, PQ);
+            } else {
+              e.k.sgemm(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
+                        0.f, col, PQ);
+              std::memset(dxg, 0, (size_t)Cg * HW * sizeof(float));
+              e.k.col2im(dxg, col, Cg, s);
+            }
+          }
+        }
+    });
+    if (T_ > 1) {
+      const size_t total = Kw + (db ? s.K : 0);
+      e.pool.run([&](int t) {
+        const Range r = split_range((int64_t)total, t, T_);
+        for (int64_t i = r.begin; i < r.end; ++i) {
+          float* dst = (size_t)i < Kw ? dw + i : db + (i - Kw);
+          float acc = *dst;
+          for (int p = 1; p < T_; ++p) acc += partials[(p - 1) * wgrad_elems(s) + i];
+          *dst = acc;
+        }
+      });
+    }
+  }
+}
+
+template void conv2d_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*);
+template void conv2d_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&, double*);
+template void conv2d_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, const ConvShape&, float*);
+template void conv2d_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, const ConvShape&, double*);
+
+}  // namespace ember::ops

@@ -1,0 +1,43 @@
+// Linear (fully connected) forward and backward: f32 through the threaded GEMM of the kernel
+// table, f64 through the scalar reference. Weight layout is PyTorch's: w[K, C].
+#include <type_traits>
+
+#include "ops/ops.h"
+#include "ops/parallel_gemm.h"
+
+namespace ember::ops {
+
+// y[N,K] = x[N,C] w[K,C]^T + b[K]
+template <class T>
+void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K) {
+  if constexpr (std::is_same_v<T, double>) {
+    ref::linear_fwd<T>(y, x, w, b, N, C, K);
+  } else {
+    parallel_sgemm(e, false, true, N, K, C, 1.f, x, C, w, C, 0.f, y, K);
+    if (b) e.k.bias_rows(y, b, N, K);
+  }
+}
+
+// dx[N,C] = dy[N,K] w[K,C]; dw[K,C] = dy^T x; db[K] = sum over N of dy.
+template <class T>
+void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,
+                int C, int K) {
+  if constexpr (std::is_same_v<T, double>) {
+    ref::linear_bwd<T>(dx, dw, db, dy, x, w, N, C, K);
+  } else {
+    parallel_sgemm(e, true, false, K, C, N, 1.f, dy, K, x, C, 0.f, dw, C);
+    if (dx) parallel_sgemm(e, false, false, N, C, K, 1.f, dy, K, w, C, 0.f, dx, C);
+    if (db) {
+      for (int k = 0; k < K; ++k) db[k] = 0;
+      for (int n = 0; n < N; ++n)
+        for (int k = 0; k < K; ++k) db[k] += dy[(size_t)n * K + k];
+    }
+  }
+}
+
+template void linear_fwd<float>(const Exec&, float*, const float*, const float*, const float*, int, int, int);
+template void linear_fwd<double>(const Exec&, double*, const double*, const double*, const double*, int, int, int);
+template void linear_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, int, int, int);
+template void linear_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, int, int, int);
+
+}  // namespace ember::ops

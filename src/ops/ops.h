@@ -1,0 +1,60 @@
+// Ops: one level above the kernels. Each op checks nothing at run time (the plan checked the
+// shapes once), splits work across the thread pool in a fixed partition, and calls kernels from
+// the table (f32) or the scalar references (f64). Outputs first, then inputs, then sizes.
+// Letters: N batch, C in-channels, K out-channels, H/W in, R/S kernel, P/Q out, D features.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+
+namespace ember::ops {
+
+struct Exec {
+  const Kernels& k;
+  ThreadPool& pool;
+};
+
+// Linear: y[N,K] = x[N,C] w[K,C]^T + b[K].
+template <class T>
+void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K);
+// dx[N,C] = dy w (skipped when dx is null); dw[K,C] = dy^T x; db[K] = sum_n dy.
+template <class T>
+void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,
+                int C, int K);
+
+// Conv2d. Workspace: conv2d_workspace(s, threads) elements (im2col columns per thread and the
+// per-thread partial weight gradients that are summed in a fixed order).
+size_t conv2d_workspace(const ConvShape& s, int threads);
+template <class T>
+void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws);
+template <class T>
+void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
+                const ConvShape& s, T* ws);
+
+// Pools over [N, C, H, W] -> [N, C, P, Q]; maxpool keeps argmax[N, C, P, Q] for backward.
+template <class T>
+void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s);
+template <class T>
+void maxpool2d_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s);
+template <class T>
+void avgpool2d_fwd(const Exec& e, T* y, const T* x, const ref::PoolShape& s);
+template <class T>
+void avgpool2d_bwd(const Exec& e, T* dx, const T* dy, const ref::PoolShape& s);
+
+// Pointwise activations over n elements; backward takes the forward output y.
+enum class Act { ReLU, Sigmoid, Tanh };
+template <class T>
+void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n);
+template <class T>
+void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n);
+
+// Optimizer updates over one parameter tensor of n elements (f32). State buffers as named.
+struct SgdArgs { float lr, momentum, l2, wd; bool nesterov, use_momentum; };
+void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a);
+struct AdamArgs { float lr, beta1, beta2, eps, l2, wd, bias1, bias2; };  // bias_i = 1 - beta_i^t
+void adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+
+}  // namespace ember::ops

@@ -1,0 +1,105 @@
+// Pooling and pointwise activations: scalar reference kernels (f64) or the kernel table (f32),
+// split across the pool by samples (pools) or by element ranges (activations).
+#include <type_traits>
+
+#include "ops/ops.h"
+
+namespace ember::ops {
+
+namespace {
+// Runs fn(sub_shape, first_sample) over each thread's contiguous share of the N samples.
+template <class F>
+void over_samples(const Exec& e, const ref::PoolShape& s, bool serial, F&& fn) {
+  if (serial || e.pool.size() == 1) {
+    fn(s, int64_t(0));
+    return;
+  }
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, e.pool.size());
+    if (r.end <= r.begin) return;
+    ref::PoolShape sub = s;
+    sub.N = int(r.end - r.begin);
+    fn(sub, r.begin);
+  });
+}
+template <class F>
+void over_elements(const Exec& e, size_t n, bool serial, F&& fn) {
+  if (serial || e.pool.size() == 1 || n < 16384) {
+    fn(size_t(0), n);
+    return;
+  }
+  e.pool.run([&](int t) {
+    const Range r = split_range_aligned((int64_t)n, t, e.pool.size(), 16);
+    if (r.end > r.begin) fn(size_t(r.begin), size_t(r.end - r.begin));
+  });
+}
+}  // namespace
+
+template <class T>
+void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s) {
+  const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
+  over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
+    ref::maxpool2d_fwd<T>(y + n0 * out, argmax + n0 * out, x + n0 * in, sub);
+  });
+}
+template <class T>
+void maxpool2d_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s) {
+  const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
+  over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
+    ref::maxpool2d_bwd<T>(dx + n0 * in, dy + n0 * out, argmax + n0 * out, sub);
+  });
+}
+template <class T>
+void avgpool2d_fwd(const Exec& e, T* y, const T* x, const ref::PoolShape& s) {
+  const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
+  over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
+    ref::avgpool2d_fwd<T>(y + n0 * out, x + n0 * in, sub);
+  });
+}
+template <class T>
+void avgpool2d_bwd(const Exec& e, T* dx, const T* dy, const ref::PoolShape& s) {
+  const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
+  over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
+    ref::avgpool2d_bwd<T>(dx + n0 * in, dy + n0 * out, sub);
+  });
+}
+
+template <class T>
+void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n) {
+  over_elements(e, n, std::is_same_v<T, double>, [&](size_t o, size_t len) {
+    switch (a) {
+      case Act::ReLU:
+        if constexpr (std::is_same_v<T, float>) e.k.relu_fwd(y + o, x + o, len);
+        else ref::relu_fwd<T>(y + o, x + o, len);
+        break;
+      case Act::Sigmoid: ref::sigmoid_fwd<T>(y + o, x + o, len); break;
+      case Act::Tanh: ref::tanh_fwd<T>(y + o, x + o, len); break;
+    }
+  });
+}
+template <class T>
+void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
+  over_elements(e, n, std::is_same_v<T, double>, [&](size_t o, size_t len) {
+    switch (a) {
+      case Act::ReLU:
+        if constexpr (std::is_same_v<T, float>) e.k.relu_bwd(dx + o, dy + o, y + o, len);
+        else ref::relu_bwd<T>(dx + o, dy + o, y + o, len);
+        break;
+      case Act::Sigmoid: ref::sigmoid_bwd<T>(dx + o, dy + o, y + o, len); break;
+      case Act::Tanh: ref::tanh_bwd<T>(dx + o, dy + o, y + o, len); break;
+    }
+  });
+}
+
+#define EMBER_POOL_ACT(T)                                                                        \
+  template void maxpool2d_fwd<T>(const Exec&, T*, int32_t*, const T*, const ref::PoolShape&);    \
+  template void maxpool2d_bwd<T>(const Exec&, T*, const T*, const int32_t*, const ref::PoolShape&); \
+  template void avgpool2d_fwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
+  template void avgpool2d_bwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
+  template void act_fwd<T>(const Exec&, Act, T*, const T*, size_t);                              \
+  template void act_bwd<T>(const Exec&, Act, T*, const T*, const T*, size_t);
+EMBER_POOL_ACT(float)
+EMBER_POOL_ACT(double)
+#undef EMBER_POOL_ACT
+
+}  // namespace ember::ops

@@ -1,0 +1,116 @@
+// The training loop: per epoch a seeded permutation of the training set, mini-batches gathered
+// into the plan's arena, forward, loss, backward, optimizer; then evaluation on the test set.
+// Nothing is allocated inside the loop over batches.
+#include "ember/train.h"
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/rng.h"
+#include "ember/error.h"
+
+namespace ember {
+
+double Schedule::at(int e) const {
+  switch (kind) {
+    case ScheduleKind::Constant: return lr;
+    case ScheduleKind::Step: return lr * std::pow(gamma, double(e / step_size));
+    case ScheduleKind::Exp: return lr * std::pow(gamma, double(e));
+    case ScheduleKind::Cosine:
+      return lr_min + (lr - lr_min) * (1 + std::cos(3.141592653589793 * e / t_max)) / 2;
+  }
+  return lr;
+}
+
+void check_dataset_fits(const Plan& plan, const Dataset& d, const std::string& what) {
+  const Model& m = plan.model();
+  const std::string model = m.source.empty() ? "model " + m.name : "model " + m.source;
+  if (m.in_c != 1 || m.in_h != d.rows || m.in_w != d.cols)
+    throw Error(what + ": images are " + std::to_string(d.rows) + "x" + std::to_string(d.cols) +
+                " with 1 channel, but " + model + " expects input [" + std::to_string(m.in_c) +
+                ", " + std::to_string(m.in_h) + ", " + std::to_string(m.in_w) + "]");
+  if (m.num_classes < d.num_classes)
+    throw Error(what + ": the data set has " + std::to_string(d.num_classes) + " classes, " + model +
+                " outputs " + std::to_string(m.num_classes));
+}
+
+EvalResult evaluate(Plan& plan, const Dataset& data) {
+  const int B = plan.batch();
+  std::vector<int64_t> index(B);
+  EvalResult r;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < data.count; start += B) {
+    const int n = int(std::min<int64_t>(B, data.count - start));
+    std::iota(index.begin(), index.begin() + n, start);
+    plan.gather_u8(data.images.data(), data.labels.data(), index.data(), n);
+    plan.forward(n);
+    loss_sum += plan.loss(n, false) * n;
+    correct += plan.correct(n);
+  }
+  r.count = data.count;
+  r.loss = loss_sum / double(data.count);
+  r.accuracy = double(correct) / double(data.count);
+  return r;
+}
+
+TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainConfig& cfg,
+                  const std::function<bool(const EpochMetrics&)>& on_epoch) {
+  check_dataset_fits(plan, tr, "training set");
+  check_dataset_fits(plan, te, "test set");
+  using clock = std::chrono::steady_clock;
+  const int B = plan.batch();
+  std::vector<int64_t> order(tr.count);
+  TrainResult result;
+  const auto t_start = clock::now();
+  double prev_loss = 0;
+  for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
+    const auto t0 = clock::now();
+    std::iota(order.begin(), order.end(), int64_t(0));
+    if (cfg.shuffle) {  // Fisher-Yates from the epoch's own stream: reproducible and resumable
+      Pcg32 rng(cfg.seed, 0x5eed0000ULL + uint64_t(epoch));
+      for (int64_t i = tr.count - 1; i > 0; --i) std::swap(order[i], order[rng.below(uint32_t(i + 1))]);
+    }
+    const double lr = cfg.schedule.at(epoch);
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (int64_t start = 0; start < tr.count; start += B) {
+      const int n = int(std::min<int64_t>(B, tr.count - start));
+      plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
+      plan.forward(n);
+      loss_sum += plan.loss(n, true) * n;
+      correct += plan.correct(n);
+      plan.backward(n);
+      plan.optimizer_step(lr);
+    }
+    const double train_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    const EvalResult ev = evaluate(plan, te);
+    EpochMetrics m;
+    m.epoch = epoch + 1;
+    m.lr = lr;
+    m.train_loss = loss_sum / double(tr.count);
+    m.train_acc = double(correct) / double(tr.count);
+    m.test_loss = ev.loss;
+    m.test_acc = ev.accuracy;
+    m.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    m.samples_per_s = double(tr.count) / train_seconds;
+    result.epochs_run = epoch + 1;
+    result.last = m;
+    const bool go_on = on_epoch ? on_epoch(m) : true;
+    if (!std::isfinite(m.train_loss))
+      throw Error("training diverged: train loss is " + std::to_string(m.train_loss) + " in epoch " +
+                  std::to_string(m.epoch) + " (lower --lr?)");
+    if (!go_on) break;
+    if (cfg.early_stop_tol > 0 && epoch > 0 && prev_loss - m.train_loss < cfg.early_stop_tol) {
+      result.early_stopped = true;
+      break;
+    }
+    prev_loss = m.train_loss;
+  }
+  result.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
+  return result;
+}
+
+}  // namespace ember

@@ -1,0 +1,672 @@
+// Command-line tests for the `ember` binary (EMBER_BINARY): every bad input (data files, model
+// descriptions, flags, weights) must give one error line naming the file/field/flag and a non-zero
+// exit without a crash or hang; the good paths (train, eval, --help, info, JSON models, --isa)
+// work on tiny learnable MNIST-format data written to a temp directory by each test.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Running the binary.
+
+struct Result {
+  int code = -1;        // exit status (128+N when a signal killed it, 124 on timeout)
+  std::string out;      // stdout
+  std::string err;      // stderr
+  std::string cmd;
+};
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+Bytes read_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(f), {});
+}
+
+void write_bytes(const fs::path& p, const Bytes& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  ASSERT_TRUE(f.good()) << "cannot write " << p;
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::trunc);
+  f << s;
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::vector<std::string> nonempty_lines(const std::string& s) {
+  std::vector<std::string> lines;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) lines.push_back(l);
+  return lines;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiny MNIST-format data: class c has a bright 7x7 block at its own place, over dim noise.
+
+void put_be32(Bytes& b, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
+}
+
+Bytes idx(uint32_t magic, const std::vector<uint32_t>& dims, const Bytes& payload) {
+  Bytes b;
+  put_be32(b, magic);
+  for (uint32_t d : dims) put_be32(b, d);
+  b.insert(b.end(), payload.begin(), payload.end());
+  return b;
+}
+
+struct Images {
+  Bytes pixels, labels;
+};
+
+Images make_images(int n, uint32_t seed) {
+  Images im;
+  uint32_t x = seed * 2654435761u + 12345u;
+  auto rnd = [&] { return (x = x * 1664525u + 1013904223u) >> 24; };
+  for (int i = 0; i < n; ++i) {
+    const int c = int(rnd() % 10);
+    im.labels.push_back(uint8_t(c));
+    const int r0 = 2 + (c / 4) * 9, c0 = 1 + (c % 4) * 7;  // 3 rows x 4 columns of positions
+    for (int r = 0; r < 28; ++r)
+      for (int col = 0; col < 28; ++col) {
+        const bool on = r >= r0 && r < r0 + 7 && col >= c0 && col < c0 + 7;
+        im.pixels.push_back(uint8_t(on ? 200 + rnd() % 56 : rnd() % 40));
+      }
+  }
+  return im;
+}
+
+const char* kTrainImg = "train-images-idx3-ubyte";
+const char* kTrainLab = "train-labels-idx1-ubyte";
+const char* kTestImg = "t10k-images-idx3-ubyte";
+const char* kTestLab = "t10k-labels-idx1-ubyte";
+
+void write_gz(const fs::path& p, const Bytes& b) {
+  gzFile g = gzopen(p.c_str(), "wb");
+  ASSERT_NE(g, nullptr) << p;
+  ASSERT_EQ(gzwrite(g, b.data(), unsigned(b.size())), int(b.size()));
+  ASSERT_EQ(gzclose(g), Z_OK);
+}
+
+// Writes the four files into dir (raw, or gzipped with the .gz suffix).
+void write_dataset(const fs::path& dir, int n_train, int n_test, bool gz = false) {
+  fs::create_directories(dir);
+  const Images tr = make_images(n_train, 1), te = make_images(n_test, 2);
+  const std::pair<const char*, Bytes> files[] = {
+      {kTrainImg, idx(0x803, {uint32_t(n_train), 28, 28}, tr.pixels)},
+      {kTrainLab, idx(0x801, {uint32_t(n_train)}, tr.labels)},
+      {kTestImg, idx(0x803, {uint32_t(n_test), 28, 28}, te.pixels)},
+      {kTestLab, idx(0x801, {uint32_t(n_test)}, te.labels)}};
+  for (auto& [name, bytes] : files) {
+    if (gz) write_gz(dir / (std::string(name) + ".gz"), bytes);
+    else write_bytes(dir / name, bytes);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixture: a fresh temp directory per test, holding `data/` (200 train / 50 test, raw).
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "ember-cli-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    tmp_ = tmpl;
+    data_ = tmp_ / "data";
+    write_dataset(data_, 200, 50);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!tmp_.empty()) fs::remove_all(tmp_, ec);
+  }
+
+  // Runs `ember ARGS` (ARGS already shell-quoted where needed) under a timeout.
+  Result run(const std::string& args, const std::string& env = "") {
+    Result r;
+    const fs::path out = tmp_ / "stdout.txt", err = tmp_ / "stderr.txt";
+    r.cmd = env + (env.empty() ? "" : " ") + "timeout -k 5 60 " + quote(EMBER_BINARY) + " " + args;
+    const std::string full = r.cmd + " >" + quote(out) + " 2>" + quote(err) + " </dev/null";
+    const int st = std::system(full.c_str());
+    if (st != -1 && WIFEXITED(st)) r.code = WEXITSTATUS(st);
+    else if (st != -1 && WIFSIGNALED(st)) r.code = 128 + WTERMSIG(st);
+    r.out = read_text(out);
+    r.err = read_text(err);
+    return r;
+  }
+
+  // Common small-run flags: tiny batch, one thread, one epoch, mnist-mlp.
+  std::string train_args(const std::string& extra, const fs::path& data = {}) {
+    return "train --data " + quote((data.empty() ? data_ : data).string()) +
+           " --model mnist-mlp --epochs 1 --batch-size 32 --threads 1 " + extra;
+  }
+
+  // Trains mnist-mlp for one epoch and saves its weights to tmp_/name.
+  fs::path trained_weights(const std::string& name = "w.safetensors") {
+    const fs::path w = tmp_ / name;
+    Result r = run(train_args("--save " + quote(w.string())));
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+    EXPECT_TRUE(fs::exists(w));
+    return w;
+  }
+
+  fs::path tmp_, data_;
+};
+
+// The contract for bad input: non-zero exit that is not a crash or timeout, nothing on stdout
+// about training, and stderr is exactly one line containing "error" and every `needles` string.
+void expect_one_line_error(const Result& r, const std::vector<std::string>& needles) {
+  if (std::getenv("EMBER_CLI_TEST_SHOW"))  // print every error line, to review the wording std::fprintf(stderr, "  [%d] %s", r.code, r.err.c_str());
+  SCOPED_TRACE(r.cmd);
+  EXPECT_NE(r.code, 0) << "stdout:\n" << r.out << "stderr:\n" << r.err;
+  EXPECT_LT(r.code, 124) << "crashed, timed out or killed; stderr:\n" << r.err;
+  const auto lines = nonempty_lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << "expected a one-line error, stderr was:\n" << r.err;
+  EXPECT_NE(lines[0].find("error"), std::string::npos) << lines[0];
+  for (const auto& n : needles) EXPECT_NE(lines[0].find(n), std::string::npos) << "missing '" << n << "' in: " << lines[0];
+  EXPECT_EQ(r.out.find("epoch "), std::string::npos) << "training started:\n" << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data: missing and unreadable files, bad headers, truncation, gzip damage, bad labels.
+
+TEST_F(Cli, DataDirMissing) {
+  const fs::path d = tmp_ / "nosuch";
+  expect_one_line_error(run(train_args("", d)), {d.string(), "data directory"});
+}
+
+TEST_F(Cli, DataDirMissingOneFile) {
+  fs::remove(data_ / kTestLab);
+  expect_one_line_error(run(train_args("")), {kTestLab, "found neither"});
+}
+
+TEST_F(Cli, DataFileIsADirectory) {
+  fs::remove(data_ / kTrainImg);
+  fs::create_directory(data_ / kTrainImg);
+  expect_one_line_error(run(train_args("")), {kTrainImg, "directory"});
+}
+
+TEST_F(Cli, DataFileUnreadable) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: chmod 000 does not make a file unreadable";
+  fs::permissions(data_ / kTrainLab, fs::perms::none);
+  expect_one_line_error(run(train_args("")), {kTrainLab, "cannot open"});
+}
+
+TEST_F(Cli, DataWrongMagic) {
+  Bytes b = read_bytes(data_ / kTrainImg);
+  b[0] = 0x12, b[1] = 0x34;
+  write_bytes(data_ / kTrainImg, b);
+  expect_one_line_error(run(train_args("")), {kTrainImg, "magic", "0x1234"});
+}
+
+TEST_F(Cli, DataImagesAreLabels) {  // a labels file where images belong: rank 1, not 3
+  fs::copy_file(data_ / kTestLab, data_ / kTestImg, fs::copy_options::overwrite_existing);
+  expect_one_line_error(run(train_args("")), {kTestImg, "rank"});
+}
+
+TEST_F(Cli, DataCountMismatch) {
+  const Images im = make_images(199, 1);
+  write_bytes(data_ / kTrainLab, idx(0x801, {199}, im.labels));
+  expect_one_line_error(run(train_args("")), {kTrainLab, "count", "200", "199"});
+}
+
+TEST_F(Cli, DataRawTruncated) {
+  Bytes b = read_bytes(data_ / kTestImg);
+  b.resize(b.size() - 100);
+  write_bytes(data_ / kTestImg, b);
+  expect_one_line_error(run(train_args("")), {kTestImg, "size", "truncated"});
+}
+
+TEST_F(Cli, DataDimsDisagreeWithFileSize) {  // header says 30x30, payload is 28x28
+  const Images im = make_images(50, 2);
+  write_bytes(data_ / kTestImg, idx(0x803, {50, 30, 30}, im.pixels));
+  expect_one_line_error(run(train_args("")), {kTestImg, "size", "30 x 30"});
+}
+
+TEST_F(Cli, DataHugeDimsNoHugeAllocation) {  // 2^32-1 images of 4096x4096: rejected, not allocated
+  write_bytes(data_ / kTrainImg, idx(0x803, {0xffffffffu, 4096, 4096}, Bytes(16)));
+  expect_one_line_error(run(train_args("")), {kTrainImg, "dims", "too large"});
+}
+
+TEST_F(Cli, DataTrainTestRowsDisagree) {
+  Bytes px(50 * 20 * 20, 7);
+  write_bytes(data_ / kTestImg, idx(0x803, {50, 20, 20}, px));
+  expect_one_line_error(run(train_args("")), {kTestImg, "rows/cols"});
+}
+
+TEST_F(Cli, DataGzipWorks) {
+  const fs::path gz = tmp_ / "gz";
+  write_dataset(gz, 200, 50, /*gz=*/true);
+  Result r = run(train_args("", gz));
+  EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("final test accuracy"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, DataGzipTruncated) {
+  const fs::path gz = tmp_ / "gz";
+  write_dataset(gz, 200, 50, true);
+  const fs::path f = gz / (std::string(kTrainImg) + ".gz");
+  Bytes b = read_bytes(f);
+  b.resize(b.size() / 2);
+  write_bytes(f, b);
+  expect_one_line_error(run(train_args("", gz)), {f.string(), "gzip"});
+}
+
+TEST_F(Cli, DataGzipCorrupt) {  // flipped bytes inside the deflate stream, trailer intact
+  const fs::path gz = tmp_ / "gz";
+  write_dataset(gz, 200, 50, true);
+  const fs::path f = gz / (std::string(kTrainImg) + ".gz");
+  Bytes b = read_bytes(f);
+  ASSERT_GT(b.size(), 200u);
+  for (size_t i = b.size() / 3; i < b.size() / 3 + 16; ++i) b[i] ^= 0xA5;
+  write_bytes(f, b);
+  expect_one_line_error(run(train_args("", gz)), {f.string(), "gzip"});
+}
+
+TEST_F(Cli, DataGzipTrailingGarbageInStream) {  // ISIZE agrees only if we lie; stream has extra data
+  const fs::path gz = tmp_ / "gz";
+  write_dataset(gz, 200, 50, true);
+  const Images im = make_images(50, 2);
+  Bytes b = idx(0x801, {50}, im.labels);
+  b.insert(b.end(), 8, 0);  // 8 extra bytes after the payload
+  write_gz(gz / (std::string(kTestLab) + ".gz"), b);
+  expect_one_line_error(run(train_args("", gz)), {kTestLab, "gzip"});
+}
+
+TEST_F(Cli, DataLabelOutOfRange) {
+  for (uint8_t bad : {uint8_t(10), uint8_t(255)}) {
+    Images im = make_images(50, 2);
+    im.labels[7] = bad;
+    write_bytes(data_ / kTestLab, idx(0x801, {50}, im.labels));
+    expect_one_line_error(run(train_args("")), {kTestLab, "label[7]", std::to_string(bad)});
+  }
+}
+
+TEST_F(Cli, DataZeroImages) {
+  write_bytes(data_ / kTrainImg, idx(0x803, {0, 28, 28}, {}));
+  write_bytes(data_ / kTrainLab, idx(0x801, {0}, {}));
+  expect_one_line_error(run(train_args("")), {kTrainImg, "count", "0"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models: unknown names, bad JSON, unknown layers and keys, shapes that do not chain.
+
+TEST_F(Cli, ModelUnknownName) {
+  expect_one_line_error(run("train --data " + quote(data_) + " --model nosuch --epochs 1"),
+                        {"--model", "nosuch"});
+}
+
+TEST_F(Cli, ModelFileMissing) {
+  const fs::path m = tmp_ / "missing.json";
+  expect_one_line_error(run("train --data " + quote(data_) + " --model " + quote(m)),
+                        {m.string(), "No such file or directory"});
+}
+
+TEST_F(Cli, ModelFileIsADirectory) {
+  const fs::path m = tmp_ / "dir.json";
+  fs::create_directory(m);
+  expect_one_line_error(run("train --data " + quote(data_) + " --model " + quote(m)), {m.string(), "directory"});
+}
+
+class CliModel : public Cli {
+ protected:
+  // Writes `json` to tmp_/model.json and expects a one-line error naming the file and `needles`.
+  void expect_model_error(const std::string& json, std::vector<std::string> needles) {
+    const fs::path m = tmp_ / "model.json";
+    write_text(m, json);
+    needles.push_back(m.string());
+    expect_one_line_error(run("train --data " + quote(data_) + " --model " + quote(m) +
+                              " --epochs 1 --threads 1"),
+                          needles);
+  }
+};
+
+TEST_F(CliModel, InvalidJson) { expect_model_error("{\"layers\": [ {\"type\": \"flatten\"}, ", {"invalid JSON"}); }
+
+TEST_F(CliModel, EmptyFile) { expect_model_error("", {"invalid JSON"}); }
+
+TEST_F(CliModel, NotAnObject) { expect_model_error("[1, 2, 3]", {"top level"}); }
+
+TEST_F(CliModel, UnknownLayerType) {
+  expect_model_error(R"({"layers": [{"type": "flatten"}, {"type": "dense", "out_features": 10}]})",
+                     {"layers[1].type", "dense"});
+}
+
+TEST_F(CliModel, UnknownLayerKey) {
+  expect_model_error(R"({"layers": [{"type": "flatten"}, {"type": "linear", "out_features": 10, "units": 3}]})",
+                     {"layers[1].units", "unknown key"});
+}
+
+TEST_F(CliModel, UnknownTopLevelKey) {
+  expect_model_error(R"({"layer": [{"type": "flatten"}, {"type": "linear", "out_features": 10}]})",
+                     {"layer", "unknown key"});
+}
+
+TEST_F(CliModel, WrongValueType) {
+  expect_model_error(R"({"layers": [{"type": "flatten"}, {"type": "linear", "out_features": "ten"}]})",
+                     {"layers[1].out_features", "integer"});
+}
+
+TEST_F(CliModel, LinearOnImageWithoutFlatten) {
+  expect_model_error(R"({"layers": [{"type": "linear", "out_features": 10}]})", {"layers[0]", "flatten"});
+}
+
+TEST_F(CliModel, ConvKernelLargerThanInput) {
+  expect_model_error(R"({"layers": [{"type": "conv2d", "out_channels": 4, "kernel": 40},
+                                    {"type": "flatten"}, {"type": "linear", "out_features": 10}]})",
+                     {"layers[0]", "conv2d", "kernel"});
+}
+
+TEST_F(CliModel, LastLayerNotTenClasses) {
+  expect_model_error(R"({"layers": [{"type": "flatten"}, {"type": "linear", "out_features": 7}]})",
+                     {"last layer", "10", "7"});
+}
+
+TEST_F(CliModel, ClassesFewerThanLabels) {  // a valid 5-class model cannot train on 10-class data
+  expect_model_error(R"({"classes": 5, "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 5}]})",
+                     {"classes", "5"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags: each bad value gives one line naming the flag, before any training or data loading.
+
+struct FlagCase {
+  const char* flags;
+  const char* flag;   // must appear in the error line
+};
+
+class CliFlag : public Cli, public ::testing::WithParamInterface<FlagCase> {};
+
+TEST_P(CliFlag, Rejected) {
+  const FlagCase& c = GetParam();
+  expect_one_line_error(run("train --data " + quote(data_) + " --model mnist-mlp " + c.flags), {c.flag});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bad, CliFlag,
+    ::testing::Values(FlagCase{"--batch-size 0", "--batch-size"}, FlagCase{"--batch-size -5", "--batch-size"},
+                      FlagCase{"--batch-size 100000000", "--batch-size"},
+                      FlagCase{"--lr -1", "--lr"}, FlagCase{"--lr 0", "--lr"}, FlagCase{"--lr nan", "--lr"},
+                      FlagCase{"--lr inf", "--lr"}, FlagCase{"--lr 1e400", "--lr"},
+                      FlagCase{"--epochs 0", "--epochs"}, FlagCase{"--epochs -1", "--epochs"},
+                      FlagCase{"--threads 0", "--threads"}, FlagCase{"--threads 100000", "--threads"},
+                      FlagCase{"--threads -2", "--threads"}, FlagCase{"--isa bogus", "--isa"},
+                      FlagCase{"--optimizer bogus", "--optimizer"}, FlagCase{"--schedule bogus", "--schedule"},
+                      FlagCase{"--init bogus", "--init"}, FlagCase{"--momentum 2", "--momentum"},
+                      FlagCase{"--gamma 0", "--gamma"}, FlagCase{"--limit-train -1", "--limit-train"},
+                      FlagCase{"--metrics /nonexistent-dir/m.jsonl", "--metrics"}),
+    [](const ::testing::TestParamInfo<FlagCase>& i) {
+      std::string n;
+      for (const char* p = i.param.flags; *p; ++p) n += std::isalnum(uint8_t(*p)) ? *p : '_';
+      return n + "_" + std::to_string(i.index);
+    });
+
+TEST_F(Cli, RealRangeMessageIsReadable) {
+  expect_one_line_error(run(train_args("--lr -1")), {"--lr", "expected a finite number in (0, 1000], found -1"});
+}
+
+// Errors found by the flag parser (CLI11) follow the same one-line "ember: error: ..." contract.
+TEST_F(Cli, ParseErrorsAreOneErrorLine) {
+  const std::string base = "train --data " + quote(data_) + " --model mnist-mlp ";
+  expect_one_line_error(run(base + "--batch-size abc"), {"--batch-size", "abc"});
+  expect_one_line_error(run(base + "--nosuch-flag 1"), {"--nosuch-flag"});
+  expect_one_line_error(run("eval --data " + quote(data_) + " --model mnist-mlp"), {"--weights"});
+}
+
+TEST_F(Cli, MetricsUnwritableFailsBeforeLoadingData) {  // bad data too: the metrics path wins
+  fs::remove(data_ / kTrainImg);
+  expect_one_line_error(run(train_args("--metrics /nonexistent-dir/m.jsonl")),
+                        {"--metrics", "/nonexistent-dir/m.jsonl", "No such file or directory"});
+}
+
+bool cpu_has(const std::string& flag) {
+  const std::string info = read_text("/proc/cpuinfo");
+  return std::regex_search(info, std::regex("\\bflags\\s*:.*\\b" + flag + "\\b"));
+}
+
+TEST_F(Cli, IsaTheCpuLacks) {
+  std::string missing;
+  if (!cpu_has("avx512f") || !cpu_has("avx512bw") || !cpu_has("avx512vl") || !cpu_has("avx512dq"))
+    missing = "avx512";
+  else if (!cpu_has("avx2") || !cpu_has("fma"))
+    missing = "avx2";
+  if (missing.empty()) GTEST_SKIP() << "this CPU has every kernel set (avx2 and avx512): nothing to reject";
+  expect_one_line_error(run(train_args("--isa " + missing)), {"--isa", missing});
+  expect_one_line_error(run(train_args(""), "EMBER_ISA=" + missing), {"EMBER_ISA", missing});
+}
+
+TEST_F(Cli, EmberIsaEnvScalar) {
+  Result info = run("info", "EMBER_ISA=scalar");
+  EXPECT_EQ(info.code, 0) << info.err;
+  EXPECT_NE(info.out.find("chosen kernel set: scalar"), std::string::npos) << info.out;
+  Result r = run(train_args("--limit-train 64"), "EMBER_ISA=scalar");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("isa scalar"), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weights: missing, truncated, garbage header length, a different model's weights.
+
+TEST_F(Cli, EmberIsaEnvBogus) {
+  expect_one_line_error(run(train_args(""), "EMBER_ISA=bogus"), {"EMBER_ISA", "bogus"});
+}
+
+TEST_F(Cli, EvalWeightsMissing) {
+  const fs::path w = tmp_ / "none.safetensors";
+  expect_one_line_error(run("eval --data " + quote(data_) + " --model mnist-mlp --weights " + quote(w)),
+                        {w.string(), "cannot open"});
+}
+
+TEST_F(Cli, EvalWeightsBroken) {
+  const fs::path w = trained_weights();
+  const Bytes good = read_bytes(w);
+  ASSERT_GT(good.size(), 1000u);
+  const fs::path bad = tmp_ / "bad.safetensors";
+  auto eval = [&] { return run("eval --data " + quote(data_) + " --model mnist-mlp --weights " + quote(bad)); };
+
+  Bytes b(good.begin(), good.begin() + good.size() / 2);  // data cut in half
+  write_bytes(bad, b);
+  expect_one_line_error(eval(), {bad.string(), "data_offsets"});
+
+  write_bytes(bad, Bytes(good.begin(), good.begin() + 5));  // shorter than the length field
+  expect_one_line_error(eval(), {bad.string(), "header length"});
+
+  b = good;  // header cut: length field larger than the file
+  b.resize(40);
+  write_bytes(bad, b);
+  expect_one_line_error(eval(), {bad.string(), "header length"});
+
+  b = good;  // garbage header length
+  for (int i = 0; i < 8; ++i) b[i] = 0xff;
+  write_bytes(bad, b);
+  expect_one_line_error(eval(), {bad.string(), "header length"});
+
+  b = good;  // garbage header JSON
+  b[8] = '#';
+  write_bytes(bad, b);
+  expect_one_line_error(eval(), {bad.string(), "header"});
+
+  write_bytes(bad, {});  // empty file
+  expect_one_line_error(eval(), {bad.string()});
+
+  fs::remove(bad);
+  fs::create_directory(bad);  // a directory
+  expect_one_line_error(eval(), {bad.string()});
+}
+
+TEST_F(Cli, EvalWeightsOfAnotherModel) {
+  const fs::path w = trained_weights();
+  expect_one_line_error(run("eval --data " + quote(data_) + " --model mnist-cnn --weights " + quote(w)),
+                        {w.string(), "tensors", "mnist-cnn"});
+  // Same tensor names and count, other shapes: the message names the tensor and both shapes.
+  const fs::path m = tmp_ / "mlp64.json";
+  write_text(m, R"({"layers": [{"type": "flatten"}, {"type": "linear", "out_features": 64},
+                               {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  expect_one_line_error(run("eval --data " + quote(data_) + " --model " + quote(m) + " --weights " + quote(w)),
+                        {w.string(), "1.weight", "shape", "[64,784]", "[128,784]"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Good paths.
+
+double final_accuracy(const std::string& out, const std::string& prefix) {
+  const size_t p = out.find(prefix);
+  if (p == std::string::npos) return -1;
+  return std::atof(out.c_str() + p + prefix.size());
+}
+
+TEST_F(Cli, TrainMetricsSaveThenEval) {
+  const fs::path metrics = tmp_ / "m.jsonl", w = tmp_ / "w.safetensors";
+  Result r = run("train --data " + quote(data_) + " --model mnist-mlp --epochs 2 --batch-size 32 --threads 1"
+                 " --metrics " + quote(metrics) + " --save " + quote(w));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  EXPECT_EQ(nonempty_lines(r.err).size(), 0u) << r.err;
+  int epoch_lines = 0;
+  for (const auto& l : nonempty_lines(r.out)) epoch_lines += l.rfind("epoch ", 0) == 0;
+  EXPECT_EQ(epoch_lines, 2) << r.out;
+  const double acc = final_accuracy(r.out, "final test accuracy ");
+  EXPECT_GT(acc, 30.0) << r.out;
+
+  const auto lines = nonempty_lines(read_text(metrics));
+  ASSERT_EQ(lines.size(), 2u) << read_text(metrics);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    SCOPED_TRACE(lines[i]);
+    const nlohmann::json j = nlohmann::json::parse(lines[i]);
+    ASSERT_TRUE(j.is_object());
+    for (const char* k : {"epoch", "lr", "train_loss", "train_acc", "test_loss", "test_acc", "seconds", "samples_per_s"})
+      ASSERT_TRUE(j.contains(k) && j[k].is_number()) << k;
+    EXPECT_EQ(j["epoch"].get<int>(), int(i) + 1);
+    for (const char* k : {"train_loss", "test_loss"}) {
+      const double v = j[k].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v >= 0 && v < 20) << k << " " << v;
+    }
+    for (const char* k : {"train_acc", "test_acc"}) {
+      const double v = j[k].get<double>();
+      EXPECT_TRUE(v >= 0 && v <= 1) << k << " " << v;
+    }
+    EXPECT_GT(j["lr"].get<double>(), 0);
+    EXPECT_GE(j["seconds"].get<double>(), 0);
+    EXPECT_LT(j["seconds"].get<double>(), 60);
+    EXPECT_GT(j["samples_per_s"].get<double>(), 0);
+    if (i + 1 == lines.size()) {
+      EXPECT_GT(j["test_acc"].get<double>(), 0.3);
+      EXPECT_NEAR(100 * j["test_acc"].get<double>(), acc, 0.006);
+    }
+  }
+
+  // eval prints the same test accuracy (to the printed 0.01%) with the train run's batch and the default.
+  for (const std::string batch : {" --batch-size 32", ""}) {
+    Result e = run("eval --data " + quote(data_) + " --model mnist-mlp --threads 1 --weights " + quote(w) + batch);
+    ASSERT_EQ(e.code, 0) << e.cmd << "\n" << e.out << e.err;
+    EXPECT_NEAR(final_accuracy(e.out, "test accuracy "), acc, 1e-9) << e.out << r.out;
+    EXPECT_NE(e.out.find("on 50 images"), std::string::npos) << e.out;
+  }
+}
+
+TEST_F(Cli, PartialLastBatch) {
+  const fs::path d = tmp_ / "odd";
+  write_dataset(d, 203, 37);
+  Result r = run("train --data " + quote(d) + " --model mnist-mlp --epochs 1 --batch-size 64 --threads 2");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("203 train / 37 test"), std::string::npos) << r.out;
+  const double acc = final_accuracy(r.out, "final test accuracy ");
+  EXPECT_TRUE(acc >= 0 && acc <= 100) << r.out;
+}
+
+TEST_F(Cli, DeterministicWeights) {
+  auto train = [&](const std::string& name, int seed) {
+    const fs::path w = tmp_ / name;
+    Result r = run("train --data " + quote(data_) + " --model mnist-mlp --epochs 1 --batch-size 16 --threads 2"
+                   " --seed " + std::to_string(seed) + " --save " + quote(w));
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    return read_bytes(w);
+  };
+  const Bytes a = train("a.safetensors", 7), b = train("b.safetensors", 7), c = train("c.safetensors", 8);
+  ASSERT_GT(a.size(), 1000u);
+  EXPECT_TRUE(a == b) << "same seed, same threads: weights files differ";
+  EXPECT_EQ(a.size(), c.size());
+  EXPECT_FALSE(a == c) << "a different seed gave identical weights";
+}
+
+TEST_F(Cli, TrainHelpShowsDefaults) {
+  Result r = run("train --help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"--batch-size", "64", "--epochs", "--lr", "--optimizer", "adam", "--isa", "--metrics"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << " not in:\n" << r.out;
+}
+
+TEST_F(Cli, NoSubcommandFails) {
+  Result r = run("");
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.code, 124);
+}
+
+TEST_F(Cli, InfoNamesKernelSet) {
+  Result r = run("info");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("chosen kernel set: (scalar|avx2|avx512)"))) << r.out;
+}
+
+TEST_F(Cli, JsonConvModelTrains) {
+  const fs::path m = tmp_ / "conv.json";
+  write_text(m, R"({"name": "tiny-cnn", "input": [1, 28, 28], "classes": 10,
+    "layers": [{"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1},
+               {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
+               {"type": "flatten"}, {"type": "linear", "out_features": 10}]})");
+  Result r = run("train --data " + quote(data_) + " --model " + quote(m) + " --epochs 1 --batch-size 32 --threads 2");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("tiny-cnn"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("final test accuracy"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, IsaScalarWorks) {
+  Result r = run(train_args("--isa scalar --limit-train 64 --limit-test 20"));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("isa scalar"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("64 train / 20 test"), std::string::npos) << r.out;
+}
+
+// Optional: the real data set, when it is installed.
+TEST_F(Cli, RealMnistIfPresent) {
+  std::vector<fs::path> dirs = {fs::path(EMBER_SOURCE_DIR) / "../shared/data/mnist", "/usr/share/datasets/fashion-mnist"};
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    if (!fs::exists(d / kTestImg, ec) && !fs::exists(d / (std::string(kTestImg) + ".gz"), ec)) continue;
+    Result r = run("train --data " + quote(d) + " --model mnist-mlp --epochs 1 --threads 2 --limit-train 2000 --limit-test 500");
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_GT(final_accuracy(r.out, "final test accuracy "), 30.0) << r.out;
+    return;
+  }
+  GTEST_SKIP() << "no MNIST-format data set in ../shared/data/mnist or /usr/share/datasets/fashion-mnist";
+}
+
+}  // namespace

@@ -1,0 +1,458 @@
+// Tests for the IDX reader (src/data/idx.cpp): raw and gzip round trips, one test per kind of
+// bad input (each checks the throw, the file name and the field in the one-line message), the
+// MNIST directory loader, and the real MNIST files when they are present.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ember/data.h"
+#include "ember/error.h"
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+void put_be32(Bytes& b, uint32_t v) {
+  b.push_back(uint8_t(v >> 24));
+  b.push_back(uint8_t(v >> 16));
+  b.push_back(uint8_t(v >> 8));
+  b.push_back(uint8_t(v));
+}
+
+// An IDX file: magic 0x000008<rank> (or an explicit magic), dims, then payload.
+Bytes idx_bytes(const std::vector<uint32_t>& dims, const Bytes& payload, uint32_t magic = 0) {
+  Bytes b;
+  put_be32(b, magic ? magic : 0x800u + uint32_t(dims.size()));
+  for (uint32_t d : dims) put_be32(b, d);
+  b.insert(b.end(), payload.begin(), payload.end());
+  return b;
+}
+
+Bytes pattern(size_t n, uint32_t seed = 1) {
+  Bytes b(n);
+  uint32_t x = seed;
+  for (auto& v : b) {
+    x = x * 1664525u + 1013904223u;
+    v = uint8_t(x >> 24);
+  }
+  return b;
+}
+
+Bytes read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(f), {});
+}
+
+void write_raw(const fs::path& p, const Bytes& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  ASSERT_TRUE(f.good()) << p;
+}
+
+// Writes b gzip-compressed with zlib; mode "wb0" gives stored (uncompressed) deflate blocks.
+void write_gz(const fs::path& p, const Bytes& b, const char* mode = "wb9") {
+  gzFile g = gzopen(p.c_str(), mode);
+  ASSERT_NE(g, nullptr) << p;
+  if (!b.empty()) {
+    ASSERT_EQ(gzwrite(g, b.data(), unsigned(b.size())), int(b.size()));
+  }
+  ASSERT_EQ(gzclose(g), Z_OK);
+}
+
+// Runs f, which must throw ember::Error; returns the message.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ember::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-ember exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected an ember::Error, nothing was thrown";
+  return "";
+}
+
+// The message must be one line and contain every one of `parts`.
+void expect_msg(const std::string& msg, std::initializer_list<std::string> parts) {
+  ::testing::Test::RecordProperty("message", msg);
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "message is not one line: " << msg;
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
+}
+
+class IdxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("ember_idx_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path path(const std::string& name) const { return dir_ / name; }
+
+  // Writes a small consistent image/label pair; returns {images, labels} paths.
+  std::pair<std::string, std::string> write_pair(const std::string& prefix, uint32_t n,
+                                                 bool gz, const Bytes* labels = nullptr) {
+    Bytes lab(n);
+    for (uint32_t i = 0; i < n; ++i) lab[i] = uint8_t(i % 10);
+    if (labels) lab = *labels;
+    auto ip = path(prefix + "-images-idx3-ubyte" + (gz ? ".gz" : ""));
+    auto lp = path(prefix + "-labels-idx1-ubyte" + (gz ? ".gz" : ""));
+    Bytes ib = idx_bytes({n, 3, 2}, pattern(size_t(n) * 6, n));
+    Bytes lb = idx_bytes({uint32_t(lab.size())}, lab);
+    if (gz) {
+      write_gz(ip, ib);
+      write_gz(lp, lb);
+    } else {
+      write_raw(ip, ib);
+      write_raw(lp, lb);
+    }
+    return {ip.string(), lp.string()};
+  }
+
+  fs::path dir_;
+};
+
+// ---- good input ----
+
+TEST_F(IdxTest, RawRoundTrip) {
+  Bytes payload = pattern(5 * 7 * 3);
+  auto p = path("good.idx");
+  write_raw(p, idx_bytes({5, 7, 3}, payload));
+  ember::IdxArray a = ember::read_idx(p.string());
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{5, 7, 3}));
+  EXPECT_EQ(a.data, payload);
+}
+
+TEST_F(IdxTest, GzipRoundTripDetectedByContent) {
+  Bytes payload = pattern(4 * 9 * 11, 7);
+  // Named without ".gz": gzip is recognised by the 1f 8b signature, not the extension.
+  auto p = path("good-compressed.idx");
+  write_gz(p, idx_bytes({4, 9, 11}, payload));
+  ember::IdxArray a = ember::read_idx(p.string());
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{4, 9, 11}));
+  EXPECT_EQ(a.data, payload);
+
+  auto q = path("labels.idx.gz");
+  write_gz(q, idx_bytes({6}, Bytes{1, 2, 3, 4, 5, 6}));
+  ember::IdxArray b = ember::read_idx(q.string());
+  EXPECT_EQ(b.dims, (std::vector<int64_t>{6}));
+  EXPECT_EQ(b.data, (Bytes{1, 2, 3, 4, 5, 6}));
+}
+
+TEST_F(IdxTest, RankFourAndZeroCountAreReadable) {
+  auto p = path("r4.idx");
+  write_raw(p, idx_bytes({2, 1, 3, 2}, pattern(12)));
+  EXPECT_EQ(ember::read_idx(p.string()).dims, (std::vector<int64_t>{2, 1, 3, 2}));
+  auto z = path("zero.idx");
+  write_raw(z, idx_bytes({0, 28, 28}, {}));
+  ember::IdxArray a = ember::read_idx(z.string());
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{0, 28, 28}));
+  EXPECT_TRUE(a.data.empty());
+}
+
+TEST_F(IdxTest, LoadDatasetRawAndGzip) {
+  for (bool gz : {false, true}) {
+    auto [ip, lp] = write_pair(gz ? "gz" : "raw", 13, gz);
+    ember::Dataset d = ember::load_idx_dataset(ip, lp, 10);
+    EXPECT_EQ(d.count, 13);
+    EXPECT_EQ(d.rows, 3);
+    EXPECT_EQ(d.cols, 2);
+    EXPECT_EQ(d.num_classes, 10);
+    EXPECT_EQ(d.images, pattern(13 * 6, 13));
+    ASSERT_EQ(d.labels.size(), 13u);
+    EXPECT_EQ(d.labels[12], 2);
+  }
+}
+
+// ---- bad input: files ----
+
+TEST_F(IdxTest, MissingFile) {
+  auto p = path("no-such-file-idx3-ubyte");
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "file", "No such file or directory"});
+}
+
+TEST_F(IdxTest, UnreadableFile) {
+  auto p = path("a-directory");
+  fs::create_directories(p);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "file", "directory"});
+}
+
+TEST_F(IdxTest, WrongMagic) {
+  auto p = path("train-images-idx3-ubyte");
+  write_raw(p, idx_bytes({1, 2, 2}, pattern(4), 0x12345678u));
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "magic", "expected", "found 0x12345678"});
+}
+
+TEST_F(IdxTest, WrongTypeCode) {
+  auto p = path("floats-idx3");
+  write_raw(p, idx_bytes({1, 2, 2}, pattern(16), 0x00000D03u));  // float32 images
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "type code", "0x08", "found 0x0d", "float32"});
+}
+
+TEST_F(IdxTest, WrongRank) {
+  for (uint32_t magic : {0x00000800u, 0x00000805u}) {
+    auto p = path("rank-" + std::to_string(magic & 0xff));
+    write_raw(p, idx_bytes({1, 1, 1, 1, 1}, pattern(1), magic));
+    expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+               {p.string(), "rank", "1..4", "found " + std::to_string(magic & 0xff)});
+  }
+}
+
+TEST_F(IdxTest, TooShortForMagic) {
+  auto p = path("tiny");
+  write_raw(p, Bytes{0, 0});
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "magic", "truncated"});
+}
+
+TEST_F(IdxTest, ZeroInnerDim) {
+  auto p = path("zero-rows");
+  write_raw(p, idx_bytes({3, 0, 28}, {}));
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "dims[1]", "found 0"});
+}
+
+TEST_F(IdxTest, DimsOverflow) {
+  auto p = path("huge-idx4");
+  write_raw(p, idx_bytes({0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, pattern(16)));
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "dims", "4 GiB"});
+  // Just over the cap: 65536 x 65537 bytes.
+  auto q = path("over-cap-idx3");
+  write_raw(q, idx_bytes({1, 65536, 65537}, pattern(16)));
+  expect_msg(error_of([&] { ember::read_idx(q.string()); }), {q.string(), "dims", "4 GiB"});
+}
+
+TEST_F(IdxTest, RawTruncated) {
+  auto p = path("short-idx3-ubyte");
+  Bytes b = idx_bytes({10, 4, 4}, pattern(160));
+  b.resize(b.size() - 7);
+  write_raw(p, b);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "size", "expected 176", "found 169", "truncated"});
+}
+
+TEST_F(IdxTest, RawTrailingBytes) {
+  auto p = path("long-idx3-ubyte");
+  Bytes b = idx_bytes({10, 4, 4}, pattern(160));
+  b.insert(b.end(), {1, 2, 3});
+  write_raw(p, b);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "size", "expected 176", "found 179", "trailing"});
+}
+
+TEST_F(IdxTest, GzipIsizeDisagreesWithDims) {
+  auto p = path("lies-idx3-ubyte.gz");
+  // Header says 10 x 4 x 4 but only 100 data bytes follow: ISIZE is 116, dims say 176.
+  write_gz(p, idx_bytes({10, 4, 4}, pattern(100)));
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "ISIZE", "expected 176", "found 116"});
+}
+
+TEST_F(IdxTest, GzipTooShort) {
+  auto p = path("stub.gz");
+  write_raw(p, Bytes{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3});
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "size", "18", "gzip"});
+}
+
+TEST_F(IdxTest, GzipCutInHalf) {
+  auto good = path("good.gz");
+  write_gz(good, idx_bytes({50, 8, 8}, pattern(3200)));
+  Bytes gz = read_file(good);
+  gz.resize(gz.size() / 2);
+  auto p = path("half-idx3-ubyte.gz");
+  write_raw(p, gz);
+  // The last 4 bytes are no longer the trailer: zlib (decoding ahead) or the ISIZE check says so.
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "gzip", "truncated"});
+}
+
+TEST_F(IdxTest, GzipTruncatedStreamReportedByZlib) {
+  // Stored blocks; cut the stream, then re-append a trailer whose ISIZE matches the header so
+  // the pre-check passes and the truncation must be caught through gzerror (Z_BUF_ERROR).
+  Bytes idx = idx_bytes({50, 8, 8}, pattern(3200));
+  auto good = path("stored.gz");
+  write_gz(good, idx, "wb0");
+  Bytes gz = read_file(good);
+  Bytes trailer(gz.end() - 8, gz.end());
+  gz.resize(gz.size() / 2);
+  gz.insert(gz.end(), trailer.begin(), trailer.end());
+  auto p = path("cut-idx3-ubyte.gz");
+  write_raw(p, gz);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "gzip stream", "truncated", "unexpected end of file"});
+}
+
+TEST_F(IdxTest, GzipCorrupt) {
+  // Compressible data (16 symbols) so the deflate stream is Huffman-coded, not stored blocks.
+  Bytes payload = pattern(3200);
+  for (auto& v : payload) v >>= 4;
+  auto good = path("good.gz");
+  write_gz(good, idx_bytes({50, 8, 8}, payload));
+  Bytes gz = read_file(good);
+  ASSERT_GT(gz.size(), 200u);
+  ASSERT_LT(gz.size(), 2500u);
+  for (size_t i = gz.size() / 2 - 8; i < gz.size() / 2 + 8; ++i) gz[i] ^= 0xA5;
+  auto p = path("corrupt-idx3-ubyte.gz");
+  write_raw(p, gz);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "gzip", "zlib"});
+  // An invalid deflate block header (BFINAL=1, BTYPE=11) right after the 10-byte gzip header.
+  Bytes bad = read_file(good);
+  bad[10] = 0xFF;
+  auto q = path("badblock-idx3-ubyte.gz");
+  write_raw(q, bad);
+  expect_msg(error_of([&] { ember::read_idx(q.string()); }),
+             {q.string(), "gzip stream", "corrupt", "invalid block type"});
+}
+
+TEST_F(IdxTest, GzipBadCrc) {
+  auto good = path("good.gz");
+  write_gz(good, idx_bytes({5, 4, 4}, pattern(80)));
+  Bytes gz = read_file(good);
+  gz[gz.size() - 8] ^= 0xFF;  // first CRC32 byte of the trailer
+  auto p = path("crc-idx3-ubyte.gz");
+  write_raw(p, gz);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "gzip", "corrupt", "incorrect data check"});
+}
+
+TEST_F(IdxTest, GzipGarbageAfterStream) {
+  auto good = path("good.gz");
+  write_gz(good, idx_bytes({5, 4, 4}, pattern(80)));
+  Bytes gz = read_file(good);
+  gz.insert(gz.end(), {'j', 'u', 'n', 'k', '!', '!', '!'});
+  auto p = path("junk-idx3-ubyte.gz");
+  write_raw(p, gz);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "ISIZE"});
+}
+
+TEST_F(IdxTest, GzipExtraPayloadAfterData) {
+  // Two gzip members: the IDX file, then another member of the same length. The last trailer's
+  // ISIZE matches header + data, but the uncompressed stream goes on past the payload.
+  Bytes idx = idx_bytes({5, 4, 4}, pattern(80));
+  auto a = path("a.gz"), b = path("b.gz");
+  write_gz(a, idx);
+  write_gz(b, pattern(idx.size(), 99));
+  Bytes gz = read_file(a), tail = read_file(b);
+  gz.insert(gz.end(), tail.begin(), tail.end());
+  auto p = path("two-members-idx3-ubyte.gz");
+  write_raw(p, gz);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "gzip stream", "trailing"});
+}
+
+// ---- bad input: data sets ----
+
+TEST_F(IdxTest, CountMismatch) {
+  auto [ip, unused] = write_pair("a", 12, false);
+  auto [unused2, lp] = write_pair("b", 11, true);
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip, lp, 10); }),
+             {ip, lp, "count", "12", "11"});
+}
+
+TEST_F(IdxTest, LabelOutOfRange) {
+  Bytes lab = {0, 1, 2, 3, 9, 10, 200, 4};
+  auto [ip, lp] = write_pair("bad", 8, false, &lab);
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip, lp, 10); }),
+             {lp, "label[5]", "< 10", "found 10"});
+  // With enough classes the same file is fine... up to the 200.
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip, lp, 100); }),
+             {lp, "label[6]", "< 100", "found 200"});
+}
+
+TEST_F(IdxTest, ZeroImages) {
+  auto ip = path("empty-images-idx3-ubyte"), lp = path("empty-labels-idx1-ubyte");
+  write_raw(ip, idx_bytes({0, 28, 28}, {}));
+  write_raw(lp, idx_bytes({0}, {}));
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip.string(), lp.string(), 10); }),
+             {ip.string(), "count", "zero images"});
+}
+
+TEST_F(IdxTest, ImagesAndLabelsWrongRank) {
+  auto [ip, lp] = write_pair("ok", 4, false);
+  // Labels passed as images and vice versa.
+  expect_msg(error_of([&] { ember::load_idx_dataset(lp, ip, 10); }), {lp, "rank", "expected 3"});
+  auto r2 = path("rank2-labels");
+  write_raw(r2, idx_bytes({4, 1}, Bytes{1, 2, 3, 4}));
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip, r2.string(), 10); }),
+             {r2.string(), "rank", "expected 1"});
+}
+
+TEST_F(IdxTest, ImageSideTooLarge) {
+  auto ip = path("wide-images"), lp = path("wide-labels");
+  write_raw(ip, idx_bytes({1, 1, 5000}, pattern(5000)));
+  write_raw(lp, idx_bytes({1}, Bytes{0}));
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip.string(), lp.string(), 10); }),
+             {ip.string(), "rows/cols", "4096", "5000"});
+}
+
+// ---- MNIST directory ----
+
+TEST_F(IdxTest, MnistDirMissingDirectory) {
+  auto d = path("not-there");
+  expect_msg(error_of([&] { ember::load_mnist_dir(d.string()); }),
+             {d.string(), "directory"});
+}
+
+TEST_F(IdxTest, MnistDirMissingFile) {
+  write_pair("train", 6, false);
+  write_pair("t10k", 3, true);
+  fs::remove(path("t10k-labels-idx1-ubyte.gz"));
+  expect_msg(error_of([&] { ember::load_mnist_dir(dir_.string()); }),
+             {dir_.string(), "t10k-labels-idx1-ubyte", "t10k-labels-idx1-ubyte.gz", "neither"});
+}
+
+TEST_F(IdxTest, MnistDirMixOfGzipAndRaw) {
+  write_pair("train", 6, false);  // raw train files
+  write_pair("t10k", 3, true);    // gzipped test files
+  ember::TrainTest tt = ember::load_mnist_dir(dir_.string());
+  EXPECT_EQ(tt.train.count, 6);
+  EXPECT_EQ(tt.test.count, 3);
+  EXPECT_EQ(tt.train.rows, 3);
+  EXPECT_EQ(tt.test.cols, 2);
+  EXPECT_EQ(tt.test.images, pattern(18, 3));
+  // A raw file wins over a .gz of the same name: a broken .gz next to it is never opened.
+  write_raw(path("train-images-idx3-ubyte.gz"), Bytes{0x1f, 0x8b, 1, 2, 3});
+  EXPECT_EQ(ember::load_mnist_dir(dir_.string()).train.count, 6);
+}
+
+TEST(IdxMnist, RealMnistFiles) {
+  const char* env = std::getenv("EMBER_MNIST_DIR");
+  std::string dir = env && *env ? env : EMBER_SOURCE_DIR "/../shared/data/mnist";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << "MNIST not found at " << dir
+                                           << " (set EMBER_MNIST_DIR to run this test)";
+  ember::TrainTest tt = ember::load_mnist_dir(dir);
+  EXPECT_EQ(tt.train.count, 60000);
+  EXPECT_EQ(tt.test.count, 10000);
+  for (const ember::Dataset* d : {&tt.train, &tt.test}) {
+    EXPECT_EQ(d->rows, 28);
+    EXPECT_EQ(d->cols, 28);
+    EXPECT_EQ(d->images.size(), size_t(d->count) * 28 * 28);
+    EXPECT_EQ(d->labels.size(), size_t(d->count));
+  }
+  std::array<int, 10> hist{};
+  for (uint8_t l : tt.train.labels) hist.at(l)++;
+  for (int c = 0; c < 10; ++c) {
+    EXPECT_GE(hist[c], 5000) << "class " << c;
+    EXPECT_LE(hist[c], 7000) << "class " << c;
+  }
+}
+
+}  // namespace

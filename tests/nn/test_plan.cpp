@@ -1,0 +1,303 @@
+// Plan-level tests: whole-model gradient check of mnist-cnn through an f64 plan, f32 vs f64
+// agreement, zero heap allocations in training steps, bit-identical training for a seed and
+// thread count, partial last batches, optimizer formulas, schedules and model descriptions.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "ember/ember.h"
+#include "gradcheck.h"
+
+// Counts every heap allocation in this test binary (all threads). GCC cannot see that these
+// replacements pair malloc with free, hence the pragma.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<long> g_allocs{0};
+void* operator new(size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+
+namespace ember::test {
+namespace {
+
+Model small_cnn() {
+  Model m;
+  m.name = "small-cnn";
+  m.conv2d(4, 3, 1, 1).relu().maxpool2d(2).flatten().linear(16).tanh().linear(10);
+  return m;
+}
+
+// Synthetic data set: class c lights a 4x4 block at a class-dependent place, plus noise.
+Dataset synthetic(int count, uint32_t seed) {
+  Dataset d;
+  d.count = count, d.rows = 28, d.cols = 28;
+  d.images.resize(size_t(count) * 784);
+  d.labels.resize(count);
+  std::mt19937 g(seed);
+  for (int i = 0; i < count; ++i) {
+    const int c = int(g() % 10);
+    d.labels[i] = uint8_t(c);
+    uint8_t* img = d.images.data() + size_t(i) * 784;
+    for (int p = 0; p < 784; ++p) img[p] = uint8_t(g() % 40);
+    const int r0 = 2 + (c / 5) * 12, c0 = 2 + (c % 5) * 5;
+    for (int r = r0; r < r0 + 4; ++r)
+      for (int q = c0; q < c0 + 4; ++q) img[r * 28 + q] = 200;
+  }
+  return d;
+}
+
+TEST(Plan, WholeModelGradcheckMnistCnn) {
+  PlanOptions o;
+  o.batch = 3;
+  o.dtype = DType::f64;
+  Plan plan(builtin_model("mnist-cnn"), o);
+  plan.init_params(7);
+  const int n = 2;  // a partial batch
+  double* x = static_cast<double*>(plan.input());
+  auto xin = randn(size_t(n) * 784, 3);
+  for (size_t i = 0; i < xin.size(); ++i) x[i] = xin[i];
+  plan.labels()[0] = 3, plan.labels()[1] = 8;
+  plan.forward(n);
+  plan.loss(n, true);
+  plan.backward(n);
+  double* w = static_cast<double*>(plan.param_data());
+  const double* g = static_cast<const double*>(plan.grad_data());
+  for (const ParamInfo& p : plan.params()) {
+    std::vector<double> vals(w + p.offset, w + p.offset + p.size);
+    std::vector<double> grads(g + p.offset, g + p.offset + p.size);
+    const size_t stride = std::max<size_t>(1, p.size / 40);
+    expect_gradient(p.name, vals, grads, [&] {
+      std::memcpy(w + p.offset, vals.data(), p.size * sizeof(double));
+      plan.forward(n);
+      return plan.loss(n, false);
+    }, 1e-6, 1e-5, stride);
+    std::memcpy(w + p.offset, vals.data(), p.size * sizeof(double));
+  }
+}
+
+TEST(Plan, F32AgreesWithF64) {
+  for (const char* name : {"mnist-cnn", "mxnet-mlp"}) {
+    PlanOptions o32, o64;
+    o32.batch = o64.batch = 5;
+    o32.threads = 2;
+    o64.dtype = DType::f64;
+    Plan p32(builtin_model(name), o32), p64(builtin_model(name), o64);
+    p32.init_params(1);
+    p64.init_params(1);
+    const Dataset d = synthetic(5, 9);
+    std::vector<int64_t> idx{0, 1, 2, 3, 4};
+    for (Plan* p : {&p32, &p64}) {
+      p->gather_u8(d.images.data(), d.labels.data(), idx.data(), 5);
+      p->forward(5);
+      p->loss(5, true);
+      p->backward(5);
+    }
+    EXPECT_NEAR(p32.loss(5, false), p64.loss(5, false), 1e-5) << name;
+    const float* g32 = static_cast<const float*>(p32.grad_data());
+    const double* g64 = static_cast<const double*>(p64.grad_data());
+    double gmax = 0, diff = 0;
+    for (size_t i = 0; i < p32.param_count(); ++i) {
+      gmax = std::max(gmax, std::abs(g64[i]));
+      diff = std::max(diff, std::abs(g32[i] - g64[i]));
+    }
+    EXPECT_LT(diff, 1e-4 * gmax) << name;
+  }
+}
+
+TEST(Plan, TrainingStepsAllocateNothing) {
+  for (const char* name : {"mnist-cnn", "mxnet-mlp"}) {
+    PlanOptions o;
+    o.batch = 16;
+    o.threads = 2;
+    Plan plan(builtin_model(name), o);
+    plan.init_params(1);
+    const Dataset d = synthetic(40, 3);
+    std::vector<int64_t> idx(40);
+    for (int i = 0; i < 40; ++i) idx[i] = i;
+    const long before = g_allocs.load();
+    for (int start = 0; start < 40; start += 16) {  // the last batch is partial (8)
+      const int n = std::min(16, 40 - start);
+      plan.gather_u8(d.images.data(), d.labels.data(), idx.data() + start, n);
+      plan.forward(n);
+      plan.loss(n, true);
+      plan.correct(n);
+      plan.backward(n);
+      plan.optimizer_step(1e-3);
+    }
+    EXPECT_EQ(g_allocs.load() - before, 0) << name << ": heap allocations during training steps";
+  }
+}
+
+std::vector<float> train_weights(int threads, uint64_t seed, const Dataset& tr, const Dataset& te) {
+  PlanOptions o;
+  o.batch = 16;
+  o.threads = threads;
+  Plan plan(small_cnn(), o);
+  plan.init_params(seed);
+  TrainConfig cfg;
+  cfg.epochs = 2;
+  cfg.seed = seed;
+  train(plan, tr, te, cfg, nullptr);
+  const float* w = static_cast<const float*>(plan.param_data());
+  return {w, w + plan.param_count()};
+}
+
+TEST(Plan, SameSeedAndThreadsGiveBitIdenticalWeights) {
+  const Dataset tr = synthetic(100, 1), te = synthetic(20, 2);
+  for (int threads : {1, 2}) {
+    const auto a = train_weights(threads, 5, tr, te), b = train_weights(threads, 5, tr, te);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << threads << " threads";
+    const auto c = train_weights(threads, 6, tr, te);
+    EXPECT_NE(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0) << "seed must matter";
+  }
+}
+
+TEST(Plan, PartialBatchMatchesFullBatchRows) {
+  PlanOptions o;
+  o.batch = 8;
+  o.threads = 2;
+  Plan big(builtin_model("mnist-cnn"), o);
+  o.batch = 3;
+  Plan small(builtin_model("mnist-cnn"), o);
+  big.init_params(4);
+  small.init_params(4);
+  const Dataset d = synthetic(8, 5);
+  std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
+  big.gather_u8(d.images.data(), d.labels.data(), idx.data(), 3);
+  small.gather_u8(d.images.data(), d.labels.data(), idx.data(), 3);
+  big.forward(3);
+  small.forward(3);
+  const float* a = static_cast<const float*>(big.output());
+  const float* b = static_cast<const float*>(small.output());
+  for (int i = 0; i < 30; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i])));
+  EXPECT_NEAR(big.loss(3, false), small.loss(3, false), 1e-5);
+}
+
+TEST(Plan, TrainingLearnsSyntheticData) {
+  const Dataset tr = synthetic(600, 11), te = synthetic(200, 12);
+  PlanOptions o;
+  o.batch = 32;
+  o.threads = 2;
+  Plan plan(small_cnn(), o);
+  plan.init_params(1);
+  TrainConfig cfg;
+  cfg.epochs = 3;
+  std::vector<EpochMetrics> seen;
+  const TrainResult r = train(plan, tr, te, cfg, [&](const EpochMetrics& m) { seen.push_back(m); return true; });
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_GT(r.last.test_acc, 0.9);
+  EXPECT_LT(seen.back().train_loss, seen.front().train_loss);
+  EXPECT_NEAR(seen[0].lr, 1e-3, 1e-12);
+}
+
+// One Linear layer (4 -> 3) so the update can be recomputed by hand in double.
+void check_optimizer(OptimizerKind kind, double l2, double wd) {
+  Model m;
+  m.in_c = 1, m.in_h = 2, m.in_w = 2, m.num_classes = 3;
+  m.flatten().linear(3);
+  PlanOptions o;
+  o.batch = 1;
+  o.optimizer.kind = kind;
+  o.optimizer.l2 = l2;
+  o.optimizer.weight_decay = wd;
+  Plan plan(m, o);
+  plan.init_params(3);
+  const size_t P = plan.param_count();  // 12 weights then 3 biases
+  float* w = static_cast<float*>(plan.param_data());
+  float* g = static_cast<float*>(plan.grad_data());
+  std::vector<double> ww(w, w + P), m1(P, 0), v1(P, 0);
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, mom = 0.9;
+  for (int t = 1; t <= 3; ++t) {
+    auto grad = randn(P, 100 + t);
+    for (size_t i = 0; i < P; ++i) g[i] = float(grad[i]);
+    plan.optimizer_step(lr);
+    for (size_t i = 0; i < P; ++i) {
+      const bool weight = i < 12;
+      double gi = double(g[i]) + (weight ? l2 : 0) * ww[i];
+      if (weight) ww[i] -= lr * wd * ww[i];
+      if (kind == OptimizerKind::Adam || kind == OptimizerKind::AdamW) {
+        m1[i] = b1 * m1[i] + (1 - b1) * gi;
+        v1[i] = b2 * v1[i] + (1 - b2) * gi * gi;
+        const double mh = m1[i] / (1 - std::pow(b1, t)), vh = v1[i] / (1 - std::pow(b2, t));
+        ww[i] -= lr * mh / (std::sqrt(vh) + eps);
+      } else if (kind == OptimizerKind::SGD) {
+        ww[i] -= lr * gi;
+      } else {
+        m1[i] = mom * m1[i] + gi;
+        ww[i] -= lr * (kind == OptimizerKind::Nesterov ? gi + mom * m1[i] : m1[i]);
+      }
+    }
+    for (size_t i = 0; i < P; ++i) EXPECT_NEAR(w[i], ww[i], 2e-6) << "step " << t << " param " << i;
+  }
+}
+TEST(Optimizer, MatchesPyTorchFormulas) {
+  check_optimizer(OptimizerKind::SGD, 0, 0);
+  check_optimizer(OptimizerKind::SGD, 1e-2, 0);
+  check_optimizer(OptimizerKind::Momentum, 1e-3, 0);
+  check_optimizer(OptimizerKind::Nesterov, 0, 0);
+  check_optimizer(OptimizerKind::Adam, 0, 0);
+  check_optimizer(OptimizerKind::Adam, 1e-1, 0);  // coupled L2, weights only
+  check_optimizer(OptimizerKind::AdamW, 0, 1e-1); // decoupled, weights only
+}
+
+TEST(Schedule, Values) {
+  Schedule s;
+  s.kind = ScheduleKind::Cosine, s.lr = 1e-3, s.lr_min = 1e-5, s.t_max = 20;
+  EXPECT_DOUBLE_EQ(s.at(0), 1e-3);
+  EXPECT_NEAR(s.at(10), (1e-3 + 1e-5) / 2, 1e-15);
+  EXPECT_NEAR(s.at(20), 1e-5, 1e-15);
+  s.kind = ScheduleKind::Step, s.step_size = 3, s.gamma = 0.1;
+  EXPECT_DOUBLE_EQ(s.at(2), 1e-3);
+  EXPECT_NEAR(s.at(3), 1e-4, 1e-15);
+  EXPECT_NEAR(s.at(7), 1e-5, 1e-15);
+  s.kind = ScheduleKind::Exp, s.gamma = 0.5;
+  EXPECT_NEAR(s.at(2), 2.5e-4, 1e-15);
+  s.kind = ScheduleKind::Constant;
+  EXPECT_DOUBLE_EQ(s.at(9), 1e-3);
+}
+
+TEST(Model, JsonRoundTripOfBuiltins) {
+  for (const auto& name : builtin_model_names()) {
+    const Model a = builtin_model(name);
+    const Model b = parse_model_json(model_to_json(a), "roundtrip.json");
+    PlanOptions o;
+    o.batch = 2;
+    EXPECT_EQ(Plan(a, o).summary(), Plan(b, o).summary()) << name;
+  }
+}
+
+TEST(Model, ShapeErrorsNameTheFileAndLayer) {
+  const std::string bad = R"({"layers": [{"type": "conv2d", "out_channels": 4, "kernel": 3},
+                                          {"type": "linear", "out_features": 10}]})";
+  try {
+    Plan p(parse_model_json(bad, "net.json"), PlanOptions{});
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("net.json: layers[1] (linear)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_model_json(R"({"layers": [{"type": "dense"}]})", "x.json"), Error);
+  EXPECT_THROW(parse_model_json("{", "x.json"), Error);
+}
+
+TEST(Plan, ParameterNamesAndLayoutsFollowPyTorch) {
+  Plan p(builtin_model("mnist-cnn"), PlanOptions{});
+  const auto& ps = p.params();
+  ASSERT_EQ(ps.size(), 6u);
+  EXPECT_EQ(ps[0].name, "0.weight");
+  EXPECT_EQ(ps[0].shape, (std::vector<int>{32, 1, 5, 5}));
+  EXPECT_EQ(ps[2].name, "4.weight");
+  EXPECT_EQ(ps[2].shape, (std::vector<int>{128, 6272}));
+  EXPECT_EQ(ps[5].name, "6.bias");
+  EXPECT_EQ(p.param_count(), 805066u);
+}
+
+}  // namespace
+}  // namespace ember::test

@@ -1,0 +1,152 @@
+// Every fast path against its scalar reference: the f32 ops (threaded, through each kernel table
+// the CPU supports) versus the reference kernels in double, on awkward sizes (batch 1, fewer
+// samples than threads, odd channels, groups, stride > kernel, padding >= kernel).
+#include <string>
+
+#include "gradcheck.h"
+#include "ops/ops.h"
+
+namespace ember::test {
+namespace {
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa_supported(i)) v.push_back(i);
+  return v;
+}
+
+ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, int sw, int ph, int pw, int G) {
+  ConvShape s{N, C, H, W, K, R, S, 0, 0, sh, sw, ph, pw, G};
+  s.P = (H + 2 * ph - R) / sh + 1;
+  s.Q = (W + 2 * pw - S) / sw + 1;
+  return s;
+}
+
+constexpr double kTol = 2e-5;
+
+TEST(FastVsRef, Conv2d) {
+  const ConvShape shapes[] = {
+      conv(3, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2, 1),   // mnist-cnn conv
+      conv(1, 3, 9, 7, 17, 3, 3, 2, 1, 1, 0, 1),     // batch 1, odd K
+      conv(5, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 2),      // groups
+      conv(2, 6, 5, 5, 6, 3, 3, 1, 1, 1, 1, 6),      // depthwise
+      conv(4, 7, 5, 3, 33, 1, 1, 1, 1, 0, 0, 1),     // pointwise (no im2col)
+      conv(2, 2, 7, 7, 3, 2, 2, 3, 3, 0, 0, 1),      // stride > kernel
+      conv(2, 1, 3, 3, 2, 2, 2, 1, 1, 2, 2, 1)};     // padding >= kernel
+  for (Isa isa : isas())
+    for (int threads : {1, 2, 3})
+      for (const ConvShape& s : shapes) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " N" +
+                     std::to_string(s.N) + " C" + std::to_string(s.C) + " K" + std::to_string(s.K) +
+                     " G" + std::to_string(s.groups));
+        ThreadPool pool(threads);
+        const ops::Exec e{kernels_for(isa), pool};
+        const size_t nx = size_t(s.N) * s.C * s.H * s.W, nw = size_t(s.K) * (s.C / s.groups) * s.R * s.S,
+                     ny = size_t(s.N) * s.K * s.P * s.Q;
+        auto xd = randn(nx, 1), wd = randn(nw, 2), bd = randn(s.K, 3), gd = randn(ny, 4);
+        auto x = to_float(xd), w = to_float(wd), b = to_float(bd), g = to_float(gd);
+        for (size_t i = 0; i < nx; ++i) xd[i] = x[i];  // the reference sees the same rounded inputs
+        for (size_t i = 0; i < nw; ++i) wd[i] = w[i];
+        for (int i = 0; i < s.K; ++i) bd[i] = b[i];
+        for (size_t i = 0; i < ny; ++i) gd[i] = g[i];
+        std::vector<float> ws(ops::conv2d_workspace(s, threads)), y(ny), dx(nx, NAN), dw(nw, NAN), db(s.K, NAN);
+        std::vector<double> yr(ny), dxr(nx), dwr(nw), dbr(s.K);
+        ops::conv2d_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), s, ws.data());
+        ops::conv2d_bwd<float>(e, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), s, ws.data());
+        ref::conv2d_fwd<double>(yr.data(), xd.data(), wd.data(), bd.data(), s);
+        ref::conv2d_bwd_data<double>(dxr.data(), gd.data(), wd.data(), s);
+        ref::conv2d_bwd_filter<double>(dwr.data(), dbr.data(), gd.data(), xd.data(), s);
+        const double red = std::sqrt(double(s.N) * s.P * s.Q);
+        EXPECT_LT(max_rel_diff(y, yr), kTol * 10);
+        EXPECT_LT(max_rel_diff(dx, dxr), kTol * 10);
+        EXPECT_LT(max_rel_diff(dw, dwr), kTol * red);
+        EXPECT_LT(max_rel_diff(db, dbr), kTol * red);
+      }
+}
+
+TEST(FastVsRef, Linear) {
+  const int sizes[][3] = {{64, 6272, 128}, {1, 7, 1}, {7, 33, 10}, {17, 1, 5}, {3, 100, 129}, {100, 784, 128}};
+  for (Isa isa : isas())
+    for (int threads : {1, 2, 3})
+      for (const auto& sz : sizes) {
+        const int N = sz[0], C = sz[1], K = sz[2];
+        SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " N" +
+                     std::to_string(N) + " C" + std::to_string(C) + " K" + std::to_string(K));
+        ThreadPool pool(threads);
+        const ops::Exec e{kernels_for(isa), pool};
+        auto x = to_float(randn(size_t(N) * C, 5)), w = to_float(randn(size_t(K) * C, 6)),
+             b = to_float(randn(K, 7)), g = to_float(randn(size_t(N) * K, 8));
+        std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), bd(b.begin(), b.end()),
+            gd(g.begin(), g.end()), yr(size_t(N) * K), dxr(size_t(N) * C), dwr(size_t(K) * C), dbr(K);
+        std::vector<float> y(size_t(N) * K, NAN), dx(size_t(N) * C, NAN), dw(size_t(K) * C, NAN), db(K, NAN);
+        ops::linear_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), N, C, K);
+        ops::linear_bwd<float>(e, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, C, K);
+        ref::linear_fwd<double>(yr.data(), xd.data(), wd.data(), bd.data(), N, C, K);
+        ref::linear_bwd<double>(dxr.data(), dwr.data(), dbr.data(), gd.data(), xd.data(), wd.data(), N, C, K);
+        EXPECT_LT(max_rel_diff(y, yr), kTol * std::sqrt(double(C)));
+        EXPECT_LT(max_rel_diff(dx, dxr), kTol * std::sqrt(double(K)));
+        EXPECT_LT(max_rel_diff(dw, dwr), kTol * std::sqrt(double(N)));
+        EXPECT_LT(max_rel_diff(db, dbr), kTol * std::sqrt(double(N)));
+      }
+}
+
+TEST(FastVsRef, PoolsAndActivations) {
+  const ref::PoolShape shapes[] = {{5, 3, 28, 28, 14, 14, 2, 2, 2, 2, 0, 0},
+                                   {1, 2, 7, 5, 4, 3, 3, 3, 2, 2, 1, 1},
+                                   {3, 1, 5, 5, 2, 2, 2, 2, 3, 3, 0, 0}};
+  for (Isa isa : isas())
+    for (int threads : {1, 2, 3})
+      for (const auto& s : shapes) {
+        ThreadPool pool(threads);
+        const ops::Exec e{kernels_for(isa), pool};
+        const size_t nx = size_t(s.N) * s.C * s.H * s.W, ny = size_t(s.N) * s.C * s.P * s.Q;
+        auto x = to_float(distinct(nx, 9)), g = to_float(randn(ny, 10));
+        std::vector<float> y(ny), dx(nx, NAN), yr(ny), dxr(nx);
+        std::vector<int32_t> arg(ny), argr(ny);
+        ops::maxpool2d_fwd<float>(e, y.data(), arg.data(), x.data(), s);
+        ops::maxpool2d_bwd<float>(e, dx.data(), g.data(), arg.data(), s);
+        ref::maxpool2d_fwd<float>(yr.data(), argr.data(), x.data(), s);
+        ref::maxpool2d_bwd<float>(dxr.data(), g.data(), argr.data(), s);
+        EXPECT_EQ(y, yr);
+        EXPECT_EQ(arg, argr);
+        EXPECT_EQ(dx, dxr);
+        ops::avgpool2d_fwd<float>(e, y.data(), x.data(), s);
+        ops::avgpool2d_bwd<float>(e, dx.data(), g.data(), s);
+        ref::avgpool2d_fwd<float>(yr.data(), x.data(), s);
+        ref::avgpool2d_bwd<float>(dxr.data(), g.data(), s);
+        EXPECT_EQ(y, yr);
+        EXPECT_EQ(dx, dxr);
+      }
+  for (Isa isa : isas())
+    for (int threads : {1, 2})
+      for (size_t n : {size_t(1), size_t(17), size_t(40000)}) {
+        ThreadPool pool(threads);
+        const ops::Exec e{kernels_for(isa), pool};
+        auto x = to_float(randn(n, 11)), g = to_float(randn(n, 12));
+        std::vector<float> y(n), dx(n), yr(n), dxr(n);
+        ops::act_fwd<float>(e, ops::Act::ReLU, y.data(), x.data(), n);
+        ops::act_bwd<float>(e, ops::Act::ReLU, dx.data(), g.data(), y.data(), n);
+        ref::relu_fwd<float>(yr.data(), x.data(), n);
+        ref::relu_bwd<float>(dxr.data(), g.data(), yr.data(), n);
+        EXPECT_EQ(y, yr);
+        EXPECT_EQ(dx, dxr);
+      }
+}
+
+// Threaded weight gradients are summed in a fixed order: repeated runs are bit-identical.
+TEST(FastVsRef, ConvBackwardIsDeterministicForAThreadCount) {
+  const ConvShape s = conv(7, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2, 1);
+  ThreadPool pool(2);
+  const ops::Exec e{kernels_for(best_isa()), pool};
+  auto x = to_float(randn(size_t(s.N) * 784, 13)), w = to_float(randn(32 * 25, 14)),
+       g = to_float(randn(size_t(s.N) * 32 * 784, 15));
+  std::vector<float> ws(ops::conv2d_workspace(s, 2)), dw1(800), db1(32), dw2(800), db2(32);
+  ops::conv2d_bwd<float>(e, nullptr, dw1.data(), db1.data(), g.data(), x.data(), w.data(), s, ws.data());
+  ops::conv2d_bwd<float>(e, nullptr, dw2.data(), db2.data(), g.data(), x.data(), w.data(), s, ws.data());
+  EXPECT_EQ(dw1, dw2);
+  EXPECT_EQ(db1, db2);
+}
+
+}  // namespace
+}  // namespace ember::test

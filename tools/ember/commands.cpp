@@ -1,0 +1,291 @@
+// `ember train`, `ember eval` and `ember info`: flag definitions, validation of every value
+// (one line naming the flag, what was expected and what was found), and the runs themselves.
+#include "commands.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "ember/data.h"
+#include "ember/error.h"
+#include "ember/io.h"
+#include "ember/model.h"
+#include "ember/plan.h"
+#include "ember/train.h"
+#include "ember/version.h"
+#include "kernels/kernels.h"
+
+namespace ember::cli {
+
+namespace {
+
+int default_threads() {
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : int(hc > 64 ? 64 : hc);
+}
+
+void add_common(CLI::App* cmd, CommonArgs& a) {
+  a.threads = default_threads();
+  cmd->add_option("--model", a.model, "Built-in model (mnist-cnn, mnist-mlp, mxnet-mlp) or FILE.json")
+      ->capture_default_str();
+  cmd->add_option("--data", a.data,
+                  "Directory with the four MNIST-format files (default: Fashion-MNIST in " +
+                      std::string(kDefaultDataDir) + ")");
+  cmd->add_option("--batch-size", a.batch_size, "Mini-batch size (default: the model's recipe)")
+      ->capture_default_str();
+  cmd->add_option("--threads", a.threads, "Worker threads")->capture_default_str();
+  cmd->add_option("--isa", a.isa, "Force a kernel set: scalar, avx2 or avx512 (default: best the CPU has; env EMBER_ISA)");
+  cmd->add_option("--limit-test", a.limit_test, "Use only the first N test images (0: all)")
+      ->capture_default_str();
+}
+
+[[noreturn]] void bad(const std::string& flag, const std::string& expected, const std::string& found) {
+  throw Error(flag + ": expected " + expected + ", found " + found);
+}
+void check_int(const char* flag, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    bad(flag, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", std::to_string(v));
+}
+void check_real(const char* flag, double v, double lo, double hi, bool lo_open) {
+  if (!std::isfinite(v) || v < lo || (lo_open && v == lo) || v > hi) {
+    char range[96], found[64];
+    std::snprintf(range, sizeof range, "%s%g, %g]", lo_open ? "(" : "[", lo, hi);
+    std::snprintf(found, sizeof found, "%g", v);
+    bad(flag, std::string("a finite number in ") + range, found);
+  }
+}
+
+void validate_common(const CommonArgs& a) {
+  check_int("--batch-size", a.batch_size, 1, 65536);
+  check_int("--threads", a.threads, 1, 256);
+  check_int("--limit-test", a.limit_test, 0, int64_t(1) << 40);
+  if (!a.isa.empty()) {
+    Isa isa;
+    if (!parse_isa(a.isa, &isa)) bad("--isa", "scalar, avx2 or avx512", "'" + a.isa + "'");
+    if (!isa_supported(isa))
+      throw Error("--isa: this CPU does not support " + a.isa + " (best available: " +
+                  isa_name(best_isa()) + ")");
+  }
+}
+
+TrainTest load_data(const CommonArgs& a) {
+  const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
+  try {
+    return load_mnist_dir(dir);
+  } catch (const Error& e) {
+    if (a.data.empty())
+      throw Error(std::string(e.what()) +
+                  " (the default data set comes from Debian's dataset-fashion-mnist package; "
+                  "install it or pass --data DIR)");
+    throw;
+  }
+}
+
+void truncate(Dataset& d, int64_t limit) {
+  if (limit <= 0 || limit >= d.count) return;
+  d.count = limit;
+  d.images.resize(size_t(limit) * d.rows * d.cols);
+  d.labels.resize(size_t(limit));
+}
+
+OptimizerKind parse_optimizer(const std::string& s) {
+  if (s == "sgd") return OptimizerKind::SGD;
+  if (s == "momentum") return OptimizerKind::Momentum;
+  if (s == "nesterov") return OptimizerKind::Nesterov;
+  if (s == "adam") return OptimizerKind::Adam;
+  if (s == "adamw") return OptimizerKind::AdamW;
+  bad("--optimizer", "sgd, momentum, nesterov, adam or adamw", "'" + s + "'");
+}
+ScheduleKind parse_schedule(const std::string& s) {
+  if (s == "constant") return ScheduleKind::Constant;
+  if (s == "step") return ScheduleKind::Step;
+  if (s == "exp") return ScheduleKind::Exp;
+  if (s == "cosine") return ScheduleKind::Cosine;
+  bad("--schedule", "constant, step, exp or cosine", "'" + s + "'");
+}
+
+// Flags the user did not give take the model's recipe.
+void apply_recipe(TrainArgs& a, const Model& m, const CLI::App& cmd) {
+  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  const Recipe& r = m.recipe;
+  if (!given("--optimizer")) a.optimizer = r.optimizer;
+  if (!given("--lr")) a.lr = r.lr;
+  if (!given("--batch-size")) a.common.batch_size = r.batch_size;
+  if (!given("--epochs")) a.epochs = r.epochs;
+  if (!given("--schedule")) a.schedule = r.schedule;
+  if (!given("--lr-min")) a.lr_min = r.lr_min;
+  if (!given("--t-max")) a.t_max = r.t_max;
+  if (!given("--l2")) a.l2 = r.l2;
+  if (!given("--weight-decay")) a.weight_decay = r.weight_decay;
+  if (!given("--momentum")) a.momentum = r.momentum;
+}
+
+}  // namespace
+
+void add_train_flags(CLI::App* cmd, TrainArgs& a) {
+  add_common(cmd, a.common);
+  cmd->add_option("--epochs", a.epochs, "Epochs (default: the model's recipe)")->capture_default_str();
+  cmd->add_option("--lr", a.lr, "Initial learning rate")->capture_default_str();
+  cmd->add_option("--optimizer", a.optimizer, "sgd | momentum | nesterov | adam | adamw")->capture_default_str();
+  cmd->add_option("--schedule", a.schedule, "constant | step | exp | cosine (stepped per epoch)")
+      ->capture_default_str();
+  cmd->add_option("--lr-min", a.lr_min, "Cosine: final learning rate")->capture_default_str();
+  cmd->add_option("--t-max", a.t_max, "Cosine: period in epochs")->capture_default_str();
+  cmd->add_option("--step-size", a.step_size, "Step: epochs between decays")->capture_default_str();
+  cmd->add_option("--gamma", a.gamma, "Step/exp: decay factor")->capture_default_str();
+  cmd->add_option("--l2", a.l2, "Coupled L2 on weights, added to their gradients")->capture_default_str();
+  cmd->add_option("--weight-decay", a.weight_decay, "Decoupled weight decay on weights (AdamW-style)")
+      ->capture_default_str();
+  cmd->add_option("--momentum", a.momentum, "Momentum for momentum/nesterov SGD")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed for initialisation and shuffling")->capture_default_str();
+  cmd->add_flag("--no-shuffle", a.no_shuffle, "Keep the data set's order every epoch");
+  cmd->add_option("--metrics", a.metrics, "Write one JSON object per epoch to FILE.jsonl");
+  cmd->add_option("--save", a.save, "Save the trained weights to FILE (safetensors)");
+  cmd->add_option("--init", a.init, "Weight init: kaiming, xavier or torch (default: the model's)");
+  cmd->add_option("--early-stop-tol", a.early_stop_tol,
+                  "Stop when the train loss improves by less than this between epochs (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--limit-train", a.limit_train, "Use only the first N training images (0: all)")
+      ->capture_default_str();
+}
+
+void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
+  add_common(cmd, a.common);
+  cmd->add_option("--weights", a.weights, "Weights to evaluate (safetensors, from `ember train --save`)")
+      ->required();
+}
+
+int run_train(TrainArgs a, const CLI::App& cmd) {
+  Model model = resolve_model(a.common.model);
+  apply_recipe(a, model, cmd);
+  validate_common(a.common);
+  check_int("--epochs", a.epochs, 1, 100000);
+  check_real("--lr", a.lr, 0, 1e3, true);
+  check_real("--lr-min", a.lr_min, 0, 1e3, false);
+  check_int("--t-max", a.t_max, 1, 1000000);
+  check_int("--step-size", a.step_size, 1, 1000000);
+  check_real("--gamma", a.gamma, 0, 1e3, true);
+  check_real("--l2", a.l2, 0, 1e3, false);
+  check_real("--weight-decay", a.weight_decay, 0, 1e3, false);
+  check_real("--momentum", a.momentum, 0, 1, false);
+  check_real("--early-stop-tol", a.early_stop_tol, 0, 1e9, false);
+  check_int("--limit-train", a.limit_train, 0, int64_t(1) << 40);
+  if (!a.init.empty()) {
+    if (a.init == "kaiming") model.init = Init::Kaiming;
+    else if (a.init == "xavier") model.init = Init::Xavier;
+    else if (a.init == "torch") model.init = Init::Torch;
+    else bad("--init", "kaiming, xavier or torch", "'" + a.init + "'");
+  }
+  PlanOptions po;
+  po.batch = a.common.batch_size;
+  po.threads = a.common.threads;
+  po.isa = a.common.isa;
+  po.optimizer.kind = parse_optimizer(a.optimizer);
+  po.optimizer.l2 = a.l2;
+  po.optimizer.weight_decay = a.weight_decay;
+  po.optimizer.momentum = a.momentum;
+  TrainConfig cfg;
+  cfg.epochs = a.epochs;
+  cfg.seed = a.seed;
+  cfg.shuffle = !a.no_shuffle;
+  cfg.early_stop_tol = a.early_stop_tol;
+  cfg.schedule = {parse_schedule(a.schedule), a.lr, a.lr_min, a.t_max, a.step_size, a.gamma};
+
+  std::ofstream metrics;  // opened before the long work so a bad path fails at once
+  if (!a.metrics.empty()) {
+    metrics.open(a.metrics, std::ios::out | std::ios::trunc);
+    if (!metrics)
+      throw Error("--metrics: cannot open '" + a.metrics + "' for writing: " + std::strerror(errno));
+  }
+  Plan plan(model, po);
+  TrainTest data = load_data(a.common);
+  truncate(data.train, a.limit_train);
+  truncate(data.test, a.common.limit_test);
+  check_dataset_fits(plan, data.train, "training set");
+  plan.init_params(a.seed);
+
+  std::printf("ember train: model %s, %zu parameters, data %s (%lld train / %lld test)\n",
+              model.name.c_str(), plan.param_count(),
+              a.common.data.empty() ? kDefaultDataDir : a.common.data.c_str(),
+              (long long)data.train.count, (long long)data.test.count);
+  std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, seed %llu\n",
+              a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, po.batch, a.epochs,
+              plan.threads(), plan.isa_name(), (unsigned long long)a.seed);
+  std::fflush(stdout);
+  const TrainResult r = train(plan, data.train, data.test, cfg, [&](const EpochMetrics& m) {
+    std::printf("epoch %3d/%d  lr %.3e  train loss %.4f acc %6.2f%%  test loss %.4f acc %6.2f%%  %7.2f s  %9.0f samples/s\n",
+                m.epoch, a.epochs, m.lr, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc,
+                m.seconds, m.samples_per_s);
+    std::fflush(stdout);
+    if (metrics.is_open()) {
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %.9g, \"train_acc\": %.9g, "
+                    "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f}\n",
+                    m.epoch, m.lr, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.seconds,
+                    m.samples_per_s);
+      metrics << line << std::flush;
+      if (!metrics) throw Error("--metrics: write to '" + a.metrics + "' failed");
+    }
+    return true;
+  });
+  std::printf("final test accuracy %.2f%% (loss %.4f) after %d epochs%s, total %.2f s\n",
+              100 * r.last.test_acc, r.last.test_loss, r.epochs_run,
+              r.early_stopped ? " (early stop)" : "", r.seconds);
+  if (!a.save.empty()) {
+    save_weights(plan, a.save);
+    std::printf("weights saved to %s\n", a.save.c_str());
+  }
+  return 0;
+}
+
+int run_eval(EvalArgs a, const CLI::App& cmd) {
+  Model model = resolve_model(a.common.model);
+  if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
+  validate_common(a.common);
+  PlanOptions po;
+  po.batch = a.common.batch_size;
+  po.threads = a.common.threads;
+  po.isa = a.common.isa;
+  po.optimizer.kind = OptimizerKind::SGD;
+  Plan plan(model, po);
+  load_weights(plan, a.weights);
+  TrainTest data = load_data(a.common);
+  truncate(data.test, a.common.limit_test);
+  check_dataset_fits(plan, data.test, "test set");
+  const EvalResult r = evaluate(plan, data.test);
+  std::printf("ember eval: model %s, weights %s: test accuracy %.2f%% (loss %.4f) on %lld images\n",
+              model.name.c_str(), a.weights.c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
+  return 0;
+}
+
+int run_info() {
+  std::printf("ember %s (%s build, %s)\n", kVersion, kBuildType, kCompiler);
+  std::printf("cpu features:");
+  const std::pair<const char*, bool> feats[] = {
+      {"sse4.2", __builtin_cpu_supports("sse4.2")}, {"avx", __builtin_cpu_supports("avx")},
+      {"avx2", __builtin_cpu_supports("avx2")},     {"fma", __builtin_cpu_supports("fma")},
+      {"avx512f", __builtin_cpu_supports("avx512f")}, {"avx512bw", __builtin_cpu_supports("avx512bw")},
+      {"avx512vl", __builtin_cpu_supports("avx512vl")}, {"avx512dq", __builtin_cpu_supports("avx512dq")},
+      {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
+      {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+      {"avx512vpopcntdq", __builtin_cpu_supports("avx512vpopcntdq")}};
+  for (auto& [name, on] : feats)
+    if (on) std::printf(" %s", name);
+  std::printf("\nkernel sets:");
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    std::printf(" %s (%s)", isa_name(isa), isa_supported(isa) ? "available" : "not on this CPU");
+  const char* env = std::getenv("EMBER_ISA");
+  std::printf("\nchosen kernel set: %s%s%s (override with --isa or EMBER_ISA)\n",
+              env && *env ? env : isa_name(best_isa()), env && *env ? ", from EMBER_ISA; best: " : "",
+              env && *env ? isa_name(best_isa()) : "");
+  std::printf("threads: %d hardware threads (default --threads %d)\n",
+              int(std::thread::hardware_concurrency()), default_threads());
+  return 0;
+}
+
+}  // namespace ember::cli

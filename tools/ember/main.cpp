@@ -1,0 +1,49 @@
+// The ember command-line tool: `ember train`, `ember eval`, `ember info`. Parses flags with CLI11,
+// validates every value (one-line errors naming the flag, non-zero exit), and drives the public
+// library API only.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "ember/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ember: train and run neural networks on the CPU, and see where the time goes"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+
+  ember::cli::TrainArgs train;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a model and evaluate it on the test set every epoch");
+  ember::cli::add_train_flags(train_cmd, train);
+
+  ember::cli::EvalArgs eval;
+  CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluate saved weights on the test set");
+  ember::cli::add_eval_flags(eval_cmd, eval);
+
+  CLI::App* info_cmd = app.add_subcommand("info", "Show CPU features, chosen kernels, threads and build");
+
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("ember: error: ") + e.what() + " (see --help)\n";
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (train_cmd->parsed()) return ember::cli::run_train(train, *train_cmd);
+    if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
+    if (info_cmd->parsed()) return ember::cli::run_info();
+  } catch (const ember::Error& e) {
+    std::fprintf(stderr, "ember: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ember: error: out of memory\n");
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember: error: %s\n", e.what());
+    return 4;
+  }
+  return 1;
+}
