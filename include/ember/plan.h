@@ -30,6 +30,7 @@ struct PlanOptions {
   std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
   int threads = 1;
   OptimizerConfig optimizer;    // decides how much optimizer state the arena holds
+  bool fuse = true;             // run Conv2d(stride 1) -> ReLU -> MaxPool2d(2) as one fused unit
 };
 
 struct ParamInfo {

@@ -10,6 +10,11 @@ void relu_fwd_f32(float* y, const float* x, size_t n);
 void relu_bwd_f32(float* dx, const float* dy, const float* y, size_t n);
 void bias_rows_f32(float* y, const float* b, int rows, int cols);
 void bias_channels_f32(float* y, const float* b, int N, int K, int PQ);
+void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d);
+void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d);
+void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q);
+void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q);
+void adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 }  // namespace ref
 
 const char* isa_name(Isa isa) {
@@ -47,22 +52,55 @@ Isa best_isa() {
 }
 
 namespace {
-constexpr Kernels kScalar{Isa::scalar,      sgemm_ref,          ref::im2col_f32,
-                          ref::col2im_f32,  ref::relu_fwd_f32,  ref::relu_bwd_f32,
-                          ref::bias_rows_f32, ref::bias_channels_f32};
-constexpr Kernels kAvx2{Isa::avx2,          sgemm_avx2,         ref::im2col_f32,
-                        ref::col2im_f32,    ref::relu_fwd_f32,  ref::relu_bwd_f32,
-                        ref::bias_rows_f32, ref::bias_channels_f32};
-constexpr Kernels kAvx512{Isa::avx512,        sgemm_avx512,       ref::im2col_f32,
-                          ref::col2im_f32,    ref::relu_fwd_f32,  ref::relu_bwd_f32,
-                          ref::bias_rows_f32, ref::bias_channels_f32};
+Kernels scalar_table() {
+  Kernels k{};
+  k.isa = Isa::scalar;
+  k.sgemm = sgemm_ref;
+  k.im2col = ref::im2col_f32;
+  k.col2im = ref::col2im_f32;
+  k.relu_fwd = ref::relu_fwd_f32;
+  k.relu_bwd = ref::relu_bwd_f32;
+  k.bias_rows = ref::bias_rows_f32;
+  k.bias_channels = ref::bias_channels_f32;
+  k.conv_s1_fwd = ref::conv_s1_fwd_f32;
+  k.conv_s1_wgrad = ref::conv_s1_wgrad_f32;
+  k.relu_maxpool2 = ref::relu_maxpool2_f32;
+  k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
+  k.adam = ref::adam_f32;
+  return k;
+}
+// A fast table: the ISA's own kernels where it has them, the scalar references elsewhere.
+Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
+  Kernels k = scalar_table();
+  k.isa = isa;
+  k.sgemm = sgemm;
+  k.relu_fwd = fast.relu_fwd;
+  k.relu_bwd = fast.relu_bwd;
+  k.conv_s1_fwd = fast.conv_s1_fwd;
+  k.conv_s1_wgrad = fast.conv_s1_wgrad;
+  k.relu_maxpool2 = fast.relu_maxpool2;
+  k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
+  k.adam = fast.adam;
+  return k;
+}
 }  // namespace
 
 const Kernels& kernels_for(Isa isa) {
+  // Each table is built once, on first use, and immutable after. A fast table is only built
+  // when asked for, so no code compiled for an ISA runs on a CPU without it.
   switch (isa) {
-    case Isa::avx2: return kAvx2;
-    case Isa::avx512: return kAvx512;
-    default: return kScalar;
+    case Isa::avx2: {
+      static const Kernels t = fast_table(Isa::avx2, sgemm_avx2, fast_kernels_avx2());
+      return t;
+    }
+    case Isa::avx512: {
+      static const Kernels t = fast_table(Isa::avx512, sgemm_avx512, fast_kernels_avx512());
+      return t;
+    }
+    default: {
+      static const Kernels t = scalar_table();
+      return t;
+    }
   }
 }
 

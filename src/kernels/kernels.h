@@ -50,6 +50,32 @@ using ReluBwdFn = void (*)(float* dx, const float* dy, const float* y, size_t n)
 using BiasRowsFn = void (*)(float* y, const float* bias, int rows, int cols);
 using BiasChannelsFn = void (*)(float* y, const float* bias, int N, int K, int PQ);
 
+// Geometry of a stride-1 convolution of one sample and one group over an input that is already
+// zero-padded: xp[C, Hp, Wp] with Hp >= P + R - 1 and Wp >= Q + S - 1; w[K, C, R, S]; y[K, P, Q].
+struct ConvS1 {
+  int C, K, Hp, Wp, R, S, P, Q;
+};
+// y[k,p,q] = b[k] + sum_{c,r,s} w[k,c,r,s] * xp[c, p+r, q+s]  (b may be null).
+using ConvS1FwdFn = void (*)(float* y, const float* xp, const float* w, const float* b,
+                             const ConvS1& d);
+// dw[k,c,r,s] += sum_{p,q} dy[k,p,q] * xp[c, p+r, q+s];  db[k] += sum_{p,q} dy[k,p,q] (db may be null).
+using ConvS1WgradFn = void (*)(float* dw, float* db, const float* dy, const float* xp,
+                               const ConvS1& d);
+// Fused ReLU + 2x2 stride-2 max-pool of one sample: y[K, P/2, Q/2] = max over each window of
+// max(x[K, P, Q], 0); code[K, P/2, Q/2] = the window position (0..3, row-major, first maximum) of
+// the maximum, or -1 when it is <= 0 (then no gradient flows).
+using ReluMaxpool2Fn = void (*)(float* y, int32_t* code, const float* x, int K, int P, int Q);
+// Its adjoint: dx[K, P, Q] = dy[K, P/2, Q/2] at the coded positions, 0 elsewhere (overwrites dx).
+using ReluMaxpool2BwdFn = void (*)(float* dx, const float* dy, const int32_t* code, int K, int P,
+                                   int Q);
+
+// Adam / AdamW over n elements: g' = g + l2 * w; w *= 1 - lr * wd; m = b1 m + (1 - b1) g';
+// v = b2 v + (1 - b2) g'^2; w -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps).
+struct AdamArgs {
+  float lr, beta1, beta2, eps, l2, wd, bias1, bias2;  // bias_i = 1 - beta_i^t
+};
+using AdamFn = void (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+
 struct Kernels {
   Isa isa;
   SgemmFn sgemm;
@@ -59,6 +85,11 @@ struct Kernels {
   ReluBwdFn relu_bwd;
   BiasRowsFn bias_rows;
   BiasChannelsFn bias_channels;
+  ConvS1FwdFn conv_s1_fwd;
+  ConvS1WgradFn conv_s1_wgrad;
+  ReluMaxpool2Fn relu_maxpool2;
+  ReluMaxpool2BwdFn relu_maxpool2_bwd;
+  AdamFn adam;
 };
 
 // The table for an ISA (static, immutable). The ISA must be supported by the CPU.
@@ -71,5 +102,9 @@ void sgemm_avx2(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
                 int lda, const float* B, int ldb, float beta, float* C, int ldc);
 void sgemm_avx512(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                   int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// The remaining fast kernels of one ISA, as a table whose isa, sgemm, im2col, col2im and bias
+// entries are left null (dispatch.cpp fills them).
+Kernels fast_kernels_avx2();
+Kernels fast_kernels_avx512();
 
 }  // namespace ember

@@ -188,6 +188,45 @@ class Activation final : public Layer {
   ops::Act act_;
 };
 
+// Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2 as one unit (the plan fuses the three model
+// layers when it finds them in a row): the conv output and the ReLU output are never stored.
+class ConvReluPool final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    conv_out_ = conv_.infer(in);
+    in_ = in;
+    out_ = {conv_out_.c, conv_out_.h / 2, conv_out_.w / 2};
+    return out_;
+  }
+  std::vector<std::vector<int>> param_shapes() const override { return conv_.param_shapes(); }
+  int fan_in() const override { return conv_.fan_in(); }
+  int fan_out() const override { return conv_.fan_out(); }
+  size_t workspace_elems(int batch, int threads) const override {
+    return ops::conv_relu_pool_workspace(conv_.shape(batch), threads);
+  }
+  size_t index_elems(int batch) const override { return size_t(batch) * out_.size(); }
+  double flops_per_sample() const override { return conv_.flops_per_sample(); }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::conv_relu_pool_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), p<T>(b.w), p<T>(b.b),
+                                 conv_.shape(n), p<T>(b.ws));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::conv_relu_pool_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), b.idx,
+                                 p<T>(b.x), p<T>(b.w), conv_.shape(n), p<T>(b.ws));
+    });
+  }
+
+ private:
+  Conv2d conv_{spec_};
+  Dims conv_out_;
+};
+
 // Softmax over the features of a flat input [D].
 class Softmax final : public Layer {
  public:
@@ -212,6 +251,20 @@ class Softmax final : public Layer {
 };
 
 }  // namespace
+
+bool can_fuse_conv_relu_pool(const LayerSpec* l, size_t count, const Dims& in) {
+  if (count < 3 || l[0].kind != LayerKind::Conv2d || l[1].kind != LayerKind::ReLU ||
+      l[2].kind != LayerKind::MaxPool2d)
+    return false;
+  const LayerSpec &c = l[0], &m = l[2];
+  const int P = out_size(in.h, c.kernel_h, 1, c.pad_h), Q = out_size(in.w, c.kernel_w, 1, c.pad_w);
+  return c.stride_h == 1 && c.stride_w == 1 && m.kernel_h == 2 && m.kernel_w == 2 &&
+         m.stride_h == 2 && m.stride_w == 2 && m.pad_h == 0 && m.pad_w == 0 && P >= 2 && Q >= 2;
+}
+
+std::unique_ptr<Layer> make_conv_relu_pool(const LayerSpec& conv) {
+  return std::make_unique<ConvReluPool>(conv);
+}
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
   switch (s.kind) {

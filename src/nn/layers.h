@@ -59,5 +59,10 @@ class Layer {
 };
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec);
+// True when l[0..2] are Conv2d (stride 1), ReLU, MaxPool2d (2x2, stride 2, no padding) and the
+// conv, fed `in` (already checked by infer), outputs at least 2x2.
+bool can_fuse_conv_relu_pool(const LayerSpec* l, size_t count, const Dims& in);
+// The three as one unit, from the conv's spec.
+std::unique_ptr<Layer> make_conv_relu_pool(const LayerSpec& conv);
 
 }  // namespace ember::nn

@@ -23,8 +23,10 @@ struct Plan::Impl {
   std::unique_ptr<ThreadPool> pool;
   Arena arena;
   size_t esz = 4;  // bytes per element
+  // Execution units: model layers, or several fused into one (unit_first: its first model layer).
   std::vector<std::unique_ptr<nn::Layer>> layers;
-  std::vector<nn::Dims> dims;                    // dims[i]: input of layer i; dims[L]: output
+  std::vector<int> unit_first;
+  std::vector<nn::Dims> dims;                    // dims[i]: input of unit i; dims[L]: output
   std::vector<size_t> act, grad;                 // per boundary, arena offsets (grad: SIZE_MAX = none)
   std::vector<int> first_param;                  // per layer, index into params or -1
   std::vector<size_t> idx_off;                   // per layer, saved indices offset
@@ -74,31 +76,31 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
 
   // Shapes, layer by layer.
   const int N = opt.batch;
-  m.dims.push_back({model.in_c, model.in_h, model.in_w});
+  std::vector<std::unique_ptr<nn::Layer>> mlayers;  // one per model layer
+  std::vector<nn::Dims> mdims{{model.in_c, model.in_h, model.in_w}};
   for (size_t i = 0; i < model.layers.size(); ++i) {
-    m.layers.push_back(nn::make_layer(model.layers[i]));
+    mlayers.push_back(nn::make_layer(model.layers[i]));
     try {
-      m.dims.push_back(m.layers.back()->infer(m.dims.back()));
+      mdims.push_back(mlayers.back()->infer(mdims.back()));
     } catch (const Error& e) {
       throw Error(where + ": layers[" + std::to_string(i) + "] (" +
                   layer_kind_name(model.layers[i].kind) + "): " + e.what());
     }
-    if (m.dims.back().size() > (size_t(1) << 31) / N)
+    if (mdims.back().size() > (size_t(1) << 31) / N)
       throw Error(where + ": layers[" + std::to_string(i) + "]: activation too large for batch " +
                   std::to_string(N));
   }
-  const nn::Dims out = m.dims.back();
+  const nn::Dims out = mdims.back();
   if (!out.flat() || out.c != model.num_classes)
     throw Error(where + ": the last layer must output [" + std::to_string(model.num_classes) +
                 "] class scores, found " + (out.flat() ? "[" + std::to_string(out.c) + "]" :
                 "an image; add flatten and linear layers"));
 
-  // Parameters: one flat block, tensor after tensor.
-  const size_t L = m.layers.size();
-  m.first_param.assign(L, -1);
-  for (size_t i = 0; i < L; ++i) {
-    auto shapes = m.layers[i]->param_shapes();
-    if (!shapes.empty()) m.first_param[i] = int(m.params.size());
+  // Parameters: one flat block, tensor after tensor, named by model layer.
+  std::vector<int> model_first_param(mlayers.size(), -1);
+  for (size_t i = 0; i < mlayers.size(); ++i) {
+    auto shapes = mlayers[i]->param_shapes();
+    if (!shapes.empty()) model_first_param[i] = int(m.params.size());
     for (size_t t = 0; t < shapes.size(); ++t) {
       ParamInfo p;
       p.name = std::to_string(i) + (t == 0 ? ".weight" : ".bias");  // PyTorch Sequential names
@@ -107,12 +109,25 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
       for (int d : p.shape) p.size *= size_t(d);
       p.offset = m.nparams;
       p.is_weight = t == 0;
-      p.fan_in = m.layers[i]->fan_in();
-      p.fan_out = m.layers[i]->fan_out();
+      p.fan_in = mlayers[i]->fan_in();
+      p.fan_out = mlayers[i]->fan_out();
       m.nparams += p.size;
       m.params.push_back(p);
     }
   }
+  // Execution units: fuse Conv2d -> ReLU -> MaxPool2d runs (f32 and f64 alike), else one each.
+  m.dims.push_back(mdims[0]);
+  for (size_t i = 0; i < mlayers.size();) {
+    const bool fuse = opt.fuse && nn::can_fuse_conv_relu_pool(&model.layers[i], model.layers.size() - i, mdims[i]);
+    const size_t count = fuse ? 3 : 1;
+    m.layers.push_back(fuse ? nn::make_conv_relu_pool(model.layers[i]) : std::move(mlayers[i]));
+    if (fuse) m.layers.back()->infer(mdims[i]);
+    m.unit_first.push_back(int(i));
+    m.first_param.push_back(model_first_param[i]);
+    m.dims.push_back(mdims[i + count]);
+    i += count;
+  }
+  const size_t L = m.layers.size();
   // Which layers need backward and which boundaries need gradients: only what leads to a parameter.
   std::vector<bool> params_before(L + 1, false);
   for (size_t i = 0; i < L; ++i) params_before[i + 1] = params_before[i] || m.first_param[i] >= 0;
@@ -166,17 +181,19 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
   }
   m.pool = std::make_unique<ThreadPool>(opt.threads);
 
-  for (size_t i = 0; i < L; ++i) {
+  for (size_t i = 0; i < model.layers.size(); ++i) {
     LayerInfo li;
     li.kind = layer_kind_name(model.layers[i].kind);
-    li.in_shape = dims_vec(m.dims[i]);
-    li.out_shape = dims_vec(m.dims[i + 1]);
-    for (auto& s : m.layers[i]->param_shapes()) {
+    li.in_shape = dims_vec(mdims[i]);
+    li.out_shape = dims_vec(mdims[i + 1]);
+    auto mi = nn::make_layer(model.layers[i]);
+    mi->infer(mdims[i]);
+    for (auto& s : mi->param_shapes()) {
       size_t n = 1;
       for (int d : s) n *= size_t(d);
       li.params += n;
     }
-    li.flops_fwd = m.layers[i]->flops_per_sample();
+    li.flops_fwd = mi->flops_per_sample();
     m.infos.push_back(li);
   }
 }
@@ -254,7 +271,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
     const ParamInfo& w = m.params[m.first_param[i]];
     b.w = base + m.param_off + w.offset * m.esz;
     b.dw = base + m.grad_off + w.offset * m.esz;
-    if (m.model.layers[i].bias) {
+    if (m.model.layers[m.unit_first[i]].bias) {
       const ParamInfo& bi = m.params[m.first_param[i] + 1];
       b.b = base + m.param_off + bi.offset * m.esz;
       b.db = base + m.grad_off + bi.offset * m.esz;

@@ -34,6 +34,16 @@ template <class T>
 void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                 const ConvShape& s, T* ws);
 
+// Conv2d (stride 1) + ReLU + MaxPool 2x2/2 fused: y[N, K, P/2, Q/2] and a window code per pooled
+// value (see ReluMaxpool2Fn); backward takes the codes. Workspace: conv_relu_pool_workspace.
+size_t conv_relu_pool_workspace(const ConvShape& s, int threads);
+template <class T>
+void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T* w, const T* b,
+                        const ConvShape& s, T* ws);
+template <class T>
+void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int32_t* code,
+                        const T* x, const T* w, const ConvShape& s, T* ws);
+
 // Pools over [N, C, H, W] -> [N, C, P, Q]; maxpool keeps argmax[N, C, P, Q] for backward.
 template <class T>
 void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s);
@@ -54,7 +64,7 @@ void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n);
 // Optimizer updates over one parameter tensor of n elements (f32). State buffers as named.
 struct SgdArgs { float lr, momentum, l2, wd; bool nesterov, use_momentum; };
 void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a);
-struct AdamArgs { float lr, beta1, beta2, eps, l2, wd, bias1, bias2; };  // bias_i = 1 - beta_i^t
+using ember::AdamArgs;  // see kernels.h
 void adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 
 }  // namespace ember::ops

@@ -36,21 +36,10 @@ void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, con
   });
 }
 
-// Adam / AdamW: m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
-// w -= lr/bias1 * m / (sqrt(v)/sqrt(bias2) + eps), after w -= lr * wd * w (AdamW).
+// Adam / AdamW (formulas in kernels.h, AdamFn), through the kernel table.
 void adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n,
                const AdamArgs& a) {
-  const float step = a.lr / a.bias1, inv_sqrt_b2 = 1.f / std::sqrt(a.bias2);
-  over(e, n, [&](size_t b, size_t end) {
-    for (size_t i = b; i < end; ++i) {
-      const float gi = g[i] + a.l2 * w[i];
-      float wi = w[i] * (1.f - a.lr * a.wd);
-      m[i] = a.beta1 * m[i] + (1.f - a.beta1) * gi;
-      v[i] = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
-      wi -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_b2 + a.eps);
-      w[i] = wi;
-    }
-  });
+  over(e, n, [&](size_t b, size_t end) { e.k.adam(w + b, m + b, v + b, g + b, end - b, a); });
 }
 
 }  // namespace ember::ops

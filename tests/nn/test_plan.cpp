@@ -82,6 +82,81 @@ TEST(Plan, WholeModelGradcheckMnistCnn) {
   }
 }
 
+// Two fused Conv -> ReLU -> MaxPool units (the second needs its input gradient: it is not first,
+// and has padding, 3 input channels' worth of groups), checked against finite differences.
+Model two_block_cnn() {
+  Model m;
+  m.name = "two-block-cnn";
+  m.conv2d(3, 3, 1, 1).relu().maxpool2d(2).conv2d(6, 3, 1, 1, 3).relu().maxpool2d(2).flatten().linear(10);
+  return m;
+}
+
+TEST(Plan, FusedConvReluPoolGradcheckWithInputGradient) {
+  PlanOptions o;
+  o.batch = 2;
+  o.dtype = DType::f64;
+  Plan plan(two_block_cnn(), o);
+  plan.init_params(5);
+  double* x = static_cast<double*>(plan.input());
+  auto xin = randn(size_t(2) * 784, 4);
+  for (size_t i = 0; i < xin.size(); ++i) x[i] = xin[i];
+  plan.labels()[0] = 1, plan.labels()[1] = 6;
+  plan.forward(2);
+  plan.loss(2, true);
+  plan.backward(2);
+  double* w = static_cast<double*>(plan.param_data());
+  const double* g = static_cast<const double*>(plan.grad_data());
+  for (const ParamInfo& p : plan.params()) {
+    std::vector<double> vals(w + p.offset, w + p.offset + p.size);
+    std::vector<double> grads(g + p.offset, g + p.offset + p.size);
+    expect_gradient(p.name, vals, grads, [&] {
+      std::memcpy(w + p.offset, vals.data(), p.size * sizeof(double));
+      plan.forward(2);
+      return plan.loss(2, false);
+    }, 1e-6, 1e-5, std::max<size_t>(1, p.size / 60));
+    std::memcpy(w + p.offset, vals.data(), p.size * sizeof(double));
+  }
+}
+
+// The fused unit computes what the three separate layers compute, f32 and f64, 1 and 2 threads.
+TEST(Plan, FusedMatchesUnfused) {
+  for (const Model& model : {builtin_model("mnist-cnn"), two_block_cnn()})
+    for (DType dt : {DType::f32, DType::f64})
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(model.name + (dt == DType::f32 ? " f32" : " f64") + " threads " + std::to_string(threads));
+        PlanOptions of, ou;
+        of.batch = ou.batch = 6;
+        of.dtype = ou.dtype = dt;
+        of.threads = ou.threads = threads;
+        ou.fuse = false;
+        Plan pf(model, of), pu(model, ou);
+        ASSERT_EQ(pf.param_count(), pu.param_count());
+        pf.init_params(3);
+        pu.init_params(3);
+        const Dataset d = synthetic(6, 11);
+        std::vector<int64_t> idx{0, 1, 2, 3, 4, 5};
+        double loss[2];
+        int i = 0;
+        for (Plan* p : {&pf, &pu}) {
+          p->gather_u8(d.images.data(), d.labels.data(), idx.data(), 5);  // a partial batch
+          p->forward(5);
+          loss[i++] = p->loss(5, true);
+          p->backward(5);
+        }
+        EXPECT_NEAR(loss[0], loss[1], dt == DType::f32 ? 1e-5 : 1e-12);
+        auto grads = [&](Plan& p, size_t i) {
+          return dt == DType::f32 ? double(static_cast<const float*>(p.grad_data())[i])
+                                  : static_cast<const double*>(p.grad_data())[i];
+        };
+        double gmax = 0, diff = 0;
+        for (size_t j = 0; j < pf.param_count(); ++j) {
+          gmax = std::max(gmax, std::abs(grads(pu, j)));
+          diff = std::max(diff, std::abs(grads(pf, j) - grads(pu, j)));
+        }
+        EXPECT_LT(diff, (dt == DType::f32 ? 1e-5 : 1e-12) * gmax);
+      }
+}
+
 TEST(Plan, F32AgreesWithF64) {
   for (const char* name : {"mnist-cnn", "mxnet-mlp"}) {
     PlanOptions o32, o64;

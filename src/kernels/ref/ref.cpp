@@ -18,6 +18,21 @@ void bias_rows_f32(float* y, const float* b, int rows, int cols) { bias_rows<flo
 void bias_channels_f32(float* y, const float* b, int N, int K, int PQ) {
   bias_channels<float>(y, b, N, K, PQ);
 }
+void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d) {
+  conv_s1_fwd<float>(y, xp, w, b, d);
+}
+void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d) {
+  conv_s1_wgrad<float>(dw, db, dy, xp, d);
+}
+void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q) {
+  relu_maxpool2<float>(y, code, x, K, P, Q);
+}
+void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q) {
+  relu_maxpool2_bwd<float>(dx, dy, code, K, P, Q);
+}
+void adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
+  adam<float>(w, m, v, g, n, a);
+}
 }  // namespace ref
 
 }  // namespace ember

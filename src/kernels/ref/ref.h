@@ -358,4 +358,95 @@ template <class T> double mse(T* dx, const T* x, const int32_t* label, int N, in
   return total / ((double)N * D);
 }
 
+// Zero-padded copy of one sample: xp[C, Hp, Wp] holds x[C, H, W] at (pad_h, pad_w), 0 elsewhere.
+template <class T>
+void pad_image(T* xp, const T* x, int C, int H, int W, int pad_h, int pad_w, int Hp, int Wp) {
+  for (int c = 0; c < C; ++c)
+    for (int h = 0; h < Hp; ++h)
+      for (int w = 0; w < Wp; ++w) {
+        const int hh = h - pad_h, ww = w - pad_w;
+        xp[((size_t)c * Hp + h) * Wp + w] =
+            (hh >= 0 && hh < H && ww >= 0 && ww < W) ? x[((size_t)c * H + hh) * W + ww] : T(0);
+      }
+}
+// Direct stride-1 convolution of one padded sample (see ConvS1FwdFn).
+template <class T>
+void conv_s1_fwd(T* y, const T* xp, const T* w, const T* b, const ConvS1& d) {
+  for (int k = 0; k < d.K; ++k)
+    for (int p = 0; p < d.P; ++p)
+      for (int q = 0; q < d.Q; ++q) {
+        T acc = b ? b[k] : T(0);
+        for (int c = 0; c < d.C; ++c)
+          for (int r = 0; r < d.R; ++r)
+            for (int s = 0; s < d.S; ++s)
+              acc += w[(((size_t)k * d.C + c) * d.R + r) * d.S + s] *
+                     xp[((size_t)c * d.Hp + p + r) * d.Wp + q + s];
+        y[((size_t)k * d.P + p) * d.Q + q] = acc;
+      }
+}
+// Its weight and bias gradients, accumulated (see ConvS1WgradFn).
+template <class T>
+void conv_s1_wgrad(T* dw, T* db, const T* dy, const T* xp, const ConvS1& d) {
+  for (int k = 0; k < d.K; ++k) {
+    const T* dyk = dy + (size_t)k * d.P * d.Q;
+    for (int c = 0; c < d.C; ++c)
+      for (int r = 0; r < d.R; ++r)
+        for (int s = 0; s < d.S; ++s) {
+          T acc = 0;
+          for (int p = 0; p < d.P; ++p)
+            for (int q = 0; q < d.Q; ++q)
+              acc += dyk[p * d.Q + q] * xp[((size_t)c * d.Hp + p + r) * d.Wp + q + s];
+          dw[(((size_t)k * d.C + c) * d.R + r) * d.S + s] += acc;
+        }
+    if (db) {
+      T acc = 0;
+      for (int i = 0; i < d.P * d.Q; ++i) acc += dyk[i];
+      db[k] += acc;
+    }
+  }
+}
+// Fused ReLU + 2x2/2 max-pool of one sample and its adjoint (see ReluMaxpool2Fn).
+template <class T>
+void relu_maxpool2(T* y, int32_t* code, const T* x, int K, int P, int Q) {
+  const int P2 = P / 2, Q2 = Q / 2;
+  for (int k = 0; k < K; ++k)
+    for (int i = 0; i < P2; ++i)
+      for (int j = 0; j < Q2; ++j) {
+        T best = 0;
+        int32_t arg = -1;
+        for (int c = 0; c < 4; ++c) {
+          const T v = x[((size_t)k * P + 2 * i + (c >> 1)) * Q + 2 * j + (c & 1)];
+          const T rv = v > T(0) ? v : T(0);
+          if (c == 0 || rv > best) { best = rv; arg = c; }
+        }
+        y[((size_t)k * P2 + i) * Q2 + j] = best;
+        code[((size_t)k * P2 + i) * Q2 + j] = best > T(0) ? arg : -1;
+      }
+}
+template <class T>
+void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, int Q) {
+  const int P2 = P / 2, Q2 = Q / 2;
+  for (size_t i = 0; i < (size_t)K * P * Q; ++i) dx[i] = 0;
+  for (int k = 0; k < K; ++k)
+    for (int i = 0; i < P2; ++i)
+      for (int j = 0; j < Q2; ++j) {
+        const int32_t c = code[((size_t)k * P2 + i) * Q2 + j];
+        if (c >= 0)
+          dx[((size_t)k * P + 2 * i + (c >> 1)) * Q + 2 * j + (c & 1)] = dy[((size_t)k * P2 + i) * Q2 + j];
+      }
+}
+// Adam / AdamW over n elements (see AdamFn).
+template <class T>
+void adam(T* w, T* m, T* v, const T* g, size_t n, const AdamArgs& a) {
+  const T step = T(a.lr) / T(a.bias1), inv_sqrt_b2 = T(1) / std::sqrt(T(a.bias2));
+  for (size_t i = 0; i < n; ++i) {
+    const T gi = g[i] + T(a.l2) * w[i];
+    T wi = w[i] * (T(1) - T(a.lr) * T(a.wd));
+    m[i] = T(a.beta1) * m[i] + (T(1) - T(a.beta1)) * gi;
+    v[i] = T(a.beta2) * v[i] + (T(1) - T(a.beta2)) * gi * gi;
+    wi -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_b2 + T(a.eps));
+    w[i] = wi;
+  }
+}
+
 }  // namespace ember::ref

@@ -1,0 +1,225 @@
+// Kernel templates over a SIMD traits struct S (simd.h), instantiated once per ISA by
+// fast_avx512.cpp and fast_avx2.cpp with that ISA's flags: direct stride-1 convolution forward
+// and weight gradient, fused ReLU + 2x2 max-pool and its adjoint, Adam. Same contracts as the
+// scalar references in ref/ref.h; lanes run along a row (q) of the output.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "kernels/x86/simd.h"
+
+namespace ember {
+namespace {
+
+// Output channels k0 .. k0+KB of y[K, P, Q], two vectors (2W columns) of a row at a time.
+template <class S, int KB>
+void conv_s1_fwd_block(float* y, const float* xp, const float* w, const float* b, const ConvS1& d,
+                       int k0) {
+  using V = typename S::V;
+  const int RS = d.R * d.S;
+  const size_t wk = size_t(d.C) * RS;  // weight stride between output channels
+  for (int p = 0; p < d.P; ++p)
+    for (int q0 = 0; q0 < d.Q; q0 += 2 * S::W) {
+      const auto m0 = S::mask(d.Q - q0), m1 = S::mask(d.Q - q0 - S::W);
+      V acc[KB][2];
+#pragma GCC unroll 16
+      for (int j = 0; j < KB; ++j) acc[j][0] = acc[j][1] = b ? S::set1(b[k0 + j]) : S::zero();
+      for (int c = 0; c < d.C; ++c)
+        for (int r = 0; r < d.R; ++r) {
+          const float* row = xp + (size_t(c) * d.Hp + p + r) * d.Wp + q0;
+          const float* wr = w + k0 * wk + size_t(c) * RS + r * d.S;
+          for (int s = 0; s < d.S; ++s) {
+            const V x0 = S::load(row + s, m0), x1 = S::load(row + s + S::W, m1);
+#pragma GCC unroll 16
+            for (int j = 0; j < KB; ++j) {
+              const V wv = S::set1(wr[j * wk + s]);
+              acc[j][0] = S::fma(wv, x0, acc[j][0]);
+              acc[j][1] = S::fma(wv, x1, acc[j][1]);
+            }
+          }
+        }
+#pragma GCC unroll 16
+      for (int j = 0; j < KB; ++j) {
+        float* yr = y + (size_t(k0 + j) * d.P + p) * d.Q + q0;
+        S::store(yr, acc[j][0], m0);
+        S::store(yr + S::W, acc[j][1], m1);
+      }
+    }
+}
+
+template <class S>
+void conv_s1_fwd(float* y, const float* xp, const float* w, const float* b, const ConvS1& d) {
+  int k = 0;
+  for (; k + 8 <= d.K; k += 8) conv_s1_fwd_block<S, 8>(y, xp, w, b, d, k);
+  for (; k + 4 <= d.K; k += 4) conv_s1_fwd_block<S, 4>(y, xp, w, b, d, k);
+  for (; k < d.K; ++k) conv_s1_fwd_block<S, 1>(y, xp, w, b, d, k);
+}
+
+// dw for channels k0 .. k0+KB, input channel c, kernel row r, kernel columns s0 .. s0+SB.
+template <class S, int KB, int SB>
+void conv_s1_wgrad_block(float* dw, const float* dy, const float* xp, const ConvS1& d, int k0,
+                         int c, int r, int s0) {
+  using V = typename S::V;
+  const size_t PQ = size_t(d.P) * d.Q;
+  V acc[KB][SB];
+#pragma GCC unroll 32
+  for (int j = 0; j < KB; ++j)
+#pragma GCC unroll 8
+    for (int t = 0; t < SB; ++t) acc[j][t] = S::zero();
+  for (int p = 0; p < d.P; ++p) {
+    const float* row = xp + (size_t(c) * d.Hp + p + r) * d.Wp + s0;
+    for (int q0 = 0; q0 < d.Q; q0 += 2 * S::W) {
+      const auto m0 = S::mask(d.Q - q0), m1 = S::mask(d.Q - q0 - S::W);
+      V g0[KB], g1[KB];
+#pragma GCC unroll 16
+      for (int j = 0; j < KB; ++j) {
+        const float* dyr = dy + (k0 + j) * PQ + size_t(p) * d.Q + q0;
+        g0[j] = S::load(dyr, m0);
+        g1[j] = S::load(dyr + S::W, m1);
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < SB; ++t) {
+        const V x0 = S::load(row + q0 + t, m0), x1 = S::load(row + q0 + t + S::W, m1);
+#pragma GCC unroll 16
+        for (int j = 0; j < KB; ++j) {
+          acc[j][t] = S::fma(g0[j], x0, acc[j][t]);
+          acc[j][t] = S::fma(g1[j], x1, acc[j][t]);
+        }
+      }
+    }
+  }
+  const int RS = d.R * d.S;
+#pragma GCC unroll 16
+  for (int j = 0; j < KB; ++j)
+#pragma GCC unroll 8
+    for (int t = 0; t < SB; ++t) dw[(size_t(k0 + j) * d.C + c) * RS + r * d.S + s0 + t] += S::sum(acc[j][t]);
+}
+
+template <class S, int KB>
+void conv_s1_wgrad_channels(float* dw, const float* dy, const float* xp, const ConvS1& d, int k0) {
+  constexpr int SB = S::W == 16 ? 5 : 3;  // KB * SB accumulators plus 2 KB gradient vectors
+  for (int c = 0; c < d.C; ++c)
+    for (int r = 0; r < d.R; ++r) {
+      int s = 0;
+      for (; s + SB <= d.S; s += SB) conv_s1_wgrad_block<S, KB, SB>(dw, dy, xp, d, k0, c, r, s);
+      for (; s + 2 <= d.S; s += 2) conv_s1_wgrad_block<S, KB, 2>(dw, dy, xp, d, k0, c, r, s);
+      for (; s < d.S; ++s) conv_s1_wgrad_block<S, KB, 1>(dw, dy, xp, d, k0, c, r, s);
+    }
+}
+
+template <class S>
+void conv_s1_wgrad(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d) {
+  constexpr int KB = S::W == 16 ? 4 : 2;
+  int k = 0;
+  for (; k + KB <= d.K; k += KB) conv_s1_wgrad_channels<S, KB>(dw, dy, xp, d, k);
+  for (; k < d.K; ++k) conv_s1_wgrad_channels<S, 1>(dw, dy, xp, d, k);
+  if (db) {
+    const size_t PQ = size_t(d.P) * d.Q;
+    for (int kk = 0; kk < d.K; ++kk) {
+      typename S::V acc = S::zero();
+      size_t i = 0;
+      for (; i + S::W <= PQ; i += S::W) acc = S::add(acc, S::loadu(dy + kk * PQ + i));
+      acc = S::add(acc, S::load(dy + kk * PQ + i, S::mask(int(PQ - i))));
+      db[kk] += S::sum(acc);
+    }
+  }
+}
+
+// Fused ReLU + 2x2/2 max-pool: W outputs of a pooled row per iteration, from 2W inputs of each
+// of the two input rows split into even and odd columns.
+template <class S>
+void relu_maxpool2(float* y, int32_t* code, const float* x, int K, int P, int Q) {
+  using V = typename S::V;
+  const int P2 = P / 2, Q2 = Q / 2;
+  const V zero = S::zero(), one = S::set1(1), two = S::set1(2), three = S::set1(3), none = S::set1(-1);
+  for (int k = 0; k < K; ++k)
+    for (int i = 0; i < P2; ++i) {
+      const float* r0 = x + (size_t(k) * P + 2 * i) * Q;
+      const float* r1 = r0 + Q;
+      float* yr = y + (size_t(k) * P2 + i) * Q2;
+      int32_t* cr = code + (size_t(k) * P2 + i) * Q2;
+      for (int j = 0; j < Q2; j += S::W) {
+        const int n = 2 * (Q2 - j);  // inputs of this row still to pool (pairs only)
+        const auto ma = S::mask(n), mb = S::mask(n - S::W), mo = S::mask(Q2 - j);
+        V a0, a1, b0, b1;
+        S::deinterleave(S::load(r0 + 2 * j, ma), S::load(r0 + 2 * j + S::W, mb), &a0, &a1);
+        S::deinterleave(S::load(r1 + 2 * j, ma), S::load(r1 + 2 * j + S::W, mb), &b0, &b1);
+        V best = S::max(a0, zero), c = zero;  // max(x, 0) maps NaN to 0, as x > 0 ? x : 0 does
+        V v = S::max(a1, zero);
+        auto gt = S::gt(v, best);
+        best = S::select(gt, best, v), c = S::select(gt, c, one);
+        v = S::max(b0, zero), gt = S::gt(v, best);
+        best = S::select(gt, best, v), c = S::select(gt, c, two);
+        v = S::max(b1, zero), gt = S::gt(v, best);
+        best = S::select(gt, best, v), c = S::select(gt, c, three);
+        c = S::select(S::gt(best, zero), none, c);
+        S::store(yr + j, best, mo);
+        S::store_i32(cr + j, c, mo);
+      }
+    }
+}
+
+template <class S>
+void relu_maxpool2_bwd(float* dx, const float* dy, const int32_t* code, int K, int P, int Q) {
+  const int P2 = P / 2, Q2 = Q / 2;
+  for (int k = 0; k < K; ++k) {
+    for (int i = 0; i < P2; ++i) {
+      float* r0 = dx + (size_t(k) * P + 2 * i) * Q;
+      float* r1 = r0 + Q;
+      const float* g = dy + (size_t(k) * P2 + i) * Q2;
+      const int32_t* cr = code + (size_t(k) * P2 + i) * Q2;
+      for (int j = 0; j < Q2; ++j) {  // branch-free selects; the compiler vectorizes them
+        const int32_t c = cr[j];
+        const float v = g[j];
+        r0[2 * j] = c == 0 ? v : 0.f;
+        r0[2 * j + 1] = c == 1 ? v : 0.f;
+        r1[2 * j] = c == 2 ? v : 0.f;
+        r1[2 * j + 1] = c == 3 ? v : 0.f;
+      }
+      if (Q & 1) r0[Q - 1] = r1[Q - 1] = 0.f;
+    }
+    if (P & 1) std::memset(dx + (size_t(k) * P + P - 1) * Q, 0, size_t(Q) * sizeof(float));
+  }
+}
+
+void adam_simd(float* __restrict w, float* __restrict m, float* __restrict v,
+               const float* __restrict g, size_t n, const AdamArgs& a) {
+  const float step = a.lr / a.bias1, inv_sqrt_b2 = 1.f / std::sqrt(a.bias2);
+  const float decay = 1.f - a.lr * a.wd, b1 = a.beta1, b2 = a.beta2, c1 = 1.f - b1, c2 = 1.f - b2;
+  const float l2 = a.l2, eps = a.eps;
+#pragma GCC ivdep
+  for (size_t i = 0; i < n; ++i) {  // plain loop: vectorized by the ISA flags of the includer
+    const float gi = g[i] + l2 * w[i];
+    const float mi = b1 * m[i] + c1 * gi;
+    const float vi = b2 * v[i] + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = w[i] * decay - step * mi / (std::sqrt(vi) * inv_sqrt_b2 + eps);
+  }
+}
+
+void relu_fwd_simd(float* __restrict y, const float* __restrict x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+void relu_bwd_simd(float* __restrict dx, const float* __restrict dy, const float* __restrict y,
+                   size_t n) {
+  for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+}
+
+template <class S>
+Kernels fast_table() {
+  Kernels k{};
+  k.relu_fwd = relu_fwd_simd;
+  k.relu_bwd = relu_bwd_simd;
+  k.conv_s1_fwd = conv_s1_fwd<S>;
+  k.conv_s1_wgrad = conv_s1_wgrad<S>;
+  k.relu_maxpool2 = relu_maxpool2<S>;
+  k.relu_maxpool2_bwd = relu_maxpool2_bwd<S>;
+  k.adam = adam_simd;
+  return k;
+}
+
+}  // namespace
+}  // namespace ember

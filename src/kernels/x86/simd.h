@@ -1,0 +1,85 @@
+// Thin SIMD traits for the per-ISA kernel templates in fast_impl.h: one struct per ISA, compiled
+// only in the translation unit built with that ISA's flags, inside an anonymous namespace so that
+// the AVX-512 and AVX2 copies never merge at link time. W lanes of float; masks cover n lanes.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace ember {
+namespace {
+
+#if defined(__AVX512F__)
+struct Avx512 {
+  using V = __m512;
+  using M = __mmask16;   // lane mask for loads and stores
+  using C = __mmask16;   // comparison result
+  static constexpr int W = 16;
+  static M mask(int n) { return n <= 0 ? M(0) : n >= 16 ? M(0xFFFF) : M((1u << n) - 1); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p); }
+  static V loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v, M m) { _mm512_mask_storeu_ps(p, m, v); }
+  static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  static C gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static V select(C c, V if_false, V if_true) { return _mm512_mask_blend_ps(c, if_false, if_true); }
+  // Even and odd lanes of the 2W floats a:b.
+  static void deinterleave(V a, V b, V* even, V* odd) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *even = _mm512_permutex2var_ps(a, ie, b);
+    *odd = _mm512_permutex2var_ps(a, io, b);
+  }
+  // Stores the float lanes (small integers) as int32.
+  static void store_i32(int32_t* p, V v, M m) {
+    _mm512_mask_storeu_epi32(p, m, _mm512_cvttps_epi32(v));
+  }
+};
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+struct Avx2 {
+  using V = __m256;
+  using M = __m256i;
+  using C = __m256;
+  static constexpr int W = 8;
+  static M mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p, M m) { return _mm256_maskload_ps(p, m); }
+  static V loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v, M m) { _mm256_maskstore_ps(p, m, v); }
+  static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static float sum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static C gt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static V select(C c, V if_false, V if_true) { return _mm256_blendv_ps(if_false, if_true, c); }
+  static void deinterleave(V a, V b, V* even, V* odd) {
+    // shuffle_ps works per 128-bit lane: [a0 a2 b0 b2 | a4 a6 b4 b6]; permute4x64 restores order.
+    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  static void store_i32(int32_t* p, V v, M m) {
+    _mm256_maskstore_epi32(p, m, _mm256_cvttps_epi32(v));
+  }
+};
+#endif
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,139 @@
+// Conv2d (stride 1) + ReLU + MaxPool 2x2/2, fused per sample so the convolution's output never
+// leaves the cache: pad the sample, direct convolution into thread scratch, ReLU + pool into the
+// output with a window code per pooled value. Backward rebuilds the conv-output gradient from the
+// codes and runs the direct weight gradient (and, when asked, the input gradient by GEMM+col2im).
+#include <cstring>
+#include <type_traits>
+
+#include "ops/ops.h"
+
+namespace ember::ops {
+
+namespace {
+struct Geo {
+  int G, Cg, Kg, Hp, Wp, P2, Q2;
+  size_t xp, out, col, wgrad;  // per-thread scratch sizes (elements) and one weight gradient
+};
+Geo geo(const ConvShape& s) {
+  Geo g;
+  g.G = s.groups, g.Cg = s.C / s.groups, g.Kg = s.K / s.groups;
+  g.Hp = s.H + 2 * s.pad_h, g.Wp = s.W + 2 * s.pad_w;
+  g.P2 = s.P / 2, g.Q2 = s.Q / 2;
+  g.xp = size_t(s.C) * g.Hp * g.Wp;
+  g.out = size_t(s.K) * s.P * s.Q;
+  g.col = size_t(g.Cg) * s.R * s.S * s.P * s.Q;
+  g.wgrad = size_t(s.K) * g.Cg * s.R * s.S + s.K;
+  return g;
+}
+size_t per_thread(const Geo& g) { return g.xp + g.out + g.col; }
+}  // namespace
+
+size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
+  const Geo g = geo(s);
+  return threads * per_thread(g) + (threads - 1) * g.wgrad;
+}
+
+// y[N, K, P/2, Q/2], code[N, K, P/2, Q/2] from x[N, C, H, W], w[K, C/G, R, S], b[K] (may be null).
+template <class T>
+void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T* w, const T* b,
+                        const ConvShape& s, T* ws) {
+  const Geo g = geo(s);
+  const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
+  const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, wg = size_t(g.Kg) * g.Cg * s.R * s.S;
+  auto body = [&](int64_t n0, int64_t n1, T* scratch) {
+    T* xp = scratch;
+    T* out = xp + g.xp;
+    for (int64_t n = n0; n < n1; ++n) {
+      ref::pad_image<T>(xp, x + n * s.C * HW, s.C, s.H, s.W, s.pad_h, s.pad_w, g.Hp, g.Wp);
+      for (int gi = 0; gi < g.G; ++gi) {
+        const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
+        T* og = out + size_t(gi) * g.Kg * s.P * s.Q;
+        const T* bg = b ? b + gi * g.Kg : nullptr;
+        if constexpr (std::is_same_v<T, float>) e.k.conv_s1_fwd(og, xpg, w + gi * wg, bg, d);
+        else ref::conv_s1_fwd<T>(og, xpg, w + gi * wg, bg, d);
+      }
+      if constexpr (std::is_same_v<T, float>)
+        e.k.relu_maxpool2(y + n * s.K * YQ, code + n * s.K * YQ, out, s.K, s.P, s.Q);
+      else ref::relu_maxpool2<T>(y + n * s.K * YQ, code + n * s.K * YQ, out, s.K, s.P, s.Q);
+    }
+  };
+  if (std::is_same_v<T, double> || e.pool.size() == 1) {
+    body(0, s.N, ws);
+    return;
+  }
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, e.pool.size());
+    body(r.begin, r.end, ws + t * per_thread(g));
+  });
+}
+
+// dx[N, C, H, W] (skipped when null), dw, db (db skipped when null), overwritten.
+template <class T>
+void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int32_t* code,
+                        const T* x, const T* w, const ConvShape& s, T* ws) {
+  const Geo g = geo(s);
+  const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
+  const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, PQ = size_t(s.P) * s.Q;
+  const size_t wg = size_t(g.Kg) * g.Cg * s.R * s.S, Kw = size_t(s.K) * g.Cg * s.R * s.S;
+  const int T_ = std::is_same_v<T, double> ? 1 : e.pool.size();
+  T* partials = ws + T_ * per_thread(g);
+  auto body = [&](int t, int64_t n0, int64_t n1) {
+    T* xp = ws + t * per_thread(g);
+    T* dout = xp + g.xp;
+    T* col = dout + g.out;
+    T* dwt = t == 0 ? dw : partials + (t - 1) * g.wgrad;
+    T* dbt = db ? (t == 0 ? db : dwt + Kw) : nullptr;
+    std::memset(dwt, 0, Kw * sizeof(T));
+    if (t > 0 || db) std::memset(t == 0 ? db : dwt + Kw, 0, s.K * sizeof(T));
+    for (int64_t n = n0; n < n1; ++n) {
+      ref::pad_image<T>(xp, x + n * s.C * HW, s.C, s.H, s.W, s.pad_h, s.pad_w, g.Hp, g.Wp);
+      if constexpr (std::is_same_v<T, float>)
+        e.k.relu_maxpool2_bwd(dout, dy + n * s.K * YQ, code + n * s.K * YQ, s.K, s.P, s.Q);
+      else ref::relu_maxpool2_bwd<T>(dout, dy + n * s.K * YQ, code + n * s.K * YQ, s.K, s.P, s.Q);
+      for (int gi = 0; gi < g.G; ++gi) {
+        const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
+        const T* dog = dout + size_t(gi) * g.Kg * PQ;
+        T* dbg = dbt ? dbt + gi * g.Kg : nullptr;
+        if constexpr (std::is_same_v<T, float>) e.k.conv_s1_wgrad(dwt + gi * wg, dbg, dog, xpg, d);
+        else ref::conv_s1_wgrad<T>(dwt + gi * wg, dbg, dog, xpg, d);
+        if (!dx) continue;
+        T* dxg = dx + (n * s.C + gi * g.Cg) * HW;
+        const int CRS = g.Cg * s.R * s.S;
+        if constexpr (std::is_same_v<T, float>) {
+          e.k.sgemm(true, false, CRS, int(PQ), g.Kg, 1.f, w + gi * wg, CRS, dog, int(PQ), 0.f, col, int(PQ));
+          std::memset(dxg, 0, size_t(g.Cg) * HW * sizeof(T));
+          e.k.col2im(dxg, col, g.Cg, s);
+        } else {
+          ref::gemm<T>(true, false, CRS, int(PQ), g.Kg, 1.0, w + gi * wg, CRS, dog, int(PQ), 0.0, col, int(PQ));
+          std::memset(dxg, 0, size_t(g.Cg) * HW * sizeof(T));
+          ref::col2im<T>(dxg, col, g.Cg, s);
+        }
+      }
+    }
+  };
+  if (T_ == 1) {
+    body(0, 0, s.N);
+    return;
+  }
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, T_);
+    body(t, r.begin, r.end);
+  });
+  const size_t total = Kw + (db ? s.K : 0);
+  e.pool.run([&](int t) {  // fixed-order sum of the partials: bit-identical for a thread count
+    const Range r = split_range((int64_t)total, t, T_);
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      T* dst = (size_t)i < Kw ? dw + i : db + (i - Kw);
+      T acc = *dst;
+      for (int p = 1; p < T_; ++p) acc += partials[(p - 1) * g.wgrad + i];
+      *dst = acc;
+    }
+  });
+}
+
+template void conv_relu_pool_fwd<float>(const Exec&, float*, int32_t*, const float*, const float*, const float*, const ConvShape&, float*);
+template void conv_relu_pool_fwd<double>(const Exec&, double*, int32_t*, const double*, const double*, const double*, const ConvShape&, double*);
+template void conv_relu_pool_bwd<float>(const Exec&, float*, float*, float*, const float*, const int32_t*, const float*, const float*, const ConvShape&, float*);
+template void conv_relu_pool_bwd<double>(const Exec&, double*, double*, double*, const double*, const int32_t*, const double*, const double*, const ConvShape&, double*);
+
+}  // namespace ember::ops

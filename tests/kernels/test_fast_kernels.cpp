@@ -1,0 +1,134 @@
+// The table's non-GEMM kernels (direct stride-1 conv forward and weight gradient, fused ReLU +
+// max-pool and its adjoint, Adam, ReLU) for every ISA the CPU has, against the scalar references
+// on awkward sizes: rows shorter and longer than a vector, odd pools, one channel, NaN inputs.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+
+namespace ember {
+namespace {
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa_supported(i)) v.push_back(i);
+  return v;
+}
+std::vector<float> rnd(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+// Relative closeness for sums of `terms` products of unit normals.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double terms,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  const double tol = 1e-6 * std::sqrt(terms) * 8 + 1e-6;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(double(got[i]) - want[i]) <= tol * std::max(1.0, std::abs(double(want[i])))) &&
+        bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i];
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+struct Case { int C, K, P, Q, R, S; };
+const Case kCases[] = {{1, 32, 28, 28, 5, 5}, {1, 1, 1, 1, 1, 1},  {2, 3, 3, 17, 3, 3},
+                       {3, 13, 5, 16, 3, 2},  {1, 5, 2, 33, 7, 7}, {4, 9, 4, 40, 1, 5},
+                       {2, 8, 6, 7, 2, 3}};
+
+TEST(FastKernels, ConvS1ForwardAndWeightGradient) {
+  for (Isa isa : isas())
+    for (const Case& c : kCases) {
+      const ConvS1 d{c.C, c.K, c.P + c.R - 1, c.Q + c.S - 1, c.R, c.S, c.P, c.Q};
+      SCOPED_TRACE(std::string(isa_name(isa)) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) +
+                   " P" + std::to_string(c.P) + " Q" + std::to_string(c.Q) + " R" + std::to_string(c.R) +
+                   " S" + std::to_string(c.S));
+      const Kernels& k = kernels_for(isa);
+      const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
+                   ny = size_t(d.K) * d.P * d.Q;
+      auto xp = rnd(nx, 1), w = rnd(nw, 2), b = rnd(d.K, 3), dy = rnd(ny, 4);
+      std::vector<float> y(ny, NAN), yr(ny);
+      k.conv_s1_fwd(y.data(), xp.data(), w.data(), b.data(), d);
+      ref::conv_s1_fwd<float>(yr.data(), xp.data(), w.data(), b.data(), d);
+      expect_close(y, yr, d.C * d.R * d.S, "y");
+      k.conv_s1_fwd(y.data(), xp.data(), w.data(), nullptr, d);  // no bias
+      ref::conv_s1_fwd<float>(yr.data(), xp.data(), w.data(), nullptr, d);
+      expect_close(y, yr, d.C * d.R * d.S, "y without bias");
+      // Accumulates on top of what is there.
+      std::vector<float> dw(nw, 0.5f), dwr(nw, 0.5f), db(d.K, -1.f), dbr(d.K, -1.f);
+      k.conv_s1_wgrad(dw.data(), db.data(), dy.data(), xp.data(), d);
+      ref::conv_s1_wgrad<float>(dwr.data(), dbr.data(), dy.data(), xp.data(), d);
+      expect_close(dw, dwr, d.P * d.Q, "dw");
+      expect_close(db, dbr, d.P * d.Q, "db");
+      k.conv_s1_wgrad(dw.data(), nullptr, dy.data(), xp.data(), d);
+      ref::conv_s1_wgrad<float>(dwr.data(), nullptr, dy.data(), xp.data(), d);
+      expect_close(dw, dwr, 2 * d.P * d.Q, "dw, second sample, no bias");
+    }
+}
+
+TEST(FastKernels, ReluMaxpool2MatchesReferenceExactly) {
+  const int shapes[][3] = {{32, 28, 28}, {1, 2, 2}, {3, 5, 7}, {2, 3, 33}, {5, 4, 64}, {1, 9, 1}};
+  for (Isa isa : isas())
+    for (const auto& sh : shapes) {
+      const int K = sh[0], P = sh[1], Q = sh[2], P2 = P / 2, Q2 = Q / 2;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " K" + std::to_string(K) + " P" + std::to_string(P) +
+                   " Q" + std::to_string(Q));
+      const Kernels& k = kernels_for(isa);
+      auto x = rnd(size_t(K) * P * Q, 5);
+      // Ties, exact zeros, negatives-only windows and NaN.
+      for (size_t i = 0; i < x.size(); i += 7) x[i] = 0.f;
+      for (size_t i = 3; i < x.size(); i += 11) x[i] = x[i - 1];
+      if (x.size() > 20) x[13] = NAN, x[17] = -NAN;
+      std::vector<float> y(size_t(K) * P2 * Q2, -7.f), yr(y.size());
+      std::vector<int32_t> code(y.size(), 99), coder(y.size());
+      k.relu_maxpool2(y.data(), code.data(), x.data(), K, P, Q);
+      ref::relu_maxpool2<float>(yr.data(), coder.data(), x.data(), K, P, Q);
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(y[i], yr[i]) << i;
+        ASSERT_EQ(code[i], coder[i]) << i;
+      }
+      auto dy = rnd(y.size(), 6);
+      std::vector<float> dx(x.size(), NAN), dxr(x.size());
+      k.relu_maxpool2_bwd(dx.data(), dy.data(), code.data(), K, P, Q);
+      ref::relu_maxpool2_bwd<float>(dxr.data(), dy.data(), coder.data(), K, P, Q);
+      for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(dx[i], dxr[i]) << i;
+    }
+}
+
+TEST(FastKernels, AdamAndRelu) {
+  for (Isa isa : isas())
+    for (size_t n : {size_t(1), size_t(15), size_t(16), size_t(1000), size_t(4099)}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " n" + std::to_string(n));
+      const Kernels& k = kernels_for(isa);
+      auto w = rnd(n, 7), g = rnd(n, 8), m = rnd(n, 9), v = rnd(n, 10);
+      for (auto& x : v) x = x * x;
+      auto wr = w, mr = m, vr = v;
+      const AdamArgs a{1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, 1e-2f, 0.19f, 0.002f};
+      for (int step = 0; step < 3; ++step) {
+        k.adam(w.data(), m.data(), v.data(), g.data(), n, a);
+        ref::adam<float>(wr.data(), mr.data(), vr.data(), g.data(), n, a);
+      }
+      expect_close(w, wr, 4, "w");
+      expect_close(m, mr, 4, "m");
+      expect_close(v, vr, 4, "v");
+      std::vector<float> y(n), yr(n), dx(n), dxr(n);
+      k.relu_fwd(y.data(), g.data(), n);
+      ref::relu_fwd<float>(yr.data(), g.data(), n);
+      k.relu_bwd(dx.data(), m.data(), y.data(), n);
+      ref::relu_bwd<float>(dxr.data(), m.data(), yr.data(), n);
+      EXPECT_EQ(y, yr);
+      EXPECT_EQ(dx, dxr);
+    }
+}
+
+}  // namespace
+}  // namespace ember
