@@ -163,20 +163,26 @@ void relu_maxpool2(float* y, int32_t* code, const float* x, int K, int P, int Q)
 
 template <class S>
 void relu_maxpool2_bwd(float* dx, const float* dy, const int32_t* code, int K, int P, int Q) {
+  using V = typename S::V;
   const int P2 = P / 2, Q2 = Q / 2;
+  const V c0 = S::zero(), c1 = S::set1(1), c2 = S::set1(2), c3 = S::set1(3);
   for (int k = 0; k < K; ++k) {
     for (int i = 0; i < P2; ++i) {
       float* r0 = dx + (size_t(k) * P + 2 * i) * Q;
       float* r1 = r0 + Q;
       const float* g = dy + (size_t(k) * P2 + i) * Q2;
       const int32_t* cr = code + (size_t(k) * P2 + i) * Q2;
-      for (int j = 0; j < Q2; ++j) {  // branch-free selects; the compiler vectorizes them
-        const int32_t c = cr[j];
-        const float v = g[j];
-        r0[2 * j] = c == 0 ? v : 0.f;
-        r0[2 * j + 1] = c == 1 ? v : 0.f;
-        r1[2 * j] = c == 2 ? v : 0.f;
-        r1[2 * j + 1] = c == 3 ? v : 0.f;
+      for (int j = 0; j < Q2; j += S::W) {
+        const int n = 2 * (Q2 - j);
+        const auto mo = S::mask(Q2 - j), ma = S::mask(n), mb = S::mask(n - S::W);
+        const V gv = S::load(g + j, mo), cv = S::load_i32(cr + j, mo);
+        V lo, hi;
+        S::interleave(S::select_zero(S::eq(cv, c0), gv), S::select_zero(S::eq(cv, c1), gv), &lo, &hi);
+        S::store(r0 + 2 * j, lo, ma);
+        S::store(r0 + 2 * j + S::W, hi, mb);
+        S::interleave(S::select_zero(S::eq(cv, c2), gv), S::select_zero(S::eq(cv, c3), gv), &lo, &hi);
+        S::store(r1 + 2 * j, lo, ma);
+        S::store(r1 + 2 * j + S::W, hi, mb);
       }
       if (Q & 1) r0[Q - 1] = r1[Q - 1] = 0.f;
     }

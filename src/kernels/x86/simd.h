@@ -35,10 +35,22 @@ struct Avx512 {
     *even = _mm512_permutex2var_ps(a, ie, b);
     *odd = _mm512_permutex2var_ps(a, io, b);
   }
-  // Stores the float lanes (small integers) as int32.
+  // The inverse: lo:hi = e0 o0 e1 o1 ...
+  static void interleave(V even, V odd, V* lo, V* hi) {
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *lo = _mm512_permutex2var_ps(even, il, odd);
+    *hi = _mm512_permutex2var_ps(even, ih, odd);
+  }
+  // Stores the float lanes (small integers) as int32; loads int32 lanes as floats.
   static void store_i32(int32_t* p, V v, M m) {
     _mm512_mask_storeu_epi32(p, m, _mm512_cvttps_epi32(v));
   }
+  static V load_i32(const int32_t* p, M m) {
+    return _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, p));
+  }
+  static C eq(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+  static V select_zero(C c, V v) { return _mm512_maskz_mov_ps(c, v); }  // c ? v : 0
 };
 #endif
 
@@ -75,9 +87,17 @@ struct Avx2 {
     *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
     *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
   }
+  static void interleave(V even, V odd, V* lo, V* hi) {
+    const __m256 l = _mm256_unpacklo_ps(even, odd), h = _mm256_unpackhi_ps(even, odd);
+    *lo = _mm256_permute2f128_ps(l, h, 0x20);
+    *hi = _mm256_permute2f128_ps(l, h, 0x31);
+  }
   static void store_i32(int32_t* p, V v, M m) {
     _mm256_maskstore_epi32(p, m, _mm256_cvttps_epi32(v));
   }
+  static V load_i32(const int32_t* p, M m) { return _mm256_cvtepi32_ps(_mm256_maskload_epi32(p, m)); }
+  static C eq(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  static V select_zero(C c, V v) { return _mm256_and_ps(c, v); }
 };
 #endif
 
