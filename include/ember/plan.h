@@ -65,6 +65,9 @@ class Plan {
   const std::vector<ParamInfo>& params() const;
   const std::vector<LayerInfo>& layers() const;
   size_t param_count() const;   // elements in the flat parameter block
+  // Floating-point operations per sample of a forward pass, or of a training step (forward,
+  // weight gradients, and the input gradients this plan computes), counting a multiply-add as 2.
+  double flops_per_sample(bool training) const;
 
   // Initialises all parameters from `seed` (each tensor its own PCG32 stream); biases zero;
   // clears optimizer state and its step count.

@@ -1,6 +1,7 @@
 // The one kernel table: CPU feature detection and the immutable per-ISA tables.
 // Every other part of ember reaches fast code only through kernels_for(isa).
 #include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
 
 namespace ember {
 namespace ref {
@@ -67,6 +68,7 @@ Kernels scalar_table() {
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
   k.adam = ref::adam_f32;
+  k.fma_loop = ref::fma_loop;
   return k;
 }
 // A fast table: the ISA's own kernels where it has them, the scalar references elsewhere.
@@ -81,6 +83,7 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.relu_maxpool2 = fast.relu_maxpool2;
   k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
   k.adam = fast.adam;
+  k.fma_loop = fast.fma_loop;
   return k;
 }
 }  // namespace

@@ -76,6 +76,10 @@ struct AdamArgs {
 };
 using AdamFn = void (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 
+// Benchmark kernel: `iters` rounds of independent FMAs on vector registers (the machine's FMA
+// peak for this ISA); returns the floating-point operations done and writes a result to *sink.
+using FmaLoopFn = double (*)(int64_t iters, float* sink);
+
 struct Kernels {
   Isa isa;
   SgemmFn sgemm;
@@ -90,6 +94,7 @@ struct Kernels {
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   AdamFn adam;
+  FmaLoopFn fma_loop;
 };
 
 // The table for an ISA (static, immutable). The ISA must be supported by the CPU.

@@ -359,6 +359,19 @@ void Plan::optimizer_step(double lr) {
   }
 }
 
+double Plan::flops_per_sample(bool training) const {
+  const Impl& m = *impl_;
+  double f = 0;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const double fw = m.layers[i]->flops_per_sample();  // multiply-adds of layers with weights
+    f += fw;
+    if (!training || !m.run_backward[i]) continue;
+    if (m.first_param[i] >= 0) f += fw;   // weight gradient
+    if (m.grad[i] != kNone) f += fw;      // input gradient
+  }
+  return f;
+}
+
 std::string Plan::summary() const {
   const Impl& m = *impl_;
   std::ostringstream os;

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ember::cli {
 
@@ -43,6 +44,19 @@ struct EvalArgs {
   std::string weights;
 };
 
+struct BenchArgs {
+  int threads = 0;             // 0: each workload's own
+  int batch_size = 0;          // 0: each workload's own
+  std::string isa;
+  int64_t samples = 60000;
+  std::vector<std::string> workloads;
+  std::string data;
+  bool json = false;
+  bool list = false;
+};
+
+void add_bench_flags(CLI::App* cmd, BenchArgs& a);
+int run_bench(const BenchArgs& a);
 void add_train_flags(CLI::App* cmd, TrainArgs& a);
 void add_eval_flags(CLI::App* cmd, EvalArgs& a);
 int run_train(TrainArgs a, const CLI::App& cmd);

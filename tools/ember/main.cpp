@@ -1,4 +1,4 @@
-// The ember command-line tool: `ember train`, `ember eval`, `ember info`. Parses flags with CLI11,
+// The ember command-line tool: `ember train`, `ember eval`, `ember bench`, `ember info`. Parses flags with CLI11,
 // validates every value (one-line errors naming the flag, non-zero exit), and drives the public
 // library API only.
 #include <CLI/CLI.hpp>
@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluate saved weights on the test set");
   ember::cli::add_eval_flags(eval_cmd, eval);
 
+  ember::cli::BenchArgs bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Time the end-to-end workloads against the machine's FMA peak");
+  ember::cli::add_bench_flags(bench_cmd, bench);
+
   CLI::App* info_cmd = app.add_subcommand("info", "Show CPU features, chosen kernels, threads and build");
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return ember::cli::run_train(train, *train_cmd);
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
     if (info_cmd->parsed()) return ember::cli::run_info();
+    if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
   } catch (const ember::Error& e) {
     std::fprintf(stderr, "ember: error: %s\n", e.what());
     return 2;

@@ -449,4 +449,16 @@ void adam(T* w, T* m, T* v, const T* g, size_t n, const AdamArgs& a) {
   }
 }
 
+// The scalar FMA loop (see FmaLoopFn): 8 independent chains of one float each.
+inline double fma_loop(int64_t iters, float* sink) {
+  float acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = float(j);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 8; ++j) acc[j] = std::fma(acc[j], 0.999999f, 1e-7f);
+  float t = 0;
+  for (int j = 0; j < 8; ++j) t += acc[j];
+  *sink = t;
+  return 2.0 * 8 * double(iters);
+}
+
 }  // namespace ember::ref

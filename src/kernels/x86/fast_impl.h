@@ -215,6 +215,23 @@ void relu_bwd_simd(float* __restrict dx, const float* __restrict dy, const float
 }
 
 template <class S>
+double fma_loop(int64_t iters, float* sink) {
+  using V = typename S::V;
+  constexpr int A = 16;  // enough independent chains to cover FMA latency on two pipes
+  V acc[A];
+  const V a = S::set1(0.999999f), b = S::set1(1e-7f);
+#pragma GCC unroll 16
+  for (int j = 0; j < A; ++j) acc[j] = S::set1(float(j));
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < A; ++j) acc[j] = S::fma(acc[j], a, b);
+  V t = acc[0];
+  for (int j = 1; j < A; ++j) t = S::add(t, acc[j]);
+  *sink = S::sum(t);
+  return 2.0 * S::W * A * double(iters);
+}
+
+template <class S>
 Kernels fast_table() {
   Kernels k{};
   k.relu_fwd = relu_fwd_simd;
@@ -224,6 +241,7 @@ Kernels fast_table() {
   k.relu_maxpool2 = relu_maxpool2<S>;
   k.relu_maxpool2_bwd = relu_maxpool2_bwd<S>;
   k.adam = adam_simd;
+  k.fma_loop = fma_loop<S>;
   return k;
 }
 

@@ -1,0 +1,145 @@
+// Single-thread throughput of the table's non-GEMM kernels per ISA, on mnist-cnn's shapes:
+// direct conv forward and weight gradient (GFLOP/s), fused ReLU + max-pool and its adjoint,
+// ReLU, Adam, im2col (GB/s of bytes read + written), and the FMA loop (the peak).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace {
+
+using ember::Isa;
+
+std::vector<float> rnd(size_t n) {
+  std::mt19937 g(1);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+bool skip(benchmark::State& st, Isa isa) {
+  if (ember::isa_supported(isa)) return false;
+  st.SkipWithError("ISA not supported by this CPU");
+  return true;
+}
+const ember::ConvS1 kConv{1, 32, 32, 32, 5, 5, 28, 28};  // mnist-cnn's conv on a padded sample
+
+void conv_fwd(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  auto xp = rnd(32 * 32), w = rnd(32 * 25), b = rnd(32);
+  std::vector<float> y(32 * 784);
+  for (auto _ : st) {
+    k.conv_s1_fwd(y.data(), xp.data(), w.data(), b.data(), kConv);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void conv_wgrad(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  auto xp = rnd(32 * 32), dy = rnd(32 * 784);
+  std::vector<float> dw(32 * 25), db(32);
+  for (auto _ : st) {
+    k.conv_s1_wgrad(dw.data(), db.data(), dy.data(), xp.data(), kConv);
+    benchmark::DoNotOptimize(dw.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void relu_pool(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  auto x = rnd(32 * 784);
+  std::vector<float> y(32 * 196), dx(32 * 784);
+  std::vector<int32_t> code(32 * 196);
+  for (auto _ : st) {
+    k.relu_maxpool2(y.data(), code.data(), x.data(), 32, 28, 28);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GB/s"] = benchmark::Counter((32 * 784 + 2 * 32 * 196) * 4e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void relu_pool_bwd(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  auto x = rnd(32 * 784), dy = rnd(32 * 196);
+  std::vector<float> y(32 * 196), dx(32 * 784);
+  std::vector<int32_t> code(32 * 196);
+  k.relu_maxpool2(y.data(), code.data(), x.data(), 32, 28, 28);
+  for (auto _ : st) {
+    k.relu_maxpool2_bwd(dx.data(), dy.data(), code.data(), 32, 28, 28);
+    benchmark::DoNotOptimize(dx.data());
+  }
+  st.counters["GB/s"] = benchmark::Counter((32 * 784 + 2 * 32 * 196) * 4e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void relu(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  const size_t n = 64 * 128;
+  auto x = rnd(n);
+  std::vector<float> y(n);
+  for (auto _ : st) {
+    k.relu_fwd(y.data(), x.data(), n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GB/s"] = benchmark::Counter(n * 8e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void adam(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  const size_t n = 805066;  // mnist-cnn's parameters
+  auto w = rnd(n), g = rnd(n), m = rnd(n), v = rnd(n);
+  for (auto& x : v) x = x * x;
+  const ember::AdamArgs a{1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, 0.f, 0.1f, 0.001f};
+  for (auto _ : st) {
+    k.adam(w.data(), m.data(), v.data(), g.data(), n, a);
+    benchmark::DoNotOptimize(w.data());
+  }
+  st.counters["GB/s"] = benchmark::Counter(n * 28e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void im2col(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  const ember::ConvShape s{1, 1, 28, 28, 32, 5, 5, 28, 28, 1, 1, 2, 2, 1};
+  auto x = rnd(784);
+  std::vector<float> col(25 * 784);
+  for (auto _ : st) {
+    k.im2col(col.data(), x.data(), 1, s);
+    benchmark::DoNotOptimize(col.data());
+  }
+  st.counters["GB/s"] = benchmark::Counter((784 + 25 * 784) * 4e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void fma_peak(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  float sink = 0;
+  double flops = 0;
+  for (auto _ : st) flops += k.fma_loop(1 << 16, &sink);
+  benchmark::DoNotOptimize(sink);
+  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
+}
+
+void register_all() {
+  using Fn = void (*)(benchmark::State&, Isa);
+  const std::pair<const char*, Fn> all[] = {{"conv_s1_fwd", conv_fwd},     {"conv_s1_wgrad", conv_wgrad},
+                                            {"relu_maxpool2", relu_pool},  {"relu_maxpool2_bwd", relu_pool_bwd},
+                                            {"relu_fwd", relu},            {"adam", adam},
+                                            {"im2col", im2col},            {"fma_loop", fma_peak}};
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    for (const auto& [name, fn] : all)
+      benchmark::RegisterBenchmark((std::string(name) + "/" + ember::isa_name(isa)).c_str(), fn, isa)
+          ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,295 @@
+#!/usr/bin/python3
+# Side-by-side benchmark: every `ember bench` workload run in ember and in PyTorch 1.13 (Debian's
+# python3-torch) in one run, same model, recipe, data, batch size and thread count, with PyTorch at
+# its best (OpenMP OpenBLAS with its AVX-512 kernels, thread counts pinned, glibc malloc kept from
+# returning memory to the kernel, warm-up before timing). Prints both and the ratio.
+#
+#   /usr/bin/python3 bench/compare_pytorch.py [--ember build/release/ember] [--data DIR]
+#       [--threads N] [--samples N] [--workloads a,b] [--full] [--json FILE]
+#
+# Needs: sudo apt-get install python3-torch libopenblas0-openmp
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+WORKLOADS = ["cnn-train", "cnn-train-1t", "peak-rss", "mlp-train", "cnn-infer-b1", "cnn-infer-b64",
+             "sgemm-2048-1t", "sgemm-2048", "sgemm-fc1-fwd", "sgemm-fc1-dx", "sgemm-fc1-dw"]
+HIGHER_IS_BETTER = {"samples/s", "GFLOP/s"}
+
+
+def torch_env(threads):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = OPENBLAS_DIR + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env["OPENBLAS_CORETYPE"] = "SkylakeX"
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["OPENBLAS_NUM_THREADS"] = str(threads)
+    env["MKL_NUM_THREADS"] = str(threads)
+    env["MALLOC_MMAP_THRESHOLD_"] = "4294967296"
+    env["MALLOC_TRIM_THRESHOLD_"] = "68719476736"
+    return env
+
+
+# ---------------------------------------------------------------- the PyTorch side (a child process)
+
+def read_idx(path):
+    for p in (path, path + ".gz"):
+        if os.path.exists(p):
+            with (gzip.open(p, "rb") if p.endswith(".gz") else open(p, "rb")) as f:
+                data = f.read()
+            break
+    else:
+        sys.exit(f"compare_pytorch: {path}[.gz]: no such file")
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return dims, data[4 + 4 * ndim:]
+
+
+def load(data_dir, split):
+    import torch
+    prefix = "train" if split == "train" else "t10k"
+    dims, img = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte"))
+    _, lab = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte"))
+    images = torch.frombuffer(bytearray(img), dtype=torch.uint8).reshape(dims[0], 1, dims[1], dims[2])
+    labels = torch.frombuffer(bytearray(lab), dtype=torch.uint8).long()
+    return images, labels
+
+
+def models():
+    import torch.nn as nn
+    cnn = lambda: nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                nn.Linear(6272, 128), nn.ReLU(), nn.Linear(128, 10))
+    mlp = lambda: nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                                nn.Linear(64, 10))
+    return cnn, mlp
+
+
+def param_groups(model, l2):
+    # ember's coupled L2 touches weights only, never biases: the same here.
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    return [{"params": weights, "weight_decay": l2}, {"params": biases, "weight_decay": 0.0}]
+
+
+def time_training(model, opt, images, labels, batch, samples):
+    import torch
+    import torch.nn.functional as F
+    count = images.shape[0]
+    cursor = [0]
+
+    def step(n):
+        idx = torch.tensor([(c * 7919) % count for c in range(cursor[0], cursor[0] + n)])
+        cursor[0] += n
+        x = images[idx].float().div_(255.0)
+        y = labels[idx]
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(10):
+        step(batch)
+    t0 = time.perf_counter()
+    done = 0
+    while done < samples:
+        n = min(batch, samples - done)
+        step(n)
+        done += n
+    return time.perf_counter() - t0
+
+
+def time_forward(model, x):
+    import torch
+    with torch.inference_mode():
+        for _ in range(20):
+            model(x)
+        reps, t0 = 0, time.perf_counter()
+        while True:
+            for _ in range(50):
+                model(x)
+            reps += 50
+            if time.perf_counter() - t0 > 0.5:
+                break
+        return (time.perf_counter() - t0) / reps * 1e3
+
+
+def time_mm(fn):
+    fn()
+    best = 1e30
+    for _ in range(5):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            if time.perf_counter() - t0 > 0.1:
+                break
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def torch_worker(a):
+    import torch
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    cnn, mlp = models()
+    w, r = a.workload, {"threads": a.threads, "batch": a.batch}
+    if w in ("cnn-train", "cnn-train-1t", "peak-rss"):
+        images, labels = load(a.data, "train")
+        m = cnn()
+        opt = torch.optim.Adam(param_groups(m, 1e-4), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+        s = time_training(m, opt, images, labels, a.batch, a.samples)
+        if w == "peak-rss":
+            r.update(value=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, unit="MB")
+        else:
+            r.update(value=s * 60000 / a.samples, unit="s/epoch", samples_per_s=a.samples / s)
+    elif w == "mlp-train":
+        images, labels = load(a.data, "train")
+        best = (0, 0)
+        for b in ([a.batch] if a.batch_given else [64, 128, 256, 512, 1024]):
+            m = mlp()
+            opt = torch.optim.SGD(param_groups(m, 1e-2), lr=0.1)
+            n = max(a.samples, 20 * b)
+            best = max(best, (n / time_training(m, opt, images, labels, b, n), b))
+        r.update(value=best[0], unit="samples/s", samples_per_s=best[0], batch=best[1])
+    elif w in ("cnn-infer-b1", "cnn-infer-b64"):
+        images, _ = load(a.data, "train")
+        m = cnn().eval()
+        x = images[:a.batch].float().div_(255.0)
+        ms = time_forward(m, x)
+        r.update(value=ms, unit="ms", samples_per_s=a.batch / (ms / 1e3))
+    elif w.startswith("sgemm"):
+        shapes = {"sgemm-2048-1t": (2048, 2048, 2048, "nn"), "sgemm-2048": (2048, 2048, 2048, "nn"),
+                  "sgemm-fc1-fwd": (64, 128, 6272, "nt"), "sgemm-fc1-dx": (64, 6272, 128, "nn"),
+                  "sgemm-fc1-dw": (128, 6272, 64, "tn")}
+        M, N, K, kind = shapes[w]
+        A = torch.rand(K, M) if kind == "tn" else torch.rand(M, K)
+        B = torch.rand(N, K) if kind == "nt" else torch.rand(K, N)
+        out = torch.empty(M, N)
+        opA = A.t() if kind == "tn" else A
+        opB = B.t() if kind == "nt" else B
+        s = time_mm(lambda: torch.mm(opA, opB, out=out))
+        r.update(value=2.0 * M * N * K / s / 1e9, unit="GFLOP/s")
+    elif w == "mnist-10":
+        r.update(full_run(a))
+    print(json.dumps(r))
+
+
+def full_run(a):
+    # The original recipe, 10 epochs: Adam 1e-3, cosine 1e-3 -> 1e-5 over T_max 20, L2 1e-4, batch 64.
+    import torch
+    import torch.nn.functional as F
+    cnn, _ = models()
+    images, labels = load(a.data, "train")
+    timages, tlabels = load(a.data, "test")
+    m = cnn()
+    opt = torch.optim.Adam(param_groups(m, 1e-4), lr=1e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20, eta_min=1e-5)
+    g = torch.Generator().manual_seed(1)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        m.train()
+        perm = torch.randperm(images.shape[0], generator=g)
+        for i in range(0, images.shape[0], 64):
+            idx = perm[i:i + 64]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(m(images[idx].float().div_(255.0)), labels[idx]).backward()
+            opt.step()
+        sched.step()
+        m.eval()
+        with torch.inference_mode():
+            correct = sum(int((m(timages[i:i + 1000].float().div_(255.0)).argmax(1) == tlabels[i:i + 1000]).sum())
+                          for i in range(0, timages.shape[0], 1000))
+    return {"value": time.perf_counter() - t0, "unit": "s", "test_acc": 100.0 * correct / timages.shape[0]}
+
+
+# ---------------------------------------------------------------- the driver
+
+DEFAULT_THREADS = {"cnn-train-1t": 1, "cnn-infer-b1": 1, "sgemm-2048-1t": 1}
+DEFAULT_BATCH = {"cnn-infer-b1": 1}
+
+
+def run_ember(a, w, threads):
+    cmd = [a.ember, "bench", "--json", "--workloads", w, "--samples", str(a.samples), "--data", a.data,
+           "--threads", str(threads)]
+    if a.batch:
+        cmd += ["--batch-size", str(a.batch)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    doc = json.loads(out)
+    return doc["workloads"][0], doc["machine"]
+
+
+def run_torch(a, w, threads, batch):
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", w, "--threads", str(threads),
+           "--batch", str(batch), "--samples", str(a.samples), "--data", a.data]
+    if a.batch:
+        cmd.append("--batch-given")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=torch_env(threads)).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--ember", default=os.path.join(os.path.dirname(__file__), "..", "build", "release", "ember"))
+    p.add_argument("--data", default=DEFAULT_DATA)
+    p.add_argument("--threads", type=int, default=0, help="threads for every workload (0: the table's)")
+    p.add_argument("--batch", type=int, default=0, help="batch for every workload (0: the table's)")
+    p.add_argument("--batch-given", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--samples", type=int, default=60000)
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--full", action="store_true", help="also the 10-epoch run of the original recipe (slow)")
+    p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--torch-worker", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.torch_worker:
+        a.workload = a.torch_worker
+        return torch_worker(a)
+    try:
+        import torch  # noqa: F401  (checked here so the message is clear)
+    except ImportError:
+        sys.exit("compare_pytorch: PyTorch is missing: sudo apt-get install python3-torch libopenblas0-openmp")
+    if not os.path.exists(a.ember):
+        sys.exit(f"compare_pytorch: {a.ember}: no such file (build ember first: scripts/setup.sh)")
+    hw = os.cpu_count() or 1
+    rows, machine = [], None
+    names = [w for w in a.workloads.split(",") if w]
+    for w in names:
+        if w not in WORKLOADS:
+            sys.exit(f"compare_pytorch: --workloads: unknown workload '{w}'")
+    print(f"{'workload':14} {'thr':>3} {'batch':>5} {'unit':10} {'ember':>12} {'pytorch':>12} {'ember/pytorch':>14}")
+    for w in names:
+        threads = a.threads or DEFAULT_THREADS.get(w, hw)
+        batch = a.batch or DEFAULT_BATCH.get(w, 64)
+        e, machine = run_ember(a, w, threads)
+        t = run_torch(a, w, threads, batch)
+        better = e["value"] / t["value"] if e["unit"] in HIGHER_IS_BETTER else t["value"] / e["value"]
+        rows.append({"workload": w, "threads": threads, "batch": e["batch"], "unit": e["unit"],
+                     "ember": e["value"], "pytorch": t["value"], "pytorch_batch": t.get("batch"),
+                     "speedup": better, "ember_gflops": e["gflops"], "ember_peak_pct": e["peak_pct"]})
+        print(f"{w:14} {threads:3d} {e['batch'] or '-':>5} {e['unit']:10} {e['value']:12.4g} {t['value']:12.4g} "
+              f"{better:13.2f}x", flush=True)
+    if a.full:
+        t0 = time.perf_counter()
+        out = subprocess.run([a.ember, "train", "--data", a.data, "--threads", str(a.threads or hw)],
+                             check=True, capture_output=True, text=True).stdout
+        ember_s = time.perf_counter() - t0
+        acc = float(out.strip().splitlines()[-1].split("accuracy ")[1].split("%")[0])
+        t = run_torch(a, "mnist-10", a.threads or hw, 64)
+        rows.append({"workload": "10-epoch run", "unit": "s", "ember": ember_s, "pytorch": t["value"],
+                     "speedup": t["value"] / ember_s, "ember_test_acc": acc, "pytorch_test_acc": t["test_acc"]})
+        print(f"{'10-epoch run':14} {a.threads or hw:3d} {64:5d} {'s':10} {ember_s:12.4g} {t['value']:12.4g} "
+              f"{t['value'] / ember_s:13.2f}x   (test accuracy: ember {acc:.2f}%, pytorch {t['test_acc']:.2f}%)")
+    print(f"\nspeedup column: how many times faster (or smaller) ember is. Machine: {machine['cpu'] if machine else '?'}, "
+          f"{hw} threads, FMA peak {machine['peak_gflops_1t']:.0f} GFLOP/s per thread (ember's FMA loop).")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"machine": machine, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

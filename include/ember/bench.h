@@ -1,0 +1,48 @@
+// End-to-end benchmarks behind `ember bench`: the workloads of the performance table (CNN and MLP
+// training, CNN inference, SGEMM on square and fc1 shapes, peak RSS), each reported with time,
+// samples/s, GFLOP/s and the share of the machine's FMA peak, measured by an FMA loop at start.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ember/data.h"
+
+namespace ember {
+
+struct BenchOptions {
+  int threads = 0;               // 0: each workload's own (the table's: 1 or all hardware threads)
+  int batch = 0;                 // 0: each workload's own (64; the MLP tries several; inference 1 and 64)
+  std::string isa;               // empty: the best the CPU has
+  int64_t samples = 60000;       // training samples timed per training workload (after warm-up)
+  std::vector<std::string> only; // workload names to run; empty: all
+};
+
+struct BenchMachine {
+  std::string cpu;               // /proc/cpuinfo model name
+  int hw_threads = 0;
+  std::string isa;
+  double peak_gflops_1t = 0;     // FMA loop, one thread
+  double peak_gflops = 0;        // FMA loop, all hardware threads
+};
+
+struct BenchResult {
+  std::string name;              // e.g. "cnn-train"
+  std::string what;              // a line saying what was measured
+  int threads = 0, batch = 0;
+  double value = 0;              // in `unit`
+  std::string unit;              // "s/epoch", "ms", "GFLOP/s", "MB", "samples/s"
+  double samples_per_s = 0;      // 0 where it does not apply
+  double gflops = 0;             // 0 where it does not apply
+  double peak_pct = 0;           // gflops against the FMA peak of `threads` threads
+};
+
+// The names run_bench knows, in the order it runs them.
+std::vector<std::string> bench_workloads();
+BenchMachine measure_machine(const std::string& isa);
+// Runs the chosen workloads on `train` data (any MNIST-shaped set), calling on_result after each.
+// Throws ember::Error on a bad option (unknown workload name, bad ISA, threads or batch).
+void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,
+               const std::function<void(const BenchResult&)>& on_result);
+
+}  // namespace ember

@@ -1,0 +1,255 @@
+// The workloads of `ember bench`: each builds a plan (or GEMM operands) once, warms up, then
+// times a fixed amount of work with a steady clock. FLOP counts come from the plan (training:
+// forward, weight and input gradients) or 2*M*N*K; % of peak is against the FMA loop's rate
+// for the same number of threads.
+#include "ember/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "core/thread_pool.h"
+#include "ember/error.h"
+#include "ember/model.h"
+#include "ember/plan.h"
+#include "ops/parallel_gemm.h"
+
+namespace ember {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int hw_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
+
+Isa resolve_isa(const std::string& text) {
+  Isa isa = best_isa();
+  if (!text.empty() && (!parse_isa(text, &isa) || !isa_supported(isa)))
+    throw Error("--isa: '" + text + "' is not a kernel set this CPU supports (best: " +
+                isa_name(best_isa()) + ")");
+  return isa;
+}
+
+// FMA peak of `threads` threads: every thread runs the ISA's FMA loop at once for ~0.2 s.
+double fma_peak(Isa isa, int threads) {
+  const Kernels& k = kernels_for(isa);
+  ThreadPool pool(threads);
+  float sink[256] = {};
+  int64_t iters = 1 << 16;
+  for (;;) {  // grow until one run takes long enough to time
+    double flops[256] = {};
+    const auto t0 = Clock::now();
+    pool.run([&](int t) { flops[t] = k.fma_loop(iters, &sink[t]); });
+    const double s = since(t0);
+    if (s > 0.2) {
+      double total = 0;
+      for (int t = 0; t < threads; ++t) total += flops[t];
+      return total / s / 1e9;
+    }
+    iters *= s < 0.02 ? 8 : 2;
+  }
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+double peak_rss_mb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+OptimizerConfig optimizer_of(const Recipe& r) {
+  OptimizerConfig o;
+  o.kind = r.optimizer == "sgd" ? OptimizerKind::SGD
+           : r.optimizer == "momentum" ? OptimizerKind::Momentum
+           : r.optimizer == "nesterov" ? OptimizerKind::Nesterov
+           : r.optimizer == "adamw" ? OptimizerKind::AdamW : OptimizerKind::Adam;
+  o.l2 = r.l2, o.weight_decay = r.weight_decay, o.momentum = r.momentum;
+  return o;
+}
+
+// Seconds for `samples` training samples (after `warm` untimed steps) of `model`.
+double time_training(const Model& model, const Dataset& d, int batch, int threads, Isa isa,
+                     int64_t samples, double* flops_per_sample) {
+  PlanOptions po;
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa);
+  po.optimizer = optimizer_of(model.recipe);
+  Plan plan(model, po);
+  plan.init_params(1);
+  *flops_per_sample = plan.flops_per_sample(true);
+  std::vector<int64_t> idx(batch);
+  int64_t cursor = 0;
+  auto step = [&](int n) {
+    for (int i = 0; i < n; ++i) idx[i] = (cursor++ * 7919) % d.count;  // a fixed scattered order
+    plan.gather_u8(d.images.data(), d.labels.data(), idx.data(), n);
+    plan.forward(n);
+    plan.loss(n, true);
+    plan.backward(n);
+    plan.optimizer_step(model.recipe.lr);
+  };
+  for (int i = 0; i < 10; ++i) step(batch);
+  const auto t0 = Clock::now();
+  for (int64_t done = 0; done < samples; done += batch) step(int(std::min<int64_t>(batch, samples - done)));
+  return since(t0);
+}
+
+// Milliseconds per forward pass of a batch (the inference path: no loss, no backward).
+double time_inference(const Model& model, const Dataset& d, int batch, int threads, Isa isa,
+                      double* flops_per_sample) {
+  PlanOptions po;
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa);
+  po.optimizer.kind = OptimizerKind::SGD;
+  Plan plan(model, po);
+  plan.init_params(1);
+  *flops_per_sample = plan.flops_per_sample(false);
+  std::vector<int64_t> idx(batch);
+  for (int i = 0; i < batch; ++i) idx[i] = i % d.count;
+  plan.gather_u8(d.images.data(), d.labels.data(), idx.data(), batch);
+  for (int i = 0; i < 20; ++i) plan.forward(batch);
+  int64_t reps = 0;
+  const auto t0 = Clock::now();
+  do {
+    for (int i = 0; i < 50; ++i) plan.forward(batch);
+    reps += 50;
+  } while (since(t0) < 0.5);
+  return since(t0) / reps * 1e3;
+}
+
+// GFLOP/s of C[M,N] = op(A) op(B) split over `threads`, best of several timed runs.
+double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa) {
+  std::vector<float> A(size_t(M) * K, 0.5f), B(size_t(K) * N, 0.25f), C(size_t(M) * N);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = float(i % 13) * 0.01f;
+  ThreadPool pool(threads);
+  const ops::Exec e{kernels_for(isa), pool};
+  auto run = [&] {
+    ops::parallel_sgemm(e, ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f,
+                        C.data(), N);
+  };
+  run();
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    int64_t n = 0;
+    const auto t0 = Clock::now();
+    do {
+      run();
+      ++n;
+    } while (since(t0) < 0.1);
+    best = std::min(best, since(t0) / n);
+  }
+  return 2.0 * M * N * K / best / 1e9;
+}
+}  // namespace
+
+std::vector<std::string> bench_workloads() {
+  return {"cnn-train",    "cnn-train-1t", "peak-rss",     "mlp-train",     "cnn-infer-b1",
+          "cnn-infer-b64", "sgemm-2048-1t", "sgemm-2048", "sgemm-fc1-fwd", "sgemm-fc1-dx",
+          "sgemm-fc1-dw"};
+}
+
+BenchMachine measure_machine(const std::string& isa_text) {
+  const Isa isa = resolve_isa(isa_text);
+  BenchMachine m;
+  m.cpu = cpu_name();
+  m.hw_threads = hw_threads();
+  m.isa = isa_name(isa);
+  m.peak_gflops_1t = fma_peak(isa, 1);
+  m.peak_gflops = m.hw_threads > 1 ? fma_peak(isa, m.hw_threads) : m.peak_gflops_1t;
+  return m;
+}
+
+void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,
+               const std::function<void(const BenchResult&)>& on_result) {
+  const Isa isa = resolve_isa(o.isa);
+  const auto names = bench_workloads();
+  for (const auto& n : o.only)
+    if (std::find(names.begin(), names.end(), n) == names.end())
+      throw Error("--workloads: unknown workload '" + n + "' (see ember bench --list)");
+  if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 1..256, found " + std::to_string(o.threads));
+  if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 1..65536, found " + std::to_string(o.batch));
+  if (o.samples < 1) throw Error("--samples: expected at least 1, found " + std::to_string(o.samples));
+  if (train.count < 1 || train.rows != 28 || train.cols != 28)
+    throw Error("bench: the data set must hold 28x28 images");
+  const int all = machine.hw_threads;
+  auto wants = [&](const std::string& n) { return o.only.empty() || std::find(o.only.begin(), o.only.end(), n) != o.only.end(); };
+  auto threads_or = [&](int t) { return o.threads > 0 ? o.threads : t; };
+  auto batch_or = [&](int b) { return o.batch > 0 ? o.batch : b; };
+  auto peak = [&](int t) { return t == 1 ? machine.peak_gflops_1t : machine.peak_gflops_1t * t; };
+  auto emit = [&](BenchResult r) {
+    if (r.gflops > 0) r.peak_pct = 100.0 * r.gflops / peak(r.threads);
+    on_result(r);
+  };
+  const Model cnn = builtin_model("mnist-cnn"), mlp = builtin_model("mxnet-mlp");
+
+  for (const char* name : {"cnn-train", "cnn-train-1t"}) {
+    if (!wants(name)) continue;
+    BenchResult r;
+    r.name = name, r.what = "mnist-cnn training (original recipe), seconds per 60000-sample epoch";
+    r.threads = threads_or(std::string(name) == "cnn-train" ? all : 1), r.batch = batch_or(64);
+    double fps = 0;
+    const double s = time_training(cnn, train, r.batch, r.threads, isa, o.samples, &fps);
+    r.value = s * 60000.0 / double(o.samples), r.unit = "s/epoch";
+    r.samples_per_s = double(o.samples) / s, r.gflops = fps * r.samples_per_s / 1e9;
+    emit(r);
+  }
+  if (wants("peak-rss")) {
+    BenchResult r;
+    r.name = "peak-rss", r.what = "peak resident memory of this process so far (data set, plans)";
+    r.threads = threads_or(all), r.batch = batch_or(64);
+    r.value = peak_rss_mb(), r.unit = "MB";
+    emit(r);
+  }
+  if (wants("mlp-train")) {
+    BenchResult r;
+    r.name = "mlp-train", r.what = "MLP 784-128-64-10 training (SGD), best batch of 64..1024";
+    r.threads = threads_or(all);
+    const std::vector<int> batches = o.batch > 0 ? std::vector<int>{o.batch} : std::vector<int>{64, 128, 256, 512, 1024};
+    for (int b : batches) {
+      double fps = 0;
+      const int64_t samples = std::max<int64_t>(o.samples, 20 * b);
+      const double s = time_training(mlp, train, b, r.threads, isa, samples, &fps);
+      if (samples / s > r.samples_per_s) {
+        r.samples_per_s = samples / s, r.batch = b, r.gflops = fps * r.samples_per_s / 1e9;
+      }
+    }
+    r.value = r.samples_per_s, r.unit = "samples/s";
+    emit(r);
+  }
+  for (const char* name : {"cnn-infer-b1", "cnn-infer-b64"}) {
+    if (!wants(name)) continue;
+    const bool b1 = std::string(name) == "cnn-infer-b1";
+    BenchResult r;
+    r.name = name, r.what = "mnist-cnn forward pass, milliseconds per batch";
+    r.threads = threads_or(b1 ? 1 : all), r.batch = batch_or(b1 ? 1 : 64);
+    double fps = 0;
+    r.value = time_inference(cnn, train, r.batch, r.threads, isa, &fps), r.unit = "ms";
+    r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
+    emit(r);
+  }
+  struct Gemm { const char* name; const char* what; bool ta, tb; int M, N, K, threads; };
+  const Gemm gemms[] = {
+      {"sgemm-2048-1t", "SGEMM 2048^3, C = A B", false, false, 2048, 2048, 2048, 1},
+      {"sgemm-2048", "SGEMM 2048^3, C = A B", false, false, 2048, 2048, 2048, all},
+      {"sgemm-fc1-fwd", "fc1 forward y[64,128] = x[64,6272] w[128,6272]^T", false, true, 64, 128, 6272, all},
+      {"sgemm-fc1-dx", "fc1 input gradient dx[64,6272] = dy[64,128] w[128,6272]", false, false, 64, 6272, 128, all},
+      {"sgemm-fc1-dw", "fc1 weight gradient dw[128,6272] = dy[64,128]^T x[64,6272]", true, false, 128, 6272, 64, all}};
+  for (const Gemm& g : gemms) {
+    if (!wants(g.name)) continue;
+    BenchResult r;
+    r.name = g.name, r.what = g.what;
+    r.threads = threads_or(g.threads);
+    r.gflops = time_sgemm(g.ta, g.tb, g.M, g.N, g.K, r.threads, isa);
+    r.value = r.gflops, r.unit = "GFLOP/s";
+    emit(r);
+  }
+}
+
+}  // namespace ember

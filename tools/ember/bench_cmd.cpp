@@ -1,0 +1,83 @@
+// `ember bench`: runs the end-to-end workloads (ember/bench.h) and prints, per workload, time,
+// samples/s, GFLOP/s and % of the FMA peak measured at start; --json prints one JSON document.
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "ember/bench.h"
+#include "ember/data.h"
+#include "ember/error.h"
+#include "ember/version.h"
+
+namespace ember::cli {
+
+void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
+  cmd->add_option("--threads", a.threads, "Threads for every workload (default: each workload's own, 1 or all)")
+      ->capture_default_str();
+  cmd->add_option("--batch-size", a.batch_size, "Batch size for every workload (default: each workload's own)")
+      ->capture_default_str();
+  cmd->add_option("--isa", a.isa, "Kernel set: scalar, avx2 or avx512 (default: the best the CPU has)");
+  cmd->add_option("--samples", a.samples, "Training samples timed per training workload")->capture_default_str();
+  cmd->add_option("--workloads", a.workloads, "Comma-separated workloads to run (default: all; see --list)")
+      ->delimiter(',');
+  cmd->add_option("--data", a.data, "MNIST-format directory to train on (default: Fashion-MNIST)");
+  cmd->add_flag("--json", a.json, "Print one JSON document instead of the table");
+  cmd->add_flag("--list", a.list, "List the workloads and exit");
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.list) {
+    for (const auto& n : bench_workloads()) std::printf("%s\n", n.c_str());
+    return 0;
+  }
+  BenchOptions o;
+  o.threads = a.threads, o.batch = a.batch_size, o.isa = a.isa, o.samples = a.samples, o.only = a.workloads;
+  if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
+  if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
+  if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
+  const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
+  const TrainTest data = load_mnist_dir(dir);
+  const BenchMachine m = measure_machine(a.isa);
+  nlohmann::json doc, rows = nlohmann::json::array();
+  if (!a.json) {
+    std::printf("ember %s bench on %s (%d hardware threads), kernels %s, data %s\n", kVersion, m.cpu.c_str(),
+                m.hw_threads, m.isa.c_str(), dir.c_str());
+    std::printf("FMA peak (measured): %.1f GFLOP/s on 1 thread, %.1f on %d\n\n", m.peak_gflops_1t,
+                m.peak_gflops, m.hw_threads);
+    std::printf("%-14s %7s %6s %12s %-10s %12s %9s %7s\n", "workload", "threads", "batch", "value", "unit",
+                "samples/s", "GFLOP/s", "% peak");
+    std::fflush(stdout);
+  }
+  ember::run_bench(o, m, data.train, [&](const BenchResult& r) {
+    if (a.json) {
+      rows.push_back({{"name", r.name}, {"what", r.what}, {"threads", r.threads}, {"batch", r.batch},
+                      {"value", r.value}, {"unit", r.unit}, {"samples_per_s", r.samples_per_s},
+                      {"gflops", r.gflops}, {"peak_pct", r.peak_pct}});
+      return;
+    }
+    auto num = [](double v, const char* fmt) {
+      char b[32];
+      if (v <= 0) return std::string("-");
+      std::snprintf(b, sizeof b, fmt, v);
+      return std::string(b);
+    };
+    std::printf("%-14s %7d %6s %12s %-10s %12s %9s %7s\n", r.name.c_str(), r.threads,
+                r.batch ? std::to_string(r.batch).c_str() : "-", num(r.value, "%.4g").c_str(), r.unit.c_str(),
+                num(r.samples_per_s, "%.0f").c_str(), num(r.gflops, "%.1f").c_str(),
+                num(r.peak_pct, "%.1f").c_str());
+    std::fflush(stdout);
+  });
+  if (a.json) {
+    doc["ember_version"] = kVersion;
+    doc["machine"] = {{"cpu", m.cpu}, {"hw_threads", m.hw_threads}, {"isa", m.isa},
+                      {"peak_gflops_1t", m.peak_gflops_1t}, {"peak_gflops", m.peak_gflops}};
+    doc["data"] = dir;
+    doc["workloads"] = rows;
+    std::printf("%s\n", doc.dump(2).c_str());
+  }
+  return 0;
+}
+
+}  // namespace ember::cli
