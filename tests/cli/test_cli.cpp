@@ -636,6 +636,31 @@ TEST_F(Cli, InfoNamesKernelSet) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex("chosen kernel set: (scalar|avx2|avx512)"))) << r.out;
 }
 
+TEST_F(Cli, BenchJsonHasEveryField) {
+  Result r = run("bench --json --data " + quote(data_) +
+                 " --workloads cnn-train,cnn-infer-b1,sgemm-fc1-fwd --samples 128 --threads 1");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_GT(doc["machine"]["peak_gflops_1t"].get<double>(), 0.1);
+  ASSERT_EQ(doc["workloads"].size(), 3u);
+  for (const auto& w : doc["workloads"]) {
+    for (const char* f : {"name", "what", "threads", "batch", "value", "unit", "samples_per_s", "gflops", "peak_pct"})
+      EXPECT_TRUE(w.contains(f)) << f << " in " << w.dump();
+    EXPECT_GT(w["value"].get<double>(), 0) << w.dump();
+    EXPECT_GT(w["gflops"].get<double>(), 0) << w.dump();
+    EXPECT_EQ(w["threads"].get<int>(), 1);
+  }
+  EXPECT_EQ(doc["workloads"][0]["unit"], "s/epoch");
+  EXPECT_EQ(doc["workloads"][1]["batch"], 1);
+}
+
+TEST_F(Cli, BenchBadFlags) {
+  expect_one_line_error(run("bench --data " + quote(data_) + " --workloads cnn-train,nosuch"),
+                        {"--workloads", "nosuch"});
+  expect_one_line_error(run("bench --data " + quote(data_) + " --threads -1"), {"--threads"});
+  expect_one_line_error(run("bench --data " + quote(data_) + " --samples 0"), {"--samples"});
+}
+
 TEST_F(Cli, JsonConvModelTrains) {
   const fs::path m = tmp_ / "conv.json";
   write_text(m, R"({"name": "tiny-cnn", "input": [1, 28, 28], "classes": 10,

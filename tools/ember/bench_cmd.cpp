@@ -1,5 +1,6 @@
 // `ember bench`: runs the end-to-end workloads (ember/bench.h) and prints, per workload, time,
 // samples/s, GFLOP/s and % of the FMA peak measured at start; --json prints one JSON document.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -37,6 +38,10 @@ int run_bench(const BenchArgs& a) {
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
+  const auto known = bench_workloads();
+  for (const auto& w : o.only)
+    if (std::find(known.begin(), known.end(), w) == known.end())
+      throw Error("--workloads: unknown workload '" + w + "' (ember bench --list shows them)");
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   const TrainTest data = load_mnist_dir(dir);
   const BenchMachine m = measure_machine(a.isa);
