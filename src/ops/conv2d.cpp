@@ -107,16 +107,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
         }
     });
     if (T_ > 1) {
-      const size_t total = Kw + (db ? s.K : 0);
-      e.pool.run([&](int t) {
-        const Range r = split_range((int64_t)total, t, T_);
-        for (int64_t i = r.begin; i < r.end; ++i) {
-          float* dst = (size_t)i < Kw ? dw + i : db + (i - Kw);
-          float acc = *dst;
-          for (int p = 1; p < T_; ++p) acc += partials[(p - 1) * wgrad_elems(s) + i];
-          *dst = acc;
-        }
-      });
+      add_partials<float>(e, dw, Kw, partials, wgrad_elems(s));
+      if (db) add_partials<float>(e, db, s.K, partials + Kw, wgrad_elems(s));
     }
   }
 }

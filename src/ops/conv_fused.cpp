@@ -84,7 +84,7 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
     T* dwt = t == 0 ? dw : partials + (t - 1) * g.wgrad;
     T* dbt = db ? (t == 0 ? db : dwt + Kw) : nullptr;
     std::memset(dwt, 0, Kw * sizeof(T));
-    if (t > 0 || db) std::memset(t == 0 ? db : dwt + Kw, 0, s.K * sizeof(T));
+    if (dbt) std::memset(dbt, 0, s.K * sizeof(T));
     for (int64_t n = n0; n < n1; ++n) {
       ref::pad_image<T>(xp, x + n * s.C * HW, s.C, s.H, s.W, s.pad_h, s.pad_w, g.Hp, g.Wp);
       if constexpr (std::is_same_v<T, float>)
@@ -119,16 +119,8 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
     const Range r = split_range(s.N, t, T_);
     body(t, r.begin, r.end);
   });
-  const size_t total = Kw + (db ? s.K : 0);
-  e.pool.run([&](int t) {  // fixed-order sum of the partials: bit-identical for a thread count
-    const Range r = split_range((int64_t)total, t, T_);
-    for (int64_t i = r.begin; i < r.end; ++i) {
-      T* dst = (size_t)i < Kw ? dw + i : db + (i - Kw);
-      T acc = *dst;
-      for (int p = 1; p < T_; ++p) acc += partials[(p - 1) * g.wgrad + i];
-      *dst = acc;
-    }
-  });
+  add_partials<T>(e, dw, Kw, partials, g.wgrad);
+  if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad);
 }
 
 template void conv_relu_pool_fwd<float>(const Exec&, float*, int32_t*, const float*, const float*, const float*, const ConvShape&, float*);

@@ -44,6 +44,22 @@ template <class T>
 void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int32_t* code,
                         const T* x, const T* w, const ConvShape& s, T* ws);
 
+// dst[i] += parts[p * stride + i] for p = 0 .. pool.size() - 2 in that order, for i < n:
+// threads 1.. wrote their partial weight gradients there (thread 0 wrote into dst itself).
+// Split over the pool by ranges of i, so the result is bit-identical for a thread count.
+template <class T>
+void add_partials(const Exec& e, T* dst, size_t n, const T* parts, size_t stride) {
+  const int P = e.pool.size();
+  e.pool.run([&](int t) {
+    const Range r = split_range((int64_t)n, t, P);
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      T acc = dst[i];
+      for (int p = 1; p < P; ++p) acc += parts[(p - 1) * stride + i];
+      dst[i] = acc;
+    }
+  });
+}
+
 // Pools over [N, C, H, W] -> [N, C, P, Q]; maxpool keeps argmax[N, C, P, Q] for backward.
 template <class T>
 void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s);
