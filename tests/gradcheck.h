@@ -10,7 +10,17 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/kernels.h"
+
 namespace ember::test {
+
+// Every kernel set the CPU running the tests supports (the scalar one always).
+inline std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa_supported(i)) v.push_back(i);
+  return v;
+}
 
 inline std::vector<double> randn(size_t n, uint32_t seed, double scale = 1.0) {
   std::mt19937 g(seed);

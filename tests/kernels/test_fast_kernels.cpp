@@ -8,18 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "gradcheck.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 
 namespace ember {
 namespace {
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (isa_supported(i)) v.push_back(i);
-  return v;
-}
+using test::isas;
 std::vector<float> rnd(size_t n, uint32_t seed) {
   std::mt19937 g(seed);
   std::normal_distribution<float> d(0.f, 1.f);

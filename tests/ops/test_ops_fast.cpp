@@ -9,12 +9,6 @@
 namespace ember::test {
 namespace {
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (isa_supported(i)) v.push_back(i);
-  return v;
-}
 
 ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, int sw, int ph, int pw, int G) {
   ConvShape s{N, C, H, W, K, R, S, 0, 0, sh, sw, ph, pw, G};
