@@ -3,6 +3,7 @@
 // beta == 0 over NaN-filled C, K == 0, and the network shapes the library relies on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -133,6 +134,48 @@ TEST(Sgemm, BetaZeroIgnoresNaNInC) {
           const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], alpha, 0.0f, 3, true};
           check(isa, c, rng);
         }
+}
+
+// M <= 4 with op(A) = A takes the unpacked GEMV-like path; M = 5 is the packed path's edge.
+TEST(Sgemm, SmallMRows) {
+  std::mt19937 rng(11);
+  for (Isa isa : fast_isas())
+    for (int tb = 0; tb < 2; ++tb)
+      for (int M = 1; M <= 5; ++M)
+        for (int N : {1, 3, 8, 9, 16, 17, 129, 200})
+          for (int K : {1, 7, 16, 17, 300})
+            for (float beta : {0.0f, -0.7f}) {
+              const Case c{false, bool(tb), M, N, K, M == 2 ? 0.5f : 1.0f, beta, (N + K) % 3,
+                           beta == 0.0f && N == 17};
+              check(isa, c, rng);
+            }
+}
+
+// A small-M product split by columns (as the thread pool splits it) equals the whole one, bit
+// for bit: each C element is one fixed-order accumulation.
+TEST(Sgemm, SmallMColumnSplitIsBitIdentical) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int M = 3, N = 100, K = 1000;
+  std::vector<float> A((size_t)M * K), Bt((size_t)N * K), Bn((size_t)K * N);
+  for (float& v : A) v = dist(rng);
+  for (float& v : Bt) v = dist(rng);
+  for (float& v : Bn) v = dist(rng);
+  for (Isa isa : fast_isas())
+    for (int tb = 0; tb < 2; ++tb) {
+      const float* B = tb ? Bt.data() : Bn.data();
+      const int ldb = tb ? K : N;
+      std::vector<float> whole((size_t)M * N), split((size_t)M * N);
+      kernels_for(isa).sgemm(false, tb, M, N, K, 1.0f, A.data(), K, B, ldb, 0.0f, whole.data(), N);
+      for (int j0 = 0; j0 < N; j0 += 48) {
+        const int n = std::min(48, N - j0);
+        const float* Bj = tb ? B + (size_t)j0 * ldb : B + j0;
+        kernels_for(isa).sgemm(false, tb, M, n, K, 1.0f, A.data(), K, Bj, ldb, 0.0f,
+                               split.data() + j0, N);
+      }
+      for (size_t i = 0; i < whole.size(); ++i)
+        ASSERT_EQ(whole[i], split[i]) << isa_name(isa) << (tb ? " NT" : " NN") << " at " << i;
+    }
 }
 
 TEST(Sgemm, KZeroScalesC) {

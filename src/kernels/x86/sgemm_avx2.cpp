@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/gemm_small.h"
 
 namespace ember {
 namespace {
@@ -220,6 +221,10 @@ void sgemm_avx2(bool ta, bool tb, int M, int N, int K, float alpha, const float*
   const size_t la = (size_t)lda, lb = (size_t)ldb, lc = (size_t)ldc;
   if (K <= 0) {
     scale_c(M, N, beta, C, lc);
+    return;
+  }
+  if (!ta && M <= kSmallM) {  // GEMV-like: stream op(B) once instead of packing it
+    sgemm_small_m<Avx2>(tb, M, N, K, alpha, A, la, B, lb, beta, C, lc);
     return;
   }
   alignas(64) float Ap[MC * KC];  // 132 KiB

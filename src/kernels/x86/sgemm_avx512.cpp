@@ -2,11 +2,14 @@
 // are packed into stack buffers (the packers absorb all four transpose cases), then an
 // 8x32 register-blocked micro-kernel (16 zmm accumulators) runs over them. Edges use
 // masked loads/stores; alpha and beta are applied when the tile is written to C.
+// The small-M path (M <= 4, gemm_small.h) streams op(B) without packing.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cstddef>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/gemm_small.h"
 
 namespace ember {
 namespace {
@@ -204,6 +207,10 @@ void sgemm_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const floa
   const size_t la = (size_t)lda, lb = (size_t)ldb, lc = (size_t)ldc;
   if (K <= 0) {
     scale_c(M, N, beta, C, lc);
+    return;
+  }
+  if (!ta && M <= kSmallM) {  // GEMV-like: stream op(B) once instead of packing it
+    sgemm_small_m<Avx512>(tb, M, N, K, alpha, A, la, B, lb, beta, C, lc);
     return;
   }
   alignas(64) float Ap[MC * KC];  // 128 KiB
