@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ember/model.h"
+#include "ember/profiler.h"
 
 namespace ember {
 
@@ -40,6 +41,7 @@ struct ParamInfo {
   size_t size = 0;              // elements
   bool is_weight = false;       // L2 and weight decay apply to weights, not biases
   int fan_in = 0, fan_out = 0;
+  int layer = 0;                // the model layer it belongs to
 };
 
 struct LayerInfo {
@@ -47,6 +49,19 @@ struct LayerInfo {
   std::vector<int> in_shape, out_shape;  // per sample [C, H, W] or [D]
   size_t params = 0;
   double flops_fwd = 0;                   // per sample
+};
+
+// An execution unit: one model layer, or several run as one fused unit.
+struct UnitInfo {
+  std::string name;              // model layer kinds joined by '+', then the layers: "linear (4)"
+  int first_layer = 0, last_layer = 0;
+  double flops_fwd = 0;          // per sample, a multiply-add counted as 2
+  double flops_bwd = 0;          // per sample: the weight and input gradients this plan computes
+};
+
+struct BufferInfo {
+  std::string name;              // "parameters", "activation 1 (conv2d+relu+maxpool2d (0-2) output)", ...
+  size_t bytes = 0;
 };
 
 class Plan {
@@ -65,6 +80,13 @@ class Plan {
   const std::vector<ParamInfo>& params() const;
   const std::vector<LayerInfo>& layers() const;
   size_t param_count() const;   // elements in the flat parameter block
+  const std::vector<UnitInfo>& units() const;
+  std::vector<BufferInfo> buffers() const;  // every buffer in the arena, largest first
+
+  // Attaches a profiler (sized for threads() tracks and units().size() units) to the steps and
+  // the thread pool; null detaches. Without one, steps pay one pointer test per unit.
+  void set_profiler(Profiler* p);
+  Profiler* profiler() const;
   // Floating-point operations per sample of a forward pass, or of a training step (forward,
   // weight gradients, and the input gradients this plan computes), counting a multiply-add as 2.
   double flops_per_sample(bool training) const;

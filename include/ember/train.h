@@ -29,6 +29,10 @@ struct TrainConfig {
   bool shuffle = true;
   Schedule schedule;
   double early_stop_tol = 0;  // > 0: stop when the train loss improves by less than this
+  bool evaluate = true;       // evaluate on the test set after every epoch
+  // Called after every training step (progress display): 1-based epoch, samples done in this
+  // epoch, samples per epoch. May be empty.
+  std::function<void(int epoch, int64_t done, int64_t total)> on_step;
 };
 
 struct EpochMetrics {

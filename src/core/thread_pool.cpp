@@ -53,7 +53,13 @@ void ThreadPool::worker(int tid) {
     }
     seen = g;
     if (stop_.load(std::memory_order_relaxed)) return;
-    job_.call(job_.obj, tid);
+    if (Profiler* p = prof_) {
+      const int64_t t0 = p->now_ns();
+      job_.call(job_.obj, tid);
+      p->record_worker(tid, t0, p->now_ns());
+    } else {
+      job_.call(job_.obj, tid);
+    }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }

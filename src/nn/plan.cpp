@@ -4,6 +4,7 @@
 // Steps then only run kernels: nothing is allocated after construction.
 #include "ember/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,9 @@ struct Plan::Impl {
   std::vector<bool> run_backward;
   std::vector<ParamInfo> params;
   std::vector<LayerInfo> infos;
+  std::vector<UnitInfo> units;
+  std::vector<int> layer_unit;                   // per model layer, its unit
+  Profiler* prof = nullptr;
   size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
   int state_count = 0;
   int64_t step = 0;
@@ -109,6 +113,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
       for (int d : p.shape) p.size *= size_t(d);
       p.offset = m.nparams;
       p.is_weight = t == 0;
+      p.layer = int(i);
       p.fan_in = mlayers[i]->fan_in();
       p.fan_out = mlayers[i]->fan_out();
       m.nparams += p.size;
@@ -196,6 +201,22 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     li.flops_fwd = mi->flops_per_sample();
     m.infos.push_back(li);
   }
+  m.layer_unit.assign(model.layers.size(), 0);
+  for (size_t i = 0; i < L; ++i) {
+    UnitInfo u;
+    u.first_layer = m.unit_first[i];
+    u.last_layer = i + 1 < L ? m.unit_first[i + 1] - 1 : int(model.layers.size()) - 1;
+    for (int l = u.first_layer; l <= u.last_layer; ++l) {
+      u.name += (l > u.first_layer ? "+" : "") + m.infos[size_t(l)].kind;
+      m.layer_unit[size_t(l)] = int(i);
+    }
+    u.name += " (" + std::to_string(u.first_layer) +
+              (u.last_layer > u.first_layer ? "-" + std::to_string(u.last_layer) : "") + ")";
+    const double fw = 2 * m.layers[i]->flops_per_sample();
+    u.flops_fwd = fw;
+    if (m.run_backward[i]) u.flops_bwd = fw * ((m.first_param[i] >= 0) + (m.grad[i] != kNone));
+    m.units.push_back(u);
+  }
 }
 
 Plan::~Plan() = default;
@@ -211,6 +232,38 @@ size_t Plan::arena_bytes() const { return impl_->arena.size(); }
 const std::vector<ParamInfo>& Plan::params() const { return impl_->params; }
 const std::vector<LayerInfo>& Plan::layers() const { return impl_->infos; }
 size_t Plan::param_count() const { return impl_->nparams; }
+const std::vector<UnitInfo>& Plan::units() const { return impl_->units; }
+Profiler* Plan::profiler() const { return impl_->prof; }
+void Plan::set_profiler(Profiler* p) {
+  impl_->prof = p;
+  impl_->pool->set_profiler(p);
+}
+
+std::vector<BufferInfo> Plan::buffers() const {
+  const Impl& m = *impl_;
+  const size_t L = m.layers.size(), N = size_t(m.opt.batch);
+  std::vector<BufferInfo> out;
+  out.push_back({"parameters", m.nparams * m.esz});
+  out.push_back({"parameter gradients", m.nparams * m.esz});
+  for (int s = 0; s < m.state_count; ++s)
+    out.push_back({std::string("optimizer state ") + (s == 0 ? "1" : "2"), m.nparams * m.esz});
+  out.push_back({"labels", N * sizeof(int32_t)});
+  for (size_t i = 0; i <= L; ++i) {
+    const std::string of = i == 0 ? " (input batch)" : " (" + m.units[i - 1].name + " output)";
+    if (i == 0 || m.act[i] != m.act[i - 1])
+      out.push_back({"activation " + std::to_string(i) + of, N * m.dims[i].size() * m.esz});
+    if (m.grad[i] != kNone && (i == L || m.grad[i] != m.grad[i + 1]))
+      out.push_back({"activation gradient " + std::to_string(i) + of, N * m.dims[i].size() * m.esz});
+  }
+  for (size_t i = 0; i < L; ++i)
+    if (size_t n = m.layers[i]->index_elems(int(N)))
+      out.push_back({"saved indices of " + m.units[i].name, n * sizeof(int32_t)});
+  size_t ws = 0;
+  for (size_t i = 0; i < L; ++i) ws = std::max(ws, m.layers[i]->workspace_elems(int(N), m.opt.threads));
+  out.push_back({"shared scratch", ws * m.esz});
+  std::stable_sort(out.begin(), out.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
+  return out;
+}
 void* Plan::input() { return impl_->at<std::byte>(impl_->act[0]); }
 int32_t* Plan::labels() { return impl_->at<int32_t>(impl_->labels_off); }
 void* Plan::param_data() { return impl_->at<std::byte>(impl_->param_off); }
@@ -286,7 +339,17 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
 void Plan::forward(int n) {
   Impl& m = *impl_;
   const ops::Exec e = m.exec();
-  for (size_t i = 0; i < m.layers.size(); ++i) m.layers[i]->forward(e, bind(m, i), n);
+  Profiler* P = m.prof;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    if (!P) {
+      m.layers[i]->forward(e, bind(m, i), n);
+      continue;
+    }
+    P->set_context(Phase::forward, int(i));
+    const int64_t t0 = P->now_ns();
+    m.layers[i]->forward(e, bind(m, i), n);
+    P->record(0, Phase::forward, int(i), t0, P->now_ns());
+  }
 }
 
 double Plan::loss(int n, bool grad) {
@@ -329,8 +392,18 @@ int Plan::correct(int n) const {
 void Plan::backward(int n) {
   Impl& m = *impl_;
   const ops::Exec e = m.exec();
-  for (size_t i = m.layers.size(); i-- > 0;)
-    if (m.run_backward[i]) m.layers[i]->backward(e, bind(m, i), n);
+  Profiler* P = m.prof;
+  for (size_t i = m.layers.size(); i-- > 0;) {
+    if (!m.run_backward[i]) continue;
+    if (!P) {
+      m.layers[i]->backward(e, bind(m, i), n);
+      continue;
+    }
+    P->set_context(Phase::backward, int(i));
+    const int64_t t0 = P->now_ns();
+    m.layers[i]->backward(e, bind(m, i), n);
+    P->record(0, Phase::backward, int(i), t0, P->now_ns());
+  }
 }
 
 void Plan::optimizer_step(double lr) {
@@ -343,7 +416,14 @@ void Plan::optimizer_step(double lr) {
   float* g = m.at<float>(m.grad_off);
   float* s0 = m.state_count > 0 ? m.at<float>(m.state_off[0]) : nullptr;
   float* s1 = m.state_count > 1 ? m.at<float>(m.state_off[1]) : nullptr;
+  Profiler* P = m.prof;
   for (const ParamInfo& p : m.params) {
+    const int unit = m.layer_unit[size_t(p.layer)];
+    int64_t t0 = 0;
+    if (P) {
+      P->set_context(Phase::optimizer, unit);
+      t0 = P->now_ns();
+    }
     const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
     const size_t off = p.offset;
     if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW) {
@@ -356,6 +436,7 @@ void Plan::optimizer_step(double lr) {
                               o.kind != OptimizerKind::SGD};
       ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args);
     }
+    if (P) P->record(0, Phase::optimizer, unit, t0, P->now_ns());
   }
 }
 

@@ -76,17 +76,42 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     const double lr = cfg.schedule.at(epoch);
     double loss_sum = 0;
     int64_t correct = 0;
+    Profiler* P = plan.profiler();
     for (int64_t start = 0; start < tr.count; start += B) {
       const int n = int(std::min<int64_t>(B, tr.count - start));
-      plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
-      plan.forward(n);
-      loss_sum += plan.loss(n, true) * n;
-      correct += plan.correct(n);
-      plan.backward(n);
-      plan.optimizer_step(lr);
+      if (P) {  // the same step, with spans for the parts the plan does not time itself
+        const int64_t ts = P->now_ns();
+        plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
+        const int64_t tf = P->now_ns();
+        P->record(0, Phase::data, -1, ts, tf);
+        plan.forward(n);
+        const int64_t tl = P->now_ns();
+        loss_sum += plan.loss(n, true) * n;
+        correct += plan.correct(n);
+        P->record(0, Phase::loss, -1, tl, P->now_ns());
+        plan.backward(n);
+        plan.optimizer_step(lr);
+        P->record(0, Phase::step, -1, ts, P->now_ns());
+        P->end_step(n);
+      } else {
+        plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
+        plan.forward(n);
+        loss_sum += plan.loss(n, true) * n;
+        correct += plan.correct(n);
+        plan.backward(n);
+        plan.optimizer_step(lr);
+      }
+      if (cfg.on_step) cfg.on_step(epoch + 1, start + n, tr.count);
     }
     const double train_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    const EvalResult ev = evaluate(plan, te);
+    EvalResult ev;
+    if (cfg.evaluate) {
+      const int64_t te0 = P ? P->now_ns() : 0;
+      plan.set_profiler(nullptr);  // evaluation's forward passes are not training steps
+      ev = evaluate(plan, te);
+      plan.set_profiler(P);
+      if (P) P->record(0, Phase::eval, -1, te0, P->now_ns());
+    }
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.lr = lr;

@@ -1,4 +1,4 @@
-// `ember train`, `ember eval` and `ember info`: flag definitions, validation of every value
+// `ember train`, `ember eval` and `ember info`: flag definitions, the setup train and profile share, validation of every value
 // (one line naming the flag, what was expected and what was found), and the runs themselves.
 #include "commands.h"
 
@@ -21,12 +21,12 @@
 
 namespace ember::cli {
 
-namespace {
-
 int default_threads() {
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : int(hc > 64 ? 64 : hc);
 }
+
+namespace {
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
   a.threads = default_threads();
@@ -151,6 +151,13 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
       ->capture_default_str();
   cmd->add_option("--limit-train", a.limit_train, "Use only the first N training images (0: all)")
       ->capture_default_str();
+  cmd->add_option("--out", a.out,
+                  "Run directory to write: config.json, model.json, metrics.jsonl (and the profile "
+                  "with --profile); `ember report DIR` turns it into HTML");
+  cmd->add_flag("--profile", a.profile,
+                "Profile the run: per-layer table at the end; with --out also profile.json, "
+                "profile.folded and trace.json");
+  cmd->add_flag("--quiet", a.quiet, "No progress display and no per-epoch lines");
 }
 
 void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
@@ -159,8 +166,10 @@ void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
       ->required();
 }
 
-int run_train(TrainArgs a, const CLI::App& cmd) {
-  Model model = resolve_model(a.common.model);
+TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
+  TrainSetup su;
+  su.model = resolve_model(a.common.model);
+  Model& model = su.model;
   apply_recipe(a, model, cmd);
   validate_common(a.common);
   check_int("--epochs", a.epochs, 1, 100000);
@@ -180,7 +189,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
     else if (a.init == "torch") model.init = Init::Torch;
     else bad("--init", "kaiming, xavier or torch", "'" + a.init + "'");
   }
-  PlanOptions po;
+  PlanOptions& po = su.plan;
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
   po.isa = a.common.isa;
@@ -188,59 +197,20 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   po.optimizer.l2 = a.l2;
   po.optimizer.weight_decay = a.weight_decay;
   po.optimizer.momentum = a.momentum;
-  TrainConfig cfg;
+  TrainConfig& cfg = su.cfg;
   cfg.epochs = a.epochs;
   cfg.seed = a.seed;
   cfg.shuffle = !a.no_shuffle;
   cfg.early_stop_tol = a.early_stop_tol;
   cfg.schedule = {parse_schedule(a.schedule), a.lr, a.lr_min, a.t_max, a.step_size, a.gamma};
+  return su;
+}
 
-  std::ofstream metrics;  // opened before the long work so a bad path fails at once
-  if (!a.metrics.empty()) {
-    metrics.open(a.metrics, std::ios::out | std::ios::trunc);
-    if (!metrics)
-      throw Error("--metrics: cannot open '" + a.metrics + "' for writing: " + std::strerror(errno));
-  }
-  Plan plan(model, po);
+TrainTest load_train_data(const TrainArgs& a) {
   TrainTest data = load_data(a.common);
   truncate(data.train, a.limit_train);
   truncate(data.test, a.common.limit_test);
-  check_dataset_fits(plan, data.train, "training set");
-  plan.init_params(a.seed);
-
-  std::printf("ember train: model %s, %zu parameters, data %s (%lld train / %lld test)\n",
-              model.name.c_str(), plan.param_count(),
-              a.common.data.empty() ? kDefaultDataDir : a.common.data.c_str(),
-              (long long)data.train.count, (long long)data.test.count);
-  std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, seed %llu\n",
-              a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, po.batch, a.epochs,
-              plan.threads(), plan.isa_name(), (unsigned long long)a.seed);
-  std::fflush(stdout);
-  const TrainResult r = train(plan, data.train, data.test, cfg, [&](const EpochMetrics& m) {
-    std::printf("epoch %3d/%d  lr %.3e  train loss %.4f acc %6.2f%%  test loss %.4f acc %6.2f%%  %7.2f s  %9.0f samples/s\n",
-                m.epoch, a.epochs, m.lr, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc,
-                m.seconds, m.samples_per_s);
-    std::fflush(stdout);
-    if (metrics.is_open()) {
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %.9g, \"train_acc\": %.9g, "
-                    "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f}\n",
-                    m.epoch, m.lr, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.seconds,
-                    m.samples_per_s);
-      metrics << line << std::flush;
-      if (!metrics) throw Error("--metrics: write to '" + a.metrics + "' failed");
-    }
-    return true;
-  });
-  std::printf("final test accuracy %.2f%% (loss %.4f) after %d epochs%s, total %.2f s\n",
-              100 * r.last.test_acc, r.last.test_loss, r.epochs_run,
-              r.early_stopped ? " (early stop)" : "", r.seconds);
-  if (!a.save.empty()) {
-    save_weights(plan, a.save);
-    std::printf("weights saved to %s\n", a.save.c_str());
-  }
-  return 0;
+  return data;
 }
 
 int run_eval(EvalArgs a, const CLI::App& cmd) {

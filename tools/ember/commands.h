@@ -5,6 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "ember/data.h"
+#include "ember/model.h"
+#include "ember/plan.h"
+#include "ember/train.h"
+
 namespace ember::cli {
 
 // Flags shared by train and eval: what to run on and how.
@@ -37,6 +42,20 @@ struct TrainArgs {
   std::string init;
   double early_stop_tol = 0;
   int64_t limit_train = 0;
+  std::string out;           // run directory: config.json, model.json, metrics.jsonl (+ profile)
+  bool profile = false;      // profile the whole run (written to --out)
+  bool quiet = false;        // no progress display, no per-epoch lines
+  std::string command_line;  // as typed, for config.json
+};
+
+// `ember profile`: training on a few samples with the profiler on.
+struct ProfileArgs {
+  TrainArgs train;
+  int64_t limit_samples = 1000;
+  int warmup_steps = 3;
+  std::string trace;         // Chrome trace-event JSON
+  std::string json;          // profile.json
+  std::string folded;        // folded stacks of ember's own spans
 };
 
 struct EvalArgs {
@@ -62,5 +81,23 @@ void add_eval_flags(CLI::App* cmd, EvalArgs& a);
 int run_train(TrainArgs a, const CLI::App& cmd);
 int run_eval(EvalArgs a, const CLI::App& cmd);
 int run_info();
+void add_profile_flags(CLI::App* cmd, ProfileArgs& a);
+int run_profile(ProfileArgs a, const CLI::App& cmd);
+
+// What train and profile share: the model, the plan options and the loop's configuration from
+// the flags (recipe defaults applied, every value checked), and the data.
+struct TrainSetup {
+  Model model;
+  PlanOptions plan;
+  TrainConfig cfg;
+};
+TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd);
+TrainTest load_train_data(const TrainArgs& a);
+int default_threads();
+// Run-directory helpers (train_cmd.cpp): files are written to FILE.tmp, then renamed.
+void write_text_file(const std::string& path, const std::string& text, const std::string& what);
+void make_run_dir(const std::string& dir);
+std::string model_summary_json(const Plan& plan);
+double peak_for(const Plan& plan);  // FMA-loop peak of plan.threads() threads, GFLOP/s
 
 }  // namespace ember::cli

@@ -1,4 +1,4 @@
-// The ember command-line tool: `ember train`, `ember eval`, `ember bench`, `ember info`. Parses flags with CLI11,
+// The ember command-line tool: `ember train`, `ember eval`, `ember profile`, `ember bench`, `ember info`. Parses flags with CLI11,
 // validates every value (one-line errors naming the flag, non-zero exit), and drives the public
 // library API only.
 #include <CLI/CLI.hpp>
@@ -25,6 +25,11 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "Time the end-to-end workloads against the machine's FMA peak");
   ember::cli::add_bench_flags(bench_cmd, bench);
 
+  ember::cli::ProfileArgs profile;
+  CLI::App* profile_cmd = app.add_subcommand(
+      "profile", "Train on a few samples with the profiler on: where each step's time goes, per layer");
+  ember::cli::add_profile_flags(profile_cmd, profile);
+
   CLI::App* info_cmd = app.add_subcommand("info", "Show CPU features, chosen kernels, threads and build");
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -36,7 +41,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    std::string line = "ember";
+    for (int i = 1; i < argc; ++i) line += std::string(" ") + argv[i];
+    train.command_line = profile.train.command_line = line;
     if (train_cmd->parsed()) return ember::cli::run_train(train, *train_cmd);
+    if (profile_cmd->parsed()) return ember::cli::run_profile(profile, *profile_cmd);
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
     if (info_cmd->parsed()) return ember::cli::run_info();
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);

@@ -1,0 +1,44 @@
+// What a profiled training run shows: a per-unit, per-phase table (calls, ms, ms per step, % of
+// the step, GFLOP/s and % of the FMA peak), the largest buffers, and the same spans as a Chrome
+// trace (one track per thread, Perfetto / chrome://tracing) and as folded stacks (flame graphs).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ember/plan.h"
+#include "ember/profiler.h"
+
+namespace ember {
+
+struct ProfileRow {
+  std::string layer;             // unit name, or what the phase does ("batch gather", "loss")
+  std::string phase;             // data | forward | loss | backward | optimizer | other
+  int64_t calls = 0;
+  double total_ms = 0, ms_per_step = 0, pct_step = 0;
+  double gflops = 0, pct_peak = 0;  // 0 where the phase does no counted FLOPs
+};
+
+struct ProfileSummary {
+  std::string model, isa;
+  int batch = 0, threads = 0;
+  int64_t steps = 0, samples = 0;
+  double step_ms = 0;            // mean wall time of a step
+  double peak_gflops = 0;        // FMA peak of `threads` threads (0: not measured)
+  double gflops = 0, pct_peak = 0;  // whole steps
+  std::vector<ProfileRow> rows;  // in step order; an "other" row holds what no span covers
+  std::vector<double> busy_pct;  // per thread: share of step time spent in units' work
+  std::vector<BufferInfo> buffers;  // largest first
+};
+
+ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double peak_gflops);
+// The table a person reads (and the largest `max_buffers` buffers).
+std::string format_profile(const ProfileSummary& s, int max_buffers = 8);
+// The summary as one JSON object (the `profile.json` of a run directory).
+std::string profile_json(const ProfileSummary& s);
+// Chrome trace-event JSON of the kept spans: "X" events in microseconds, one tid per thread.
+std::string chrome_trace_json(const Plan& plan, const Profiler& prof);
+// Folded stacks ("step;forward;linear (4) 1234", microseconds) of the main thread's spans.
+std::string folded_stacks(const Plan& plan, const Profiler& prof);
+
+}  // namespace ember

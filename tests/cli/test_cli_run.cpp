@@ -1,0 +1,146 @@
+// Command-line tests of what a run leaves behind and shows: `ember profile` (table, Chrome trace
+// whose layer spans nest inside steps, profile.json, folded stacks), `ember train --out` run
+// directories, `--profile`, progress lines when stdout is not a terminal, and `--quiet`.
+#include <map>
+#include <set>
+
+#include "cli/cli_util.h"
+
+namespace {
+
+using nlohmann::json;
+
+std::string profile_args(const fs::path& data, const std::string& extra) {
+  return "profile --data " + quote(data.string()) + " --batch-size 16 --threads 2 --limit-samples 96 " + extra;
+}
+
+std::string train2_args(const fs::path& data, const std::string& extra) {
+  return "train --data " + quote(data.string()) + " --model mnist-mlp --epochs 2 --batch-size 32 --threads 1 " + extra;
+}
+
+TEST_F(Cli, ProfileTableNamesEveryUnitAndPhase) {
+  Result r = run(profile_args(data_, ""));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  // 96 samples in batches of 16: six profiled steps.
+  EXPECT_NE(r.out.find("profile of mnist-cnn: 6 steps of batch 16 (96 samples), 2 threads"), std::string::npos) << r.out;
+  for (const char* unit : {"conv2d+relu+maxpool2d (0-2)", "linear (4)", "linear (6)", "batch gather"})
+    EXPECT_NE(r.out.find(unit), std::string::npos) << unit << "\n" << r.out;
+  for (const char* phase : {" forward ", " backward ", " optimizer ", " data ", " loss "})
+    EXPECT_NE(r.out.find(phase), std::string::npos) << phase << "\n" << r.out;
+  EXPECT_NE(r.out.find("largest buffers:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("profiler cost:"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, ProfileTraceSpansNestInsideSteps) {
+  const fs::path trace = tmp_ / "trace.json", pj = tmp_ / "profile.json", folded = tmp_ / "p.folded";
+  Result r = run(profile_args(data_, "--trace " + quote(trace) + " --json " + quote(pj) + " --folded " + quote(folded)));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  const json t = json::parse(read_text(trace));
+  ASSERT_TRUE(t.contains("traceEvents") && t["traceEvents"].is_array());
+  struct Ev { double ts, dur; int step; std::string name, cat; };
+  std::map<int, std::vector<Ev>> by_tid;
+  std::set<int> named_threads;
+  for (const json& e : t["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("tid")) << e.dump();
+    if (e["ph"] == "M") {
+      if (e["name"] == "thread_name") named_threads.insert(e["tid"].get<int>());
+      continue;
+    }
+    ASSERT_EQ(e["ph"], "X") << e.dump();
+    for (const char* k : {"name", "cat", "ts", "dur", "args"}) ASSERT_TRUE(e.contains(k)) << k << " " << e.dump();
+    EXPECT_GE(e["dur"].get<double>(), 0) << e.dump();
+    by_tid[e["tid"].get<int>()].push_back({e["ts"].get<double>(), e["dur"].get<double>(),
+                                           e["args"]["step"].get<int>(), e["name"], e["cat"]});
+  }
+  EXPECT_EQ(named_threads, (std::set<int>{0, 1}));
+  ASSERT_TRUE(by_tid.count(0));
+  EXPECT_TRUE(by_tid.count(1)) << "the second pool thread has no spans";
+  // Main thread: six step spans; every other span lies inside the step span of its own number.
+  std::map<int, Ev> steps;
+  for (const Ev& e : by_tid[0])
+    if (e.cat == "step") steps[e.step] = e;
+  ASSERT_EQ(steps.size(), 6u);
+  int inner = 0;
+  for (const Ev& e : by_tid[0]) {
+    if (e.cat == "step") continue;
+    ASSERT_TRUE(steps.count(e.step)) << e.name;
+    const Ev& s = steps[e.step];
+    EXPECT_GE(e.ts, s.ts - 1e-3) << e.name << " starts before its step";
+    EXPECT_LE(e.ts + e.dur, s.ts + s.dur + 1e-3) << e.name << " ends after its step";
+    ++inner;
+  }
+  EXPECT_GE(inner, 6 * 10);  // data, 5 forward, loss, 3+ backward, optimizer spans per step
+  // Steps do not overlap and come in order.
+  for (int i = 1; i < 6; ++i) EXPECT_GE(steps[i].ts, steps[i - 1].ts + steps[i - 1].dur - 1e-3);
+
+  const json p = json::parse(read_text(pj));
+  EXPECT_EQ(p["steps"].get<int>(), 6);
+  EXPECT_EQ(p["samples"].get<int>(), 96);
+  double pct = 0;
+  for (const json& row : p["rows"]) pct += row["pct_step"].get<double>();
+  EXPECT_NEAR(pct, 100.0, 0.5) << "rows must cover the step exactly";
+  // Folded stacks: "a;b;c N" lines whose total is the steps' time in microseconds (to rounding).
+  double total_us = 0;
+  for (const auto& l : nonempty_lines(read_text(folded))) {
+    const size_t sp = l.rfind(' ');
+    ASSERT_NE(sp, std::string::npos) << l;
+    EXPECT_EQ(l.rfind("step", 0), 0u) << l;
+    total_us += std::stod(l.substr(sp + 1));
+  }
+  const double steps_us = 1e3 * p["step_ms"].get<double>() * 6;
+  EXPECT_NEAR(total_us, steps_us, 2.0 + 0.01 * steps_us);
+}
+
+TEST_F(Cli, ProfileBadFlags) {
+  expect_one_line_error(run(profile_args(data_, "--limit-samples 0")), {"--limit-samples"});
+  expect_one_line_error(run(profile_args(data_, "--warmup-steps -1")), {"--warmup-steps"});
+  expect_one_line_error(run(profile_args(data_, "--trace " + quote((tmp_ / "no/such/dir/t.json").string()))),
+                        {"--trace"});
+}
+
+TEST_F(Cli, TrainOutWritesRunDirectory) {
+  const fs::path dir = tmp_ / "runs" / "a";
+  Result r = run(train2_args(data_, "--out " + quote(dir) + " --profile"));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  for (const char* f : {"config.json", "model.json", "metrics.jsonl", "profile.json", "profile.folded", "trace.json"})
+    EXPECT_TRUE(fs::exists(dir / f)) << f;
+  EXPECT_EQ(nonempty_lines(read_text(dir / "metrics.jsonl")).size(), 2u);
+  const json c = json::parse(read_text(dir / "config.json"));
+  EXPECT_EQ(c["model"], "mnist-mlp");
+  EXPECT_EQ(c["epochs"].get<int>(), 2);
+  EXPECT_EQ(c["batch_size"].get<int>(), 32);
+  EXPECT_TRUE(c["machine"].contains("cpu"));
+  EXPECT_NE(c["command"].get<std::string>().find("--out"), std::string::npos);
+  const json m = json::parse(read_text(dir / "model.json"));
+  EXPECT_EQ(m["name"], "mnist-mlp");
+  size_t params = 0;
+  for (const json& l : m["layers"]) params += l["params"].get<size_t>();
+  EXPECT_EQ(params, m["params"].get<size_t>());
+  const json p = json::parse(read_text(dir / "profile.json"));
+  EXPECT_EQ(p["steps"].get<int>(), 2 * ((200 + 31) / 32));  // every step of both epochs
+  EXPECT_NE(r.out.find("ember report"), std::string::npos) << r.out;
+  // Nothing is left half-written.
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+}
+
+TEST_F(Cli, TrainOutThatIsAFileFails) {
+  write_text(tmp_ / "file", "x");
+  expect_one_line_error(run(train_args("--out " + quote(tmp_ / "file"))), {"--out"});
+}
+
+TEST_F(Cli, ProgressIsPlainLinesWhenNotATerminal) {
+  // stdout is a file here: no carriage returns or escape codes, whatever the run's length.
+  Result r = run(train2_args(data_, ""));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos);
+  EXPECT_EQ(r.out.find('\033'), std::string::npos);
+}
+
+TEST_F(Cli, QuietPrintsNoEpochLines) {
+  Result r = run(train2_args(data_, "--quiet"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("epoch "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("final test accuracy"), std::string::npos) << r.out;
+}
+
+}  // namespace

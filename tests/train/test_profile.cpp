@@ -1,0 +1,103 @@
+// The profiler against the plan: profiling changes no result (weights bit-identical with and
+// without it), every unit's forward and backward is counted once per step on the main track, the
+// pool's other threads get their own spans, and the summary's rows add up to the step time.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ember/model.h"
+#include "ember/plan.h"
+#include "ember/profile.h"
+#include "ember/train.h"
+
+namespace ember {
+namespace {
+
+Dataset random_set(int n, uint32_t seed) {
+  Dataset d;
+  d.count = n, d.rows = 28, d.cols = 28;
+  std::mt19937 rng(seed);
+  d.images.resize(size_t(n) * 784);
+  d.labels.resize(size_t(n));
+  for (auto& v : d.images) v = uint8_t(rng() & 0xFF);
+  for (auto& v : d.labels) v = uint8_t(rng() % 10);
+  return d;
+}
+
+std::vector<float> trained_params(bool profile, Profiler** keep, Plan** plan_out, std::unique_ptr<Plan>& hold,
+                                  std::unique_ptr<Profiler>& prof_hold) {
+  PlanOptions po;
+  po.batch = 16;
+  po.threads = 2;
+  hold = std::make_unique<Plan>(builtin_model("mnist-cnn"), po);
+  Plan& plan = *hold;
+  plan.init_params(3);
+  if (profile) {
+    prof_hold = std::make_unique<Profiler>(plan.threads(), int(plan.units().size()));
+    plan.set_profiler(prof_hold.get());
+  }
+  TrainConfig cfg;
+  cfg.epochs = 2;
+  cfg.evaluate = true;
+  const Dataset tr = random_set(80, 1), te = random_set(20, 2);
+  train(plan, tr, te, cfg, nullptr);
+  const float* w = static_cast<const float*>(plan.param_data());
+  if (keep) *keep = prof_hold.get();
+  if (plan_out) *plan_out = &plan;
+  return std::vector<float>(w, w + plan.param_count());
+}
+
+TEST(Profiler, ChangesNoResultAndCountsEveryUnit) {
+  std::unique_ptr<Plan> p0, p1;
+  std::unique_ptr<Profiler> h0, h1;
+  const auto plain = trained_params(false, nullptr, nullptr, p0, h0);
+  Profiler* prof = nullptr;
+  Plan* plan = nullptr;
+  const auto profiled = trained_params(true, &prof, &plan, p1, h1);
+  ASSERT_EQ(plain.size(), profiled.size());
+  EXPECT_EQ(std::memcmp(plain.data(), profiled.data(), plain.size() * sizeof(float)), 0)
+      << "profiling changed the trained weights";
+
+  const int64_t steps = 2 * 5;  // 80 samples in batches of 16, two epochs
+  EXPECT_EQ(prof->steps(), steps);
+  EXPECT_EQ(prof->samples(), 160);
+  const auto& units = plan->units();
+  ASSERT_EQ(units.size(), 5u);  // fused conv unit, flatten, linear, relu, linear
+  for (int u = 0; u < int(units.size()); ++u) {
+    EXPECT_EQ(prof->total(0, Phase::forward, u).calls, steps) << units[size_t(u)].name;
+    // The first unit has parameters, so it runs backward (weight gradients) too.
+    EXPECT_EQ(prof->total(0, Phase::backward, u).calls, steps) << units[size_t(u)].name;
+  }
+  EXPECT_EQ(prof->total(0, Phase::step, -1).calls, steps);
+  EXPECT_EQ(prof->total(0, Phase::data, -1).calls, steps);
+  EXPECT_EQ(prof->total(0, Phase::eval, -1).calls, 2);  // evaluation is one span per epoch, not steps
+  int64_t worker = 0;
+  for (int ph = 0; ph < kPhases; ++ph)
+    for (int u = -1; u < int(units.size()); ++u) worker += prof->total(1, Phase(ph), u).calls;
+  EXPECT_GT(worker, 0) << "pool thread 1 recorded nothing";
+  EXPECT_EQ(prof->dropped(), 0);
+
+  const ProfileSummary s = summarize_profile(*plan, *prof, 100.0);
+  double pct = 0;
+  for (const auto& r : s.rows) pct += r.pct_step;
+  EXPECT_NEAR(pct, 100.0, 1e-6);
+  for (const auto& r : s.rows)
+    if (r.phase == "forward" && r.layer.find("conv2d") != std::string::npos) EXPECT_GT(r.gflops, 0);
+}
+
+TEST(Profiler, SpansBeyondCapacityAreAggregatedNotKept) {
+  Profiler p(1, 2, 4);
+  for (int i = 0; i < 10; ++i) p.record(0, Phase::forward, 1, i * 10, i * 10 + 5);
+  EXPECT_EQ(p.spans(0).size(), 4u);
+  EXPECT_EQ(p.dropped(), 6);
+  EXPECT_EQ(p.total(0, Phase::forward, 1).calls, 10);
+  EXPECT_EQ(p.total(0, Phase::forward, 1).ns, 50);
+  p.record(0, Phase::forward, 7, 0, 1);   // out of range: ignored, not a crash
+  p.record(3, Phase::forward, 0, 0, 1);
+  EXPECT_EQ(p.total(0, Phase::forward, 0).calls, 0);
+}
+
+}  // namespace
+}  // namespace ember
