@@ -67,8 +67,9 @@ struct PerfFoldOptions {
   bool include_comm = true;  // the process name as the outermost frame (as stackcollapse-perf.pl)
 };
 
-// Folds `perf script` text: samples separated by blank lines, a header line (comm pid ...
-// event:) then frames "addr symbol+0xoff (dso)" innermost first. Each sample counts 1; identical
+// Folds `perf script` text: samples separated by blank lines, a header line (comm pid ... time:
+// [period] event:) then frames "addr symbol+0xoff (dso)" innermost first (without -g, the one
+// frame after the event on the header line). Each sample counts 1; identical
 // stacks are merged; the result is sorted by stack. Offsets, argument lists and " [clone ...]"
 // suffixes are stripped; a missing symbol becomes "[unknown]" (a run of them, as broken
 // frame-pointer chains give, becomes one). Errors name `source` and the line.

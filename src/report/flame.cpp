@@ -73,6 +73,38 @@ size_t matching_open(std::string_view s, size_t close) {
   return std::string_view::npos;
 }
 
+// A `perf script` sample header: "comm pid[/tid] [cpu] time: [period] event: [ip sym (dso)]".
+// perf pads the command name to 16 columns when it prints no call chains, so the line may be
+// indented; it is a header when a pid follows the first token and two tokens end with ':' (the
+// time and the event). Whatever follows the event is the sample's own frame (perf without -g).
+struct PerfHeader {
+  std::string comm;
+  std::string_view inline_frame;
+};
+
+bool parse_perf_header(std::string_view line, PerfHeader& h) {
+  size_t pos = 0, pid_at = std::string_view::npos;
+  int colons = 0;
+  for (int tok = 0; pos < line.size(); ++tok) {
+    while (pos < line.size() && std::isspace(static_cast<unsigned char>(line[pos]))) ++pos;
+    const size_t start = pos;
+    while (pos < line.size() && !std::isspace(static_cast<unsigned char>(line[pos]))) ++pos;
+    if (start == pos) break;
+    const std::string_view t = line.substr(start, pos - start);
+    if (pid_at == std::string_view::npos) {
+      if (tok > 0 && is_pid(t)) pid_at = start;
+      continue;
+    }
+    if (t.back() == ':' && ++colons == 2) {
+      h.comm = std::string(trim(line.substr(0, pid_at)));
+      std::replace(h.comm.begin(), h.comm.end(), ';', ':');
+      h.inline_frame = line.substr(pos);
+      return true;
+    }
+  }
+  return false;
+}
+
 // FNV-1a: the colour of a frame depends only on its name.
 uint32_t fnv1a(std::string_view s) {
   uint32_t h = 2166136261u;
@@ -199,35 +231,8 @@ std::vector<FoldedStack> fold_perf_script(std::string_view text, const std::stri
     in_sample = false;
     frames.clear();
   };
-  for_each_line(text, [&](size_t n, std::string_view line) {
-    if (trim(line).empty()) return flush();
-    const bool indented = line.front() == ' ' || line.front() == '\t';
-    if (!indented) {  // a sample header: "comm pid[/tid] [cpu] time: [period] event:"
-      if (line.front() == '#' && !in_sample) return;  // perf's header comments
-      flush();
-      size_t pos = 0, pid_at = std::string_view::npos;
-      for (int tok = 0; pos < line.size(); ++tok) {
-        while (pos < line.size() && std::isspace(static_cast<unsigned char>(line[pos]))) ++pos;
-        const size_t start = pos;
-        while (pos < line.size() && !std::isspace(static_cast<unsigned char>(line[pos]))) ++pos;
-        if (tok > 0 && start < pos && is_pid(line.substr(start, pos - start))) {
-          pid_at = start;
-          break;
-        }
-      }
-      if (pid_at == std::string_view::npos)
-        throw Error(source + " line " + std::to_string(n) +
-                    ": expected a perf script sample header 'comm pid ... event:', found " + excerpt(line));
-      comm = std::string(trim(line.substr(0, pid_at)));
-      std::replace(comm.begin(), comm.end(), ';', ':');
-      in_sample = true;
-      return;
-    }
-    if (!in_sample)
-      throw Error(source + " line " + std::to_string(n) + ": a stack frame before any sample header: " +
-                  excerpt(line));
-    // "addr symbol+0xoff (dso)"; the address and the dso may be missing.
-    std::string_view f = trim(line);
+  auto add_frame = [&](std::string_view f) {  // "addr symbol+0xoff (dso)"; address and dso optional
+    f = trim(f);
     const size_t sp = f.find_first_of(" \t");
     if (all_hex(f.substr(0, sp))) f = sp == std::string_view::npos ? std::string_view() : trim(f.substr(sp));
     if (ends_with(f, ")")) {
@@ -238,6 +243,26 @@ std::vector<FoldedStack> fold_perf_script(std::string_view text, const std::stri
     std::string sym = tidy_symbol(f);
     // Broken frame-pointer chains give runs of unknown frames: one stands for the run.
     if (!(sym == "[unknown]" && !frames.empty() && frames.back() == sym)) frames.push_back(std::move(sym));
+  };
+  for_each_line(text, [&](size_t n, std::string_view line) {
+    if (trim(line).empty()) return flush();
+    if (line.front() == '#' && !in_sample) return;  // perf's header comments
+    const bool indented = line.front() == ' ' || line.front() == '\t';
+    PerfHeader h;
+    if (parse_perf_header(line, h)) {  // a new sample (its own leaf frame without -g)
+      flush();
+      comm = std::move(h.comm);
+      in_sample = true;
+      if (!trim(h.inline_frame).empty()) add_frame(h.inline_frame);
+      return;
+    }
+    if (!indented)
+      throw Error(source + " line " + std::to_string(n) +
+                  ": expected a perf script sample header 'comm pid ... event:', found " + excerpt(line));
+    if (!in_sample)
+      throw Error(source + " line " + std::to_string(n) + ": a stack frame before any sample header: " +
+                  excerpt(line));
+    add_frame(line);
   });
   flush();
   std::vector<FoldedStack> out;

@@ -140,6 +140,14 @@ TEST(PerfScript, SamplesWithoutBlankLinesOrStacks) {
   // `perf record` without -g: one header line per sample, no frames, no blank lines between.
   const auto s = ember::report::fold_perf_script("a 1 1.0: 1 cycles:\na 1 1.1: 1 cycles:\nb 2 1.2: 1 cycles:\n", "p");
   EXPECT_EQ(folded_text(s), "a 2\nb 1\n");
+  // Without call chains perf pads the command to 16 columns and prints the sample's own frame
+  // after the event on the header line.
+  const auto t = ember::report::fold_perf_script(
+      "            perf 12345 [000] 12.345678:     250000 cycles:u:      7f1234 main+0x10 (/bin/x)\n"
+      "            perf 12345 [000] 12.345679:     250000 cycles:u:      7f1238 main+0x14 (/bin/x)\n"
+      "     my tool 1/2 [001] 12.4:     250000 cpu-clock:ppp:      7f00 ns::f(int) const+0x1 (/bin/x)\n",
+      "p");
+  EXPECT_EQ(folded_text(t), "my tool;ns::f 1\nperf;main 2\n");
 }
 
 TEST(PerfScript, ErrorsNameTheSourceAndLine) {
