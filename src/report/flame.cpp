@@ -134,8 +134,8 @@ std::vector<FoldedStack> parse_folded(std::string_view text, const std::string& 
     const std::string count(line.substr(sp + 1));
     char* end = nullptr;
     const double v = std::strtod(count.c_str(), &end);
-    if (end == count.c_str() || *end != '\0' || !std::isfinite(v) || v < 0)
-      throw Error(where + "count: expected a number >= 0, found '" + count + "'");
+    if (end == count.c_str() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 1e15)
+      throw Error(where + "count: expected a number in [0, 1e15], found '" + count + "'");
     const std::string_view stack = trim(line.substr(0, sp));
     if (stack.empty()) throw Error(where + "expected 'frame;frame;... COUNT', found no frames");
     FoldedStack fs;

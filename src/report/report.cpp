@@ -143,6 +143,7 @@ std::string inline_svg(std::string svg) {  // HTML puts <svg> in the SVG namespa
 std::string scalar_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "—";
+  if (v.is_object()) return v.dump();
   if (v.is_array()) {
     std::string s;
     for (const json& e : v) s += (s.empty() ? "" : ", ") + (e.is_structured() ? e.dump() : scalar_text(e));
@@ -155,7 +156,7 @@ std::string scalar_text(const json& v) {
 void config_rows(const json& obj, int depth, std::string& out) {
   for (const auto& [key, v] : obj.items()) {
     const std::string pad = " style=\"padding-left:" + std::to_string(8 + 18 * depth) + "px\"";
-    if (v.is_object()) {
+    if (v.is_object() && depth < 8) {
       out += "<tr class=\"group\"><th colspan=\"2\"" + pad + ">" + esc(key) + "</th></tr>\n";
       config_rows(v, depth + 1, out);
     } else {

@@ -125,6 +125,7 @@ std::string xml_escape(std::string_view text) {
 std::vector<double> nice_ticks(double lo, double hi, int target, bool integer_step) {
   if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
   if (lo > hi) std::swap(lo, hi);
+  lo = std::max(lo, -1e300), hi = std::min(hi, 1e300);  // keep hi - lo finite
   if (lo == hi) {  // a range around the value
     double d = std::abs(lo) * 0.1;
     if (d == 0) d = 1;
@@ -141,6 +142,9 @@ std::vector<double> nice_ticks(double lo, double hi, int target, bool integer_st
   std::vector<double> ticks;
   for (double k = k0; k <= k1 + 0.5 && ticks.size() < 1000; k += 1) ticks.push_back(k * step);
   if (ticks.size() < 2) ticks.push_back(ticks.back() + step);
+  // A range too narrow for its magnitude (1e15 +- 1e-3) cannot be split in doubles: its ends.
+  for (size_t i = 1; i < ticks.size(); ++i)
+    if (!(ticks[i] > ticks[i - 1])) return {lo, hi};
   return ticks;
 }
 

@@ -158,6 +158,25 @@ TEST(NiceTicks, DegenerateRanges) {
   for (double v : n) EXPECT_TRUE(std::isfinite(v));
 }
 
+TEST(NiceTicks, ExtremeRangesStayFinite) {
+  const std::pair<double, double> ranges[] = {{-1e308, 1e308}, {1e15, 1e15 + 1e-3}, {-5e-320, 5e-320}};
+  for (auto [lo, hi] : ranges) {
+    const auto t = ember::report::nice_ticks(lo, hi, 5);
+    ASSERT_GE(t.size(), 2u);
+    for (size_t i = 0; i < t.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(t[i])) << lo << ".." << hi;
+      if (i) {
+        EXPECT_GT(t[i], t[i - 1]) << lo << ".." << hi;
+      }
+    }
+    ember::report::LineChartOptions o;
+    const std::string svg = ember::report::line_chart_svg({{"s", {{0, lo}, {1, hi}}}}, o);
+    EXPECT_EQ(svg.find("nan"), std::string::npos) << lo << ".." << hi;
+    EXPECT_EQ(svg.find("inf"), std::string::npos) << lo << ".." << hi;
+    EXPECT_NO_THROW(svgdom::parse(svg));
+  }
+}
+
 TEST(XmlEscape, EscapesMarkupAndControls) {
   EXPECT_EQ(ember::report::xml_escape("a<b>&\"c'\x01"), "a&lt;b&gt;&amp;&quot;c&#39;?");
   EXPECT_EQ(svgdom::decode(ember::report::xml_escape("x < y && \"z\"")), "x < y && \"z\"");
