@@ -91,6 +91,16 @@ TEST_F(Cli, ProfileTraceSpansNestInsideSteps) {
   EXPECT_NEAR(total_us, steps_us, 2.0 + 0.01 * steps_us);
 }
 
+TEST_F(Cli, ProfileFlameGraphWithoutPerf) {
+  const fs::path svg = tmp_ / "flame.svg";
+  Result r = run(profile_args(data_, "--flame " + quote(svg)));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  const std::string s = read_text(svg);
+  ASSERT_EQ(s.rfind("<svg", 0), 0u) << s.substr(0, 200);
+  for (const char* frame : {"forward", "backward", "optimizer", "linear (4)", "conv2d+relu+maxpool2d (0-2)"})
+    EXPECT_NE(s.find(frame), std::string::npos) << frame;
+}
+
 TEST_F(Cli, ProfileBadFlags) {
   expect_one_line_error(run(profile_args(data_, "--limit-samples 0")), {"--limit-samples"});
   expect_one_line_error(run(profile_args(data_, "--warmup-steps -1")), {"--warmup-steps"});

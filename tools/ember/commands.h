@@ -56,6 +56,7 @@ struct ProfileArgs {
   std::string trace;         // Chrome trace-event JSON
   std::string json;          // profile.json
   std::string folded;        // folded stacks of ember's own spans
+  std::string flame;         // SVG flame graph of ember's own spans (no perf needed)
 };
 
 struct EvalArgs {

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "report_cmd.h"
 #include "ember/error.h"
 
 int main(int argc, char** argv) {
@@ -30,6 +31,14 @@ int main(int argc, char** argv) {
       "profile", "Train on a few samples with the profiler on: where each step's time goes, per layer");
   ember::cli::add_profile_flags(profile_cmd, profile);
 
+  ember::cli::ReportArgs report;
+  CLI::App* report_cmd = app.add_subcommand("report", "Write a self-contained HTML report of a run directory");
+  ember::cli::add_report_flags(report_cmd, report);
+
+  ember::cli::FlamegraphArgs flame;
+  CLI::App* flame_cmd = app.add_subcommand("flamegraph", "Draw an SVG flame graph from perf script output or folded stacks");
+  ember::cli::add_flamegraph_flags(flame_cmd, flame);
+
   CLI::App* info_cmd = app.add_subcommand("info", "Show CPU features, chosen kernels, threads and build");
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -49,6 +58,8 @@ int main(int argc, char** argv) {
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
     if (info_cmd->parsed()) return ember::cli::run_info();
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
+    if (report_cmd->parsed()) return ember::cli::run_report(report);
+    if (flame_cmd->parsed()) return ember::cli::run_flamegraph(flame);
   } catch (const ember::Error& e) {
     std::fprintf(stderr, "ember: error: %s\n", e.what());
     return 2;

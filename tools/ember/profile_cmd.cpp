@@ -1,6 +1,7 @@
 // `ember profile`: trains on a limited number of samples (default 1000, as the original
 // profiling build did) after a few warm-up steps, with the profiler on, and prints the per-layer
-// table; --trace, --json and --folded write the Chrome trace, profile.json and folded stacks.
+// table; --trace, --json, --folded and --flame write the Chrome trace, profile.json, folded
+// stacks and an SVG flame graph of ember's own spans.
 #include <cstdio>
 #include <filesystem>
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "commands.h"
 #include "ember/error.h"
 #include "ember/profile.h"
+#include "ember/report.h"
 
 namespace ember::cli {
 
@@ -20,6 +22,7 @@ void add_profile_flags(CLI::App* cmd, ProfileArgs& a) {
   cmd->add_option("--trace", a.trace, "Write a Chrome trace-event FILE.json (Perfetto, chrome://tracing)");
   cmd->add_option("--json", a.json, "Write the table as FILE.json (a run directory's profile.json)");
   cmd->add_option("--folded", a.folded, "Write folded stacks of ember's spans (flame graphs) to FILE");
+  cmd->add_option("--flame", a.flame, "Write an SVG flame graph of ember's spans to FILE.svg (no perf needed)");
 }
 
 namespace {
@@ -39,7 +42,8 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   if (a.warmup_steps < 0 || a.warmup_steps > 100000)
     throw Error("--warmup-steps: expected an integer in [0, 100000], found " + std::to_string(a.warmup_steps));
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--trace", a.trace},
-                                   {"--json", a.json}, {"--folded", a.folded}}) {
+                                   {"--json", a.json}, {"--folded", a.folded},
+                                   {"--flame", a.flame}}) {
     if (path.empty()) continue;  // fail before the long work when the folder is not there
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (!dir.empty() && !std::filesystem::is_directory(dir))
@@ -95,6 +99,15 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   }
   if (!a.json.empty()) write_text_file(a.json, profile_json(s), "--json");
   if (!a.folded.empty()) write_text_file(a.folded, folded_stacks(plan, prof), "--folded");
+  if (!a.flame.empty()) {
+    FlameGraphOptions fo;
+    fo.unit = "us";
+    fo.title = "ember profile: " + plan.model().name + ", batch " + std::to_string(plan.batch()) + ", " +
+               std::to_string(plan.threads()) + " threads (microseconds)";
+    const auto stacks = parse_folded(folded_stacks(plan, prof), "profile spans");
+    write_text_file(a.flame, flame_graph_svg(stacks, fo), "--flame");
+    std::printf("flame graph written to %s\n", a.flame.c_str());
+  }
   return 0;
 }
 

@@ -1,0 +1,464 @@
+// The HTML run report: reads a run directory (metrics.jsonl, config.json, and the optional
+// model.json, profile.json, profile.folded), checks every field it uses, and writes one page
+// with inline CSS, inline SVG charts and a tiny inline script; nothing is fetched from outside.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "ember/error.h"
+#include "ember/report.h"
+#include "ember/version.h"
+#include "util.h"
+
+namespace ember::report {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using detail::grouped;
+using detail::short_num;
+
+std::string esc(std::string_view s) { return xml_escape(s); }
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw Error("report: " + where + ": " + what);
+}
+
+std::string found(const json& v) {
+  std::string d = v.dump();
+  if (d.size() > 40) d = detail::utf8_prefix(d, 37) + "...";
+  return d;
+}
+
+std::string read_text(const fs::path& p, const std::string& shown) {
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) fail(shown, "is a directory, expected a file");
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail(shown, std::string("cannot open: ") + std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) fail(shown, "read error");
+  return text;
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string parse_message(const json::exception& e) {
+  std::string m = e.what();
+  if (m.rfind("[json.exception.", 0) == 0 && m.find("] ") != std::string::npos) m = m.substr(m.find("] ") + 2);
+  for (char& c : m)
+    if (c == '\n' || c == '\r') c = ' ';
+  return m;
+}
+
+json parse_json(const std::string& text, const std::string& where) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(where, "invalid JSON: " + parse_message(e));
+  }
+}
+
+// A number field: missing or of another type is an error; null reads as NaN where allowed.
+double number(const json& obj, const char* key, const std::string& where, bool allow_null) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) fail(where, std::string("field '") + key + "': missing (expected a number)");
+  if (it->is_null() && allow_null) return std::nan("");
+  if (!it->is_number()) fail(where, std::string("field '") + key + "': expected a number, found " + found(*it));
+  return it->get<double>();
+}
+
+std::string string_field(const json& obj, const char* key, const std::string& where, bool required) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) fail(where, std::string("field '") + key + "': missing (expected a string)");
+    return {};
+  }
+  if (!it->is_string()) fail(where, std::string("field '") + key + "': expected a string, found " + found(*it));
+  return it->get<std::string>();
+}
+
+// ---- The files --------------------------------------------------------------------------------
+
+struct Epoch {
+  double epoch, lr, train_loss, train_acc, test_loss, test_acc, seconds, samples_per_s;
+};
+
+std::vector<Epoch> read_metrics(const fs::path& p, const std::string& shown) {
+  const std::string text = read_text(p, shown);
+  std::vector<Epoch> out;
+  size_t line_no = 0, start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(start, nl - start);
+    start = nl + 1, ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = shown + " line " + std::to_string(line_no);
+    const json j = parse_json(line, where);
+    if (!j.is_object()) fail(where, "expected a JSON object, found " + found(j));
+    Epoch e;
+    e.epoch = number(j, "epoch", where, false);
+    if (e.epoch != std::floor(e.epoch) || e.epoch < 0)
+      fail(where, "field 'epoch': expected a whole number >= 0, found " + found(j["epoch"]));
+    if (!out.empty() && e.epoch <= out.back().epoch)
+      fail(where, "field 'epoch': expected epochs in increasing order, found " + found(j["epoch"]) + " after " +
+                      short_num(out.back().epoch));
+    e.lr = number(j, "lr", where, true);
+    e.train_loss = number(j, "train_loss", where, true);
+    e.train_acc = number(j, "train_acc", where, true);
+    e.test_loss = number(j, "test_loss", where, true);
+    e.test_acc = number(j, "test_acc", where, true);
+    e.seconds = number(j, "seconds", where, true);
+    e.samples_per_s = number(j, "samples_per_s", where, true);
+    for (auto [key, v] : {std::pair{"train_acc", e.train_acc}, std::pair{"test_acc", e.test_acc}})
+      if (v < 0 || v > 1)
+        fail(where, std::string("field '") + key + "': expected a fraction in [0, 1], found " + found(j[key]));
+    out.push_back(e);
+  }
+  if (out.empty()) fail(shown, "no epochs (expected one JSON object per line)");
+  return out;
+}
+
+json read_object(const fs::path& p, const std::string& shown) {
+  json j = parse_json(read_text(p, shown), shown);
+  if (!j.is_object()) fail(shown, "expected a JSON object, found " + found(j));
+  return j;
+}
+
+// ---- HTML pieces ------------------------------------------------------------------------------
+
+std::string inline_svg(std::string svg) {  // HTML puts <svg> in the SVG namespace by itself
+  const std::string ns = " xmlns=\"http://www.w3.org/2000/svg\"";
+  if (const size_t p = svg.find(ns); p != std::string::npos) svg.erase(p, ns.size());
+  return svg;
+}
+
+std::string scalar_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "—";
+  if (v.is_object()) return v.dump();
+  if (v.is_array()) {
+    std::string s;
+    for (const json& e : v) s += (s.empty() ? "" : ", ") + (e.is_structured() ? e.dump() : scalar_text(e));
+    return "[" + s + "]";
+  }
+  return v.dump();
+}
+
+// Every key of a JSON object as table rows; nested objects become indented sub-rows.
+void config_rows(const json& obj, int depth, std::string& out) {
+  for (const auto& [key, v] : obj.items()) {
+    const std::string pad = " style=\"padding-left:" + std::to_string(8 + 18 * depth) + "px\"";
+    if (v.is_object() && depth < 8) {
+      out += "<tr class=\"group\"><th colspan=\"2\"" + pad + ">" + esc(key) + "</th></tr>\n";
+      config_rows(v, depth + 1, out);
+    } else {
+      out += "<tr><th" + pad + ">" + esc(key) + "</th><td>" + esc(scalar_text(v)) + "</td></tr>\n";
+    }
+  }
+}
+
+std::string shape_text(const json& v) {
+  std::string s;
+  for (const json& d : v) s += (s.empty() ? "" : "×") + scalar_text(d);
+  return s.empty() ? "—" : s;
+}
+
+std::string note(const std::string& html) { return "<p class=\"note\">" + html + "</p>\n"; }
+
+std::string fmt(const char* f, double v) {
+  if (!std::isfinite(v)) return "—";
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::string pct(double frac) { return std::isfinite(frac) ? fmt("%.2f", 100 * frac) + "%" : "—"; }
+
+std::string model_section(const fs::path& p, const std::string& shown) {
+  std::string s = "<section id=\"model\">\n<h2>Model</h2>\n";
+  std::error_code ec;
+  if (!fs::exists(p, ec))
+    return s + note("no model summary: <code>model.json</code> is missing (written by <code>ember train --out "
+                    "DIR</code>)") + "</section>\n";
+  const json m = read_object(p, shown);
+  const std::string name = string_field(m, "name", shown, false);
+  const auto layers = m.find("layers");
+  if (layers == m.end()) fail(shown, "field 'layers': missing (expected an array)");
+  if (!layers->is_array()) fail(shown, "field 'layers': expected an array, found " + found(*layers));
+  double total = 0;
+  std::vector<double> params;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const json& l = (*layers)[i];
+    const std::string where = shown + " layers[" + std::to_string(i) + "]";
+    if (!l.is_object()) fail(where, "expected a JSON object, found " + found(l));
+    string_field(l, "type", where, true);
+    string_field(l, "description", where, false);
+    if (l.contains("output_shape") && !l["output_shape"].is_array())
+      fail(where, "field 'output_shape': expected an array, found " + found(l["output_shape"]));
+    if (l.contains("index")) number(l, "index", where, false);
+    params.push_back(l.contains("params") ? number(l, "params", where, false) : 0);
+    total += params.back();
+  }
+  const double declared = m.contains("params") ? number(m, "params", shown, false) : total;
+  s += "<p><b>" + esc(name.empty() ? "unnamed model" : name) + "</b>: " + grouped(declared) + " parameters";
+  if (m.contains("input_shape")) {
+    if (!m["input_shape"].is_array()) fail(shown, "field 'input_shape': expected an array, found " + found(m["input_shape"]));
+    s += ", input " + esc(shape_text(m["input_shape"]));
+  }
+  s += ", " + std::to_string(layers->size()) + " layers.</p>\n";
+  s += "<table class=\"data\">\n<thead><tr><th>#</th><th>type</th><th>description</th><th>output shape</th>"
+       "<th class=\"num\">params</th><th class=\"num\">share</th></tr></thead>\n<tbody>\n";
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const json& l = (*layers)[i];
+    s += "<tr><td>" + (l.contains("index") ? short_num(l["index"].get<double>()) : std::to_string(i)) + "</td><td>" +
+         esc(l["type"].get<std::string>()) + "</td><td>" +
+         esc(l.contains("description") ? l["description"].get<std::string>() : "") + "</td><td>" +
+         esc(l.contains("output_shape") ? shape_text(l["output_shape"]) : "—") + "</td><td class=\"num\">" +
+         grouped(params[i]) + "</td><td class=\"num\">" + (total > 0 ? pct(params[i] / total) : "—") + "</td></tr>\n";
+  }
+  s += "</tbody>\n<tfoot><tr><th colspan=\"4\">total</th><td class=\"num\">" + grouped(total) +
+       "</td><td></td></tr></tfoot>\n</table>\n";
+  if (declared != total)
+    s += note("model.json's <code>params</code> (" + grouped(declared) + ") differs from the layers' sum (" +
+              grouped(total) + ").");
+  return s + "</section>\n";
+}
+
+std::string training_section(const std::vector<Epoch>& ep) {
+  std::vector<Point> tl, vl, ta, va, sps, lr;
+  for (const Epoch& e : ep) {
+    tl.push_back({e.epoch, e.train_loss}), vl.push_back({e.epoch, e.test_loss});
+    ta.push_back({e.epoch, 100 * e.train_acc}), va.push_back({e.epoch, 100 * e.test_acc});
+    sps.push_back({e.epoch, e.samples_per_s}), lr.push_back({e.epoch, e.lr});
+  }
+  LineChartOptions o;
+  o.x_integer = true, o.x_title = "epoch", o.width = 520, o.height = 300;
+  std::string s = "<section id=\"training\">\n<h2>Training</h2>\n<div class=\"charts\">\n";
+  o.title = "Loss", o.y_title = "cross-entropy loss";
+  s += inline_svg(line_chart_svg({{"train", tl}, {"test", vl}}, o));
+  o.title = "Accuracy", o.y_title = "accuracy (%)";
+  s += inline_svg(line_chart_svg({{"train", ta}, {"test", va}}, o));
+  o.title = "Throughput", o.y_title = "samples/s", o.y_include_zero = true;
+  s += inline_svg(line_chart_svg({{"training samples/s", sps}}, o));
+  o.title = "Learning rate", o.y_title = "learning rate";
+  s += inline_svg(line_chart_svg({{"lr", lr}}, o));
+  s += "</div>\n<table class=\"data\">\n<thead><tr><th>epoch</th><th class=\"num\">lr</th><th class=\"num\">train "
+       "loss</th><th class=\"num\">train acc</th><th class=\"num\">test loss</th><th class=\"num\">test acc</th>"
+       "<th class=\"num\">seconds</th><th class=\"num\">samples/s</th></tr></thead>\n<tbody>\n";
+  for (const Epoch& e : ep)
+    s += "<tr><td>" + short_num(e.epoch) + "</td><td class=\"num\">" + fmt("%.4g", e.lr) + "</td><td class=\"num\">" +
+         fmt("%.4f", e.train_loss) + "</td><td class=\"num\">" + pct(e.train_acc) + "</td><td class=\"num\">" +
+         fmt("%.4f", e.test_loss) + "</td><td class=\"num\">" + pct(e.test_acc) + "</td><td class=\"num\">" +
+         fmt("%.2f", e.seconds) + "</td><td class=\"num\">" +
+         (std::isfinite(e.samples_per_s) ? grouped(std::round(e.samples_per_s)) : "—") + "</td></tr>\n";
+  return s + "</tbody>\n</table>\n</section>\n";
+}
+
+std::string summary_cards(const std::vector<Epoch>& ep) {
+  const Epoch& last = ep.back();
+  size_t best = 0;
+  double secs = 0, sps = 0;
+  int n_sps = 0;
+  for (size_t i = 0; i < ep.size(); ++i) {
+    if (std::isfinite(ep[i].test_acc) && (!std::isfinite(ep[best].test_acc) || ep[i].test_acc > ep[best].test_acc))
+      best = i;
+    if (std::isfinite(ep[i].seconds)) secs += ep[i].seconds;
+    if (std::isfinite(ep[i].samples_per_s)) sps += ep[i].samples_per_s, ++n_sps;
+  }
+  auto card = [](const std::string& label, const std::string& value) {
+    return "<div class=\"card\"><div class=\"label\">" + label + "</div><div class=\"value\">" + value + "</div></div>\n";
+  };
+  return "<div class=\"cards\">\n" + card("final test accuracy", pct(last.test_acc)) +
+         card("best test accuracy", pct(ep[best].test_acc) + " <small>(epoch " + short_num(ep[best].epoch) + ")</small>") +
+         card("final test loss", fmt("%.4f", last.test_loss)) + card("epochs", std::to_string(ep.size())) +
+         card("training time", fmt("%.1f", secs) + " s") +
+         card("mean samples/s", n_sps ? grouped(std::round(sps / n_sps)) : "—") + "</div>\n";
+}
+
+// Profile columns: the known ones in this order, then any others in first-seen order.
+std::vector<std::string> profile_columns(const json& rows) {
+  std::vector<std::string> cols = {"layer", "phase", "calls", "total_ms", "ms_per_step", "pct_step", "gflops", "pct_peak"};
+  std::vector<std::string> seen;
+  for (const json& r : rows)
+    for (const auto& [k, v] : r.items())
+      if (std::find(cols.begin(), cols.end(), k) == cols.end() && std::find(seen.begin(), seen.end(), k) == seen.end())
+        seen.push_back(k);
+  cols.insert(cols.end(), seen.begin(), seen.end());
+  std::vector<std::string> used;
+  for (const auto& c : cols)
+    for (const json& r : rows)
+      if (r.contains(c)) {
+        used.push_back(c);
+        break;
+      }
+  return used;
+}
+
+std::string cell(const std::string& key, const json& v) {
+  if (v.is_number()) {
+    const double d = v.get<double>();
+    if (key == "bytes" || (key.size() > 6 && key.substr(key.size() - 6) == "_bytes")) return detail::human_bytes(d);
+    return v.is_number_integer() ? grouped(d) : fmt("%.4g", d);
+  }
+  return esc(scalar_text(v));
+}
+
+std::string profile_section(const fs::path& dir, const std::string& shown_dir) {
+  std::string s = "<section id=\"profile\">\n<h2>Where the time goes</h2>\n";
+  std::error_code ec;
+  const fs::path pj = dir / "profile.json", pf = dir / "profile.folded";
+  const std::string shown_pj = shown_dir + "/profile.json", shown_pf = shown_dir + "/profile.folded";
+  if (!fs::exists(pj, ec)) {
+    s += note("no profile: run <code>ember train --out DIR --profile</code> to write <code>profile.json</code>.");
+  } else {
+    const json p = read_object(pj, shown_pj);
+    const auto rows = p.find("rows");
+    if (rows == p.end()) fail(shown_pj, "field 'rows': missing (expected an array)");
+    if (!rows->is_array()) fail(shown_pj, "field 'rows': expected an array, found " + found(*rows));
+    std::vector<Bar> bars;
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const json& r = (*rows)[i];
+      const std::string where = shown_pj + " rows[" + std::to_string(i) + "]";
+      if (!r.is_object()) fail(where, "expected a JSON object, found " + found(r));
+      const std::string layer = string_field(r, "layer", where, true), phase = string_field(r, "phase", where, true);
+      const double ms = number(r, "total_ms", where, false);
+      for (const auto& [k, v] : r.items())
+        if (v.is_structured()) fail(where, "field '" + k + "': expected a number or a string, found " + found(v));
+      bars.push_back({layer + " " + phase, ms, phase});
+    }
+    std::string head;
+    for (const auto& [k, v] : p.items())
+      if (!v.is_structured()) head += (head.empty() ? "" : " · ") + esc(k) + " <b>" + cell(k, v) + "</b>";
+    s += "<p class=\"facts\">" + head + "</p>\n";
+    BarChartOptions bo;
+    bo.title = "Time per layer and phase (total over the profiled steps)";
+    bo.value_title = "total time (ms)", bo.unit = "ms", bo.width = 1100;
+    s += inline_svg(bar_chart_svg(bars, bo));
+    const std::vector<std::string> cols = profile_columns(*rows);
+    s += "<table class=\"data\">\n<thead><tr>";
+    for (const auto& c : cols) s += "<th" + std::string(c == "layer" || c == "phase" ? "" : " class=\"num\"") + ">" + esc(c) + "</th>";
+    s += "</tr></thead>\n<tbody>\n";
+    for (const json& r : *rows) {
+      s += "<tr>";
+      for (const auto& c : cols)
+        s += std::string(c == "layer" || c == "phase" ? "<td>" : "<td class=\"num\">") +
+             (r.contains(c) ? cell(c, r[c]) : "") + "</td>";
+      s += "</tr>\n";
+    }
+    s += "</tbody>\n</table>\n";
+    if (const auto b = p.find("buffers"); b != p.end()) {
+      if (!b->is_array()) fail(shown_pj, "field 'buffers': expected an array, found " + found(*b));
+      s += "<h3>Buffers</h3>\n<table class=\"data\">\n<tbody>\n";
+      for (size_t i = 0; i < b->size(); ++i) {
+        const json& r = (*b)[i];
+        const std::string where = shown_pj + " buffers[" + std::to_string(i) + "]";
+        if (!r.is_object()) fail(where, "expected a JSON object, found " + found(r));
+        const std::string name = string_field(r, "name", where, true);
+        s += "<tr><th>" + esc(name) + "</th><td class=\"num\">" + detail::human_bytes(number(r, "bytes", where, false)) +
+             "</td></tr>\n";
+      }
+      s += "</tbody>\n</table>\n";
+    }
+  }
+  s += "<h3>Flame graph</h3>\n";
+  if (!fs::exists(pf, ec)) {
+    s += note("no flame graph: <code>profile.folded</code> is missing (<code>ember train --out DIR --profile</code> "
+              "writes ember's own spans; <code>scripts/flamegraph.sh</code> samples with perf).");
+  } else {
+    const std::vector<FoldedStack> stacks = parse_folded(read_text(pf, shown_pf), "report: " + shown_pf);
+    FlameGraphOptions fo;
+    fo.title = "ember spans (profile.folded)", fo.unit = "µs", fo.width = 1100;
+    s += inline_svg(flame_graph_svg(stacks, fo));
+  }
+  return s + "</section>\n";
+}
+
+std::string file_date(const fs::path& p) {
+  std::error_code ec;
+  const auto t = fs::last_write_time(p, ec);
+  if (ec) return {};
+  const std::time_t tt = std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(t));
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%d %H:%M UTC", &tm);
+  return b;
+}
+
+constexpr const char* kStyle = R"(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#222;background:#f6f6f4;margin:0}
+main{max-width:1160px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:24px;margin:8px 0 2px}h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:16px;margin:20px 0 6px}.sub{color:#666;margin:0 0 12px}
+section{background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:4px 16px 14px;margin:14px 0}
+table{border-collapse:collapse;margin:6px 0}th,td{padding:3px 10px;text-align:left;vertical-align:top}
+table.data tbody tr:nth-child(odd){background:#f7f7f7}table.data thead th{border-bottom:2px solid #ccc}
+table.data tfoot th,table.data tfoot td{border-top:2px solid #ccc}.num{text-align:right;font-variant-numeric:tabular-nums}
+table.config th{font-weight:600;color:#444}table.config tr.group th{background:#f0f0f0}
+.charts{display:flex;flex-wrap:wrap;gap:12px}svg.chart{max-width:100%;height:auto;border:1px solid #eee}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.card{background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:8px 14px;min-width:140px}
+.card .label{color:#666;font-size:12px}.card .value{font-size:20px;font-weight:600}
+.note{color:#8a5a00;background:#fff8e6;border-left:3px solid #e0a800;padding:6px 10px}.facts{color:#444}
+code{background:#f0f0f0;padding:1px 4px;border-radius:3px}footer{color:#888;font-size:12px;margin-top:24px}
+)";
+
+// Counts the charts after load (body data-charts, data-charts-visible); any script error lands
+// in data-script-error. The headless browser test reads these from the DOM.
+constexpr const char* kScript = R"(
+(function(){
+  window.addEventListener('error', function(e){ document.body.setAttribute('data-script-error', String(e.message)); });
+  function ready(){
+    var charts = document.querySelectorAll('svg.chart'), visible = 0;
+    for (var i = 0; i < charts.length; i++) { var r = charts[i].getBoundingClientRect(); if (r.width > 0 && r.height > 0) visible++; }
+    document.body.dataset.charts = String(charts.length);
+    document.body.dataset.chartsVisible = String(visible);
+  }
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', ready); else ready();
+})();
+)";
+
+}  // namespace
+
+std::string render_report_html(const std::string& run_dir) {
+  const fs::path dir(run_dir);
+  std::string shown_dir = run_dir;
+  while (shown_dir.size() > 1 && shown_dir.back() == '/') shown_dir.pop_back();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(shown_dir, "not a directory (expected a run directory from ember train --out)");
+  const std::string shown_metrics = shown_dir + "/metrics.jsonl", shown_config = shown_dir + "/config.json";
+  const json config = read_object(dir / "config.json", shown_config);
+  const std::vector<Epoch> epochs = read_metrics(dir / "metrics.jsonl", shown_metrics);
+  std::string model = string_field(config, "model", shown_config, false);
+  std::string started = string_field(config, "started", shown_config, false);
+  if (model.empty()) model = "model";
+  std::string date = started.size() >= 10 ? started.substr(0, 10) : started;
+  if (started.empty()) started = date = file_date(dir / "metrics.jsonl");
+  const std::string title = "ember report: " + model + (date.empty() ? "" : ", " + date);
+
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
+                  esc(title) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n<main>\n";
+  h += "<h1>" + esc(title) + "</h1>\n<p class=\"sub\">run <code>" + esc(shown_dir) + "</code>" +
+       (started.empty() ? "" : ", started " + esc(started)) + "</p>\n";
+  h += summary_cards(epochs);
+  std::string rows;
+  config_rows(config, 0, rows);
+  h += "<section id=\"config\">\n<h2>Configuration and machine</h2>\n<table class=\"config\">\n<tbody>\n" + rows +
+       "</tbody>\n</table>\n</section>\n";
+  h += model_section(dir / "model.json", shown_dir + "/model.json");
+  h += training_section(epochs);
+  h += profile_section(dir, shown_dir);
+  h += std::string("<footer>written by ember ") + kVersion + " (<code>ember report</code>) from " + esc(shown_dir) +
+       "; self-contained: no network resources.</footer>\n</main>\n<script>" + kScript + "</script>\n</body>\n</html>\n";
+  return h;
+}
+
+}  // namespace ember::report
