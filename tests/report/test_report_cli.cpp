@@ -109,7 +109,7 @@ const char* kConfig = R"({"ember_version": "0.1.0", "command": "ember train --ou
   "data": "/data/mnist", "epochs": 5, "batch_size": 64, "optimizer": "adam", "lr": 0.001, "schedule": "cosine",
   "l2": 0.0001, "weight_decay": 0, "threads": 2, "isa": "avx512", "seed": 1, "started": "2026-11-23T10:00:00Z",
   "extra_key_for_test": [1, 2, 3],
-  "machine": {"cpu": "AMD EPYC <9R14> & co", "hardware_threads": 2, "os": "Linux 6.1"}})";
+  "machine": {"cpu": "AMD EPYC <9R14> & co", "hardware_threads": 2, "os": "Linux 6.1", "fma_peak_gflops_1t": 225.34714081718857}})";
 
 const char* kModel = R"J({"name": "mnist-cnn", "params": 822570, "input_shape": [1, 28, 28], "layers": [
   {"index": 0, "type": "conv2d", "description": "Conv2d(1->32, 5x5, stride 1, pad 2)", "output_shape": [32, 28, 28], "params": 832},
@@ -121,7 +121,7 @@ const char* kModel = R"J({"name": "mnist-cnn", "params": 822570, "input_shape": 
   {"index": 6, "type": "linear", "description": "Linear(256->10)", "output_shape": [10], "params": 2570}]})J";
 
 const char* kProfile = R"({"model": "mnist-cnn", "batch": 64, "threads": 2, "isa": "avx512", "steps": 15,
-  "samples": 960, "step_ms": 3.5, "peak_gflops": 442.0, "rows": [
+  "samples": 960, "step_ms": 3.5, "peak_gflops": 442.0, "busy_pct": [99.5, 19.25], "rows": [
   {"layer": "conv1+relu+pool", "phase": "forward", "calls": 15, "total_ms": 7.5, "ms_per_step": 0.5, "pct_step": 14.3, "gflops": 160.0, "pct_peak": 36.2},
   {"layer": "conv2+relu+pool", "phase": "forward", "calls": 15, "total_ms": 15.0, "ms_per_step": 1.0, "pct_step": 28.6, "gflops": 200.0, "pct_peak": 45.2},
   {"layer": "fc1", "phase": "forward", "calls": 15, "total_ms": 3.0, "ms_per_step": 0.2, "pct_step": 5.7, "gflops": 100.0, "pct_peak": 22.6},
@@ -242,8 +242,10 @@ TEST_F(ReportCli, FullRunDirectory) {
   for (const char* s : {"Conv2d(1-&gt;32, 5x5, stride 1, pad 2)", "Linear(3136-&gt;256)", "32×28×28", "822,570", "767,744"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
   // The profile: header facts, table (with the unknown column), bar chart, buffers, flame graph.
-  for (const char* s : {"new_column_x", ">Buffers<", "1.2 MiB", "peak_gflops", "conv2+relu+pool"})
+  for (const char* s : {"new_column_x", ">Buffers<", "1.2 MiB", "peak_gflops", "conv2+relu+pool",
+                        "busy_pct <b>[99.5, 19.25]</b>", ">225.347<"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
+  EXPECT_EQ(html.find("rows <b>"), std::string::npos) << "tables are not repeated in the profile's facts line";
   EXPECT_EQ(html.find("no profile"), std::string::npos);
   EXPECT_EQ(html.find("no flame graph"), std::string::npos);
   EXPECT_EQ(html.find("loss<&>"), std::string::npos) << "frame names are escaped";
