@@ -14,7 +14,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 ember="${EMBER:-$root/build/release/ember}"
 out="${EMBER_FLAME_OUT:-flame.svg}"
 perf="${PERF:-perf}"
-no_perf_hint="without perf, 'ember profile --flame' draws ember's own spans (no sampling needed)"
+no_perf_hint="without perf, 'ember profile --flame FILE.svg' draws ember's own spans (no sampling needed)"
 
 die() { echo "flamegraph.sh: error: $*" >&2; exit 1; }
 

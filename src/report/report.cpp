@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -148,6 +149,11 @@ std::string scalar_text(const json& v) {
     std::string s;
     for (const json& e : v) s += (s.empty() ? "" : ", ") + (e.is_structured() ? e.dump() : scalar_text(e));
     return "[" + s + "]";
+  }
+  if (v.is_number_float()) {  // 6 significant digits: 225.347, 0.0001, 1e-05
+    char b[48];
+    std::snprintf(b, sizeof b, "%.6g", v.get<double>());
+    return b;
   }
   return v.dump();
 }
@@ -335,8 +341,15 @@ std::string profile_section(const fs::path& dir, const std::string& shown_dir) {
       bars.push_back({layer + " " + phase, ms, phase});
     }
     std::string head;
+    auto flat = [](const json& v) {  // scalars and arrays of scalars ("busy_pct": [99.5, 19.3])
+      if (v.is_object()) return false;
+      if (v.is_array())
+        for (const json& e : v)
+          if (e.is_structured()) return false;
+      return true;
+    };
     for (const auto& [k, v] : p.items())
-      if (!v.is_structured()) head += (head.empty() ? "" : " · ") + esc(k) + " <b>" + cell(k, v) + "</b>";
+      if (flat(v)) head += (head.empty() ? "" : " · ") + esc(k) + " <b>" + cell(k, v) + "</b>";
     s += "<p class=\"facts\">" + head + "</p>\n";
     BarChartOptions bo;
     bo.title = "Time per layer and phase (total over the profiled steps)";
