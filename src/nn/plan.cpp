@@ -212,7 +212,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     }
     u.name += " (" + std::to_string(u.first_layer) +
               (u.last_layer > u.first_layer ? "-" + std::to_string(u.last_layer) : "") + ")";
-    const double fw = 2 * m.layers[i]->flops_per_sample();
+    const double fw = m.layers[i]->flops_per_sample();  // already 2 per multiply-add
     u.flops_fwd = fw;
     if (m.run_backward[i]) u.flops_bwd = fw * ((m.first_param[i] >= 0) + (m.grad[i] != kNone));
     m.units.push_back(u);

@@ -87,6 +87,21 @@ TEST(Profiler, ChangesNoResultAndCountsEveryUnit) {
     if (r.phase == "forward" && r.layer.find("conv2d") != std::string::npos) EXPECT_GT(r.gflops, 0);
 }
 
+// Units' FLOPs (what the table's GFLOP/s divide) add up to the plan's, a multiply-add counted as 2.
+TEST(Profiler, UnitFlopsMatchThePlan) {
+  PlanOptions po;
+  po.batch = 4;
+  Plan plan(builtin_model("mnist-cnn"), po);
+  double fwd = 0, train_flops = 0;
+  for (const UnitInfo& u : plan.units()) fwd += u.flops_fwd, train_flops += u.flops_fwd + u.flops_bwd;
+  EXPECT_DOUBLE_EQ(fwd, plan.flops_per_sample(false));
+  EXPECT_DOUBLE_EQ(train_flops, plan.flops_per_sample(true));
+  // conv 1->32 5x5 on 28x28 (pad 2): 2 * 28*28 * 32 * 25; no input gradient for the first layer.
+  EXPECT_DOUBLE_EQ(plan.units()[0].flops_fwd, 2.0 * 28 * 28 * 32 * 25);
+  EXPECT_DOUBLE_EQ(plan.units()[0].flops_bwd, plan.units()[0].flops_fwd);
+  EXPECT_DOUBLE_EQ(plan.units()[2].flops_bwd, 2 * plan.units()[2].flops_fwd);  // fc1: dW and dX
+}
+
 TEST(Profiler, SpansBeyondCapacityAreAggregatedNotKept) {
   Profiler p(1, 2, 4);
   for (int i = 0; i < 10; ++i) p.record(0, Phase::forward, 1, i * 10, i * 10 + 5);

@@ -100,12 +100,12 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   if (!a.json.empty()) write_text_file(a.json, profile_json(s), "--json");
   if (!a.folded.empty()) write_text_file(a.folded, folded_stacks(plan, prof), "--folded");
   if (!a.flame.empty()) {
-    FlameGraphOptions fo;
+    report::FlameGraphOptions fo;
     fo.unit = "us";
     fo.title = "ember profile: " + plan.model().name + ", batch " + std::to_string(plan.batch()) + ", " +
                std::to_string(plan.threads()) + " threads (microseconds)";
-    const auto stacks = parse_folded(folded_stacks(plan, prof), "profile spans");
-    write_text_file(a.flame, flame_graph_svg(stacks, fo), "--flame");
+    const auto stacks = report::parse_folded(folded_stacks(plan, prof), "profile spans");
+    write_text_file(a.flame, report::flame_graph_svg(stacks, fo), "--flame");
     std::printf("flame graph written to %s\n", a.flame.c_str());
   }
   return 0;

@@ -55,7 +55,7 @@ std::string model_summary_json(const Plan& plan) {
     layers.push_back({{"index", i}, {"type", li.kind},
                       {"description", li.kind + " " + shape_in + " -> " + shape_out},
                       {"input_shape", li.in_shape}, {"output_shape", li.out_shape},
-                      {"params", li.params}, {"mflops_per_sample", 2 * li.flops_fwd / 1e6}});
+                      {"params", li.params}, {"mflops_per_sample", li.flops_fwd / 1e6}});
   }
   const Model& m = plan.model();
   json j = {{"name", m.name},
