@@ -72,4 +72,18 @@ class Profiler {
   std::vector<int64_t> dropped_;
 };
 
+// Runs fn(), timed as (phase, unit) on the caller's track (tid 0) and set as the pool's context,
+// when p is non-null; otherwise just runs it.
+template <class F>
+void timed(Profiler* p, Phase phase, int unit, F&& fn) {
+  if (!p) {
+    fn();
+    return;
+  }
+  p->set_context(phase, unit);
+  const int64_t t0 = p->now_ns();
+  fn();
+  p->record(0, phase, unit, t0, p->now_ns());
+}
+
 }  // namespace ember

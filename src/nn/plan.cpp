@@ -339,17 +339,8 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
 void Plan::forward(int n) {
   Impl& m = *impl_;
   const ops::Exec e = m.exec();
-  Profiler* P = m.prof;
-  for (size_t i = 0; i < m.layers.size(); ++i) {
-    if (!P) {
-      m.layers[i]->forward(e, bind(m, i), n);
-      continue;
-    }
-    P->set_context(Phase::forward, int(i));
-    const int64_t t0 = P->now_ns();
-    m.layers[i]->forward(e, bind(m, i), n);
-    P->record(0, Phase::forward, int(i), t0, P->now_ns());
-  }
+  for (size_t i = 0; i < m.layers.size(); ++i)
+    timed(m.prof, Phase::forward, int(i), [&] { m.layers[i]->forward(e, bind(m, i), n); });
 }
 
 double Plan::loss(int n, bool grad) {
@@ -392,18 +383,9 @@ int Plan::correct(int n) const {
 void Plan::backward(int n) {
   Impl& m = *impl_;
   const ops::Exec e = m.exec();
-  Profiler* P = m.prof;
-  for (size_t i = m.layers.size(); i-- > 0;) {
-    if (!m.run_backward[i]) continue;
-    if (!P) {
-      m.layers[i]->backward(e, bind(m, i), n);
-      continue;
-    }
-    P->set_context(Phase::backward, int(i));
-    const int64_t t0 = P->now_ns();
-    m.layers[i]->backward(e, bind(m, i), n);
-    P->record(0, Phase::backward, int(i), t0, P->now_ns());
-  }
+  for (size_t i = m.layers.size(); i-- > 0;)
+    if (m.run_backward[i])
+      timed(m.prof, Phase::backward, int(i), [&] { m.layers[i]->backward(e, bind(m, i), n); });
 }
 
 void Plan::optimizer_step(double lr) {
@@ -416,14 +398,7 @@ void Plan::optimizer_step(double lr) {
   float* g = m.at<float>(m.grad_off);
   float* s0 = m.state_count > 0 ? m.at<float>(m.state_off[0]) : nullptr;
   float* s1 = m.state_count > 1 ? m.at<float>(m.state_off[1]) : nullptr;
-  Profiler* P = m.prof;
-  for (const ParamInfo& p : m.params) {
-    const int unit = m.layer_unit[size_t(p.layer)];
-    int64_t t0 = 0;
-    if (P) {
-      P->set_context(Phase::optimizer, unit);
-      t0 = P->now_ns();
-    }
+  for (const ParamInfo& p : m.params) timed(m.prof, Phase::optimizer, m.layer_unit[size_t(p.layer)], [&] {
     const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
     const size_t off = p.offset;
     if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW) {
@@ -436,15 +411,14 @@ void Plan::optimizer_step(double lr) {
                               o.kind != OptimizerKind::SGD};
       ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args);
     }
-    if (P) P->record(0, Phase::optimizer, unit, t0, P->now_ns());
-  }
+  });
 }
 
 double Plan::flops_per_sample(bool training) const {
   const Impl& m = *impl_;
   double f = 0;
   for (size_t i = 0; i < m.layers.size(); ++i) {
-    const double fw = m.layers[i]->flops_per_sample();  // multiply-adds of layers with weights
+    const double fw = m.layers[i]->flops_per_sample();  // 2 per multiply-add, layers with weights
     f += fw;
     if (!training || !m.run_backward[i]) continue;
     if (m.first_param[i] >= 0) f += fw;   // weight gradient

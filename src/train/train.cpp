@@ -79,27 +79,18 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     Profiler* P = plan.profiler();
     for (int64_t start = 0; start < tr.count; start += B) {
       const int n = int(std::min<int64_t>(B, tr.count - start));
-      if (P) {  // the same step, with spans for the parts the plan does not time itself
-        const int64_t ts = P->now_ns();
-        plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
-        const int64_t tf = P->now_ns();
-        P->record(0, Phase::data, -1, ts, tf);
-        plan.forward(n);
-        const int64_t tl = P->now_ns();
+      const int64_t ts = P ? P->now_ns() : 0;
+      timed(P, Phase::data, -1, [&] { plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n); });
+      plan.forward(n);
+      timed(P, Phase::loss, -1, [&] {
         loss_sum += plan.loss(n, true) * n;
         correct += plan.correct(n);
-        P->record(0, Phase::loss, -1, tl, P->now_ns());
-        plan.backward(n);
-        plan.optimizer_step(lr);
+      });
+      plan.backward(n);
+      plan.optimizer_step(lr);
+      if (P) {
         P->record(0, Phase::step, -1, ts, P->now_ns());
         P->end_step(n);
-      } else {
-        plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
-        plan.forward(n);
-        loss_sum += plan.loss(n, true) * n;
-        correct += plan.correct(n);
-        plan.backward(n);
-        plan.optimizer_step(lr);
       }
       if (cfg.on_step) cfg.on_step(epoch + 1, start + n, tr.count);
     }
