@@ -40,7 +40,7 @@ std::string read_text(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-Bytes read_bytes(const fs::path& p) {
+[[maybe_unused]] Bytes read_bytes(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(f), {});
 }
@@ -182,7 +182,7 @@ class Cli : public ::testing::Test {
   fs::path tmp_, data_;
 };
 
-double final_accuracy(const std::string& out, const std::string& prefix) {
+[[maybe_unused]] double final_accuracy(const std::string& out, const std::string& prefix) {
   const size_t p = out.find(prefix);
   if (p == std::string::npos) return -1;
   return std::atof(out.c_str() + p + prefix.size());
@@ -191,7 +191,8 @@ double final_accuracy(const std::string& out, const std::string& prefix) {
 // The contract for bad input: non-zero exit that is not a crash or timeout, nothing on stdout
 // about training, and stderr is exactly one line containing "error" and every `needles` string.
 void expect_one_line_error(const Result& r, const std::vector<std::string>& needles) {
-  if (std::getenv("EMBER_CLI_TEST_SHOW"))  // print every error line, to review the wording std::fprintf(stderr, "  [%d] %s", r.code, r.err.c_str());
+  if (std::getenv("EMBER_CLI_TEST_SHOW"))  // print every error line, to review the wording
+    std::fprintf(stderr, "  [%d] %s", r.code, r.err.c_str());
   SCOPED_TRACE(r.cmd);
   EXPECT_NE(r.code, 0) << "stdout:\n" << r.out << "stderr:\n" << r.err;
   EXPECT_LT(r.code, 124) << "crashed, timed out or killed; stderr:\n" << r.err;

@@ -20,40 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_util.h"
 #include "report/svg_dom.h"
 
-namespace fs = std::filesystem;
-
 namespace {
-
-struct Result {
-  int code = -1;
-  std::string out, err, cmd;
-};
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_text(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << s;
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::vector<std::string> nonempty_lines(const std::string& s) {
-  std::vector<std::string> lines;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) lines.push_back(l);
-  return lines;
-}
 
 size_t count(const std::string& hay, const std::string& needle) {
   size_t n = 0;
@@ -194,16 +164,6 @@ class ReportCli : public ::testing::Test {
   fs::path tmp_, run_;
   std::vector<EpochRow> epochs_;
 };
-
-void expect_one_line_error(const Result& r, const std::vector<std::string>& needles) {
-  SCOPED_TRACE(r.cmd);
-  EXPECT_NE(r.code, 0) << "stdout:\n" << r.out << "stderr:\n" << r.err;
-  EXPECT_LT(r.code, 124) << "crashed, timed out or killed; stderr:\n" << r.err;
-  const auto lines = nonempty_lines(r.err);
-  ASSERT_EQ(lines.size(), 1u) << "expected a one-line error, stderr was:\n" << r.err;
-  EXPECT_NE(lines[0].find("error"), std::string::npos) << lines[0];
-  for (const auto& n : needles) EXPECT_NE(lines[0].find(n), std::string::npos) << "missing '" << n << "' in: " << lines[0];
-}
 
 // Nothing in the page can reach the network: no URLs, no src/href attributes, no CSS imports.
 void expect_self_contained(const std::string& html) {
