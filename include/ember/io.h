@@ -1,16 +1,88 @@
-// Weights on disk in the safetensors format (8-byte little-endian header length, JSON header,
-// raw little-endian tensors), in PyTorch's layouts and names, with the model description and
-// ember's version in __metadata__. Saves are atomic (temporary file, fsync, rename, fsync dir).
+// Files that hold state: atomic writes, the safetensors format (8-byte little-endian header
+// length, JSON header, raw little-endian tensors) for weights in PyTorch's layouts and names,
+// and checkpoints (a safetensors file with the optimizer state and the loop's position added).
+// Every reader checks every header field against the file before it allocates or copies.
 #pragma once
+#include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "ember/plan.h"
+#include "ember/train.h"
 
 namespace ember {
 
+// Writes the concatenation of `parts` to `path` atomically: a temporary file in the same
+// directory, written, fsynced, closed, renamed over `path`, then the directory fsynced. On any
+// failure the temporary file is removed, `path` is untouched (its old content survives), and the
+// Error names `path`, the step that failed and the reason ("no space left on device", ...).
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts);
+
+// ---- safetensors ---------------------------------------------------------------------------
+
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;              // "F32", "F64", "F16", "BF16", "I64", ... (checked against a list)
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;    // byte range inside the data section
+};
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;        // in the header's order
+  std::map<std::string, std::string> metadata;  // __metadata__ (string values only)
+  uint64_t data_offset = 0;                     // where the data section starts in the file
+  const SafetensorsEntry* find(const std::string& name) const;
+};
+
+// Parses and checks a header from the first `n` bytes of a file of `file_size` bytes: the length
+// field against the file, the JSON, every tensor's dtype, rank, shape (products without
+// overflow), byte range (inside the data, matching the shape, not overlapping another).
+// Throws Error naming `file` and the field. Needs only the first 8 + header-length bytes.
+SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint64_t file_size,
+                                           const std::string& file);
+
+// Weights: the plan's parameters under their PyTorch names and shapes (Linear [K, C], Conv2d
+// [K, C/G, R, S]) as F32, with the model description and ember's version in __metadata__.
 void save_weights(Plan& plan, const std::string& path);
-// Checks the header length against the file size, the JSON, every tensor's dtype (F32), shape
-// and byte range against the plan's parameters before copying. Throws Error naming path and field.
+// Loads weights whose names and shapes match the plan's parameters (F32, F64, F16 or BF16,
+// converted to f32). Tensors named "optimizer.*" (a checkpoint's) are ignored; any other extra
+// tensor or missing one is an error naming it.
 void load_weights(Plan& plan, const std::string& path);
+// The same from bytes in memory (`name` is used in errors): the fuzzing entry point.
+void load_weights_from_memory(Plan& plan, const uint8_t* bytes, size_t n, const std::string& name);
+
+// ---- checkpoints ---------------------------------------------------------------------------
+
+// A checkpoint is a safetensors file: the weights as save_weights writes them, the optimizer
+// state as "optimizer.<state>.<param>" (PyTorch's names: exp_avg, exp_avg_sq, momentum_buffer),
+// and in __metadata__ "ember_checkpoint": a JSON object with the optimizer's step count, the
+// loop's TrainState, the data order's generator, and the caller's configuration (opaque JSON).
+struct CheckpointInfo {
+  std::string path;
+  std::string ember_version;
+  std::string model_json;      // the model description (parse_model_json)
+  std::string config_json;     // what the caller stored (the CLI: its flags)
+  std::string optimizer;       // "sgd", "momentum", "nesterov", "adam", "adamw"
+  int64_t optimizer_steps = 0;
+  TrainState state;            // where the run stood: the next step to take
+};
+
+void save_checkpoint(Plan& plan, const TrainState& state, const std::string& config_json,
+                     const std::string& path);
+// Reads and checks only the header (cheap): what run this is and where it stood.
+CheckpointInfo read_checkpoint_info(const std::string& path);
+// Restores the weights, the optimizer state and its step count into `plan` (built for the same
+// model and optimizer; everything is checked first) and returns the header's information.
+CheckpointInfo load_checkpoint(Plan& plan, const std::string& path);
+CheckpointInfo load_checkpoint_from_memory(Plan& plan, const uint8_t* bytes, size_t n,
+                                           const std::string& name);
+
+// Checkpoint files in a directory: "ckpt-<step, 10 digits>.safetensors", oldest first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+std::string checkpoint_path(const std::string& dir, int64_t step);
+// Deletes all but the newest `keep` checkpoints (and temporary files a crash left behind).
+void prune_checkpoints(const std::string& dir, int keep);
 
 }  // namespace ember

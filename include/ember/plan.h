@@ -76,6 +76,7 @@ class Plan {
   DType dtype() const;
   const char* isa_name() const;
   const Model& model() const;
+  const PlanOptions& options() const;
   size_t arena_bytes() const;
   const std::vector<ParamInfo>& params() const;
   const std::vector<LayerInfo>& layers() const;
@@ -110,6 +111,23 @@ class Plan {
   void backward(int n);
   // One optimizer update of every parameter with learning rate lr (f32 plans only).
   void optimizer_step(double lr);
+
+  // Optimizer state, for checkpoints: state_count() flat blocks shaped like the parameters
+  // (Adam: PyTorch's "exp_avg" and "exp_avg_sq"; momentum: "momentum_buffer"; SGD: none), and
+  // the number of updates done (Adam's bias correction uses it).
+  int state_count() const;
+  const char* state_name(int s) const;
+  void* state_data(int s);
+  int64_t optimizer_steps() const;
+  void set_optimizer_steps(int64_t t);
+
+  // Non-finite detection (NaN or Inf). The index into params() of the first parameter whose
+  // gradient holds one, or -1. Split over the pool like the optimizer, so each thread checks the
+  // range it will update next while it is warm in its cache (f32 plans only).
+  int first_nonfinite_grad();
+  // The unit (index into units()) whose output over the first n samples is the first to hold a
+  // non-finite value after forward(n), or -1: names the layer where a NaN loss came from.
+  int first_nonfinite_output(int n) const;
 
   // The flat parameter block and its gradient (dtype elements, param_count() of them).
   void* param_data();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ember/data.h"
+#include "ember/error.h"
 #include "ember/plan.h"
 
 namespace ember {
@@ -23,6 +24,28 @@ struct Schedule {
   double at(int epoch) const;
 };
 
+// Where a run stands between two steps: everything the loop needs, besides the plan's weights
+// and optimizer state, to go on exactly as if it had never stopped (checkpoints hold it).
+struct TrainState {
+  int epoch = 0;              // 0-based epoch under way
+  int64_t batch = 0;          // batches of it done
+  double loss_sum = 0;        // sum over its samples so far of the per-sample loss
+  int64_t correct = 0;        // its correctly classified samples so far
+  int64_t skipped = 0;        // its steps skipped for a non-finite loss or gradient
+  double seconds = 0;         // its training time so far
+  double prev_train_loss = 0; // the previous epoch's train loss (early stopping)
+};
+
+// What to do when a step's loss or a gradient holds NaN or Inf.
+enum class NonfinitePolicy { stop, skip };
+
+// Thrown when a step meets NaN or Inf and the policy is stop: names the step, the epoch, the
+// batch and the layer. The parameters are those before the step's update.
+class NonfiniteError : public Error {
+ public:
+  explicit NonfiniteError(const std::string& message) : Error(message) {}
+};
+
 struct TrainConfig {
   int epochs = 10;
   uint64_t seed = 1;
@@ -33,12 +56,22 @@ struct TrainConfig {
   // Called after every training step (progress display): 1-based epoch, samples done in this
   // epoch, samples per epoch. May be empty.
   std::function<void(int epoch, int64_t done, int64_t total)> on_step;
+  // Where to begin: a checkpoint's state (the plan then holds its weights and optimizer state).
+  TrainState start;
+  // Every step checks its loss; with check_gradients also every gradient, before the update
+  // (a pass over the gradients split like the optimizer's, ~1 % of a mnist-cnn step).
+  bool check_gradients = true;
+  NonfinitePolicy on_nonfinite = NonfinitePolicy::stop;
+  // Called after every step with the state the next step starts from; returning false stops
+  // training there (TrainResult::stopped). May be empty.
+  std::function<bool(const TrainState& next)> after_step;
 };
 
 struct EpochMetrics {
   int epoch = 0;  // 1-based
   double lr = 0, train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
   double seconds = 0, samples_per_s = 0;
+  int64_t skipped = 0;  // steps skipped for NaN/Inf (policy skip)
 };
 
 struct EvalResult {
@@ -57,6 +90,8 @@ struct TrainResult {
   double seconds = 0;
   EpochMetrics last;
   bool early_stopped = false;
+  bool stopped = false;   // after_step returned false
+  TrainState state;       // where it stopped (stopped), or the end
 };
 TrainResult train(Plan& plan, const Dataset& train_set, const Dataset& test_set,
                   const TrainConfig& cfg, const std::function<bool(const EpochMetrics&)>& on_epoch);

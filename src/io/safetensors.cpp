@@ -1,157 +1,260 @@
-// safetensors weights: writer (atomic: temporary file in the same directory, fsync, rename,
-// fsync of the directory) and a reader that checks every header field against the file and the
-// plan before copying a byte. Tensors are F32, little-endian, in PyTorch's layouts.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// The safetensors format: a header parser that checks every field against the file before
+// anything is allocated or copied, the writer (atomic), and weights in PyTorch's names and
+// layouts, loaded with conversion from F64, F16 and BF16.
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <vector>
 
 #include "ember/error.h"
-#include "ember/io.h"
+#include "ember/model.h"
 #include "ember/version.h"
+#include "io/source.h"
 
 namespace ember {
 
 using json = nlohmann::json;
 
 namespace {
-std::string errno_str() { return std::strerror(errno); }
+constexpr uint64_t kMaxHeader = uint64_t(100) << 20;  // 100 MiB, as the safetensors library
+constexpr size_t kMaxRank = 16;
 
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw Error(path + ": write failed: " + errno_str());
-    p += w;
-    n -= size_t(w);
+int dtype_size(const std::string& d) {
+  static constexpr std::pair<const char*, int> kTypes[] = {
+      {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
+      {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"I64", 8}, {"U64", 8}, {"F64", 8}};
+  for (const auto& [name, size] : kTypes)
+    if (d == name) return size;
+  return 0;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) bits = sign | 0x7f800000u | (mant << 13);            // Inf, NaN
+  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal
+  else if (mant == 0) bits = sign;                                      // zero
+  else {                                                                // subnormal
+    int e = -1;
+    uint32_t m = mant;
+    do { ++e; m <<= 1; } while (!(m & 0x400));
+    bits = sign | uint32_t(112 - e) << 23 | ((m & 0x3ff) << 13);
   }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 }  // namespace
 
-void save_weights(Plan& plan, const std::string& path) {
-  if (plan.dtype() != DType::f32) throw Error(path + ": only f32 plans can be saved");
-  json header;
-  size_t offset = 0;
-  for (const ParamInfo& p : plan.params()) {
-    header[p.name] = {{"dtype", "F32"}, {"shape", p.shape}, {"data_offsets", {offset, offset + p.size * 4}}};
-    offset += p.size * 4;
-  }
-  header["__metadata__"] = {{"format", "pt"}, {"ember_version", kVersion},
-                            {"model", model_to_json(plan.model())}};
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = (uint64_t(h.size()) >> (8 * i)) & 0xff;
+const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
+  for (const SafetensorsEntry& e : tensors)
+    if (e.name == name) return &e;
+  return nullptr;
+}
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path + ": cannot create temporary file " + tmp + ": " + errno_str());
+SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint64_t file_size,
+                                           const std::string& file) {
+  if (file_size < 8 || n < 8)
+    throw Error(file + ": header length: the file is " + std::to_string(file_size) +
+                " bytes, a safetensors file has at least 8");
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= uint64_t(bytes[i]) << (8 * i);
+  if (hlen > file_size - 8 || hlen > kMaxHeader)
+    throw Error(file + ": header length: " + std::to_string(hlen) + " bytes exceeds the " +
+                std::to_string(file_size - 8) + " bytes after the length field (or 100 MiB)");
+  if (hlen > n - 8) throw Error(file + ": header: only " + std::to_string(n - 8) + " of its " + std::to_string(hlen) + " bytes given");
+  json header;
   try {
-    write_all(fd, len, 8, path);
-    write_all(fd, h.data(), h.size(), path);
-    write_all(fd, plan.param_data(), plan.param_count() * 4, path);
-    if (::fsync(fd) != 0) throw Error(path + ": fsync failed: " + errno_str());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+    header = json::parse(bytes + 8, bytes + 8 + hlen);
+  } catch (const json::exception& e) {
+    throw Error(file + ": header: invalid JSON: " + e.what());
   }
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(path + ": close failed: " + errno_str());
+  if (!header.is_object()) throw Error(file + ": header: expected a JSON object, found " + std::string(header.type_name()));
+  SafetensorsHeader h;
+  h.data_offset = 8 + hlen;
+  const uint64_t data_size = file_size - h.data_offset;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    if (key == "__metadata__") {
+      if (!v.is_object()) throw Error(file + ": __metadata__: expected an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          throw Error(file + ": __metadata__." + m.key() + ": expected a string, found " + m.value().type_name());
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string f = file + ": tensor '" + key + "'";
+    if (key.empty()) throw Error(file + ": a tensor has an empty name");
+    if (!v.is_object() || v.size() != 3 || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      throw Error(f + ": expected an object with exactly dtype, shape and data_offsets");
+    SafetensorsEntry e;
+    e.name = key;
+    if (!v["dtype"].is_string() || dtype_size(v["dtype"].get<std::string>()) == 0)
+      throw Error(f + ".dtype: expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL F8_E5M2 F8_E4M3, found " + v["dtype"].dump());
+    e.dtype = v["dtype"].get<std::string>();
+    const json& shape = v["shape"];
+    if (!shape.is_array() || shape.size() > kMaxRank)
+      throw Error(f + ".shape: expected an array of at most " + std::to_string(kMaxRank) + " sizes");
+    uint64_t count = 1;
+    for (const json& d : shape) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 53))
+        throw Error(f + ".shape: expected sizes that are integers >= 0, found " + shape.dump());
+      if (__builtin_mul_overflow(count, d.get<uint64_t>(), &count))
+        throw Error(f + ".shape: " + shape.dump() + " has more elements than 2^64");
+      e.shape.push_back(int64_t(d.get<uint64_t>()));
+    }
+    uint64_t bytes_needed;
+    if (__builtin_mul_overflow(count, uint64_t(dtype_size(e.dtype)), &bytes_needed))
+      throw Error(f + ".shape: " + shape.dump() + " needs more than 2^64 bytes");
+    const json& o = v["data_offsets"];
+    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
+      throw Error(f + ".data_offsets: expected [begin, end], found " + o.dump());
+    e.begin = o[0].get<uint64_t>();
+    e.end = o[1].get<uint64_t>();
+    if (e.begin > e.end || e.end > data_size)
+      throw Error(f + ".data_offsets: [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] is not a range inside the " + std::to_string(data_size) + " data bytes");
+    if (e.end - e.begin != bytes_needed)
+      throw Error(f + ".data_offsets: [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] spans " + std::to_string(e.end - e.begin) + " bytes, shape " + shape.dump() +
+                  " of " + e.dtype + " needs " + std::to_string(bytes_needed));
+    h.tensors.push_back(std::move(e));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string e = errno_str();
-    ::unlink(tmp.c_str());
-    throw Error(path + ": rename from " + tmp + " failed: " + e);
+  std::vector<const SafetensorsEntry*> sorted;
+  for (const SafetensorsEntry& e : h.tensors) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  const SafetensorsEntry* last = nullptr;  // the non-empty range that reaches furthest so far
+  for (const SafetensorsEntry* e : sorted) {
+    if (e->begin == e->end) continue;
+    if (last && e->begin < last->end)
+      throw Error(file + ": tensor '" + e->name + "'.data_offsets: overlaps tensor '" + last->name + "'");
+    if (!last || e->end > last->end) last = e;
   }
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  return h;
+}
+
+namespace io {
+
+SafetensorsHeader read_safetensors_header(const ByteSource& src) {
+  const uint64_t size = src.size();
+  if (size < 8)
+    throw Error(src.name() + ": header length: the file is " + std::to_string(size) +
+                " bytes, a safetensors file has at least 8");
+  uint8_t len[8];
+  src.read(len, 8, 0, "header length");
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
+  if (hlen > size - 8 || hlen > kMaxHeader)
+    throw Error(src.name() + ": header length: " + std::to_string(hlen) + " bytes exceeds the " +
+                std::to_string(size - 8) + " bytes after the length field (or 100 MiB)");
+  std::vector<uint8_t> buf(8 + hlen);
+  std::memcpy(buf.data(), len, 8);
+  src.read(buf.data() + 8, hlen, 8, "header");
+  return parse_safetensors_header(buf.data(), buf.size(), size, src.name());
+}
+
+void read_tensor_f32(const ByteSource& src, const SafetensorsHeader& h, const SafetensorsEntry& e,
+                     float* dst, size_t count) {
+  const uint64_t off = h.data_offset + e.begin;
+  const std::string field = "tensor '" + e.name + "' data";
+  if (e.dtype == "F32") {
+    src.read(dst, count * 4, off, field);
+    return;
+  }
+  const int size = dtype_size(e.dtype);
+  std::vector<uint8_t> raw(count * size_t(size));
+  src.read(raw.data(), raw.size(), off, field);
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t* p = raw.data() + i * size_t(size);
+    if (e.dtype == "F64") {
+      double d;
+      std::memcpy(&d, p, 8);
+      dst[i] = float(d);
+    } else if (e.dtype == "BF16") {
+      const uint32_t bits = uint32_t(p[0] | p[1] << 8) << 16;
+      std::memcpy(dst + i, &bits, 4);
+    } else {
+      dst[i] = half_to_float(uint16_t(p[0] | p[1] << 8));
+    }
   }
 }
 
-void load_weights(Plan& plan, const std::string& path) {
-  if (plan.dtype() != DType::f32) throw Error(path + ": only f32 plans can load weights");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open weights: " + errno_str());
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
-  const uint64_t size = uint64_t(st.st_size);
-  auto read_at = [&](void* dst, size_t n, uint64_t off, const char* field) {
-    char* p = static_cast<char*>(dst);
-    while (n > 0) {
-      const ssize_t r = ::pread(fd, p, n, off_t(off));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw Error(path + ": " + field + ": read failed (" + (r == 0 ? "unexpected end of file" : errno_str()) + ")");
-      p += r, n -= size_t(r), off += uint64_t(r);
-    }
-  };
-  if (size < 8) throw Error(path + ": header length: file is " + std::to_string(size) + " bytes, expected at least 8");
-  unsigned char len[8];
-  read_at(len, 8, 0, "header length");
-  uint64_t hlen = 0;
-  for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
-  if (hlen > size - 8 || hlen > (uint64_t(100) << 20))
-    throw Error(path + ": header length: " + std::to_string(hlen) + " exceeds the file's " +
-                std::to_string(size - 8) + " bytes after the length field (or 100 MiB)");
-  std::string h(hlen, '\0');
-  read_at(h.data(), hlen, 8, "header");
-  json header;
-  try {
-    header = json::parse(h);
-  } catch (const json::parse_error& e) {
-    throw Error(path + ": header: invalid JSON: " + e.what());
+void load_params(Plan& plan, const ByteSource& src, const SafetensorsHeader& h,
+                 const std::string& ignored_prefix) {
+  if (plan.dtype() != DType::f32) throw Error(src.name() + ": only f32 plans load weights");
+  const std::string model = plan.model().source.empty() ? plan.model().name : plan.model().source;
+  for (const SafetensorsEntry& e : h.tensors) {
+    if (!ignored_prefix.empty() && e.name.rfind(ignored_prefix, 0) == 0) continue;
+    bool known = false;
+    for (const ParamInfo& p : plan.params()) known = known || p.name == e.name;
+    if (!known) throw Error(src.name() + ": tensor '" + e.name + "': model " + model + " has no such parameter");
   }
-  if (!header.is_object()) throw Error(path + ": header: expected a JSON object");
-  const uint64_t data_start = 8 + hlen, data_size = size - data_start;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  size_t tensors = 0;
-  for (auto it = header.begin(); it != header.end(); ++it)
-    if (it.key() != "__metadata__") ++tensors;
-  if (tensors != plan.params().size())
-    throw Error(path + ": tensors: file has " + std::to_string(tensors) + ", model " +
-                plan.model().name + " has " + std::to_string(plan.params().size()));
+  for (const ParamInfo& p : plan.params()) {
+    const SafetensorsEntry* e = h.find(p.name);
+    const std::string f = src.name() + ": tensor '" + p.name + "'";
+    if (!e) throw Error(f + ": missing (model " + model + " needs it)");
+    if (e->dtype != "F32" && e->dtype != "F64" && e->dtype != "F16" && e->dtype != "BF16")
+      throw Error(f + ".dtype: expected F32, F64, F16 or BF16, found " + e->dtype);
+    if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
+      throw Error(f + ".shape: expected " + json(p.shape).dump() + ", found " + json(e->shape).dump());
+  }
   float* dst = static_cast<float*>(plan.param_data());
-  for (const ParamInfo& p : plan.params()) {
-    const std::string f = path + ": " + p.name;
-    if (!header.contains(p.name)) throw Error(f + ": missing from the file");
-    const json& t = header[p.name];
-    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
-      throw Error(f + ": expected an object with dtype, shape and data_offsets");
-    if (t["dtype"] != "F32") throw Error(f + ".dtype: expected \"F32\", found " + t["dtype"].dump());
-    if (t["shape"] != json(p.shape))
-      throw Error(f + ".shape: expected " + json(p.shape).dump() + ", found " + t["shape"].dump());
-    const json& o = t["data_offsets"];
-    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
-      throw Error(f + ".data_offsets: expected [begin, end], found " + o.dump());
-    const uint64_t b = o[0].get<uint64_t>(), e = o[1].get<uint64_t>();
-    if (b > e || e > data_size || e - b != p.size * 4)
-      throw Error(f + ".data_offsets: [" + std::to_string(b) + ", " + std::to_string(e) +
-                  "] must span " + std::to_string(p.size * 4) + " bytes inside the " +
-                  std::to_string(data_size) + " data bytes");
-    ranges.push_back({b, e});
+  for (const ParamInfo& p : plan.params()) read_tensor_f32(src, h, *h.find(p.name), dst + p.offset, p.size);
+}
+
+std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const TensorOut& t : tensors) {
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.count * 4}}};
+    offset += t.count * 4;
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second) throw Error(path + ": data_offsets: tensors overlap");
-  for (const ParamInfo& p : plan.params()) {
-    const uint64_t b = header[p.name]["data_offsets"][0].get<uint64_t>();
-    read_at(dst + p.offset, p.size * 4, data_start + b, "tensor data");
-  }
+  header["__metadata__"] = metadata;
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
+  return out + h;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorOut>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string header = safetensors_header_bytes(tensors, metadata);
+  std::vector<std::string_view> parts{header};
+  for (const TensorOut& t : tensors)
+    parts.emplace_back(reinterpret_cast<const char*>(t.data), t.count * 4);
+  write_file_atomic(path, parts);
+}
+
+std::vector<TensorOut> weight_tensors(Plan& plan) {
+  if (plan.dtype() != DType::f32) throw Error("save: only f32 plans can be saved");
+  const float* w = static_cast<const float*>(plan.param_data());
+  std::vector<TensorOut> out;
+  for (const ParamInfo& p : plan.params())
+    out.push_back({p.name, std::vector<int64_t>(p.shape.begin(), p.shape.end()), w + p.offset, p.size});
+  return out;
+}
+
+std::map<std::string, std::string> weight_metadata(const Plan& plan) {
+  return {{"format", "pt"}, {"ember_version", kVersion}, {"model", model_to_json(plan.model())}};
+}
+
+}  // namespace io
+
+void save_weights(Plan& plan, const std::string& path) {
+  io::write_safetensors(path, io::weight_tensors(plan), io::weight_metadata(plan));
+}
+
+void load_weights(Plan& plan, const std::string& path) {
+  const io::FileSource src(path);
+  io::load_params(plan, src, io::read_safetensors_header(src), "optimizer.");
+}
+
+void load_weights_from_memory(Plan& plan, const uint8_t* bytes, size_t n, const std::string& name) {
+  const io::MemorySource src(bytes, n, name);
+  io::load_params(plan, src, io::read_safetensors_header(src), "optimizer.");
 }
 
 }  // namespace ember

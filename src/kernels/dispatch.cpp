@@ -16,6 +16,7 @@ void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, c
 void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q);
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q);
 void adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+size_t count_nonfinite_f32(const float* x, size_t n);
 }  // namespace ref
 
 const char* isa_name(Isa isa) {
@@ -68,6 +69,7 @@ Kernels scalar_table() {
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
   k.adam = ref::adam_f32;
+  k.count_nonfinite = ref::count_nonfinite_f32;
   k.fma_loop = ref::fma_loop;
   return k;
 }
@@ -83,6 +85,7 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.relu_maxpool2 = fast.relu_maxpool2;
   k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
   k.adam = fast.adam;
+  k.count_nonfinite = fast.count_nonfinite;
   k.fma_loop = fast.fma_loop;
   return k;
 }

@@ -76,6 +76,9 @@ struct AdamArgs {
 };
 using AdamFn = void (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 
+// The number of non-finite values (NaN, +-Inf) among x[0..n).
+using CountNonfiniteFn = size_t (*)(const float* x, size_t n);
+
 // Benchmark kernel: `iters` rounds of independent FMAs on vector registers (the machine's FMA
 // peak for this ISA); returns the floating-point operations done and writes a result to *sink.
 using FmaLoopFn = double (*)(int64_t iters, float* sink);
@@ -94,6 +97,7 @@ struct Kernels {
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   AdamFn adam;
+  CountNonfiniteFn count_nonfinite;
   FmaLoopFn fma_loop;
 };
 

@@ -414,6 +414,51 @@ void Plan::optimizer_step(double lr) {
   });
 }
 
+const PlanOptions& Plan::options() const { return impl_->opt; }
+int Plan::state_count() const { return impl_->state_count; }
+const char* Plan::state_name(int s) const {
+  const OptimizerKind k = impl_->opt.optimizer.kind;
+  if (s < 0 || s >= impl_->state_count) return "";
+  if (k == OptimizerKind::Adam || k == OptimizerKind::AdamW) return s == 0 ? "exp_avg" : "exp_avg_sq";
+  return "momentum_buffer";
+}
+void* Plan::state_data(int s) {
+  if (s < 0 || s >= impl_->state_count) throw Error("state_data: no optimizer state " + std::to_string(s));
+  return impl_->at<std::byte>(impl_->state_off[s]);
+}
+int64_t Plan::optimizer_steps() const { return impl_->step; }
+void Plan::set_optimizer_steps(int64_t t) {
+  if (t < 0) throw Error("set_optimizer_steps: expected a count >= 0, found " + std::to_string(t));
+  impl_->step = t;
+}
+
+int Plan::first_nonfinite_grad() {
+  Impl& m = *impl_;
+  if (m.esz != 4) throw Error("first_nonfinite_grad: f32 plans only");
+  const ops::Exec e = m.exec();
+  const float* g = m.at<float>(m.grad_off);
+  if (ops::count_nonfinite(e, g, m.nparams) == 0) return -1;
+  for (size_t t = 0; t < m.params.size(); ++t)  // the rare path: find which tensor
+    if (m.k->count_nonfinite(g + m.params[t].offset, m.params[t].size) != 0) return int(t);
+  return -1;
+}
+
+int Plan::first_nonfinite_output(int n) const {
+  const Impl& m = *impl_;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const size_t count = size_t(n) * m.dims[i + 1].size();
+    bool bad = false;
+    if (m.esz == 8) {
+      const double* y = m.at<double>(m.act[i + 1]);
+      for (size_t j = 0; j < count && !bad; ++j) bad = !std::isfinite(y[j]);
+    } else {
+      bad = m.k->count_nonfinite(m.at<float>(m.act[i + 1]), count) != 0;
+    }
+    if (bad) return int(i);
+  }
+  return -1;
+}
+
 double Plan::flops_per_sample(bool training) const {
   const Impl& m = *impl_;
   double f = 0;

@@ -82,5 +82,7 @@ struct SgdArgs { float lr, momentum, l2, wd; bool nesterov, use_momentum; };
 void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a);
 using ember::AdamArgs;  // see kernels.h
 void adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+// NaN and Inf values among x[0..n), split over the pool like the optimizer updates.
+size_t count_nonfinite(const Exec& e, const float* x, size_t n);
 
 }  // namespace ember::ops

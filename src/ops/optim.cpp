@@ -1,5 +1,6 @@
 // Optimizer updates (PyTorch's formulas), split across the pool by element ranges. Coupled L2
 // (l2) is added to the gradient; decoupled decay (wd) shrinks the weight; both 0 for biases.
+#include <atomic>
 #include <cmath>
 
 #include "ops/ops.h"
@@ -40,6 +41,13 @@ void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, con
 void adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n,
                const AdamArgs& a) {
   over(e, n, [&](size_t b, size_t end) { e.k.adam(w + b, m + b, v + b, g + b, end - b, a); });
+}
+
+// Non-finite values in x[0..n), counted over the same ranges the optimizer updates.
+size_t count_nonfinite(const Exec& e, const float* x, size_t n) {
+  std::atomic<size_t> total{0};
+  over(e, n, [&](size_t b, size_t end) { total += e.k.count_nonfinite(x + b, end - b); });
+  return total.load();
 }
 
 }  // namespace ember::ops

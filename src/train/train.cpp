@@ -56,17 +56,32 @@ EvalResult evaluate(Plan& plan, const Dataset& data) {
   return r;
 }
 
+namespace {
+std::string step_name(int64_t step, int epoch, int64_t batch, int64_t batches) {
+  return "step " + std::to_string(step) + " (epoch " + std::to_string(epoch + 1) + ", batch " +
+         std::to_string(batch + 1) + " of " + std::to_string(batches) + ")";
+}
+}  // namespace
+
 TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainConfig& cfg,
                   const std::function<bool(const EpochMetrics&)>& on_epoch) {
   check_dataset_fits(plan, tr, "training set");
   check_dataset_fits(plan, te, "test set");
   using clock = std::chrono::steady_clock;
   const int B = plan.batch();
+  const int64_t batches = (tr.count + B - 1) / B;
+  if (cfg.start.epoch < 0 || cfg.start.batch < 0 || cfg.start.batch > batches)
+    throw Error("train: start position epoch " + std::to_string(cfg.start.epoch) + ", batch " +
+                std::to_string(cfg.start.batch) + " is outside the " + std::to_string(batches) +
+                " batches of an epoch");
   std::vector<int64_t> order(tr.count);
   TrainResult result;
   const auto t_start = clock::now();
-  double prev_loss = 0;
-  for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
+  double prev_loss = cfg.start.prev_train_loss;
+  for (int epoch = cfg.start.epoch; epoch < cfg.epochs; ++epoch) {
+    const bool resumed = epoch == cfg.start.epoch;
+    TrainState st = resumed ? cfg.start : TrainState{epoch};
+    st.prev_train_loss = prev_loss;
     const auto t0 = clock::now();
     std::iota(order.begin(), order.end(), int64_t(0));
     if (cfg.shuffle) {  // Fisher-Yates from the epoch's own stream: reproducible and resumable
@@ -74,27 +89,63 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
       for (int64_t i = tr.count - 1; i > 0; --i) std::swap(order[i], order[rng.below(uint32_t(i + 1))]);
     }
     const double lr = cfg.schedule.at(epoch);
-    double loss_sum = 0;
-    int64_t correct = 0;
     Profiler* P = plan.profiler();
-    for (int64_t start = 0; start < tr.count; start += B) {
+    for (; st.batch < batches; ++st.batch) {
+      const int64_t start = st.batch * B;
       const int n = int(std::min<int64_t>(B, tr.count - start));
+      const auto ts0 = clock::now();
       const int64_t ts = P ? P->now_ns() : 0;
       timed(P, Phase::data, -1, [&] { plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n); });
       plan.forward(n);
+      double loss = 0;
+      int correct = 0;
       timed(P, Phase::loss, -1, [&] {
-        loss_sum += plan.loss(n, true) * n;
-        correct += plan.correct(n);
+        loss = plan.loss(n, true);
+        correct = plan.correct(n);
       });
-      plan.backward(n);
-      plan.optimizer_step(lr);
+      std::string bad;
+      if (!std::isfinite(loss)) {
+        const int u = plan.first_nonfinite_output(n);
+        bad = "non-finite loss (" + std::to_string(loss) + ") at " +
+              step_name(epoch * batches + st.batch + 1, epoch, st.batch, batches) +
+              (u >= 0 ? ": first non-finite output is that of " + plan.units()[size_t(u)].name
+                      : ": every layer's output is finite, the loss itself overflowed");
+      } else {
+        plan.backward(n);
+        const int t = cfg.check_gradients ? plan.first_nonfinite_grad() : -1;
+        if (t >= 0) {
+          const ParamInfo& p = plan.params()[size_t(t)];
+          bad = "non-finite gradient of " + p.name + " (" + plan.layers()[size_t(p.layer)].kind +
+                ", layer " + std::to_string(p.layer) + ") at " +
+                step_name(epoch * batches + st.batch + 1, epoch, st.batch, batches);
+        }
+      }
+      if (!bad.empty()) {
+        if (cfg.on_nonfinite == NonfinitePolicy::stop) throw NonfiniteError(bad);
+        ++st.skipped;  // skip: no update, the batch counts for nothing
+      } else {
+        plan.optimizer_step(lr);
+        st.loss_sum += loss * n;
+        st.correct += correct;
+      }
       if (P) {
         P->record(0, Phase::step, -1, ts, P->now_ns());
         P->end_step(n);
       }
+      st.seconds += std::chrono::duration<double>(clock::now() - ts0).count();
       if (cfg.on_step) cfg.on_step(epoch + 1, start + n, tr.count);
+      if (cfg.after_step) {
+        TrainState next = st;
+        ++next.batch;
+        if (!cfg.after_step(next)) {
+          result.stopped = true;
+          result.state = next;
+          result.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
+          return result;
+        }
+      }
     }
-    const double train_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    const double train_seconds = st.seconds;
     EvalResult ev;
     if (cfg.evaluate) {
       const int64_t te0 = P ? P->now_ns() : 0;
@@ -106,14 +157,18 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.lr = lr;
-    m.train_loss = loss_sum / double(tr.count);
-    m.train_acc = double(correct) / double(tr.count);
+    const int64_t counted = tr.count - st.skipped * B;  // approximate only when a short last batch was skipped
+    m.train_loss = counted > 0 ? st.loss_sum / double(counted) : 0;
+    m.train_acc = counted > 0 ? double(st.correct) / double(counted) : 0;
     m.test_loss = ev.loss;
     m.test_acc = ev.accuracy;
-    m.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    m.samples_per_s = double(tr.count) / train_seconds;
+    m.seconds = (resumed ? cfg.start.seconds : 0) + std::chrono::duration<double>(clock::now() - t0).count();
+    m.samples_per_s = train_seconds > 0 ? double(tr.count) / train_seconds : 0;
+    m.skipped = st.skipped;
     result.epochs_run = epoch + 1;
     result.last = m;
+    result.state = TrainState{epoch + 1};
+    result.state.prev_train_loss = m.train_loss;
     const bool go_on = on_epoch ? on_epoch(m) : true;
     if (!std::isfinite(m.train_loss))
       throw Error("training diverged: train loss is " + std::to_string(m.train_loss) + " in epoch " +

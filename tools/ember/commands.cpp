@@ -109,8 +109,7 @@ ScheduleKind parse_schedule(const std::string& s) {
 }
 
 // Flags the user did not give take the model's recipe.
-void apply_recipe(TrainArgs& a, const Model& m, const CLI::App& cmd) {
-  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+void apply_recipe(TrainArgs& a, const Model& m, const std::function<bool(const char*)>& given) {
   const Recipe& r = m.recipe;
   if (!given("--optimizer")) a.optimizer = r.optimizer;
   if (!given("--lr")) a.lr = r.lr;
@@ -158,6 +157,19 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
                 "Profile the run: per-layer table at the end; with --out also profile.json, "
                 "profile.folded and trace.json");
   cmd->add_flag("--quiet", a.quiet, "No progress display and no per-epoch lines");
+  cmd->add_option("--weights", a.weights, "Start training from these weights (safetensors, PyTorch names and layouts)");
+  cmd->add_option("--checkpoint-every", a.checkpoint_every,
+                  "Write a checkpoint every N steps, and at the end (0: only on SIGINT/SIGTERM)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", a.checkpoint_dir,
+                  "Directory for checkpoints (default: OUT/checkpoints with --out, else ./checkpoints)");
+  cmd->add_option("--keep-checkpoints", a.keep_checkpoints, "How many of the newest checkpoints to keep")
+      ->capture_default_str();
+  cmd->add_option("--resume", a.resume,
+                  "Continue a run from a checkpoint FILE or the newest in DIR, bit for bit as if never stopped");
+  cmd->add_option("--on-nonfinite", a.on_nonfinite,
+                  "NaN/Inf in the loss or a gradient: stop (keep the last checkpoint) or skip the step")
+      ->capture_default_str();
 }
 
 void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
@@ -167,10 +179,15 @@ void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
 }
 
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
+  return make_train_setup(a, [&](const char* flag) { return cmd.count(flag) > 0; });
+}
+
+TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
+                            const Model* model_override) {
   TrainSetup su;
-  su.model = resolve_model(a.common.model);
+  su.model = model_override ? *model_override : resolve_model(a.common.model);
   Model& model = su.model;
-  apply_recipe(a, model, cmd);
+  apply_recipe(a, model, given);
   validate_common(a.common);
   check_int("--epochs", a.epochs, 1, 100000);
   check_real("--lr", a.lr, 0, 1e3, true);
@@ -183,6 +200,11 @@ TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
   check_real("--momentum", a.momentum, 0, 1, false);
   check_real("--early-stop-tol", a.early_stop_tol, 0, 1e9, false);
   check_int("--limit-train", a.limit_train, 0, int64_t(1) << 40);
+  check_int("--checkpoint-every", a.checkpoint_every, 0, int64_t(1) << 40);
+  check_int("--keep-checkpoints", a.keep_checkpoints, 1, 1000000);
+  if (a.on_nonfinite != "stop" && a.on_nonfinite != "skip") bad("--on-nonfinite", "stop or skip", "'" + a.on_nonfinite + "'");
+  if (!a.resume.empty() && !a.weights.empty())
+    throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
   if (!a.init.empty()) {
     if (a.init == "kaiming") model.init = Init::Kaiming;
     else if (a.init == "xavier") model.init = Init::Xavier;
@@ -203,6 +225,7 @@ TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
   cfg.shuffle = !a.no_shuffle;
   cfg.early_stop_tol = a.early_stop_tol;
   cfg.schedule = {parse_schedule(a.schedule), a.lr, a.lr_min, a.t_max, a.step_size, a.gamma};
+  cfg.on_nonfinite = a.on_nonfinite == "skip" ? NonfinitePolicy::skip : NonfinitePolicy::stop;
   return su;
 }
 

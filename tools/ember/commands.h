@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ struct TrainArgs {
   bool profile = false;      // profile the whole run (written to --out)
   bool quiet = false;        // no progress display, no per-epoch lines
   std::string command_line;  // as typed, for config.json
+  std::string weights;       // start from these weights (safetensors)
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: none, but on a signal)
+  std::string checkpoint_dir;    // default: OUT/checkpoints with --out, else ./checkpoints
+  int keep_checkpoints = 3;
+  std::string resume;            // checkpoint file, or a directory (its newest)
+  std::string on_nonfinite = "stop";  // stop | skip
 };
 
 // `ember profile`: training on a few samples with the profiler on.
@@ -92,6 +99,10 @@ struct TrainSetup {
   PlanOptions plan;
   TrainConfig cfg;
 };
+// `given(flag)` says whether the user set a flag (the recipe fills the others); `model`, when
+// not null, is used instead of resolving --model (a resumed checkpoint's own description).
+TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
+                            const Model* model = nullptr);
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd);
 TrainTest load_train_data(const TrainArgs& a);
 int default_threads();

@@ -2,6 +2,7 @@
 // validates every value (one-line errors naming the flag, non-zero exit), and drives the public
 // library API only.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +11,8 @@
 #include "ember/error.h"
 
 int main(int argc, char** argv) {
+  // Past a file size limit, writes fail with EFBIG (a clear error) instead of killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"ember: train and run neural networks on the CPU, and see where the time goes"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");

@@ -19,21 +19,16 @@
 #include "ember/profile.h"
 #include "ember/version.h"
 #include "progress.h"
+#include "run_state.h"
 
 namespace ember::cli {
 
 void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::out | std::ios::trunc | std::ios::binary);
-    if (!f) throw Error(what + ": cannot open '" + tmp + "' for writing: " + std::strerror(errno));
-    f << text;
-    f.flush();
-    if (!f) throw Error(what + ": write to '" + tmp + "' failed");
+  try {
+    write_file_atomic(path, {text});
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(what + ": cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
 }
 
 void make_run_dir(const std::string& dir) {
@@ -50,8 +45,13 @@ std::string model_summary_json(const Plan& plan) {
   for (size_t i = 0; i < infos.size(); ++i) {
     const LayerInfo& li = infos[i];
     std::string shape_in, shape_out;
-    for (int d : li.in_shape) shape_in += (shape_in.empty() ? "" : "x") + std::to_string(d);
-    for (int d : li.out_shape) shape_out += (shape_out.empty() ? "" : "x") + std::to_string(d);
+    auto join = [](const std::vector<int>& dims) {
+      std::string t;
+      for (int d : dims) t.append(t.empty() ? "" : "x").append(std::to_string(d));
+      return t;
+    };
+    shape_in = join(li.in_shape);
+    shape_out = join(li.out_shape);
     layers.push_back({{"index", i}, {"type", li.kind},
                       {"description", li.kind + " " + shape_in + " -> " + shape_out},
                       {"input_shape", li.in_shape}, {"output_shape", li.out_shape},
@@ -91,23 +91,92 @@ double peak_for(const Plan& plan) {
   return measure_machine(plan.isa_name()).peak_gflops_1t * plan.threads();
 }
 
+namespace {
+// --resume: a checkpoint file, or the newest checkpoint in a directory.
+std::string resolve_resume(const std::string& arg) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(arg, ec)) {
+    const std::vector<std::string> all = list_checkpoints(arg);
+    if (all.empty()) throw Error("--resume: no checkpoint (ckpt-*.safetensors) in directory '" + arg + "'");
+    return all.back();
+  }
+  if (!std::filesystem::exists(arg, ec)) throw Error("--resume: no such file or directory '" + arg + "'");
+  return arg;
+}
+
+// A resumed run's metrics file keeps the epochs the checkpoint had finished; later lines came
+// from after it and are written again.
+void keep_metrics_epochs(const std::string& path, int epochs_done) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() &&
+        j["epoch"].get<int>() <= epochs_done)
+      kept += line + "\n";
+  }
+  write_text_file(path, kept, "--metrics");
+}
+
+std::string metrics_line(const EpochMetrics& m) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %.9g, \"train_acc\": %.9g, "
+                "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f%s}\n",
+                m.epoch, m.lr, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.seconds,
+                m.samples_per_s, m.skipped ? (", \"skipped_steps\": " + std::to_string(m.skipped)).c_str() : "");
+  return line;
+}
+}  // namespace
+
 int run_train(TrainArgs a, const CLI::App& cmd) {
-  TrainSetup su = make_train_setup(a, cmd);
+  SignalStop signals;  // before the plan starts its pool threads, which inherit the mask
+  const bool resuming = !a.resume.empty();
+  CheckpointInfo resumed;
+  Model resumed_model;
+  if (resuming) {
+    if (!a.weights.empty()) throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
+    resumed = read_checkpoint_info(resolve_resume(a.resume));
+    resume_args(a, cmd, resumed);
+    resumed_model = parse_model_json(resumed.model_json, resumed.path + ": __metadata__.model");
+  }
+  TrainSetup su = resuming ? make_train_setup(a, [](const char*) { return true; }, &resumed_model)
+                           : make_train_setup(a, cmd);
   std::ofstream metrics;  // opened before the long work so a bad path fails at once
   if (!a.out.empty()) {
     make_run_dir(a.out);
     if (a.metrics.empty()) a.metrics = a.out + "/metrics.jsonl";
   }
   if (!a.metrics.empty()) {
-    metrics.open(a.metrics, std::ios::out | std::ios::trunc);
+    if (resuming) keep_metrics_epochs(a.metrics, resumed.state.epoch);
+    metrics.open(a.metrics, std::ios::out | (resuming ? std::ios::app : std::ios::trunc));
     if (!metrics)
       throw Error("--metrics: cannot open '" + a.metrics + "' for writing: " + std::strerror(errno));
   }
   Plan plan(su.model, su.plan);
   TrainTest data = load_train_data(a);
   check_dataset_fits(plan, data.train, "training set");
-  plan.init_params(a.seed);
+  const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
+  if (resuming) {
+    const nlohmann::json c = nlohmann::json::parse(resumed.config_json);
+    if (c.value("train_crc32", uint64_t(0)) != crc || c.value("train_count", int64_t(-1)) != data.train.count)
+      throw Error("--data: the training set in " + data_dir + " (" + std::to_string(data.train.count) +
+                  " images, CRC-32 " + std::to_string(crc) + ") is not the one checkpoint " + resumed.path +
+                  " was trained on (" + c.value("train_count", nlohmann::json()).dump() + " images, CRC-32 " +
+                  c.value("train_crc32", nlohmann::json()).dump() + ")");
+    load_checkpoint(plan, resumed.path);
+    su.cfg.start = resumed.state;
+  } else {
+    plan.init_params(a.seed);
+    if (!a.weights.empty()) load_weights(plan, a.weights);
+  }
+  const std::string ckdir = !a.checkpoint_dir.empty() ? a.checkpoint_dir
+                            : a.out.empty()           ? std::string("checkpoints")
+                                                      : a.out + "/checkpoints";
+  Checkpoints ckpts(ckdir, a.checkpoint_every, a.keep_checkpoints, train_args_json(a, crc, data.train.count).dump());
+  if (resuming) ckpts.set_last(resumed.path);
   if (!a.out.empty()) {
     write_text_file(a.out + "/config.json", config_json(a, plan, data_dir), "--out");
     write_text_file(a.out + "/model.json", model_summary_json(plan), "--out");
@@ -124,33 +193,71 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, seed %llu\n",
               a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, su.plan.batch, a.epochs,
               plan.threads(), plan.isa_name(), (unsigned long long)a.seed);
+  const int64_t batches = (data.train.count + plan.batch() - 1) / plan.batch();
+  if (resuming) {
+    std::printf("  resumed from %s: epoch %d, batch %lld of %lld, optimizer step %lld\n", resumed.path.c_str(),
+                resumed.state.epoch + 1, (long long)resumed.state.batch, (long long)batches,
+                (long long)plan.optimizer_steps());
+    const nlohmann::json c = nlohmann::json::parse(resumed.config_json);
+    if (c.value("threads", 0) != plan.threads() || c.value("isa", std::string()) != a.common.isa)
+      std::printf("  note: threads or --isa differ from the checkpoint's run: results will not be bit-identical to it\n");
+  }
   std::fflush(stdout);
   Progress progress(stdout, isatty(fileno(stdout)) != 0, a.epochs);
   if (!a.quiet) su.cfg.on_step = [&](int e, int64_t done, int64_t total) { progress.step(e, done, total); };
-  const TrainResult r = train(plan, data.train, data.test, su.cfg, [&](const EpochMetrics& m) {
+  int stop_signal = 0;
+  su.cfg.after_step = [&](const TrainState& next) {
+    const int64_t step = next.epoch * batches + next.batch;
+    ckpts.maybe_save(plan, next, step);
+    if ((stop_signal = signals.taken()) == 0) return true;
+    if (ckpts.last() != checkpoint_path(ckpts.dir(), step)) ckpts.save(plan, next, step);
+    return false;
+  };
+  TrainResult r;
+  try {
+    r = train(plan, data.train, data.test, su.cfg, [&](const EpochMetrics& m) {
+      progress.clear();
+      if (!a.quiet) {
+        std::printf("epoch %3d/%d  lr %.3e  train loss %.4f acc %6.2f%%  test loss %.4f acc %6.2f%%  %7.2f s  %9.0f samples/s%s\n",
+                    m.epoch, a.epochs, m.lr, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc,
+                    m.seconds, m.samples_per_s,
+                    m.skipped ? ("  (" + std::to_string(m.skipped) + " steps skipped: NaN/Inf)").c_str() : "");
+        std::fflush(stdout);
+      }
+      if (metrics.is_open()) {
+        metrics << metrics_line(m) << std::flush;
+        if (!metrics) throw Error("--metrics: write to '" + a.metrics + "' failed");
+      }
+      return true;
+    });
+  } catch (const NonfiniteError& e) {
     progress.clear();
-    if (!a.quiet) {
-      std::printf("epoch %3d/%d  lr %.3e  train loss %.4f acc %6.2f%%  test loss %.4f acc %6.2f%%  %7.2f s  %9.0f samples/s\n",
-                  m.epoch, a.epochs, m.lr, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc,
-                  m.seconds, m.samples_per_s);
-      std::fflush(stdout);
-    }
-    if (metrics.is_open()) {
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %.9g, \"train_acc\": %.9g, "
-                    "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f}\n",
-                    m.epoch, m.lr, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.seconds,
-                    m.samples_per_s);
-      metrics << line << std::flush;
-      if (!metrics) throw Error("--metrics: write to '" + a.metrics + "' failed");
-    }
-    return true;
-  });
+    throw Error(std::string(e.what()) + "; stopped with the weights before that step" +
+                (ckpts.last().empty() ? std::string(" (no checkpoint was written: use --checkpoint-every N)")
+                                      : "; last good checkpoint " + ckpts.last() +
+                                            " (resume with --resume and a lower --lr, or --on-nonfinite skip)"));
+  }
   progress.clear();
-  std::printf("final test accuracy %.2f%% (loss %.4f) after %d epochs%s, total %.2f s\n",
-              100 * r.last.test_acc, r.last.test_loss, r.epochs_run,
-              r.early_stopped ? " (early stop)" : "", r.seconds);
+  if (r.stopped) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ember: %s at step %lld (epoch %d, batch %lld of %lld): checkpoint %s\n"
+                 "resume with: ember train --resume %s\n",
+                 stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
+                 (long long)(r.state.epoch * batches + r.state.batch), r.state.epoch + 1,
+                 (long long)r.state.batch, (long long)batches, ckpts.last().c_str(), ckpts.dir().c_str());
+    return 128 + stop_signal;
+  }
+  if (r.epochs_run == 0)
+    std::printf("nothing to train: the run is at the end of epoch %d of %d (raise --epochs to train on)\n",
+                su.cfg.start.epoch, a.epochs);
+  else
+    std::printf("final test accuracy %.2f%% (loss %.4f) after %d epochs%s, total %.2f s\n",
+                100 * r.last.test_acc, r.last.test_loss, r.epochs_run,
+                r.early_stopped ? " (early stop)" : "", r.seconds);
+  if (a.checkpoint_every > 0 && r.epochs_run > 0) {
+    ckpts.save(plan, r.state, r.state.epoch * batches);
+    std::printf("checkpoint %s\n", ckpts.last().c_str());
+  }
   if (prof) {
     plan.set_profiler(nullptr);
     const ProfileSummary s = summarize_profile(plan, *prof, peak_for(plan));

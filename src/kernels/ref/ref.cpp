@@ -2,6 +2,8 @@
 // (and the fallbacks every other table uses where it has no fast version of its own).
 #include "kernels/ref/ref.h"
 
+#include <cmath>
+
 namespace ember {
 
 void sgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
@@ -32,6 +34,11 @@ void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int 
 }
 void adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
   adam<float>(w, m, v, g, n, a);
+}
+size_t count_nonfinite_f32(const float* x, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; ++i) c += !std::isfinite(x[i]);
+  return c;
 }
 }  // namespace ref
 

@@ -3,6 +3,7 @@
 // and weight gradient, fused ReLU + 2x2 max-pool and its adjoint, Adam. Same contracts as the
 // scalar references in ref/ref.h; lanes run along a row (q) of the output.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -206,6 +207,19 @@ void adam_simd(float* __restrict w, float* __restrict m, float* __restrict v,
   }
 }
 
+size_t count_nonfinite_simd(const float* __restrict x, size_t n) {
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(x);  // exponent all ones: Inf or NaN
+  uint32_t c = 0;
+  size_t total = 0;
+  for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 20)) {  // u32 lane counters cannot overflow
+    const size_t e = std::min(n, i0 + (size_t(1) << 20));
+    c = 0;
+    for (size_t i = i0; i < e; ++i) c += (b[i] & 0x7f800000u) == 0x7f800000u;
+    total += c;
+  }
+  return total;
+}
+
 void relu_fwd_simd(float* __restrict y, const float* __restrict x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
 }
@@ -241,6 +255,7 @@ Kernels fast_table() {
   k.relu_maxpool2 = relu_maxpool2<S>;
   k.relu_maxpool2_bwd = relu_maxpool2_bwd<S>;
   k.adam = adam_simd;
+  k.count_nonfinite = count_nonfinite_simd;
   k.fma_loop = fma_loop<S>;
   return k;
 }

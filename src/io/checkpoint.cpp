@@ -1,0 +1,211 @@
+// Checkpoints: a safetensors file holding the weights, the optimizer state ("optimizer.<state>.
+// <param>") and, in __metadata__.ember_checkpoint, the optimizer's step count, the loop's state,
+// the schedule position, the data order's generator and the caller's configuration.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "ember/error.h"
+#include "ember/version.h"
+#include "io/source.h"
+
+namespace ember {
+
+using json = nlohmann::json;
+
+namespace {
+constexpr int kFormatVersion = 1;
+
+std::vector<std::string> state_names(const Plan& plan) {
+  std::vector<std::string> v;
+  for (int s = 0; s < plan.state_count(); ++s) v.push_back(plan.state_name(s));
+  return v;
+}
+
+// Reads the metadata's checkpoint fields, checking each one's type and range.
+CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
+  CheckpointInfo c;
+  c.path = file;
+  auto meta = [&](const char* key) -> const std::string& {
+    auto it = h.metadata.find(key);
+    if (it == h.metadata.end())
+      throw Error(file + ": __metadata__." + key + ": missing (not an ember checkpoint; weights load with --weights)");
+    return it->second;
+  };
+  c.ember_version = meta("ember_version");
+  c.model_json = meta("model");
+  json j;
+  try {
+    j = json::parse(meta("ember_checkpoint"));
+  } catch (const json::exception& e) {
+    throw Error(file + ": __metadata__.ember_checkpoint: invalid JSON: " + e.what());
+  }
+  const std::string f = file + ": __metadata__.ember_checkpoint";
+  if (!j.is_object()) throw Error(f + ": expected a JSON object");
+  auto field = [&](const json& o, const char* key, const std::string& where) -> const json& {
+    if (!o.contains(key)) throw Error(where + "." + key + ": missing");
+    return o[key];
+  };
+  auto integer = [&](const json& o, const char* key, const std::string& where, int64_t hi) {
+    const json& v = field(o, key, where);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > hi)
+      throw Error(where + "." + key + ": expected an integer in [0, " + std::to_string(hi) + "], found " + v.dump());
+    return v.get<int64_t>();
+  };
+  auto real = [&](const json& o, const char* key, const std::string& where) {
+    const json& v = field(o, key, where);
+    if (!v.is_number()) throw Error(where + "." + key + ": expected a finite number, found " + v.dump());
+    return v.get<double>();
+  };
+  if (integer(j, "version", f, 1000) != kFormatVersion)
+    throw Error(f + ".version: expected " + std::to_string(kFormatVersion) + ", found " + j["version"].dump() +
+                " (written by ember " + c.ember_version + ")");
+  const json& opt = field(j, "optimizer", f);
+  if (!opt.is_string()) throw Error(f + ".optimizer: expected a string, found " + opt.dump());
+  c.optimizer = opt.get<std::string>();
+  c.optimizer_steps = integer(j, "optimizer_steps", f, int64_t(1) << 53);
+  const json& st = field(j, "state", f);
+  const std::string fs = f + ".state";
+  if (!st.is_object()) throw Error(fs + ": expected an object");
+  c.state.epoch = int(integer(st, "epoch", fs, 100000));
+  c.state.batch = integer(st, "batch", fs, int64_t(1) << 40);
+  c.state.loss_sum = real(st, "loss_sum", fs);
+  c.state.correct = integer(st, "correct", fs, int64_t(1) << 53);
+  c.state.skipped = integer(st, "skipped", fs, int64_t(1) << 40);
+  c.state.seconds = real(st, "seconds", fs);
+  c.state.prev_train_loss = real(st, "prev_train_loss", fs);
+  const json& cfg = field(j, "config", f);
+  c.config_json = cfg.dump();
+  return c;
+}
+
+CheckpointInfo load(Plan& plan, const io::ByteSource& src) {
+  const SafetensorsHeader h = io::read_safetensors_header(src);
+  CheckpointInfo c = parse_info(h, src.name());
+  const std::vector<std::string> names = state_names(plan);
+  // Everything is checked before a byte is copied: the state tensors here, the weights in load_params.
+  for (const SafetensorsEntry& e : h.tensors) {
+    if (e.name.rfind("optimizer.", 0) != 0) continue;
+    bool expected = false;
+    for (const std::string& s : names)
+      for (const ParamInfo& p : plan.params()) expected = expected || e.name == "optimizer." + s + "." + p.name;
+    if (!expected)
+      throw Error(src.name() + ": tensor '" + e.name + "': the plan's optimizer (" +
+                  std::to_string(names.size()) + " state tensors per parameter) has no such state; "
+                  "the checkpoint's optimizer is " + c.optimizer);
+  }
+  for (const std::string& s : names)
+    for (const ParamInfo& p : plan.params()) {
+      const std::string name = "optimizer." + s + "." + p.name;
+      const SafetensorsEntry* e = h.find(name);
+      if (!e) throw Error(src.name() + ": tensor '" + name + "': missing (the checkpoint's optimizer is " + c.optimizer + ")");
+      if (e->dtype != "F32") throw Error(src.name() + ": tensor '" + name + "'.dtype: expected F32, found " + e->dtype);
+      if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
+        throw Error(src.name() + ": tensor '" + name + "'.shape: expected " + json(p.shape).dump() + ", found " + json(e->shape).dump());
+    }
+  io::load_params(plan, src, h, "optimizer.");
+  for (int s = 0; s < plan.state_count(); ++s) {
+    float* dst = static_cast<float*>(plan.state_data(s));
+    for (const ParamInfo& p : plan.params())
+      io::read_tensor_f32(src, h, *h.find("optimizer." + names[size_t(s)] + "." + p.name), dst + p.offset, p.size);
+  }
+  plan.set_optimizer_steps(c.optimizer_steps);
+  return c;
+}
+}  // namespace
+
+void save_checkpoint(Plan& plan, const TrainState& st, const std::string& config_json,
+                     const std::string& path) {
+  std::vector<io::TensorOut> tensors = io::weight_tensors(plan);
+  const std::vector<std::string> names = state_names(plan);
+  for (int s = 0; s < plan.state_count(); ++s) {
+    const float* d = static_cast<const float*>(plan.state_data(s));
+    for (const ParamInfo& p : plan.params())
+      tensors.push_back({"optimizer." + names[size_t(s)] + "." + p.name,
+                         std::vector<int64_t>(p.shape.begin(), p.shape.end()), d + p.offset, p.size});
+  }
+  json config;
+  try {
+    config = json::parse(config_json.empty() ? "{}" : config_json);
+  } catch (const json::exception& e) {
+    throw Error(path + ": checkpoint configuration is not valid JSON: " + e.what());
+  }
+  static constexpr const char* kOptimizers[] = {"sgd", "momentum", "nesterov", "adam", "adamw"};
+  const json ck = {
+      {"version", kFormatVersion},
+      {"optimizer", kOptimizers[int(plan.options().optimizer.kind)]},
+      {"optimizer_steps", plan.optimizer_steps()},
+      {"state", {{"epoch", st.epoch}, {"batch", st.batch}, {"loss_sum", st.loss_sum},
+                 {"correct", st.correct}, {"skipped", st.skipped}, {"seconds", st.seconds},
+                 {"prev_train_loss", st.prev_train_loss}}},
+      {"data_order", {{"generator", "pcg32, Fisher-Yates shuffle per epoch from (seed, 0x5eed0000 + epoch)"},
+                      {"next_sample", st.batch * plan.batch()}}},
+      {"config", config}};
+  std::map<std::string, std::string> meta = io::weight_metadata(plan);
+  meta["ember_checkpoint"] = ck.dump();
+  io::write_safetensors(path, tensors, meta);
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  const io::FileSource src(path);
+  return parse_info(io::read_safetensors_header(src), path);
+}
+
+CheckpointInfo load_checkpoint(Plan& plan, const std::string& path) {
+  const io::FileSource src(path);
+  return load(plan, src);
+}
+
+CheckpointInfo load_checkpoint_from_memory(Plan& plan, const uint8_t* bytes, size_t n,
+                                           const std::string& name) {
+  const io::MemorySource src(bytes, n, name);
+  return load(plan, src);
+}
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/ckpt-%010lld.safetensors", (long long)step);
+  return dir + name;
+}
+
+namespace {
+// Calls fn(name) for every entry of dir; a missing directory has none.
+template <class F>
+void each_entry(const std::string& dir, F&& fn) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) fn(std::string(e->d_name));
+  ::closedir(d);
+}
+bool is_checkpoint_name(const std::string& n) {
+  if (n.size() != 27 || n.rfind("ckpt-", 0) != 0 || n.substr(15) != ".safetensors") return false;
+  return std::all_of(n.begin() + 5, n.begin() + 15, [](char c) { return c >= '0' && c <= '9'; });
+}
+}  // namespace
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> names;
+  each_entry(dir, [&](const std::string& n) {
+    if (is_checkpoint_name(n)) names.push_back(n);
+  });
+  std::sort(names.begin(), names.end());  // fixed-width step numbers sort as numbers
+  for (std::string& n : names) n = dir + "/" + n;
+  return names;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  const std::vector<std::string> all = list_checkpoints(dir);
+  for (size_t i = 0; i + size_t(std::max(keep, 1)) < all.size(); ++i) ::unlink(all[i].c_str());
+  const std::string mine = ".tmp." + std::to_string(::getpid());
+  each_entry(dir, [&](const std::string& n) {  // temporary files of a process that died mid-save
+    if (n.rfind(".ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos &&
+        !(n.size() > mine.size() && n.compare(n.size() - mine.size(), mine.size(), mine) == 0))
+      ::unlink((dir + "/" + n).c_str());
+  });
+}
+
+}  // namespace ember
