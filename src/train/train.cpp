@@ -158,7 +158,7 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     m.epoch = epoch + 1;
     m.lr = lr;
     const int64_t counted = tr.count - st.skipped * B;  // approximate only when a short last batch was skipped
-    m.train_loss = counted > 0 ? st.loss_sum / double(counted) : 0;
+    m.train_loss = counted > 0 ? st.loss_sum / double(counted) : NAN;  // no step applied: diverged
     m.train_acc = counted > 0 ? double(st.correct) / double(counted) : 0;
     m.test_loss = ev.loss;
     m.test_acc = ev.accuracy;
