@@ -254,8 +254,9 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
     std::printf("final test accuracy %.2f%% (loss %.4f) after %d epochs%s, total %.2f s\n",
                 100 * r.last.test_acc, r.last.test_loss, r.epochs_run,
                 r.early_stopped ? " (early stop)" : "", r.seconds);
-  if (a.checkpoint_every > 0 && r.epochs_run > 0) {
-    ckpts.save(plan, r.state, r.state.epoch * batches);
+  if (a.checkpoint_every > 0 && r.epochs_run > 0) {  // the end, unless the last step just saved it
+    const int64_t step = r.state.epoch * batches;
+    if (ckpts.last() != checkpoint_path(ckpts.dir(), step)) ckpts.save(plan, r.state, step);
     std::printf("checkpoint %s\n", ckpts.last().c_str());
   }
   if (prof) {

@@ -1,0 +1,209 @@
+// Checkpoints through the command line: 50 runs killed with SIGKILL at random moments (some
+// twice) and resumed end with the same weights, byte for byte, as a run never stopped; SIGINT
+// and SIGTERM stop at a step's end with a checkpoint and a resume hint; a save that hits a file
+// size limit fails with a clear error and leaves the last good checkpoint; resume rules.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "cli/cli_util.h"
+#include "ember/io.h"
+
+namespace {
+
+const char* kSmallCnn = R"({"name": "small-cnn", "input": [1, 28, 28], "classes": 10, "layers": [
+ {"type": "conv2d", "out_channels": 4, "kernel": 5, "padding": 2}, {"type": "relu"},
+ {"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10}]})";
+
+class Ckpt : public Cli {
+ protected:
+  void SetUp() override {
+    Cli::SetUp();
+    model_ = tmp_ / "small.json";
+    write_text(model_, kSmallCnn);
+  }
+  // 200 samples in batches of 16: 13 steps per epoch; two threads (their reductions included).
+  std::vector<std::string> args(int epochs, const std::string& dir, const fs::path& save, int every = 3) {
+    return {"train", "--data", data_.string(), "--model", model_.string(), "--epochs", std::to_string(epochs),
+            "--batch-size", "16", "--threads", "2", "--quiet", "--checkpoint-every", std::to_string(every),
+            "--keep-checkpoints", "2", "--checkpoint-dir", dir, "--save", save.string()};
+  }
+  static std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& a : v) s.append(s.empty() ? "" : " ").append(quote(a));
+    return s;
+  }
+  // Starts ember with `argv`, output to files in tmp_; returns the pid.
+  pid_t spawn(const std::vector<std::string>& argv) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const std::string out = (tmp_ / "spawn.out").string(), err = (tmp_ / "spawn.err").string();
+      if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) ::_exit(126);
+      std::vector<char*> a{const_cast<char*>(EMBER_BINARY)};
+      for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+      a.push_back(nullptr);
+      ::execv(EMBER_BINARY, a.data());
+      ::_exit(127);
+    }
+    return pid;
+  }
+  static int wait_status(pid_t pid) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  fs::path model_;
+};
+
+TEST_F(Ckpt, KilledAtRandomMomentsResumesBitIdentically) {
+  const fs::path ref = tmp_ / "ref.safetensors";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run(join(args(3, (tmp_ / "ref-ckpt").string(), ref)));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  const double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const std::string want = read_text(ref);
+  ASSERT_FALSE(want.empty());
+
+  std::mt19937 rng(20261123);
+  int trials = 0, killed = 0, killed_twice = 0, before_first = 0, identical = 0;
+  for (int t = 0; t < 50; ++t) {
+    const std::string dir = (tmp_ / ("ck" + std::to_string(t))).string();
+    const fs::path out = tmp_ / ("w" + std::to_string(t) + ".safetensors");
+    const std::vector<std::string> a = args(3, dir, out);
+    std::vector<std::string> resume = {"train", "--resume", dir, "--quiet"};
+    int kills = 0;
+    for (int attempt = 0; attempt < 2; ++attempt) {  // the first run, then maybe its resume
+      if (attempt == 1 && (rng() % 2 == 0 || kills == 0)) break;
+      const bool have = !ember::list_checkpoints(dir).empty();
+      const pid_t pid = spawn(attempt == 0 || !have ? a : resume);
+      std::this_thread::sleep_for(std::chrono::microseconds(int64_t(std::uniform_real_distribution<double>(0, 1.1 * run_ms)(rng) * 1000)));
+      ::kill(pid, SIGKILL);
+      const int code = wait_status(pid);
+      if (code == 128 + SIGKILL) ++kills;
+      else ASSERT_EQ(code, 0) << "run " << t << ": " << read_text(tmp_ / "spawn.err");
+    }
+    killed += kills > 0;
+    killed_twice += kills > 1;
+    // Go on to the end: from the newest checkpoint, or from the start when none was written.
+    const bool have = !ember::list_checkpoints(dir).empty();
+    before_first += kills > 0 && !have;
+    if (!fs::exists(out) || kills > 0) {
+      Result fin = run(join(have ? resume : a));
+      ASSERT_EQ(fin.code, 0) << fin.cmd << "\n" << fin.out << fin.err;
+    }
+    ++trials;
+    if (read_text(out) == want) ++identical;
+    else ADD_FAILURE() << "trial " << t << ": final weights differ from the uninterrupted run";
+  }
+  std::printf("[kill -9] %d runs: %d killed mid-run (%d of them killed again while resuming, %d before "
+              "their first checkpoint), %d finished first; %d/%d ended bit-identical to the "
+              "uninterrupted run (%.0f ms)\n",
+              trials, killed, killed_twice, before_first, trials - killed, identical, trials, run_ms);
+  EXPECT_EQ(identical, 50);
+  EXPECT_GE(killed, 25) << "too few kills landed inside a run to mean anything";
+}
+
+TEST_F(Ckpt, SigintAndSigtermStopAtAStepWithACheckpoint) {
+  const fs::path ref = tmp_ / "ref.safetensors";
+  ASSERT_EQ(run(join(args(8, (tmp_ / "ref-ckpt").string(), ref, 1000))).code, 0);
+  for (int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    const std::string dir = (tmp_ / ("sig" + std::to_string(sig))).string();
+    const fs::path out = tmp_ / ("sig" + std::to_string(sig) + ".safetensors");
+    const pid_t pid = spawn(args(8, dir, out, 5));
+    for (int i = 0; i < 2000 && ember::list_checkpoints(dir).empty(); ++i)  // wait for step 5
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ::kill(pid, sig);
+    ASSERT_EQ(wait_status(pid), 128 + sig) << read_text(tmp_ / "spawn.err");
+    const std::string err = read_text(tmp_ / "spawn.err");
+    EXPECT_NE(err.find(sig == SIGINT ? "interrupted (SIGINT) at step " : "terminated (SIGTERM) at step "), std::string::npos) << err;
+    EXPECT_NE(err.find("resume with: ember train --resume " + dir), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(out)) << "a stopped run saved its final weights";
+    const Result r = run("train --resume " + quote(dir) + " --quiet");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(read_text(out), read_text(ref)) << "resumed weights differ";
+  }
+}
+
+TEST_F(Ckpt, FullDiskSaveFailsClearlyAndKeepsTheLastCheckpoint) {
+  const std::string dir = (tmp_ / "ck").string();
+  const fs::path ref = tmp_ / "ref.safetensors", out = tmp_ / "out.safetensors";
+  ASSERT_EQ(run(join(args(4, (tmp_ / "ref-ckpt").string(), ref, 13))).code, 0);
+  ASSERT_EQ(run(join(args(2, dir, out, 13))).code, 0);  // checkpoints at steps 13 and 26
+  const std::string good = ember::checkpoint_path(dir, 26), good_bytes = read_text(good);
+  ASSERT_FALSE(good_bytes.empty());
+  // Going on with a file size limit below a checkpoint's size: the step-39 save fails as on a full disk.
+  const Result r = run("train --resume " + quote(dir) + " --epochs 4 --quiet",
+                       "prlimit --fsize=40000:40000");
+  // Training had started (stdout shows it); stderr is the one-line error.
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  ASSERT_EQ(nonempty_lines(r.err).size(), 1u) << r.err;
+  for (const std::string& n : std::vector<std::string>{"checkpoint at step 39", "ckpt-0000000039.safetensors", "write failed",
+                               "file too large", "the last good checkpoint is " + good})
+    EXPECT_NE(r.err.find(n), std::string::npos) << "missing '" << n << "' in: " << r.err;
+  EXPECT_EQ(ember::list_checkpoints(dir).back(), good);
+  EXPECT_EQ(read_text(good), good_bytes);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "left behind: " << e.path();
+  const Result fin = run("train --resume " + quote(dir) + " --epochs 4 --quiet --save " + quote(out.string()));
+  ASSERT_EQ(fin.code, 0) << fin.out << fin.err;
+  EXPECT_EQ(read_text(out), read_text(ref)) << "the run resumed after the failed save differs";
+}
+
+TEST_F(Ckpt, ResumeRulesAndBadCheckpoints) {
+  const std::string dir = (tmp_ / "ck").string();
+  ASSERT_EQ(run(join(args(1, dir, tmp_ / "w.safetensors", 5))).code, 0);
+  EXPECT_EQ(ember::list_checkpoints(dir).size(), 2u) << "--keep-checkpoints 2";
+  expect_one_line_error(run("train --resume " + quote(dir) + " --lr 0.5"), {"--lr", "cannot be changed when resuming", "0.001"});
+  expect_one_line_error(run("train --resume " + quote(dir) + " --batch-size 8"), {"--batch-size", "cannot be changed"});
+  expect_one_line_error(run("train --resume " + quote(dir) + " --weights " + quote((tmp_ / "w.safetensors").string())),
+                        {"--weights", "--resume"});
+  fs::create_directories(tmp_ / "empty");
+  expect_one_line_error(run("train --resume " + quote((tmp_ / "empty").string())), {"--resume", "no checkpoint"});
+  expect_one_line_error(run("train --resume " + quote((tmp_ / "nope").string())), {"--resume", "no such file"});
+  const fs::path other = tmp_ / "other";
+  write_dataset(other, 150, 20);
+  expect_one_line_error(run("train --resume " + quote(dir) + " --data " + quote(other.string())),
+                        {"--data", "is not the one checkpoint", "trained on"});
+  expect_one_line_error(run(train_args("--on-nonfinite maybe")), {"--on-nonfinite", "stop or skip"});
+  expect_one_line_error(run(train_args("--checkpoint-every -1")), {"--checkpoint-every"});
+  // A truncated checkpoint, and a weights file given as a checkpoint.
+  const std::string newest = ember::list_checkpoints(dir).back();
+  const std::string bytes = read_text(newest);
+  const fs::path cut = tmp_ / "cut.safetensors";
+  write_text(cut, bytes.substr(0, bytes.size() / 2));
+  expect_one_line_error(run("train --resume " + quote(cut.string())), {cut.string(), "data_offsets"});
+  expect_one_line_error(run("train --resume " + quote((tmp_ / "w.safetensors").string())),
+                        {"w.safetensors", "__metadata__.ember_checkpoint", "missing"});
+  // A checkpoint is also a weights file for eval and --weights.
+  const Result ev = run("eval --data " + quote(data_.string()) + " --model " + quote(model_.string()) +
+                        " --threads 1 --weights " + quote(newest));
+  EXPECT_EQ(ev.code, 0) << ev.out << ev.err;
+}
+
+TEST_F(Ckpt, NanWeightsStopTheRunNamingStepAndLayer) {
+  // Weights whose last layer holds a NaN: the first step's loss is NaN, named with its layer.
+  const fs::path w = tmp_ / "w.safetensors", bad = tmp_ / "nan.safetensors";
+  ASSERT_EQ(run(join(args(1, (tmp_ / "ck").string(), w, 100))).code, 0);
+  std::string b = read_text(w);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(b[size_t(i)])) << (8 * i);
+  const nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
+  const uint64_t off = 8 + n + h["4.weight"]["data_offsets"][0].get<uint64_t>();
+  const float nan = NAN;
+  std::memcpy(&b[off + 40], &nan, 4);
+  write_text(bad, b);
+  const Result r = run("train --data " + quote(data_.string()) + " --model " + quote(model_.string()) +
+                       " --batch-size 16 --threads 2 --quiet --weights " + quote(bad.string()));
+  expect_one_line_error(r, {"non-finite loss (nan) at step 1 (epoch 1, batch 1 of 13)", "linear (4)",
+                            "no checkpoint was written"});
+  const Result s = run("train --data " + quote(data_.string()) + " --model " + quote(model_.string()) +
+                       " --batch-size 16 --threads 2 --epochs 1 --on-nonfinite skip --weights " + quote(bad.string()));
+  EXPECT_NE(s.code, 0);
+  EXPECT_NE(s.out.find("13 steps skipped: NaN/Inf"), std::string::npos) << s.out << s.err;
+}
+
+}  // namespace
