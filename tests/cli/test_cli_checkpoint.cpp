@@ -70,8 +70,9 @@ TEST_F(Ckpt, KilledAtRandomMomentsResumesBitIdentically) {
   std::mt19937 rng(20261123);
   int trials = 0, killed = 0, killed_twice = 0, before_first = 0, identical = 0;
   for (int t = 0; t < 50; ++t) {
-    const std::string dir = (tmp_ / ("ck" + std::to_string(t))).string();
-    const fs::path out = tmp_ / ("w" + std::to_string(t) + ".safetensors");
+    const std::string num = std::to_string(t);
+    const std::string dir = (tmp_ / ("ck" + num)).string();
+    const fs::path out = (tmp_ / ("w" + num)).concat(".safetensors");
     const std::vector<std::string> a = args(3, dir, out);
     std::vector<std::string> resume = {"train", "--resume", dir, "--quiet"};
     int kills = 0;
@@ -204,6 +205,45 @@ TEST_F(Ckpt, NanWeightsStopTheRunNamingStepAndLayer) {
                        " --batch-size 16 --threads 2 --epochs 1 --on-nonfinite skip --weights " + quote(bad.string()));
   EXPECT_NE(s.code, 0);
   EXPECT_NE(s.out.find("13 steps skipped: NaN/Inf"), std::string::npos) << s.out << s.err;
+}
+
+}  // namespace
+
+namespace {
+
+// Weights trained in ember evaluate to the same accuracy in PyTorch (examples/pytorch_eval.py
+// builds the nn.Sequential from the file's model description and loads the tensors unchanged),
+// and weights PyTorch writes (perturbed there) evaluate in ember as in PyTorch.
+TEST_F(Ckpt, PyTorchLoadsEmberWeightsAndEmberLoadsPyTorchs) {
+  if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "PyTorch (python3-torch) is not installed: apt-get install python3-torch";
+  write_dataset(tmp_ / "big", 600, 400);
+  const fs::path w = tmp_ / "w.safetensors", back = tmp_ / "torch.safetensors";
+  for (const std::string& model : {model_.string(), std::string("mnist-cnn")}) {
+    SCOPED_TRACE(model);
+    const std::string data = quote((tmp_ / "big").string());
+    ASSERT_EQ(run("train --data " + data + " --model " + quote(model) + " --epochs 1 --threads 2 --quiet --save " +
+                  quote(w.string())).code, 0);
+    const Result ev = run("eval --data " + data + " --model " + quote(model) + " --weights " + quote(w.string()));
+    ASSERT_EQ(ev.code, 0) << ev.err;
+    const std::string script = std::string(EMBER_SOURCE_DIR) + "/examples/pytorch_eval.py";
+    const std::string py = "/usr/bin/python3 " + quote(script) + " " + quote(w.string()) + " --data " + data;
+    auto python = [&](const std::string& extra) {
+      const fs::path out = tmp_ / "py.txt";
+      EXPECT_EQ(std::system((py + extra + " >" + quote(out.string()) + " 2>&1").c_str()), 0) << read_text(out);
+      return read_text(out);
+    };
+    const std::string torch_out = python("");
+    const double ember_acc = final_accuracy(ev.out, "test accuracy "), torch_acc = final_accuracy(torch_out, "test accuracy ");
+    EXPECT_GT(ember_acc, 30) << ev.out;
+    EXPECT_NEAR(ember_acc, torch_acc, 0.5) << "ember:\n" << ev.out << "PyTorch:\n" << torch_out;  // 400 images: 0.25 % each
+    const std::string perturbed = python(" --perturb 5 --resave " + quote(back.string()));
+    const Result ev2 = run("eval --data " + data + " --model " + quote(model) + " --weights " + quote(back.string()));
+    ASSERT_EQ(ev2.code, 0) << ev2.err;
+    EXPECT_NEAR(final_accuracy(ev2.out, "test accuracy "), final_accuracy(perturbed, "test accuracy "), 0.5)
+        << ev2.out << perturbed;
+    EXPECT_NE(read_text(back), read_text(w)) << "the perturbed weights are PyTorch's own";
+  }
 }
 
 }  // namespace
