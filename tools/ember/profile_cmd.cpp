@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "ember/error.h"
+#include "ember/io.h"
 #include "ember/profile.h"
 #include "ember/report.h"
 
@@ -49,6 +50,8 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
     if (!dir.empty() && !std::filesystem::is_directory(dir))
       throw Error(std::string(flag) + ": no directory '" + dir.string() + "' for '" + path + "'");
   }
+  for (const char* flag : {"--resume", "--checkpoint-every", "--checkpoint-dir", "--keep-checkpoints", "--save", "--out"})
+    if (cmd.count(flag)) throw Error(std::string(flag) + ": not available in ember profile (use ember train)");
   TrainSetup su = make_train_setup(t, cmd);
   su.cfg.evaluate = false;
   if (!cmd.count("--epochs")) su.cfg.epochs = 1;
@@ -61,7 +64,11 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
     train_set.images.resize(size_t(a.limit_samples) * train_set.rows * train_set.cols);
     train_set.labels.resize(size_t(a.limit_samples));
   }
-  plan.init_params(t.seed);
+  auto init = [&] {
+    plan.init_params(t.seed);
+    if (!t.weights.empty()) load_weights(plan, t.weights);
+  };
+  init();
   if (a.warmup_steps > 0) {
     Dataset warm = train_set;
     const int64_t n = std::min<int64_t>(warm.count, int64_t(a.warmup_steps) * plan.batch());
@@ -71,7 +78,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
     train(plan, warm, data.test, wc, nullptr);
   }
   const double off_ms = plain_step_ms(plan, train_set, data.test, su.cfg);
-  plan.init_params(t.seed);
+  init();
   Profiler prof(plan.threads(), int(plan.units().size()));
   plan.set_profiler(&prof);
   train(plan, train_set, data.test, su.cfg, nullptr);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Writes the seed corpora of fuzz_safetensors and fuzz_checkpoint: weights and checkpoints of the
+# fuzz-tiny model (fuzz_model_tiny.h) trained by build/release/ember on 64 generated images, plus
+# truncated and header-only variants. Run from anywhere after building the release preset.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+ember="$root/build/release/ember"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+/usr/bin/python3 - "$tmp/data" <<'PY'
+import os, struct, sys, random
+d = sys.argv[1]; os.makedirs(d)
+random.seed(1)
+for prefix, n in (("train", 64), ("t10k", 16)):
+    labels = bytes(random.randrange(10) for _ in range(n))
+    pixels = bytes(random.randrange(256) for _ in range(n * 784))
+    open(f"{d}/{prefix}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labels)
+    open(f"{d}/{prefix}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + pixels)
+PY
+sed -n 's/.*R"(\(.*\))".*/\1/p' "$root/fuzz/fuzz_model_tiny.h" | tr -d '\n' > "$tmp/tiny.json"
+"$ember" train --data "$tmp/data" --model "$tmp/tiny.json" --epochs 1 --batch-size 16 --threads 1 --quiet \
+  --checkpoint-every 2 --keep-checkpoints 2 --checkpoint-dir "$tmp/ck" --save "$tmp/w.safetensors" >/dev/null
+"$ember" train --data "$tmp/data" --model "$tmp/tiny.json" --epochs 1 --batch-size 16 --threads 1 --quiet \
+  --optimizer sgd --checkpoint-every 4 --checkpoint-dir "$tmp/ck-sgd" >/dev/null
+st="$root/fuzz/corpus/safetensors" ck="$root/fuzz/corpus/checkpoint"
+mkdir -p "$st" "$ck"
+cp "$tmp/w.safetensors" "$st/weights"
+head -c 200 "$tmp/w.safetensors" > "$st/weights-truncated"
+cp "$tmp"/ck/ckpt-0000000002.safetensors "$ck/adam-step2" 2>/dev/null || cp "$(ls "$tmp"/ck/*.safetensors | head -1)" "$ck/adam-step2"
+cp "$(ls "$tmp"/ck/*.safetensors | tail -1)" "$ck/adam-last"
+cp "$(ls "$tmp"/ck-sgd/*.safetensors | tail -1)" "$ck/sgd-last"
+cp "$ck/adam-last" "$st/checkpoint"
+head -c 1000 "$ck/adam-last" > "$ck/adam-truncated"
+cp "$tmp/w.safetensors" "$ck/weights-not-checkpoint"
+printf '\x02\x00\x00\x00\x00\x00\x00\x00{}' > "$st/empty-header"
+echo "seeds written to $st and $ck"
+ls -la "$st" "$ck"
