@@ -40,7 +40,8 @@ struct TrainState {
 enum class NonfinitePolicy { stop, skip };
 
 // Thrown when a step meets NaN or Inf and the policy is stop: names the step, the epoch, the
-// batch and the layer. The parameters are those before the step's update.
+// batch and the layer. A non-finite loss stops before the step's update; a non-finite gradient
+// (found by the update itself, at no cost) after it. Checkpoints on disk are untouched either way.
 class NonfiniteError : public Error {
  public:
   explicit NonfiniteError(const std::string& message) : Error(message) {}
@@ -58,8 +59,8 @@ struct TrainConfig {
   std::function<void(int epoch, int64_t done, int64_t total)> on_step;
   // Where to begin: a checkpoint's state (the plan then holds its weights and optimizer state).
   TrainState start;
-  // Every step checks its loss; with check_gradients also every gradient, before the update
-  // (a pass over the gradients split like the optimizer's, ~1 % of a mnist-cnn step).
+  // Every step checks its loss; with check_gradients also every gradient: for free inside the
+  // update (policy stop), or by one pass before it (policy skip, ~1-2 % of a mnist-cnn step).
   bool check_gradients = true;
   NonfinitePolicy on_nonfinite = NonfinitePolicy::stop;
   // Called after every step with the state the next step starts from; returning false stops

@@ -71,10 +71,11 @@ using ReluMaxpool2BwdFn = void (*)(float* dx, const float* dy, const int32_t* co
 
 // Adam / AdamW over n elements: g' = g + l2 * w; w *= 1 - lr * wd; m = b1 m + (1 - b1) g';
 // v = b2 v + (1 - b2) g'^2; w -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps).
+// Returns how many g[i] are NaN or Inf (read anyway: the check costs no memory traffic).
 struct AdamArgs {
   float lr, beta1, beta2, eps, l2, wd, bias1, bias2;  // bias_i = 1 - beta_i^t
 };
-using AdamFn = void (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+using AdamFn = size_t (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 
 // The number of non-finite values (NaN, +-Inf) among x[0..n).
 using CountNonfiniteFn = size_t (*)(const float* x, size_t n);

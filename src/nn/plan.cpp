@@ -388,7 +388,7 @@ void Plan::backward(int n) {
       timed(m.prof, Phase::backward, int(i), [&] { m.layers[i]->backward(e, bind(m, i), n); });
 }
 
-void Plan::optimizer_step(double lr) {
+int Plan::optimizer_step(double lr) {
   Impl& m = *impl_;
   if (m.esz != 4) throw Error("optimizer_step: only f32 plans train (f64 plans are for gradient checks)");
   const OptimizerConfig& o = m.opt.optimizer;
@@ -398,20 +398,25 @@ void Plan::optimizer_step(double lr) {
   float* g = m.at<float>(m.grad_off);
   float* s0 = m.state_count > 0 ? m.at<float>(m.state_off[0]) : nullptr;
   float* s1 = m.state_count > 1 ? m.at<float>(m.state_off[1]) : nullptr;
-  for (const ParamInfo& p : m.params) timed(m.prof, Phase::optimizer, m.layer_unit[size_t(p.layer)], [&] {
+  int first_bad = -1;
+  for (size_t t = 0; t < m.params.size(); ++t) timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
+    const ParamInfo& p = m.params[t];
+    size_t bad;
     const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
     const size_t off = p.offset;
     if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW) {
       const ops::AdamArgs args{float(lr), float(o.beta1), float(o.beta2), float(o.eps), l2, wd,
                                float(1 - std::pow(o.beta1, double(m.step))),
                                float(1 - std::pow(o.beta2, double(m.step)))};
-      ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, args);
+      bad = ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, args);
     } else {
       const ops::SgdArgs args{float(lr), float(o.momentum), l2, wd, o.kind == OptimizerKind::Nesterov,
                               o.kind != OptimizerKind::SGD};
-      ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args);
+      bad = ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args);
     }
+    if (bad != 0 && first_bad < 0) first_bad = int(t);
   });
+  return first_bad;
 }
 
 const PlanOptions& Plan::options() const { return impl_->opt; }

@@ -79,9 +79,10 @@ void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n);
 
 // Optimizer updates over one parameter tensor of n elements (f32). State buffers as named.
 struct SgdArgs { float lr, momentum, l2, wd; bool nesterov, use_momentum; };
-void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a);
+// Both return how many g[i] are NaN or Inf (the update is applied regardless).
+size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a);
 using ember::AdamArgs;  // see kernels.h
-void adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+size_t adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 // NaN and Inf values among x[0..n), split over the pool like the optimizer updates.
 size_t count_nonfinite(const Exec& e, const float* x, size_t n);
 

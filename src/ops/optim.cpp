@@ -23,9 +23,12 @@ void over(const Exec& e, size_t n, F&& fn) {
 
 // buf = momentum * buf + g'; step = nesterov ? g' + momentum * buf : buf; w -= lr * step,
 // where g' = g + l2 * w; plain SGD when !use_momentum.
-void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a) {
+size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a) {
+  std::atomic<size_t> nonfinite{0};
   over(e, n, [&](size_t b, size_t end) {
+    size_t bad = 0;
     for (size_t i = b; i < end; ++i) {
+      bad += !std::isfinite(g[i]);
       float gi = g[i] + a.l2 * w[i];
       if (a.wd != 0.f) w[i] -= a.lr * a.wd * w[i];
       if (a.use_momentum) {
@@ -34,13 +37,17 @@ void sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, con
       }
       w[i] -= a.lr * gi;
     }
+    nonfinite += bad;
   });
+  return nonfinite.load();
 }
 
 // Adam / AdamW (formulas in kernels.h, AdamFn), through the kernel table.
-void adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n,
-               const AdamArgs& a) {
-  over(e, n, [&](size_t b, size_t end) { e.k.adam(w + b, m + b, v + b, g + b, end - b, a); });
+size_t adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n,
+                 const AdamArgs& a) {
+  std::atomic<size_t> nonfinite{0};
+  over(e, n, [&](size_t b, size_t end) { nonfinite += e.k.adam(w + b, m + b, v + b, g + b, end - b, a); });
+  return nonfinite.load();
 }
 
 // Non-finite values in x[0..n), counted over the same ranges the optimizer updates.

@@ -20,6 +20,7 @@ std::string span_name(const Plan& plan, const Span& s) {
     case Phase::data: return "batch gather";
     case Phase::loss: return "loss";
     case Phase::eval: return "test-set evaluation";
+    case Phase::optimizer: return "NaN/Inf check";
     default: return phase_name(s.phase);
   }
 }
@@ -61,6 +62,7 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
   for (size_t i = 0; i < units.size(); ++i) add(Phase::forward, int(i), units[i].name, units[i].flops_fwd);
   add(Phase::loss, -1, "loss", 0);
   for (size_t i = units.size(); i-- > 0;) add(Phase::backward, int(i), units[i].name, units[i].flops_bwd);
+  add(Phase::optimizer, -1, "NaN/Inf check", 0);  // of every gradient, before the update
   for (size_t i = 0; i < units.size(); ++i) add(Phase::optimizer, int(i), units[i].name, 0);
   if (step_ns > 0) {
     ProfileRow r;

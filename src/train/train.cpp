@@ -103,28 +103,35 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
         loss = plan.loss(n, true);
         correct = plan.correct(n);
       });
+      const int64_t step = epoch * batches + st.batch + 1;
+      auto grad_message = [&](int t) {
+        const ParamInfo& p = plan.params()[size_t(t)];
+        return "non-finite gradient of " + p.name + " (" + plan.layers()[size_t(p.layer)].kind + ", layer " +
+               std::to_string(p.layer) + ") at " + step_name(step, epoch, st.batch, batches);
+      };
       std::string bad;
       if (!std::isfinite(loss)) {
         const int u = plan.first_nonfinite_output(n);
-        bad = "non-finite loss (" + std::to_string(loss) + ") at " +
-              step_name(epoch * batches + st.batch + 1, epoch, st.batch, batches) +
+        bad = "non-finite loss (" + std::to_string(loss) + ") at " + step_name(step, epoch, st.batch, batches) +
               (u >= 0 ? ": first non-finite output is that of " + plan.units()[size_t(u)].name
                       : ": every layer's output is finite, the loss itself overflowed");
       } else {
         plan.backward(n);
-        const int t = cfg.check_gradients ? plan.first_nonfinite_grad() : -1;
-        if (t >= 0) {
-          const ParamInfo& p = plan.params()[size_t(t)];
-          bad = "non-finite gradient of " + p.name + " (" + plan.layers()[size_t(p.layer)].kind +
-                ", layer " + std::to_string(p.layer) + ") at " +
-                step_name(epoch * batches + st.batch + 1, epoch, st.batch, batches);
+        // Skipping needs to know before the update (one pass over the gradients); stopping does
+        // not: the update reads every gradient anyway and reports what it met.
+        if (cfg.check_gradients && cfg.on_nonfinite == NonfinitePolicy::skip) {
+          int t = -1;
+          timed(P, Phase::optimizer, -1, [&] { t = plan.first_nonfinite_grad(); });
+          if (t >= 0) bad = grad_message(t);
         }
       }
       if (!bad.empty()) {
-        if (cfg.on_nonfinite == NonfinitePolicy::stop) throw NonfiniteError(bad);
+        if (cfg.on_nonfinite == NonfinitePolicy::stop) throw NonfiniteError(bad + " (stopped before its update)");
         ++st.skipped;  // skip: no update, the batch counts for nothing
       } else {
-        plan.optimizer_step(lr);
+        const int t = plan.optimizer_step(lr);
+        if (t >= 0 && cfg.check_gradients)
+          throw NonfiniteError(grad_message(t) + " (stopped after its update, which that gradient spoiled)");
         st.loss_sum += loss * n;
         st.correct += correct;
       }

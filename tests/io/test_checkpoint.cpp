@@ -184,12 +184,16 @@ TEST(Nonfinite, NaNWeightStopsAtTheFirstStepNamingTheLayer) {
   struct Poison {
     size_t param;
     const char* needle;  // what the error must name
+    bool before_update;  // whether the run stops before the step's update
   };
-  // A NaN in the last layer reaches the loss: the first non-finite output names that layer. One
-  // in fc1 is hidden from the loss by the ReLU after it (max(NaN, 0) is 0 there), but flows back
-  // through fc1's input gradient into the conv weights' gradient, which the check names.
-  for (const Poison& poison : {Poison{4, "non-finite loss (nan) at step 1 (epoch 1, batch 1 of 4): first non-finite output is that of linear (6)"},
-                               Poison{2, "non-finite gradient of 0.weight (conv2d, layer 0) at step 1 (epoch 1, batch 1 of 4)"}}) {
+  // A NaN in the last layer reaches the loss: the first non-finite output names that layer, and
+  // the step stops before its update. One in fc1 is hidden from the loss by the ReLU after it
+  // (max(NaN, 0) is 0 there), but flows back through fc1's input gradient into the conv weights'
+  // gradient, which the update itself finds (at no cost) and names.
+  const Poison poisons[] = {
+      {4, "non-finite loss (nan) at step 1 (epoch 1, batch 1 of 4): first non-finite output is that of linear (6) (stopped before its update)", true},
+      {2, "non-finite gradient of 0.weight (conv2d, layer 0) at step 1 (epoch 1, batch 1 of 4) (stopped after its update", false}};
+  for (const Poison& poison : poisons) {
     p.init_params(1);
     static_cast<float*>(p.param_data())[p.params()[poison.param].offset + 5] = NAN;
     const std::vector<uint8_t> before = bytes_of(p);
@@ -199,17 +203,21 @@ TEST(Nonfinite, NaNWeightStopsAtTheFirstStepNamingTheLayer) {
     } catch (const NonfiniteError& e) {
       EXPECT_NE(std::string(e.what()).find(poison.needle), std::string::npos) << e.what();
     }
-    EXPECT_TRUE(bytes_of(p) == before) << "the bad step was applied";
+    EXPECT_EQ(bytes_of(p) == before, poison.before_update);
   }
-  // Skipping instead: every step is skipped, nothing is updated, and an epoch without one
-  // applied step is reported as divergence.
-  const std::vector<uint8_t> before = bytes_of(p);
+  // Skipping instead: the gradients are checked before the update, every step is skipped,
+  // nothing changes, and an epoch without one applied step is reported as divergence.
   cfg.on_nonfinite = NonfinitePolicy::skip;
   cfg.evaluate = false;
-  EpochMetrics got;
-  EXPECT_THROW(train(p, tr, te, cfg, [&](const EpochMetrics& m) { got = m; return true; }), Error);
-  EXPECT_EQ(got.skipped, 4);
-  EXPECT_TRUE(bytes_of(p) == before);
+  for (const Poison& poison : poisons) {
+    p.init_params(1);
+    static_cast<float*>(p.param_data())[p.params()[poison.param].offset + 5] = NAN;
+    const std::vector<uint8_t> before = bytes_of(p);
+    EpochMetrics got;
+    EXPECT_THROW(train(p, tr, te, cfg, [&](const EpochMetrics& m) { got = m; return true; }), Error);
+    EXPECT_EQ(got.skipped, 4);
+    EXPECT_TRUE(bytes_of(p) == before);
+  }
 }
 
 TEST(Nonfinite, GradientCheckNamesTheTensor) {

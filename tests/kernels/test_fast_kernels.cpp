@@ -110,8 +110,8 @@ TEST(FastKernels, AdamAndRelu) {
       auto wr = w, mr = m, vr = v;
       const AdamArgs a{1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, 1e-2f, 0.19f, 0.002f};
       for (int step = 0; step < 3; ++step) {
-        k.adam(w.data(), m.data(), v.data(), g.data(), n, a);
-        ref::adam<float>(wr.data(), mr.data(), vr.data(), g.data(), n, a);
+        EXPECT_EQ(k.adam(w.data(), m.data(), v.data(), g.data(), n, a), 0u);
+        EXPECT_EQ(ref::adam<float>(wr.data(), mr.data(), vr.data(), g.data(), n, a), 0u);
       }
       expect_close(w, wr, 4, "w");
       expect_close(m, mr, 4, "m");
@@ -123,6 +123,32 @@ TEST(FastKernels, AdamAndRelu) {
       ref::relu_bwd<float>(dxr.data(), m.data(), yr.data(), n);
       EXPECT_EQ(y, yr);
       EXPECT_EQ(dx, dxr);
+    }
+}
+
+// The non-finite counts of the Adam kernel (fused into the update) and of count_nonfinite agree
+// with the reference, wherever NaN, +Inf, -Inf sit (vector bodies and scalar tails); the largest
+// finite values and denormals do not count.
+TEST(FastKernels, NonfiniteCounts) {
+  for (Isa isa : isas())
+    for (size_t n : {size_t(1), size_t(17), size_t(64), size_t(1001)}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " n" + std::to_string(n));
+      const Kernels& k = kernels_for(isa);
+      auto g = rnd(n, 11);
+      g[0] = 3.40282347e38f;
+      if (n > 1) g[n - 1] = -1e-45f;
+      EXPECT_EQ(k.count_nonfinite(g.data(), n), 0u);
+      size_t want = 0;
+      for (size_t i = 0; i < n; i += 7) {
+        g[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        ++want;
+      }
+      EXPECT_EQ(k.count_nonfinite(g.data(), n), want);
+      EXPECT_EQ(ref::count_nonfinite_f32(g.data(), n), want);
+      auto w = rnd(n, 12), m = rnd(n, 13), v = rnd(n, 14);
+      for (auto& x : v) x = x * x;
+      const AdamArgs a{1e-3f, 0.9f, 0.999f, 1e-8f, 0.f, 0.f, 0.1f, 0.001f};
+      EXPECT_EQ(k.adam(w.data(), m.data(), v.data(), g.data(), n, a), want);
     }
 }
 

@@ -84,7 +84,9 @@ TEST(Profiler, ChangesNoResultAndCountsEveryUnit) {
   for (const auto& r : s.rows) pct += r.pct_step;
   EXPECT_NEAR(pct, 100.0, 1e-6);
   for (const auto& r : s.rows)
-    if (r.phase == "forward" && r.layer.find("conv2d") != std::string::npos) EXPECT_GT(r.gflops, 0);
+    if (r.phase == "forward" && r.layer.find("conv2d") != std::string::npos) {
+      EXPECT_GT(r.gflops, 0);
+    }
 }
 
 // Units' FLOPs (what the table's GFLOP/s divide) add up to the plan's, a multiply-add counted as 2.

@@ -232,7 +232,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
     });
   } catch (const NonfiniteError& e) {
     progress.clear();
-    throw Error(std::string(e.what()) + "; stopped with the weights before that step" +
+    throw Error(std::string(e.what()) +
                 (ckpts.last().empty() ? std::string(" (no checkpoint was written: use --checkpoint-every N)")
                                       : "; last good checkpoint " + ckpts.last() +
                                             " (resume with --resume and a lower --lr, or --on-nonfinite skip)"));

@@ -32,8 +32,8 @@ void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, in
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q) {
   relu_maxpool2_bwd<float>(dx, dy, code, K, P, Q);
 }
-void adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
-  adam<float>(w, m, v, g, n, a);
+size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
+  return adam<float>(w, m, v, g, n, a);
 }
 size_t count_nonfinite_f32(const float* x, size_t n) {
   size_t c = 0;

@@ -437,9 +437,11 @@ void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, in
 }
 // Adam / AdamW over n elements (see AdamFn).
 template <class T>
-void adam(T* w, T* m, T* v, const T* g, size_t n, const AdamArgs& a) {
+size_t adam(T* w, T* m, T* v, const T* g, size_t n, const AdamArgs& a) {
   const T step = T(a.lr) / T(a.bias1), inv_sqrt_b2 = T(1) / std::sqrt(T(a.bias2));
+  size_t nonfinite = 0;
   for (size_t i = 0; i < n; ++i) {
+    nonfinite += !std::isfinite(g[i]);
     const T gi = g[i] + T(a.l2) * w[i];
     T wi = w[i] * (T(1) - T(a.lr) * T(a.wd));
     m[i] = T(a.beta1) * m[i] + (T(1) - T(a.beta1)) * gi;
@@ -447,6 +449,7 @@ void adam(T* w, T* m, T* v, const T* g, size_t n, const AdamArgs& a) {
     wi -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_b2 + T(a.eps));
     w[i] = wi;
   }
+  return nonfinite;
 }
 
 // The scalar FMA loop (see FmaLoopFn): 8 independent chains of one float each.
@@ -460,5 +463,8 @@ inline double fma_loop(int64_t iters, float* sink) {
   *sink = t;
   return 2.0 * 8 * double(iters);
 }
+
+// The number of NaN and +-Inf values among x[0..n) (the scalar table's count_nonfinite).
+size_t count_nonfinite_f32(const float* x, size_t n);
 
 }  // namespace ember::ref
