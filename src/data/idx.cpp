@@ -27,7 +27,7 @@ constexpr uint64_t kGzipMinSize = 18;                // 10-byte header + 8-byte 
 // 4 GiB payload cap, plus room for gzip's worst case (stored blocks add 5 bytes per 64 KiB).
 constexpr uint64_t kMaxFileSize = kMaxPayload + (uint64_t{1} << 26);
 constexpr uint64_t kZChunk = uint64_t{1} << 30;      // zlib counts in unsigned ints
-constexpr uint64_t kGrowStep = uint64_t{1} << 24;    // gzip payload buffer grows 16 MiB at a time
+constexpr uint64_t kFirstChunk = uint64_t{1} << 16;  // gzip payload buffer: at least this first
 constexpr uint8_t kNoBytes[1] = {0};                 // a valid pointer for empty input
 
 [[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
@@ -102,7 +102,7 @@ std::vector<uint8_t> slurp(const std::string& path) {
       fail(path, "size", "expected at most " + std::to_string(kMaxFileSize) +
                              " bytes (4 GiB payload cap + header and gzip overhead), found more"
                              " (too large)");
-    want = std::min<uint64_t>(std::max<uint64_t>(bytes.size(), 1u << 16), kGrowStep);
+    want = std::min<uint64_t>(std::max<uint64_t>(bytes.size(), kFirstChunk), uint64_t{1} << 24);
   }
   if (std::ferror(f)) fail(path, "file", std::string("read error: ") + std::strerror(errno));
   return bytes;
@@ -274,10 +274,11 @@ IdxArray parse(const uint8_t* data, uint64_t size, const std::string& path,
                                    "-byte header + " + shape + " = " + std::to_string(product) +
                                    " bytes, mod 2^32), found " + std::to_string(isize) +
                                    " (dims disagree with the data, or the gzip is truncated)");
-    // The trailer can lie: the buffer grows only as decoded data arrives, never past the dims.
+    // The trailer can lie: the buffer starts at a guess from the compressed size and doubles only
+    // as decoded data arrives (so at most twice what the stream really holds), never past the dims.
     uint64_t have = 0;
     while (have < product) {
-      const uint64_t next = std::min(product, have + std::max(have, kGrowStep));
+      const uint64_t next = std::min(product, have ? 2 * have : std::max(kFirstChunk, 8 * size));
       out.data.resize(next);
       src.read_exact(out.data.data() + have, next - have, "data", have, product);
       have = next;
