@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-dev libgtest-dev
       libbenchmark-dev dataset-fashion-mnist
-      chromium fonts-liberation  # headless Chromium renders `ember report` pages in the tests
+      chromium fonts-liberation   # headless Chromium renders `ember report` pages in the tests
+      clang libclang-rt-14-dev    # the tsan and fuzz presets (ThreadSanitizer, libFuzzer)
       python3-torch python3-numpy)  # the PyTorch interoperability test and bench/compare_pytorch.py
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,12 +1,11 @@
 // IDX (MNIST-format) reader: raw or gzip (detected by the 1f 8b signature), unsigned-byte data
-// only. Every header field is checked against the file's (uncompressed) size before the payload
-// is allocated, and a gzip stream must be complete and exact; any problem throws ember::Error
-// with one line naming the path, the field, what was expected and what was found.
+// only, from a file or from memory. Every header field is checked against the (uncompressed)
+// size before the payload is allocated, and a gzip stream must be complete and exact; any problem
+// throws ember::Error with one line naming the file, the field, what was expected and what was found.
 #include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -24,7 +23,12 @@ namespace {
 
 constexpr uint64_t kMaxPayload = uint64_t{1} << 32;  // 4 GiB cap on the product of the dims
 constexpr uint64_t kGzipMinSize = 18;                // 10-byte header + 8-byte trailer
-constexpr unsigned kGzChunk = 1u << 30;              // gzread takes an unsigned count
+// A file read into memory may be at most this large: the largest header (20 bytes) plus the
+// 4 GiB payload cap, plus room for gzip's worst case (stored blocks add 5 bytes per 64 KiB).
+constexpr uint64_t kMaxFileSize = kMaxPayload + (uint64_t{1} << 26);
+constexpr uint64_t kZChunk = uint64_t{1} << 30;      // zlib counts in unsigned ints
+constexpr uint64_t kFirstChunk = uint64_t{1} << 16;  // gzip payload buffer: at least this first
+constexpr uint8_t kNoBytes[1] = {0};                 // a valid pointer for empty input
 
 [[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
   throw Error(path + ": " + field + ": " + what);
@@ -67,15 +71,9 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
-// Facts about the file on disk, gathered with plain stdio before any decoding.
-struct Probe {
-  uint64_t size = 0;       // bytes on disk
-  bool gzip = false;       // starts with 1f 8b
-  uint32_t isize = 0;      // gzip trailer ISIZE (uncompressed size mod 2^32)
-};
-
-// Opens path for reading, or throws naming the path and strerror.
-FilePtr open_file(const std::string& path) {
+// Reads the whole file into memory (at most kMaxFileSize bytes, checked before allocating),
+// or throws naming the path and strerror.
+std::vector<uint8_t> slurp(const std::string& path) {
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail(path, "file", std::string("cannot open for reading: ") + std::strerror(errno));
@@ -85,119 +83,151 @@ FilePtr open_file(const std::string& path) {
     fail(path, "file", std::string("cannot stat: ") + std::strerror(errno));
   if (S_ISDIR(st.st_mode))
     fail(path, "file", std::string("expected a regular file, found a directory: ") + std::strerror(EISDIR));
-  return fp;
+  const uint64_t known = S_ISREG(st.st_mode) ? uint64_t(st.st_size) : 0;
+  if (known > kMaxFileSize)
+    fail(path, "size", "expected at most " + std::to_string(kMaxFileSize) +
+                           " bytes (4 GiB payload cap + header and gzip overhead), found " +
+                           std::to_string(known) + " (too large)");
+  std::vector<uint8_t> bytes;
+  bytes.reserve(known + 1);
+  // Pipes and devices report no size: read in steps, under the same cap.
+  uint64_t want = known ? known + 1 : (uint64_t{1} << 16);
+  for (;;) {
+    const size_t at = bytes.size();
+    bytes.resize(at + want);
+    const size_t got = std::fread(bytes.data() + at, 1, want, f);
+    bytes.resize(at + got);
+    if (got < want) break;
+    if (bytes.size() > kMaxFileSize)
+      fail(path, "size", "expected at most " + std::to_string(kMaxFileSize) +
+                             " bytes (4 GiB payload cap + header and gzip overhead), found more"
+                             " (too large)");
+    want = std::min<uint64_t>(std::max<uint64_t>(bytes.size(), kFirstChunk), uint64_t{1} << 24);
+  }
+  if (std::ferror(f)) fail(path, "file", std::string("read error: ") + std::strerror(errno));
+  return bytes;
 }
 
-Probe probe_file(const std::string& path) {
-  FilePtr f = open_file(path);
-  Probe p;
-  if (std::fseek(f.get(), 0, SEEK_END) != 0)
-    fail(path, "file", std::string("cannot seek: ") + std::strerror(errno));
-  long end = std::ftell(f.get());
-  if (end < 0) fail(path, "file", std::string("cannot tell size: ") + std::strerror(errno));
-  p.size = static_cast<uint64_t>(end);
-  std::rewind(f.get());
-  unsigned char sig[2] = {0, 0};
-  size_t got = std::fread(sig, 1, 2, f.get());
-  if (got < 2 && std::ferror(f.get()))
-    fail(path, "file", std::string("cannot read: ") + std::strerror(errno));
-  p.gzip = got == 2 && sig[0] == 0x1f && sig[1] == 0x8b;
-  if (!p.gzip) return p;
-  if (p.size < kGzipMinSize)
-    fail(path, "size", "expected at least " + std::to_string(kGzipMinSize) +
-                           " bytes for a gzip file (header + trailer), found " +
-                           std::to_string(p.size) + " (truncated gzip)");
-  unsigned char tail[4];
-  if (std::fseek(f.get(), -4, SEEK_END) != 0 || std::fread(tail, 1, 4, f.get()) != 4)
-    fail(path, "gzip ISIZE", std::string("cannot read the gzip trailer: ") + std::strerror(errno));
-  p.isize = le32(tail);
-  return p;
-}
-
-// A byte source: raw stdio or zlib's gz* reader. read_exact throws on any short read or error.
+// A byte source over memory: the bytes themselves, or the gzip stream they hold (every member,
+// as zlib's gzread decodes them). read_exact throws on any short read or error.
 class Source {
  public:
-  Source(const std::string& path, bool gzip) : path_(path), gzip_(gzip) {
-    if (gzip_) {
-      errno = 0;
-      gz_ = gzopen(path.c_str(), "rb");
-      if (!gz_)
-        fail(path, "file", std::string("cannot open gzip for reading: ") +
-                               (errno ? std::strerror(errno) : "out of memory"));
-      gzbuffer(gz_, 1u << 17);
-    } else {
-      raw_ = open_file(path);
-    }
+  Source(const std::string& name, const uint8_t* data, uint64_t size, bool gzip)
+      : name_(name), data_(data), size_(size), gzip_(gzip) {
+    if (!gzip_) return;
+    std::memset(&z_, 0, sizeof z_);
+    if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK)
+      fail(name_, "gzip stream", "cannot start decoding (zlib: out of memory)");
+    live_ = true;
   }
   ~Source() {
-    if (gz_) gzclose(gz_);
+    if (live_) inflateEnd(&z_);
   }
   Source(const Source&) = delete;
   Source& operator=(const Source&) = delete;
 
   // Reads exactly n bytes into buf; `field` names what is being read for the error message.
-  void read_exact(void* buf, uint64_t n, const std::string& field) {
-    auto* out = static_cast<unsigned char*>(buf);
-    uint64_t done = 0;
-    while (done < n) {
-      unsigned want = static_cast<unsigned>(std::min<uint64_t>(n - done, kGzChunk));
-      uint64_t got = 0;
-      if (gzip_) {
-        int r = gzread(gz_, out + done, want);
-        check_gz(field, r);
-        got = static_cast<uint64_t>(r);
-      } else {
-        got = std::fread(out + done, 1, want, raw_.get());
-        if (got < want && std::ferror(raw_.get()))
-          fail(path_, field, std::string("read error: ") + std::strerror(errno));
-      }
-      done += got;
-      if (got < want) {
-        fail(path_, field, "expected " + std::to_string(n) + " bytes, found only " +
-                               std::to_string(done) +
-                               (gzip_ ? " (gzip stream ends early)" : " (file truncated)"));
-      }
+  // `before` and `total` place this read inside a larger one (for the message only).
+  void read_exact(void* buf, uint64_t n, const std::string& field, uint64_t before = 0,
+                  uint64_t total = 0) {
+    const uint64_t got = gzip_ ? inflate_into(static_cast<uint8_t*>(buf), n, field)
+                               : copy_into(static_cast<uint8_t*>(buf), n);
+    if (got < n) {
+      fail(name_, field, "expected " + std::to_string(total ? total : n) + " bytes, found only " +
+                             std::to_string(before + got) +
+                             (gzip_ ? " (gzip stream ends early)" : " (file truncated)"));
     }
   }
 
   // For gzip: the stream must end right after the payload (and its CRC/length must verify).
+  // The rest is decoded (and dropped) first, so corrupt data is reported as such, as gzread's
+  // read-ahead did; the work is bounded by deflate's 1032:1 ratio on the input.
   void expect_end() {
     if (!gzip_) return;
-    unsigned char extra;
-    int r = gzread(gz_, &extra, 1);
-    check_gz("gzip stream", r);
-    if (r != 0)
-      fail(path_, "gzip stream", "expected the uncompressed data to end after the payload, "
+    uint8_t sink[4096];
+    uint64_t extra = 0;
+    for (uint64_t got = 1; got != 0; extra += got) got = inflate_into(sink, sizeof sink, "gzip stream");
+    if (extra != 0)
+      fail(name_, "gzip stream", "expected the uncompressed data to end after the payload, "
                                  "found trailing bytes");
   }
 
  private:
-  // zlib reports truncation only through gzerror (Z_BUF_ERROR) after a short read; errors are
-  // named "gzip stream" since zlib may be decoding ahead of the field that was asked for.
-  void check_gz(const std::string& field, int r) {
-    int err = Z_OK;
-    std::string msg = gzerror(gz_, &err);
-    if (msg.rfind(path_ + ": ", 0) == 0) msg.erase(0, path_.size() + 2);  // zlib prefixes the path
-    if (msg.empty()) msg = err == Z_BUF_ERROR ? "unexpected end of file" : "error";
-    if (err == Z_BUF_ERROR)
-      fail(path_, "gzip stream", "expected complete gzip data (while reading " + field +
-                                     "), found it truncated (zlib: " + msg + ")");
-    if (r < 0 || (err != Z_OK && err != Z_STREAM_END))
-      fail(path_, "gzip stream", "expected valid gzip data (while reading " + field +
-                                     "), found corrupt data (zlib: " + msg + ")");
+  uint64_t copy_into(uint8_t* out, uint64_t n) {
+    const uint64_t got = std::min(n, size_ - pos_);
+    if (got) std::memcpy(out, data_ + pos_, got);
+    pos_ += got;
+    return got;
   }
 
-  std::string path_;
+  // Decodes up to n bytes; returns fewer only at the clean end of the last gzip member.
+  uint64_t inflate_into(uint8_t* out, uint64_t n, const std::string& field) {
+    uint64_t done = 0;
+    while (done < n && !ended_) {
+      if (z_.avail_in == 0 && pos_ < size_) {
+        const uint64_t take = std::min(size_ - pos_, kZChunk);
+        z_.next_in = const_cast<Bytef*>(data_ + pos_);
+        z_.avail_in = static_cast<uInt>(take);
+        pos_ += take;
+      }
+      const uint64_t want = std::min(n - done, kZChunk);
+      z_.next_out = out + done;
+      z_.avail_out = static_cast<uInt>(want);
+      const int r = inflate(&z_, Z_NO_FLUSH);
+      done += want - z_.avail_out;
+      if (r == Z_STREAM_END) {
+        // Another member may follow (1f 8b); anything else after a member is ignored, as gzread does.
+        const uint64_t left = z_.avail_in + (size_ - pos_);
+        const uint8_t* next = z_.avail_in ? z_.next_in : data_ + pos_;
+        if (left >= 2 && next_byte(next, 0) == 0x1f && next_byte(next, 1) == 0x8b) {
+          inflateReset(&z_);
+        } else {
+          ended_ = true;
+        }
+        continue;
+      }
+      if (r == Z_OK) continue;
+      if (r == Z_BUF_ERROR && z_.avail_in == 0 && pos_ < size_) continue;  // refill, go on
+      if (r == Z_BUF_ERROR)  // no progress possible and no input left
+        fail(name_, "gzip stream", "expected complete gzip data (while reading " + field +
+                                       "), found it truncated (zlib: unexpected end of file)");
+      const std::string msg = z_.msg ? z_.msg : (r == Z_MEM_ERROR ? "out of memory" : "error");
+      fail(name_, "gzip stream", "expected valid gzip data (while reading " + field +
+                                     "), found corrupt data (zlib: " + msg + ")");
+    }
+    return done;
+  }
+
+  // Byte i after `next`, where the unread input may continue past zlib's window into data_.
+  uint8_t next_byte(const uint8_t* next, uint64_t i) const {
+    if (i < z_.avail_in) return next[i];
+    return data_[pos_ + (i - z_.avail_in)];
+  }
+
+  std::string name_;
+  const uint8_t* data_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
   bool gzip_;
-  FilePtr raw_;
-  gzFile gz_ = nullptr;
+  bool live_ = false;
+  bool ended_ = false;
+  z_stream z_;
 };
 
-}  // namespace
-
-IdxArray read_idx(const std::string& path) {
-  Probe probe = probe_file(path);
-  Source src(path, probe.gzip);
+// The parser behind parse_idx and read_idx. With `owned` (the same bytes as data, size), a raw
+// payload is moved out of it instead of copied.
+IdxArray parse(const uint8_t* data, uint64_t size, const std::string& path,
+               std::vector<uint8_t>* owned) {
+  const bool gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
+  uint32_t isize = 0;
+  if (gzip) {
+    if (size < kGzipMinSize)
+      fail(path, "size", "expected at least " + std::to_string(kGzipMinSize) +
+                             " bytes for a gzip file (header + trailer), found " +
+                             std::to_string(size) + " (truncated gzip)");
+    isize = le32(data + size - 4);
+  }
+  Source src(path, data, size, gzip);
 
   unsigned char m[4];
   src.read_exact(m, 4, "magic");
@@ -237,26 +267,50 @@ IdxArray read_idx(const std::string& path) {
   const uint64_t header = 4 + 4ull * rank;
   const uint64_t total = header + product;
 
-  if (probe.gzip) {
+  if (gzip) {
     uint32_t want = static_cast<uint32_t>(total & 0xffffffffu);
-    if (probe.isize != want)
+    if (isize != want)
       fail(path, "gzip ISIZE", "expected " + std::to_string(want) + " (" + std::to_string(header) +
                                    "-byte header + " + shape + " = " + std::to_string(product) +
-                                   " bytes, mod 2^32), found " + std::to_string(probe.isize) +
+                                   " bytes, mod 2^32), found " + std::to_string(isize) +
                                    " (dims disagree with the data, or the gzip is truncated)");
-  } else if (probe.size != total) {
-    std::string which = probe.size < total
-                            ? "truncated by " + std::to_string(total - probe.size) + " bytes"
-                            : std::to_string(probe.size - total) + " trailing bytes";
-    fail(path, "size", "expected " + std::to_string(total) + " bytes (" + std::to_string(header) +
-                           "-byte header + dims " + shape + "), found " +
-                           std::to_string(probe.size) + " (" + which + ")");
+    // The trailer can lie: the buffer starts at a guess from the compressed size and doubles only
+    // as decoded data arrives (so at most twice what the stream really holds), never past the dims.
+    uint64_t have = 0;
+    while (have < product) {
+      const uint64_t next = std::min(product, have ? 2 * have : std::max(kFirstChunk, 8 * size));
+      out.data.resize(next);
+      src.read_exact(out.data.data() + have, next - have, "data", have, product);
+      have = next;
+    }
+    src.expect_end();
+    return out;
   }
-
-  out.data.resize(product);
-  src.read_exact(out.data.data(), product, "data");
-  src.expect_end();
+  if (size != total) {
+    std::string which = size < total ? "truncated by " + std::to_string(total - size) + " bytes"
+                                     : std::to_string(size - total) + " trailing bytes";
+    fail(path, "size", "expected " + std::to_string(total) + " bytes (" + std::to_string(header) +
+                           "-byte header + dims " + shape + "), found " + std::to_string(size) +
+                           " (" + which + ")");
+  }
+  if (owned) {
+    owned->erase(owned->begin(), owned->begin() + static_cast<std::ptrdiff_t>(header));
+    out.data = std::move(*owned);
+  } else {
+    out.data.assign(data + header, data + size);
+  }
   return out;
+}
+
+}  // namespace
+
+IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& name) {
+  return parse(size ? data : kNoBytes, size, name, nullptr);
+}
+
+IdxArray read_idx(const std::string& path) {
+  std::vector<uint8_t> bytes = slurp(path);
+  return parse(bytes.empty() ? kNoBytes : bytes.data(), bytes.size(), path, &bytes);
 }
 
 Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,

@@ -3,6 +3,7 @@
 // the plan prefixes them with the model file and the layer index.
 #include "nn/layers.h"
 
+#include <cstdint>
 #include <string>
 
 #include "ember/error.h"
@@ -24,17 +25,32 @@ std::string dims_str(const Dims& d) {
                   : "[" + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " + std::to_string(d.w) + "]";
 }
 
-// Output size of a window sliding over `in` (PyTorch's floor formula).
-int out_size(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+// The kernels index per-sample buffers with int: every such size must stay below 2^31.
+constexpr int64_t kMaxIndex = INT32_MAX;
+
+// Throws unless v (computed in 64 bits) fits the kernels' int indexing.
+void check_index(const char* layer, const char* what, int64_t v) {
+  if (v > kMaxIndex)
+    throw Error(std::string(layer) + ": " + what + " " + std::to_string(v) + " is more than " +
+                std::to_string(kMaxIndex) + " (too large)");
+}
+
+// Output size of a window sliding over `in` (PyTorch's floor formula), computed in 64 bits.
+int64_t out_size64(int in, int k, int stride, int pad) {
+  return (int64_t{in} + 2 * int64_t{pad} - k) / stride + 1;
+}
+int out_size(int in, int k, int stride, int pad) { return int(out_size64(in, k, stride, pad)); }
 
 void check_window(const char* what, const Dims& in, const LayerSpec& s) {
   if (in.flat() && in.c > 0 && (s.kernel_h > 1 || s.kernel_w > 1))
     throw Error(std::string(what) + " needs an image input [C, H, W], found " + dims_str(in));
   if (s.kernel_h < 1 || s.kernel_w < 1 || s.stride_h < 1 || s.stride_w < 1 || s.pad_h < 0 || s.pad_w < 0)
     throw Error(std::string(what) + ": kernel and stride must be >= 1 and padding >= 0");
-  if (in.h + 2 * s.pad_h < s.kernel_h || in.w + 2 * s.pad_w < s.kernel_w)
+  const int64_t hp = int64_t{in.h} + 2 * int64_t{s.pad_h}, wp = int64_t{in.w} + 2 * int64_t{s.pad_w};
+  if (hp < s.kernel_h || wp < s.kernel_w)
     throw Error(std::string(what) + ": kernel " + std::to_string(s.kernel_h) + "x" +
                 std::to_string(s.kernel_w) + " is larger than the padded input " + dims_str(in));
+  check_index(what, "padded input size (C x H x W with padding)", int64_t{in.c} * hp * wp);
 }
 
 class Conv2d final : public Layer {
@@ -46,9 +62,18 @@ class Conv2d final : public Layer {
     if (spec_.groups < 1 || in.c % spec_.groups || spec_.out % spec_.groups)
       throw Error("conv2d: groups " + std::to_string(spec_.groups) + " must divide in-channels " +
                   std::to_string(in.c) + " and out_channels " + std::to_string(spec_.out));
+    // Fan-in, fan-out, weights and the im2col buffer, in 64 bits before anything uses int.
+    const int64_t rs = int64_t{spec_.kernel_h} * spec_.kernel_w;
+    const int64_t fan_in = int64_t{in.c / spec_.groups} * rs;
+    check_index("conv2d", "fan-in (in-channels / groups x kernel)", fan_in);
+    check_index("conv2d", "fan-out (out_channels / groups x kernel)", int64_t{spec_.out / spec_.groups} * rs);
+    check_index("conv2d", "weight count (out_channels x fan-in)", int64_t{spec_.out} * fan_in);
+    const int64_t P = out_size64(in.h, spec_.kernel_h, spec_.stride_h, spec_.pad_h);
+    const int64_t Q = out_size64(in.w, spec_.kernel_w, spec_.stride_w, spec_.pad_w);
+    check_index("conv2d", "output size (out_channels x H x W)", int64_t{spec_.out} * P * Q);
+    check_index("conv2d", "im2col buffer (fan-in x output H x W)", fan_in * P * Q);
     in_ = in;
-    out_ = {spec_.out, out_size(in.h, spec_.kernel_h, spec_.stride_h, spec_.pad_h),
-            out_size(in.w, spec_.kernel_w, spec_.stride_w, spec_.pad_w)};
+    out_ = {spec_.out, int(P), int(Q)};
     return out_;
   }
   ConvShape shape(int n) const {
@@ -88,6 +113,7 @@ class Linear final : public Layer {
     if (!in.flat())
       throw Error("linear needs a flat input [D] (add a flatten layer), found " + dims_str(in));
     if (spec_.out < 1) throw Error("linear: out_features must be >= 1, found " + std::to_string(spec_.out));
+    check_index("linear", "weight count (out_features x in-features)", int64_t{spec_.out} * in.c);
     in_ = in;
     out_ = {spec_.out, 1, 1};
     return out_;

@@ -1,6 +1,8 @@
 // Models: the fluent builder, the built-in models with their recipes, and the JSON model
 // description (parsed with nlohmann-json; every key checked, unknown keys rejected, errors name
 // the file and the JSON path). Format: docs/model-format.md.
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -121,23 +123,43 @@ Model builtin_model(const std::string& name) {
 
 namespace {
 
+// Limits that keep any description's reading and compiling bounded (see docs/model-format.md).
+constexpr int kMaxDepth = 32;      // JSON nesting; the format itself needs 3
+constexpr size_t kMaxLayers = 4096;
+constexpr size_t kShown = 60;      // characters of an offending value quoted in a message
+
+// A JSON value for an error message: compact, and cut short when long.
+std::string brief(const json& j) {
+  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() <= kShown ? s : s.substr(0, kShown) + "... (" + std::to_string(s.size()) + " characters)";
+}
+
+// An object key for a JSON path: as it is when plain, else quoted and escaped (one line).
+std::string key_name(const std::string& key) {
+  const bool plain = !key.empty() && key.size() <= kShown &&
+                     std::all_of(key.begin(), key.end(), [](char c) { return std::isalnum((unsigned char)c) || c == '_'; });
+  return plain ? key : brief(json(key));
+}
+
 struct Reader {
   const std::string& source;
   [[noreturn]] void fail(const std::string& path, const std::string& msg) const {
     throw Error(source + ": " + path + ": " + msg);
   }
   int integer(const json& j, const std::string& path, int lo, int hi) const {
-    if (!j.is_number_integer()) fail(path, "expected an integer, found " + j.dump());
-    const long long v = j.get<long long>();
+    if (!j.is_number_integer()) fail(path, "expected an integer, found " + brief(j));
+    // Unsigned values above INT64_MAX would wrap in get<long long>(); they are out of range anyway.
+    const bool big = j.is_number_unsigned() && j.get<unsigned long long>() > (unsigned long long)hi;
+    const long long v = big ? (long long)hi + 1 : j.get<long long>();
     if (v < lo || v > hi)
       fail(path, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                     "], found " + std::to_string(v));
+                     "], found " + (big ? j.dump() : std::to_string(v)));
     return int(v);
   }
   // An int or a pair [h, w].
   void pair(const json& j, const std::string& path, int lo, int hi, int* h, int* w) const {
     if (j.is_array()) {
-      if (j.size() != 2) fail(path, "expected an integer or [h, w], found " + j.dump());
+      if (j.size() != 2) fail(path, "expected an integer or [h, w], found " + brief(j));
       *h = integer(j[0], path + "[0]", lo, hi);
       *w = integer(j[1], path + "[1]", lo, hi);
     } else {
@@ -149,7 +171,7 @@ struct Reader {
     if (v == "kaiming" || v == "he") return Init::Kaiming;
     if (v == "xavier" || v == "glorot") return Init::Xavier;
     if (v == "torch") return Init::Torch;
-    fail(path, "expected \"kaiming\", \"xavier\" or \"torch\", found " + j.dump());
+    fail(path, "expected \"kaiming\", \"xavier\" or \"torch\", found " + brief(j));
   }
   void only(const json& obj, const std::string& path, std::initializer_list<const char*> keys) const {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
@@ -158,14 +180,14 @@ struct Reader {
       if (!ok) {
         std::string list;
         for (const char* k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
-        fail(path + "." + it.key(), "unknown key (expected one of " + list + ")");
+        fail(path + "." + key_name(it.key()), "unknown key (expected one of " + list + ")");
       }
     }
   }
 };
 
 LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
-  if (!j.is_object()) r.fail(path, "expected an object, found " + j.dump());
+  if (!j.is_object()) r.fail(path, "expected an object, found " + brief(j));
   if (!j.contains("type") || !j["type"].is_string()) r.fail(path + ".type", "missing layer type");
   const std::string type = j["type"].get<std::string>();
   LayerSpec s;
@@ -201,13 +223,13 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
     for (auto& [name, kind] : simple_kinds)
       if (type == name) s.kind = kind, found = true;
     if (!found)
-      r.fail(path + ".type", "unknown layer '" + type +
-                                 "' (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
+      r.fail(path + ".type", "unknown layer " + brief(j["type"]) +
+                                 " (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
                                  "sigmoid, tanh or softmax)");
     r.only(j, path, {"type"});
   }
   if (j.contains("bias")) {
-    if (!j["bias"].is_boolean()) r.fail(path + ".bias", "expected true or false, found " + j["bias"].dump());
+    if (!j["bias"].is_boolean()) r.fail(path + ".bias", "expected true or false, found " + brief(j["bias"]));
     s.bias = j["bias"].get<bool>();
   }
   if (j.contains("init")) s.init = r.init(j["init"], path + ".init");
@@ -248,18 +270,27 @@ Model parse_model_json(const std::string& text, const std::string& source) {
   const Reader r{source};
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
+    // Nesting is refused while parsing, before a deep value is built (and later walked).
+    j = json::parse(text, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw Error("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+      return true;
+    });
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
+    throw Error(source + ": invalid JSON: " + e.what());
+  } catch (const Error& e) {
     throw Error(source + ": invalid JSON: " + e.what());
   }
-  if (!j.is_object()) r.fail("(top level)", "expected an object, found " + j.dump().substr(0, 40));
+  if (!j.is_object()) r.fail("(top level)", "expected an object, found " + brief(j));
   r.only(j, "(top level)", {"name", "input", "classes", "loss", "init", "layers"});
   Model m;
   m.source = source;
-  m.name = j.value("name", std::string("custom"));
+  if (j.contains("name")) {
+    if (!j["name"].is_string()) r.fail("name", "expected a string, found " + brief(j["name"]));
+    m.name = j["name"].get<std::string>();
+  }
   if (j.contains("input")) {
     const json& in = j["input"];
-    if (!in.is_array() || in.size() != 3) r.fail("input", "expected [C, H, W], found " + in.dump());
+    if (!in.is_array() || in.size() != 3) r.fail("input", "expected [C, H, W], found " + brief(in));
     m.in_c = r.integer(in[0], "input[0]", 1, 1 << 16);
     m.in_h = r.integer(in[1], "input[1]", 1, 1 << 16);
     m.in_w = r.integer(in[2], "input[2]", 1, 1 << 16);
@@ -270,11 +301,14 @@ Model parse_model_json(const std::string& text, const std::string& source) {
     if (l == "softmax_cross_entropy") m.loss = LossKind::SoftmaxCrossEntropy;
     else if (l == "cross_entropy") m.loss = LossKind::CrossEntropy;
     else if (l == "mse") m.loss = LossKind::MSE;
-    else r.fail("loss", "expected \"softmax_cross_entropy\", \"cross_entropy\" or \"mse\", found " + j["loss"].dump());
+    else r.fail("loss", "expected \"softmax_cross_entropy\", \"cross_entropy\" or \"mse\", found " + brief(j["loss"]));
   }
   if (j.contains("init")) m.init = r.init(j["init"], "init");
   if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].empty())
     r.fail("layers", "expected a non-empty array of layers");
+  if (j["layers"].size() > kMaxLayers)
+    r.fail("layers", "expected at most " + std::to_string(kMaxLayers) + " layers, found " +
+                         std::to_string(j["layers"].size()));
   for (size_t i = 0; i < j["layers"].size(); ++i)
     m.layers.push_back(parse_layer(r, j["layers"][i], "layers[" + std::to_string(i) + "]"));
   return m;

@@ -82,6 +82,12 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
   const int N = opt.batch;
   std::vector<std::unique_ptr<nn::Layer>> mlayers;  // one per model layer
   std::vector<nn::Dims> mdims{{model.in_c, model.in_h, model.in_w}};
+  // Activations are indexed with int by the kernels: a batch of them stays below 2^31 elements.
+  const size_t max_act = size_t(INT32_MAX) / size_t(N);
+  if (mdims[0].size() > max_act)
+    throw Error(where + ": input: [" + std::to_string(model.in_c) + ", " + std::to_string(model.in_h) +
+                ", " + std::to_string(model.in_w) + "] is too large for batch " + std::to_string(N) +
+                " (more than " + std::to_string(max_act) + " elements per sample)");
   for (size_t i = 0; i < model.layers.size(); ++i) {
     mlayers.push_back(nn::make_layer(model.layers[i]));
     try {
@@ -90,7 +96,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
       throw Error(where + ": layers[" + std::to_string(i) + "] (" +
                   layer_kind_name(model.layers[i].kind) + "): " + e.what());
     }
-    if (mdims.back().size() > (size_t(1) << 31) / N)
+    if (mdims.back().size() > max_act)
       throw Error(where + ": layers[" + std::to_string(i) + "]: activation too large for batch " +
                   std::to_string(N));
   }
@@ -169,13 +175,13 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     ws = std::max(ws, m.layers[i]->workspace_elems(N, opt.threads));
   }
   m.ws_off = a.reserve(ws * m.esz);
-  constexpr size_t kMaxArena = size_t(8) << 30;
-  if (a.size() > kMaxArena) {
+  if (a.size() > opt.max_arena_bytes) {
     size_t big = 0;
     for (size_t i = 1; i < m.params.size(); ++i)
       if (m.params[i].size > m.params[big].size) big = i;
     throw Error(where + ": needs " + std::to_string(a.size() >> 20) + " MiB for batch " +
-                std::to_string(N) + ", more than the 8192 MiB limit (largest tensor: " +
+                std::to_string(N) + ", more than the " + std::to_string(opt.max_arena_bytes >> 20) +
+                " MiB limit (largest tensor: " +
                 (m.params.empty() ? std::string("none") : m.params[big].name + ", " +
                  std::to_string(m.params[big].size) + " elements") + ")");
   }
