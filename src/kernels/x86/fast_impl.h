@@ -197,7 +197,9 @@ size_t adam_simd(float* __restrict w, float* __restrict m, float* __restrict v,
   const float decay = 1.f - a.lr * a.wd, b1 = a.beta1, b2 = a.beta2, c1 = 1.f - b1, c2 = 1.f - b2;
   const float l2 = a.l2, eps = a.eps;
   size_t nonfinite = 0;
+#if !defined(__clang__)
 #pragma GCC ivdep
+#endif
   for (size_t i = 0; i < n; ++i) {  // plain loop: vectorized by the ISA flags of the includer
     nonfinite += !(std::fabs(g[i]) <= 3.40282347e38f);  // NaN compares false
     const float gi = g[i] + l2 * w[i];

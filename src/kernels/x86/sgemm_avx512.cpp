@@ -3,7 +3,9 @@
 // 8x32 register-blocked micro-kernel (16 zmm accumulators) runs over them. Edges use
 // masked loads/stores; alpha and beta are applied when the tile is written to C.
 // The small-M path (M <= 4, gemm_small.h) streams op(B) without packing.
+#ifndef __clang__
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstddef>
