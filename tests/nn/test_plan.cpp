@@ -210,8 +210,9 @@ TEST(Plan, TrainingStepsAllocateNothing) {
       plan.optimizer_step(1e-3);
     }
     // Under TSan the steps still run (two threads), but allocations cannot be counted.
-    if (EMBER_TEST_CAN_HOOK_NEW)
+    if (EMBER_TEST_CAN_HOOK_NEW) {
       EXPECT_EQ(g_allocs.load() - before, 0) << name << ": heap allocations during training steps";
+    }
   }
 }
 
