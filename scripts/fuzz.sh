@@ -9,7 +9,7 @@ cd "$root"
 secs="${1:-20}"
 case "$secs" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET: expected a positive integer, found '$secs'" >&2; exit 2;; esac
 
-cmake --preset fuzz >/dev/null
+cmake --preset fuzz --no-warn-unused-cli >/dev/null  # CMAKE_C_COMPILER is set for C-using targets
 nice -n 15 cmake --build --preset fuzz -j 2
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/ember-fuzz.XXXXXX")"
