@@ -37,12 +37,21 @@ Layer random_layer(const LayerShape& s, uint64_t seed) {
     L.conv_mask.assign(L.conv_sign.size(), 0);
     L.head_mask.assign(L.head_sign.size(), 0);
   }
+  if (s.kind == WeightKind::binary) {  // whole random words, bits past N (or O) cleared
+    for (int o = 0; o < s.O; ++o)
+      for (int w = 0; w * 64 < N; ++w)
+        L.conv_sign[size_t(o) * K + w] = g() & (N - w * 64 >= 64 ? ~uint64_t(0) : (uint64_t(1) << (N - w * 64)) - 1);
+    for (size_t r = 0; r < size_t(s.C) * s.segments(); ++r)
+      for (int w = 0; w < Hw; ++w)
+        L.head_sign[r * Hw + w] = g() & (s.O - w * 64 >= 64 ? ~uint64_t(0) : (uint64_t(1) << (s.O - w * 64)) - 1);
+    return L;
+  }
   for (int o = 0; o < s.O; ++o)
-    for (int i = 0; i < N; ++i) set_conv_state(L, o, i, int(g() % (s.kind == WeightKind::binary ? 2 : 3)));
+    for (int i = 0; i < N; ++i) set_conv_state(L, o, i, int(g() % 3));
   for (int c = 0; c < s.C; ++c)
     for (int sg = 0; sg < s.segments(); ++sg)
       for (int j = 0; j < s.O; ++j)
-        set_head_state(L, c, sg, j, int(g() % (s.kind == WeightKind::binary ? 2 : 3)));
+        set_head_state(L, c, sg, j, int(g() % 3));
   return L;
 }
 
