@@ -131,12 +131,17 @@ class DeltaEngine {
 // Images as bits: pixel v (0..255) of a grey image becomes a B-bit thermometer code, bit b set
 // iff v > (b + 0.5) * 256 / B.
 BitImage encode_thermometer(const uint8_t* pixels, int H, int W, int B);
+// The image with `bits` more bits per pixel appended: a fixed pseudo-random code of the pixel's
+// position (the same for every image, from `seed`). Constant backgrounds (MNIST's zeros) then no
+// longer give every pixel of a segment the same count, so majority votes can depend on the strokes.
+BitImage append_position_bits(const BitImage& im, int bits, uint64_t seed);
 
 // Greedy layer-wise training (train conv + head, drop the head, apply the conv, repeat).
 struct TrainOptions {
   int layers = 1;
   std::vector<int> channels = {64};   // per layer (the last value repeats)
   int input_bits = 16;                // thermometer bits per pixel of layer 1
+  int position_bits = 16;             // fixed random position code appended to every layer's input
   int segments = 2;
   WeightKind kind = WeightKind::binary;
   int epochs = 4;                     // per layer

@@ -77,6 +77,30 @@ BitImage encode_thermometer(const uint8_t* pixels, int H, int W, int B) {
   return im;
 }
 
+BitImage append_position_bits(const BitImage& im, int bits, uint64_t seed) {
+  if (bits <= 0) return im;
+  BitImage r{im.H, im.W, im.B + bits, {}};
+  const int pw = (im.B + 63) / 64, rw = (r.B + 63) / 64;
+  r.bits.assign(size_t(im.H) * im.W * rw, 0);
+  for (int p = 0; p < im.H * im.W; ++p) {
+    for (int b = 0; b < im.B; ++b)
+      if (im.bits[size_t(p) * pw + b / 64] >> (b % 64) & 1) r.bits[size_t(p) * rw + b / 64] |= uint64_t(1) << (b % 64);
+    uint64_t h = seed * 0x9E3779B97F4A7C15ull + uint64_t(p) * 0xBF58476D1CE4E5B9ull;
+    for (int b = 0; b < bits; ++b) {
+      if (b % 64 == 0) {  // splitmix64 step
+        h += 0x9E3779B97F4A7C15ull;
+        uint64_t z = h;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        h = z ^ (z >> 31);
+      }
+      const int bit = im.B + b;
+      if (h >> (b % 64) & 1) r.bits[size_t(p) * rw + bit / 64] |= uint64_t(1) << (bit % 64);
+    }
+  }
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Weight states (shared with the fast path and training).
 

@@ -80,6 +80,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   if (o.channels.empty()) throw Error("--channels: expected at least one value");
   for (int c : o.channels) check_opt("--channels", c, 1, 4096);
   check_opt("--input-bits", o.input_bits, 1, 256);
+  check_opt("--position-bits", o.position_bits, 0, 256);
   check_opt("--segments", o.segments, 1, 4);
   check_opt("--epochs", o.epochs, 1, 1000);
   check_opt("--batch-size", o.batch, 1, 1 << 20);
@@ -102,8 +103,12 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   // Layer 1's input: thermometer codes.
   std::vector<BitImage> xtr(ntr), xte(nte);
   const int64_t px = int64_t(tr.rows) * tr.cols;
-  for (int64_t i = 0; i < ntr; ++i) xtr[i] = encode_thermometer(tr.images.data() + i * px, tr.rows, tr.cols, o.input_bits);
-  for (int64_t i = 0; i < nte; ++i) xte[i] = encode_thermometer(te.images.data() + i * px, te.rows, te.cols, o.input_bits);
+  for (int64_t i = 0; i < ntr; ++i)
+    xtr[i] = append_position_bits(encode_thermometer(tr.images.data() + i * px, tr.rows, tr.cols, o.input_bits),
+                                  o.position_bits, o.seed);
+  for (int64_t i = 0; i < nte; ++i)
+    xte[i] = append_position_bits(encode_thermometer(te.images.data() + i * px, te.rows, te.cols, o.input_bits),
+                                  o.position_bits, o.seed);
   std::vector<uint8_t> ytr(tr.labels.begin(), tr.labels.begin() + ntr), yte(te.labels.begin(), te.labels.begin() + nte);
 
   ThreadPool pool(o.threads);
@@ -177,12 +182,12 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
         for (int64_t i = split_range(ntr, tid, pool.size()).begin, e = split_range(ntr, tid, pool.size()).end; i < e; ++i) {
           BitImage next;
           ws[tid].eng->apply(L, xtr[i], &next);
-          xtr[i] = std::move(next);
+          xtr[i] = append_position_bits(next, o.position_bits, o.seed + l + 1);
         }
         for (int64_t i = split_range(nte, tid, pool.size()).begin, e = split_range(nte, tid, pool.size()).end; i < e; ++i) {
           BitImage next;
           ws[tid].eng->apply(L, xte[i], &next);
-          xte[i] = std::move(next);
+          xte[i] = append_position_bits(next, o.position_bits, o.seed + l + 1);
         }
       });
       if (xtr[0].H < 3 || xtr[0].W < 3) throw Error("--layers: images shrink below 3x3 after layer " + std::to_string(l + 1));

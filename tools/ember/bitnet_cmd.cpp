@@ -145,6 +145,8 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
   cmd->add_option("--layers", a.o.layers, "Layers trained greedily, one after the other")->capture_default_str();
   cmd->add_option("--channels", a.o.channels, "Output channels per layer (list; the last repeats)")->delimiter(',')->capture_default_str();
   cmd->add_option("--input-bits", a.o.input_bits, "Thermometer bits per input pixel")->capture_default_str();
+  cmd->add_option("--position-bits", a.o.position_bits, "Fixed random position-code bits appended to each layer's input")
+      ->capture_default_str();
   cmd->add_option("--segments", a.o.segments, "Segments per side of the pooling, 1..4")->capture_default_str();
   cmd->add_option("--kind", a.kind, "Weights: binary or ternary")->capture_default_str();
   cmd->add_option("--epochs", a.o.epochs, "Epochs per layer")->capture_default_str();
@@ -165,10 +167,12 @@ int run_bitnet_train(BitnetTrainArgs a) {
   a.o.threads = a.threads;
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   const TrainTest data = load_mnist_dir(dir);
-  if (!a.json)
-    std::printf("%5s %5s %8s %6s %8s %14s %9s %8s\n", "layer", "epoch", "batch", "steps", "changes", "train_loss",
-                "test_acc", "seconds");
+  bool header = !a.json;  // printed with the first epoch, after every option was checked
   bitnet::train(a.o, data, [&](const bitnet::EpochReport& r) {
+    if (header)
+      std::printf("%5s %5s %8s %6s %8s %14s %9s %8s\n", "layer", "epoch", "batch", "steps", "changes", "train_loss",
+                  "test_acc", "seconds");
+    header = false;
     if (a.json)
       std::printf("%s\n", nlohmann::json({{"layer", r.layer}, {"epoch", r.epoch}, {"batch", r.batch},
                                           {"steps", r.steps}, {"changes", r.changes}, {"train_loss", r.train_loss},
