@@ -19,7 +19,13 @@ namespace {
 constexpr int kChunk = 24;      // channels per conv call in pass 1
 constexpr int kMaxTable = 10;   // live segments up to which the loss table is tabulated
 
-inline int pc(uint64_t v) { return __builtin_popcountll(v); }
+// Portable popcount (this file is built for baseline x86-64; the kernels have the fast ones).
+inline int pc(uint64_t v) {
+  v = v - ((v >> 1) & 0x5555555555555555ull);
+  v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
+  v = (v + (v >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return int((v * 0x0101010101010101ull) >> 56);
+}
 
 // OR the low n bits of v into dst at bit position pos.
 inline void put_bits(uint64_t* dst, int64_t pos, uint64_t v, int n) {
@@ -288,19 +294,31 @@ void pass2_channel(DeltaEngine::Scratch& c, DeltaEngine::Scratch::Thread& t, con
 
 void head_deltas(const DeltaEngine::Scratch& c, const LayerShape& s, const Layer& L,
                  const std::vector<int64_t>& err, std::vector<int64_t>* head) {
-  const int S2 = s.segments(), A = s.alts(), Hw = s.head_words(), states = A + 1;
+  const int S2 = s.segments(), A = s.alts(), Hw = s.head_words();
+  const bool tern = s.kind == WeightKind::ternary;
   head->resize(size_t(s.head_weights()) * A);
   int64_t* h = head->data();
-  for (int cl = 0; cl < s.C; ++cl)
-    for (int sg = 0; sg < S2; ++sg)
+  for (int cl = 0; cl < s.C; ++cl) {
+    const int64_t e2 = 2 * err[cl];
+    for (int sg = 0; sg < S2; ++sg) {
+      const size_t row = (size_t(cl) * S2 + sg) * Hw;
+      int64_t* out = h + (size_t(cl) * S2 + sg) * s.O * A;
       for (int j = 0; j < s.O; ++j) {
         const int z = int(c.pooled[size_t(sg) * Hw + j / 64] >> (j % 64) & 1);
-        const int cur = head_state(L, cl, sg, j), now = contrib(s.kind, cur, z);
+        const int sign = int(L.head_sign[row + j / 64] >> (j % 64) & 1);
+        if (!tern) {  // flipping the bit: +1 where it equals z, -1 where it differs
+          const int64_t d = sign == z ? 1 : -1;
+          out[j] = e2 * d + 1;
+          continue;
+        }
+        const int cur = (L.head_mask[row + j / 64] >> (j % 64) & 1) ? 1 + sign : 0, now = contrib(s.kind, cur, z);
         for (int a = 0; a < A; ++a) {
-          const int64_t d = contrib(s.kind, (cur + 1 + a) % states, z) - now;
-          h[((size_t(cl) * S2 + sg) * s.O + j) * A + a] = 2 * err[cl] * d + d * d;
+          const int64_t d = contrib(s.kind, (cur + 1 + a) % 3, z) - now;
+          out[size_t(j) * A + a] = e2 * d + d * d;
         }
       }
+    }
+  }
 }
 
 }  // namespace
@@ -402,6 +420,14 @@ void accumulate(const LayerShape& s, const ExampleDeltas& d, int64_t threshold, 
     for (int a = 0; a < A; ++a) {
       const uint64_t* rows[16];
       for (int j = 0; j < lc.m; ++j) rows[j] = d.flips.data() + lc.flips_off + (size_t(j) * A + a) * K;
+      if (lc.m == 1) {  // one live segment: every set bit gets the same delta
+        const int64_t v = tab[1];
+        if (!keep(v)) continue;
+        int64_t* dst = conv_sum + size_t(lc.o) * N * A + a;
+        for (int w = 0; w < K && w * 64 < N; ++w)
+          for (uint64_t b = rows[0][w]; b; b &= b - 1) dst[size_t(w * 64 + __builtin_ctzll(b)) * A] += v;
+        continue;
+      }
       for (int w = 0; w < K && w * 64 < N; ++w) {
         uint64_t any = 0;
         for (int j = 0; j < lc.m; ++j) any |= rows[j][w];

@@ -83,8 +83,7 @@ BitImage append_position_bits(const BitImage& im, int bits, uint64_t seed) {
   const int pw = (im.B + 63) / 64, rw = (r.B + 63) / 64;
   r.bits.assign(size_t(im.H) * im.W * rw, 0);
   for (int p = 0; p < im.H * im.W; ++p) {
-    for (int b = 0; b < im.B; ++b)
-      if (im.bits[size_t(p) * pw + b / 64] >> (b % 64) & 1) r.bits[size_t(p) * rw + b / 64] |= uint64_t(1) << (b % 64);
+    for (int w = 0; w < pw; ++w) r.bits[size_t(p) * rw + w] = im.bits[size_t(p) * pw + w];
     uint64_t h = seed * 0x9E3779B97F4A7C15ull + uint64_t(p) * 0xBF58476D1CE4E5B9ull;
     for (int b = 0; b < bits; ++b) {
       if (b % 64 == 0) {  // splitmix64 step
