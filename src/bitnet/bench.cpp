@@ -100,8 +100,7 @@ double bench_conv_bitmacs(int input_bits, int channels, const std::string& isa, 
   const BitKernels& k = bit_kernels_for(resolve_isa(isa));
   const Layer L = random_layer(s, 3);
   const BitImage img = random_image(s.H, s.W, s.B, 4);
-  // The patches the engine would build: reuse it through apply() once, then time the kernel on
-  // a private copy of the same shapes.
+  // Patch rows [P, K] of random bits (the image's words repeated), weights [O, K] of the layer.
   std::vector<uint64_t> x(size_t(s.P()) * s.K());
   for (size_t i = 0; i < x.size(); ++i) x[i] = img.bits[i % img.bits.size()];
   std::vector<int32_t> out(size_t(s.O) * s.P());
