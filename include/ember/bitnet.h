@@ -148,6 +148,9 @@ struct TrainOptions {
   int batch = 32;                     // first epoch's mini-batch; doubles every epoch
   int steps = 200;                    // updates per epoch
   int updates = 16;                   // cap of non-colliding weight changes per step
+  // 0: the head follows the same rule as the conv (one change per class, no shared input bit,
+  // at most `updates`). N > 0: the head takes its N best changes per step, several per class.
+  int head_updates = 0;
   int64_t threshold = 0;
   int64_t limit_train = 0, limit_test = 0;  // 0: all
   int threads = 1;

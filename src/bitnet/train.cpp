@@ -55,6 +55,20 @@ std::vector<Candidate> pick(const int64_t* sums, int outs, int ins, int A, int c
   return chosen;
 }
 
+// Picks at most `cap` entries of sums[n] (n = weights * A) with negative values, best first, with
+// no rule but one change per weight: the head's alternative to pick() (--head-updates).
+std::vector<Candidate> pick_any(const int64_t* sums, int64_t n, int A, int cap) {
+  std::vector<Candidate> all;
+  for (int64_t i = 0; i < n; ++i)
+    if (sums[i] < 0) all.push_back(Candidate{sums[i], int(i / A), 0, int(i % A)});
+  const size_t k = std::min(all.size(), size_t(cap));
+  std::partial_sort(all.begin(), all.begin() + k, all.end(), [](const Candidate& a, const Candidate& b) {
+    return a.sum != b.sum ? a.sum < b.sum : a.out < b.out;
+  });
+  all.resize(k);
+  return all;
+}
+
 struct Worker {
   std::unique_ptr<DeltaEngine> eng;
   ExampleDeltas d;
@@ -86,6 +100,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--batch-size", o.batch, 1, 1 << 20);
   check_opt("--steps", o.steps, 1, 1 << 24);
   check_opt("--updates", o.updates, 1, 1 << 20);
+  check_opt("--head-updates", o.head_updates, 0, 1 << 20);
   check_opt("--threshold", o.threshold, 0, int64_t(1) << 40);
   check_opt("--threads", o.threads, 1, 256);
   check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
@@ -165,7 +180,15 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
           set_conv_state(L, c.out, c.in, (conv_state(L, c.out, c.in) + 1 + c.alt) % states);
           ++rep.changes;
         }
-        for (const Candidate& c : pick(ws[0].head_sum.data(), s.C, s.segments() * s.O, A, o.updates)) {
+        const int HI = s.segments() * s.O;  // head inputs per class
+        std::vector<Candidate> head_picks;
+        if (o.head_updates == 0) {
+          head_picks = pick(ws[0].head_sum.data(), s.C, HI, A, o.updates);
+        } else {
+          head_picks = pick_any(ws[0].head_sum.data(), int64_t(s.C) * HI * A, A, o.head_updates);
+          for (Candidate& c : head_picks) c.in = c.out % HI, c.out /= HI;
+        }
+        for (const Candidate& c : head_picks) {
           const int sg = c.in / s.O, j = c.in % s.O;
           set_head_state(L, c.out, sg, j, (head_state(L, c.out, sg, j) + 1 + c.alt) % states);
           ++rep.changes;

@@ -153,6 +153,9 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
   cmd->add_option("--batch-size", a.o.batch, "Mini-batch of the first epoch (doubles every epoch)")->capture_default_str();
   cmd->add_option("--steps", a.o.steps, "Update steps per epoch")->capture_default_str();
   cmd->add_option("--updates", a.o.updates, "Most weight changes per step (per conv and per head)")->capture_default_str();
+  cmd->add_option("--head-updates", a.o.head_updates,
+                  "0: head changes follow the conv rule (one per class); N: the N best head changes per step")
+      ->capture_default_str();
   cmd->add_option("--threshold", a.o.threshold, "Drop per-example deltas with |delta| <= this")->capture_default_str();
   cmd->add_option("--limit-train", a.o.limit_train, "Use only the first N training images (0: all)")->capture_default_str();
   cmd->add_option("--limit-test", a.o.limit_test, "Use only the first N test images (0: all)")->capture_default_str();
