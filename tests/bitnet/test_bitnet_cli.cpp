@@ -62,6 +62,14 @@ TEST_F(Cli, BitnetTrainLearnsTinyData) {
   EXPECT_LT(last.at("train_loss").get<double>(), nlohmann::json::parse(lines[0]).at("train_loss").get<double>());
 }
 
+TEST_F(Cli, BitnetTrainHeadUpdatesLearnsTinyData) {
+  const Result r = run(bitnet_train(data_, "--channels 16 --input-bits 4 --segments 2 --epochs 3 --batch-size 16 "
+                                           "--steps 100 --updates 16 --head-updates 40 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto last = nlohmann::json::parse(nonempty_lines(r.out).back());
+  EXPECT_GT(last.at("test_accuracy").get<double>(), 0.4) << r.out;  // chance is 0.1
+}
+
 TEST_F(Cli, BitnetTrainTwoLayers) {
   const Result r = run(bitnet_train(data_, "--layers 2 --channels 8,4 --input-bits 2 --position-bits 8 --segments 2 "
                                            "--epochs 1 --batch-size 8 --steps 5"));
@@ -77,6 +85,7 @@ TEST_F(Cli, BitnetTrainBadFlags) {
   expect_one_line_error(run(bitnet_train(data_, "--kind fuzzy")), {"--kind", "fuzzy"});
   expect_one_line_error(run(bitnet_train(data_, "--epochs 0")), {"--epochs", "0"});
   expect_one_line_error(run(bitnet_train(data_, "--layers 20")), {"--layers", "20"});
+  expect_one_line_error(run(bitnet_train(data_, "--head-updates -3")), {"--head-updates", "-3"});
   expect_one_line_error(run(bitnet_train(tmp_ / "nosuch", "")), {"nosuch"});
   expect_one_line_error(run("bitnet"), {"subcommand"});
 }
