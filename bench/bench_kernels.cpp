@@ -1,12 +1,14 @@
 // Single-thread throughput of the table's non-GEMM kernels per ISA, on mnist-cnn's shapes:
 // direct conv forward and weight gradient (GFLOP/s), fused ReLU + max-pool and its adjoint,
-// ReLU, Adam, im2col (GB/s of bytes read + written), and the FMA loop (the peak).
+// ReLU, Adam, im2col (GB/s of bytes read + written), the FMA loop (the peak), and the bitnet bit
+// convolution (bit-MACs/s).
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/bit_kernels.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -121,6 +123,25 @@ void fma_peak(benchmark::State& st, Isa isa) {
   st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
 }
 
+// The bit convolution of the bitnet benchmark: 900 patches of 9 x 1024 bits against 1024 channels
+// (binary); counter: bit multiply-accumulates per second.
+void bit_conv(benchmark::State& st, Isa isa) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::bit_kernels_for(isa);
+  const int P = 900, O = 1024, K = 144;
+  std::mt19937_64 g(1);
+  std::vector<uint64_t> x(size_t(P) * K), w(size_t(O) * K);
+  for (auto& v : x) v = g();
+  for (auto& v : w) v = g();
+  std::vector<int32_t> out(size_t(O) * P);
+  for (auto _ : st) {
+    k.conv(out.data(), P, x.data(), P, w.data(), nullptr, O, K);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["bitMAC/s"] = benchmark::Counter(double(P) * O * K * 64 * st.iterations(), benchmark::Counter::kIsRate);
+  st.SetLabel(k.name);
+}
+
 void register_all() {
   using Fn = void (*)(benchmark::State&, Isa);
   const std::pair<const char*, Fn> all[] = {{"conv_s1_fwd", conv_fwd},     {"conv_s1_wgrad", conv_wgrad},
@@ -131,6 +152,9 @@ void register_all() {
     for (const auto& [name, fn] : all)
       benchmark::RegisterBenchmark((std::string(name) + "/" + ember::isa_name(isa)).c_str(), fn, isa)
           ->Unit(benchmark::kMicrosecond);
+  for (Isa isa : {Isa::avx2, Isa::avx512})
+    benchmark::RegisterBenchmark((std::string("bit_conv/") + ember::isa_name(isa)).c_str(), bit_conv, isa)
+        ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The ember command-line tool: `ember train`, `ember eval`, `ember profile`, `ember bench`, `ember info`. Parses flags with CLI11,
+// The ember command-line tool: `ember train`, `ember eval`, `ember profile`, `ember bench` (and `bench bitnet`), `ember bitnet train`, `ember info`. Parses flags with CLI11,
 // validates every value (one-line errors naming the flag, non-zero exit), and drives the public
 // library API only.
 #include <CLI/CLI.hpp>
@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "bitnet_cmd.h"
 #include "commands.h"
 #include "report_cmd.h"
 #include "ember/error.h"
@@ -28,6 +29,18 @@ int main(int argc, char** argv) {
   ember::cli::BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Time the end-to-end workloads against the machine's FMA peak");
   ember::cli::add_bench_flags(bench_cmd, bench);
+  bench_cmd->require_subcommand(0, 1);
+  ember::cli::BitnetBenchArgs bitbench;
+  CLI::App* bitbench_cmd = bench_cmd->add_subcommand(
+      "bitnet", "Time the exact loss deltas of binarized layers (is8ac/bnn's table) and the bit-conv kernel");
+  ember::cli::add_bitnet_bench_flags(bitbench_cmd, bitbench);
+
+  CLI::App* bitnet_cmd = app.add_subcommand("bitnet", "Binarized networks trained by exact loss deltas");
+  bitnet_cmd->require_subcommand(1);
+  ember::cli::BitnetTrainArgs bittrain;
+  CLI::App* bittrain_cmd = bitnet_cmd->add_subcommand(
+      "train", "Greedy layer-wise training without backpropagation; test accuracy per layer and epoch");
+  ember::cli::add_bitnet_train_flags(bittrain_cmd, bittrain);
 
   ember::cli::ProfileArgs profile;
   CLI::App* profile_cmd = app.add_subcommand(
@@ -60,7 +73,9 @@ int main(int argc, char** argv) {
     if (profile_cmd->parsed()) return ember::cli::run_profile(profile, *profile_cmd);
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
     if (info_cmd->parsed()) return ember::cli::run_info();
+    if (bitbench_cmd->parsed()) return ember::cli::run_bitnet_bench(bitbench);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
+    if (bittrain_cmd->parsed()) return ember::cli::run_bitnet_train(bittrain);
     if (report_cmd->parsed()) return ember::cli::run_report(report);
     if (flame_cmd->parsed()) return ember::cli::run_flamegraph(flame);
   } catch (const ember::Error& e) {

@@ -1,0 +1,192 @@
+// Binarized and ternary convolutional layers trained without backpropagation by exact loss
+// deltas (the model of is8ac/bnn): a 3x3 valid bit convolution, segmented majority pooling, a
+// bit fully-connected head and a squared-error loss; for every weight and every value it could
+// take, the exact change in loss. A brute-force oracle, the fast path, training and benchmarks.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ember/data.h"
+
+namespace ember {
+class ThreadPool;
+struct BitKernels;
+}  // namespace ember
+
+namespace ember::bitnet {
+
+enum class WeightKind { binary, ternary };
+const char* kind_name(WeightKind k);
+
+// One layer. Input image [H, W] of B-bit pixels; 3x3 valid convolution to O channels over
+// P = (H-2) x Q = (W-2) positions; the output cut into S x S segments (segment rows
+// [i*(H-2)/S, (i+1)*(H-2)/S), columns likewise); a head of C classes over the S*S*O pooled bits.
+// A patch has N = 9*B bits, bit (dy*3 + dx)*B + b = bit b of pixel (y+dy, x+dx).
+//   binary:  bma(w, x) = popcount(w ^ x),                              MAX = N,  fires if > N/2
+//   ternary: bma = #(mask zero) + 2*popcount((sign ^ x) & mask),      MAX = 2N, fires if > N
+// Pooled bit (s, o) = more than half of segment s's pixels fire on channel o.
+// act_c = sum_s bma(head[c][s], pooled bits of s);  loss = sum_c (act_c - target_c)^2 with
+// target = S*S*O (binary) or 2*S*S*O (ternary) for the true class, 0 for the others.
+struct LayerShape {
+  int H = 32, W = 32, B = 1024, O = 1024, S = 2, C = 10;
+  WeightKind kind = WeightKind::binary;
+
+  int P() const { return (H - 2) * (W - 2); }
+  int N() const { return 9 * B; }
+  int pixel_words() const { return (B + 63) / 64; }
+  int K() const { return ((N() + 63) / 64 + 7) / 8 * 8; }  // words per patch / conv weight row
+  int segments() const { return S * S; }
+  int head_words() const { return (O + 63) / 64; }
+  int alts() const { return kind == WeightKind::binary ? 1 : 2; }
+  int32_t conv_threshold() const { return kind == WeightKind::binary ? N() / 2 : N(); }
+  int64_t head_target() const { return int64_t(segments()) * O * (kind == WeightKind::binary ? 1 : 2); }
+  int64_t conv_weights() const { return int64_t(O) * N(); }
+  int64_t head_weights() const { return int64_t(C) * segments() * O; }
+};
+// Throws ember::Error naming the field (and `what`, e.g. a flag) when a size is out of range:
+// H, W in [3, 256], B in [1, 4096], O in [1, 4096], S in [1, 4] and S <= H-2, W-2, C in [2, 64].
+void validate(const LayerShape& s, const std::string& what = "layer");
+
+// Weights. Conv rows [O, K] words (bit i of row o = weight (o, i); bits >= N are zero); head rows
+// [C, S*S, head_words] (bit j = the weight on channel j's pooled bit). Binary layers use sign only.
+// A ternary weight has three states: 0 (mask 0, sign 0), 1 (mask 1, sign 0), 2 (mask 1, sign 1);
+// state 1 adds 2 where the input bit is 1, state 2 where it is 0, state 0 adds 1 always.
+struct Layer {
+  LayerShape shape;
+  std::vector<uint64_t> conv_sign, conv_mask;  // [O, K]
+  std::vector<uint64_t> head_sign, head_mask;  // [C, S*S, head_words]
+};
+Layer random_layer(const LayerShape& s, uint64_t seed);
+
+// A B-bit image: bits [H, W, pixel_words] (bit b of pixel (y, x) at word (y*W + x)*pw + b/64).
+struct BitImage {
+  int H = 0, W = 0, B = 0;
+  std::vector<uint64_t> bits;
+};
+BitImage random_image(int H, int W, int B, uint64_t seed, double density = 0.5);
+
+// Loss deltas, dense: conv [O, N, alts], head [C, S*S, O, alts]. Slot a of a weight is its value
+// flipped (binary) or its state changed to (state + 1 + a) % 3 (ternary); the value is
+// loss(new) - loss(now), set to 0 where |value| <= threshold.
+struct DenseDeltas {
+  int64_t loss = 0;
+  std::vector<int64_t> conv, head;
+};
+
+// The brute-force oracle: for every weight and value, set it, recompute the whole forward pass
+// and loss bit by bit, restore. Cost O(weights * forward); for small layers only.
+DenseDeltas oracle_deltas(const Layer& layer, const BitImage& img, int label, int64_t threshold = 0);
+// The forward pass bit by bit (also the oracle's): activations act[C] and the loss.
+int64_t reference_loss(const Layer& layer, const BitImage& img, int label, std::vector<int64_t>* act = nullptr);
+
+// Exact deltas of one example in compact form. Only a channel with a "live" segment (one whose
+// pooled bit a single weight change can flip) has nonzero conv deltas; for it, flips[j][a] is a
+// bit row over the channel's weights (bit i: changing weight i to slot a flips live segment j),
+// and table[F] is the loss delta for the set F of flipped live segments (m <= 10), or, for more
+// live segments, dact[j][c] (the change of act_c when live segment j flips) and the deltas are
+// recomputed from err[c] = act_c - target_c when expanded.
+struct LiveChannel {
+  int o = 0, m = 0;
+  int seg[16] = {};
+  int64_t table_off = 0;   // into ExampleDeltas::tables: 2^m entries (m <= 10) or m*C (m > 10)
+  int64_t flips_off = 0;   // into ExampleDeltas::flips: [m, alts, K] words
+};
+struct ExampleDeltas {
+  int64_t loss = 0;
+  std::vector<int64_t> err;        // [C]
+  std::vector<LiveChannel> live;   // ascending o
+  std::vector<int64_t> tables;
+  std::vector<uint64_t> flips;
+  std::vector<int64_t> head;       // [C, S*S, O, alts], dense, unthresholded
+};
+// conv_sum[O, N, alts] += the example's thresholded conv deltas; head_sum likewise.
+void accumulate(const LayerShape& s, const ExampleDeltas& d, int64_t threshold, int64_t* conv_sum,
+                int64_t* head_sum);
+DenseDeltas to_dense(const LayerShape& s, const ExampleDeltas& d, int64_t threshold = 0);
+
+// The fast path. An engine owns the scratch for one layer shape (allocated once) and the kernel
+// table it was made with; compute() allocates nothing once the output has grown to its size.
+class DeltaEngine {
+ public:
+  DeltaEngine(const LayerShape& s, const BitKernels& k);
+  ~DeltaEngine();
+  DeltaEngine(const DeltaEngine&) = delete;
+  DeltaEngine& operator=(const DeltaEngine&) = delete;
+  // Deltas of one example; with a pool, channels are split over its threads.
+  void compute(const Layer& layer, const BitImage& img, int label, ExampleDeltas* out, ThreadPool* pool = nullptr);
+  // Forward only: the pooled bits [S*S, head_words] and act[C]; returns the predicted class.
+  int predict(const Layer& layer, const BitImage& img, std::vector<int64_t>* act = nullptr);
+  // The conv output image [H-2, W-2] of O-bit pixels (the next layer's input).
+  void apply(const Layer& layer, const BitImage& img, BitImage* out);
+  struct Scratch;
+
+ private:
+  LayerShape s_;
+  const BitKernels& k_;
+  Scratch* sc_;
+};
+
+// Images as bits: pixel v (0..255) of a grey image becomes a B-bit thermometer code, bit b set
+// iff v > (b + 0.5) * 256 / B.
+BitImage encode_thermometer(const uint8_t* pixels, int H, int W, int B);
+// The image with `bits` more bits per pixel appended: a fixed pseudo-random code of the pixel's
+// position (the same for every image, from `seed`). Constant backgrounds (MNIST's zeros) then no
+// longer give every pixel of a segment the same count, so majority votes can depend on the strokes.
+BitImage append_position_bits(const BitImage& im, int bits, uint64_t seed);
+
+// Greedy layer-wise training (train conv + head, drop the head, apply the conv, repeat).
+struct TrainOptions {
+  int layers = 1;
+  std::vector<int> channels = {64};   // per layer (the last value repeats)
+  int input_bits = 16;                // thermometer bits per pixel of layer 1
+  int position_bits = 16;             // fixed random position code appended to every layer's input
+  int segments = 2;
+  WeightKind kind = WeightKind::binary;
+  int epochs = 4;                     // per layer
+  int batch = 32;                     // first epoch's mini-batch; doubles every epoch
+  int steps = 200;                    // updates per epoch
+  int updates = 16;                   // cap of non-colliding weight changes per step
+  // 0: the head follows the same rule as the conv (one change per class, no shared input bit,
+  // at most `updates`). N > 0: the head takes its N best changes per step, several per class.
+  int head_updates = 0;
+  int64_t threshold = 0;
+  int64_t limit_train = 0, limit_test = 0;  // 0: all
+  int threads = 1;
+  std::string isa;                    // empty: the best the CPU has
+  uint64_t seed = 1;
+};
+struct EpochReport {
+  int layer = 0, epoch = 0, batch = 0, steps = 0, changes = 0;
+  double train_loss = 0;              // mean loss over the epoch's mini-batches
+  double test_accuracy = 0;           // fraction
+  double seconds = 0;
+};
+// Throws ember::Error on bad options (naming the field) or shapes.
+std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
+                         const std::function<void(const EpochReport&)>& on_epoch);
+
+// The benchmark: ms per example of the deltas of one random example and layer.
+struct BenchConfig {
+  int input_bits = 1024, channels = 1024, segments = 2, threads = 1;
+  WeightKind kind = WeightKind::binary;
+  bool over_examples = false;   // threads each take whole examples instead of splitting channels
+  double min_seconds = 0.3;     // time at least this long (and at least 2 examples)
+  std::string isa;
+};
+struct BenchRow {
+  BenchConfig cfg;
+  double ms_per_example = 0, ns_per_weight = 0;
+  double live_channels = 0;     // mean fraction of channels with a live segment
+  int examples = 0;
+};
+BenchRow bench_deltas(const BenchConfig& c);
+// The brute-force oracle on a small layer, ms per example (for contrast).
+double bench_oracle_ms(const LayerShape& s);
+// The conv kernel alone on [P, K] x [O, K]: bit multiply-accumulates per second on one thread.
+double bench_conv_bitmacs(int input_bits, int channels, const std::string& isa, double min_seconds = 0.3);
+// The kernel table name chosen for `isa` (empty: best), e.g. "avx512-vpopcntdq".
+std::string kernel_name(const std::string& isa);
+
+}  // namespace ember::bitnet

@@ -1,0 +1,30 @@
+// Internal helpers of the binarized layers shared by the oracle, the fast path and training:
+// weight states, the segment grid, and the scratch of one DeltaEngine.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ember/bitnet.h"
+
+namespace ember::bitnet {
+
+// Weight states: binary 0/1 (the bit); ternary 0 (mask 0), 1 (mask 1, sign 0), 2 (mask 1, sign 1).
+int conv_state(const Layer& L, int o, int i);
+void set_conv_state(Layer& L, int o, int i, int state);
+int head_state(const Layer& L, int c, int sg, int j);
+void set_head_state(Layer& L, int c, int sg, int j, int state);
+
+// What weight state `st` adds to a bma for input bit x.
+inline int contrib(WeightKind k, int st, int x) {
+  if (k == WeightKind::binary) return st ^ x;
+  return st == 0 ? 1 : st == 1 ? 2 * x : 2 * (1 - x);
+}
+
+// seg_of[P] (segment of each output pixel, row-major over (H-2) x (W-2)), size[S*S] (pixels).
+struct SegmentGrid {
+  std::vector<int> seg_of;
+  std::vector<int> size;
+};
+SegmentGrid segment_grid(const LayerShape& s);
+
+}  // namespace ember::bitnet

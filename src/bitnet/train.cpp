@@ -1,0 +1,223 @@
+// Greedy layer-wise training of binarized layers by exact loss deltas: per step, the deltas of a
+// mini-batch (threads over examples, each with its own engine and sums) are summed, and the best
+// non-colliding weight changes (at most one per output channel and per input index, a cap per
+// step) that lower the summed loss are applied. The mini-batch doubles every epoch. After a
+// layer's epochs its head is dropped and its convolution turns the images into the next input.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "bitnet/internal.h"
+#include "core/thread_pool.h"
+#include "ember/error.h"
+#include "kernels/bit_kernels.h"
+
+namespace ember::bitnet {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_opt(const char* field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    throw Error(std::string(field) + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                "], found " + std::to_string(v));
+}
+
+struct Candidate {
+  int64_t sum;
+  int out, in, alt;  // conv: channel, weight index; head: class, segment*O + channel
+};
+
+// Picks at most `cap` candidates with negative sums, best first, no two sharing `out` or `in`.
+std::vector<Candidate> pick(const int64_t* sums, int outs, int ins, int A, int cap) {
+  std::vector<Candidate> best;
+  for (int o = 0; o < outs; ++o) {
+    Candidate c{0, o, -1, 0};
+    const int64_t* row = sums + size_t(o) * ins * A;
+    for (int i = 0; i < ins * A; ++i)
+      if (row[i] < c.sum) c = Candidate{row[i], o, i / A, i % A};
+    if (c.in >= 0) best.push_back(c);
+  }
+  std::sort(best.begin(), best.end(), [](const Candidate& a, const Candidate& b) {
+    return a.sum != b.sum ? a.sum < b.sum : a.out != b.out ? a.out < b.out : a.in < b.in;
+  });
+  std::vector<Candidate> chosen;
+  std::vector<char> used_in(ins, 0);
+  for (const Candidate& c : best) {
+    if (int(chosen.size()) >= cap) break;
+    if (used_in[c.in]) continue;
+    used_in[c.in] = 1;
+    chosen.push_back(c);
+  }
+  return chosen;
+}
+
+// Picks at most `cap` entries of sums[n] (n = weights * A) with negative values, best first, with
+// no rule but one change per weight: the head's alternative to pick() (--head-updates).
+std::vector<Candidate> pick_any(const int64_t* sums, int64_t n, int A, int cap) {
+  std::vector<Candidate> all;
+  for (int64_t i = 0; i < n; ++i)
+    if (sums[i] < 0) all.push_back(Candidate{sums[i], int(i / A), 0, int(i % A)});
+  const size_t k = std::min(all.size(), size_t(cap));
+  std::partial_sort(all.begin(), all.begin() + k, all.end(), [](const Candidate& a, const Candidate& b) {
+    return a.sum != b.sum ? a.sum < b.sum : a.out < b.out;
+  });
+  all.resize(k);
+  return all;
+}
+
+struct Worker {
+  std::unique_ptr<DeltaEngine> eng;
+  ExampleDeltas d;
+  std::vector<int64_t> conv_sum, head_sum;
+  double loss = 0;
+};
+
+double accuracy(const Layer& L, const std::vector<BitImage>& imgs, const std::vector<uint8_t>& labels,
+                std::vector<Worker>& ws, ThreadPool& pool) {
+  std::vector<int64_t> right(ws.size(), 0);
+  pool.run([&](int tid) {
+    const Range r = split_range(int64_t(imgs.size()), tid, pool.size());
+    for (int64_t i = r.begin; i < r.end; ++i) right[tid] += ws[tid].eng->predict(L, imgs[i]) == labels[i];
+  });
+  return double(std::accumulate(right.begin(), right.end(), int64_t(0))) / double(imgs.size());
+}
+
+}  // namespace
+
+std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
+                         const std::function<void(const EpochReport&)>& on_epoch) {
+  check_opt("--layers", o.layers, 1, 8);
+  if (o.channels.empty()) throw Error("--channels: expected at least one value");
+  for (int c : o.channels) check_opt("--channels", c, 1, 4096);
+  check_opt("--input-bits", o.input_bits, 1, 256);
+  check_opt("--position-bits", o.position_bits, 0, 256);
+  check_opt("--segments", o.segments, 1, 4);
+  check_opt("--epochs", o.epochs, 1, 1000);
+  check_opt("--batch-size", o.batch, 1, 1 << 20);
+  check_opt("--steps", o.steps, 1, 1 << 24);
+  check_opt("--updates", o.updates, 1, 1 << 20);
+  check_opt("--head-updates", o.head_updates, 0, 1 << 20);
+  check_opt("--threshold", o.threshold, 0, int64_t(1) << 40);
+  check_opt("--threads", o.threads, 1, 256);
+  check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
+  check_opt("--limit-test", o.limit_test, 0, int64_t(1) << 40);
+  Isa isa = best_isa();
+  if (!o.isa.empty() && (!parse_isa(o.isa, &isa) || !isa_supported(isa)))
+    throw Error("--isa: expected a kernel set this CPU has (scalar, avx2, avx512), found '" + o.isa + "'");
+  const BitKernels& kern = bit_kernels_for(isa);
+  const Dataset& tr = data.train;
+  const Dataset& te = data.test;
+  if (tr.rows != te.rows || tr.cols != te.cols) throw Error("data: train and test images differ in size");
+  const int64_t ntr = o.limit_train ? std::min(o.limit_train, tr.count) : tr.count;
+  const int64_t nte = o.limit_test ? std::min(o.limit_test, te.count) : te.count;
+
+  // Layer 1's input: thermometer codes.
+  std::vector<BitImage> xtr(ntr), xte(nte);
+  const int64_t px = int64_t(tr.rows) * tr.cols;
+  for (int64_t i = 0; i < ntr; ++i)
+    xtr[i] = append_position_bits(encode_thermometer(tr.images.data() + i * px, tr.rows, tr.cols, o.input_bits),
+                                  o.position_bits, o.seed);
+  for (int64_t i = 0; i < nte; ++i)
+    xte[i] = append_position_bits(encode_thermometer(te.images.data() + i * px, te.rows, te.cols, o.input_bits),
+                                  o.position_bits, o.seed);
+  std::vector<uint8_t> ytr(tr.labels.begin(), tr.labels.begin() + ntr), yte(te.labels.begin(), te.labels.begin() + nte);
+
+  ThreadPool pool(o.threads);
+  std::mt19937_64 rng(o.seed);
+  std::vector<Layer> layers;
+  for (int l = 0; l < o.layers; ++l) {
+    LayerShape s;
+    s.H = xtr[0].H, s.W = xtr[0].W, s.B = xtr[0].B;
+    s.O = o.channels[std::min<size_t>(l, o.channels.size() - 1)];
+    s.S = o.segments, s.C = std::max(tr.num_classes, 2), s.kind = o.kind;
+    validate(s, "layer " + std::to_string(l + 1));
+    Layer L = random_layer(s, o.seed * 1000 + l);
+    std::vector<Worker> ws(o.threads);
+    const int A = s.alts(), states = A + 1;
+    for (auto& w : ws) {
+      w.eng = std::make_unique<DeltaEngine>(s, kern);
+      w.conv_sum.assign(size_t(s.conv_weights()) * A, 0);
+      w.head_sum.assign(size_t(s.head_weights()) * A, 0);
+    }
+    std::vector<int64_t> order(ntr);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    int64_t cursor = 0;
+    for (int e = 0; e < o.epochs; ++e) {
+      const auto t0 = Clock::now();
+      const int64_t batch = std::min<int64_t>(int64_t(o.batch) << std::min(e, 20), ntr);
+      EpochReport rep;
+      rep.layer = l + 1, rep.epoch = e + 1, rep.batch = int(batch), rep.steps = o.steps;
+      double loss_sum = 0;
+      std::vector<int64_t> idx(batch);
+      for (int step = 0; step < o.steps; ++step) {
+        for (int64_t b = 0; b < batch; ++b) {
+          if (cursor == ntr) std::shuffle(order.begin(), order.end(), rng), cursor = 0;
+          idx[b] = order[cursor++];
+        }
+        pool.run([&](int tid) {
+          Worker& w = ws[tid];
+          std::fill(w.conv_sum.begin(), w.conv_sum.end(), 0);
+          std::fill(w.head_sum.begin(), w.head_sum.end(), 0);
+          w.loss = 0;
+          const Range r = split_range(batch, tid, pool.size());
+          for (int64_t b = r.begin; b < r.end; ++b) {
+            w.eng->compute(L, xtr[idx[b]], ytr[idx[b]], &w.d, nullptr);
+            accumulate(s, w.d, o.threshold, w.conv_sum.data(), w.head_sum.data());
+            w.loss += double(w.d.loss);
+          }
+        });
+        for (size_t t = 1; t < ws.size(); ++t) {
+          for (size_t i = 0; i < ws[0].conv_sum.size(); ++i) ws[0].conv_sum[i] += ws[t].conv_sum[i];
+          for (size_t i = 0; i < ws[0].head_sum.size(); ++i) ws[0].head_sum[i] += ws[t].head_sum[i];
+        }
+        for (const auto& w : ws) loss_sum += w.loss;
+        for (const Candidate& c : pick(ws[0].conv_sum.data(), s.O, s.N(), A, o.updates)) {
+          set_conv_state(L, c.out, c.in, (conv_state(L, c.out, c.in) + 1 + c.alt) % states);
+          ++rep.changes;
+        }
+        const int HI = s.segments() * s.O;  // head inputs per class
+        std::vector<Candidate> head_picks;
+        if (o.head_updates == 0) {
+          head_picks = pick(ws[0].head_sum.data(), s.C, HI, A, o.updates);
+        } else {
+          head_picks = pick_any(ws[0].head_sum.data(), int64_t(s.C) * HI * A, A, o.head_updates);
+          for (Candidate& c : head_picks) c.in = c.out % HI, c.out /= HI;
+        }
+        for (const Candidate& c : head_picks) {
+          const int sg = c.in / s.O, j = c.in % s.O;
+          set_head_state(L, c.out, sg, j, (head_state(L, c.out, sg, j) + 1 + c.alt) % states);
+          ++rep.changes;
+        }
+      }
+      rep.train_loss = loss_sum / double(batch * o.steps);
+      rep.test_accuracy = accuracy(L, xte, yte, ws, pool);
+      rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (on_epoch) on_epoch(rep);
+    }
+    // Drop the head; the convolution makes the next layer's input.
+    if (l + 1 < o.layers) {
+      pool.run([&](int tid) {
+        for (int64_t i = split_range(ntr, tid, pool.size()).begin, e = split_range(ntr, tid, pool.size()).end; i < e; ++i) {
+          BitImage next;
+          ws[tid].eng->apply(L, xtr[i], &next);
+          xtr[i] = append_position_bits(next, o.position_bits, o.seed + l + 1);
+        }
+        for (int64_t i = split_range(nte, tid, pool.size()).begin, e = split_range(nte, tid, pool.size()).end; i < e; ++i) {
+          BitImage next;
+          ws[tid].eng->apply(L, xte[i], &next);
+          xte[i] = append_position_bits(next, o.position_bits, o.seed + l + 1);
+        }
+      });
+      if (xtr[0].H < 3 || xtr[0].W < 3) throw Error("--layers: images shrink below 3x3 after layer " + std::to_string(l + 1));
+    }
+    layers.push_back(std::move(L));
+  }
+  return layers;
+}
+
+}  // namespace ember::bitnet

@@ -1,0 +1,30 @@
+// The bit-kernel table (next to the fp32 table in dispatch.cpp): one immutable table per ISA,
+// built on first use; AVX-512 bit kernels only where the CPU has VPOPCNTDQ, else the AVX2 ones.
+#include "kernels/bit_kernels.h"
+
+namespace ember {
+
+bool bit_vpopcntdq_supported() {
+  return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vpopcntdq");
+}
+
+const BitKernels& bit_kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::avx512:
+      if (bit_vpopcntdq_supported()) {
+        static const BitKernels t = bit_kernels_avx512();
+        return t;
+      }
+      [[fallthrough]];  // AVX-512 without VPOPCNTDQ: the AVX2 kernels
+    case Isa::avx2: {
+      static const BitKernels t = bit_kernels_avx2();
+      return t;
+    }
+    default: {
+      static const BitKernels t = bit_kernels_scalar();
+      return t;
+    }
+  }
+}
+
+}  // namespace ember
