@@ -77,7 +77,9 @@ TEST(BitKernels, ThresholdMatchesReference) {
       for (auto w : a) set += __builtin_popcountll(w);
     }
   }
-  if (!fast_isas().empty()) EXPECT_GT(set, 0);
+  if (!fast_isas().empty()) {
+    EXPECT_GT(set, 0);
+  }
 }
 
 TEST(BitKernels, ColumnFlipsMatchReference) {
