@@ -13,3 +13,22 @@
 #ifndef EMBER_TEST_CAN_HOOK_NEW
 #define EMBER_TEST_CAN_HOOK_NEW 1
 #endif
+
+#include <cstdlib>
+#include <new>
+
+// Defines this test binary's global operator new/delete family: malloc and free, calling
+// ON_ALLOC(n) before every allocation of n bytes. Use at file scope, under
+// #if EMBER_TEST_CAN_HOOK_NEW. GCC cannot see that the replacements pair malloc with free.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#define EMBER_REPLACE_GLOBAL_NEW(ON_ALLOC)                              \
+  void* operator new(size_t n) {                                         \
+    ON_ALLOC(n);                                                         \
+    if (void* p = std::malloc(n ? n : 1)) return p;                      \
+    throw std::bad_alloc();                                              \
+  }                                                                      \
+  void* operator new[](size_t n) { return operator new(n); }            \
+  void operator delete(void* p) noexcept { std::free(p); }              \
+  void operator delete[](void* p) noexcept { std::free(p); }            \
+  void operator delete(void* p, size_t) noexcept { std::free(p); }      \
+  void operator delete[](void* p, size_t) noexcept { std::free(p); }

@@ -23,23 +23,15 @@ namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
 // The largest single heap allocation in this test binary, so a test can check that a lying header
-// did not make the reader allocate what it claims. GCC cannot see that these replacements pair
-// malloc with free, hence the pragma.
+// did not make the reader allocate what it claims.
 static std::atomic<size_t> g_largest_alloc{0};
 #if EMBER_TEST_CAN_HOOK_NEW
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t n) {
+static void note_largest(size_t n) {
   size_t seen = g_largest_alloc.load(std::memory_order_relaxed);
   while (n > seen && !g_largest_alloc.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
   }
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
 }
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+EMBER_REPLACE_GLOBAL_NEW(note_largest)
 #endif
 
 namespace {

@@ -10,21 +10,11 @@
 #include "ember/ember.h"
 #include "gradcheck.h"
 
-// Counts every heap allocation in this test binary (all threads). GCC cannot see that these
-// replacements pair malloc with free, hence the pragma.
+// Counts every heap allocation in this test binary (all threads).
 static std::atomic<long> g_allocs{0};
 #if EMBER_TEST_CAN_HOOK_NEW
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+static void count_alloc(size_t) { g_allocs.fetch_add(1, std::memory_order_relaxed); }
+EMBER_REPLACE_GLOBAL_NEW(count_alloc)
 #endif
 
 namespace ember::test {
