@@ -51,8 +51,9 @@ const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
   return nullptr;
 }
 
-SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint64_t file_size,
-                                           const std::string& file) {
+namespace {
+// The header length from a file's first 8 bytes (n of them given), checked against its size.
+uint64_t header_length(const uint8_t* bytes, size_t n, uint64_t file_size, const std::string& file) {
   if (file_size < 8 || n < 8)
     throw Error(file + ": header length: the file is " + std::to_string(file_size) +
                 " bytes, a safetensors file has at least 8");
@@ -61,6 +62,13 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint6
   if (hlen > file_size - 8 || hlen > kMaxHeader)
     throw Error(file + ": header length: " + std::to_string(hlen) + " bytes exceeds the " +
                 std::to_string(file_size - 8) + " bytes after the length field (or 100 MiB)");
+  return hlen;
+}
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint64_t file_size,
+                                           const std::string& file) {
+  const uint64_t hlen = header_length(bytes, n, file_size, file);
   if (hlen > n - 8) throw Error(file + ": header: only " + std::to_string(n - 8) + " of its " + std::to_string(hlen) + " bytes given");
   json header;
   try {
@@ -138,16 +146,9 @@ namespace io {
 
 SafetensorsHeader read_safetensors_header(const ByteSource& src) {
   const uint64_t size = src.size();
-  if (size < 8)
-    throw Error(src.name() + ": header length: the file is " + std::to_string(size) +
-                " bytes, a safetensors file has at least 8");
-  uint8_t len[8];
-  src.read(len, 8, 0, "header length");
-  uint64_t hlen = 0;
-  for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
-  if (hlen > size - 8 || hlen > kMaxHeader)
-    throw Error(src.name() + ": header length: " + std::to_string(hlen) + " bytes exceeds the " +
-                std::to_string(size - 8) + " bytes after the length field (or 100 MiB)");
+  uint8_t len[8] = {};
+  if (size >= 8) src.read(len, 8, 0, "header length");
+  const uint64_t hlen = header_length(len, size >= 8 ? 8 : 0, size, src.name());  // before allocating
   std::vector<uint8_t> buf(8 + hlen);
   std::memcpy(buf.data(), len, 8);
   src.read(buf.data() + 8, hlen, 8, "header");

@@ -135,11 +135,13 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   const bool resuming = !a.resume.empty();
   CheckpointInfo resumed;
   Model resumed_model;
+  nlohmann::json resumed_config;
   if (resuming) {
     if (!a.weights.empty()) throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
     resumed = read_checkpoint_info(resolve_resume(a.resume));
     resume_args(a, cmd, resumed);
     resumed_model = parse_model_json(resumed.model_json, resumed.path + ": __metadata__.model");
+    resumed_config = nlohmann::json::parse(resumed.config_json);  // checked by resume_args
   }
   TrainSetup su = resuming ? make_train_setup(a, [](const char*) { return true; }, &resumed_model)
                            : make_train_setup(a, cmd);
@@ -160,7 +162,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
   if (resuming) {
-    const nlohmann::json c = nlohmann::json::parse(resumed.config_json);
+    const nlohmann::json& c = resumed_config;
     if (c.value("train_crc32", uint64_t(0)) != crc || c.value("train_count", int64_t(-1)) != data.train.count)
       throw Error("--data: the training set in " + data_dir + " (" + std::to_string(data.train.count) +
                   " images, CRC-32 " + std::to_string(crc) + ") is not the one checkpoint " + resumed.path +
@@ -198,7 +200,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
     std::printf("  resumed from %s: epoch %d, batch %lld of %lld, optimizer step %lld\n", resumed.path.c_str(),
                 resumed.state.epoch + 1, (long long)resumed.state.batch, (long long)batches,
                 (long long)plan.optimizer_steps());
-    const nlohmann::json c = nlohmann::json::parse(resumed.config_json);
+    const nlohmann::json& c = resumed_config;
     if (c.value("threads", 0) != plan.threads() || c.value("isa", std::string()) != a.common.isa)
       std::printf("  note: threads or --isa differ from the checkpoint's run: results will not be bit-identical to it\n");
   }
