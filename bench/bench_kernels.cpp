@@ -40,6 +40,18 @@ void conv_fwd(benchmark::State& st, Isa isa) {
   }
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);
 }
+void conv_relu_pool(benchmark::State& st, Isa isa) {  // GFLOP/s of the conv part
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  auto xp = rnd(32 * 32), w = rnd(32 * 25), b = rnd(32);
+  std::vector<float> y(32 * 196);
+  std::vector<int32_t> code(32 * 196);
+  for (auto _ : st) {
+    k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), kConv);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
 void conv_wgrad(benchmark::State& st, Isa isa) {
   if (skip(st, isa)) return;
   const auto& k = ember::kernels_for(isa);
@@ -47,6 +59,19 @@ void conv_wgrad(benchmark::State& st, Isa isa) {
   std::vector<float> dw(32 * 25), db(32);
   for (auto _ : st) {
     k.conv_s1_wgrad(dw.data(), db.data(), dy.data(), xp.data(), kConv);
+    benchmark::DoNotOptimize(dw.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);
+}
+void conv_pool_wgrad(benchmark::State& st, Isa isa) {  // GFLOP/s of the dense weight gradient
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  auto xp = rnd(32 * 32), dy = rnd(32 * 196);
+  std::vector<int32_t> code(32 * 196);
+  for (size_t i = 0; i < code.size(); ++i) code[i] = int32_t(i * 7 % 5) - 1;
+  std::vector<float> dw(32 * 25), db(32), ws(ember::conv_pool_wgrad_scratch(kConv));
+  for (auto _ : st) {
+    k.conv_s1_pool_wgrad(dw.data(), db.data(), dy.data(), code.data(), xp.data(), kConv, ws.data());
     benchmark::DoNotOptimize(dw.data());
   }
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);
@@ -144,7 +169,7 @@ void bit_conv(benchmark::State& st, Isa isa) {
 
 void register_all() {
   using Fn = void (*)(benchmark::State&, Isa);
-  const std::pair<const char*, Fn> all[] = {{"conv_s1_fwd", conv_fwd},     {"conv_s1_wgrad", conv_wgrad},
+  const std::pair<const char*, Fn> all[] = {{"conv_s1_fwd", conv_fwd}, {"conv_s1_relu_pool", conv_relu_pool},     {"conv_s1_wgrad", conv_wgrad}, {"conv_s1_pool_wgrad", conv_pool_wgrad},
                                             {"relu_maxpool2", relu_pool},  {"relu_maxpool2_bwd", relu_pool_bwd},
                                             {"relu_fwd", relu},            {"adam", adam},
                                             {"im2col", im2col},            {"fma_loop", fma_peak}};

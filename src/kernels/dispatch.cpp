@@ -14,6 +14,10 @@ void bias_channels_f32(float* y, const float* b, int N, int K, int PQ);
 void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d);
 void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d);
 void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q);
+void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,
+                         const ConvS1& d, float* ws);
+void conv_s1_relu_pool_f32(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+                           const ConvS1& d);
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q);
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 size_t count_nonfinite_f32(const float* x, size_t n);
@@ -67,6 +71,8 @@ Kernels scalar_table() {
   k.conv_s1_fwd = ref::conv_s1_fwd_f32;
   k.conv_s1_wgrad = ref::conv_s1_wgrad_f32;
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
+  k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
+  k.conv_s1_pool_wgrad = ref::conv_pool_wgrad_f32;
   k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
   k.adam = ref::adam_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
@@ -83,6 +89,8 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.conv_s1_fwd = fast.conv_s1_fwd;
   k.conv_s1_wgrad = fast.conv_s1_wgrad;
   k.relu_maxpool2 = fast.relu_maxpool2;
+  k.conv_s1_relu_pool = fast.conv_s1_relu_pool;
+  k.conv_s1_pool_wgrad = fast.conv_s1_pool_wgrad;
   k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
   k.adam = fast.adam;
   k.count_nonfinite = fast.count_nonfinite;

@@ -69,6 +69,20 @@ using ReluMaxpool2Fn = void (*)(float* y, int32_t* code, const float* x, int K, 
 using ReluMaxpool2BwdFn = void (*)(float* dx, const float* dy, const int32_t* code, int K, int P,
                                    int Q);
 
+// Conv (as ConvS1FwdFn) + ReLU + 2x2 max-pool in one pass, the conv output never stored:
+// y[K, P/2, Q/2] and code[K, P/2, Q/2] as ReluMaxpool2Fn computes them from y[K, P, Q] (rows and
+// columns past 2*(P/2), 2*(Q/2) are not computed).
+using ConvS1ReluPoolFn = void (*)(float* y, int32_t* code, const float* xp, const float* w,
+                                  const float* b, const ConvS1& d);
+
+// Weight and bias gradients of that fused conv + ReLU + pool, from the pooled gradient and the
+// codes: dw[K, C, R, S] += sum_{p,q} dout[k,p,q] * xp[c, p+r, q+s] and db[K] += sum dout (db may be
+// null), where dout[K, P, Q] holds dy[K, P/2, Q/2] at each window's coded position and 0
+// elsewhere. ws: conv_pool_wgrad_scratch(d) floats of scratch.
+using ConvS1PoolWgradFn = void (*)(float* dw, float* db, const float* dy, const int32_t* code,
+                                   const float* xp, const ConvS1& d, float* ws);
+size_t conv_pool_wgrad_scratch(const ConvS1& d);
+
 // Adam / AdamW over n elements: g' = g + l2 * w; w *= 1 - lr * wd; m = b1 m + (1 - b1) g';
 // v = b2 v + (1 - b2) g'^2; w -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps).
 // Returns how many g[i] are NaN or Inf (read anyway: the check costs no memory traffic).
@@ -97,6 +111,8 @@ struct Kernels {
   ConvS1WgradFn conv_s1_wgrad;
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
+  ConvS1ReluPoolFn conv_s1_relu_pool;
+  ConvS1PoolWgradFn conv_s1_pool_wgrad;
   AdamFn adam;
   CountNonfiniteFn count_nonfinite;
   FmaLoopFn fma_loop;

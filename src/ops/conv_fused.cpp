@@ -1,7 +1,9 @@
-// Conv2d (stride 1) + ReLU + MaxPool 2x2/2, fused per sample so the convolution's output never
-// leaves the cache: pad the sample, direct convolution into thread scratch, ReLU + pool into the
-// output with a window code per pooled value. Backward rebuilds the conv-output gradient from the
-// codes and runs the direct weight gradient (and, when asked, the input gradient by GEMM+col2im).
+// Conv2d (stride 1) + ReLU + MaxPool 2x2/2 fused per sample: pad the sample, then one kernel
+// (conv_s1_relu_pool) pools each block of conv outputs in registers, writing the pooled output
+// and a window code per value. Backward without an input gradient goes straight from the pooled
+// gradient (conv_s1_pool_wgrad); with one, it rebuilds the conv-output gradient from the codes,
+// runs the direct weight gradient and the input gradient by GEMM+col2im.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -14,13 +16,17 @@ struct Geo {
   int G, Cg, Kg, Hp, Wp, P2, Q2;
   size_t xp, out, col, wgrad;  // per-thread scratch sizes (elements) and one weight gradient
 };
+size_t out_scratch(const ConvShape& s) {  // per group: the pooled weight gradient's scratch
+  const ConvS1 d{s.C / s.groups, s.K / s.groups, s.H + 2 * s.pad_h, s.W + 2 * s.pad_w, s.R, s.S, s.P, s.Q};
+  return std::max(size_t(s.K) * s.P * s.Q, conv_pool_wgrad_scratch(d));
+}
 Geo geo(const ConvShape& s) {
   Geo g;
   g.G = s.groups, g.Cg = s.C / s.groups, g.Kg = s.K / s.groups;
   g.Hp = s.H + 2 * s.pad_h, g.Wp = s.W + 2 * s.pad_w;
   g.P2 = s.P / 2, g.Q2 = s.Q / 2;
   g.xp = size_t(s.C) * g.Hp * g.Wp;
-  g.out = size_t(s.K) * s.P * s.Q;
+  g.out = out_scratch(s);
   g.col = size_t(g.Cg) * s.R * s.S * s.P * s.Q;
   g.wgrad = size_t(s.K) * g.Cg * s.R * s.S + s.K;
   return g;
@@ -42,19 +48,15 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T*
   const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, wg = size_t(g.Kg) * g.Cg * s.R * s.S;
   auto body = [&](int64_t n0, int64_t n1, T* scratch) {
     T* xp = scratch;
-    T* out = xp + g.xp;
     for (int64_t n = n0; n < n1; ++n) {
       ref::pad_image<T>(xp, x + n * s.C * HW, s.C, s.H, s.W, s.pad_h, s.pad_w, g.Hp, g.Wp);
-      for (int gi = 0; gi < g.G; ++gi) {
+      for (int gi = 0; gi < g.G; ++gi) {  // conv + ReLU + pool of group gi's channels
         const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
-        T* og = out + size_t(gi) * g.Kg * s.P * s.Q;
+        const size_t o = (n * s.K + size_t(gi) * g.Kg) * YQ;
         const T* bg = b ? b + gi * g.Kg : nullptr;
-        if constexpr (std::is_same_v<T, float>) e.k.conv_s1_fwd(og, xpg, w + gi * wg, bg, d);
-        else ref::conv_s1_fwd<T>(og, xpg, w + gi * wg, bg, d);
+        if constexpr (std::is_same_v<T, float>) e.k.conv_s1_relu_pool(y + o, code + o, xpg, w + gi * wg, bg, d);
+        else ref::conv_s1_relu_pool<T>(y + o, code + o, xpg, w + gi * wg, bg, d);
       }
-      if constexpr (std::is_same_v<T, float>)
-        e.k.relu_maxpool2(y + n * s.K * YQ, code + n * s.K * YQ, out, s.K, s.P, s.Q);
-      else ref::relu_maxpool2<T>(y + n * s.K * YQ, code + n * s.K * YQ, out, s.K, s.P, s.Q);
     }
   };
   if (std::is_same_v<T, double> || e.pool.size() == 1) {
@@ -87,6 +89,17 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
     if (dbt) std::memset(dbt, 0, s.K * sizeof(T));
     for (int64_t n = n0; n < n1; ++n) {
       ref::pad_image<T>(xp, x + n * s.C * HW, s.C, s.H, s.W, s.pad_h, s.pad_w, g.Hp, g.Wp);
+      if (!dx) {  // weight gradient only (a first layer): straight from the pooled gradient
+        for (int gi = 0; gi < g.G; ++gi) {
+          const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
+          const size_t o = (n * s.K + size_t(gi) * g.Kg) * YQ;
+          T* dbg = dbt ? dbt + gi * g.Kg : nullptr;
+          if constexpr (std::is_same_v<T, float>)
+            e.k.conv_s1_pool_wgrad(dwt + gi * wg, dbg, dy + o, code + o, xpg, d, dout);
+          else ref::conv_pool_wgrad<T>(dwt + gi * wg, dbg, dy + o, code + o, xpg, d, dout);
+        }
+        continue;
+      }
       if constexpr (std::is_same_v<T, float>)
         e.k.relu_maxpool2_bwd(dout, dy + n * s.K * YQ, code + n * s.K * YQ, s.K, s.P, s.Q);
       else ref::relu_maxpool2_bwd<T>(dout, dy + n * s.K * YQ, code + n * s.K * YQ, s.K, s.P, s.Q);
@@ -96,7 +109,6 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
         T* dbg = dbt ? dbt + gi * g.Kg : nullptr;
         if constexpr (std::is_same_v<T, float>) e.k.conv_s1_wgrad(dwt + gi * wg, dbg, dog, xpg, d);
         else ref::conv_s1_wgrad<T>(dwt + gi * wg, dbg, dog, xpg, d);
-        if (!dx) continue;
         T* dxg = dx + (n * s.C + gi * g.Cg) * HW;
         const int CRS = g.Cg * s.R * s.S;
         if constexpr (std::is_same_v<T, float>) {

@@ -71,6 +71,94 @@ TEST(FastKernels, ConvS1ForwardAndWeightGradient) {
     }
 }
 
+// The fused conv + ReLU + pool kernel: bit-identical to the same ISA's conv_s1_fwd followed by
+// relu_maxpool2 (same FMA order per output), and close to the scalar reference, whose code must
+// point at a window position holding the maximum (up to rounding).
+TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
+  for (Isa isa : isas())
+    for (const Case& c : kCases)
+      for (bool bias : {true, false}) {
+        const ConvS1 d{c.C, c.K, c.P + c.R - 1, c.Q + c.S - 1, c.R, c.S, c.P, c.Q};
+        SCOPED_TRACE(std::string(isa_name(isa)) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) +
+                     " P" + std::to_string(c.P) + " Q" + std::to_string(c.Q) + " R" + std::to_string(c.R) +
+                     " S" + std::to_string(c.S) + (bias ? " bias" : ""));
+        const Kernels& k = kernels_for(isa);
+        const int P2 = d.P / 2, Q2 = d.Q / 2;
+        const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
+                     ny = size_t(d.K) * d.P * d.Q, np = size_t(d.K) * P2 * Q2;
+        auto xp = rnd(nx, 21), w = rnd(nw, 22), b = rnd(d.K, 23);
+        const float* bp = bias ? b.data() : nullptr;
+        std::vector<float> y(np, NAN), yu(np), conv(ny), convr(ny);
+        std::vector<int32_t> code(np, 99), codeu(np);
+        k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), bp, d);
+        k.conv_s1_fwd(conv.data(), xp.data(), w.data(), bp, d);
+        k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
+        for (size_t i = 0; i < np; ++i) {
+          ASSERT_EQ(y[i], yu[i]) << i;
+          ASSERT_EQ(code[i], codeu[i]) << i;
+        }
+        ref::conv_s1_fwd<float>(convr.data(), xp.data(), w.data(), bp, d);
+        const double tol = 1e-5 * std::sqrt(double(d.C * d.R * d.S)) * 8;
+        for (int kk = 0; kk < d.K; ++kk)
+          for (int i = 0; i < P2; ++i)
+            for (int j = 0; j < Q2; ++j) {
+              const size_t o = (size_t(kk) * P2 + i) * Q2 + j;
+              float want = 0.f;
+              for (int c4 = 0; c4 < 4; ++c4)
+                want = std::max(want, convr[(size_t(kk) * d.P + 2 * i + (c4 >> 1)) * d.Q + 2 * j + (c4 & 1)]);
+              ASSERT_NEAR(y[o], want, tol * std::max(1.f, want)) << o;
+              if (code[o] < 0) {
+                ASSERT_LE(want, tol) << o;
+                continue;
+              }
+              ASSERT_LT(code[o], 4) << o;
+              const float at = convr[(size_t(kk) * d.P + 2 * i + (code[o] >> 1)) * d.Q + 2 * j + (code[o] & 1)];
+              ASSERT_NEAR(at, want, tol * std::max(1.f, want)) << o;
+            }
+        // The scalar reference of the fused kernel agrees with the reference chain.
+        std::vector<float> yr(np), yrc(np);
+        std::vector<int32_t> coder(np), coderc(np);
+        ref::conv_s1_relu_pool<float>(yr.data(), coder.data(), xp.data(), w.data(), bp, d);
+        ref::relu_maxpool2<float>(yrc.data(), coderc.data(), convr.data(), d.K, d.P, d.Q);
+        EXPECT_EQ(yr, yrc);
+        EXPECT_EQ(coder, coderc);
+      }
+}
+
+// The pooled weight gradient (AVX-512: sparse, by table permutes over channel lanes) against the
+// reference composition, on the shapes above plus K > 32, S = 8 (the dense fallback) and codes
+// with every value including -1; accumulates onto what dw and db hold.
+TEST(FastKernels, ConvPoolWgradMatchesReference) {
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({2, 37, 9, 30, 4, 6});
+  cases.push_back({1, 17, 8, 12, 3, 8});
+  cases.push_back({3, 16, 4, 4, 2, 4});
+  for (Isa isa : isas())
+    for (const Case& c : cases) {
+      const ConvS1 d{c.C, c.K, c.P + c.R - 1, c.Q + c.S - 1, c.R, c.S, c.P, c.Q};
+      SCOPED_TRACE(std::string(isa_name(isa)) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) +
+                   " P" + std::to_string(c.P) + " Q" + std::to_string(c.Q) + " R" + std::to_string(c.R) +
+                   " S" + std::to_string(c.S));
+      const Kernels& k = kernels_for(isa);
+      const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
+                   np = size_t(d.K) * (d.P / 2) * (d.Q / 2);
+      auto xp = rnd(nx, 31), dy = rnd(np, 32);
+      std::vector<int32_t> code(np);
+      std::mt19937 gen(33);
+      for (auto& cd : code) cd = int32_t(gen() % 5) - 1;
+      std::vector<float> ws(conv_pool_wgrad_scratch(d), NAN), wsr(ws.size());
+      std::vector<float> dw(nw, 0.25f), dwr(nw, 0.25f), db(d.K, -1.f), dbr(d.K, -1.f);
+      k.conv_s1_pool_wgrad(dw.data(), db.data(), dy.data(), code.data(), xp.data(), d, ws.data());
+      ref::conv_pool_wgrad<float>(dwr.data(), dbr.data(), dy.data(), code.data(), xp.data(), d, wsr.data());
+      expect_close(dw, dwr, d.P * d.Q, "dw");
+      expect_close(db, dbr, d.P * d.Q, "db");
+      k.conv_s1_pool_wgrad(dw.data(), nullptr, dy.data(), code.data(), xp.data(), d, ws.data());
+      ref::conv_pool_wgrad<float>(dwr.data(), nullptr, dy.data(), code.data(), xp.data(), d, wsr.data());
+      expect_close(dw, dwr, 2 * d.P * d.Q, "dw, second sample, no bias");
+      expect_close(db, dbr, d.P * d.Q, "db untouched without a bias");
+    }
+}
+
 TEST(FastKernels, ReluMaxpool2MatchesReferenceExactly) {
   const int shapes[][3] = {{32, 28, 28}, {1, 2, 2}, {3, 5, 7}, {2, 3, 33}, {5, 4, 64}, {1, 9, 1}};
   for (Isa isa : isas())

@@ -11,6 +11,15 @@ void sgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float* 
   ref::gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// Room for the reference (the rebuilt conv-output gradient) and for the AVX-512 kernel (the
+// pooled gradient and the codes, transposed to [P/2 * Q/2, K rounded up to 16]).
+size_t conv_pool_wgrad_scratch(const ConvS1& d) {
+  const size_t dense = size_t(d.K) * d.P * d.Q;
+  const size_t packed = 2 * size_t((d.K + 15) / 16 * 16) * (d.P / 2) * (d.Q / 2) +
+                        size_t(d.Hp) * ((d.Wp + 14) / 16 * 16) * 4;  // + the 2x2 windows of a channel
+  return dense > packed ? dense : packed;
+}
+
 namespace ref {
 void im2col_f32(float* col, const float* x, int Cg, const ConvShape& s) { im2col<float>(col, x, Cg, s); }
 void col2im_f32(float* dx, const float* col, int Cg, const ConvShape& s) { col2im<float>(dx, col, Cg, s); }
@@ -25,6 +34,14 @@ void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, 
 }
 void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d) {
   conv_s1_wgrad<float>(dw, db, dy, xp, d);
+}
+void conv_s1_relu_pool_f32(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+                           const ConvS1& d) {
+  conv_s1_relu_pool<float>(y, code, xp, w, b, d);
+}
+void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,
+                         const ConvS1& d, float* ws) {
+  conv_pool_wgrad<float>(dw, db, dy, code, xp, d, ws);
 }
 void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q) {
   relu_maxpool2<float>(y, code, x, K, P, Q);

@@ -3,10 +3,12 @@
 // instantiations back the scalar kernel table. Raw pointers and sizes; no allocation.
 // Letters: N batch, C in-channels, K out-channels, H/W in, R/S kernel, P/Q out, G groups.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <cstring>
 
 #include "kernels/kernels.h"
 
@@ -361,13 +363,14 @@ template <class T> double mse(T* dx, const T* x, const int32_t* label, int N, in
 // Zero-padded copy of one sample: xp[C, Hp, Wp] holds x[C, H, W] at (pad_h, pad_w), 0 elsewhere.
 template <class T>
 void pad_image(T* xp, const T* x, int C, int H, int W, int pad_h, int pad_w, int Hp, int Wp) {
+  std::memset(xp, 0, sizeof(T) * C * Hp * Wp);
+  const int h0 = std::max(0, -pad_h), h1 = std::min(H, Hp - pad_h);  // rows that land inside
+  const int w0 = std::max(0, -pad_w), w1 = std::min(W, Wp - pad_w);
+  if (w1 <= w0) return;
   for (int c = 0; c < C; ++c)
-    for (int h = 0; h < Hp; ++h)
-      for (int w = 0; w < Wp; ++w) {
-        const int hh = h - pad_h, ww = w - pad_w;
-        xp[((size_t)c * Hp + h) * Wp + w] =
-            (hh >= 0 && hh < H && ww >= 0 && ww < W) ? x[((size_t)c * H + hh) * W + ww] : T(0);
-      }
+    for (int h = h0; h < h1; ++h)
+      std::memcpy(xp + ((size_t)c * Hp + h + pad_h) * Wp + w0 + pad_w, x + ((size_t)c * H + h) * W + w0,
+                  sizeof(T) * (w1 - w0));
 }
 // Direct stride-1 convolution of one padded sample (see ConvS1FwdFn).
 template <class T>
@@ -434,6 +437,38 @@ void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, in
         if (c >= 0)
           dx[((size_t)k * P + 2 * i + (c >> 1)) * Q + 2 * j + (c & 1)] = dy[((size_t)k * P2 + i) * Q2 + j];
       }
+}
+// Conv + ReLU + 2x2/2 max-pool of one padded sample in one pass (see ConvS1ReluPoolFn): each
+// window's four conv values, accumulated in conv_s1_fwd's order, then relu_maxpool2's rule.
+template <class T>
+void conv_s1_relu_pool(T* y, int32_t* code, const T* xp, const T* w, const T* b, const ConvS1& d) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2;
+  for (int k = 0; k < d.K; ++k)
+    for (int i = 0; i < P2; ++i)
+      for (int j = 0; j < Q2; ++j) {
+        T best = 0;
+        int32_t arg = -1;
+        for (int c4 = 0; c4 < 4; ++c4) {
+          const int p = 2 * i + (c4 >> 1), q = 2 * j + (c4 & 1);
+          T acc = b ? b[k] : T(0);
+          for (int c = 0; c < d.C; ++c)
+            for (int r = 0; r < d.R; ++r)
+              for (int s = 0; s < d.S; ++s)
+                acc += w[(((size_t)k * d.C + c) * d.R + r) * d.S + s] *
+                       xp[((size_t)c * d.Hp + p + r) * d.Wp + q + s];
+          const T rv = acc > T(0) ? acc : T(0);
+          if (c4 == 0 || rv > best) { best = rv; arg = c4; }
+        }
+        y[((size_t)k * P2 + i) * Q2 + j] = best;
+        code[((size_t)k * P2 + i) * Q2 + j] = best > T(0) ? arg : -1;
+      }
+}
+// Its weight gradient from the pooled gradient (see ConvS1PoolWgradFn): the conv-output
+// gradient rebuilt into ws[K, P, Q], then conv_s1_wgrad.
+template <class T>
+void conv_pool_wgrad(T* dw, T* db, const T* dy, const int32_t* code, const T* xp, const ConvS1& d, T* ws) {
+  relu_maxpool2_bwd<T>(ws, dy, code, d.K, d.P, d.Q);
+  conv_s1_wgrad<T>(dw, db, ws, xp, d);
 }
 // Adam / AdamW over n elements (see AdamFn).
 template <class T>

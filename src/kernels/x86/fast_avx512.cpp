@@ -5,7 +5,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include "kernels/x86/fast_impl.h"
+#include "kernels/x86/conv_pool_avx512.h"
 
 namespace ember {
-Kernels fast_kernels_avx512() { return fast_table<Avx512>(); }
+Kernels fast_kernels_avx512() {
+  Kernels k = fast_table<Avx512>();
+  k.conv_s1_pool_wgrad = conv_pool_wgrad_avx512;  // conv_pool_avx512.h
+  return k;
+}
 }  // namespace ember

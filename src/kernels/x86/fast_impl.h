@@ -58,6 +58,81 @@ void conv_s1_fwd(float* y, const float* xp, const float* w, const float* b, cons
   for (; k < d.K; ++k) conv_s1_fwd_block<S, 1>(y, xp, w, b, d, k);
 }
 
+// Pools 2x2 windows of two conv rows held as a0:a1 (row 2i) and b0:b1 (row 2i+1), 2W columns:
+// relu_maxpool2's rule for W pooled columns, stored under mask mo.
+template <class S>
+inline void pool_store(float* y, int32_t* code, typename S::V a0, typename S::V a1,
+                       typename S::V b0, typename S::V b1, typename S::M mo) {
+  using V = typename S::V;
+  const V zero = S::zero();
+  V e0, o0, e1, o1;
+  S::deinterleave(a0, a1, &e0, &o0);
+  S::deinterleave(b0, b1, &e1, &o1);
+  V best = S::max(e0, zero), c = zero;  // max(x, 0) maps NaN to 0, as x > 0 ? x : 0 does
+  V v = S::max(o0, zero);
+  auto gt = S::gt(v, best);
+  best = S::select(gt, best, v), c = S::select(gt, c, S::set1(1));
+  v = S::max(e1, zero), gt = S::gt(v, best);
+  best = S::select(gt, best, v), c = S::select(gt, c, S::set1(2));
+  v = S::max(o1, zero), gt = S::gt(v, best);
+  best = S::select(gt, best, v), c = S::select(gt, c, S::set1(3));
+  c = S::select(S::gt(best, zero), S::set1(-1), c);
+  S::store(y, best, mo);
+  S::store_i32(code, c, mo);
+}
+
+// Channels k0 .. k0+KB of the fused conv + ReLU + pool: two conv rows by 2W conv columns per
+// block (4 KB accumulators), pooled in registers; the conv output is never stored.
+template <class S, int KB>
+void conv_relu_pool_block(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+                          const ConvS1& d, int k0) {
+  using V = typename S::V;
+  const int RS = d.R * d.S, P2 = d.P / 2, Q2 = d.Q / 2;
+  const size_t wk = size_t(d.C) * RS;  // weight stride between output channels
+  for (int i = 0; i < P2; ++i)
+    for (int j0 = 0; j0 < Q2; j0 += S::W) {
+      const int n = 2 * (Q2 - j0);  // conv columns of this block
+      const auto m0 = S::mask(n), m1 = S::mask(n - S::W), mo = S::mask(Q2 - j0);
+      V acc[KB][4];  // [channel][row 2i lo, hi; row 2i+1 lo, hi]
+#pragma GCC unroll 16
+      for (int j = 0; j < KB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = b ? S::set1(b[k0 + j]) : S::zero();
+      for (int c = 0; c < d.C; ++c)
+        for (int r = 0; r < d.R; ++r) {
+          const float* row0 = xp + (size_t(c) * d.Hp + 2 * i + r) * d.Wp + 2 * j0;
+          const float* row1 = row0 + d.Wp;
+          const float* wr = w + k0 * wk + size_t(c) * RS + r * d.S;
+          for (int s = 0; s < d.S; ++s) {
+            const V x0 = S::load(row0 + s, m0), x1 = S::load(row0 + s + S::W, m1);
+            const V x2 = S::load(row1 + s, m0), x3 = S::load(row1 + s + S::W, m1);
+#pragma GCC unroll 16
+            for (int j = 0; j < KB; ++j) {
+              const V wv = S::set1(wr[j * wk + s]);
+              acc[j][0] = S::fma(wv, x0, acc[j][0]);
+              acc[j][1] = S::fma(wv, x1, acc[j][1]);
+              acc[j][2] = S::fma(wv, x2, acc[j][2]);
+              acc[j][3] = S::fma(wv, x3, acc[j][3]);
+            }
+          }
+        }
+#pragma GCC unroll 16
+      for (int j = 0; j < KB; ++j) {
+        const size_t o = (size_t(k0 + j) * P2 + i) * Q2 + j0;
+        pool_store<S>(y + o, code + o, acc[j][0], acc[j][1], acc[j][2], acc[j][3], mo);
+      }
+    }
+}
+
+template <class S>
+void conv_s1_relu_pool(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+                       const ConvS1& d) {
+  constexpr int KB = S::W == 16 ? 6 : 2;  // 4 KB accumulators + 4 input vectors in registers
+  int k = 0;
+  for (; k + KB <= d.K; k += KB) conv_relu_pool_block<S, KB>(y, code, xp, w, b, d, k);
+  if constexpr (KB > 2)
+    for (; k + 2 <= d.K; k += 2) conv_relu_pool_block<S, 2>(y, code, xp, w, b, d, k);
+  for (; k < d.K; ++k) conv_relu_pool_block<S, 1>(y, code, xp, w, b, d, k);
+}
+
 // dw for channels k0 .. k0+KB, input channel c, kernel row r, kernel columns s0 .. s0+SB.
 template <class S, int KB, int SB>
 void conv_s1_wgrad_block(float* dw, const float* dy, const float* xp, const ConvS1& d, int k0,
@@ -132,32 +207,17 @@ void conv_s1_wgrad(float* dw, float* db, const float* dy, const float* xp, const
 // of the two input rows split into even and odd columns.
 template <class S>
 void relu_maxpool2(float* y, int32_t* code, const float* x, int K, int P, int Q) {
-  using V = typename S::V;
   const int P2 = P / 2, Q2 = Q / 2;
-  const V zero = S::zero(), one = S::set1(1), two = S::set1(2), three = S::set1(3), none = S::set1(-1);
   for (int k = 0; k < K; ++k)
     for (int i = 0; i < P2; ++i) {
       const float* r0 = x + (size_t(k) * P + 2 * i) * Q;
       const float* r1 = r0 + Q;
-      float* yr = y + (size_t(k) * P2 + i) * Q2;
-      int32_t* cr = code + (size_t(k) * P2 + i) * Q2;
+      const size_t o = (size_t(k) * P2 + i) * Q2;
       for (int j = 0; j < Q2; j += S::W) {
         const int n = 2 * (Q2 - j);  // inputs of this row still to pool (pairs only)
         const auto ma = S::mask(n), mb = S::mask(n - S::W), mo = S::mask(Q2 - j);
-        V a0, a1, b0, b1;
-        S::deinterleave(S::load(r0 + 2 * j, ma), S::load(r0 + 2 * j + S::W, mb), &a0, &a1);
-        S::deinterleave(S::load(r1 + 2 * j, ma), S::load(r1 + 2 * j + S::W, mb), &b0, &b1);
-        V best = S::max(a0, zero), c = zero;  // max(x, 0) maps NaN to 0, as x > 0 ? x : 0 does
-        V v = S::max(a1, zero);
-        auto gt = S::gt(v, best);
-        best = S::select(gt, best, v), c = S::select(gt, c, one);
-        v = S::max(b0, zero), gt = S::gt(v, best);
-        best = S::select(gt, best, v), c = S::select(gt, c, two);
-        v = S::max(b1, zero), gt = S::gt(v, best);
-        best = S::select(gt, best, v), c = S::select(gt, c, three);
-        c = S::select(S::gt(best, zero), none, c);
-        S::store(yr + j, best, mo);
-        S::store_i32(cr + j, c, mo);
+        pool_store<S>(y + o + j, code + o + j, S::load(r0 + 2 * j, ma), S::load(r0 + 2 * j + S::W, mb),
+                      S::load(r1 + 2 * j, ma), S::load(r1 + 2 * j + S::W, mb), mo);
       }
     }
 }
@@ -189,6 +249,14 @@ void relu_maxpool2_bwd(float* dx, const float* dy, const int32_t* code, int K, i
     }
     if (P & 1) std::memset(dx + (size_t(k) * P + P - 1) * Q, 0, size_t(Q) * sizeof(float));
   }
+}
+
+// The pooled weight gradient as the composition the reference uses, with this ISA's kernels.
+template <class S>
+void conv_pool_wgrad(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,
+                     const ConvS1& d, float* ws) {
+  relu_maxpool2_bwd<S>(ws, dy, code, d.K, d.P, d.Q);
+  conv_s1_wgrad<S>(dw, db, ws, xp, d);
 }
 
 size_t adam_simd(float* __restrict w, float* __restrict m, float* __restrict v,
@@ -257,6 +325,8 @@ Kernels fast_table() {
   k.conv_s1_wgrad = conv_s1_wgrad<S>;
   k.relu_maxpool2 = relu_maxpool2<S>;
   k.relu_maxpool2_bwd = relu_maxpool2_bwd<S>;
+  k.conv_s1_relu_pool = conv_s1_relu_pool<S>;
+  k.conv_s1_pool_wgrad = conv_pool_wgrad<S>;
   k.adam = adam_simd;
   k.count_nonfinite = count_nonfinite_simd;
   k.fma_loop = fma_loop<S>;

@@ -1,0 +1,192 @@
+// AVX-512 weight gradient of the fused conv + ReLU + 2x2 max-pool (ConvS1PoolWgradFn), using the
+// pool's sparsity: one position per window carries gradient, so each window adds dy * (the patch
+// at its coded position) to dw. Lanes run over 16 output channels; each lane's input value is
+// picked from the 2x2 window by one in-lane VPERMILPS, so one FMA does 16 useful MACs.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace ember {
+namespace {
+
+// p[0..3] in every 128-bit lane: one VBROADCASTF32X4 from memory (GCC 12 otherwise loads and
+// shuffles, spending a shuffle-port slot per tap).
+inline __m512 broadcast4(const float* p) {
+  __m512 r;
+  __asm__("vbroadcastf32x4 %1, %0" : "=v"(r) : "m"(*reinterpret_cast<const __m128*>(p)));
+  return r;
+}
+
+// r[0..15] (rows of 16 floats) transposed in place: r[t] becomes column t.
+inline void transpose16(__m512* r) {
+  __m512 a[16], b[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // b[4i + c] holds columns c, c+4, c+8, c+12 of rows 4i .. 4i+3
+    const __m512d a0 = _mm512_castps_pd(a[4 * i]), a1 = _mm512_castps_pd(a[4 * i + 1]);
+    const __m512d a2 = _mm512_castps_pd(a[4 * i + 2]), a3 = _mm512_castps_pd(a[4 * i + 3]);
+    b[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+    b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+    b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+    b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 lo0 = _mm512_shuffle_f32x4(b[c], b[c + 4], 0x88);       // cols c, c+8; rows 0-7
+    const __m512 hi0 = _mm512_shuffle_f32x4(b[c], b[c + 4], 0xDD);       // cols c+4, c+12
+    const __m512 lo1 = _mm512_shuffle_f32x4(b[c + 8], b[c + 12], 0x88);  // rows 8-15
+    const __m512 hi1 = _mm512_shuffle_f32x4(b[c + 8], b[c + 12], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
+    r[c + 4] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
+    r[c + 8] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
+    r[c + 12] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
+  }
+}
+
+// dst[PQ2, Kp] = src[K, PQ2]^T in 16 x 16 blocks (rows past K read as 0).
+inline void transpose_to(float* dst, const float* src, int K, int PQ2, int Kp) {
+  for (int k0 = 0; k0 < Kp; k0 += 16)
+    for (int w0 = 0; w0 < PQ2; w0 += 16) {
+      const int cols = PQ2 - w0 < 16 ? PQ2 - w0 : 16;
+      const __mmask16 mc = __mmask16((1u << cols) - 1);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = k0 + i < K ? _mm512_maskz_loadu_ps(mc, src + size_t(k0 + i) * PQ2 + w0) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int t = 0; t < cols; ++t) _mm512_storeu_ps(dst + size_t(w0 + t) * Kp + k0, r[t]);
+    }
+}
+
+// e[Hp-1, U, 4] = for each row y and column u of one channel's padded image, the 2x2 window
+// x[y, u], x[y, u+1], x[y+1, u], x[y+1, u+1] (U = Wp-1 rounded up to 16; u >= Wp-1 is junk).
+inline void pack_windows(float* e, const float* xpc, int Hp, int Wp, int U) {
+  for (int y = 0; y + 1 < Hp; ++y)
+    for (int u0 = 0; u0 < U; u0 += 16) {
+      const float* ra = xpc + size_t(y) * Wp + u0;
+      const float* rb = ra + Wp;
+      const int n = Wp - u0;  // columns left in the row
+      const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+      const __mmask16 m1 = n - 1 >= 16 ? __mmask16(0xFFFF) : n - 1 <= 0 ? __mmask16(0) : __mmask16((1u << (n - 1)) - 1);
+      const __m512 a = _mm512_maskz_loadu_ps(m0, ra), a1 = _mm512_maskz_loadu_ps(m1, ra + 1);
+      const __m512 b = _mm512_maskz_loadu_ps(m0, rb), b1 = _mm512_maskz_loadu_ps(m1, rb + 1);
+      // Lane L of R[m] is the window at u0 + 4L + m.
+      const __m512d lo_a = _mm512_castps_pd(_mm512_unpacklo_ps(a, a1)), hi_a = _mm512_castps_pd(_mm512_unpackhi_ps(a, a1));
+      const __m512d lo_b = _mm512_castps_pd(_mm512_unpacklo_ps(b, b1)), hi_b = _mm512_castps_pd(_mm512_unpackhi_ps(b, b1));
+      const __m512 R0 = _mm512_castpd_ps(_mm512_unpacklo_pd(lo_a, lo_b)), R1 = _mm512_castpd_ps(_mm512_unpackhi_pd(lo_a, lo_b));
+      const __m512 R2 = _mm512_castpd_ps(_mm512_unpacklo_pd(hi_a, hi_b)), R3 = _mm512_castpd_ps(_mm512_unpackhi_pd(hi_a, hi_b));
+      const __m512 T0 = _mm512_shuffle_f32x4(R0, R1, 0x44), T1 = _mm512_shuffle_f32x4(R2, R3, 0x44);
+      const __m512 T2 = _mm512_shuffle_f32x4(R0, R1, 0xEE), T3 = _mm512_shuffle_f32x4(R2, R3, 0xEE);
+      float* o = e + (size_t(y) * U + u0) * 4;
+      _mm512_storeu_ps(o, _mm512_shuffle_f32x4(T0, T1, 0x88));
+      _mm512_storeu_ps(o + 16, _mm512_shuffle_f32x4(T0, T1, 0xDD));
+      _mm512_storeu_ps(o + 32, _mm512_shuffle_f32x4(T2, T3, 0x88));
+      _mm512_storeu_ps(o + 48, _mm512_shuffle_f32x4(T2, T3, 0xDD));
+    }
+}
+
+// dw for taps (r0 .. r0 + RB-1) x (0 .. S-1) of input channel c and output channels 16v .. 16v+15:
+// over every window (i, j), acc[r][s] += g * (the 2x2 window at row 2i+r, column 2j+s, broadcast
+// to every 128-bit lane, permuted by the channel's code: VPERMILPS reads its low 2 bits), where g
+// is the pooled gradient, zeroed for code -1.
+template <int S, int RB>
+void pool_wgrad_taps(float* dw, const float* g, const int32_t* sel, const float* e, const ConvS1& d,
+                     int U, int Kp, int v, int c, int r0) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2, RS = d.R * d.S;
+  const size_t U4 = size_t(U) * 4;
+  __m512 acc[RB][S];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) acc[r][s] = _mm512_setzero_ps();
+  for (int i = 0, j = 0, wi = 0; wi < P2 * Q2; ++wi) {  // windows (i, j) in one loop: GCC keeps acc in registers
+    const __m512i sv = _mm512_loadu_si512(sel + size_t(wi) * Kp + 16 * v);
+    const __m512 gv = _mm512_maskz_loadu_ps(_mm512_cmpge_epi32_mask(sv, _mm512_setzero_si512()),
+                                            g + size_t(wi) * Kp + 16 * v);
+    const float* er = e + (size_t(2 * i + r0) * U + 2 * j) * 4;
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r, er += U4)
+#pragma GCC unroll 8
+      for (int s = 0; s < S; ++s) {
+        const __m512 win = broadcast4(er + 4 * s);
+        acc[r][s] = _mm512_fmadd_ps(gv, _mm512_permutevar_ps(win, sv), acc[r][s]);
+      }
+    if (++j == Q2) j = 0, ++i;
+  }
+  alignas(64) float lanes[16];
+  const int kn = d.K - 16 * v < 16 ? d.K - 16 * v : 16;
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {  // unrolled: acc indexed by constants stays in registers
+      _mm512_store_ps(lanes, acc[r][s]);
+      for (int l = 0; l < kn; ++l) dw[(size_t(16 * v + l) * d.C + c) * RS + (r0 + r) * S + s] += lanes[l];
+    }
+}
+
+template <int S>
+void pool_wgrad_all(float* dw, const float* g, const int32_t* sel, float* e, const float* xp,
+                    const ConvS1& d, int U, int Kp) {
+  constexpr int RB = 25 / S < 5 ? 25 / S : 5;  // RB x S accumulators in registers
+  for (int c = 0; c < d.C; ++c) {
+    pack_windows(e, xp + size_t(c) * d.Hp * d.Wp, d.Hp, d.Wp, U);
+    for (int v = 0; v < Kp / 16; ++v) {
+      int r0 = 0;
+      for (; r0 + RB <= d.R; r0 += RB) pool_wgrad_taps<S, RB>(dw, g, sel, e, d, U, Kp, v, c, r0);
+      switch (d.R - r0) {  // the last rows, fewer than RB
+        case 1: pool_wgrad_taps<S, 1>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
+        case 2: if constexpr (RB > 2) pool_wgrad_taps<S, 2>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
+        case 3: if constexpr (RB > 3) pool_wgrad_taps<S, 3>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
+        case 4: if constexpr (RB > 4) pool_wgrad_taps<S, 4>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
+        default: break;
+      }
+    }
+  }
+}
+
+void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int32_t* code,
+                            const float* xp, const ConvS1& d, float* ws) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + 15) / 16 * 16;
+  const int U = (d.Wp - 1 + 15) / 16 * 16;
+  if (d.S > 7 || PQ2 == 0) {
+    conv_pool_wgrad<Avx512>(dw, db, dy, code, xp, d, ws);
+    return;
+  }
+  float* g = ws;
+  int32_t* sel = reinterpret_cast<int32_t*>(ws + size_t(PQ2) * Kp);
+  float* e = ws + 2 * size_t(PQ2) * Kp;
+  // g[PQ2, Kp] = dy^T and sel[PQ2, Kp] = code^T: 16 channels of a window in one vector.
+  transpose_to(g, dy, d.K, PQ2, Kp);
+  transpose_to(reinterpret_cast<float*>(sel), reinterpret_cast<const float*>(code), d.K, PQ2, Kp);
+  if (db)
+    for (int v = 0; v < Kp / 16; ++v) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int w = 0; w < PQ2; ++w) {
+        const size_t o = size_t(w) * Kp + 16 * v;
+        const __mmask16 live = _mm512_cmpge_epi32_mask(_mm512_loadu_si512(sel + o), _mm512_setzero_si512());
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(live, g + o));
+      }
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, acc);
+      for (int l = 0; l < 16 && 16 * v + l < d.K; ++l) db[16 * v + l] += lanes[l];
+    }
+  switch (d.S) {
+    case 1: pool_wgrad_all<1>(dw, g, sel, e, xp, d, U, Kp); break;
+    case 2: pool_wgrad_all<2>(dw, g, sel, e, xp, d, U, Kp); break;
+    case 3: pool_wgrad_all<3>(dw, g, sel, e, xp, d, U, Kp); break;
+    case 4: pool_wgrad_all<4>(dw, g, sel, e, xp, d, U, Kp); break;
+    case 5: pool_wgrad_all<5>(dw, g, sel, e, xp, d, U, Kp); break;
+    case 6: pool_wgrad_all<6>(dw, g, sel, e, xp, d, U, Kp); break;
+    default: pool_wgrad_all<7>(dw, g, sel, e, xp, d, U, Kp); break;
+  }
+}
+
+}  // namespace
+}  // namespace ember
