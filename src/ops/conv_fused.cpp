@@ -25,9 +25,10 @@ Geo geo(const ConvShape& s) {
   g.G = s.groups, g.Cg = s.C / s.groups, g.Kg = s.K / s.groups;
   g.Hp = s.H + 2 * s.pad_h, g.Wp = s.W + 2 * s.pad_w;
   g.P2 = s.P / 2, g.Q2 = s.Q / 2;
-  g.xp = size_t(s.C) * g.Hp * g.Wp;
-  g.out = out_scratch(s);
-  g.col = size_t(g.Cg) * s.R * s.S * s.P * s.Q;
+  auto a16 = [](size_t n) { return (n + 15) / 16 * 16; };  // keeps each scratch part 64-byte aligned
+  g.xp = a16(size_t(s.C) * g.Hp * g.Wp);
+  g.out = a16(out_scratch(s));
+  g.col = a16(size_t(g.Cg) * s.R * s.S * s.P * s.Q);
   g.wgrad = size_t(s.K) * g.Cg * s.R * s.S + s.K;
   return g;
 }
