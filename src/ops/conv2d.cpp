@@ -107,8 +107,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
         }
     });
     if (T_ > 1) {
-      add_partials<float>(e, dw, Kw, partials, wgrad_elems(s));
-      if (db) add_partials<float>(e, db, s.K, partials + Kw, wgrad_elems(s));
+      add_partials<float>(e, dw, Kw, partials, wgrad_elems(s), e.pool.size() - 1);
+      if (db) add_partials<float>(e, db, s.K, partials + Kw, wgrad_elems(s), e.pool.size() - 1);
     }
   }
 }

@@ -4,6 +4,7 @@
 // gradient (conv_s1_pool_wgrad); with one, it rebuilds the conv-output gradient from the codes,
 // runs the direct weight gradient and the input gradient by GEMM+col2im.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <type_traits>
 
@@ -33,11 +34,15 @@ Geo geo(const ConvShape& s) {
   return g;
 }
 size_t per_thread(const Geo& g) { return g.xp + g.out + g.col; }
+// Backward splits the batch into this many fixed chunks, each with its own partial weight
+// gradient, claimed by whichever thread is free and summed in chunk order: a slower core (this
+// VM's two vCPUs differ by 20-40 %) takes fewer chunks, and the result stays bit-identical.
+int chunks(int64_t N, int threads) { return threads == 1 ? 1 : int(N < 4 * threads ? N : 4 * threads); }
 }  // namespace
 
 size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
   const Geo g = geo(s);
-  return threads * per_thread(g) + (threads - 1) * g.wgrad;
+  return threads * per_thread(g) + (chunks(s.N, threads) - 1) * g.wgrad;
 }
 
 // y[N, K, P/2, Q/2], code[N, K, P/2, Q/2] from x[N, C, H, W], w[K, C/G, R, S], b[K] (may be null).
@@ -64,9 +69,10 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T*
     body(0, s.N, ws);
     return;
   }
+  std::atomic<int64_t> next{0};  // samples are independent: each thread takes the next one
   e.pool.run([&](int t) {
-    const Range r = split_range(s.N, t, e.pool.size());
-    body(r.begin, r.end, ws + t * per_thread(g));
+    for (int64_t n; (n = next.fetch_add(1, std::memory_order_relaxed)) < s.N;)
+      body(n, n + 1, ws + t * per_thread(g));
   });
 }
 
@@ -78,14 +84,14 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
   const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
   const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, PQ = size_t(s.P) * s.Q;
   const size_t wg = size_t(g.Kg) * g.Cg * s.R * s.S, Kw = size_t(s.K) * g.Cg * s.R * s.S;
-  const int T_ = std::is_same_v<T, double> ? 1 : e.pool.size();
+  const int T_ = std::is_same_v<T, double> ? 1 : e.pool.size(), NC = chunks(s.N, T_);
   T* partials = ws + T_ * per_thread(g);
-  auto body = [&](int t, int64_t n0, int64_t n1) {
+  auto body = [&](int t, int c, int64_t n0, int64_t n1) {  // thread t, chunk c
     T* xp = ws + t * per_thread(g);
     T* dout = xp + g.xp;
     T* col = dout + g.out;
-    T* dwt = t == 0 ? dw : partials + (t - 1) * g.wgrad;
-    T* dbt = db ? (t == 0 ? db : dwt + Kw) : nullptr;
+    T* dwt = c == 0 ? dw : partials + (c - 1) * g.wgrad;
+    T* dbt = db ? (c == 0 ? db : dwt + Kw) : nullptr;
     std::memset(dwt, 0, Kw * sizeof(T));
     if (dbt) std::memset(dbt, 0, s.K * sizeof(T));
     for (int64_t n = n0; n < n1; ++n) {
@@ -124,16 +130,19 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
       }
     }
   };
-  if (T_ == 1) {
-    body(0, 0, s.N);
+  if (NC == 1) {
+    body(0, 0, 0, s.N);
     return;
   }
+  std::atomic<int> next{0};
   e.pool.run([&](int t) {
-    const Range r = split_range(s.N, t, T_);
-    body(t, r.begin, r.end);
+    for (int c; (c = next.fetch_add(1, std::memory_order_relaxed)) < NC;) {
+      const Range r = split_range(s.N, c, NC);
+      body(t, c, r.begin, r.end);
+    }
   });
-  add_partials<T>(e, dw, Kw, partials, g.wgrad);
-  if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad);
+  add_partials<T>(e, dw, Kw, partials, g.wgrad, NC - 1);
+  if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad, NC - 1);
 }
 
 template void conv_relu_pool_fwd<float>(const Exec&, float*, int32_t*, const float*, const float*, const float*, const ConvShape&, float*);

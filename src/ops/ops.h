@@ -1,5 +1,6 @@
 // Ops: one level above the kernels. Each op checks nothing at run time (the plan checked the
-// shapes once), splits work across the thread pool in a fixed partition, and calls kernels from
+// shapes once), splits work across the thread pool in a fixed partition (or fixed chunks taken
+// dynamically, summed in a fixed order), and calls kernels from
 // the table (f32) or the scalar references (f64). Outputs first, then inputs, then sizes.
 // Letters: N batch, C in-channels, K out-channels, H/W in, R/S kernel, P/Q out, D features.
 #pragma once
@@ -44,17 +45,17 @@ template <class T>
 void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int32_t* code,
                         const T* x, const T* w, const ConvShape& s, T* ws);
 
-// dst[i] += parts[p * stride + i] for p = 0 .. pool.size() - 2 in that order, for i < n:
-// threads 1.. wrote their partial weight gradients there (thread 0 wrote into dst itself).
+// dst[i] += parts[p * stride + i] for p = 0 .. nparts - 1 in that order, for i < n: the other
+// threads' (or chunks') partial weight gradients (the first one was written into dst itself).
 // Split over the pool by ranges of i, so the result is bit-identical for a thread count.
 template <class T>
-void add_partials(const Exec& e, T* dst, size_t n, const T* parts, size_t stride) {
+void add_partials(const Exec& e, T* dst, size_t n, const T* parts, size_t stride, int nparts) {
   const int P = e.pool.size();
   e.pool.run([&](int t) {
     const Range r = split_range((int64_t)n, t, P);
     for (int64_t i = r.begin; i < r.end; ++i) {
       T acc = dst[i];
-      for (int p = 1; p < P; ++p) acc += parts[(p - 1) * stride + i];
+      for (int p = 0; p < nparts; ++p) acc += parts[p * stride + i];
       dst[i] = acc;
     }
   });
