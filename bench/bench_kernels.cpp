@@ -44,10 +44,10 @@ void conv_relu_pool(benchmark::State& st, Isa isa) {  // GFLOP/s of the conv par
   if (skip(st, isa)) return;
   const auto& k = ember::kernels_for(isa);
   auto xp = rnd(32 * 32), w = rnd(32 * 25), b = rnd(32);
-  std::vector<float> y(32 * 196);
+  std::vector<float> y(32 * 196), ws(ember::conv_relu_pool_scratch(kConv));
   std::vector<int32_t> code(32 * 196);
   for (auto _ : st) {
-    k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), kConv);
+    k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), kConv, ws.data());
     benchmark::DoNotOptimize(y.data());
   }
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);

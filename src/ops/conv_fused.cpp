@@ -19,7 +19,7 @@ struct Geo {
 };
 size_t out_scratch(const ConvShape& s) {  // per group: the pooled weight gradient's scratch
   const ConvS1 d{s.C / s.groups, s.K / s.groups, s.H + 2 * s.pad_h, s.W + 2 * s.pad_w, s.R, s.S, s.P, s.Q};
-  return std::max(size_t(s.K) * s.P * s.Q, conv_pool_wgrad_scratch(d));
+  return std::max({size_t(s.K) * s.P * s.Q, conv_pool_wgrad_scratch(d), conv_relu_pool_scratch(d)});
 }
 Geo geo(const ConvShape& s) {
   Geo g;
@@ -54,13 +54,14 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T*
   const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, wg = size_t(g.Kg) * g.Cg * s.R * s.S;
   auto body = [&](int64_t n0, int64_t n1, T* scratch) {
     T* xp = scratch;
+    T* kws = xp + g.xp;  // the kernel's scratch
     for (int64_t n = n0; n < n1; ++n) {
       ref::pad_image<T>(xp, x + n * s.C * HW, s.C, s.H, s.W, s.pad_h, s.pad_w, g.Hp, g.Wp);
       for (int gi = 0; gi < g.G; ++gi) {  // conv + ReLU + pool of group gi's channels
         const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
         const size_t o = (n * s.K + size_t(gi) * g.Kg) * YQ;
         const T* bg = b ? b + gi * g.Kg : nullptr;
-        if constexpr (std::is_same_v<T, float>) e.k.conv_s1_relu_pool(y + o, code + o, xpg, w + gi * wg, bg, d);
+        if constexpr (std::is_same_v<T, float>) e.k.conv_s1_relu_pool(y + o, code + o, xpg, w + gi * wg, bg, d, kws);
         else ref::conv_s1_relu_pool<T>(y + o, code + o, xpg, w + gi * wg, bg, d);
       }
     }
@@ -107,9 +108,10 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
         }
         continue;
       }
-      if constexpr (std::is_same_v<T, float>)
-        e.k.relu_maxpool2_bwd(dout, dy + n * s.K * YQ, code + n * s.K * YQ, s.K, s.P, s.Q);
-      else ref::relu_maxpool2_bwd<T>(dout, dy + n * s.K * YQ, code + n * s.K * YQ, s.K, s.P, s.Q);
+      for (int gi = 0; gi < g.G; ++gi) {  // scalar: only layers that need dx take this path
+        const size_t o = (n * s.K + size_t(gi) * g.Kg) * YQ;
+        ref::pool_codes_bwd<T>(dout + size_t(gi) * g.Kg * PQ, dy + o, code + o, g.Kg, s.P, s.Q);
+      }
       for (int gi = 0; gi < g.G; ++gi) {
         const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
         const T* dog = dout + size_t(gi) * g.Kg * PQ;

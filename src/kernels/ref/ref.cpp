@@ -20,6 +20,13 @@ size_t conv_pool_wgrad_scratch(const ConvS1& d) {
   return dense > packed ? dense : packed;
 }
 
+// Room for the AVX-512 fused forward: the weights as [C, R, S, K rounded up to 16], the bias,
+// and the pooled output channel-last [P/2 * Q/2, K rounded up to 16] before its transpose.
+size_t conv_relu_pool_scratch(const ConvS1& d) {
+  const size_t Kp = size_t(d.K + 15) / 16 * 16;
+  return Kp * (size_t(d.C) * d.R * d.S + 1 + size_t(d.P / 2) * (d.Q / 2));
+}
+
 namespace ref {
 void im2col_f32(float* col, const float* x, int Cg, const ConvShape& s) { im2col<float>(col, x, Cg, s); }
 void col2im_f32(float* dx, const float* col, int Cg, const ConvShape& s) { col2im<float>(dx, col, Cg, s); }
@@ -36,7 +43,7 @@ void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, c
   conv_s1_wgrad<float>(dw, db, dy, xp, d);
 }
 void conv_s1_relu_pool_f32(float* y, int32_t* code, const float* xp, const float* w, const float* b,
-                           const ConvS1& d) {
+                           const ConvS1& d, float*) {
   conv_s1_relu_pool<float>(y, code, xp, w, b, d);
 }
 void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,

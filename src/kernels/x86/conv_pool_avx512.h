@@ -171,6 +171,98 @@ void pool_wgrad_all(float* dw, const float* g, const int32_t* sel, float* e, con
   }
 }
 
+// The fused conv + ReLU + pool forward with lanes along output channels (ConvS1ReluPoolFn): WB
+// windows (4 conv pixels each) x KV channel vectors of accumulators; per tap, KV weight loads and
+// one broadcast input value per pixel. The pool is a max across registers, no shuffles; the
+// pooled output is written channel-last into yT and transposed at the end, the codes stay so.
+template <int WB, int KV>
+void conv_pool_cl_block(float* yT, int32_t* code, const float* xp, const float* wT, const float* bT,
+                        const ConvS1& d, int Kp, int i, int j0, int k0) {
+  const int Q2 = d.Q / 2;
+  __m512 acc[WB][4][KV];
+#pragma GCC unroll 4
+  for (int jj = 0; jj < WB; ++jj)
+#pragma GCC unroll 4
+    for (int px = 0; px < 4; ++px)
+#pragma GCC unroll 2
+      for (int v = 0; v < KV; ++v) acc[jj][px][v] = _mm512_loadu_ps(bT + k0 + 16 * v);
+  for (int c = 0; c < d.C; ++c)
+    for (int r = 0; r < d.R; ++r) {
+      const float* x0 = xp + (size_t(c) * d.Hp + 2 * i + r) * d.Wp + 2 * j0;  // conv pixel (2i, 2j0), tap (r, 0)
+      const float* wr = wT + (size_t(c) * d.R + r) * d.S * Kp + k0;
+      for (int s = 0; s < d.S; ++s) {
+        __m512 wv[KV];
+#pragma GCC unroll 2
+        for (int v = 0; v < KV; ++v) wv[v] = _mm512_loadu_ps(wr + size_t(s) * Kp + 16 * v);
+#pragma GCC unroll 4
+        for (int jj = 0; jj < WB; ++jj)
+#pragma GCC unroll 4
+          for (int px = 0; px < 4; ++px) {
+            const __m512 xv = _mm512_set1_ps(x0[(px >> 1) * d.Wp + 2 * jj + (px & 1) + s]);
+#pragma GCC unroll 2
+            for (int v = 0; v < KV; ++v) acc[jj][px][v] = _mm512_fmadd_ps(wv[v], xv, acc[jj][px][v]);
+          }
+      }
+    }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int jj = 0; jj < WB; ++jj) {
+    const size_t wi = size_t(i) * Q2 + j0 + jj;
+#pragma GCC unroll 2
+    for (int v = 0; v < KV; ++v) {  // relu_maxpool2's rule, across the four pixel registers
+      __m512 best = _mm512_max_ps(acc[jj][0][v], zero);
+      __m512i cv = _mm512_setzero_si512();
+#pragma GCC unroll 3
+      for (int px = 1; px < 4; ++px) {
+        const __m512 x = _mm512_max_ps(acc[jj][px][v], zero);
+        const __mmask16 gt = _mm512_cmp_ps_mask(x, best, _CMP_GT_OQ);
+        best = _mm512_mask_blend_ps(gt, best, x);
+        cv = _mm512_mask_blend_epi32(gt, cv, _mm512_set1_epi32(px));
+      }
+      cv = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ), _mm512_set1_epi32(-1), cv);
+      const int k = k0 + 16 * v, kn = d.K - k;
+      _mm512_storeu_ps(yT + wi * Kp + k, best);
+      _mm512_mask_storeu_epi32(code + wi * d.K + k, kn >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << kn) - 1), cv);
+    }
+  }
+}
+
+void conv_relu_pool_avx512(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+                           const ConvS1& d, float* ws) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + 15) / 16 * 16, CRS = d.C * d.R * d.S;
+  if (PQ2 == 0) return;
+  float* wT = ws;                       // [C, R, S, Kp]
+  float* bT = wT + size_t(CRS) * Kp;    // [Kp]
+  float* yT = bT + Kp;                  // [PQ2, Kp]
+  for (int t = 0; t < CRS; ++t)
+    for (int k = 0; k < Kp; ++k) wT[size_t(t) * Kp + k] = k < d.K ? w[size_t(k) * CRS + t] : 0.f;
+  for (int k = 0; k < Kp; ++k) bT[k] = b && k < d.K ? b[k] : 0.f;
+  for (int i = 0; i < P2; ++i) {
+    int k0 = 0;
+    for (; k0 + 32 <= Kp; k0 += 32) {
+      int j0 = 0;
+      for (; j0 + 2 <= Q2; j0 += 2) conv_pool_cl_block<2, 2>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
+      if (j0 < Q2) conv_pool_cl_block<1, 2>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
+    }
+    if (k0 < Kp) {
+      int j0 = 0;
+      for (; j0 + 2 <= Q2; j0 += 2) conv_pool_cl_block<2, 1>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
+      if (j0 < Q2) conv_pool_cl_block<1, 1>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
+    }
+  }
+  // y[K, PQ2] = yT^T, 16 x 16 blocks.
+  for (int w0 = 0; w0 < PQ2; w0 += 16)
+    for (int k0 = 0; k0 < d.K; k0 += 16) {
+      const int rows = PQ2 - w0 < 16 ? PQ2 - w0 : 16, cols = d.K - k0 < 16 ? d.K - k0 : 16;
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) r[t] = t < rows ? _mm512_loadu_ps(yT + size_t(w0 + t) * Kp + k0) : _mm512_setzero_ps();
+      transpose16(r);
+      const __mmask16 mw = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+      for (int kk = 0; kk < cols; ++kk) _mm512_mask_storeu_ps(y + size_t(k0 + kk) * PQ2 + w0, mw, r[kk]);
+    }
+}
+
 void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int32_t* code,
                             const float* xp, const ConvS1& d, float* ws) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + 15) / 16 * 16;
@@ -180,11 +272,19 @@ void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int32_t
     return;
   }
   float* g = ws;
-  int32_t* sel = reinterpret_cast<int32_t*>(ws + size_t(PQ2) * Kp);
+  const int32_t* sel = nullptr;
   float* e = ws + 2 * size_t(PQ2) * Kp;
-  // g[PQ2, Kp] = dy^T and sel[PQ2, Kp] = code^T: 16 channels of a window in one vector.
+  // g[PQ2, Kp] = dy^T: 16 channels of a window in one vector, like the codes [PQ2, K] already
+  // are (copied to a row stride of Kp when K is not a multiple of 16).
   transpose_to(g, dy, d.K, PQ2, Kp);
-  transpose_to(reinterpret_cast<float*>(sel), reinterpret_cast<const float*>(code), d.K, PQ2, Kp);
+  if (d.K == Kp) {
+    sel = code;
+  } else {
+    int32_t* padded = reinterpret_cast<int32_t*>(ws + size_t(PQ2) * Kp);
+    for (int w = 0; w < PQ2; ++w)
+      for (int k = 0; k < Kp; ++k) padded[size_t(w) * Kp + k] = k < d.K ? code[size_t(w) * d.K + k] : 0;
+    sel = padded;
+  }
   if (db)
     for (int v = 0; v < Kp / 16; ++v) {
       __m512 acc = _mm512_setzero_ps();

@@ -10,7 +10,8 @@
 namespace ember {
 Kernels fast_kernels_avx512() {
   Kernels k = fast_table<Avx512>();
-  k.conv_s1_pool_wgrad = conv_pool_wgrad_avx512;  // conv_pool_avx512.h
+  k.conv_s1_relu_pool = conv_relu_pool_avx512;  // conv_pool_avx512.h
+  k.conv_s1_pool_wgrad = conv_pool_wgrad_avx512;
   return k;
 }
 }  // namespace ember

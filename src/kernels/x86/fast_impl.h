@@ -122,15 +122,22 @@ void conv_relu_pool_block(float* y, int32_t* code, const float* xp, const float*
     }
 }
 
+// The fused forward with lanes along a row: pooled codes come out [K, P/2 * Q/2] into ws and are
+// transposed to the channel-last contract. (The AVX-512 table uses conv_pool_avx512.h's
+// channel-lane kernel instead, which writes them channel-last directly.)
 template <class S>
 void conv_s1_relu_pool(float* y, int32_t* code, const float* xp, const float* w, const float* b,
-                       const ConvS1& d) {
+                       const ConvS1& d, float* ws) {
   constexpr int KB = S::W == 16 ? 6 : 2;  // 4 KB accumulators + 4 input vectors in registers
+  int32_t* km = reinterpret_cast<int32_t*>(ws);
   int k = 0;
-  for (; k + KB <= d.K; k += KB) conv_relu_pool_block<S, KB>(y, code, xp, w, b, d, k);
+  for (; k + KB <= d.K; k += KB) conv_relu_pool_block<S, KB>(y, km, xp, w, b, d, k);
   if constexpr (KB > 2)
-    for (; k + 2 <= d.K; k += 2) conv_relu_pool_block<S, 2>(y, code, xp, w, b, d, k);
-  for (; k < d.K; ++k) conv_relu_pool_block<S, 1>(y, code, xp, w, b, d, k);
+    for (; k + 2 <= d.K; k += 2) conv_relu_pool_block<S, 2>(y, km, xp, w, b, d, k);
+  for (; k < d.K; ++k) conv_relu_pool_block<S, 1>(y, km, xp, w, b, d, k);
+  const size_t PQ2 = size_t(d.P / 2) * (d.Q / 2);
+  for (size_t wi = 0; wi < PQ2; ++wi)
+    for (int kk = 0; kk < d.K; ++kk) code[wi * d.K + kk] = km[kk * PQ2 + wi];
 }
 
 // dw for channels k0 .. k0+KB, input channel c, kernel row r, kernel columns s0 .. s0+SB.
@@ -251,11 +258,19 @@ void relu_maxpool2_bwd(float* dx, const float* dy, const int32_t* code, int K, i
   }
 }
 
-// The pooled weight gradient as the composition the reference uses, with this ISA's kernels.
+// The pooled weight gradient as the composition the reference uses, with this ISA's weight
+// gradient: dout[K, P, Q] rebuilt from the channel-last codes into ws, then conv_s1_wgrad.
 template <class S>
 void conv_pool_wgrad(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,
                      const ConvS1& d, float* ws) {
-  relu_maxpool2_bwd<S>(ws, dy, code, d.K, d.P, d.Q);
+  const int P2 = d.P / 2, Q2 = d.Q / 2;
+  std::memset(ws, 0, sizeof(float) * d.K * d.P * d.Q);
+  for (int i = 0; i < P2; ++i)
+    for (int j = 0; j < Q2; ++j)
+      for (int k = 0; k < d.K; ++k) {
+        const int32_t c = code[(size_t(i) * Q2 + j) * d.K + k];
+        if (c >= 0) ws[(size_t(k) * d.P + 2 * i + (c >> 1)) * d.Q + 2 * j + (c & 1)] = dy[(size_t(k) * P2 + i) * Q2 + j];
+      }
   conv_s1_wgrad<S>(dw, db, ws, xp, d);
 }
 
