@@ -45,7 +45,7 @@ void conv_relu_pool(benchmark::State& st, Isa isa) {  // GFLOP/s of the conv par
   const auto& k = ember::kernels_for(isa);
   auto xp = rnd(32 * 32), w = rnd(32 * 25), b = rnd(32);
   std::vector<float> y(32 * 196), ws(ember::conv_relu_pool_scratch(kConv));
-  std::vector<int32_t> code(32 * 196);
+  std::vector<int8_t> code(32 * 196);
   for (auto _ : st) {
     k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), kConv, ws.data());
     benchmark::DoNotOptimize(y.data());
@@ -67,8 +67,8 @@ void conv_pool_wgrad(benchmark::State& st, Isa isa) {  // GFLOP/s of the dense w
   if (skip(st, isa)) return;
   const auto& k = ember::kernels_for(isa);
   auto xp = rnd(32 * 32), dy = rnd(32 * 196);
-  std::vector<int32_t> code(32 * 196);
-  for (size_t i = 0; i < code.size(); ++i) code[i] = int32_t(i * 7 % 5) - 1;
+  std::vector<int8_t> code(32 * 196);
+  for (size_t i = 0; i < code.size(); ++i) code[i] = int8_t(int(i * 7 % 5) - 1);
   std::vector<float> dw(32 * 25), db(32), ws(ember::conv_pool_wgrad_scratch(kConv) + 16);
   float* ws64 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t(63));
   for (auto _ : st) {  // the scratch 64-byte aligned, as the plan's arena gives it

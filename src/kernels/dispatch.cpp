@@ -14,9 +14,9 @@ void bias_channels_f32(float* y, const float* b, int N, int K, int PQ);
 void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d);
 void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d);
 void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q);
-void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,
+void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int8_t* code, const float* xp,
                          const ConvS1& d, float* ws);
-void conv_s1_relu_pool_f32(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+void conv_s1_relu_pool_f32(float* y, int8_t* code, const float* xp, const float* w, const float* b,
                            const ConvS1& d, float* ws);
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q);
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);

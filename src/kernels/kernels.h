@@ -71,9 +71,9 @@ using ReluMaxpool2BwdFn = void (*)(float* dx, const float* dy, const int32_t* co
 
 // Conv (as ConvS1FwdFn) + ReLU + 2x2 max-pool in one pass, the conv output never stored:
 // y[K, P/2, Q/2] as ReluMaxpool2Fn computes it from y[K, P, Q] (rows and columns past 2*(P/2),
-// 2*(Q/2) are not computed), and the window codes (0..3, or -1: no gradient) channel-last,
+// 2*(Q/2) are not computed), and the window codes (int8: 0..3, or -1: no gradient) channel-last,
 // code[P/2 * Q/2, K], the layout the weight gradient reads. ws: conv_relu_pool_scratch(d) floats.
-using ConvS1ReluPoolFn = void (*)(float* y, int32_t* code, const float* xp, const float* w,
+using ConvS1ReluPoolFn = void (*)(float* y, int8_t* code, const float* xp, const float* w,
                                   const float* b, const ConvS1& d, float* ws);
 size_t conv_relu_pool_scratch(const ConvS1& d);
 
@@ -81,7 +81,7 @@ size_t conv_relu_pool_scratch(const ConvS1& d);
 // dy[K, P/2, Q/2] and the codes [P/2 * Q/2, K]: dw[K, C, R, S] += sum_{p,q} dout[k,p,q] *
 // xp[c, p+r, q+s] and db[K] += sum dout (db may be null), where dout[K, P, Q] holds dy at each
 // window's coded position and 0 elsewhere. ws: conv_pool_wgrad_scratch(d) floats of scratch.
-using ConvS1PoolWgradFn = void (*)(float* dw, float* db, const float* dy, const int32_t* code,
+using ConvS1PoolWgradFn = void (*)(float* dw, float* db, const float* dy, const int8_t* code,
                                    const float* xp, const ConvS1& d, float* ws);
 size_t conv_pool_wgrad_scratch(const ConvS1& d);
 

@@ -231,20 +231,21 @@ class ConvReluPool final : public Layer {
   size_t workspace_elems(int batch, int threads) const override {
     return ops::conv_relu_pool_workspace(conv_.shape(batch), threads);
   }
-  size_t index_elems(int batch) const override { return size_t(batch) * out_.size(); }
+  // One int8 window code per pooled value, packed four to an int32 index element.
+  size_t index_elems(int batch) const override { return (size_t(batch) * out_.size() + 3) / 4; }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::conv_relu_pool_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), p<T>(b.w), p<T>(b.b),
+      ops::conv_relu_pool_fwd<T>(e, p<T>(b.y), reinterpret_cast<int8_t*>(b.idx), p<T>(b.x), p<T>(b.w), p<T>(b.b),
                                  conv_.shape(n), p<T>(b.ws));
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::conv_relu_pool_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), b.idx,
-                                 p<T>(b.x), p<T>(b.w), conv_.shape(n), p<T>(b.ws));
+      ops::conv_relu_pool_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy),
+                                 reinterpret_cast<const int8_t*>(b.idx), p<T>(b.x), p<T>(b.w), conv_.shape(n), p<T>(b.ws));
     });
   }
 

@@ -47,7 +47,7 @@ size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
 
 // y[N, K, P/2, Q/2], code[N, K, P/2, Q/2] from x[N, C, H, W], w[K, C/G, R, S], b[K] (may be null).
 template <class T>
-void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T* w, const T* b,
+void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
                         const ConvShape& s, T* ws) {
   const Geo g = geo(s);
   const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
@@ -79,7 +79,7 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T*
 
 // dx[N, C, H, W] (skipped when null), dw, db (db skipped when null), overwritten.
 template <class T>
-void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int32_t* code,
+void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int8_t* code,
                         const T* x, const T* w, const ConvShape& s, T* ws) {
   const Geo g = geo(s);
   const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
@@ -147,9 +147,9 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
   if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad, NC - 1);
 }
 
-template void conv_relu_pool_fwd<float>(const Exec&, float*, int32_t*, const float*, const float*, const float*, const ConvShape&, float*);
-template void conv_relu_pool_fwd<double>(const Exec&, double*, int32_t*, const double*, const double*, const double*, const ConvShape&, double*);
-template void conv_relu_pool_bwd<float>(const Exec&, float*, float*, float*, const float*, const int32_t*, const float*, const float*, const ConvShape&, float*);
-template void conv_relu_pool_bwd<double>(const Exec&, double*, double*, double*, const double*, const int32_t*, const double*, const double*, const ConvShape&, double*);
+template void conv_relu_pool_fwd<float>(const Exec&, float*, int8_t*, const float*, const float*, const float*, const ConvShape&, float*);
+template void conv_relu_pool_fwd<double>(const Exec&, double*, int8_t*, const double*, const double*, const double*, const ConvShape&, double*);
+template void conv_relu_pool_bwd<float>(const Exec&, float*, float*, float*, const float*, const int8_t*, const float*, const float*, const ConvShape&, float*);
+template void conv_relu_pool_bwd<double>(const Exec&, double*, double*, double*, const double*, const int8_t*, const double*, const double*, const ConvShape&, double*);
 
 }  // namespace ember::ops

@@ -39,10 +39,10 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
 // value (see ReluMaxpool2Fn); backward takes the codes. Workspace: conv_relu_pool_workspace.
 size_t conv_relu_pool_workspace(const ConvShape& s, int threads);
 template <class T>
-void conv_relu_pool_fwd(const Exec& e, T* y, int32_t* code, const T* x, const T* w, const T* b,
+void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
                         const ConvShape& s, T* ws);
 template <class T>
-void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int32_t* code,
+void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int8_t* code,
                         const T* x, const T* w, const ConvShape& s, T* ws);
 
 // dst[i] += parts[p * stride + i] for p = 0 .. nparts - 1 in that order, for i < n: the other

@@ -89,7 +89,8 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
         auto xp = rnd(nx, 21), w = rnd(nw, 22), b = rnd(d.K, 23);
         const float* bp = bias ? b.data() : nullptr;
         std::vector<float> y(np, NAN), yu(np), conv(ny), convr(ny), ws(conv_relu_pool_scratch(d), NAN);
-        std::vector<int32_t> code(np, 99), codeu(np);
+        std::vector<int8_t> code(np, 99);
+        std::vector<int32_t> codeu(np);
         k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), bp, d, ws.data());
         k.conv_s1_fwd(conv.data(), xp.data(), w.data(), bp, d);
         k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
@@ -118,7 +119,8 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
             }
         // The scalar reference of the fused kernel agrees with the reference chain.
         std::vector<float> yr(np), yrc(np);
-        std::vector<int32_t> coder(np), coderc(np);
+        std::vector<int8_t> coder(np);
+        std::vector<int32_t> coderc(np);
         ref::conv_s1_relu_pool<float>(yr.data(), coder.data(), xp.data(), w.data(), bp, d);
         ref::relu_maxpool2<float>(yrc.data(), coderc.data(), convr.data(), d.K, d.P, d.Q);
         EXPECT_EQ(yr, yrc);
@@ -144,9 +146,9 @@ TEST(FastKernels, ConvPoolWgradMatchesReference) {
       const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
                    np = size_t(d.K) * (d.P / 2) * (d.Q / 2);
       auto xp = rnd(nx, 31), dy = rnd(np, 32);
-      std::vector<int32_t> code(np);
+      std::vector<int8_t> code(np);
       std::mt19937 gen(33);
-      for (auto& cd : code) cd = int32_t(gen() % 5) - 1;
+      for (auto& cd : code) cd = int8_t(int(gen() % 5) - 1);
       std::vector<float> ws(conv_pool_wgrad_scratch(d), NAN), wsr(ws.size());
       std::vector<float> dw(nw, 0.25f), dwr(nw, 0.25f), db(d.K, -1.f), dbr(d.K, -1.f);
       k.conv_s1_pool_wgrad(dw.data(), db.data(), dy.data(), code.data(), xp.data(), d, ws.data());

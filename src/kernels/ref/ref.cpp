@@ -42,11 +42,11 @@ void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, 
 void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d) {
   conv_s1_wgrad<float>(dw, db, dy, xp, d);
 }
-void conv_s1_relu_pool_f32(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+void conv_s1_relu_pool_f32(float* y, int8_t* code, const float* xp, const float* w, const float* b,
                            const ConvS1& d, float*) {
   conv_s1_relu_pool<float>(y, code, xp, w, b, d);
 }
-void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,
+void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int8_t* code, const float* xp,
                          const ConvS1& d, float* ws) {
   conv_pool_wgrad<float>(dw, db, dy, code, xp, d, ws);
 }

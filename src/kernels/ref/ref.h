@@ -442,7 +442,7 @@ void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, in
 // window's four conv values, accumulated in conv_s1_fwd's order, then relu_maxpool2's rule; codes
 // channel-last, code[(i * Q/2 + j) * K + k].
 template <class T>
-void conv_s1_relu_pool(T* y, int32_t* code, const T* xp, const T* w, const T* b, const ConvS1& d) {
+void conv_s1_relu_pool(T* y, int8_t* code, const T* xp, const T* w, const T* b, const ConvS1& d) {
   const int P2 = d.P / 2, Q2 = d.Q / 2;
   for (int k = 0; k < d.K; ++k)
     for (int i = 0; i < P2; ++i)
@@ -461,12 +461,12 @@ void conv_s1_relu_pool(T* y, int32_t* code, const T* xp, const T* w, const T* b,
           if (c4 == 0 || rv > best) { best = rv; arg = c4; }
         }
         y[((size_t)k * P2 + i) * Q2 + j] = best;
-        code[((size_t)i * Q2 + j) * d.K + k] = best > T(0) ? arg : -1;
+        code[((size_t)i * Q2 + j) * d.K + k] = int8_t(best > T(0) ? arg : -1);
       }
 }
 // dout[K, P, Q] = dy[K, P/2, Q/2] at each window's coded position (channel-last codes), 0 elsewhere.
 template <class T>
-void pool_codes_bwd(T* dout, const T* dy, const int32_t* code, int K, int P, int Q) {
+void pool_codes_bwd(T* dout, const T* dy, const int8_t* code, int K, int P, int Q) {
   const int P2 = P / 2, Q2 = Q / 2;
   for (size_t i = 0; i < (size_t)K * P * Q; ++i) dout[i] = 0;
   for (int i = 0; i < P2; ++i)
@@ -480,7 +480,7 @@ void pool_codes_bwd(T* dout, const T* dy, const int32_t* code, int K, int P, int
 // The weight gradient from the pooled gradient (see ConvS1PoolWgradFn): the conv-output gradient
 // rebuilt into ws[K, P, Q], then conv_s1_wgrad.
 template <class T>
-void conv_pool_wgrad(T* dw, T* db, const T* dy, const int32_t* code, const T* xp, const ConvS1& d, T* ws) {
+void conv_pool_wgrad(T* dw, T* db, const T* dy, const int8_t* code, const T* xp, const ConvS1& d, T* ws) {
   pool_codes_bwd<T>(ws, dy, code, d.K, d.P, d.Q);
   conv_s1_wgrad<T>(dw, db, ws, xp, d);
 }

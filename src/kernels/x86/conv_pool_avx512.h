@@ -99,7 +99,7 @@ inline void pack_windows(float* e, const float* xpc, int Hp, int Wp, int U) {
 // every 128-bit lane, permuted by each channel's code: VPERMILPS reads its low 2 bits), where g_n
 // is the pooled gradient, zeroed for code -1. NV = 2 channel vectors share each window load.
 template <int S, int RB, int NV>
-void pool_wgrad_taps(float* dw, const float* g, const int32_t* sel, const float* e, const ConvS1& d,
+void pool_wgrad_taps(float* dw, const float* g, const int8_t* sel, const float* e, const ConvS1& d,
                      int U, int Kp, int v, int c, int r0) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, RS = d.R * d.S;
   const size_t UE = size_t(U) * kWin;
@@ -115,7 +115,7 @@ void pool_wgrad_taps(float* dw, const float* g, const int32_t* sel, const float*
     __m512 gv[NV];
 #pragma GCC unroll 2
     for (int n = 0; n < NV; ++n) {
-      sv[n] = _mm512_loadu_si512(sel + size_t(wi) * Kp + 16 * (v + n));
+      sv[n] = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sel + size_t(wi) * Kp + 16 * (v + n))));
       gv[n] = _mm512_maskz_loadu_ps(_mm512_cmpge_epi32_mask(sv[n], _mm512_setzero_si512()),
                                     g + size_t(wi) * Kp + 16 * (v + n));
     }
@@ -146,7 +146,7 @@ void pool_wgrad_taps(float* dw, const float* g, const int32_t* sel, const float*
 
 // All rows of taps for channel vectors v .. v+NV-1, RB rows at a time (RB x S x NV accumulators).
 template <int S, int NV>
-void pool_wgrad_rows(float* dw, const float* g, const int32_t* sel, const float* e, const ConvS1& d,
+void pool_wgrad_rows(float* dw, const float* g, const int8_t* sel, const float* e, const ConvS1& d,
                      int U, int Kp, int v, int c) {
   constexpr int A = NV == 2 ? 20 : 25, RB = A / (S * NV) < 1 ? 1 : A / (S * NV) > 5 ? 5 : A / (S * NV);
   int r0 = 0;
@@ -161,7 +161,7 @@ void pool_wgrad_rows(float* dw, const float* g, const int32_t* sel, const float*
 }
 
 template <int S>
-void pool_wgrad_all(float* dw, const float* g, const int32_t* sel, float* e, const float* xp,
+void pool_wgrad_all(float* dw, const float* g, const int8_t* sel, float* e, const float* xp,
                     const ConvS1& d, int U, int Kp) {
   for (int c = 0; c < d.C; ++c) {
     pack_windows(e, xp + size_t(c) * d.Hp * d.Wp, d.Hp, d.Wp, U);
@@ -176,7 +176,7 @@ void pool_wgrad_all(float* dw, const float* g, const int32_t* sel, float* e, con
 // one broadcast input value per pixel. The pool is a max across registers, no shuffles; the
 // pooled output is written channel-last into yT and transposed at the end, the codes stay so.
 template <int WB, int KV>
-void conv_pool_cl_block(float* yT, int32_t* code, const float* xp, const float* wT, const float* bT,
+void conv_pool_cl_block(float* yT, int8_t* code, const float* xp, const float* wT, const float* bT,
                         const ConvS1& d, int Kp, int i, int j0, int k0) {
   const int Q2 = d.Q / 2;
   __m512 acc[WB][4][KV];
@@ -222,12 +222,12 @@ void conv_pool_cl_block(float* yT, int32_t* code, const float* xp, const float* 
       cv = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ), _mm512_set1_epi32(-1), cv);
       const int k = k0 + 16 * v, kn = d.K - k;
       _mm512_storeu_ps(yT + wi * Kp + k, best);
-      _mm512_mask_storeu_epi32(code + wi * d.K + k, kn >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << kn) - 1), cv);
+      _mm512_mask_cvtepi32_storeu_epi8(code + wi * d.K + k, kn >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << kn) - 1), cv);
     }
   }
 }
 
-void conv_relu_pool_avx512(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float* w, const float* b,
                            const ConvS1& d, float* ws) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + 15) / 16 * 16, CRS = d.C * d.R * d.S;
   if (PQ2 == 0) return;
@@ -239,7 +239,7 @@ void conv_relu_pool_avx512(float* y, int32_t* code, const float* xp, const float
   for (int k = 0; k < Kp; ++k) bT[k] = b && k < d.K ? b[k] : 0.f;
   // The outputs are cold (3 MB per batch of mnist-cnn, evicted since the last step): request them
   // for writing ahead of time, a few lines per row of windows, so the misses overlap the FMAs.
-  const size_t ylines = (size_t(d.K) * PQ2 * 4 + 63) / 64, clines = ylines;
+  const size_t ylines = (size_t(d.K) * PQ2 * 4 + 63) / 64, clines = (size_t(d.K) * PQ2 + 63) / 64;
   const char* yb = reinterpret_cast<const char*>(y);
   const char* cb = reinterpret_cast<const char*>(code);
   for (int i = 0; i < P2; ++i) {
@@ -272,7 +272,7 @@ void conv_relu_pool_avx512(float* y, int32_t* code, const float* xp, const float
     }
 }
 
-void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int32_t* code,
+void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int8_t* code,
                             const float* xp, const ConvS1& d, float* ws) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + 15) / 16 * 16;
   const int U = (d.Wp - 1 + 15) / 16 * 16;
@@ -281,7 +281,7 @@ void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int32_t
     return;
   }
   float* g = ws;
-  const int32_t* sel = nullptr;
+  const int8_t* sel = nullptr;
   float* e = ws + 2 * size_t(PQ2) * Kp;
   // g[PQ2, Kp] = dy^T: 16 channels of a window in one vector, like the codes [PQ2, K] already
   // are (copied to a row stride of Kp when K is not a multiple of 16).
@@ -289,7 +289,7 @@ void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int32_t
   if (d.K == Kp) {
     sel = code;
   } else {
-    int32_t* padded = reinterpret_cast<int32_t*>(ws + size_t(PQ2) * Kp);
+    int8_t* padded = reinterpret_cast<int8_t*>(ws + size_t(PQ2) * Kp);
     for (int w = 0; w < PQ2; ++w)
       for (int k = 0; k < Kp; ++k) padded[size_t(w) * Kp + k] = k < d.K ? code[size_t(w) * d.K + k] : 0;
     sel = padded;
@@ -299,7 +299,8 @@ void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int32_t
       __m512 acc = _mm512_setzero_ps();
       for (int w = 0; w < PQ2; ++w) {
         const size_t o = size_t(w) * Kp + 16 * v;
-        const __mmask16 live = _mm512_cmpge_epi32_mask(_mm512_loadu_si512(sel + o), _mm512_setzero_si512());
+        const __mmask16 live = _mm512_cmpge_epi32_mask(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sel + o))), _mm512_setzero_si512());
         acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(live, g + o));
       }
       alignas(64) float lanes[16];

@@ -126,7 +126,7 @@ void conv_relu_pool_block(float* y, int32_t* code, const float* xp, const float*
 // transposed to the channel-last contract. (The AVX-512 table uses conv_pool_avx512.h's
 // channel-lane kernel instead, which writes them channel-last directly.)
 template <class S>
-void conv_s1_relu_pool(float* y, int32_t* code, const float* xp, const float* w, const float* b,
+void conv_s1_relu_pool(float* y, int8_t* code, const float* xp, const float* w, const float* b,
                        const ConvS1& d, float* ws) {
   constexpr int KB = S::W == 16 ? 6 : 2;  // 4 KB accumulators + 4 input vectors in registers
   int32_t* km = reinterpret_cast<int32_t*>(ws);
@@ -137,7 +137,7 @@ void conv_s1_relu_pool(float* y, int32_t* code, const float* xp, const float* w,
   for (; k < d.K; ++k) conv_relu_pool_block<S, 1>(y, km, xp, w, b, d, k);
   const size_t PQ2 = size_t(d.P / 2) * (d.Q / 2);
   for (size_t wi = 0; wi < PQ2; ++wi)
-    for (int kk = 0; kk < d.K; ++kk) code[wi * d.K + kk] = km[kk * PQ2 + wi];
+    for (int kk = 0; kk < d.K; ++kk) code[wi * d.K + kk] = int8_t(km[kk * PQ2 + wi]);
 }
 
 // dw for channels k0 .. k0+KB, input channel c, kernel row r, kernel columns s0 .. s0+SB.
@@ -261,7 +261,7 @@ void relu_maxpool2_bwd(float* dx, const float* dy, const int32_t* code, int K, i
 // The pooled weight gradient as the composition the reference uses, with this ISA's weight
 // gradient: dout[K, P, Q] rebuilt from the channel-last codes into ws, then conv_s1_wgrad.
 template <class S>
-void conv_pool_wgrad(float* dw, float* db, const float* dy, const int32_t* code, const float* xp,
+void conv_pool_wgrad(float* dw, float* db, const float* dy, const int8_t* code, const float* xp,
                      const ConvS1& d, float* ws) {
   const int P2 = d.P / 2, Q2 = d.Q / 2;
   std::memset(ws, 0, sizeof(float) * d.K * d.P * d.Q);
