@@ -37,6 +37,11 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 }
 
 struct Case { int C, K, P, Q, R, S; };
+ConvS1 geometry(const Case& c) { return {c.C, c.K, c.P + c.R - 1, c.Q + c.S - 1, c.R, c.S, c.P, c.Q}; }
+std::string label(Isa isa, const Case& c) {
+  return std::string(isa_name(isa)) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " P" +
+         std::to_string(c.P) + " Q" + std::to_string(c.Q) + " R" + std::to_string(c.R) + " S" + std::to_string(c.S);
+}
 const Case kCases[] = {{1, 32, 28, 28, 5, 5}, {1, 1, 1, 1, 1, 1},  {2, 3, 3, 17, 3, 3},
                        {3, 13, 5, 16, 3, 2},  {1, 5, 2, 33, 7, 7}, {4, 9, 4, 40, 1, 5},
                        {2, 8, 6, 7, 2, 3}};
@@ -44,10 +49,8 @@ const Case kCases[] = {{1, 32, 28, 28, 5, 5}, {1, 1, 1, 1, 1, 1},  {2, 3, 3, 17,
 TEST(FastKernels, ConvS1ForwardAndWeightGradient) {
   for (Isa isa : isas())
     for (const Case& c : kCases) {
-      const ConvS1 d{c.C, c.K, c.P + c.R - 1, c.Q + c.S - 1, c.R, c.S, c.P, c.Q};
-      SCOPED_TRACE(std::string(isa_name(isa)) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) +
-                   " P" + std::to_string(c.P) + " Q" + std::to_string(c.Q) + " R" + std::to_string(c.R) +
-                   " S" + std::to_string(c.S));
+      const ConvS1 d = geometry(c);
+      SCOPED_TRACE(label(isa, c));
       const Kernels& k = kernels_for(isa);
       const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
                    ny = size_t(d.K) * d.P * d.Q;
@@ -78,10 +81,8 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
   for (Isa isa : isas())
     for (const Case& c : kCases)
       for (bool bias : {true, false}) {
-        const ConvS1 d{c.C, c.K, c.P + c.R - 1, c.Q + c.S - 1, c.R, c.S, c.P, c.Q};
-        SCOPED_TRACE(std::string(isa_name(isa)) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) +
-                     " P" + std::to_string(c.P) + " Q" + std::to_string(c.Q) + " R" + std::to_string(c.R) +
-                     " S" + std::to_string(c.S) + (bias ? " bias" : ""));
+        const ConvS1 d = geometry(c);
+        SCOPED_TRACE(label(isa, c) + (bias ? " bias" : ""));
         const Kernels& k = kernels_for(isa);
         const int P2 = d.P / 2, Q2 = d.Q / 2;
         const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
@@ -138,10 +139,8 @@ TEST(FastKernels, ConvPoolWgradMatchesReference) {
   cases.push_back({3, 16, 4, 4, 2, 4});
   for (Isa isa : isas())
     for (const Case& c : cases) {
-      const ConvS1 d{c.C, c.K, c.P + c.R - 1, c.Q + c.S - 1, c.R, c.S, c.P, c.Q};
-      SCOPED_TRACE(std::string(isa_name(isa)) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) +
-                   " P" + std::to_string(c.P) + " Q" + std::to_string(c.Q) + " R" + std::to_string(c.R) +
-                   " S" + std::to_string(c.S));
+      const ConvS1 d = geometry(c);
+      SCOPED_TRACE(label(isa, c));
       const Kernels& k = kernels_for(isa);
       const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
                    np = size_t(d.K) * (d.P / 2) * (d.Q / 2);

@@ -372,20 +372,22 @@ void pad_image(T* xp, const T* x, int C, int H, int W, int pad_h, int pad_w, int
       std::memcpy(xp + ((size_t)c * Hp + h + pad_h) * Wp + w0 + pad_w, x + ((size_t)c * H + h) * W + w0,
                   sizeof(T) * (w1 - w0));
 }
+// One output of a stride-1 convolution of a padded sample: b[k] + sum_{c,r,s} w * xp, in that order.
+template <class T>
+T conv_s1_at(const T* xp, const T* w, const T* b, const ConvS1& d, int k, int p, int q) {
+  T acc = b ? b[k] : T(0);
+  for (int c = 0; c < d.C; ++c)
+    for (int r = 0; r < d.R; ++r)
+      for (int s = 0; s < d.S; ++s)
+        acc += w[(((size_t)k * d.C + c) * d.R + r) * d.S + s] * xp[((size_t)c * d.Hp + p + r) * d.Wp + q + s];
+  return acc;
+}
 // Direct stride-1 convolution of one padded sample (see ConvS1FwdFn).
 template <class T>
 void conv_s1_fwd(T* y, const T* xp, const T* w, const T* b, const ConvS1& d) {
   for (int k = 0; k < d.K; ++k)
     for (int p = 0; p < d.P; ++p)
-      for (int q = 0; q < d.Q; ++q) {
-        T acc = b ? b[k] : T(0);
-        for (int c = 0; c < d.C; ++c)
-          for (int r = 0; r < d.R; ++r)
-            for (int s = 0; s < d.S; ++s)
-              acc += w[(((size_t)k * d.C + c) * d.R + r) * d.S + s] *
-                     xp[((size_t)c * d.Hp + p + r) * d.Wp + q + s];
-        y[((size_t)k * d.P + p) * d.Q + q] = acc;
-      }
+      for (int q = 0; q < d.Q; ++q) y[((size_t)k * d.P + p) * d.Q + q] = conv_s1_at(xp, w, b, d, k, p, q);
 }
 // Its weight and bias gradients, accumulated (see ConvS1WgradFn).
 template <class T>
@@ -426,17 +428,23 @@ void relu_maxpool2(T* y, int32_t* code, const T* x, int K, int P, int Q) {
         code[((size_t)k * P2 + i) * Q2 + j] = best > T(0) ? arg : -1;
       }
 }
-template <class T>
-void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, int Q) {
+// dx[K, P, Q] = dy[K, P/2, Q/2] at each window's coded position, 0 elsewhere; the code of channel
+// k, window w = i * Q/2 + j is code[k * ck + w * cw] (any integer type).
+template <class T, class Code>
+void pool_bwd_coded(T* dx, const T* dy, const Code* code, int K, int P, int Q, size_t ck, size_t cw) {
   const int P2 = P / 2, Q2 = Q / 2;
   for (size_t i = 0; i < (size_t)K * P * Q; ++i) dx[i] = 0;
   for (int k = 0; k < K; ++k)
     for (int i = 0; i < P2; ++i)
       for (int j = 0; j < Q2; ++j) {
-        const int32_t c = code[((size_t)k * P2 + i) * Q2 + j];
+        const int c = code[k * ck + ((size_t)i * Q2 + j) * cw];
         if (c >= 0)
           dx[((size_t)k * P + 2 * i + (c >> 1)) * Q + 2 * j + (c & 1)] = dy[((size_t)k * P2 + i) * Q2 + j];
       }
+}
+template <class T>
+void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, int Q) {
+  pool_bwd_coded<T>(dx, dy, code, K, P, Q, size_t(P / 2) * (Q / 2), 1);
 }
 // Conv + ReLU + 2x2/2 max-pool of one padded sample in one pass (see ConvS1ReluPoolFn): each
 // window's four conv values, accumulated in conv_s1_fwd's order, then relu_maxpool2's rule; codes
@@ -450,13 +458,7 @@ void conv_s1_relu_pool(T* y, int8_t* code, const T* xp, const T* w, const T* b, 
         T best = 0;
         int32_t arg = -1;
         for (int c4 = 0; c4 < 4; ++c4) {
-          const int p = 2 * i + (c4 >> 1), q = 2 * j + (c4 & 1);
-          T acc = b ? b[k] : T(0);
-          for (int c = 0; c < d.C; ++c)
-            for (int r = 0; r < d.R; ++r)
-              for (int s = 0; s < d.S; ++s)
-                acc += w[(((size_t)k * d.C + c) * d.R + r) * d.S + s] *
-                       xp[((size_t)c * d.Hp + p + r) * d.Wp + q + s];
+          const T acc = conv_s1_at(xp, w, b, d, k, 2 * i + (c4 >> 1), 2 * j + (c4 & 1));
           const T rv = acc > T(0) ? acc : T(0);
           if (c4 == 0 || rv > best) { best = rv; arg = c4; }
         }
@@ -464,18 +466,10 @@ void conv_s1_relu_pool(T* y, int8_t* code, const T* xp, const T* w, const T* b, 
         code[((size_t)i * Q2 + j) * d.K + k] = int8_t(best > T(0) ? arg : -1);
       }
 }
-// dout[K, P, Q] = dy[K, P/2, Q/2] at each window's coded position (channel-last codes), 0 elsewhere.
+// The same with channel-last codes, code[(i * Q/2 + j) * K + k] (conv_s1_relu_pool's).
 template <class T>
 void pool_codes_bwd(T* dout, const T* dy, const int8_t* code, int K, int P, int Q) {
-  const int P2 = P / 2, Q2 = Q / 2;
-  for (size_t i = 0; i < (size_t)K * P * Q; ++i) dout[i] = 0;
-  for (int i = 0; i < P2; ++i)
-    for (int j = 0; j < Q2; ++j)
-      for (int k = 0; k < K; ++k) {
-        const int32_t c = code[((size_t)i * Q2 + j) * K + k];
-        if (c >= 0)
-          dout[((size_t)k * P + 2 * i + (c >> 1)) * Q + 2 * j + (c & 1)] = dy[((size_t)k * P2 + i) * Q2 + j];
-      }
+  pool_bwd_coded<T>(dout, dy, code, K, P, Q, 1, size_t(K));
 }
 // The weight gradient from the pooled gradient (see ConvS1PoolWgradFn): the conv-output gradient
 // rebuilt into ws[K, P, Q], then conv_s1_wgrad.
