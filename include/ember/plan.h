@@ -114,6 +114,11 @@ class Plan {
   // the index into params() of the first parameter whose gradient held NaN or Inf, or -1: the
   // update reads every gradient anyway, so this check costs nothing (the update is applied).
   int optimizer_step(double lr);
+  // backward(n) then optimizer_step(lr), same results bit for bit, with the Adam updates of every
+  // layer but the first overlapped with the first layer's backward pass (memory-bound updates
+  // interleaved with compute-bound chunks). Without a profiler attached; with one, or for SGD,
+  // exactly backward + optimizer_step. Returns what optimizer_step returns.
+  int backward_step(int n, double lr);
 
   // Optimizer state, for checkpoints: state_count() flat blocks shaped like the parameters
   // (Adam: PyTorch's "exp_avg" and "exp_avg_sq"; momentum: "momentum_buffer"; SGD: none), and

@@ -93,8 +93,7 @@ double time_training(const Model& model, const Dataset& d, int batch, int thread
     plan.gather_u8(d.images.data(), d.labels.data(), idx.data(), n);
     plan.forward(n);
     plan.loss(n, true);
-    plan.backward(n);
-    plan.optimizer_step(model.recipe.lr);
+    plan.backward_step(n, model.recipe.lr);
   };
   for (int i = 0; i < 10; ++i) step(batch);
   const auto t0 = Clock::now();

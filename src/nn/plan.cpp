@@ -5,6 +5,8 @@
 #include "ember/plan.h"
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +38,14 @@ struct Plan::Impl {
   std::vector<LayerInfo> infos;
   std::vector<UnitInfo> units;
   std::vector<int> layer_unit;                   // per model layer, its unit
+  // backward_step's overlap (Adam): the unit whose backward runs last takes, as side work, the
+  // updates of every parameter of the later units, in chunks built once.
+  struct UpdateChunk {
+    int param;
+    size_t begin, end;
+  };
+  std::vector<UpdateChunk> side_chunks;
+  int side_unit = -1;
   Profiler* prof = nullptr;
   size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
   int state_count = 0;
@@ -223,6 +233,13 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     if (m.run_backward[i]) u.flops_bwd = fw * ((m.first_param[i] >= 0) + (m.grad[i] != kNone));
     m.units.push_back(u);
   }
+  for (size_t i = 0; i < L && m.side_unit < 0; ++i)
+    if (m.run_backward[i]) m.side_unit = int(i);
+  constexpr size_t kChunk = 32768;  // elements per side chunk (multiple of 16)
+  for (size_t t = 0; t < m.params.size(); ++t)
+    if (m.layer_unit[size_t(m.params[t].layer)] > m.side_unit)
+      for (size_t b = 0; b < m.params[t].size; b += kChunk)
+        m.side_chunks.push_back({int(t), b, std::min(m.params[t].size, b + kChunk)});
 }
 
 Plan::~Plan() = default;
@@ -394,6 +411,63 @@ void Plan::backward(int n) {
       timed(m.prof, Phase::backward, int(i), [&] { m.layers[i]->backward(e, bind(m, i), n); });
 }
 
+namespace {
+ops::AdamArgs adam_args(const OptimizerConfig& o, const ParamInfo& p, double lr, int64_t step) {
+  const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
+  return {float(lr), float(o.beta1), float(o.beta2), float(o.eps), l2, wd,
+          float(1 - std::pow(o.beta1, double(step))), float(1 - std::pow(o.beta2, double(step)))};
+}
+}  // namespace
+
+int Plan::backward_step(int n, double lr) {
+  Impl& m = *impl_;
+  if (m.esz != 4) throw Error("backward_step: only f32 plans train (f64 plans are for gradient checks)");
+  const OptimizerConfig& o = m.opt.optimizer;
+  const bool adam = o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW;
+  if (!adam || m.side_chunks.empty() || m.prof) {  // profiled: each update on its own row
+    backward(n);
+    return optimizer_step(lr);
+  }
+  ++m.step;
+  float* w = m.at<float>(m.param_off);
+  float* g = m.at<float>(m.grad_off);
+  float* s0 = m.at<float>(m.state_off[0]);
+  float* s1 = m.at<float>(m.state_off[1]);
+  std::atomic<int> first_bad{INT_MAX};
+  auto note_bad = [&](int t) {
+    for (int cur = first_bad.load(); t < cur && !first_bad.compare_exchange_weak(cur, t);) {}
+  };
+  auto run_chunk = [&](int c) {  // one thread, one chunk of one tensor: the kernel directly
+    const Impl::UpdateChunk& ch = m.side_chunks[size_t(c)];
+    const ParamInfo& p = m.params[size_t(ch.param)];
+    const size_t off = p.offset + ch.begin, len = ch.end - ch.begin;
+    if (m.k->adam(w + off, s0 + off, s1 + off, g + off, len, adam_args(o, p, lr, m.step)) != 0) note_bad(ch.param);
+  };
+  using RunChunk = decltype(run_chunk);
+  std::atomic<int> next{0};
+  const ops::SideWork side{int(m.side_chunks.size()), [](void* f, int c) { (*static_cast<RunChunk*>(f))(c); },
+                           &run_chunk, &next};
+  const ops::Exec e = m.exec();
+  for (size_t i = m.layers.size(); i-- > 0;) {
+    if (!m.run_backward[i]) continue;
+    if (int(i) != m.side_unit) {
+      m.layers[i]->backward(e, bind(m, i), n);
+      continue;
+    }
+    const ops::Exec es{*m.k, *m.pool, &side};
+    m.layers[i]->backward(es, bind(m, i), n);
+    m.pool->run([&](int) { while (side.take()) {} });  // what the unit's op did not take
+  }
+  for (size_t t = 0; t < m.params.size(); ++t) {  // the last unit's own parameters
+    const ParamInfo& p = m.params[t];
+    if (m.layer_unit[size_t(p.layer)] > m.side_unit) continue;
+    if (ops::adam_step(e, w + p.offset, s0 + p.offset, s1 + p.offset, g + p.offset, p.size,
+                       adam_args(o, p, lr, m.step)) != 0)
+      note_bad(int(t));
+  }
+  return first_bad.load() == INT_MAX ? -1 : first_bad.load();
+}
+
 int Plan::optimizer_step(double lr) {
   Impl& m = *impl_;
   if (m.esz != 4) throw Error("optimizer_step: only f32 plans train (f64 plans are for gradient checks)");
@@ -411,10 +485,7 @@ int Plan::optimizer_step(double lr) {
     const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
     const size_t off = p.offset;
     if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW) {
-      const ops::AdamArgs args{float(lr), float(o.beta1), float(o.beta2), float(o.eps), l2, wd,
-                               float(1 - std::pow(o.beta1, double(m.step))),
-                               float(1 - std::pow(o.beta2, double(m.step)))};
-      bad = ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, args);
+      bad = ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, adam_args(o, p, lr, m.step));
     } else {
       const ops::SgdArgs args{float(lr), float(o.momentum), l2, wd, o.kind == OptimizerKind::Nesterov,
                               o.kind != OptimizerKind::SGD};

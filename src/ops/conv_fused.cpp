@@ -132,16 +132,22 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
       }
     }
   };
+  // Side work (memory-bound optimizer updates) runs beside the chunks: the last thread streams
+  // it first while the others compute, then joins them; whoever runs out of chunks helps.
+  auto side_all = [&] { while (e.side && e.side->take()) {} };
   if (NC == 1) {
     body(0, 0, 0, s.N);
+    side_all();
     return;
   }
   std::atomic<int> next{0};
   e.pool.run([&](int t) {
+    if (t == T_ - 1) side_all();
     for (int c; (c = next.fetch_add(1, std::memory_order_relaxed)) < NC;) {
       const Range r = split_range(s.N, c, NC);
       body(t, c, r.begin, r.end);
     }
+    side_all();
   });
   add_partials<T>(e, dw, Kw, partials, g.wgrad, NC - 1);
   if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad, NC - 1);

@@ -4,6 +4,7 @@
 // the table (f32) or the scalar references (f64). Outputs first, then inputs, then sizes.
 // Letters: N batch, C in-channels, K out-channels, H/W in, R/S kernel, P/Q out, D features.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -13,9 +14,26 @@
 
 namespace ember::ops {
 
+// Work another op may run inside its own parallel region: chunks taken by whichever thread is
+// free (the plan's optimizer updates whose gradients are complete, overlapped with a
+// compute-bound backward pass). run(ctx, c) for each chunk c < chunks, each exactly once.
+struct SideWork {
+  int chunks;
+  void (*run)(void* ctx, int chunk);
+  void* ctx;
+  std::atomic<int>* next;
+  bool take() const {  // runs one chunk; false when none is left
+    const int c = next->fetch_add(1, std::memory_order_relaxed);
+    if (c >= chunks) return false;
+    run(ctx, c);
+    return true;
+  }
+};
+
 struct Exec {
   const Kernels& k;
   ThreadPool& pool;
+  const SideWork* side = nullptr;  // optional; ops that can overlap it take chunks of it
 };
 
 // Linear: y[N,K] = x[N,C] w[K,C]^T + b[K].

@@ -110,26 +110,27 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
                std::to_string(p.layer) + ") at " + step_name(step, epoch, st.batch, batches);
       };
       std::string bad;
+      int updated = -2;  // -2: not updated yet; else what the update returned
       if (!std::isfinite(loss)) {
         const int u = plan.first_nonfinite_output(n);
         bad = "non-finite loss (" + std::to_string(loss) + ") at " + step_name(step, epoch, st.batch, batches) +
               (u >= 0 ? ": first non-finite output is that of " + plan.units()[size_t(u)].name
                       : ": every layer's output is finite, the loss itself overflowed");
-      } else {
-        plan.backward(n);
+      } else if (cfg.check_gradients && cfg.on_nonfinite == NonfinitePolicy::skip) {
         // Skipping needs to know before the update (one pass over the gradients); stopping does
         // not: the update reads every gradient anyway and reports what it met.
-        if (cfg.check_gradients && cfg.on_nonfinite == NonfinitePolicy::skip) {
-          int t = -1;
-          timed(P, Phase::optimizer, -1, [&] { t = plan.first_nonfinite_grad(); });
-          if (t >= 0) bad = grad_message(t);
-        }
+        plan.backward(n);
+        int t = -1;
+        timed(P, Phase::optimizer, -1, [&] { t = plan.first_nonfinite_grad(); });
+        if (t >= 0) bad = grad_message(t);
+      } else {
+        updated = plan.backward_step(n, lr);  // the update overlapped with the first layer's backward
       }
       if (!bad.empty()) {
         if (cfg.on_nonfinite == NonfinitePolicy::stop) throw NonfiniteError(bad + " (stopped before its update)");
         ++st.skipped;  // skip: no update, the batch counts for nothing
       } else {
-        const int t = plan.optimizer_step(lr);
+        const int t = updated != -2 ? updated : plan.optimizer_step(lr);
         if (t >= 0 && cfg.check_gradients)
           throw NonfiniteError(grad_message(t) + " (stopped after its update, which that gradient spoiled)");
         st.loss_sum += loss * n;

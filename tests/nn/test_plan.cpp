@@ -196,14 +196,63 @@ TEST(Plan, TrainingStepsAllocateNothing) {
       plan.forward(n);
       plan.loss(n, true);
       plan.correct(n);
-      plan.backward(n);
-      plan.optimizer_step(1e-3);
+      if (start == 16) {
+        plan.backward_step(n, 1e-3);
+      } else {
+        plan.backward(n);
+        plan.optimizer_step(1e-3);
+      }
     }
     // Under TSan the steps still run (two threads), but allocations cannot be counted.
     if (EMBER_TEST_CAN_HOOK_NEW) {
       EXPECT_EQ(g_allocs.load() - before, 0) << name << ": heap allocations during training steps";
     }
   }
+}
+
+// backward_step (the updates of later layers overlapped with the first layer's backward) gives
+// the weights, optimizer state and NaN report of backward + optimizer_step, bit for bit: for a
+// model whose first unit takes the side work (mnist-cnn's fused conv) and one where the plan
+// drains it (mxnet-mlp), one and two threads, and with a NaN weight spoiling the gradients.
+TEST(Plan, BackwardStepMatchesBackwardThenOptimizerStep) {
+  const Dataset d = synthetic(48, 4);
+  std::vector<int64_t> idx(48);
+  for (int i = 0; i < 48; ++i) idx[i] = (i * 7) % 48;
+  for (const char* name : {"mnist-cnn", "mxnet-mlp"})
+    for (int threads : {1, 2})
+      for (bool poison : {false, true}) {
+        SCOPED_TRACE(std::string(name) + " " + std::to_string(threads) + " threads" + (poison ? " NaN" : ""));
+        PlanOptions o;
+        o.batch = 16;
+        o.threads = threads;
+        Plan a(builtin_model(name), o), b(builtin_model(name), o);
+        a.init_params(3);
+        b.init_params(3);
+        if (poison) {  // a NaN in the last layer's weights: every gradient below it turns NaN
+          const ParamInfo& last = a.params()[a.params().size() - 2];
+          static_cast<float*>(a.param_data())[last.offset] = NAN;
+          static_cast<float*>(b.param_data())[last.offset] = NAN;
+        }
+        for (int start = 0; start < 48; start += 16) {
+          int ra = 0, rb = 0;
+          for (Plan* p : {&a, &b}) {
+            p->gather_u8(d.images.data(), d.labels.data(), idx.data() + start, 16);
+            p->forward(16);
+            p->loss(16, true);
+          }
+          a.backward(16);
+          ra = a.optimizer_step(2e-3);
+          rb = b.backward_step(16, 2e-3);
+          EXPECT_EQ(ra, rb) << "first non-finite gradient";
+          if (poison) {
+            EXPECT_GE(ra, 0);
+          }
+        }
+        ASSERT_EQ(a.param_count(), b.param_count());
+        EXPECT_EQ(std::memcmp(a.param_data(), b.param_data(), a.param_count() * sizeof(float)), 0) << "weights";
+        for (int s = 0; s < a.state_count(); ++s)
+          EXPECT_EQ(std::memcmp(a.state_data(s), b.state_data(s), a.param_count() * sizeof(float)), 0) << "state " << s;
+      }
 }
 
 std::vector<float> train_weights(int threads, uint64_t seed, const Dataset& tr, const Dataset& te) {
