@@ -1,0 +1,194 @@
+// Head refit on frozen features for accuracy: descent on the multiclass hinge loss
+// sum_e sum_{c != y_e} max(0, margin + act_c - act_y). Every head weight change's exact loss delta
+// comes from a few bit planes per class and change type, counted against the feature columns by
+// the bit-conv kernel; the best changes of each class are applied, fewer when the loss rises.
+#include <algorithm>
+#include <cstring>
+
+#include "bitnet/internal.h"
+#include "core/thread_pool.h"
+#include "ember/error.h"
+#include "kernels/bit_kernels.h"
+
+namespace ember::bitnet {
+
+namespace {
+
+inline int64_t hinge(int64_t x) { return x > 0 ? x : 0; }
+
+struct Pick {
+  int64_t delta;
+  int f, to;
+};
+
+}  // namespace
+
+int64_t hinge_loss(const std::vector<int32_t>& act, const uint8_t* labels, int64_t n, int C, int64_t margin) {
+  int64_t loss = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t ay = act[size_t(labels[e]) * n + e];
+    for (int c = 0; c < C; ++c)
+      if (c != labels[e]) loss += hinge(margin + act[size_t(c) * n + e] - ay);
+  }
+  return loss;
+}
+
+HeadFitReport refit_head_hinge(Layer& L, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
+                               ThreadPool* pool, int64_t margin, int64_t max_rounds) {
+  const LayerShape& s = L.shape;
+  const int F = s.segments() * s.O, C = s.C, W = z.words, O = s.O;
+  if (z.F != F) throw Error("refit_head_hinge: the columns have " + std::to_string(z.F) + " features, the head " + std::to_string(F));
+  if (z.n < 1) throw Error("refit_head_hinge: no examples");
+  const int64_t n = z.n;
+  for (int64_t e = 0; e < n; ++e)
+    if (labels[e] >= C) throw Error("refit_head_hinge: label " + std::to_string(labels[e]) + " out of range");
+  const int threads = pool ? pool->size() : 1;
+  auto run = [&](auto&& fn) {
+    if (pool) pool->run(fn);
+    else fn(0);
+  };
+  auto zbit = [&](int f, int64_t e) { return int(z.bits[size_t(f) * W + e / 64] >> (e % 64) & 1); };
+  const int states = s.kind == WeightKind::binary ? 2 : 3;
+  // A change of state moves act by d0 where the feature is 0 and by -d0 where it is 1.
+  const std::vector<int> d0s = s.kind == WeightKind::binary ? std::vector<int>{1, -1} : std::vector<int>{1, -1, 2, -2};
+  const int D = int(d0s.size());
+  auto d0_slot = [&](int d0) { return d0 == 1 ? 0 : d0 == -1 ? 1 : d0 == 2 ? 2 : 3; };
+  // v_e = delta(-d0) - delta(d0) lies in [-V, V]; stored as v + V in `planes` bit planes.
+  const int64_t V = 2 * (s.kind == WeightKind::binary ? 1 : 2) * (C - 1);
+  int planes = 1;
+  while ((int64_t(1) << planes) <= 2 * V) ++planes;
+  const int R = C * D * planes;
+
+  std::vector<std::vector<int>> st(C, std::vector<int>(F));
+  for (int c = 0; c < C; ++c)
+    for (int f = 0; f < F; ++f) st[c][f] = head_state(L, c, f / O, f % O);
+  std::vector<int64_t> cnt(F, 0);
+  for (int f = 0; f < F; ++f)
+    for (int w = 0; w < W; ++w) cnt[f] += __builtin_popcountll(z.bits[size_t(f) * W + w]);
+  // act [C, n]
+  std::vector<int32_t> act(size_t(C) * n, 0);
+  run([&](int tid) {
+    for (int c = int(split_range(C, tid, threads).begin); c < split_range(C, tid, threads).end; ++c) {
+      int32_t* a = act.data() + size_t(c) * n;
+      int64_t A0 = 0;
+      for (int f = 0; f < F; ++f) A0 += state_ab(s.kind, st[c][f]).a;
+      std::fill(a, a + n, int32_t(A0));
+      for (int f = 0; f < F; ++f) {
+        const int32_t b = int32_t(state_ab(s.kind, st[c][f]).b);
+        for (int w = 0; w < W; ++w)
+          for (uint64_t bits = z.bits[size_t(f) * W + w]; bits; bits &= bits - 1) a[w * 64 + __builtin_ctzll(bits)] += b;
+      }
+    }
+  });
+  HeadFitReport rep;
+  rep.loss_before = hinge_loss(act, labels, n, C, margin);
+  int64_t loss = rep.loss_before;
+
+  std::vector<uint64_t> x(size_t(R) * W), zero(size_t(F) * W, 0);
+  std::vector<int32_t> out(size_t(F) * R);
+  std::vector<int64_t> sum0(size_t(C) * D);
+  std::vector<std::vector<Pick>> picks(C);
+  std::vector<int32_t> saved_act;
+  std::vector<std::vector<int>> saved_st;
+  int m = std::max(1, F / 64);  // changes per class per round
+  for (int64_t round = 0; round < max_rounds; ++round) {
+    // Bit planes of v_e per (class, d0), and sum0 = sum_e delta_e(d0).
+    std::fill(x.begin(), x.end(), 0);
+    run([&](int tid) {
+      for (int c = int(split_range(C, tid, threads).begin); c < split_range(C, tid, threads).end; ++c)
+        for (int di = 0; di < D; ++di) {
+          const int d0 = d0s[di];
+          int64_t s0 = 0;
+          uint64_t* pl = x.data() + (size_t(c) * D + di) * planes * W;
+          for (int64_t e = 0; e < n; ++e) {
+            const int y = labels[e];
+            const int64_t ay = act[size_t(y) * n + e];
+            auto delta = [&](int64_t d) {
+              if (c != y) {
+                const int64_t u = margin + act[size_t(c) * n + e] - ay;
+                return hinge(u + d) - hinge(u);
+              }
+              int64_t t = 0;
+              for (int q = 0; q < C; ++q)
+                if (q != y) {
+                  const int64_t u = margin + act[size_t(q) * n + e] - ay;
+                  t += hinge(u - d) - hinge(u);
+                }
+              return t;
+            };
+            const int64_t a = delta(d0), v = delta(-d0) - a + V;
+            s0 += a;
+            for (int p = 0; p < planes; ++p)
+              if (v >> p & 1) pl[size_t(p) * W + e / 64] |= uint64_t(1) << (e % 64);
+          }
+          sum0[size_t(c) * D + di] = s0;
+        }
+    });
+    run([&](int tid) {
+      const Range r = split_range(F, tid, threads);
+      if (r.end > r.begin)
+        k.conv(out.data() + size_t(r.begin) * R, R, x.data(), R, zero.data(), z.bits.data() + size_t(r.begin) * W,
+               int(r.end - r.begin), W);
+    });
+    // Each class's best changes: delta = sum0 + sum_{e: z_ef = 1} v_e.
+    run([&](int tid) {
+      for (int c = int(split_range(C, tid, threads).begin); c < split_range(C, tid, threads).end; ++c) {
+        std::vector<Pick>& pk = picks[c];
+        pk.clear();
+        for (int f = 0; f < F; ++f) {
+          const AB cur = state_ab(s.kind, st[c][f]);
+          Pick best{0, f, -1};
+          for (int t = 1; t < states; ++t) {
+            const int to = (st[c][f] + t) % states;
+            const int d0 = int(state_ab(s.kind, to).a - cur.a), di = d0_slot(d0);
+            const int32_t* o = out.data() + size_t(f) * R + (size_t(c) * D + di) * planes;
+            int64_t v = 0;
+            for (int p = 0; p < planes; ++p) v += int64_t(o[p]) << p;
+            const int64_t d = sum0[size_t(c) * D + di] + v - V * cnt[f];
+            if (d < best.delta) best = Pick{d, f, to};
+          }
+          if (best.to >= 0) pk.push_back(best);
+        }
+        std::sort(pk.begin(), pk.end(), [](const Pick& a, const Pick& b) { return a.delta != b.delta ? a.delta < b.delta : a.f < b.f; });
+      }
+    });
+    bool any = false;
+    for (const auto& pk : picks) any |= !pk.empty();
+    if (!any) break;
+    saved_act = act, saved_st = st;
+    // With m == 0, only the single best change overall: its delta is exact.
+    int bc = -1;
+    if (m == 0)
+      for (int c = 0; c < C; ++c)
+        if (!picks[c].empty() && (bc < 0 || picks[c][0].delta < picks[bc][0].delta)) bc = c;
+    int64_t applied = 0;
+    for (int c = 0; c < C; ++c) {
+      const size_t take = m == 0 ? (c == bc ? 1 : 0) : std::min(picks[c].size(), size_t(m));
+      for (size_t i = 0; i < take; ++i) {
+        const Pick& p = picks[c][i];
+        const AB cur = state_ab(s.kind, st[c][p.f]), nw = state_ab(s.kind, p.to);
+        const int32_t al = int32_t(nw.a - cur.a), be = int32_t(nw.b - cur.b);
+        int32_t* a = act.data() + size_t(c) * n;
+        for (int64_t e = 0; e < n; ++e) a[e] += al + (zbit(p.f, e) ? be : 0);
+        st[c][p.f] = p.to;
+        ++applied;
+      }
+    }
+    const int64_t nl = hinge_loss(act, labels, n, C, margin);
+    if (nl < loss) {
+      loss = nl, rep.changes += applied;
+      if (m < std::max(1, F / 64)) m = std::max(1, 2 * m);  // it worked: try more next round
+    } else {
+      act.swap(saved_act), st.swap(saved_st);
+      if (m == 0) break;  // cannot happen for an exact single change; guards the loop
+      m /= 2;
+    }
+  }
+  rep.loss_after = loss;
+  for (int c = 0; c < C; ++c)
+    for (int f = 0; f < F; ++f)
+      if (head_state(L, c, f / O, f % O) != st[c][f]) set_head_state(L, c, f / O, f % O, st[c][f]);
+  return rep;
+}
+
+}  // namespace ember::bitnet
