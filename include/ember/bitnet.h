@@ -158,6 +158,12 @@ HeadFitReport refit_head(Layer& layer, const PooledColumns& z, const uint8_t* la
 // the loss or after max_rounds. loss_before/after in the report are hinge losses.
 HeadFitReport refit_head_hinge(Layer& layer, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
                                ThreadPool* pool, int64_t margin, int64_t max_rounds);
+// Turns one example's conv deltas (from DeltaEngine::compute, whose pooled() must still hold the
+// example's pooled bits) into exact deltas of that example's hinge loss
+// sum_{c != label} max(0, margin + act_c - act_label): each live channel's table is rewritten. Channels
+// with more than 10 live segments are dropped (their deltas become 0). Head deltas are untouched.
+// Returns the example's hinge loss.
+int64_t hinge_conv_tables(const Layer& layer, const uint64_t* pooled, int label, int64_t margin, ExampleDeltas* d);
 // The hinge loss above from act [C, n] (class-major).
 int64_t hinge_loss(const std::vector<int32_t>& act, const uint8_t* labels, int64_t n, int C, int64_t margin);
 
@@ -190,6 +196,7 @@ struct TrainOptions {
   // 0: the head follows the same rule as the conv (one change per class, no shared input bit,
   // at most `updates`). N > 0: the head takes its N best changes per step, several per class.
   int head_updates = 0;
+  bool freeze_head = false;           // conv steps leave the head alone (it changes only in refits)
   // Head refit (refit_head on the pooled bits of the first `refit_examples` training images, 0:
   // all): none; end (after each layer's last epoch); epoch (before the first and after every epoch).
   enum class Refit { none, end, epoch } head_refit = Refit::none;
@@ -198,6 +205,9 @@ struct TrainOptions {
   // this margin (refit_head_hinge, at most refit_rounds rounds); margin 0: squared error.
   int64_t refit_margin = 0;
   int64_t refit_rounds = 400;
+  // 0: conv steps follow the model's squared-error deltas; M > 0: the deltas of the multiclass
+  // hinge loss with margin M (hinge_conv_tables), usually with freeze_head and epoch refits.
+  int64_t conv_margin = 0;
   int64_t threshold = 0;
   int64_t limit_train = 0, limit_test = 0;  // 0: all
   int threads = 1;

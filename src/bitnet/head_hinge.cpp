@@ -33,6 +33,50 @@ int64_t hinge_loss(const std::vector<int32_t>& act, const uint8_t* labels, int64
   return loss;
 }
 
+int64_t hinge_conv_tables(const Layer& L, const uint64_t* pooled, int label, int64_t margin, ExampleDeltas* d) {
+  const LayerShape& s = L.shape;
+  const int C = s.C, Hw = s.head_words();
+  std::vector<int64_t> act(C), cur(C);
+  for (int c = 0; c < C; ++c) act[c] = d->err[c] + (c == label ? s.head_target() : 0);
+  auto loss_of = [&](const int64_t* a) {
+    int64_t t = 0;
+    for (int c = 0; c < C; ++c)
+      if (c != label) t += hinge(margin + a[c] - a[label]);
+    return t;
+  };
+  const int64_t base = loss_of(act.data());
+  std::vector<int64_t> dact, acts;
+  size_t keep = 0;
+  for (size_t i = 0; i < d->live.size(); ++i) {
+    const LiveChannel lc = d->live[i];
+    if (lc.m > 10) continue;  // dropped: the table would need 2^m entries
+    // dact[j][c]: the change of act_c when live segment j's pooled bit of channel o flips.
+    dact.assign(size_t(lc.m) * C, 0);
+    for (int j = 0; j < lc.m; ++j) {
+      const int sg = lc.seg[j];
+      const int z = int(pooled[size_t(sg) * Hw + lc.o / 64] >> (lc.o % 64) & 1);
+      for (int c = 0; c < C; ++c) dact[size_t(j) * C + c] = state_ab(s.kind, head_state(L, c, sg, lc.o)).b * (z ? -1 : 1);
+    }
+    const size_t n = size_t(1) << lc.m;
+    acts.assign(n * C, 0);
+    int64_t* tab = d->tables.data() + lc.table_off;
+    for (size_t F = 0; F < n; ++F) {
+      int64_t* a = acts.data() + F * C;
+      if (F == 0) {
+        std::copy(act.begin(), act.end(), a);
+      } else {
+        const int j = __builtin_ctzll(F);
+        const int64_t* prev = acts.data() + (F & (F - 1)) * C;
+        for (int c = 0; c < C; ++c) a[c] = prev[c] + dact[size_t(j) * C + c];
+      }
+      tab[F] = loss_of(a) - base;
+    }
+    d->live[keep++] = lc;
+  }
+  d->live.resize(keep);
+  return base;
+}
+
 HeadFitReport refit_head_hinge(Layer& L, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
                                ThreadPool* pool, int64_t margin, int64_t max_rounds) {
   const LayerShape& s = L.shape;

@@ -106,6 +106,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--refit-examples", o.refit_examples, 0, int64_t(1) << 40);
   check_opt("--refit-margin", o.refit_margin, 0, int64_t(1) << 30);
   check_opt("--refit-rounds", o.refit_rounds, 1, int64_t(1) << 30);
+  check_opt("--conv-margin", o.conv_margin, 0, int64_t(1) << 30);
   check_opt("--threshold", o.threshold, 0, int64_t(1) << 40);
   check_opt("--threads", o.threads, 1, 256);
   check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
@@ -194,6 +195,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
           const Range r = split_range(batch, tid, pool.size());
           for (int64_t b = r.begin; b < r.end; ++b) {
             w.eng->compute(L, xtr[idx[b]], ytr[idx[b]], &w.d, nullptr);
+            if (o.conv_margin > 0) hinge_conv_tables(L, w.eng->pooled(), ytr[idx[b]], o.conv_margin, &w.d);
             accumulate(s, w.d, o.threshold, w.conv_sum.data(), w.head_sum.data());
             w.loss += double(w.d.loss);
           }
@@ -209,7 +211,9 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
         }
         const int HI = s.segments() * s.O;  // head inputs per class
         std::vector<Candidate> head_picks;
-        if (o.head_updates == 0) {
+        if (o.freeze_head) {
+          // the head changes only in refits
+        } else if (o.head_updates == 0) {
           head_picks = pick(ws[0].head_sum.data(), s.C, HI, A, o.updates);
         } else {
           head_picks = pick_any(ws[0].head_sum.data(), int64_t(s.C) * HI * A, A, o.head_updates);

@@ -164,6 +164,61 @@ TEST(BitnetHeadRefit, HingeTernaryConverges) {
   check_hinge(s, 13, 5);
 }
 
+// hinge_conv_tables against brute force: every conv weight changed to every other value, the
+// example's hinge loss recomputed through the oracle's activations.
+void check_hinge_conv(const LayerShape& s, uint64_t seed, int64_t margin, double density) {
+  const Layer L = random_layer(s, seed);
+  int64_t nonzero = 0;
+  for (int ex = 0; ex < 3; ++ex) {
+    const BitImage img = random_image(s.H, s.W, s.B, seed * 17 + ex, density);
+    const int label = int((seed + ex) % s.C);
+    auto hinge_of = [&](const Layer& M) {
+      std::vector<int64_t> a;
+      reference_loss(M, img, label, &a);
+      int64_t t = 0;
+      for (int c = 0; c < s.C; ++c)
+        if (c != label) t += std::max<int64_t>(0, margin + a[c] - a[label]);
+      return t;
+    };
+    const int64_t base = hinge_of(L);
+    for (Isa isa : isas()) {
+      SCOPED_TRACE(std::string(ember::bit_kernels_for(isa).name) + " " + kind_name(s.kind));
+      DeltaEngine eng(s, ember::bit_kernels_for(isa));
+      ExampleDeltas d;
+      eng.compute(L, img, label, &d);
+      EXPECT_EQ(hinge_conv_tables(L, eng.pooled(), label, margin, &d), base);
+      const DenseDeltas got = to_dense(s, d);
+      const int states = s.kind == WeightKind::binary ? 2 : 3;
+      for (int o = 0; o < s.O; ++o)
+        for (int i = 0; i < s.N(); ++i) {
+          const int cur = conv_state(L, o, i);
+          for (int a = 0; a < s.alts(); ++a) {
+            Layer M = L;
+            set_conv_state(M, o, i, (cur + 1 + a) % states);
+            const int64_t want = hinge_of(M) - base;
+            nonzero += want != 0;
+            ASSERT_EQ(got.conv[(size_t(o) * s.N() + i) * s.alts() + a], want) << "o " << o << " i " << i;
+          }
+        }
+    }
+  }
+  EXPECT_GT(nonzero, 0);  // the case exercises some nonzero deltas
+}
+
+TEST(BitnetHingeConv, BinaryDeltasMatchBruteForce) {
+  LayerShape s;
+  s.H = 7, s.W = 6, s.B = 3, s.O = 4, s.S = 2, s.C = 3, s.kind = WeightKind::binary;
+  check_hinge_conv(s, 21, 2, 0.5);
+  s.S = 3, s.H = 8;
+  check_hinge_conv(s, 22, 1, 0.3);
+}
+
+TEST(BitnetHingeConv, TernaryDeltasMatchBruteForce) {
+  LayerShape s;
+  s.H = 6, s.W = 7, s.B = 2, s.O = 3, s.S = 2, s.C = 4, s.kind = WeightKind::ternary;
+  check_hinge_conv(s, 23, 3, 0.5);
+}
+
 TEST(BitnetHeadRefit, RejectsMismatchedColumnsAndLabels) {
   LayerShape s;
   s.H = s.W = 6, s.B = 4, s.O = 5, s.S = 2, s.C = 3;

@@ -165,9 +165,15 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
       ->capture_default_str();
   cmd->add_option("--refit-examples", a.o.refit_examples, "Training images the head refit uses (0: all)")
       ->capture_default_str();
+  cmd->add_flag("--freeze-head", a.o.freeze_head,
+               "Conv steps leave the head unchanged; it changes only in refits (with --head-refit epoch)");
   cmd->add_option("--refit-margin", a.o.refit_margin,
                   "0: the head refit minimises the squared error; M > 0: the multiclass hinge loss with margin M "
                   "(for accuracy)")
+      ->capture_default_str();
+  cmd->add_option("--conv-margin", a.o.conv_margin,
+                  "0: conv steps follow the squared-error deltas; M > 0: the exact deltas of the multiclass hinge "
+                  "loss with margin M (use with --freeze-head --head-refit epoch)")
       ->capture_default_str();
   cmd->add_option("--refit-rounds", a.o.refit_rounds, "Most rounds of the hinge refit")->capture_default_str();
   cmd->add_option("--threshold", a.o.threshold, "Drop per-example deltas with |delta| <= this")->capture_default_str();
