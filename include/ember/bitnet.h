@@ -143,6 +143,7 @@ PooledColumns pooled_columns(const LayerShape& s, const uint64_t* rows, int64_t 
 struct HeadFitReport {
   int64_t loss_before = 0, loss_after = 0;  // the loss summed over the examples
   int64_t changes = 0;                      // head weights changed
+  int64_t rounds = 0;                       // rounds of refit_head_hinge
 };
 // Exact coordinate descent on the head: for each class (classes are independent; in parallel on
 // the pool), repeatedly apply the one head-weight change that lowers the loss summed over the
@@ -153,9 +154,10 @@ HeadFitReport refit_head(Layer& layer, const PooledColumns& z, const uint8_t* la
                          ThreadPool* pool, int64_t max_changes = 0);
 // For accuracy rather than the model's loss: descent on the multiclass hinge loss
 // sum_e sum_{c != y_e} max(0, margin + act_c - act_{y_e}) over the examples. Each round computes
-// every head change's exact delta, applies each class's best few (halving how many when the loss
-// rises, down to the single best change overall, which is exact) and stops when no change lowers
-// the loss or after max_rounds. loss_before/after in the report are hinge losses.
+// every head change's exact delta, then class by class applies the class's best few and keeps
+// them if the loss falls (doubling how many next time), else undoes them (halving); a round that
+// keeps nothing is followed by the single best change overall, whose delta is exact. Stops when no
+// change lowers the loss or after max_rounds. loss_before/after in the report are hinge losses.
 HeadFitReport refit_head_hinge(Layer& layer, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
                                ThreadPool* pool, int64_t margin, int64_t max_rounds);
 // Turns one example's conv deltas (from DeltaEngine::compute, whose pooled() must still hold the
@@ -219,6 +221,8 @@ struct EpochReport {
   double train_loss = 0;              // mean loss over the epoch's mini-batches
   int64_t refit_changes = -1;         // head weights the epoch's closing refit changed (-1: none ran)
   double refit_loss = 0;              // mean loss per example over the refit's examples after it
+  int64_t refit_rounds = 0;           // rounds of the hinge refit
+  double refit_seconds = 0;           // the refit's time (pooled features and descent), in `seconds`
   double test_accuracy = 0;           // fraction
   double seconds = 0;
 };

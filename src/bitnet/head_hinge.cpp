@@ -3,7 +3,7 @@
 // comes from a few bit planes per class and change type, counted against the feature columns by
 // the bit-conv kernel; the best changes of each class are applied, fewer when the loss rises.
 #include <algorithm>
-#include <cstring>
+#include <cstdlib>
 
 #include "bitnet/internal.h"
 #include "core/thread_pool.h"
@@ -91,14 +91,13 @@ HeadFitReport refit_head_hinge(Layer& L, const PooledColumns& z, const uint8_t* 
     if (pool) pool->run(fn);
     else fn(0);
   };
-  auto zbit = [&](int f, int64_t e) { return int(z.bits[size_t(f) * W + e / 64] >> (e % 64) & 1); };
   const int states = s.kind == WeightKind::binary ? 2 : 3;
-  // A change of state moves act by d0 where the feature is 0 and by -d0 where it is 1.
-  const std::vector<int> d0s = s.kind == WeightKind::binary ? std::vector<int>{1, -1} : std::vector<int>{1, -1, 2, -2};
-  const int D = int(d0s.size());
-  auto d0_slot = [&](int d0) { return d0 == 1 ? 0 : d0 == -1 ? 1 : d0 == 2 ? 2 : 3; };
-  // v_e = delta(-d0) - delta(d0) lies in [-V, V]; stored as v + V in `planes` bit planes.
-  const int64_t V = 2 * (s.kind == WeightKind::binary ? 1 : 2) * (C - 1);
+  // A change of state moves act by d0 where the feature is 0 and by -d0 where it is 1, d0 = +-1
+  // (and +-2 for ternary weights). For d > 0, v_e = delta_e(-d) - delta_e(d), and the change's
+  // delta is sum_e delta_e(d) + sum_{e: z_ef = 1} v_e; for -d the same with -v.
+  const int D = s.kind == WeightKind::binary ? 1 : 2;
+  // v lies in [-V, V]; stored as v + V in `planes` bit planes.
+  const int64_t V = 2 * D * (C - 1);
   int planes = 1;
   while ((int64_t(1) << planes) <= 2 * V) ++planes;
   const int R = C * D * planes;
@@ -130,19 +129,21 @@ HeadFitReport refit_head_hinge(Layer& L, const PooledColumns& z, const uint8_t* 
 
   std::vector<uint64_t> x(size_t(R) * W), zero(size_t(F) * W, 0);
   std::vector<int32_t> out(size_t(F) * R);
-  std::vector<int64_t> sum0(size_t(C) * D);
+  std::vector<int64_t> sum0(size_t(C) * D * 2);  // [C, D, sign]: sum_e delta_e(+-d)
   std::vector<std::vector<Pick>> picks(C);
   std::vector<int32_t> saved_act;
   std::vector<std::vector<int>> saved_st;
-  int m = std::max(1, F / 64);  // changes per class per round
-  for (int64_t round = 0; round < max_rounds; ++round) {
+  const int mmax = std::max(1, F / 64);
+  int m = mmax;  // changes per class per round
+  bool single = false;
+  for (int64_t round = 0; round < max_rounds; ++round, ++rep.rounds) {
     // Bit planes of v_e per (class, d0), and sum0 = sum_e delta_e(d0).
     std::fill(x.begin(), x.end(), 0);
     run([&](int tid) {
       for (int c = int(split_range(C, tid, threads).begin); c < split_range(C, tid, threads).end; ++c)
         for (int di = 0; di < D; ++di) {
-          const int d0 = d0s[di];
-          int64_t s0 = 0;
+          const int d0 = di + 1;
+          int64_t s0 = 0, s1 = 0;
           uint64_t* pl = x.data() + (size_t(c) * D + di) * planes * W;
           for (int64_t e = 0; e < n; ++e) {
             const int y = labels[e];
@@ -160,12 +161,12 @@ HeadFitReport refit_head_hinge(Layer& L, const PooledColumns& z, const uint8_t* 
                 }
               return t;
             };
-            const int64_t a = delta(d0), v = delta(-d0) - a + V;
-            s0 += a;
+            const int64_t a = delta(d0), b = delta(-d0), v = b - a + V;
+            s0 += a, s1 += b;
             for (int p = 0; p < planes; ++p)
               if (v >> p & 1) pl[size_t(p) * W + e / 64] |= uint64_t(1) << (e % 64);
           }
-          sum0[size_t(c) * D + di] = s0;
+          sum0[(size_t(c) * D + di) * 2] = s0, sum0[(size_t(c) * D + di) * 2 + 1] = s1;
         }
     });
     run([&](int tid) {
@@ -184,11 +185,11 @@ HeadFitReport refit_head_hinge(Layer& L, const PooledColumns& z, const uint8_t* 
           Pick best{0, f, -1};
           for (int t = 1; t < states; ++t) {
             const int to = (st[c][f] + t) % states;
-            const int d0 = int(state_ab(s.kind, to).a - cur.a), di = d0_slot(d0);
+            const int d0 = int(state_ab(s.kind, to).a - cur.a), di = std::abs(d0) - 1;
             const int32_t* o = out.data() + size_t(f) * R + (size_t(c) * D + di) * planes;
-            int64_t v = 0;
+            int64_t v = -V * cnt[f];
             for (int p = 0; p < planes; ++p) v += int64_t(o[p]) << p;
-            const int64_t d = sum0[size_t(c) * D + di] + v - V * cnt[f];
+            const int64_t d = d0 > 0 ? sum0[(size_t(c) * D + di) * 2] + v : sum0[(size_t(c) * D + di) * 2 + 1] - v;
             if (d < best.delta) best = Pick{d, f, to};
           }
           if (best.to >= 0) pk.push_back(best);
@@ -199,33 +200,37 @@ HeadFitReport refit_head_hinge(Layer& L, const PooledColumns& z, const uint8_t* 
     bool any = false;
     for (const auto& pk : picks) any |= !pk.empty();
     if (!any) break;
-    saved_act = act, saved_st = st;
-    // With m == 0, only the single best change overall: its delta is exact.
-    int bc = -1;
-    if (m == 0)
+    auto apply = [&](int c, const Pick& p) {
+      const AB cur = state_ab(s.kind, st[c][p.f]), nw = state_ab(s.kind, p.to);
+      const int32_t al = int32_t(nw.a - cur.a), be = int32_t(nw.b - cur.b);
+      int32_t* a = act.data() + size_t(c) * n;
+      for (int64_t e = 0; e < n; ++e) a[e] += al;
+      for (int w = 0; w < W; ++w)
+        for (uint64_t bits = z.bits[size_t(p.f) * W + w]; bits; bits &= bits - 1) a[w * 64 + __builtin_ctzll(bits)] += be;
+      st[c][p.f] = p.to;
+    };
+    if (single) {  // the single best change overall: its delta is exact
+      int bc = -1;
       for (int c = 0; c < C; ++c)
         if (!picks[c].empty() && (bc < 0 || picks[c][0].delta < picks[bc][0].delta)) bc = c;
-    int64_t applied = 0;
-    for (int c = 0; c < C; ++c) {
-      const size_t take = m == 0 ? (c == bc ? 1 : 0) : std::min(picks[c].size(), size_t(m));
-      for (size_t i = 0; i < take; ++i) {
-        const Pick& p = picks[c][i];
-        const AB cur = state_ab(s.kind, st[c][p.f]), nw = state_ab(s.kind, p.to);
-        const int32_t al = int32_t(nw.a - cur.a), be = int32_t(nw.b - cur.b);
-        int32_t* a = act.data() + size_t(c) * n;
-        for (int64_t e = 0; e < n; ++e) a[e] += al + (zbit(p.f, e) ? be : 0);
-        st[c][p.f] = p.to;
-        ++applied;
-      }
+      apply(bc, picks[bc][0]);
+      loss += picks[bc][0].delta, ++rep.changes, single = false;
+      continue;
     }
+    // Each class's best m changes at once, kept if the loss falls (m doubles), else undone (m
+    // halves). Deltas are from the round's start, so changes together can fail.
+    saved_act = act, saved_st = st;
+    int64_t applied = 0;
+    for (int c = 0; c < C; ++c)
+      for (size_t i = 0; i < std::min(picks[c].size(), size_t(m)); ++i) apply(c, picks[c][i]), ++applied;
     const int64_t nl = hinge_loss(act, labels, n, C, margin);
     if (nl < loss) {
       loss = nl, rep.changes += applied;
-      if (m < std::max(1, F / 64)) m = std::max(1, 2 * m);  // it worked: try more next round
+      m = std::min(2 * m, mmax);
     } else {
       act.swap(saved_act), st.swap(saved_st);
-      if (m == 0) break;  // cannot happen for an exact single change; guards the loop
-      m /= 2;
+      if (m == 1) single = true;
+      m = std::max(1, m / 2);
     }
   }
   rep.loss_after = loss;

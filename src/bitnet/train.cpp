@@ -154,6 +154,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
     }
     // Refits the head on the pooled bits of the first refit_examples training images.
     auto refit = [&](EpochReport* rep) {
+      const auto r0 = Clock::now();
       const int64_t n = o.refit_examples ? std::min(o.refit_examples, ntr) : ntr;
       const size_t row = size_t(s.segments()) * s.head_words();
       std::vector<uint64_t> rows(size_t(n) * row);
@@ -168,7 +169,10 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       const HeadFitReport h = o.refit_margin > 0
                                   ? refit_head_hinge(L, z, ytr.data(), kern, &pool, o.refit_margin, o.refit_rounds)
                                   : refit_head(L, z, ytr.data(), kern, &pool);
-      if (rep) rep->refit_changes = h.changes, rep->refit_loss = double(h.loss_after) / double(n);
+      if (rep) {
+        rep->refit_changes = h.changes, rep->refit_loss = double(h.loss_after) / double(n), rep->refit_rounds = h.rounds;
+        rep->refit_seconds = std::chrono::duration<double>(Clock::now() - r0).count();
+      }
     };
     if (o.head_refit == TrainOptions::Refit::epoch) refit(nullptr);
     std::vector<int64_t> order(ntr);

@@ -204,6 +204,7 @@ int run_bitnet_train(BitnetTrainArgs a) {
       std::printf("%s\n", nlohmann::json({{"layer", r.layer}, {"epoch", r.epoch}, {"batch", r.batch},
                                           {"steps", r.steps}, {"changes", r.changes}, {"train_loss", r.train_loss},
                                           {"refit_changes", r.refit_changes}, {"refit_loss", r.refit_loss},
+                                          {"refit_rounds", r.refit_rounds}, {"refit_seconds", r.refit_seconds},
                                           {"test_accuracy", r.test_accuracy}, {"seconds", r.seconds}})
                               .dump().c_str());
     else
