@@ -199,8 +199,9 @@ struct TrainOptions {
   // at most `updates`). N > 0: the head takes its N best changes per step, several per class.
   int head_updates = 0;
   bool freeze_head = false;           // conv steps leave the head alone (it changes only in refits)
-  // Head refit (refit_head on the pooled bits of the first `refit_examples` training images, 0:
-  // all): none; end (after each layer's last epoch); epoch (before the first and after every epoch).
+  // Head refit on the pooled bits of the training images (the first `refit_examples` of them, 0:
+  // all, except after a layer's last epoch: all): none; end (after each layer's last epoch); epoch
+  // (before the first and after every epoch).
   enum class Refit { none, end, epoch } head_refit = Refit::none;
   int64_t refit_examples = 0;
   // The refit's loss: the model's squared error (refit_head) or the multiclass hinge loss with

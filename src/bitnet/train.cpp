@@ -152,10 +152,11 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       w.conv_sum.assign(size_t(s.conv_weights()) * A, 0);
       w.head_sum.assign(size_t(s.head_weights()) * A, 0);
     }
-    // Refits the head on the pooled bits of the first refit_examples training images.
-    auto refit = [&](EpochReport* rep) {
+    // Refits the head on the pooled bits of the training images: the first refit_examples of them,
+    // except after the layer's last epoch (all of them).
+    auto refit = [&](EpochReport* rep, bool last) {
       const auto r0 = Clock::now();
-      const int64_t n = o.refit_examples ? std::min(o.refit_examples, ntr) : ntr;
+      const int64_t n = o.refit_examples && !last ? std::min(o.refit_examples, ntr) : ntr;
       const size_t row = size_t(s.segments()) * s.head_words();
       std::vector<uint64_t> rows(size_t(n) * row);
       pool.run([&](int tid) {
@@ -174,7 +175,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
         rep->refit_seconds = std::chrono::duration<double>(Clock::now() - r0).count();
       }
     };
-    if (o.head_refit == TrainOptions::Refit::epoch) refit(nullptr);
+    if (o.head_refit == TrainOptions::Refit::epoch) refit(nullptr, false);
     std::vector<int64_t> order(ntr);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -232,7 +233,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       rep.train_loss = loss_sum / double(batch * o.steps);
       if (o.head_refit == TrainOptions::Refit::epoch ||
           (o.head_refit == TrainOptions::Refit::end && e + 1 == o.epochs))
-        refit(&rep);
+        refit(&rep, e + 1 == o.epochs);
       rep.test_accuracy = accuracy(L, xte, yte, ws, pool);
       rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (on_epoch) on_epoch(rep);

@@ -163,7 +163,8 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
                   "Refit the head by exact coordinate descent on frozen features: none, end (after each "
                   "layer's last epoch) or epoch (before the first and after every epoch)")
       ->capture_default_str();
-  cmd->add_option("--refit-examples", a.o.refit_examples, "Training images the head refit uses (0: all)")
+  cmd->add_option("--refit-examples", a.o.refit_examples, "Training images the refits before and between epochs use (0: all); the refit after a layer's last "
+                  "epoch uses all")
       ->capture_default_str();
   cmd->add_flag("--freeze-head", a.o.freeze_head,
                "Conv steps leave the head unchanged; it changes only in refits (with --head-refit epoch)");
