@@ -1,7 +1,7 @@
-// Head refit on frozen features for accuracy: descent on the multiclass hinge loss
-// sum_e sum_{c != y_e} max(0, margin + act_c - act_y). Every head weight change's exact loss delta
-// comes from a few bit planes per class and change type, counted against the feature columns by
-// the bit-conv kernel; the best changes of each class are applied, fewer when the loss rises.
+// The multiclass hinge loss sum_e sum_{c != y_e} max(0, margin + act_c - act_y), for accuracy:
+// exact conv deltas of it from an example's compact squared-error deltas (the live channels' tables
+// rewritten), and a head refit on frozen features whose every change's exact delta comes from a few
+// bit planes per class, counted against the feature columns by the bit-conv kernel.
 #include <algorithm>
 #include <cstdlib>
 
@@ -36,7 +36,7 @@ int64_t hinge_loss(const std::vector<int32_t>& act, const uint8_t* labels, int64
 int64_t hinge_conv_tables(const Layer& L, const uint64_t* pooled, int label, int64_t margin, ExampleDeltas* d) {
   const LayerShape& s = L.shape;
   const int C = s.C, Hw = s.head_words();
-  std::vector<int64_t> act(C), cur(C);
+  std::vector<int64_t> act(C);
   for (int c = 0; c < C; ++c) act[c] = d->err[c] + (c == label ? s.head_target() : 0);
   auto loss_of = [&](const int64_t* a) {
     int64_t t = 0;

@@ -1,7 +1,7 @@
-// Greedy layer-wise training of binarized layers by exact loss deltas: per step, the deltas of a
-// mini-batch (threads over examples, each with its own engine and sums) are summed, and the best
-// non-colliding weight changes (at most one per output channel and per input index, a cap per
-// step) that lower the summed loss are applied. The mini-batch doubles every epoch. After a
+// Greedy layer-wise training of binarized layers by exact loss deltas: per step, the mini-batch's
+// deltas (squared error, or a hinge loss) are summed over threads and the best non-colliding weight
+// changes (one per output channel and input index, a cap per step) are applied; the head can be
+// refitted on frozen features around the epochs. The mini-batch doubles every epoch. After a
 // layer's epochs its head is dropped and its convolution turns the images into the next input.
 #include <algorithm>
 #include <chrono>

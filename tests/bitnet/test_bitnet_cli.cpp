@@ -71,9 +71,10 @@ TEST_F(Cli, BitnetTrainHeadUpdatesLearnsTinyData) {
 }
 
 TEST_F(Cli, BitnetTrainHeadRefitLearnsTinyData) {
-  // A few conv steps, then the head refit by the hinge loss on the frozen features.
+  // Hinge-loss conv steps with a frozen head, refitted by the hinge loss on frozen features.
   const Result r = run(bitnet_train(data_, "--channels 16 --input-bits 4 --segments 2 --epochs 2 --batch-size 16 "
-                                           "--steps 20 --updates 16 --head-refit epoch --refit-margin 4 --blur 1 --json"));
+                                           "--steps 20 --updates 16 --freeze-head --conv-margin 4 --head-refit epoch "
+                                           "--refit-margin 4 --blur 1 --json"));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto lines = nonempty_lines(r.out);
   ASSERT_EQ(lines.size(), 2u) << r.out;
@@ -105,6 +106,7 @@ TEST_F(Cli, BitnetTrainBadFlags) {
   expect_one_line_error(run(bitnet_train(data_, "--refit-margin -1")), {"--refit-margin", "-1"});
   expect_one_line_error(run(bitnet_train(data_, "--refit-rounds 0")), {"--refit-rounds", "0"});
   expect_one_line_error(run(bitnet_train(data_, "--blur 0")), {"--blur", "0"});
+  expect_one_line_error(run(bitnet_train(data_, "--conv-margin -2")), {"--conv-margin", "-2"});
   expect_one_line_error(run(bitnet_train(tmp_ / "nosuch", "")), {"nosuch"});
   expect_one_line_error(run("bitnet"), {"subcommand"});
 }
