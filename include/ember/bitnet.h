@@ -120,6 +120,8 @@ class DeltaEngine {
   int predict(const Layer& layer, const BitImage& img, std::vector<int64_t>* act = nullptr);
   // The conv output image [H-2, W-2] of O-bit pixels (the next layer's input).
   void apply(const Layer& layer, const BitImage& img, BitImage* out);
+  // The pooled bits [S*S, head_words] of the last compute(), predict() or apply().
+  const uint64_t* pooled() const;
   struct Scratch;
 
  private:
@@ -128,9 +130,53 @@ class DeltaEngine {
   Scratch* sc_;
 };
 
+// Head refit on frozen features. The pooled bits of n examples as columns: bit e of column f
+// (f = segment * O + channel, the head's input index) is example e's pooled bit f. words is
+// ceil(n / 64) rounded up to a multiple of 8 (the bit kernels' K); bits past n are zero.
+struct PooledColumns {
+  int64_t n = 0;
+  int F = 0, words = 0;
+  std::vector<uint64_t> bits;  // [F, words]
+};
+// Columns from n rows of pooled bits, rows [n, S*S, head_words] as DeltaEngine::pooled() gives them.
+PooledColumns pooled_columns(const LayerShape& s, const uint64_t* rows, int64_t n);
+struct HeadFitReport {
+  int64_t loss_before = 0, loss_after = 0;  // the loss summed over the examples
+  int64_t changes = 0;                      // head weights changed
+  int64_t rounds = 0;                       // rounds of refit_head_hinge
+};
+// Exact coordinate descent on the head: for each class (classes are independent; in parallel on
+// the pool), repeatedly apply the one head-weight change that lowers the loss summed over the
+// examples the most, until none lowers it or `max_changes` per class (0: no cap). The conv is
+// untouched. Deltas come in closed form from the columns' co-occurrence counts (computed once with
+// the bit-conv kernel, F*F 32-bit counts), so each change costs O(F). labels[n] < C.
+HeadFitReport refit_head(Layer& layer, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
+                         ThreadPool* pool, int64_t max_changes = 0);
+// For accuracy rather than the model's loss: descent on the multiclass hinge loss
+// sum_e sum_{c != y_e} max(0, margin + act_c - act_{y_e}) over the examples. Each round computes
+// every head change's exact delta, then class by class applies the class's best few and keeps
+// them if the loss falls (doubling how many next time), else undoes them (halving); a round that
+// keeps nothing is followed by the single best change overall, whose delta is exact. Stops when no
+// change lowers the loss or after max_rounds. loss_before/after in the report are hinge losses.
+HeadFitReport refit_head_hinge(Layer& layer, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
+                               ThreadPool* pool, int64_t margin, int64_t max_rounds);
+// Turns one example's conv deltas (from DeltaEngine::compute, whose pooled() must still hold the
+// example's pooled bits) into exact deltas of that example's hinge loss
+// sum_{c != label} max(0, margin + act_c - act_label): each live channel's table is rewritten. Channels
+// with more than 10 live segments are dropped (their deltas become 0). Head deltas are untouched.
+// Returns the example's hinge loss.
+int64_t hinge_conv_tables(const Layer& layer, const uint64_t* pooled, int label, int64_t margin, ExampleDeltas* d);
+// The hinge loss above from act [C, n] (class-major).
+int64_t hinge_loss(const std::vector<int32_t>& act, const uint8_t* labels, int64_t n, int C, int64_t margin);
+
 // Images as bits: pixel v (0..255) of a grey image becomes a B-bit thermometer code, bit b set
 // iff v > (b + 0.5) * 256 / B.
 BitImage encode_thermometer(const uint8_t* pixels, int H, int W, int B);
+// Each pixel's mean over its (2r+1)x(2r+1) window (the part inside the image), rounded down. Its
+// thermometer code is set around the strokes too, so majority votes can measure stroke proximity.
+std::vector<uint8_t> box_blur(const uint8_t* pixels, int H, int W, int r);
+// The pixels of a and b side by side (a's bits, then b's); the sizes must match.
+BitImage concat_pixels(const BitImage& a, const BitImage& b);
 // The image with `bits` more bits per pixel appended: a fixed pseudo-random code of the pixel's
 // position (the same for every image, from `seed`). Constant backgrounds (MNIST's zeros) then no
 // longer give every pixel of a segment the same count, so majority votes can depend on the strokes.
@@ -142,6 +188,7 @@ struct TrainOptions {
   std::vector<int> channels = {64};   // per layer (the last value repeats)
   int input_bits = 16;                // thermometer bits per pixel of layer 1
   int position_bits = 16;             // fixed random position code appended to every layer's input
+  std::vector<int> blur_radii;        // layer 1 also gets the thermometer code of each box blur
   int segments = 2;
   WeightKind kind = WeightKind::binary;
   int epochs = 4;                     // per layer
@@ -151,6 +198,19 @@ struct TrainOptions {
   // 0: the head follows the same rule as the conv (one change per class, no shared input bit,
   // at most `updates`). N > 0: the head takes its N best changes per step, several per class.
   int head_updates = 0;
+  bool freeze_head = false;           // conv steps leave the head alone (it changes only in refits)
+  // Head refit on the pooled bits of the training images (the first `refit_examples` of them, 0:
+  // all, except after a layer's last epoch: all): none; end (after each layer's last epoch); epoch
+  // (before the first and after every epoch).
+  enum class Refit { none, end, epoch } head_refit = Refit::none;
+  int64_t refit_examples = 0;
+  // The refit's loss: the model's squared error (refit_head) or the multiclass hinge loss with
+  // this margin (refit_head_hinge, at most refit_rounds rounds); margin 0: squared error.
+  int64_t refit_margin = 0;
+  int64_t refit_rounds = 400;
+  // 0: conv steps follow the model's squared-error deltas; M > 0: the deltas of the multiclass
+  // hinge loss with margin M (hinge_conv_tables), usually with freeze_head and epoch refits.
+  int64_t conv_margin = 0;
   int64_t threshold = 0;
   int64_t limit_train = 0, limit_test = 0;  // 0: all
   int threads = 1;
@@ -160,6 +220,10 @@ struct TrainOptions {
 struct EpochReport {
   int layer = 0, epoch = 0, batch = 0, steps = 0, changes = 0;
   double train_loss = 0;              // mean loss over the epoch's mini-batches
+  int64_t refit_changes = -1;         // head weights the epoch's closing refit changed (-1: none ran)
+  double refit_loss = 0;              // mean loss per example over the refit's examples after it
+  int64_t refit_rounds = 0;           // rounds of the hinge refit
+  double refit_seconds = 0;           // the refit's time (pooled features and descent), in `seconds`
   double test_accuracy = 0;           // fraction
   double seconds = 0;
 };

@@ -389,6 +389,8 @@ int DeltaEngine::predict(const Layer& L, const BitImage& img, std::vector<int64_
   return int(std::max_element(c.act.begin(), c.act.end()) - c.act.begin());
 }
 
+const uint64_t* DeltaEngine::pooled() const { return sc_->pooled.data(); }
+
 void DeltaEngine::apply(const Layer& L, const BitImage& img, BitImage* out) {
   const LayerShape& s = s_;
   predict(L, img, nullptr);

@@ -20,6 +20,15 @@ inline int contrib(WeightKind k, int st, int x) {
   return st == 0 ? 1 : st == 1 ? 2 * x : 2 * (1 - x);
 }
 
+// contrib(k, st, z) = a + b*z.
+struct AB {
+  int64_t a, b;
+};
+inline AB state_ab(WeightKind k, int st) {
+  if (k == WeightKind::binary) return st == 0 ? AB{0, 1} : AB{1, -1};
+  return st == 0 ? AB{1, 0} : st == 1 ? AB{0, 2} : AB{2, -2};
+}
+
 // seg_of[P] (segment of each output pixel, row-major over (H-2) x (W-2)), size[S*S] (pixels).
 struct SegmentGrid {
   std::vector<int> seg_of;

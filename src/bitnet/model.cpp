@@ -77,6 +77,32 @@ BitImage encode_thermometer(const uint8_t* pixels, int H, int W, int B) {
   return im;
 }
 
+std::vector<uint8_t> box_blur(const uint8_t* pixels, int H, int W, int r) {
+  std::vector<uint8_t> out(size_t(H) * W);
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) {
+      int sum = 0, n = 0;
+      for (int v = std::max(0, y - r); v <= std::min(H - 1, y + r); ++v)
+        for (int u = std::max(0, x - r); u <= std::min(W - 1, x + r); ++u) sum += pixels[v * W + u], ++n;
+      out[size_t(y) * W + x] = uint8_t(sum / n);
+    }
+  return out;
+}
+
+BitImage concat_pixels(const BitImage& a, const BitImage& b) {
+  if (a.H != b.H || a.W != b.W) throw Error("concat_pixels: images differ in size");
+  BitImage r{a.H, a.W, a.B + b.B, {}};
+  const int aw = (a.B + 63) / 64, bw = (b.B + 63) / 64, rw = (r.B + 63) / 64;
+  r.bits.assign(size_t(a.H) * a.W * rw, 0);
+  for (int p = 0; p < a.H * a.W; ++p) {
+    uint64_t* dst = r.bits.data() + size_t(p) * rw;
+    for (int w = 0; w < aw; ++w) dst[w] = a.bits[size_t(p) * aw + w];
+    for (int i = 0; i < b.B; ++i)
+      if (b.bits[size_t(p) * bw + i / 64] >> (i % 64) & 1) dst[(a.B + i) / 64] |= uint64_t(1) << ((a.B + i) % 64);
+  }
+  return r;
+}
+
 BitImage append_position_bits(const BitImage& im, int bits, uint64_t seed) {
   if (bits <= 0) return im;
   BitImage r{im.H, im.W, im.B + bits, {}};

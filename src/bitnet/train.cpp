@@ -1,7 +1,7 @@
-// Greedy layer-wise training of binarized layers by exact loss deltas: per step, the deltas of a
-// mini-batch (threads over examples, each with its own engine and sums) are summed, and the best
-// non-colliding weight changes (at most one per output channel and per input index, a cap per
-// step) that lower the summed loss are applied. The mini-batch doubles every epoch. After a
+// Greedy layer-wise training of binarized layers by exact loss deltas: per step, the mini-batch's
+// deltas (squared error, or a hinge loss) are summed over threads and the best non-colliding weight
+// changes (one per output channel and input index, a cap per step) are applied; the head can be
+// refitted on frozen features around the epochs. The mini-batch doubles every epoch. After a
 // layer's epochs its head is dropped and its convolution turns the images into the next input.
 #include <algorithm>
 #include <chrono>
@@ -95,12 +95,18 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   for (int c : o.channels) check_opt("--channels", c, 1, 4096);
   check_opt("--input-bits", o.input_bits, 1, 256);
   check_opt("--position-bits", o.position_bits, 0, 256);
+  if (o.blur_radii.size() > 8) throw Error("--blur: expected at most 8 radii");
+  for (int r : o.blur_radii) check_opt("--blur", r, 1, 8);
   check_opt("--segments", o.segments, 1, 4);
   check_opt("--epochs", o.epochs, 1, 1000);
   check_opt("--batch-size", o.batch, 1, 1 << 20);
   check_opt("--steps", o.steps, 1, 1 << 24);
   check_opt("--updates", o.updates, 1, 1 << 20);
   check_opt("--head-updates", o.head_updates, 0, 1 << 20);
+  check_opt("--refit-examples", o.refit_examples, 0, int64_t(1) << 40);
+  check_opt("--refit-margin", o.refit_margin, 0, int64_t(1) << 30);
+  check_opt("--refit-rounds", o.refit_rounds, 1, int64_t(1) << 30);
+  check_opt("--conv-margin", o.conv_margin, 0, int64_t(1) << 30);
   check_opt("--threshold", o.threshold, 0, int64_t(1) << 40);
   check_opt("--threads", o.threads, 1, 256);
   check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
@@ -118,12 +124,15 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   // Layer 1's input: thermometer codes.
   std::vector<BitImage> xtr(ntr), xte(nte);
   const int64_t px = int64_t(tr.rows) * tr.cols;
-  for (int64_t i = 0; i < ntr; ++i)
-    xtr[i] = append_position_bits(encode_thermometer(tr.images.data() + i * px, tr.rows, tr.cols, o.input_bits),
-                                  o.position_bits, o.seed);
-  for (int64_t i = 0; i < nte; ++i)
-    xte[i] = append_position_bits(encode_thermometer(te.images.data() + i * px, te.rows, te.cols, o.input_bits),
-                                  o.position_bits, o.seed);
+  auto encode = [&](const uint8_t* pixels) {
+    BitImage im = encode_thermometer(pixels, tr.rows, tr.cols, o.input_bits);
+    for (int r : o.blur_radii)
+      im = concat_pixels(im, encode_thermometer(box_blur(pixels, tr.rows, tr.cols, r).data(), tr.rows, tr.cols,
+                                                o.input_bits));
+    return append_position_bits(im, o.position_bits, o.seed);
+  };
+  for (int64_t i = 0; i < ntr; ++i) xtr[i] = encode(tr.images.data() + i * px);
+  for (int64_t i = 0; i < nte; ++i) xte[i] = encode(te.images.data() + i * px);
   std::vector<uint8_t> ytr(tr.labels.begin(), tr.labels.begin() + ntr), yte(te.labels.begin(), te.labels.begin() + nte);
 
   ThreadPool pool(o.threads);
@@ -143,6 +152,30 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       w.conv_sum.assign(size_t(s.conv_weights()) * A, 0);
       w.head_sum.assign(size_t(s.head_weights()) * A, 0);
     }
+    // Refits the head on the pooled bits of the training images: the first refit_examples of them,
+    // except after the layer's last epoch (all of them).
+    auto refit = [&](EpochReport* rep, bool last) {
+      const auto r0 = Clock::now();
+      const int64_t n = o.refit_examples && !last ? std::min(o.refit_examples, ntr) : ntr;
+      const size_t row = size_t(s.segments()) * s.head_words();
+      std::vector<uint64_t> rows(size_t(n) * row);
+      pool.run([&](int tid) {
+        const Range r = split_range(n, tid, pool.size());
+        for (int64_t i = r.begin; i < r.end; ++i) {
+          ws[tid].eng->predict(L, xtr[i]);
+          std::copy(ws[tid].eng->pooled(), ws[tid].eng->pooled() + row, rows.begin() + i * row);
+        }
+      });
+      const PooledColumns z = pooled_columns(s, rows.data(), n);
+      const HeadFitReport h = o.refit_margin > 0
+                                  ? refit_head_hinge(L, z, ytr.data(), kern, &pool, o.refit_margin, o.refit_rounds)
+                                  : refit_head(L, z, ytr.data(), kern, &pool);
+      if (rep) {
+        rep->refit_changes = h.changes, rep->refit_loss = double(h.loss_after) / double(n), rep->refit_rounds = h.rounds;
+        rep->refit_seconds = std::chrono::duration<double>(Clock::now() - r0).count();
+      }
+    };
+    if (o.head_refit == TrainOptions::Refit::epoch) refit(nullptr, false);
     std::vector<int64_t> order(ntr);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -167,6 +200,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
           const Range r = split_range(batch, tid, pool.size());
           for (int64_t b = r.begin; b < r.end; ++b) {
             w.eng->compute(L, xtr[idx[b]], ytr[idx[b]], &w.d, nullptr);
+            if (o.conv_margin > 0) hinge_conv_tables(L, w.eng->pooled(), ytr[idx[b]], o.conv_margin, &w.d);
             accumulate(s, w.d, o.threshold, w.conv_sum.data(), w.head_sum.data());
             w.loss += double(w.d.loss);
           }
@@ -182,7 +216,9 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
         }
         const int HI = s.segments() * s.O;  // head inputs per class
         std::vector<Candidate> head_picks;
-        if (o.head_updates == 0) {
+        if (o.freeze_head) {
+          // the head changes only in refits
+        } else if (o.head_updates == 0) {
           head_picks = pick(ws[0].head_sum.data(), s.C, HI, A, o.updates);
         } else {
           head_picks = pick_any(ws[0].head_sum.data(), int64_t(s.C) * HI * A, A, o.head_updates);
@@ -195,6 +231,9 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
         }
       }
       rep.train_loss = loss_sum / double(batch * o.steps);
+      if (o.head_refit == TrainOptions::Refit::epoch ||
+          (o.head_refit == TrainOptions::Refit::end && e + 1 == o.epochs))
+        refit(&rep, e + 1 == o.epochs);
       rep.test_accuracy = accuracy(L, xte, yte, ws, pool);
       rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (on_epoch) on_epoch(rep);

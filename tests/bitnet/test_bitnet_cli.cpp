@@ -70,6 +70,22 @@ TEST_F(Cli, BitnetTrainHeadUpdatesLearnsTinyData) {
   EXPECT_GT(last.at("test_accuracy").get<double>(), 0.4) << r.out;  // chance is 0.1
 }
 
+TEST_F(Cli, BitnetTrainHeadRefitLearnsTinyData) {
+  // Hinge-loss conv steps with a frozen head, refitted by the hinge loss on frozen features.
+  const Result r = run(bitnet_train(data_, "--channels 16 --input-bits 4 --segments 2 --epochs 2 --batch-size 16 "
+                                           "--steps 20 --updates 16 --freeze-head --conv-margin 4 --head-refit epoch "
+                                           "--refit-margin 4 --blur 1 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = nonempty_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  for (const auto& l : lines) EXPECT_GE(nlohmann::json::parse(l).at("refit_changes").get<int64_t>(), 0) << l;
+  EXPECT_GT(nlohmann::json::parse(lines.back()).at("test_accuracy").get<double>(), 0.4) << r.out;  // chance is 0.1
+  const Result sq = run(bitnet_train(data_, "--channels 16 --input-bits 4 --segments 2 --epochs 1 --batch-size 16 "
+                                            "--steps 20 --head-refit end --json"));
+  ASSERT_EQ(sq.code, 0) << sq.err;
+  EXPECT_GE(nlohmann::json::parse(nonempty_lines(sq.out).back()).at("refit_changes").get<int64_t>(), 0) << sq.out;
+}
+
 TEST_F(Cli, BitnetTrainTwoLayers) {
   const Result r = run(bitnet_train(data_, "--layers 2 --channels 8,4 --input-bits 2 --position-bits 8 --segments 2 "
                                            "--epochs 1 --batch-size 8 --steps 5"));
@@ -86,6 +102,11 @@ TEST_F(Cli, BitnetTrainBadFlags) {
   expect_one_line_error(run(bitnet_train(data_, "--epochs 0")), {"--epochs", "0"});
   expect_one_line_error(run(bitnet_train(data_, "--layers 20")), {"--layers", "20"});
   expect_one_line_error(run(bitnet_train(data_, "--head-updates -3")), {"--head-updates", "-3"});
+  expect_one_line_error(run(bitnet_train(data_, "--head-refit sometimes")), {"--head-refit", "sometimes"});
+  expect_one_line_error(run(bitnet_train(data_, "--refit-margin -1")), {"--refit-margin", "-1"});
+  expect_one_line_error(run(bitnet_train(data_, "--refit-rounds 0")), {"--refit-rounds", "0"});
+  expect_one_line_error(run(bitnet_train(data_, "--blur 0")), {"--blur", "0"});
+  expect_one_line_error(run(bitnet_train(data_, "--conv-margin -2")), {"--conv-margin", "-2"});
   expect_one_line_error(run(bitnet_train(tmp_ / "nosuch", "")), {"nosuch"});
   expect_one_line_error(run("bitnet"), {"subcommand"});
 }

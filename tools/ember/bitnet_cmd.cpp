@@ -147,6 +147,9 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
   cmd->add_option("--input-bits", a.o.input_bits, "Thermometer bits per input pixel")->capture_default_str();
   cmd->add_option("--position-bits", a.o.position_bits, "Fixed random position-code bits appended to each layer's input")
       ->capture_default_str();
+  cmd->add_option("--blur", a.o.blur_radii,
+                  "Box-blur radii (list): layer 1's pixels also get the thermometer code of each blurred image")
+      ->delimiter(',');
   cmd->add_option("--segments", a.o.segments, "Segments per side of the pooling, 1..4")->capture_default_str();
   cmd->add_option("--kind", a.kind, "Weights: binary or ternary")->capture_default_str();
   cmd->add_option("--epochs", a.o.epochs, "Epochs per layer")->capture_default_str();
@@ -156,6 +159,24 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
   cmd->add_option("--head-updates", a.o.head_updates,
                   "0: head changes follow the conv rule (one per class); N: the N best head changes per step")
       ->capture_default_str();
+  cmd->add_option("--head-refit", a.head_refit,
+                  "Refit the head by exact coordinate descent on frozen features: none, end (after each "
+                  "layer's last epoch) or epoch (before the first and after every epoch)")
+      ->capture_default_str();
+  cmd->add_option("--refit-examples", a.o.refit_examples, "Training images the refits before and between epochs use (0: all); the refit after a layer's last "
+                  "epoch uses all")
+      ->capture_default_str();
+  cmd->add_flag("--freeze-head", a.o.freeze_head,
+               "Conv steps leave the head unchanged; it changes only in refits (with --head-refit epoch)");
+  cmd->add_option("--refit-margin", a.o.refit_margin,
+                  "0: the head refit minimises the squared error; M > 0: the multiclass hinge loss with margin M "
+                  "(for accuracy)")
+      ->capture_default_str();
+  cmd->add_option("--conv-margin", a.o.conv_margin,
+                  "0: conv steps follow the squared-error deltas; M > 0: the exact deltas of the multiclass hinge "
+                  "loss with margin M (use with --freeze-head --head-refit epoch)")
+      ->capture_default_str();
+  cmd->add_option("--refit-rounds", a.o.refit_rounds, "Most rounds of the hinge refit")->capture_default_str();
   cmd->add_option("--threshold", a.o.threshold, "Drop per-example deltas with |delta| <= this")->capture_default_str();
   cmd->add_option("--limit-train", a.o.limit_train, "Use only the first N training images (0: all)")->capture_default_str();
   cmd->add_option("--limit-test", a.o.limit_test, "Use only the first N test images (0: all)")->capture_default_str();
@@ -167,23 +188,29 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
 
 int run_bitnet_train(BitnetTrainArgs a) {
   a.o.kind = parse_kind(a.kind);
+  if (a.head_refit == "none") a.o.head_refit = bitnet::TrainOptions::Refit::none;
+  else if (a.head_refit == "end") a.o.head_refit = bitnet::TrainOptions::Refit::end;
+  else if (a.head_refit == "epoch") a.o.head_refit = bitnet::TrainOptions::Refit::epoch;
+  else throw Error("--head-refit: expected none, end or epoch, found '" + a.head_refit + "'");
   a.o.threads = a.threads;
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   const TrainTest data = load_mnist_dir(dir);
   bool header = !a.json;  // printed with the first epoch, after every option was checked
   bitnet::train(a.o, data, [&](const bitnet::EpochReport& r) {
     if (header)
-      std::printf("%5s %5s %8s %6s %8s %14s %9s %8s\n", "layer", "epoch", "batch", "steps", "changes", "train_loss",
-                  "test_acc", "seconds");
+      std::printf("%5s %5s %8s %6s %8s %14s %8s %14s %9s %8s\n", "layer", "epoch", "batch", "steps", "changes",
+                  "train_loss", "refit", "refit_loss", "test_acc", "seconds");
     header = false;
     if (a.json)
       std::printf("%s\n", nlohmann::json({{"layer", r.layer}, {"epoch", r.epoch}, {"batch", r.batch},
                                           {"steps", r.steps}, {"changes", r.changes}, {"train_loss", r.train_loss},
+                                          {"refit_changes", r.refit_changes}, {"refit_loss", r.refit_loss},
+                                          {"refit_rounds", r.refit_rounds}, {"refit_seconds", r.refit_seconds},
                                           {"test_accuracy", r.test_accuracy}, {"seconds", r.seconds}})
                               .dump().c_str());
     else
-      std::printf("%5d %5d %8d %6d %8d %14.1f %8.2f%% %8.1f\n", r.layer, r.epoch, r.batch, r.steps, r.changes,
-                  r.train_loss, 100 * r.test_accuracy, r.seconds);
+      std::printf("%5d %5d %8d %6d %8d %14.1f %8lld %14.1f %8.2f%% %8.1f\n", r.layer, r.epoch, r.batch, r.steps,
+                  r.changes, r.train_loss, (long long)r.refit_changes, r.refit_loss, 100 * r.test_accuracy, r.seconds);
     std::fflush(stdout);
   });
   return 0;

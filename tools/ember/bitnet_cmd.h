@@ -27,6 +27,7 @@ struct BitnetTrainArgs {
   bitnet::TrainOptions o;
   std::string data;
   std::string kind = "binary";
+  std::string head_refit = "none";
   int threads = 1;
   bool json = false;
 };
