@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "ember/error.h"
 #include "ember/bitnet.h"
+#include "gradcheck.h"
 #include "kernels/bit_kernels.h"
 
 namespace {
@@ -17,12 +18,7 @@ namespace {
 using namespace ember::bitnet;
 using ember::Isa;
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (ember::isa_supported(i)) v.push_back(i);
-  return v;
-}
+using ember::test::isas;
 
 int64_t nonzero(const std::vector<int64_t>& v) {
   int64_t n = 0;

@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "ember/bitnet.h"
 #include "ember/error.h"
+#include "gradcheck.h"
 #include "kernels/bit_kernels.h"
 
 namespace {
@@ -17,12 +18,7 @@ namespace {
 using namespace ember::bitnet;
 using ember::Isa;
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (ember::isa_supported(i)) v.push_back(i);
-  return v;
-}
+using ember::test::isas;
 
 struct Set {
   std::vector<BitImage> imgs;
@@ -46,6 +42,18 @@ int64_t summed_loss(const Layer& L, const Set& d) {
   return t;
 }
 
+// The pooled bits of every example of d under layer L, as columns (the refits' input).
+PooledColumns columns_of(const LayerShape& s, const ember::BitKernels& k, const Layer& L, const Set& d) {
+  DeltaEngine eng(s, k);
+  const size_t row = size_t(s.segments()) * s.head_words();
+  std::vector<uint64_t> rows(d.imgs.size() * row);
+  for (size_t i = 0; i < d.imgs.size(); ++i) {
+    eng.predict(L, d.imgs[i]);
+    std::copy(eng.pooled(), eng.pooled() + row, rows.begin() + i * row);
+  }
+  return pooled_columns(s, rows.data(), int64_t(d.imgs.size()));
+}
+
 void check_refit(const LayerShape& s, uint64_t seed) {
   const Set d = make_set(s, 70, seed);  // 70 examples: two column words' worth of bits
   ember::ThreadPool pool(3);
@@ -55,14 +63,7 @@ void check_refit(const LayerShape& s, uint64_t seed) {
       SCOPED_TRACE(std::string(k.name) + (p ? " 3 threads" : " 1 thread") + " " + kind_name(s.kind));
       Layer L = random_layer(s, seed);
       const Layer before = L;
-      DeltaEngine eng(s, k);
-      const size_t row = size_t(s.segments()) * s.head_words();
-      std::vector<uint64_t> rows(d.imgs.size() * row);
-      for (size_t i = 0; i < d.imgs.size(); ++i) {
-        eng.predict(L, d.imgs[i]);
-        std::copy(eng.pooled(), eng.pooled() + row, rows.begin() + i * row);
-      }
-      const PooledColumns z = pooled_columns(s, rows.data(), int64_t(d.imgs.size()));
+      const PooledColumns z = columns_of(s, k, L, d);
       EXPECT_EQ(z.words % 8, 0);
       const HeadFitReport r = refit_head(L, z, d.labels.data(), k, p);
       EXPECT_EQ(r.loss_before, summed_loss(before, d));
@@ -74,6 +75,7 @@ void check_refit(const LayerShape& s, uint64_t seed) {
       // A local optimum: no single head change lowers the summed loss (the deltas of compute(),
       // which the exact-match tests tie to the oracle).
       std::vector<int64_t> head(size_t(s.head_weights()) * s.alts(), 0);
+      DeltaEngine eng(s, k);
       for (size_t i = 0; i < d.imgs.size(); ++i) {
         ExampleDeltas ex;
         eng.compute(L, d.imgs[i], d.labels[i], &ex);
@@ -123,14 +125,7 @@ void check_hinge(const LayerShape& s, uint64_t seed, int64_t margin) {
       SCOPED_TRACE(std::string(k.name) + (p ? " 2 threads" : " 1 thread") + " " + kind_name(s.kind));
       Layer L = random_layer(s, seed);
       const Layer before = L;
-      DeltaEngine eng(s, k);
-      const size_t row = size_t(s.segments()) * s.head_words();
-      std::vector<uint64_t> rows(d.imgs.size() * row);
-      for (size_t i = 0; i < d.imgs.size(); ++i) {
-        eng.predict(L, d.imgs[i]);
-        std::copy(eng.pooled(), eng.pooled() + row, rows.begin() + i * row);
-      }
-      const PooledColumns z = pooled_columns(s, rows.data(), int64_t(d.imgs.size()));
+      const PooledColumns z = columns_of(s, k, L, d);
       const HeadFitReport r = refit_head_hinge(L, z, d.labels.data(), k, p, margin, 100000);
       EXPECT_EQ(r.loss_before, summed_hinge(before, d, margin));
       EXPECT_EQ(r.loss_after, summed_hinge(L, d, margin));
