@@ -42,18 +42,20 @@ inline void transpose16(__m512* r) {
   }
 }
 
-// dst[PQ2, Kp] = src[K, PQ2]^T in 16 x 16 blocks (rows past K read as 0).
-inline void transpose_to(float* dst, const float* src, int K, int PQ2, int Kp) {
-  for (int k0 = 0; k0 < Kp; k0 += 16)
-    for (int w0 = 0; w0 < PQ2; w0 += 16) {
-      const int cols = PQ2 - w0 < 16 ? PQ2 - w0 : 16;
-      const __mmask16 mc = __mmask16((1u << cols) - 1);
+// dst[j, i] = src[i, j] (row strides ldd, lds) for i < rows_pad and j < cols, in 16 x 16 blocks;
+// source rows rows .. rows_pad-1 read as 0.
+inline void transpose(float* dst, size_t ldd, const float* src, size_t lds, int rows, int rows_pad, int cols) {
+  auto mask = [](int n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); };
+  for (int i0 = 0; i0 < rows_pad; i0 += 16)
+    for (int j0 = 0; j0 < cols; j0 += 16) {
+      const int nj = cols - j0 < 16 ? cols - j0 : 16;
+      const __mmask16 mj = mask(nj), mi = mask(rows_pad - i0);
       __m512 r[16];
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        r[i] = k0 + i < K ? _mm512_maskz_loadu_ps(mc, src + size_t(k0 + i) * PQ2 + w0) : _mm512_setzero_ps();
+      for (int t = 0; t < 16; ++t)
+        r[t] = i0 + t < rows ? _mm512_maskz_loadu_ps(mj, src + size_t(i0 + t) * lds + j0) : _mm512_setzero_ps();
       transpose16(r);
-      for (int t = 0; t < cols; ++t) _mm512_storeu_ps(dst + size_t(w0 + t) * Kp + k0, r[t]);
+      for (int t = 0; t < nj; ++t) _mm512_mask_storeu_ps(dst + size_t(j0 + t) * ldd + i0, mi, r[t]);
     }
 }
 
@@ -259,17 +261,7 @@ void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float*
       if (j0 < Q2) conv_pool_cl_block<1, 1>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
     }
   }
-  // y[K, PQ2] = yT^T, 16 x 16 blocks.
-  for (int w0 = 0; w0 < PQ2; w0 += 16)
-    for (int k0 = 0; k0 < d.K; k0 += 16) {
-      const int rows = PQ2 - w0 < 16 ? PQ2 - w0 : 16, cols = d.K - k0 < 16 ? d.K - k0 : 16;
-      __m512 r[16];
-#pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t) r[t] = t < rows ? _mm512_loadu_ps(yT + size_t(w0 + t) * Kp + k0) : _mm512_setzero_ps();
-      transpose16(r);
-      const __mmask16 mw = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
-      for (int kk = 0; kk < cols; ++kk) _mm512_mask_storeu_ps(y + size_t(k0 + kk) * PQ2 + w0, mw, r[kk]);
-    }
+  transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);  // y[K, PQ2] = yT^T
 }
 
 void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int8_t* code,
@@ -285,7 +277,7 @@ void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int8_t*
   float* e = ws + 2 * size_t(PQ2) * Kp;
   // g[PQ2, Kp] = dy^T: 16 channels of a window in one vector, like the codes [PQ2, K] already
   // are (copied to a row stride of Kp when K is not a multiple of 16).
-  transpose_to(g, dy, d.K, PQ2, Kp);
+  transpose(g, size_t(Kp), dy, size_t(PQ2), d.K, Kp, PQ2);
   if (d.K == Kp) {
     sel = code;
   } else {
