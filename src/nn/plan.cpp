@@ -447,16 +447,12 @@ int Plan::backward_step(int n, double lr) {
   std::atomic<int> next{0};
   const ops::SideWork side{int(m.side_chunks.size()), [](void* f, int c) { (*static_cast<RunChunk*>(f))(c); },
                            &run_chunk, &next};
-  const ops::Exec e = m.exec();
+  const ops::Exec e = m.exec(), es{*m.k, *m.pool, &side};
   for (size_t i = m.layers.size(); i-- > 0;) {
     if (!m.run_backward[i]) continue;
-    if (int(i) != m.side_unit) {
-      m.layers[i]->backward(e, bind(m, i), n);
-      continue;
-    }
-    const ops::Exec es{*m.k, *m.pool, &side};
-    m.layers[i]->backward(es, bind(m, i), n);
-    m.pool->run([&](int) { while (side.take()) {} });  // what the unit's op did not take
+    const bool last = int(i) == m.side_unit;  // the unit whose backward takes the side work
+    m.layers[i]->backward(last ? es : e, bind(m, i), n);
+    if (last) m.pool->run([&](int) { while (side.take()) {} });  // what its op did not take
   }
   for (size_t t = 0; t < m.params.size(); ++t) {  // the last unit's own parameters
     const ParamInfo& p = m.params[t];
