@@ -3,6 +3,7 @@
 // layouts, loaded with conversion from F64, F16 and BF16.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "ember/error.h"
@@ -231,7 +232,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
 
 std::vector<TensorOut> weight_tensors(Plan& plan) {
   if (plan.dtype() != DType::f32) throw Error("save: only f32 plans can be saved");
-  const float* w = static_cast<const float*>(plan.param_data());
+  const float* w = static_cast<const float*>(std::as_const(plan).param_data());
   std::vector<TensorOut> out;
   for (const ParamInfo& p : plan.params())
     out.push_back({p.name, std::vector<int64_t>(p.shape.begin(), p.shape.end()), w + p.offset, p.size});

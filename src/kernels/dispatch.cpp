@@ -19,6 +19,8 @@ void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int8_t* co
 void conv_s1_relu_pool_f32(float* y, int8_t* code, const float* xp, const float* w, const float* b,
                            const ConvS1& d, float* ws);
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q);
+void linear_t1_f32(float* y, const float* x, const float* wt, size_t ldw, const float* b, int C,
+                   int K);
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 size_t count_nonfinite_f32(const float* x, size_t n);
 }  // namespace ref
@@ -74,6 +76,7 @@ Kernels scalar_table() {
   k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
   k.conv_s1_pool_wgrad = ref::conv_pool_wgrad_f32;
   k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
+  k.linear_t1 = ref::linear_t1_f32;
   k.adam = ref::adam_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
   k.fma_loop = ref::fma_loop;
@@ -92,6 +95,7 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.conv_s1_relu_pool = fast.conv_s1_relu_pool;
   k.conv_s1_pool_wgrad = fast.conv_s1_pool_wgrad;
   k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
+  k.linear_t1 = fast.linear_t1;
   k.adam = fast.adam;
   k.count_nonfinite = fast.count_nonfinite;
   k.fma_loop = fast.fma_loop;

@@ -85,6 +85,14 @@ using ConvS1PoolWgradFn = void (*)(float* dw, float* db, const float* dy, const 
                                    const float* xp, const ConvS1& d, float* ws);
 size_t conv_pool_wgrad_scratch(const ConvS1& d);
 
+// A batch-1 Linear forward over the weight stored transposed, wt[C, ldw >= K] (wt[c, k] = the
+// PyTorch-layout w[k, c]), skipping zero inputs: y[k] = acc_k (+ b[k] when b is not null), where
+// acc_k = 0 then, for c ascending with x[c] != 0 (NaN counts as non-zero), acc_k = fma(x[c],
+// wt[c, k], acc_k). Only the rows of wt that non-zero inputs select are read: after ReLU and
+// max-pool most inputs are zero. Every ISA computes the same bits.
+using LinearT1Fn = void (*)(float* y, const float* x, const float* wt, size_t ldw, const float* b,
+                            int C, int K);
+
 // Adam / AdamW over n elements: g' = g + l2 * w; w *= 1 - lr * wd; m = b1 m + (1 - b1) g';
 // v = b2 v + (1 - b2) g'^2; w -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps).
 // Returns how many g[i] are NaN or Inf (read anyway: the check costs no memory traffic).
@@ -115,6 +123,7 @@ struct Kernels {
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   ConvS1ReluPoolFn conv_s1_relu_pool;
   ConvS1PoolWgradFn conv_s1_pool_wgrad;
+  LinearT1Fn linear_t1;
   AdamFn adam;
   CountNonfiniteFn count_nonfinite;
   FmaLoopFn fma_loop;

@@ -27,6 +27,7 @@ struct Bufs {
   const void* dy;  // output gradient
   const void* w;   // parameters (weight, then bias), null when none
   const void* b;
+  const float* wt; // a frozen f32 plan's Linear weight transposed [in, out] (Plan::freeze), or null
   void* dw;
   void* db;
   void* ws;        // shared scratch, workspace_elems() of dt

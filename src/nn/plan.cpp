@@ -47,6 +47,9 @@ struct Plan::Impl {
   std::vector<UpdateChunk> side_chunks;
   int side_unit = -1;
   Profiler* prof = nullptr;
+  // Plan::freeze: per unit, a Linear weight transposed to [in, out] (empty for other units).
+  bool frozen = false;
+  std::vector<std::vector<float>> packed;
   size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
   int state_count = 0;
   int64_t step = 0;
@@ -57,6 +60,12 @@ struct Plan::Impl {
 
 namespace {
 constexpr size_t kNone = SIZE_MAX;
+
+void check_thawed(const Plan::Impl& m, const char* what) {
+  if (m.frozen)
+    throw Error(std::string(what) + ": the plan is frozen for inference (Plan::freeze); thaw() it "
+                "before changing its parameters");
+}
 
 std::vector<int> dims_vec(const nn::Dims& d) {
   return d.flat() ? std::vector<int>{d.c} : std::vector<int>{d.c, d.h, d.w};
@@ -289,12 +298,40 @@ std::vector<BufferInfo> Plan::buffers() const {
 }
 void* Plan::input() { return impl_->at<std::byte>(impl_->act[0]); }
 int32_t* Plan::labels() { return impl_->at<int32_t>(impl_->labels_off); }
-void* Plan::param_data() { return impl_->at<std::byte>(impl_->param_off); }
+void* Plan::param_data() {
+  check_thawed(*impl_, "param_data");
+  return impl_->at<std::byte>(impl_->param_off);
+}
+const void* Plan::param_data() const { return impl_->at<std::byte>(impl_->param_off); }
+
+void Plan::freeze() {
+  Impl& m = *impl_;
+  m.packed.assign(m.layers.size(), {});
+  if (m.esz == 4)
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+      const LayerSpec& s = m.model.layers[m.unit_first[i]];
+      if (s.kind != LayerKind::Linear || m.first_param[i] < 0) continue;
+      const ParamInfo& p = m.params[m.first_param[i]];  // w[K, C]
+      const int K = p.shape[0], C = p.shape[1];
+      const float* w = m.at<float>(m.param_off) + p.offset;
+      std::vector<float>& wt = m.packed[i];
+      wt.resize(p.size);
+      for (int k = 0; k < K; ++k)
+        for (int c = 0; c < C; ++c) wt[size_t(c) * K + k] = w[size_t(k) * C + c];
+    }
+  m.frozen = true;
+}
+void Plan::thaw() {
+  impl_->frozen = false;
+  impl_->packed.clear();
+}
+bool Plan::frozen() const { return impl_->frozen; }
 void* Plan::grad_data() { return impl_->at<std::byte>(impl_->grad_off); }
 const void* Plan::output() const { return impl_->at<std::byte>(impl_->act.back()); }
 
 void Plan::init_params(uint64_t seed) {
   Impl& m = *impl_;
+  check_thawed(m, "init_params");
   for (size_t t = 0; t < m.params.size(); ++t) {
     const ParamInfo& p = m.params[t];
     Pcg32 rng(seed, t + 1);
@@ -353,6 +390,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
       b.db = base + m.grad_off + bi.offset * m.esz;
     }
   }
+  b.wt = m.frozen && !m.packed[i].empty() ? m.packed[i].data() : nullptr;
   b.ws = base + m.ws_off;
   b.idx = m.idx_off[i] != kNone ? reinterpret_cast<int32_t*>(base + m.idx_off[i]) : nullptr;
   return b;
@@ -422,6 +460,7 @@ ops::AdamArgs adam_args(const OptimizerConfig& o, const ParamInfo& p, double lr,
 int Plan::backward_step(int n, double lr) {
   Impl& m = *impl_;
   if (m.esz != 4) throw Error("backward_step: only f32 plans train (f64 plans are for gradient checks)");
+  check_thawed(m, "backward_step");
   const OptimizerConfig& o = m.opt.optimizer;
   const bool adam = o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW;
   if (!adam || m.side_chunks.empty() || m.prof) {  // profiled: each update on its own row
@@ -467,6 +506,7 @@ int Plan::backward_step(int n, double lr) {
 int Plan::optimizer_step(double lr) {
   Impl& m = *impl_;
   if (m.esz != 4) throw Error("optimizer_step: only f32 plans train (f64 plans are for gradient checks)");
+  check_thawed(m, "optimizer_step");
   const OptimizerConfig& o = m.opt.optimizer;
   const ops::Exec e = m.exec();
   ++m.step;

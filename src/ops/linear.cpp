@@ -35,6 +35,23 @@ void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
   }
 }
 
+// One sample, y[K] = x[C] w^T + b, from the weight stored transposed, wt[C, K]: threads take
+// 16-aligned column ranges; each output is one accumulation in a fixed order (bit-identical).
+void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, const float* b, int C,
+                   int K) {
+  const int T = e.pool.size();
+  if (T == 1 || K < 32) {
+    e.k.linear_t1(y, x, wt, size_t(K), b, C, K);
+    return;
+  }
+  e.pool.run([&](int t) {
+    const Range r = split_range_aligned(K, t, T, 16);
+    if (r.end <= r.begin) return;
+    e.k.linear_t1(y + r.begin, x, wt + r.begin, size_t(K), b ? b + r.begin : nullptr, C,
+                  int(r.end - r.begin));
+  });
+}
+
 template void linear_fwd<float>(const Exec&, float*, const float*, const float*, const float*, int, int, int);
 template void linear_fwd<double>(const Exec&, double*, const double*, const double*, const double*, int, int, int);
 template void linear_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, int, int, int);

@@ -39,6 +39,10 @@ struct Exec {
 // Linear: y[N,K] = x[N,C] w[K,C]^T + b[K].
 template <class T>
 void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K);
+// One sample from the transposed weight wt[C,K], reading only the rows of non-zero inputs
+// (kernels.h, LinearT1Fn); threads split K. A frozen plan's batch-1 forward (Plan::freeze).
+void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, const float* b, int C,
+                   int K);
 // dx[N,C] = dy w (skipped when dx is null); dw[K,C] = dy^T x; db[K] = sum_n dy.
 template <class T>
 void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,

@@ -1,7 +1,9 @@
 // The table's non-GEMM kernels (direct stride-1 conv forward and weight gradient, fused ReLU +
-// max-pool and its adjoint, Adam, ReLU) for every ISA the CPU has, against the scalar references
+// max-pool and its adjoint, the batch-1 transposed Linear, Adam, ReLU) for every ISA the CPU has, against the scalar references
 // on awkward sizes: rows shorter and longer than a vector, odd pools, one channel, NaN inputs.
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -214,6 +216,50 @@ TEST(FastKernels, AdamAndRelu) {
       EXPECT_EQ(y, yr);
       EXPECT_EQ(dx, dxr);
     }
+}
+
+// The batch-1 Linear over the transposed weight: bit for bit its reference on every ISA (one fma
+// chain per output, inputs in the same order), within rounding of the dense reference Linear, for
+// dense, mostly zero and all-zero inputs, K across vector edges, ldw > K and no bias; outputs past K
+// untouched; a NaN input reaches every output; a zero input skips even an Inf weight.
+TEST(FastKernels, LinearT1MatchesReferenceBitForBit) {
+  const std::pair<int, int> shapes[] = {{1, 1}, {7, 3}, {37, 16}, {100, 17}, {33, 129}, {16, 200}, {6272, 128}};
+  for (Isa isa : isas())
+    for (auto [C, K] : shapes)
+      for (double zeros : {0.0, 0.77, 1.0}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " C" + std::to_string(C) + " K" + std::to_string(K) +
+                     " zeros " + std::to_string(zeros));
+        const Kernels& k = kernels_for(isa);
+        const size_t ldw = size_t(K) + 5;
+        auto x = rnd(C, 21), wt = rnd(size_t(C) * ldw, 22), b = rnd(K, 23);
+        std::mt19937 g(24);
+        for (auto& v : x)
+          if (std::uniform_real_distribution<double>(0, 1)(g) < zeros) v = 0.f;
+        for (const float* bias : {static_cast<const float*>(b.data()), static_cast<const float*>(nullptr)}) {
+          std::vector<float> y(K + 3, 99.f), yr(K + 3, 99.f);
+          k.linear_t1(y.data(), x.data(), wt.data(), ldw, bias, C, K);
+          ref::linear_t1<float>(yr.data(), x.data(), wt.data(), ldw, bias, C, K);
+          EXPECT_EQ(0, std::memcmp(y.data(), yr.data(), y.size() * sizeof(float)));
+          for (int i = K; i < K + 3; ++i) EXPECT_EQ(y[i], 99.f);
+          // The reference against the dense Linear, w[K, C] = wt^T, in double.
+          std::vector<double> w(size_t(K) * C), xd(x.begin(), x.end()), yd(K), bd(b.begin(), b.end());
+          for (int kk = 0; kk < K; ++kk)
+            for (int c = 0; c < C; ++c) w[size_t(kk) * C + c] = wt[size_t(c) * ldw + kk];
+          ref::linear_fwd<double>(yd.data(), xd.data(), w.data(), bias ? bd.data() : nullptr, 1, C, K);
+          expect_close(std::vector<float>(yr.begin(), yr.begin() + K), std::vector<float>(yd.begin(), yd.end()),
+                       C, "dense");
+        }
+        auto xn = x;
+        xn[C / 2] = NAN;
+        auto wi = wt;
+        for (int c = 0; c < C; ++c)
+          if (x[c] == 0.f) wi[size_t(c) * ldw] = INFINITY;  // column 0, zero inputs only
+        std::vector<float> y(K);
+        k.linear_t1(y.data(), xn.data(), wi.data(), ldw, b.data(), C, K);
+        for (float v : y) EXPECT_TRUE(std::isnan(v));
+        k.linear_t1(y.data(), x.data(), wi.data(), ldw, b.data(), C, K);
+        for (float v : y) EXPECT_TRUE(std::isfinite(v));
+      }
 }
 
 // The non-finite counts of the Adam kernel (fused into the update) and of count_nonfinite agree

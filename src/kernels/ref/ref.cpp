@@ -56,6 +56,10 @@ void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, in
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q) {
   relu_maxpool2_bwd<float>(dx, dy, code, K, P, Q);
 }
+void linear_t1_f32(float* y, const float* x, const float* wt, size_t ldw, const float* b, int C,
+                   int K) {
+  linear_t1<float>(y, x, wt, ldw, b, C, K);
+}
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
   return adam<float>(w, m, v, g, n, a);
 }

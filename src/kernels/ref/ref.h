@@ -442,6 +442,17 @@ void pool_bwd_coded(T* dx, const T* dy, const Code* code, int K, int P, int Q, s
           dx[((size_t)k * P + 2 * i + (c >> 1)) * Q + 2 * j + (c & 1)] = dy[((size_t)k * P2 + i) * Q2 + j];
       }
 }
+// The batch-1 Linear forward over the transposed weight (kernels.h, LinearT1Fn).
+template <class T>
+void linear_t1(T* y, const T* x, const T* wt, size_t ldw, const T* b, int C, int K) {
+  for (int k = 0; k < K; ++k) {
+    T acc = 0;
+    for (int c = 0; c < C; ++c)
+      if (x[c] != 0) acc = std::fma(x[c], wt[size_t(c) * ldw + k], acc);
+    y[k] = b ? acc + b[k] : acc;
+  }
+}
+
 template <class T>
 void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, int Q) {
   pool_bwd_coded<T>(dx, dy, code, K, P, Q, size_t(P / 2) * (Q / 2), 1);

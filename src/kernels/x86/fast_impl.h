@@ -1,7 +1,8 @@
 // Kernel templates over a SIMD traits struct S (simd.h), instantiated once per ISA by
 // fast_avx512.cpp and fast_avx2.cpp with that ISA's flags: direct stride-1 convolution forward
-// and weight gradient, fused ReLU + 2x2 max-pool and its adjoint, Adam. Same contracts as the
-// scalar references in ref/ref.h; lanes run along a row (q) of the output.
+// and weight gradient, fused ReLU + 2x2 max-pool and its adjoint, the batch-1 transposed Linear,
+// Adam. Same contracts as the scalar references in ref/ref.h; lanes run along a row (q) of the
+// output.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -314,6 +315,47 @@ void relu_bwd_simd(float* __restrict dx, const float* __restrict dy, const float
   for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
 }
 
+// LinearT1Fn: lanes along k, JV vectors of outputs at a time. The non-zero inputs of a chunk of
+// CH are listed first (one compare per vector, then one bit each: zero runs cost no branches),
+// then their weight rows are read with the row PD places ahead prefetched (fc1 at batch 1: 58 ->
+// 43 us dense, 13.4 -> 11.2 us at 77 % zeros, on one Zen 5 core).
+template <class S>
+void linear_t1(float* y, const float* x, const float* wt, size_t ldw, const float* b, int C,
+               int K) {
+  using V = typename S::V;
+  constexpr int JV = 8, CH = 256, PD = 4;
+  int live[CH + PD];
+  for (int k0 = 0; k0 < K; k0 += JV * S::W) {
+    typename S::M mk[JV];
+    V acc[JV];
+#pragma GCC unroll 8
+    for (int v = 0; v < JV; ++v) mk[v] = S::mask(K - k0 - v * S::W), acc[v] = S::zero();
+    const int lines = (std::min(K - k0, JV * S::W) * int(sizeof(float)) + 63) / 64;
+    for (int c1 = 0; c1 < C; c1 += CH) {
+      const int ce = std::min(C, c1 + CH);
+      int n = 0;
+      for (int c0 = c1; c0 < ce; c0 += S::W)
+        for (unsigned bits = S::nonzero_bits(S::load(x + c0, S::mask(ce - c0))); bits; bits &= bits - 1)
+          live[n++] = c0 + __builtin_ctz(bits);
+      for (int j = 0; j < PD; ++j) live[n + j] = live[n > 0 ? n - 1 : 0];
+      for (int j = 0; j < n; ++j) {
+        const char* ahead = reinterpret_cast<const char*>(wt + size_t(live[j + PD]) * ldw + k0);
+        for (int l = 0; l < lines; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+        const int c = live[j];
+        const V xv = S::set1(x[c]);
+        const float* w = wt + size_t(c) * ldw + k0;
+#pragma GCC unroll 8
+        for (int v = 0; v < JV; ++v) acc[v] = S::fma(xv, S::load(w + v * S::W, mk[v]), acc[v]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < JV; ++v) {
+      const V out = b ? S::add(acc[v], S::load(b + k0 + v * S::W, mk[v])) : acc[v];
+      S::store(y + k0 + v * S::W, out, mk[v]);
+    }
+  }
+}
+
 template <class S>
 double fma_loop(int64_t iters, float* sink) {
   using V = typename S::V;
@@ -342,6 +384,7 @@ Kernels fast_table() {
   k.relu_maxpool2_bwd = relu_maxpool2_bwd<S>;
   k.conv_s1_relu_pool = conv_s1_relu_pool<S>;
   k.conv_s1_pool_wgrad = conv_pool_wgrad<S>;
+  k.linear_t1 = linear_t1<S>;
   k.adam = adam_simd;
   k.count_nonfinite = count_nonfinite_simd;
   k.fma_loop = fma_loop<S>;

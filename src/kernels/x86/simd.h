@@ -27,6 +27,7 @@ struct Avx512 {
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }
   static C gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static unsigned nonzero_bits(V v) { return _mm512_cmp_ps_mask(v, zero(), _CMP_NEQ_UQ); }  // NaN: set
   static V select(C c, V if_false, V if_true) { return _mm512_mask_blend_ps(c, if_false, if_true); }
   // Even and odd lanes of the 2W floats a:b.
   static void deinterleave(V a, V b, V* even, V* odd) {
@@ -79,6 +80,7 @@ struct Avx2 {
     return _mm_cvtss_f32(s);
   }
   static C gt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static unsigned nonzero_bits(V v) { return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(v, zero(), _CMP_NEQ_UQ))); }
   static V select(C c, V if_false, V if_true) { return _mm256_blendv_ps(if_false, if_true, c); }
   static void deinterleave(V a, V b, V* even, V* odd) {
     // shuffle_ps works per 128-bit lane: [a0 a2 b0 b2 | a4 a6 b4 b6]; permute4x64 restores order.
