@@ -224,9 +224,10 @@ void sgemm_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const floa
   }
   alignas(64) float Ap[MC * KC];  // 128 KiB
   alignas(64) float Bp[KC * NC];  // 256 KiB
-  // With only one or two B micro-panels an A panel is used once or twice: packing it would
-  // cost about as much as the FMAs, so op(A) = A is then read in place.
-  const bool direct_a = !ta && N <= 2 * NR;
+  // With at most four B micro-panels an A panel is used at most four times: packing it (an 8x8
+  // transpose per 64 floats) costs more than it saves, so op(A) = A is then read in place
+  // (fc1's forward, N = 128 on one thread: 166 -> 172 GFLOP/s).
+  const bool direct_a = !ta && N <= 4 * NR;
   const int kc_step = block_step(K, KC, 8);
   const int mc_step = block_step(M, MC, MR);
   // C[ic:, jc:] (+)= op(A)[ic : ic+mc, pc : pc+kc] * packed op(B) block.
