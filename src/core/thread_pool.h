@@ -65,4 +65,38 @@ inline Range split_range_aligned(int64_t n, int part, int parts, int64_t align) 
   return r;
 }
 
+// Items [0, n) in the contiguous per-thread ranges of split_range, each taken exactly once: a
+// thread takes its own items from the front, then, when its range is empty, the others' from
+// their back. Owners thus touch the same samples step after step (their outputs stay in their
+// own caches; one cache line between the two vCPUs here costs ~240 ns one way), while a core
+// that is slower at the moment is still helped. Built per parallel region, on the stack.
+class OwnedRanges {
+ public:
+  static constexpr int kMaxParts = 256;
+  OwnedRanges(int64_t n, int parts) : parts_(parts) {
+    for (int t = 0; t < parts; ++t) {
+      const Range r = split_range(n, t, parts);
+      r_[t].store(uint64_t(r.begin) << 32 | uint64_t(r.end), std::memory_order_relaxed);
+    }
+  }
+  // The next item for thread t, or -1 when none is left anywhere.
+  int64_t next(int t) {
+    for (int i = 0; i < parts_; ++i) {
+      std::atomic<uint64_t>& a = r_[(t + i) % parts_];
+      uint64_t v = a.load(std::memory_order_relaxed);
+      for (;;) {
+        const uint64_t b = v >> 32, e = v & 0xFFFFFFFFu;
+        if (b >= e) break;
+        const uint64_t nv = i == 0 ? (b + 1) << 32 | e : b << 32 | (e - 1);
+        if (a.compare_exchange_weak(v, nv, std::memory_order_relaxed)) return int64_t(i == 0 ? b : e - 1);
+      }
+    }
+    return -1;
+  }
+
+ private:
+  int parts_;
+  std::atomic<uint64_t> r_[kMaxParts];  // (begin << 32) | end, n < 2^32
+};
+
 }  // namespace ember

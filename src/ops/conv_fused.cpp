@@ -70,10 +70,9 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* 
     body(0, s.N, ws);
     return;
   }
-  std::atomic<int64_t> next{0};  // samples are independent: each thread takes the next one
+  OwnedRanges samples(s.N, e.pool.size());  // a thread's own samples first, then the others'
   e.pool.run([&](int t) {
-    for (int64_t n; (n = next.fetch_add(1, std::memory_order_relaxed)) < s.N;)
-      body(n, n + 1, ws + t * per_thread(g));
+    for (int64_t n; (n = samples.next(t)) >= 0;) body(n, n + 1, ws + t * per_thread(g));
   });
 }
 
@@ -140,10 +139,10 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
     side_all();
     return;
   }
-  std::atomic<int> next{0};
+  OwnedRanges chunk(NC, T_);  // the chunks of the samples a thread ran forward, then the others'
   e.pool.run([&](int t) {
     if (t == T_ - 1) side_all();
-    for (int c; (c = next.fetch_add(1, std::memory_order_relaxed)) < NC;) {
+    for (int64_t c; (c = chunk.next(t)) >= 0;) {
       const Range r = split_range(s.N, c, NC);
       body(t, c, r.begin, r.end);
     }

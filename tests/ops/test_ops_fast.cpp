@@ -1,7 +1,12 @@
 // Every fast path against its scalar reference: the f32 ops (threaded, through each kernel table
 // the CPU supports) versus the reference kernels in double, on awkward sizes (batch 1, fewer
-// samples than threads, odd channels, groups, stride > kernel, padding >= kernel).
+// samples than threads, odd channels, groups, stride > kernel, padding >= kernel), and the
+// owner-first work split the fused conv uses.
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gradcheck.h"
 #include "ops/ops.h"
@@ -140,6 +145,36 @@ TEST(FastVsRef, ConvBackwardIsDeterministicForAThreadCount) {
   ops::conv2d_bwd<float>(e, nullptr, dw2.data(), db2.data(), g.data(), x.data(), w.data(), s, ws.data());
   EXPECT_EQ(dw1, dw2);
   EXPECT_EQ(db1, db2);
+}
+
+// OwnedRanges hands out every item exactly once, whatever the race: threads that take their own
+// items, threads that arrive late and steal, more threads than items, one item, none.
+TEST(OwnedRanges, EveryItemExactlyOnce) {
+  for (int threads : {1, 2, 3, 5})
+    for (int64_t n : {0, 1, 2, 7, 64, 1001}) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + " n " + std::to_string(n));
+      ThreadPool pool(threads);
+      for (int rep = 0; rep < 20; ++rep) {
+        OwnedRanges items(n, threads);
+        std::vector<std::atomic<int>> taken(size_t(n) + 1);
+        std::vector<int64_t> own(threads, 0);
+        pool.run([&](int t) {
+          if (t == 0 && rep % 2) std::this_thread::sleep_for(std::chrono::microseconds(200));  // late
+          for (int64_t i; (i = items.next(t)) >= 0;) {
+            ASSERT_LT(i, n);
+            taken[size_t(i)].fetch_add(1);
+            const Range r = split_range(n, t, threads);
+            own[t] += i >= r.begin && i < r.end;
+          }
+        });
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(taken[size_t(i)].load(), 1) << i;
+        }
+        if (rep % 2 == 0 && threads == 1) {
+          EXPECT_EQ(own[0], n);
+        }
+      }
+    }
 }
 
 }  // namespace
