@@ -126,6 +126,7 @@ class Linear final : public Layer {
   int fan_in() const override { return in_.c; }
   int fan_out() const override { return spec_.out; }
   double flops_per_sample() const override { return 2.0 * in_.c * spec_.out; }
+  size_t workspace_elems(int batch, int) const override { return ops::linear_fwd_workspace(batch, spec_.out); }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     if (b.wt && n == 1 && b.dt == DType::f32) {  // frozen: read only the rows non-zero inputs select
       ops::linear_fwd_t1(e, p<float>(b.y), p<float>(b.x), b.wt, p<float>(b.b), in_.c, spec_.out);
@@ -133,7 +134,7 @@ class Linear final : public Layer {
     }
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::linear_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), n, in_.c, spec_.out);
+      ops::linear_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), n, in_.c, spec_.out, p<T>(b.ws));
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {

@@ -7,12 +7,24 @@
 
 namespace ember::ops {
 
-// y[N,K] = x[N,C] w[K,C]^T + b[K]
+size_t linear_fwd_workspace(int N, int K) { return N <= 128 && N < K ? size_t(N) * K : 0; }
+
+// y[N,K] = x[N,C] w[K,C]^T + b[K]. Both operands have C contiguous, so the GEMM packs (transposes)
+// one of them: with a batch smaller than K (and at most 128 rows, where the GEMM reads op(A) in
+// place) it computes y^T = w x^T into ws and transposes that, packing x rather than the larger w
+// (fc1 at batch 64, one thread: 567 -> 525 us warm, 660 -> 582 us cold). Not with threads: the
+// split of w's rows then has every thread pack all of x (fc1 forward 0.35 -> 0.41 ms at 2).
 template <class T>
-void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K) {
+void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K, T* ws) {
   if constexpr (std::is_same_v<T, double>) {
     ref::linear_fwd<T>(y, x, w, b, N, C, K);
   } else {
+    if (ws && e.pool.size() == 1 && linear_fwd_workspace(N, K)) {
+      parallel_sgemm(e, false, true, K, N, C, 1.f, w, C, x, C, 0.f, ws, N);  // ws[K, N] = y^T
+      for (int n = 0; n < N; ++n)
+        for (int k = 0; k < K; ++k) y[size_t(n) * K + k] = ws[size_t(k) * N + n] + (b ? b[k] : 0.f);
+      return;
+    }
     parallel_sgemm(e, false, true, N, K, C, 1.f, x, C, w, C, 0.f, y, K);
     if (b) e.k.bias_rows(y, b, N, K);
   }
@@ -52,8 +64,8 @@ void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, con
   });
 }
 
-template void linear_fwd<float>(const Exec&, float*, const float*, const float*, const float*, int, int, int);
-template void linear_fwd<double>(const Exec&, double*, const double*, const double*, const double*, int, int, int);
+template void linear_fwd<float>(const Exec&, float*, const float*, const float*, const float*, int, int, int, float*);
+template void linear_fwd<double>(const Exec&, double*, const double*, const double*, const double*, int, int, int, double*);
 template void linear_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, int, int, int);
 template void linear_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, int, int, int);
 

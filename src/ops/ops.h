@@ -36,9 +36,12 @@ struct Exec {
   const SideWork* side = nullptr;  // optional; ops that can overlap it take chunks of it
 };
 
-// Linear: y[N,K] = x[N,C] w[K,C]^T + b[K].
+// Linear: y[N,K] = x[N,C] w[K,C]^T + b[K]. ws (may be null: then not used): at least
+// linear_fwd_workspace(N, K) elements, which lets a small batch run as y^T = w x^T.
+size_t linear_fwd_workspace(int N, int K);
 template <class T>
-void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K);
+void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K,
+                T* ws = nullptr);
 // One sample from the transposed weight wt[C,K], reading only the rows of non-zero inputs
 // (kernels.h, LinearT1Fn); threads split K. A frozen plan's batch-1 forward (Plan::freeze).
 void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, const float* b, int C,
