@@ -1,10 +1,13 @@
-// One persistent pool of worker threads. run(fn) calls fn(tid) for every tid in [0, size())
-// at once, the caller being tid 0, and returns when all are done. No allocation per run:
-// the job is passed as a non-owning function reference.
+// One persistent pool of worker threads. run(fn) calls fn(part) once for every part in
+// [0, size()) and returns when all are done. Thread t runs part t when it arrives in time; a part
+// nobody has started is run by whichever thread is free, so a worker whose vCPU the hypervisor
+// has descheduled does not hold up the region: the caller runs its part. Parts therefore must not
+// wait for each other. No allocation per run: the job is a non-owning function reference.
 #pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -36,12 +39,16 @@ class ThreadPool {
   };
   void run_impl(JobRef job);
   void worker(int tid);
+  // Claims a part of region `gen` for thread t (its own first, then any), or returns -1.
+  int claim(uint64_t gen, int t);
+  void run_parts(uint64_t gen, int t, JobRef job);
 
   int size_;
   std::vector<std::thread> workers_;
   JobRef job_{nullptr, nullptr};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> claimed_;  // per part: the last region that claimed it
+  std::atomic<int> done_{0};                          // parts finished in the current region
   std::atomic<bool> stop_{false};
   Profiler* prof_ = nullptr;
 };

@@ -1,7 +1,7 @@
 // Every fast path against its scalar reference: the f32 ops (threaded, through each kernel table
 // the CPU supports) versus the reference kernels in double, on awkward sizes (batch 1, fewer
 // samples than threads, odd channels, groups, stride > kernel, padding >= kernel), and the
-// owner-first work split the fused conv uses.
+// owner-first work split the fused conv uses, and the pool's exactly-once parts.
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -180,6 +180,27 @@ TEST(OwnedRanges, EveryItemExactlyOnce) {
         }
       }
     }
+}
+
+// The pool runs every part of every region exactly once, whoever runs it: parts of uneven length
+// (so a thread that finishes first takes the parts nobody has started), back-to-back regions
+// (so a worker that wakes late must not touch the next region's job), 1 to 4 threads.
+TEST(ThreadPool, EveryPartOnceWhoeverRunsIt) {
+  for (int threads : {1, 2, 3, 4}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> runs(size_t(threads) * 2000);
+    for (int region = 0; region < 2000; ++region)
+      pool.run([&](int part) {
+        ASSERT_GE(part, 0);
+        ASSERT_LT(part, threads);
+        if ((region + part) % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        runs[size_t(region) * threads + part].fetch_add(1);
+      });
+    for (size_t i = 0; i < runs.size(); ++i) {
+      ASSERT_EQ(runs[i].load(), 1) << "region " << i / threads << " part " << i % threads;
+    }
+  }
 }
 
 }  // namespace
