@@ -259,6 +259,11 @@ def main():
         import torch  # noqa: F401  (checked here so the message is clear)
     except ImportError:
         sys.exit("compare_pytorch: PyTorch is missing: sudo apt-get install python3-torch libopenblas0-openmp")
+    if not os.path.exists(os.path.join(OPENBLAS_DIR, "libopenblas.so.0")):
+        # Without it torch falls back to the reference BLAS (libblas3), 20-30x slower: the ratio
+        # would mean nothing, so refuse rather than print it.
+        sys.exit(f"compare_pytorch: {OPENBLAS_DIR}/libopenblas.so.0: no such file; PyTorch would run on "
+                 "the reference BLAS. Install it: sudo apt-get install libopenblas0-openmp")
     if not os.path.exists(a.ember):
         sys.exit(f"compare_pytorch: {a.ember}: no such file (build ember first: scripts/setup.sh)")
     hw = os.cpu_count() or 1
