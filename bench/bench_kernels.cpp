@@ -1,7 +1,7 @@
 // Single-thread throughput of the table's non-GEMM kernels per ISA, on mnist-cnn's shapes:
 // direct conv forward and weight gradient (GFLOP/s), fused ReLU + max-pool and its adjoint,
-// ReLU, Adam, im2col (GB/s of bytes read + written), the FMA loop (the peak), and the bitnet bit
-// convolution (bit-MACs/s).
+// ReLU, Adam, im2col (GB/s of bytes read + written), the FMA loop (the peak), the sparse-input
+// Linear against the dense GEMM, and the bitnet bit convolution (bit-MACs/s).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -150,6 +150,44 @@ void linear_t1(benchmark::State& st, Isa isa, double zeros) {
 }
 void linear_t1_dense(benchmark::State& st, Isa isa) { linear_t1(st, isa, 0.0); }
 void linear_t1_sparse(benchmark::State& st, Isa isa) { linear_t1(st, isa, 0.77); }
+// mnist-cnn's fc1 at batch 64 (x[64, 6272], w[128, 6272]) on one thread: the sparse-input kernels
+// (forward with its transposed weight copy, weight gradient, input gradient) at a share of
+// non-zero inputs, against the dense GEMM of the same product. Counters: GFLOP/s counted dense
+// (2 N C K per call, the dense GEMM's work: comparable across rows) and of the useful work
+// (2 K per non-zero input).
+enum class SpOp { fwd, wgrad, dgrad };
+void linear_sp(benchmark::State& st, Isa isa, SpOp op, double density) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  const int N = 64, C = 6272, K = 128;
+  auto x = rnd(size_t(N) * C), w = rnd(size_t(K) * C), dy = rnd(size_t(N) * K);
+  std::mt19937 g(5);
+  size_t live = 0;
+  for (auto& v : x) {
+    if (std::uniform_real_distribution<double>(0, 1)(g) >= density) v = 0.f;
+    live += v != 0.f;
+  }
+  std::vector<float> y(size_t(N) * K), wt(size_t(C) * K), dw(size_t(K) * C), dx(size_t(N) * C);
+  const bool dense = density >= 1.0;
+  k.linear_sp_fwd(y.data(), wt.data(), x.data(), C, w.data(), C, N, K, 0, C);
+  for (auto _ : st) {
+    if (op == SpOp::fwd) {
+      if (dense) k.sgemm(false, true, N, K, C, 1.f, x.data(), C, w.data(), C, 0.f, y.data(), K);
+      else k.linear_sp_fwd(y.data(), wt.data(), x.data(), C, w.data(), C, N, K, 0, C);
+    } else if (op == SpOp::wgrad) {
+      if (dense) k.sgemm(true, false, K, C, N, 1.f, dy.data(), K, x.data(), C, 0.f, dw.data(), C);
+      else k.linear_sp_wgrad(dw.data(), C, dy.data(), x.data(), C, N, K, 0, C);
+    } else {
+      if (dense) k.sgemm(false, false, N, C, K, 1.f, dy.data(), K, w.data(), C, 0.f, dx.data(), C);
+      else k.linear_sp_dgrad(dx.data(), dy.data(), x.data(), C, wt.data(), N, K, 0, C);
+    }
+    benchmark::ClobberMemory();
+  }
+  const double it = double(st.iterations());
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * N * C * K * 1e-9 * it, benchmark::Counter::kIsRate);
+  st.counters["useful"] = benchmark::Counter(2.0 * live * K * 1e-9 * it, benchmark::Counter::kIsRate);
+}
+
 void im2col(benchmark::State& st, Isa isa) {
   if (skip(st, isa)) return;
   const auto& k = ember::kernels_for(isa);
@@ -202,6 +240,14 @@ void register_all() {
     for (const auto& [name, fn] : all)
       benchmark::RegisterBenchmark((std::string(name) + "/" + ember::isa_name(isa)).c_str(), fn, isa)
           ->Unit(benchmark::kMicrosecond);
+  const std::pair<const char*, SpOp> sp[] = {{"fwd", SpOp::fwd}, {"wgrad", SpOp::wgrad}, {"dgrad", SpOp::dgrad}};
+  for (Isa isa : {Isa::avx2, Isa::avx512})
+    for (const auto& [name, op] : sp)
+      for (int pct : {0, 20, 30, 40, 50, 60, 70, 100})  // 0: the fixed costs; 100: the dense GEMM
+        benchmark::RegisterBenchmark(("linear_sp_" + std::string(name) + "/" + ember::isa_name(isa) + "/d" +
+                                      std::to_string(pct)).c_str(),
+                                     linear_sp, isa, op, pct / 100.0)
+            ->Unit(benchmark::kMicrosecond);
   for (Isa isa : {Isa::avx2, Isa::avx512})
     benchmark::RegisterBenchmark((std::string("bit_conv/") + ember::isa_name(isa)).c_str(), bit_conv, isa)
         ->Unit(benchmark::kMillisecond);

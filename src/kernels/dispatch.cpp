@@ -21,6 +21,13 @@ void conv_s1_relu_pool_f32(float* y, int8_t* code, const float* xp, const float*
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q);
 void linear_t1_f32(float* y, const float* x, const float* wt, size_t ldw, const float* b, int C,
                    int K);
+void linear_sp_fwd_f32(float* y, float* wt, const float* x, size_t ldx, const float* w, size_t ldw,
+                       int N, int K, int c0, int c1);
+void linear_sp_wgrad_f32(float* dw, size_t ldw, const float* dy, const float* x, size_t ldx, int N,
+                         int K, int c0, int c1);
+void linear_sp_dgrad_f32(float* dx, const float* dy, const float* x, size_t ldx, const float* wt,
+                         int N, int K, int c0, int c1);
+size_t count_nonzero_f32(const float* x, size_t ldx, int N, int c0, int c1);
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 size_t count_nonfinite_f32(const float* x, size_t n);
 }  // namespace ref
@@ -77,6 +84,12 @@ Kernels scalar_table() {
   k.conv_s1_pool_wgrad = ref::conv_pool_wgrad_f32;
   k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
   k.linear_t1 = ref::linear_t1_f32;
+  k.linear_sp_fwd = ref::linear_sp_fwd_f32;
+  k.linear_sp_wgrad = ref::linear_sp_wgrad_f32;
+  k.linear_sp_dgrad = ref::linear_sp_dgrad_f32;
+  k.count_nonzero = ref::count_nonzero_f32;
+  k.linear_sp_max_density = 0.5f;  // the references: their density rule keeps the ops' sparse
+  k.linear_sp_dgrad_max_density = 0.5f;  // path exercised by the scalar test runs
   k.adam = ref::adam_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
   k.fma_loop = ref::fma_loop;
@@ -96,6 +109,12 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.conv_s1_pool_wgrad = fast.conv_s1_pool_wgrad;
   k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
   k.linear_t1 = fast.linear_t1;
+  k.linear_sp_fwd = fast.linear_sp_fwd;
+  k.linear_sp_wgrad = fast.linear_sp_wgrad;
+  k.linear_sp_dgrad = fast.linear_sp_dgrad;
+  k.count_nonzero = fast.count_nonzero;
+  k.linear_sp_max_density = fast.linear_sp_max_density;
+  k.linear_sp_dgrad_max_density = fast.linear_sp_dgrad_max_density;
   k.adam = fast.adam;
   k.count_nonfinite = fast.count_nonfinite;
   k.fma_loop = fast.fma_loop;

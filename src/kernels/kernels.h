@@ -93,6 +93,27 @@ size_t conv_pool_wgrad_scratch(const ConvS1& d);
 using LinearT1Fn = void (*)(float* y, const float* x, const float* wt, size_t ldw, const float* b,
                             int C, int K);
 
+// Sparse-input Linear, one column range [c0, c1) of the input x[N, ldx] (ReLU and max-pool outputs
+// are mostly zero: each kernel does work only for the non-zero x[n, c]; NaN counts as non-zero).
+// Weights in PyTorch's layout w[K, ldw]. Each sum is an fma chain started at 0 in the order given,
+// so the forward and the weight gradient are the same bits on every ISA.
+// Forward: y[n, k] = sum over c ascending with x[n, c] != 0 of x[n, c] * w[k, c] (y[N, K],
+// overwritten), and wt[c - c0, k] = w[k, c] (wt[c1 - c0, K]: the transposed range, kept for the
+// input gradient). An input that is exactly 0 contributes nothing, even against an Inf weight.
+using LinearSpFwdFn = void (*)(float* y, float* wt, const float* x, size_t ldx, const float* w,
+                               size_t ldw, int N, int K, int c0, int c1);
+// Weight gradient: dw[k, c] = sum over n ascending with x[n, c] != 0 of x[n, c] * dy[n, k], for
+// c in [c0, c1) and every k (dw[K, ldw], dy[N, K]; columns with no non-zero input get 0).
+using LinearSpWgradFn = void (*)(float* dw, size_t ldw, const float* dy, const float* x,
+                                 size_t ldx, int N, int K, int c0, int c1);
+// Input gradient where the input is non-zero: dx[n, c] = sum_k dy[n, k] * wt[c - c0, k] when
+// x[n, c] != 0, else 0 (dx has x's layout [N, ldx]). For a layer whose input gradient is unused
+// wherever its input is 0 (after ReLU). Summation order is the kernel's (not bit-exact).
+using LinearSpDgradFn = void (*)(float* dx, const float* dy, const float* x, size_t ldx,
+                                 const float* wt, int N, int K, int c0, int c1);
+// How many x[n, c] != 0 for n < N and c in [c0, c1) (NaN counts).
+using CountNonzeroFn = size_t (*)(const float* x, size_t ldx, int N, int c0, int c1);
+
 // Adam / AdamW over n elements: g' = g + l2 * w; w *= 1 - lr * wd; m = b1 m + (1 - b1) g';
 // v = b2 v + (1 - b2) g'^2; w -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps).
 // Returns how many g[i] are NaN or Inf (read anyway: the check costs no memory traffic).
@@ -124,6 +145,15 @@ struct Kernels {
   ConvS1ReluPoolFn conv_s1_relu_pool;
   ConvS1PoolWgradFn conv_s1_pool_wgrad;
   LinearT1Fn linear_t1;
+  LinearSpFwdFn linear_sp_fwd;
+  LinearSpWgradFn linear_sp_wgrad;
+  LinearSpDgradFn linear_sp_dgrad;
+  CountNonzeroFn count_nonzero;
+  // The largest share of non-zero inputs at which a column range runs the sparse forward and
+  // weight gradient rather than the dense GEMM, and the sparse input gradient (measured per ISA:
+  // bench_kernels' linear_sp rows against the GEMM; 0: never).
+  float linear_sp_max_density;
+  float linear_sp_dgrad_max_density;
   AdamFn adam;
   CountNonfiniteFn count_nonfinite;
   FmaLoopFn fma_loop;

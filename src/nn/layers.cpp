@@ -127,9 +127,17 @@ class Linear final : public Layer {
   int fan_out() const override { return spec_.out; }
   double flops_per_sample() const override { return 2.0 * in_.c * spec_.out; }
   size_t workspace_elems(int batch, int) const override { return ops::linear_fwd_workspace(batch, spec_.out); }
+  size_t saved_bytes(int batch, int threads, DType dt) const override {
+    return dt == DType::f32 ? ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads) : 0;
+  }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     if (b.wt && n == 1 && b.dt == DType::f32) {  // frozen: read only the rows non-zero inputs select
       ops::linear_fwd_t1(e, p<float>(b.y), p<float>(b.x), b.wt, p<float>(b.b), in_.c, spec_.out);
+      return;
+    }
+    if (b.saved) {  // f32, large enough: sparse where the input is mostly zero
+      ops::linear_fwd_sp(e, p<float>(b.y), b.saved, p<float>(b.x), p<float>(b.w), p<float>(b.b), n,
+                         in_.c, spec_.out, p<float>(b.ws));
       return;
     }
     dispatch(b.dt, [&](auto tag) {
@@ -138,6 +146,11 @@ class Linear final : public Layer {
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (b.saved) {
+      ops::linear_bwd_sp(e, p<float>(b.dx), p<float>(b.dw), p<float>(b.db), p<float>(b.dy),
+                         p<float>(b.x), p<float>(b.w), b.saved, b.dx_unused_at_zero, n, in_.c, spec_.out);
+      return;
+    }
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       ops::linear_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
@@ -164,6 +177,8 @@ class Pool2d final : public Layer {
             spec_.stride_h, spec_.stride_w, spec_.pad_h, spec_.pad_w};
   }
   size_t index_elems(int batch) const override { return max_ ? size_t(batch) * out_.size() : 0; }
+  // A max of 0 routes its gradient to an input that is 0 (padding never wins).
+  bool grad_unused_at_zero_output(bool in) const override { return max_ && in; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -193,6 +208,7 @@ class Flatten final : public Layer {
     return out_;
   }
   bool aliases_input() const override { return true; }
+  bool grad_unused_at_zero_output(bool in) const override { return in; }
   void forward(const ops::Exec&, const Bufs&, int) override {}
   void backward(const ops::Exec&, const Bufs&, int) override {}
 };
@@ -201,6 +217,7 @@ class Activation final : public Layer {
  public:
   Activation(const LayerSpec& s, ops::Act a) : Layer(s), act_(a) {}
   Dims infer(const Dims& in) override { return in_ = out_ = in; }
+  bool grad_unused_at_zero_output(bool) const override { return act_ == ops::Act::ReLU; }  // y == 0: dx = 0
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -231,6 +248,7 @@ class ConvReluPool final : public Layer {
     return out_;
   }
   std::vector<std::vector<int>> param_shapes() const override { return conv_.param_shapes(); }
+  bool grad_unused_at_zero_output(bool) const override { return true; }  // code -1: no gradient
   int fan_in() const override { return conv_.fan_in(); }
   int fan_out() const override { return conv_.fan_out(); }
   size_t workspace_elems(int batch, int threads) const override {

@@ -32,6 +32,8 @@ struct Bufs {
   void* db;
   void* ws;        // shared scratch, workspace_elems() of dt
   int32_t* idx;    // saved indices (max-pool argmax), index_elems()
+  void* saved;     // the layer's own state from forward to backward, saved_bytes(), or null
+  bool dx_unused_at_zero;  // the layer before ignores dx wherever x == 0 (a ReLU's output)
 };
 
 class Layer {
@@ -48,6 +50,11 @@ class Layer {
   virtual int fan_out() const { return 0; }
   virtual size_t workspace_elems(int batch, int threads) const { return 0; }
   virtual size_t index_elems(int batch) const { return 0; }
+  // Bytes the layer keeps from forward to backward in its own arena buffer (Bufs::saved).
+  virtual size_t saved_bytes(int batch, int threads, DType dt) const { return 0; }
+  // Whether, wherever this layer's output is 0, the gradient reaching its output is not used:
+  // true for ReLU; `in`: the same for this layer's input (a Flatten or max-pool passes it on).
+  virtual bool grad_unused_at_zero_output(bool in) const { return false; }
   virtual bool aliases_input() const { return false; }  // output is the input (Flatten)
   virtual double flops_per_sample() const { return 0; }
 

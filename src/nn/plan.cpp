@@ -33,6 +33,9 @@ struct Plan::Impl {
   std::vector<size_t> act, grad;                 // per boundary, arena offsets (grad: SIZE_MAX = none)
   std::vector<int> first_param;                  // per layer, index into params or -1
   std::vector<size_t> idx_off;                   // per layer, saved indices offset
+  std::vector<size_t> saved_off;                 // per layer, its forward-to-backward state
+  std::vector<bool> unused_at_zero;              // per boundary i: unit i's input gradient is
+                                                 // unused wherever that input is 0
   std::vector<bool> run_backward;
   std::vector<ParamInfo> params;
   std::vector<LayerInfo> infos;
@@ -188,9 +191,13 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     else m.grad[i] = a.reserve(size_t(N) * m.dims[i].size() * m.esz);
   }
   m.idx_off.assign(L, kNone);
+  m.saved_off.assign(L, kNone);
+  m.unused_at_zero.assign(L + 1, false);
   size_t ws = 0;
   for (size_t i = 0; i < L; ++i) {
+    m.unused_at_zero[i + 1] = m.layers[i]->grad_unused_at_zero_output(m.unused_at_zero[i]);
     if (size_t n = m.layers[i]->index_elems(N)) m.idx_off[i] = a.reserve(n * sizeof(int32_t));
+    if (size_t n = m.layers[i]->saved_bytes(N, opt.threads, opt.dtype)) m.saved_off[i] = a.reserve(n);
     ws = std::max(ws, m.layers[i]->workspace_elems(N, opt.threads));
   }
   m.ws_off = a.reserve(ws * m.esz);
@@ -287,9 +294,12 @@ std::vector<BufferInfo> Plan::buffers() const {
     if (m.grad[i] != kNone && (i == L || m.grad[i] != m.grad[i + 1]))
       out.push_back({"activation gradient " + std::to_string(i) + of, N * m.dims[i].size() * m.esz});
   }
-  for (size_t i = 0; i < L; ++i)
+  for (size_t i = 0; i < L; ++i) {
     if (size_t n = m.layers[i]->index_elems(int(N)))
       out.push_back({"saved indices of " + m.units[i].name, n * sizeof(int32_t)});
+    if (size_t n = m.layers[i]->saved_bytes(int(N), m.opt.threads, m.opt.dtype))
+      out.push_back({"sparse-input state of " + m.units[i].name, n});
+  }
   size_t ws = 0;
   for (size_t i = 0; i < L; ++i) ws = std::max(ws, m.layers[i]->workspace_elems(int(N), m.opt.threads));
   out.push_back({"shared scratch", ws * m.esz});
@@ -393,6 +403,8 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   b.wt = m.frozen && !m.packed[i].empty() ? m.packed[i].data() : nullptr;
   b.ws = base + m.ws_off;
   b.idx = m.idx_off[i] != kNone ? reinterpret_cast<int32_t*>(base + m.idx_off[i]) : nullptr;
+  b.saved = m.saved_off[i] != kNone ? base + m.saved_off[i] : nullptr;
+  b.dx_unused_at_zero = m.unused_at_zero[i];
   return b;
 }
 }  // namespace

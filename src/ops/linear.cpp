@@ -39,11 +39,7 @@ void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
   } else {
     parallel_sgemm(e, true, false, K, C, N, 1.f, dy, K, x, C, 0.f, dw, C);
     if (dx) parallel_sgemm(e, false, false, N, C, K, 1.f, dy, K, w, C, 0.f, dx, C);
-    if (db) {
-      for (int k = 0; k < K; ++k) db[k] = 0;
-      for (int n = 0; n < N; ++n)
-        for (int k = 0; k < K; ++k) db[k] += dy[(size_t)n * K + k];
-    }
+    if (db) bias_grad(db, dy, N, K);
   }
 }
 

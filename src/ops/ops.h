@@ -46,6 +46,33 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
 // (kernels.h, LinearT1Fn); threads split K. A frozen plan's batch-1 forward (Plan::freeze).
 void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, const float* b, int C,
                    int K);
+// Sparse-input Linear (f32): x's columns in fixed chunks (linear_sp_layout); the forward counts
+// each chunk's non-zero inputs and runs the sparse kernels (kernels.h, LinearSp*Fn) on a chunk
+// whose share is at most the table's threshold, the dense GEMM on the others, or the dense path
+// above when no chunk is sparse. `saved` (linear_sp_saved_bytes) keeps, from forward to
+// backward, the sparse chunks' transposed weights, the chunks' partial outputs and decisions.
+// dx_unused_at_zero: the layer before ignores dx where x == 0 (after a ReLU), so the sparse input
+// gradient may write 0 there. Bit-identical for a given thread count (fixed chunks, partial
+// outputs summed in chunk order).
+struct LinearSpLayout {
+  int chunks = 0, width = 0;       // column chunks of `width` (the last one shorter)
+  size_t wt = 0, parts = 0, flags = 0, bytes = 0;  // byte offsets into `saved`, and its size
+};
+LinearSpLayout linear_sp_layout(int N, int C, int K, int threads);
+// Bytes of `saved` for a Linear that may run sparse, or 0 when it never does (small layers).
+size_t linear_sp_saved_bytes(int N, int C, int K, int threads);
+void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const float* w,
+                   const float* b, int N, int C, int K, float* ws);
+void linear_bwd_sp(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x,
+                   const float* w, const void* saved, bool dx_unused_at_zero, int N, int C, int K);
+
+// db[K] = sum over n of dy[N, K], rows in order.
+template <class T>
+void bias_grad(T* db, const T* dy, int N, int K) {
+  for (int k = 0; k < K; ++k) db[k] = 0;
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) db[k] += dy[size_t(n) * K + k];
+}
 // dx[N,C] = dy w (skipped when dx is null); dw[K,C] = dy^T x; db[K] = sum_n dy.
 template <class T>
 void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,

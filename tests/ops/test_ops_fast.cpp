@@ -3,6 +3,8 @@
 // samples than threads, odd channels, groups, stride > kernel, padding >= kernel), and the
 // owner-first work split the fused conv uses, and the pool's exactly-once parts.
 #include <atomic>
+#include <cstdint>
+#include <random>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -93,6 +95,80 @@ TEST(FastVsRef, Linear) {
         EXPECT_LT(max_rel_diff(dw, dwr), kTol * std::sqrt(double(N)));
         EXPECT_LT(max_rel_diff(db, dbr), kTol * std::sqrt(double(N)));
       }
+}
+
+// The sparse-input Linear (ops::linear_fwd_sp / linear_bwd_sp) against the dense reference in
+// double: inputs whose share of zeros puts every chunk on the sparse path, some chunks on it (zero
+// columns in some chunks only: mixed), or none; with the input gradient masked at zero inputs
+// (after a ReLU) or needed everywhere; 1-3 threads; a batch below the compiled one. And the same
+// bits on a second run (the chunk decisions and partial sums are fixed for a thread count).
+TEST(FastVsRef, LinearSparseInput) {
+  const int sizes[][3] = {{64, 6272, 128}, {9, 700, 40}, {64, 784, 128}, {5, 130, 129}};
+  for (Isa isa : isas())
+    for (int threads : {1, 2, 3})
+      for (const auto& sz : sizes)
+        for (const char* kind : {"sparse", "mixed", "dense"})
+          for (bool masked : {true, false}) {
+            const int N = sz[0], C = sz[1], K = sz[2], n = N > 5 ? N - 2 : N;
+            if (isa == Isa::scalar && C > 1000) continue;  // the references alone: slow and covered below
+            SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " N" +
+                         std::to_string(N) + " C" + std::to_string(C) + " K" + std::to_string(K) + " " +
+                         kind + (masked ? " masked" : ""));
+            ThreadPool pool(threads);
+            const ops::Exec e{kernels_for(isa), pool};
+            const size_t bytes = ops::linear_sp_saved_bytes(N, C, K, threads);
+            ASSERT_GT(bytes, 0u);
+            auto x = to_float(randn(size_t(N) * C, 5)), w = to_float(randn(size_t(K) * C, 6)),
+                 b = to_float(randn(K, 7)), g = to_float(randn(size_t(N) * K, 8));
+            const ops::LinearSpLayout l = ops::linear_sp_layout(N, C, K, threads);
+            std::mt19937 rng(9);
+            for (int r = 0; r < N; ++r)
+              for (int c = 0; c < C; ++c) {
+                const int chunk = c / l.width;
+                const double zeros = std::string(kind) == "sparse" ? 0.8
+                                     : std::string(kind) == "mixed" ? (chunk % 2 ? 0.9 : 0.0) : 0.0;
+                if (std::uniform_real_distribution<double>(0, 1)(rng) < zeros) x[size_t(r) * C + c] = 0.f;
+              }
+            std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), bd(b.begin(), b.end()),
+                gd(g.begin(), g.end()), yr(size_t(n) * K), dxr(size_t(n) * C), dwr(size_t(K) * C), dbr(K);
+            ref::linear_fwd<double>(yr.data(), xd.data(), wd.data(), bd.data(), n, C, K);
+            ref::linear_bwd<double>(dxr.data(), dwr.data(), dbr.data(), gd.data(), xd.data(), wd.data(), n, C, K);
+            std::vector<uint8_t> saved(bytes + 64);
+            void* sv = saved.data() + (64 - reinterpret_cast<uintptr_t>(saved.data()) % 64) % 64;
+            std::vector<float> ws(ops::linear_fwd_workspace(N, K) + 1);
+            std::vector<float> y(size_t(n) * K, NAN), dx(size_t(n) * C, NAN), dw(size_t(K) * C, NAN), db(K, NAN);
+            ops::linear_fwd_sp(e, y.data(), sv, x.data(), w.data(), b.data(), n, C, K, ws.data());
+            ops::linear_bwd_sp(e, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), sv, masked, n, C, K);
+            for (size_t i = 0; i < dxr.size(); ++i)
+              if (masked && x[i] == 0.f) {
+                if (dx[i] == 0.f) dxr[i] = 0;  // the sparse input gradient skips it (may or may not run)
+              }
+            EXPECT_LT(max_rel_diff(y, yr), kTol * std::sqrt(double(C)));
+            EXPECT_LT(max_rel_diff(dx, dxr), kTol * std::sqrt(double(K)));
+            EXPECT_LT(max_rel_diff(dw, dwr), kTol * std::sqrt(double(N)));
+            EXPECT_LT(max_rel_diff(db, dbr), kTol * std::sqrt(double(N)));
+            if (!masked) {  // the input gradient is needed at zero inputs too
+              for (size_t i = 0; i < dxr.size(); i += 97) ASSERT_NEAR(dx[i], dxr[i], 1e-3 * (1 + std::abs(dxr[i])));
+            }
+            const auto* flags = reinterpret_cast<const uint8_t*>(static_cast<std::byte*>(sv) + l.flags);
+            int sparse = 0;
+            for (int c = 0; c < l.chunks; ++c) sparse += flags[c] != 0;
+            const bool fast = kernels_for(isa).linear_sp_max_density > 0;
+            if (std::string(kind) == "dense") {
+              EXPECT_EQ(sparse, 0);
+            } else if (std::string(kind) == "sparse" && fast) {
+              EXPECT_EQ(sparse, l.chunks);
+            } else if (std::string(kind) == "mixed" && fast && l.chunks > 1) {
+              EXPECT_EQ(sparse, l.chunks / 2);
+            }
+            EXPECT_EQ(flags[l.chunks] != 0, sparse > 0);
+            std::vector<float> y2(y.size()), dw2(dw.size()), dx2(dx.size()), db2(db.size());
+            ops::linear_fwd_sp(e, y2.data(), sv, x.data(), w.data(), b.data(), n, C, K, ws.data());
+            ops::linear_bwd_sp(e, dx2.data(), dw2.data(), db2.data(), g.data(), x.data(), w.data(), sv, masked, n, C, K);
+            EXPECT_EQ(y, y2);
+            EXPECT_EQ(dw, dw2);
+            EXPECT_EQ(dx, dx2);
+          }
 }
 
 TEST(FastVsRef, PoolsAndActivations) {

@@ -60,6 +60,21 @@ void linear_t1_f32(float* y, const float* x, const float* wt, size_t ldw, const 
                    int K) {
   linear_t1<float>(y, x, wt, ldw, b, C, K);
 }
+void linear_sp_fwd_f32(float* y, float* wt, const float* x, size_t ldx, const float* w, size_t ldw,
+                       int N, int K, int c0, int c1) {
+  linear_sp_fwd<float>(y, wt, x, ldx, w, ldw, N, K, c0, c1);
+}
+void linear_sp_wgrad_f32(float* dw, size_t ldw, const float* dy, const float* x, size_t ldx, int N,
+                         int K, int c0, int c1) {
+  linear_sp_wgrad<float>(dw, ldw, dy, x, ldx, N, K, c0, c1);
+}
+void linear_sp_dgrad_f32(float* dx, const float* dy, const float* x, size_t ldx, const float* wt,
+                         int N, int K, int c0, int c1) {
+  linear_sp_dgrad<float>(dx, dy, x, ldx, wt, N, K, c0, c1);
+}
+size_t count_nonzero_f32(const float* x, size_t ldx, int N, int c0, int c1) {
+  return count_nonzero<float>(x, ldx, N, c0, c1);
+}
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
   return adam<float>(w, m, v, g, n, a);
 }

@@ -453,6 +453,54 @@ void linear_t1(T* y, const T* x, const T* wt, size_t ldw, const T* b, int C, int
   }
 }
 
+// Sparse-input Linear over the column range [c0, c1) (kernels.h, LinearSp*Fn).
+template <class T>
+void linear_sp_fwd(T* y, T* wt, const T* x, size_t ldx, const T* w, size_t ldw, int N, int K, int c0,
+                   int c1) {
+  for (int c = c0; c < c1; ++c)
+    for (int k = 0; k < K; ++k) wt[size_t(c - c0) * K + k] = w[size_t(k) * ldw + c];
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) {
+      T acc = 0;
+      for (int c = c0; c < c1; ++c) {
+        const T xv = x[size_t(n) * ldx + c];
+        if (xv != 0) acc = std::fma(xv, w[size_t(k) * ldw + c], acc);
+      }
+      y[size_t(n) * K + k] = acc;
+    }
+}
+template <class T>
+void linear_sp_wgrad(T* dw, size_t ldw, const T* dy, const T* x, size_t ldx, int N, int K, int c0,
+                     int c1) {
+  for (int k = 0; k < K; ++k)
+    for (int c = c0; c < c1; ++c) {
+      T acc = 0;
+      for (int n = 0; n < N; ++n) {
+        const T xv = x[size_t(n) * ldx + c];
+        if (xv != 0) acc = std::fma(xv, dy[size_t(n) * K + k], acc);
+      }
+      dw[size_t(k) * ldw + c] = acc;
+    }
+}
+template <class T>
+void linear_sp_dgrad(T* dx, const T* dy, const T* x, size_t ldx, const T* wt, int N, int K, int c0,
+                     int c1) {
+  for (int n = 0; n < N; ++n)
+    for (int c = c0; c < c1; ++c) {
+      T acc = 0;
+      if (x[size_t(n) * ldx + c] != 0)
+        for (int k = 0; k < K; ++k) acc += dy[size_t(n) * K + k] * wt[size_t(c - c0) * K + k];
+      dx[size_t(n) * ldx + c] = acc;
+    }
+}
+template <class T>
+size_t count_nonzero(const T* x, size_t ldx, int N, int c0, int c1) {
+  size_t count = 0;
+  for (int n = 0; n < N; ++n)
+    for (int c = c0; c < c1; ++c) count += x[size_t(n) * ldx + c] != 0;
+  return count;
+}
+
 template <class T>
 void relu_maxpool2_bwd(T* dx, const T* dy, const int32_t* code, int K, int P, int Q) {
   pool_bwd_coded<T>(dx, dy, code, K, P, Q, size_t(P / 2) * (Q / 2), 1);

@@ -8,39 +8,10 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/simd.h"
 
 namespace ember {
 namespace {
-
-// r[0..15] (rows of 16 floats) transposed in place: r[t] becomes column t.
-inline void transpose16(__m512* r) {
-  __m512 a[16], b[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {  // b[4i + c] holds columns c, c+4, c+8, c+12 of rows 4i .. 4i+3
-    const __m512d a0 = _mm512_castps_pd(a[4 * i]), a1 = _mm512_castps_pd(a[4 * i + 1]);
-    const __m512d a2 = _mm512_castps_pd(a[4 * i + 2]), a3 = _mm512_castps_pd(a[4 * i + 3]);
-    b[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-    b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-    b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-    b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512 lo0 = _mm512_shuffle_f32x4(b[c], b[c + 4], 0x88);       // cols c, c+8; rows 0-7
-    const __m512 hi0 = _mm512_shuffle_f32x4(b[c], b[c + 4], 0xDD);       // cols c+4, c+12
-    const __m512 lo1 = _mm512_shuffle_f32x4(b[c + 8], b[c + 12], 0x88);  // rows 8-15
-    const __m512 hi1 = _mm512_shuffle_f32x4(b[c + 8], b[c + 12], 0xDD);
-    r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
-    r[c + 4] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
-    r[c + 8] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
-    r[c + 12] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
-  }
-}
 
 // dst[j, i] = src[i, j] (row strides ldd, lds) for i < rows_pad and j < cols, in 16 x 16 blocks;
 // source rows rows .. rows_pad-1 read as 0.
@@ -54,7 +25,7 @@ inline void transpose(float* dst, size_t ldd, const float* src, size_t lds, int 
 #pragma GCC unroll 16
       for (int t = 0; t < 16; ++t)
         r[t] = i0 + t < rows ? _mm512_maskz_loadu_ps(mj, src + size_t(i0 + t) * lds + j0) : _mm512_setzero_ps();
-      transpose16(r);
+      Avx512::transpose(r);
       for (int t = 0; t < nj; ++t) _mm512_mask_storeu_ps(dst + size_t(j0 + t) * ldd + i0, mi, r[t]);
     }
 }

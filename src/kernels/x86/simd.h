@@ -52,6 +52,46 @@ struct Avx512 {
   }
   static C eq(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static V select_zero(C c, V v) { return _mm512_maskz_mov_ps(c, v); }  // c ? v : 0
+  // Bit matrix transpose: rows[r] holds lane bits (nonzero_bits) of row r < 64 (rows past n are
+  // 0); col[j] gets bit r set where rows[r] has bit j.
+  using RowBits = uint16_t;
+  static void transpose_bits(const RowBits* rows, uint64_t* col) {
+    const __m512i a = _mm512_loadu_si512(rows), b = _mm512_loadu_si512(rows + 32);
+#pragma GCC unroll 16
+    for (int j = 0; j < W; ++j) {
+      const __m512i bit = _mm512_set1_epi16(short(1 << j));
+      col[j] = uint64_t(_mm512_test_epi16_mask(a, bit)) | uint64_t(_mm512_test_epi16_mask(b, bit)) << 32;
+    }
+  }
+  // r[0..W) (rows of W floats) transposed in place: r[t] becomes column t.
+  static void transpose(V* r) {
+    __m512 a[16], b[16];
+  #pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+  #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {  // b[4i + c] holds columns c, c+4, c+8, c+12 of rows 4i .. 4i+3
+      const __m512d a0 = _mm512_castps_pd(a[4 * i]), a1 = _mm512_castps_pd(a[4 * i + 1]);
+      const __m512d a2 = _mm512_castps_pd(a[4 * i + 2]), a3 = _mm512_castps_pd(a[4 * i + 3]);
+      b[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+      b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+      b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+      b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+    }
+  #pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512 lo0 = _mm512_shuffle_f32x4(b[c], b[c + 4], 0x88);       // cols c, c+8; rows 0-7
+      const __m512 hi0 = _mm512_shuffle_f32x4(b[c], b[c + 4], 0xDD);       // cols c+4, c+12
+      const __m512 lo1 = _mm512_shuffle_f32x4(b[c + 8], b[c + 12], 0x88);  // rows 8-15
+      const __m512 hi1 = _mm512_shuffle_f32x4(b[c + 8], b[c + 12], 0xDD);
+      r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
+      r[c + 4] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
+      r[c + 8] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
+      r[c + 12] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
+    }
+  }
 };
 #endif
 
@@ -100,6 +140,36 @@ struct Avx2 {
   static V load_i32(const int32_t* p, M m) { return _mm256_cvtepi32_ps(_mm256_maskload_epi32(p, m)); }
   static C eq(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static V select_zero(C c, V v) { return _mm256_and_ps(c, v); }
+  using RowBits = uint8_t;
+  static void transpose_bits(const RowBits* rows, uint64_t* col) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + 32));
+#pragma GCC unroll 8
+    for (int j = 0; j < W; ++j) {  // bit j of every byte to its top bit, then the byte signs
+      const __m128i sh = _mm_cvtsi32_si128(7 - j);
+      col[j] = uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_sll_epi16(a, sh)))) |
+               uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_sll_epi16(b, sh)))) << 32;
+    }
+  }
+  // r[0..W) (rows of W floats) transposed in place: r[t] becomes column t.
+  static void transpose(V* r) {
+    const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 b0 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b1 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 b2 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b3 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 b4 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b5 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 b6 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b7 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(3, 2, 3, 2));
+    r[0] = _mm256_permute2f128_ps(b0, b4, 0x20), r[4] = _mm256_permute2f128_ps(b0, b4, 0x31);
+    r[1] = _mm256_permute2f128_ps(b1, b5, 0x20), r[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
+    r[2] = _mm256_permute2f128_ps(b2, b6, 0x20), r[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
+    r[3] = _mm256_permute2f128_ps(b3, b7, 0x20), r[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
+  }
 };
 #endif
 

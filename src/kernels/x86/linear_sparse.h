@@ -1,0 +1,321 @@
+// Sparse-input Linear kernels (kernels.h, LinearSp*Fn) as templates over the SIMD traits of
+// simd.h, instantiated by fast_impl.h's table: lanes run along the output features k, so each
+// lane's sum is an fma chain in the reference's order (forward and weight gradient: the same bits
+// as ref::linear_sp_fwd / linear_sp_wgrad). Work is done only for non-zero inputs.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/x86/simd.h"
+
+namespace ember {
+namespace {
+
+constexpr int kSpCols = 32;  // columns per block: their transposed weight rows stay in L1
+constexpr int kSpVecs = 8;   // output vectors kept in registers (128 features on AVX-512)
+
+// Bit j set where x[j] != 0 (NaN counts), for j < n <= kSpCols.
+template <class S>
+inline uint64_t nonzero_mask(const float* x, int n) {
+  uint64_t bits = 0;
+#pragma GCC unroll 4
+  for (int v = 0; v < kSpCols / S::W; ++v)
+    if (v * S::W < n) bits |= uint64_t(S::nonzero_bits(S::load(x + v * S::W, S::mask(n - v * S::W)))) << (v * S::W);
+  return bits;
+}
+
+// dst[j, i] = src[i, j] for i < rows, j < cols (row strides ldd, lds), in W x W tiles.
+template <class S>
+void transpose_block(float* dst, size_t ldd, const float* src, size_t lds, int rows, int cols) {
+  using V = typename S::V;
+  for (int i0 = 0; i0 < rows; i0 += S::W)
+    for (int j0 = 0; j0 < cols; j0 += S::W) {
+      const auto mj = S::mask(cols - j0), mi = S::mask(rows - i0);
+      V r[S::W];
+#pragma GCC unroll 16
+      for (int t = 0; t < S::W; ++t)
+        r[t] = i0 + t < rows ? S::load(src + size_t(i0 + t) * lds + j0, mj) : S::zero();
+      S::transpose(r);
+      const int nj = std::min(S::W, cols - j0);
+      for (int t = 0; t < nj; ++t) S::store(dst + size_t(j0 + t) * ldd + i0, r[t], mi);
+    }
+}
+
+// Loads/stores kSpVecs vectors at p: unmasked when the block is full (Full), else under mk.
+template <class S, bool Full>
+inline typename S::V sp_load(const float* p, typename S::M m) {
+  if constexpr (Full) return S::loadu(p);
+  else return S::load(p, m);
+}
+template <class S, bool Full>
+inline void sp_store(float* p, typename S::V v, typename S::M m) {
+  if constexpr (Full) S::storeu(p, v);
+  else S::store(p, v, m);
+}
+
+// One block of kb <= kSpVecs * W output features at k0 (Full: kb == kSpVecs * W).
+template <class S, bool Full>
+void sp_fwd_block(float* y, float* wt, const float* x, size_t ldx, const float* w, size_t ldw,
+                  int N, int K, int c0, int c1, int k0, int kb) {
+  using V = typename S::V;
+  typename S::M mk[kSpVecs];
+#pragma GCC unroll 8
+  for (int v = 0; v < kSpVecs; ++v) mk[v] = S::mask(kb - v * S::W);
+  for (int cb = c0; cb < c1; cb += kSpCols) {
+    const int cw = std::min(kSpCols, c1 - cb);
+    float* wb = wt + size_t(cb - c0) * K + k0;  // wb[j, k] = w[k0 + k, cb + j]
+    transpose_block<S>(wb, size_t(K), w + size_t(k0) * ldw + cb, ldw, kb, cw);
+    for (int n = 0; n < N; ++n) {
+      const float* xr = x + size_t(n) * ldx + cb;
+      if (n + 8 < N) {
+        _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx + 16), _MM_HINT_T0);
+      }
+      if (cb + kSpCols < c1)  // the next block's weight rows (128 rows 25 KB apart), into L2
+        for (int r = n * kb / N; r < (n + 1) * kb / N; ++r) {
+          const char* p = reinterpret_cast<const char*>(w + size_t(k0 + r) * ldw + cb + kSpCols);
+          _mm_prefetch(p, _MM_HINT_T1);
+          _mm_prefetch(p + 64, _MM_HINT_T1);
+        }
+      uint64_t bits = nonzero_mask<S>(xr, cw);
+      float* yr = y + size_t(n) * K + k0;
+      V acc[kSpVecs];
+      if (cb == c0) {
+#pragma GCC unroll 8
+        for (int v = 0; v < kSpVecs; ++v) acc[v] = S::zero();
+      } else {
+        if (!bits) continue;
+#pragma GCC unroll 8
+        for (int v = 0; v < kSpVecs; ++v) acc[v] = sp_load<S, Full>(yr + v * S::W, mk[v]);
+      }
+      for (; bits; bits &= bits - 1) {
+        const int j = __builtin_ctzll(bits);
+        const V xv = S::set1(xr[j]);
+        const float* row = wb + size_t(j) * K;
+#pragma GCC unroll 8
+        for (int v = 0; v < kSpVecs; ++v) acc[v] = S::fma(xv, sp_load<S, Full>(row + v * S::W, mk[v]), acc[v]);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < kSpVecs; ++v) sp_store<S, Full>(yr + v * S::W, acc[v], mk[v]);
+    }
+  }
+}
+
+template <class S>
+void linear_sp_fwd(float* y, float* wt, const float* x, size_t ldx, const float* w, size_t ldw,
+                   int N, int K, int c0, int c1) {
+  constexpr int KB = kSpVecs * S::W;
+  for (int k0 = 0; k0 < K; k0 += KB) {
+    if (K - k0 >= KB) sp_fwd_block<S, true>(y, wt, x, ldx, w, ldw, N, K, c0, c1, k0, KB);
+    else sp_fwd_block<S, false>(y, wt, x, ldx, w, ldw, N, K, c0, c1, k0, K - k0);
+  }
+}
+
+// Weight gradient, W columns at a time: per column, the rows with a non-zero input (bit sets over
+// 64 rows at a time) each add x * dy[n, k-block] to registers; the W finished columns are
+// transposed into dw's rows. 64 features per pass, so that dy's slice of them (16 KB at batch
+// 64) stays in L1 while every column reads it.
+template <class S, bool Full>
+void sp_wgrad_block(float* dw, size_t ldw, const float* dy, const float* x, size_t ldx, int N,
+                    int K, int cb, int cw, int k0, int kb, float* tile) {
+  using V = typename S::V;
+  constexpr int WV = 128 / S::W, KB = 128;
+  uint64_t col[S::W];
+  typename S::M mk[WV];
+#pragma GCC unroll 8
+  for (int v = 0; v < WV; ++v) mk[v] = S::mask(kb - v * S::W);
+  const auto mc = S::mask(cw);
+  alignas(64) float xs[64 * S::W];  // the 64 x W slice of x, contiguous: broadcasts hit L1
+  for (int n0 = 0; n0 < N; n0 += 64) {
+    const int nn = std::min(64, N - n0);
+    alignas(64) typename S::RowBits rows[64] = {};
+    for (int r = 0; r < nn; ++r) {
+      const V xv = S::load(x + size_t(n0 + r) * ldx + cb, mc);
+      S::storeu(xs + r * S::W, xv);
+      rows[r] = typename S::RowBits(S::nonzero_bits(xv));
+    }
+    S::transpose_bits(rows, col);
+    for (int j = 0; j < cw; ++j) {
+      V acc[WV];
+      float* t = tile + j * KB;
+#pragma GCC unroll 8
+      for (int v = 0; v < WV; ++v) acc[v] = n0 == 0 ? S::zero() : S::loadu(t + v * S::W);
+      const float* d0 = dy + size_t(n0) * K + k0;
+      for (uint64_t bits = col[j]; bits; bits &= bits - 1) {
+        const int r = __builtin_ctzll(bits);
+        const V xv = S::set1(xs[r * S::W + j]);
+        const float* d = d0 + size_t(r) * K;
+#pragma GCC unroll 8
+        for (int v = 0; v < WV; ++v) acc[v] = S::fma(xv, sp_load<S, Full>(d + v * S::W, mk[v]), acc[v]);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < WV; ++v) S::storeu(t + v * S::W, acc[v]);
+    }
+  }
+  transpose_block<S>(dw + size_t(k0) * ldw + cb, ldw, tile, size_t(KB), cw, kb);
+}
+
+template <class S>
+void linear_sp_wgrad(float* dw, size_t ldw, const float* dy, const float* x, size_t ldx, int N,
+                     int K, int c0, int c1) {
+  constexpr int KB = 128;
+  alignas(64) float tile[S::W * KB];  // tile[j, k]: column cb + j, feature k0 + k
+  for (int cb = c0; cb < c1; cb += S::W) {
+    const int cw = std::min(S::W, c1 - cb);
+    for (int k0 = 0; k0 < K; k0 += KB) {
+      if (K - k0 >= KB) sp_wgrad_block<S, true>(dw, ldw, dy, x, ldx, N, K, cb, cw, k0, KB, tile);
+      else sp_wgrad_block<S, false>(dw, ldw, dy, x, ldx, N, K, cb, cw, k0, K - k0, tile);
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// Lane i (< 8) of the result is the sum of the 16 lanes of a[i]; lanes 8..15 are 0.
+inline __m512 sum8(const __m512* a) {
+  __m512 t[4], u[2];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)  // 256-bit halves: a[i]'s 8 partial sums, a[i+4]'s
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 4], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 4], 0xEE));
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)  // 128-bit quarters: a[i], a[i+4], a[i+2], a[i+6], 4 partials each
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 2], 0x88), _mm512_shuffle_f32x4(t[i], t[i + 2], 0xDD));
+  // quarters: (a0 a0 a1 a1) (a4 a4 a5 a5) (a2 a2 a3 a3) (a6 a6 a7 a7), pairs of partials
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x44), _mm512_shuffle_ps(u[0], u[1], 0xEE));
+  const __m512 f = _mm512_add_ps(s, _mm512_permute_ps(s, 0xB1));  // full sums, each twice
+  const __m512i order = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_maskz_permutexvar_ps(0x00FF, order, f);
+}
+
+// Input gradient on AVX-512: per block of kSpCols columns (its transposed weight rows in L1) and
+// row n (dy[n] in registers), the dots of the non-zero inputs' weight rows, 8 at a time, summed
+// across lanes together (sum8) and expanded to their columns.
+// VK > 0: K <= 16 VK (VK vectors of dy[n] held in registers); VK == 0: any K. zero: K zeros
+// (the padding dots' weight row; VK > 0 only).
+template <int VK>
+void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, const float* wt, int N,
+                     int K, int c0, int c1, const float* zero) {
+  __mmask16 mv[8];
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) mv[v] = __mmask16(K - 16 * v >= 16 ? 0xFFFF : K - 16 * v <= 0 ? 0 : (1u << (K - 16 * v)) - 1);
+  for (int cb = c0; cb < c1; cb += kSpCols) {
+    const int cw = std::min(kSpCols, c1 - cb);
+    const float* wb = wt + size_t(cb - c0) * K;
+    for (int n = 0; n < N; ++n) {
+      const float* xr = x + size_t(n) * ldx + cb;
+      float* dr = dx + size_t(n) * ldx + cb;
+      const float* d = dy + size_t(n) * K;
+      __m512 dv[8];
+      if constexpr (VK > 0) {
+#pragma GCC unroll 8
+        for (int v = 0; v < VK; ++v) dv[v] = _mm512_maskz_loadu_ps(mv[v], d + 16 * v);
+      }
+      for (int h = 0; h < cw; h += 16) {
+        const __mmask16 mh = __mmask16(cw - h >= 16 ? 0xFFFF : (1u << (cw - h)) - 1);
+        const __mmask16 bits = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(mh, xr + h), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        __m512 res[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        unsigned rest = bits;
+        for (int g = 0; g < 2 && rest; ++g) {  // groups of 8 dots, padded with the zero row
+          __m512 a[8];
+          const float* wr[8];
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {
+            const int c = rest ? __builtin_ctz(rest) : -1;  // the next non-zero column, or none
+            rest &= rest - 1;
+            wr[i] = c < 0 ? zero : wb + size_t(h + c) * K;
+            a[i] = _mm512_setzero_ps();
+          }
+          if constexpr (VK > 0) {
+#pragma GCC unroll 8
+            for (int v = 0; v < VK; ++v)  // 8 independent chains advance together
+#pragma GCC unroll 8
+              for (int i = 0; i < 8; ++i) {
+                const __m512 w = v + 1 < VK ? _mm512_loadu_ps(wr[i] + 16 * v) : _mm512_maskz_loadu_ps(mv[v], wr[i] + 16 * v);
+                a[i] = _mm512_fmadd_ps(dv[v], w, a[i]);
+              }
+          } else {
+            for (int i = 0; i < 8; ++i) {
+              if (wr[i] == zero) continue;
+              int k = 0;
+              for (; k + 16 <= K; k += 16) a[i] = _mm512_fmadd_ps(_mm512_loadu_ps(d + k), _mm512_loadu_ps(wr[i] + k), a[i]);
+              if (k < K) {
+                const __mmask16 mk = __mmask16((1u << (K - k)) - 1);
+                a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, d + k), _mm512_maskz_loadu_ps(mk, wr[i] + k), a[i]);
+              }
+            }
+          }
+          res[g] = sum8(a);
+        }
+        // res[0] lanes 0..7 and res[1] lanes 0..7: the dots in column order; to their columns
+        const __m512 r = _mm512_shuffle_f32x4(res[0], res[1], 0x44);
+        _mm512_mask_storeu_ps(dr + h, mh, _mm512_maskz_expand_ps(bits, r));
+      }
+    }
+  }
+}
+#endif
+
+// Input gradient: per block of kSpCols columns (its transposed weight rows in L1) and row n, one
+// dot product of dy[n] with the weight row of each non-zero input, two fma chains per dot.
+template <class S>
+void linear_sp_dgrad(float* dx, const float* dy, const float* x, size_t ldx, const float* wt, int N,
+                     int K, int c0, int c1) {
+#if defined(__AVX512F__)
+  if constexpr (S::W == 16) {
+    // the padding dots' weight row when K <= 128 (larger K skips padding dots instead)
+    alignas(64) static const float kZeros[128] = {};
+    switch ((K + 15) / 16) {
+      case 1: sp_dgrad_avx512<1>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      case 2: sp_dgrad_avx512<2>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      case 3: sp_dgrad_avx512<3>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      case 4: sp_dgrad_avx512<4>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      case 5: sp_dgrad_avx512<5>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      case 6: sp_dgrad_avx512<6>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      case 7: sp_dgrad_avx512<7>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      case 8: sp_dgrad_avx512<8>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
+      default: sp_dgrad_avx512<0>(dx, dy, x, ldx, wt, N, K, c0, c1, nullptr);
+    }
+    return;
+  }
+#endif
+  using V = typename S::V;
+  for (int cb = c0; cb < c1; cb += kSpCols) {
+    const int cw = std::min(kSpCols, c1 - cb);
+    const float* wb = wt + size_t(cb - c0) * K;
+    for (int n = 0; n < N; ++n) {
+      const float* xr = x + size_t(n) * ldx + cb;
+      float* dr = dx + size_t(n) * ldx + cb;
+      alignas(64) float out[kSpCols] = {};
+      for (uint64_t bits = nonzero_mask<S>(xr, cw); bits; bits &= bits - 1) {
+        const int j = __builtin_ctzll(bits);
+        const float* d = dy + size_t(n) * K;
+        const float* wr = wb + size_t(j) * K;
+        V a0 = S::zero(), a1 = S::zero();
+        int k = 0;
+        for (; k + 2 * S::W <= K; k += 2 * S::W) {
+          a0 = S::fma(S::loadu(d + k), S::loadu(wr + k), a0);
+          a1 = S::fma(S::loadu(d + k + S::W), S::loadu(wr + k + S::W), a1);
+        }
+        for (; k < K; k += S::W) {
+          const auto m = S::mask(K - k);
+          a0 = S::fma(S::load(d + k, m), S::load(wr + k, m), a0);
+        }
+        out[j] = S::sum(S::add(a0, a1));
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v * S::W < cw; ++v) S::store(dr + v * S::W, S::loadu(out + v * S::W), S::mask(cw - v * S::W));
+    }
+  }
+}
+
+template <class S>
+size_t count_nonzero(const float* x, size_t ldx, int N, int c0, int c1) {
+  size_t count = 0;
+  for (int n = 0; n < N; ++n)
+    for (int c = c0; c < c1; c += S::W)
+      count += unsigned(__builtin_popcount(S::nonzero_bits(S::load(x + size_t(n) * ldx + c, S::mask(c1 - c)))));
+  return count;
+}
+
+}  // namespace
+}  // namespace ember
