@@ -99,7 +99,9 @@ using LinearT1Fn = void (*)(float* y, const float* x, const float* wt, size_t ld
 // so the forward and the weight gradient are the same bits on every ISA.
 // Forward: y[n, k] = sum over c ascending with x[n, c] != 0 of x[n, c] * w[k, c] (y[N, K],
 // overwritten), and wt[c - c0, k] = w[k, c] (wt[c1 - c0, K]: the transposed range, kept for the
-// input gradient). An input that is exactly 0 contributes nothing, even against an Inf weight.
+// input gradient). With wt null, w is that transposed range already (w[c - c0, ldw >= K]: a
+// frozen plan's copy) and is only read. An input that is exactly 0 contributes nothing, even
+// against an Inf weight.
 using LinearSpFwdFn = void (*)(float* y, float* wt, const float* x, size_t ldx, const float* w,
                                size_t ldw, int N, int K, int c0, int c1);
 // Weight gradient: dw[k, c] = sum over n ascending with x[n, c] != 0 of x[n, c] * dy[n, k], for

@@ -137,7 +137,7 @@ class Linear final : public Layer {
     }
     if (b.saved) {  // f32, large enough: sparse where the input is mostly zero
       ops::linear_fwd_sp(e, p<float>(b.y), b.saved, p<float>(b.x), p<float>(b.w), p<float>(b.b), n,
-                         in_.c, spec_.out, p<float>(b.ws));
+                         in_.c, spec_.out, p<float>(b.ws), b.wt);
       return;
     }
     dispatch(b.dt, [&](auto tag) {

@@ -38,7 +38,7 @@ size_t linear_sp_saved_bytes(int N, int C, int K, int threads) {
 // y = x w^T + b. flags[c]: chunk c's path; flags[chunks]: whether any chunk is sparse (else the
 // dense path ran and the backward takes it too).
 void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const float* w,
-                   const float* b, int N, int C, int K, float* ws) {
+                   const float* b, int N, int C, int K, float* ws, const float* frozen_wt) {
   const int T = e.pool.size();
   const LinearSpLayout l = linear_sp_layout(N, C, K, T);
   std::byte* s = static_cast<std::byte*>(saved);
@@ -50,6 +50,7 @@ void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const f
     const int c0 = c * l.width, c1 = std::min(C, c0 + l.width);
     const double share = double(e.k.count_nonzero(x, size_t(C), N, c0, c1)) / (double(N) * (c1 - c0));
     flags[c] = share <= dgrad_max ? kSparseDgrad : share <= fwd_max ? kSparse : kDense;
+    if (frozen_wt && flags[c] == kSparseDgrad) flags[c] = kSparse;  // no copy kept in `saved`
   };
   if (T == 1) {
     for (int c = 0; c < l.chunks; ++c) decide(c);
@@ -69,7 +70,9 @@ void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const f
   auto run = [&](int c) {
     const int c0 = c * l.width, c1 = std::min(C, c0 + l.width);
     float* part = c == 0 ? y : parts + size_t(c - 1) * N * K;
-    if (flags[c] != kDense)
+    if (flags[c] != kDense && frozen_wt)
+      e.k.linear_sp_fwd(part, nullptr, x, size_t(C), frozen_wt + size_t(c0) * K, size_t(K), N, K, c0, c1);
+    else if (flags[c] != kDense)
       e.k.linear_sp_fwd(part, wt + size_t(c0) * K, x, size_t(C), w, size_t(C), N, K, c0, c1);
     else
       e.k.sgemm(false, true, N, K, c1 - c0, 1.f, x + c0, C, w + c0, C, 0.f, part, K);

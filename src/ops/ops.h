@@ -61,8 +61,10 @@ struct LinearSpLayout {
 LinearSpLayout linear_sp_layout(int N, int C, int K, int threads);
 // Bytes of `saved` for a Linear that may run sparse, or 0 when it never does (small layers).
 size_t linear_sp_saved_bytes(int N, int C, int K, int threads);
+// frozen_wt (may be null): a frozen plan's weight transposed, wt[C, K]: sparse chunks read it
+// instead of transposing w (their input gradient then runs dense).
 void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const float* w,
-                   const float* b, int N, int C, int K, float* ws);
+                   const float* b, int N, int C, int K, float* ws, const float* frozen_wt = nullptr);
 void linear_bwd_sp(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x,
                    const float* w, const void* saved, bool dx_unused_at_zero, int N, int C, int K);
 

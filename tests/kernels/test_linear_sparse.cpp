@@ -68,6 +68,14 @@ TEST(LinearSparse, ForwardAndWeightGradientBitForBitTheReference) {
         EXPECT_EQ(0, std::memcmp(wt.data(), wtr.data(), wt.size() * sizeof(float))) << "wt (and the 7 past it)";
         for (size_t c = 0; c < R; ++c)  // wt is w's range transposed
           for (int kk = 0; kk < s.K; kk += 7) ASSERT_EQ(wtr[c * s.K + kk], w[kk * ldw + s.c0 + c]);
+        // From the transposed range itself (wt null; rows 3 floats longer than K): the same bits.
+        std::vector<float> wt2(R * (s.K + 3) + 1), y2(y.size(), 99.f), y2r = y2;
+        for (size_t c = 0; c < R; ++c)
+          std::copy(wtr.begin() + c * s.K, wtr.begin() + (c + 1) * s.K, wt2.begin() + c * (s.K + 3));
+        k.linear_sp_fwd(y2.data(), nullptr, x.data(), ldx, wt2.data(), s.K + 3, s.N, s.K, s.c0, s.c1);
+        ref::linear_sp_fwd<float>(y2r.data(), nullptr, x.data(), ldx, wt2.data(), s.K + 3, s.N, s.K, s.c0, s.c1);
+        EXPECT_EQ(y2, yr) << "y from the transposed weight";
+        EXPECT_EQ(y2r, yr) << "the reference from the transposed weight";
 
         std::vector<float> dw(size_t(s.K) * ldw, 99.f), dwr = dw;
         k.linear_sp_wgrad(dw.data(), ldw, dy.data(), x.data(), ldx, s.N, s.K, s.c0, s.c1);

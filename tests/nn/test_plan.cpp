@@ -186,7 +186,8 @@ TEST(Plan, F32AgreesWithF64) {
 // (the property passes through), and after a Tanh (it may not: tanh's output is 0 on the all-zero
 // images, whose pre-activation is the zero bias, and the gradient there reaches the first bias
 // because 3.bias keeps the later ReLU open),
-// on every kernel set, 1 and 2 threads. The plan names the state it keeps.
+// on every kernel set, 1 and 2 threads. The plan names the state it keeps; a frozen plan's
+// forward (the transposed copy) gives the same bits.
 TEST(Plan, SparseInputLinearAgreesWithF64) {
   const char* hidden[] = {"relu", "tanh"};
   for (const char* act : hidden)
@@ -239,6 +240,12 @@ TEST(Plan, SparseInputLinearAgreesWithF64) {
           bool named = false;
           for (const BufferInfo& b : p32.buffers()) named |= b.name == "sparse-input state of linear (1)";
           EXPECT_TRUE(named);
+          // Frozen, the sparse chunks read the transposed copy: the same bits.
+          const float* out = static_cast<const float*>(p32.output());
+          const std::vector<float> before(out, out + 7 * 10);
+          p32.freeze();
+          p32.forward(7);
+          EXPECT_EQ(std::vector<float>(out, out + 7 * 10), before);
         }
 }
 

@@ -457,14 +457,16 @@ void linear_t1(T* y, const T* x, const T* wt, size_t ldw, const T* b, int C, int
 template <class T>
 void linear_sp_fwd(T* y, T* wt, const T* x, size_t ldx, const T* w, size_t ldw, int N, int K, int c0,
                    int c1) {
-  for (int c = c0; c < c1; ++c)
-    for (int k = 0; k < K; ++k) wt[size_t(c - c0) * K + k] = w[size_t(k) * ldw + c];
+  if (wt)
+    for (int c = c0; c < c1; ++c)
+      for (int k = 0; k < K; ++k) wt[size_t(c - c0) * K + k] = w[size_t(k) * ldw + c];
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < K; ++k) {
       T acc = 0;
       for (int c = c0; c < c1; ++c) {
         const T xv = x[size_t(n) * ldx + c];
-        if (xv != 0) acc = std::fma(xv, w[size_t(k) * ldw + c], acc);
+        const T wv = wt ? w[size_t(k) * ldw + c] : w[size_t(c - c0) * ldw + k];
+        if (xv != 0) acc = std::fma(xv, wv, acc);
       }
       y[size_t(n) * K + k] = acc;
     }

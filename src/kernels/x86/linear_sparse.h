@@ -62,17 +62,25 @@ void sp_fwd_block(float* y, float* wt, const float* x, size_t ldx, const float* 
   typename S::M mk[kSpVecs];
 #pragma GCC unroll 8
   for (int v = 0; v < kSpVecs; ++v) mk[v] = S::mask(kb - v * S::W);
+  const bool transpose = wt != nullptr;
+  const size_t ldt = transpose ? size_t(K) : ldw;  // row stride of the transposed weight
   for (int cb = c0; cb < c1; cb += kSpCols) {
     const int cw = std::min(kSpCols, c1 - cb);
-    float* wb = wt + size_t(cb - c0) * K + k0;  // wb[j, k] = w[k0 + k, cb + j]
-    transpose_block<S>(wb, size_t(K), w + size_t(k0) * ldw + cb, ldw, kb, cw);
+    const float* wb;  // wb[j, k] = w[k0 + k, cb + j]
+    if (transpose) {
+      float* dst = wt + size_t(cb - c0) * K + k0;
+      transpose_block<S>(dst, size_t(K), w + size_t(k0) * ldw + cb, ldw, kb, cw);
+      wb = dst;
+    } else {
+      wb = w + size_t(cb - c0) * ldw + k0;
+    }
     for (int n = 0; n < N; ++n) {
       const float* xr = x + size_t(n) * ldx + cb;
       if (n + 8 < N) {
         _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx + 16), _MM_HINT_T0);
       }
-      if (cb + kSpCols < c1)  // the next block's weight rows (128 rows 25 KB apart), into L2
+      if (transpose && cb + kSpCols < c1)  // the next block's weight rows (128 rows 25 KB apart), into L2
         for (int r = n * kb / N; r < (n + 1) * kb / N; ++r) {
           const char* p = reinterpret_cast<const char*>(w + size_t(k0 + r) * ldw + cb + kSpCols);
           _mm_prefetch(p, _MM_HINT_T1);
@@ -92,7 +100,7 @@ void sp_fwd_block(float* y, float* wt, const float* x, size_t ldx, const float* 
       for (; bits; bits &= bits - 1) {
         const int j = __builtin_ctzll(bits);
         const V xv = S::set1(xr[j]);
-        const float* row = wb + size_t(j) * K;
+        const float* row = wb + size_t(j) * ldt;
 #pragma GCC unroll 8
         for (int v = 0; v < kSpVecs; ++v) acc[v] = S::fma(xv, sp_load<S, Full>(row + v * S::W, mk[v]), acc[v]);
       }
