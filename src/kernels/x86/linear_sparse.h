@@ -139,7 +139,9 @@ void sp_wgrad_block(float* dw, size_t ldw, const float* dy, const float* x, size
     const int nn = std::min(64, N - n0);
     alignas(64) typename S::RowBits rows[64] = {};
     for (int r = 0; r < nn; ++r) {
-      const V xv = S::load(x + size_t(n0 + r) * ldx + cb, mc);
+      const float* xr = x + size_t(n0 + r) * ldx + cb;
+      _mm_prefetch(reinterpret_cast<const char*>(xr + 2 * S::W), _MM_HINT_T0);  // the tile after next
+      const V xv = S::load(xr, mc);
       S::storeu(xs + r * S::W, xv);
       rows[r] = typename S::RowBits(S::nonzero_bits(xv));
     }
@@ -209,8 +211,15 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
   for (int cb = c0; cb < c1; cb += kSpCols) {
     const int cw = std::min(kSpCols, c1 - cb);
     const float* wb = wt + size_t(cb - c0) * K;
+    const char* next = reinterpret_cast<const char*>(wb + size_t(kSpCols) * K);  // the next block's rows
+    const size_t next_lines = cb + kSpCols < c1 ? size_t(std::min(kSpCols, c1 - cb - kSpCols)) * K / 16 : 0;
     for (int n = 0; n < N; ++n) {
       const float* xr = x + size_t(n) * ldx + cb;
+      if (n + 8 < N) {
+        _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx + 16), _MM_HINT_T0);
+      }
+      for (size_t l = n * next_lines / N; l < (n + 1) * next_lines / N; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
       float* dr = dx + size_t(n) * ldx + cb;
       const float* d = dy + size_t(n) * K;
       __m512 dv[8];
@@ -221,14 +230,14 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
       for (int h = 0; h < cw; h += 16) {
         const __mmask16 mh = __mmask16(cw - h >= 16 ? 0xFFFF : (1u << (cw - h)) - 1);
         const __mmask16 bits = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(mh, xr + h), _mm512_setzero_ps(), _CMP_NEQ_UQ);
-        __m512 res[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
         unsigned rest = bits;
-        for (int g = 0; g < 2 && rest; ++g) {  // groups of 8 dots, padded with the zero row
+        // 8 dots of the next non-zero columns (the zero row for missing ones), summed by sum8
+        auto group = [&]() {
           __m512 a[8];
           const float* wr[8];
 #pragma GCC unroll 8
           for (int i = 0; i < 8; ++i) {
-            const int c = rest ? __builtin_ctz(rest) : -1;  // the next non-zero column, or none
+            const int c = rest ? __builtin_ctz(rest) : -1;
             rest &= rest - 1;
             wr[i] = c < 0 ? zero : wb + size_t(h + c) * K;
             a[i] = _mm512_setzero_ps();
@@ -252,10 +261,16 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
               }
             }
           }
-          res[g] = sum8(a);
+          return sum8(a);
+        };
+        if (!bits) {
+          _mm512_mask_storeu_ps(dr + h, mh, _mm512_setzero_ps());
+          continue;
         }
-        // res[0] lanes 0..7 and res[1] lanes 0..7: the dots in column order; to their columns
-        const __m512 r = _mm512_shuffle_f32x4(res[0], res[1], 0x44);
+        const __m512 r0 = group();
+        const __m512 r1 = rest ? group() : _mm512_setzero_ps();
+        // r0 lanes 0..7 and r1 lanes 0..7: the dots in column order; to their columns
+        const __m512 r = _mm512_shuffle_f32x4(r0, r1, 0x44);
         _mm512_mask_storeu_ps(dr + h, mh, _mm512_maskz_expand_ps(bits, r));
       }
     }
