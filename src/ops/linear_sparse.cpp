@@ -15,6 +15,18 @@ constexpr int64_t kMinWeights = 16384;
 constexpr int kChunkCols = 512;  // columns per chunk at least (then 4 chunks per thread at most)
 enum : uint8_t { kDense = 0, kSparse = 1, kSparseDgrad = 2 };
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+// run(c) for every chunk c < chunks, each once, owner-first over the pool.
+template <class F>
+void each_chunk(const Exec& e, int chunks, F&& run) {
+  if (e.pool.size() == 1) {
+    for (int c = 0; c < chunks; ++c) run(c);
+    return;
+  }
+  OwnedRanges owned(chunks, e.pool.size());
+  e.pool.run([&](int t) {
+    for (int64_t c; (c = owned.next(t)) >= 0;) run(int(c));
+  });
+}
 }  // namespace
 
 LinearSpLayout linear_sp_layout(int N, int C, int K, int threads) {
@@ -77,14 +89,7 @@ void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const f
     else
       e.k.sgemm(false, true, N, K, c1 - c0, 1.f, x + c0, C, w + c0, C, 0.f, part, K);
   };
-  if (T == 1) {
-    for (int c = 0; c < l.chunks; ++c) run(c);
-  } else {
-    OwnedRanges chunks(l.chunks, T);
-    e.pool.run([&](int t) {
-      for (int64_t c; (c = chunks.next(t)) >= 0;) run(int(c));
-    });
-  }
+  each_chunk(e, l.chunks, run);
   add_partials<float>(e, y, size_t(N) * K, parts, size_t(N) * K, l.chunks - 1);
   if (b) e.k.bias_rows(y, b, N, K);
 }
@@ -110,14 +115,7 @@ void linear_bwd_sp(const Exec& e, float* dx, float* dw, float* db, const float* 
     else
       e.k.sgemm(false, false, N, cw, K, 1.f, dy, K, w + c0, C, 0.f, dx + c0, C);
   };
-  if (T == 1) {
-    for (int c = 0; c < l.chunks; ++c) run(c);
-  } else {
-    OwnedRanges chunks(l.chunks, T);
-    e.pool.run([&](int t) {
-      for (int64_t c; (c = chunks.next(t)) >= 0;) run(int(c));
-    });
-  }
+  each_chunk(e, l.chunks, run);
   if (db) bias_grad(db, dy, N, K);
 }
 
