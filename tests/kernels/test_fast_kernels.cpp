@@ -1,6 +1,7 @@
 // The table's non-GEMM kernels (direct stride-1 conv forward and weight gradient, fused ReLU +
-// max-pool and its adjoint, the batch-1 transposed Linear, Adam, ReLU) for every ISA the CPU has, against the scalar references
-// on awkward sizes: rows shorter and longer than a vector, odd pools, one channel, NaN inputs.
+// max-pool and its adjoint (dense and mostly zero inputs), the batch-1 transposed Linear, Adam,
+// ReLU) for every ISA the CPU has, against the scalar references on awkward sizes: rows shorter
+// and longer than a vector, odd pools, one channel, NaN inputs.
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -82,53 +83,80 @@ TEST(FastKernels, ConvS1ForwardAndWeightGradient) {
 TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
   for (Isa isa : isas())
     for (const Case& c : kCases)
-      for (bool bias : {true, false}) {
-        const ConvS1 d = geometry(c);
-        SCOPED_TRACE(label(isa, c) + (bias ? " bias" : ""));
-        const Kernels& k = kernels_for(isa);
-        const int P2 = d.P / 2, Q2 = d.Q / 2;
-        const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
-                     ny = size_t(d.K) * d.P * d.Q, np = size_t(d.K) * P2 * Q2;
-        auto xp = rnd(nx, 21), w = rnd(nw, 22), b = rnd(d.K, 23);
-        const float* bp = bias ? b.data() : nullptr;
-        std::vector<float> y(np, NAN), yu(np), conv(ny), convr(ny), ws(conv_relu_pool_scratch(d), NAN);
-        std::vector<int8_t> code(np, 99);
-        std::vector<int32_t> codeu(np);
-        k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), bp, d, ws.data());
-        k.conv_s1_fwd(conv.data(), xp.data(), w.data(), bp, d);
-        k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
-        const size_t PQ2 = size_t(d.P / 2) * (d.Q / 2);
-        for (size_t i = 0; i < np; ++i) {
-          ASSERT_EQ(y[i], yu[i]) << i;
-          ASSERT_EQ(code[(i % PQ2) * d.K + i / PQ2], codeu[i]) << i;  // codes are channel-last
-        }
-        ref::conv_s1_fwd<float>(convr.data(), xp.data(), w.data(), bp, d);
-        const double tol = 1e-5 * std::sqrt(double(d.C * d.R * d.S)) * 8;
-        for (int kk = 0; kk < d.K; ++kk)
-          for (int i = 0; i < P2; ++i)
-            for (int j = 0; j < Q2; ++j) {
-              const size_t o = (size_t(kk) * P2 + i) * Q2 + j, oc = (size_t(i) * Q2 + j) * d.K + kk;
-              float want = 0.f;
-              for (int c4 = 0; c4 < 4; ++c4)
-                want = std::max(want, convr[(size_t(kk) * d.P + 2 * i + (c4 >> 1)) * d.Q + 2 * j + (c4 & 1)]);
-              ASSERT_NEAR(y[o], want, tol * std::max(1.f, want)) << o;
-              if (code[oc] < 0) {
-                ASSERT_LE(want, tol) << o;
-                continue;
+      for (bool bias : {true, false})
+        for (double zeros : {0.0, 0.85}) {  // 85 % zero inputs: the AVX-512 sparse-input path
+          const ConvS1 d = geometry(c);
+          SCOPED_TRACE(label(isa, c) + (bias ? " bias" : "") + (zeros > 0 ? " sparse" : ""));
+          const Kernels& k = kernels_for(isa);
+          const int P2 = d.P / 2, Q2 = d.Q / 2;
+          const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
+                       ny = size_t(d.K) * d.P * d.Q, np = size_t(d.K) * P2 * Q2;
+          auto xp = rnd(nx, 21), w = rnd(nw, 22), b = rnd(d.K, 23);
+          std::mt19937 zg(24);
+          for (auto& v : xp)
+            if (std::uniform_real_distribution<double>(0, 1)(zg) < zeros) v = 0.f;
+          const float* bp = bias ? b.data() : nullptr;
+          std::vector<float> y(np, NAN), yu(np), conv(ny), convr(ny), ws(conv_relu_pool_scratch(d), NAN);
+          std::vector<int8_t> code(np, 99);
+          std::vector<int32_t> codeu(np);
+          k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), bp, d, ws.data());
+          k.conv_s1_fwd(conv.data(), xp.data(), w.data(), bp, d);
+          k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
+          const size_t PQ2 = size_t(d.P / 2) * (d.Q / 2);
+          for (size_t i = 0; i < np; ++i) {
+            ASSERT_EQ(y[i], yu[i]) << i;
+            ASSERT_EQ(code[(i % PQ2) * d.K + i / PQ2], codeu[i]) << i;  // codes are channel-last
+          }
+          ref::conv_s1_fwd<float>(convr.data(), xp.data(), w.data(), bp, d);
+          const double tol = 1e-5 * std::sqrt(double(d.C * d.R * d.S)) * 8;
+          for (int kk = 0; kk < d.K; ++kk)
+            for (int i = 0; i < P2; ++i)
+              for (int j = 0; j < Q2; ++j) {
+                const size_t o = (size_t(kk) * P2 + i) * Q2 + j, oc = (size_t(i) * Q2 + j) * d.K + kk;
+                float want = 0.f;
+                for (int c4 = 0; c4 < 4; ++c4)
+                  want = std::max(want, convr[(size_t(kk) * d.P + 2 * i + (c4 >> 1)) * d.Q + 2 * j + (c4 & 1)]);
+                ASSERT_NEAR(y[o], want, tol * std::max(1.f, want)) << o;
+                if (code[oc] < 0) {
+                  ASSERT_LE(want, tol) << o;
+                  continue;
+                }
+                ASSERT_LT(code[oc], 4) << o;
+                const float at = convr[(size_t(kk) * d.P + 2 * i + (code[oc] >> 1)) * d.Q + 2 * j + (code[oc] & 1)];
+                ASSERT_NEAR(at, want, tol * std::max(1.f, want)) << o;
               }
-              ASSERT_LT(code[oc], 4) << o;
-              const float at = convr[(size_t(kk) * d.P + 2 * i + (code[oc] >> 1)) * d.Q + 2 * j + (code[oc] & 1)];
-              ASSERT_NEAR(at, want, tol * std::max(1.f, want)) << o;
-            }
-        // The scalar reference of the fused kernel agrees with the reference chain.
-        std::vector<float> yr(np), yrc(np);
-        std::vector<int8_t> coder(np);
-        std::vector<int32_t> coderc(np);
-        ref::conv_s1_relu_pool<float>(yr.data(), coder.data(), xp.data(), w.data(), bp, d);
-        ref::relu_maxpool2<float>(yrc.data(), coderc.data(), convr.data(), d.K, d.P, d.Q);
-        EXPECT_EQ(yr, yrc);
-        for (size_t i = 0; i < np; ++i) ASSERT_EQ(coder[(i % PQ2) * d.K + i / PQ2], coderc[i]) << i;
-      }
+          // The scalar reference of the fused kernel agrees with the reference chain.
+          std::vector<float> yr(np), yrc(np);
+          std::vector<int8_t> coder(np);
+          std::vector<int32_t> coderc(np);
+          ref::conv_s1_relu_pool<float>(yr.data(), coder.data(), xp.data(), w.data(), bp, d);
+          ref::relu_maxpool2<float>(yrc.data(), coderc.data(), convr.data(), d.K, d.P, d.Q);
+          EXPECT_EQ(yr, yrc);
+          for (size_t i = 0; i < np; ++i) ASSERT_EQ(coder[(i % PQ2) * d.K + i / PQ2], coderc[i]) << i;
+        }
+}
+
+// A mostly zero input holding an Inf or a NaN: the AVX-512 kernel leaves its sparse-input path
+// (whose zero border taps would turn Inf into NaN) and matches the unfused chain, NaN for NaN.
+TEST(FastKernels, ConvReluPoolSparseInputWithNonFinite) {
+  for (Isa isa : isas())
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::to_string(bad));
+      const Kernels& k = kernels_for(isa);
+      const ConvS1 d = geometry({1, 32, 28, 28, 5, 5});
+      const size_t np = size_t(d.K) * 14 * 14;
+      auto xp = rnd(size_t(d.Hp) * d.Wp, 31), w = rnd(size_t(d.K) * 25, 32), b = rnd(d.K, 33);
+      for (size_t i = 0; i < xp.size(); ++i)
+        if (i % 7) xp[i] = 0.f;
+      xp[15 * d.Wp + 15] = bad;
+      std::vector<float> y(np), yu(np), conv(size_t(d.K) * d.P * d.Q), ws(conv_relu_pool_scratch(d));
+      std::vector<int8_t> code(np);
+      std::vector<int32_t> codeu(np);
+      k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), d, ws.data());
+      k.conv_s1_fwd(conv.data(), xp.data(), w.data(), b.data(), d);
+      k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
+      for (size_t i = 0; i < np; ++i) ASSERT_TRUE(y[i] == yu[i] || (std::isnan(y[i]) && std::isnan(yu[i]))) << i;
+    }
 }
 
 // The pooled weight gradient (AVX-512: sparse, by table permutes over channel lanes) against the

@@ -5,7 +5,9 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/x86/simd.h"
@@ -144,6 +146,30 @@ void pool_wgrad_all(float* dw, const float* g, const int8_t* sel, float* e, cons
   }
 }
 
+// One window's four conv pixels (acc[px][v], px = 2 dy + dx) through relu_maxpool2's rule, across
+// the registers: the pooled value to yT[wi, k0 + 16 v] and its code to code[wi, k0 + 16 v].
+template <int KV>
+inline void pool_window(float* yT, int8_t* code, const __m512 (*acc)[KV], const ConvS1& d, int Kp,
+                        size_t wi, int k0) {
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int v = 0; v < KV; ++v) {
+    __m512 best = _mm512_max_ps(acc[0][v], zero);
+    __m512i cv = _mm512_setzero_si512();
+#pragma GCC unroll 3
+    for (int px = 1; px < 4; ++px) {
+      const __m512 x = _mm512_max_ps(acc[px][v], zero);
+      const __mmask16 gt = _mm512_cmp_ps_mask(x, best, _CMP_GT_OQ);
+      best = _mm512_mask_blend_ps(gt, best, x);
+      cv = _mm512_mask_blend_epi32(gt, cv, _mm512_set1_epi32(px));
+    }
+    cv = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ), _mm512_set1_epi32(-1), cv);
+    const int k = k0 + 16 * v, kn = d.K - k;
+    _mm512_storeu_ps(yT + wi * Kp + k, best);
+    _mm512_mask_cvtepi32_storeu_epi8(code + wi * d.K + k, kn >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << kn) - 1), cv);
+  }
+}
+
 // The fused conv + ReLU + pool forward with lanes along output channels (ConvS1ReluPoolFn): WB
 // windows (4 conv pixels each) x KV channel vectors of accumulators; per tap, KV weight loads and
 // one broadcast input value per pixel. The pool is a max across registers, no shuffles; the
@@ -177,27 +203,70 @@ void conv_pool_cl_block(float* yT, int8_t* code, const float* xp, const float* w
           }
       }
     }
-  const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 4
-  for (int jj = 0; jj < WB; ++jj) {
-    const size_t wi = size_t(i) * Q2 + j0 + jj;
+  for (int jj = 0; jj < WB; ++jj) pool_window<KV>(yT, code, acc[jj], d, Kp, size_t(i) * Q2 + j0 + jj, k0);
+}
+
+// The same for an input that is mostly zero (a first layer on MNIST: ~15 % of the padded pixels):
+// per window, the non-zero pixels of its (R+1) x (S+1) input patch, one bit each (8 per patch
+// row, from the rows' masks), each add v * (the tap it is for) to all four pixels' registers. The
+// taps come from wP, the weights with a zero border ([C, R+2, S+2, Kp], tap (r, s) at (r+1, s+1)),
+// so a pixel outside a conv pixel's window adds v * 0 and no branch decides. Each conv pixel sums
+// its non-zero inputs in the dense kernel's (c, r, s) order: the same value (zeros' signs aside).
+template <int KV>
+void conv_pool_sparse_window(float* yT, int8_t* code, const float* xp, const uint64_t* rows,
+                             const float* wP, const float* bT, const ConvS1& d, int Kp, int i, int j,
+                             int k0) {
+  const int Q2 = d.Q / 2, SP = d.S + 2;
+  const uint64_t colmask = (uint64_t(1) << (d.S + 1)) - 1;
+  __m512 acc[4][KV];
+#pragma GCC unroll 4
+  for (int px = 0; px < 4; ++px)
 #pragma GCC unroll 2
-    for (int v = 0; v < KV; ++v) {  // relu_maxpool2's rule, across the four pixel registers
-      __m512 best = _mm512_max_ps(acc[jj][0][v], zero);
-      __m512i cv = _mm512_setzero_si512();
-#pragma GCC unroll 3
-      for (int px = 1; px < 4; ++px) {
-        const __m512 x = _mm512_max_ps(acc[jj][px][v], zero);
-        const __mmask16 gt = _mm512_cmp_ps_mask(x, best, _CMP_GT_OQ);
-        best = _mm512_mask_blend_ps(gt, best, x);
-        cv = _mm512_mask_blend_epi32(gt, cv, _mm512_set1_epi32(px));
+    for (int v = 0; v < KV; ++v) acc[px][v] = _mm512_loadu_ps(bT + k0 + 16 * v);
+  for (int c = 0; c < d.C; ++c) {
+    const uint64_t* rc = rows + size_t(c) * d.Hp + 2 * i;
+    uint64_t patch = 0;
+    for (int y = 0; y <= d.R; ++y) patch |= ((rc[y] >> (2 * j)) & colmask) << (8 * y);
+    const float* x0 = xp + (size_t(c) * d.Hp + 2 * i) * d.Wp + 2 * j;
+    const float* wc = wP + size_t(c) * (d.R + 2) * SP * Kp + k0;
+    for (; patch; patch &= patch - 1) {
+      const int bit = __builtin_ctzll(patch), y = bit >> 3, x = bit & 7;
+      const __m512 xv = _mm512_set1_ps(x0[y * d.Wp + x]);
+      const float* wt = wc + size_t((y + 1) * SP + x + 1) * Kp;  // tap (y, x) of conv pixel (0, 0)
+#pragma GCC unroll 4
+      for (int px = 0; px < 4; ++px) {  // conv pixel (dy, dx): tap (y - dy, x - dx)
+        const float* wq = wt - size_t((px >> 1) * SP + (px & 1)) * Kp;
+#pragma GCC unroll 2
+        for (int v = 0; v < KV; ++v) acc[px][v] = _mm512_fmadd_ps(_mm512_loadu_ps(wq + 16 * v), xv, acc[px][v]);
       }
-      cv = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ), _mm512_set1_epi32(-1), cv);
-      const int k = k0 + 16 * v, kn = d.K - k;
-      _mm512_storeu_ps(yT + wi * Kp + k, best);
-      _mm512_mask_cvtepi32_storeu_epi8(code + wi * d.K + k, kn >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << kn) - 1), cv);
     }
   }
+  pool_window<KV>(yT, code, acc, d, Kp, size_t(i) * Q2 + j, k0);
+}
+
+// Masks of the non-zero pixels of each padded input row (rows[c * Hp + y], bit x), and whether the
+// sparse path applies: at most a third of the pixels non-zero, all of them finite (an Inf times a
+// border tap's 0 would be NaN where the dense sum has none), rows of at most 64 pixels and patches
+// of at most 8 x 8.
+inline bool sparse_rows(uint64_t* rows, const float* xp, const ConvS1& d) {
+  if (d.Wp > 64 || d.R > 7 || d.S > 7) return false;
+  size_t nonzero = 0;
+  __mmask16 bad = 0;
+  const __m512 inf = _mm512_set1_ps(INFINITY);
+  for (int t = 0; t < d.C * d.Hp; ++t) {
+    const float* row = xp + size_t(t) * d.Wp;
+    uint64_t m = 0;
+    for (int x0 = 0; x0 < d.Wp; x0 += 16) {
+      const int n = d.Wp - x0;
+      const __m512 v = _mm512_maskz_loadu_ps(n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1), row + x0);
+      m |= uint64_t(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ)) << x0;
+      bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf, _CMP_NLT_UQ);  // Inf or NaN
+    }
+    rows[t] = m;
+    nonzero += size_t(__builtin_popcountll(m));
+  }
+  return !bad && 3 * nonzero <= size_t(d.C) * d.Hp * d.Wp;
 }
 
 void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float* w, const float* b,
@@ -207,9 +276,28 @@ void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float*
   float* wT = ws;                       // [C, R, S, Kp]
   float* bT = wT + size_t(CRS) * Kp;    // [Kp]
   float* yT = bT + Kp;                  // [PQ2, Kp]
+  float* wP = yT + size_t(PQ2) * Kp;    // [C, R+2, S+2, Kp] (the sparse path)
+  uint64_t* rows = reinterpret_cast<uint64_t*>(wP + size_t(d.C) * (d.R + 2) * (d.S + 2) * Kp);  // [C, Hp]
+  for (int k = 0; k < Kp; ++k) bT[k] = b && k < d.K ? b[k] : 0.f;
+  if (sparse_rows(rows, xp, d)) {
+    const int SP = d.S + 2;
+    std::memset(wP, 0, size_t(d.C) * (d.R + 2) * SP * Kp * sizeof(float));
+    for (int c = 0; c < d.C; ++c)
+      for (int r = 0; r < d.R; ++r)
+        for (int s2 = 0; s2 < d.S; ++s2)
+          for (int k = 0; k < d.K; ++k)
+            wP[((size_t(c) * (d.R + 2) + r + 1) * SP + s2 + 1) * Kp + k] = w[size_t(k) * CRS + (c * d.R + r) * d.S + s2];
+    for (int i = 0; i < P2; ++i)
+      for (int j = 0; j < Q2; ++j) {
+        int k0 = 0;
+        for (; k0 + 32 <= Kp; k0 += 32) conv_pool_sparse_window<2>(yT, code, xp, rows, wP, bT, d, Kp, i, j, k0);
+        if (k0 < Kp) conv_pool_sparse_window<1>(yT, code, xp, rows, wP, bT, d, Kp, i, j, k0);
+      }
+    transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);
+    return;
+  }
   for (int t = 0; t < CRS; ++t)
     for (int k = 0; k < Kp; ++k) wT[size_t(t) * Kp + k] = k < d.K ? w[size_t(k) * CRS + t] : 0.f;
-  for (int k = 0; k < Kp; ++k) bT[k] = b && k < d.K ? b[k] : 0.f;
   // The outputs are cold (3 MB per batch of mnist-cnn, evicted since the last step): request them
   // for writing ahead of time, a few lines per row of windows, so the misses overlap the FMAs.
   const size_t ylines = (size_t(d.K) * PQ2 * 4 + 63) / 64, clines = (size_t(d.K) * PQ2 + 63) / 64;
