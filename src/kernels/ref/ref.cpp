@@ -16,7 +16,8 @@ void sgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float* 
 size_t conv_pool_wgrad_scratch(const ConvS1& d) {
   const size_t dense = size_t(d.K) * d.P * d.Q;
   const size_t packed = 2 * size_t((d.K + 15) / 16 * 16) * (d.P / 2) * (d.Q / 2) +
-                        size_t(d.Hp) * ((d.Wp + 14) / 16 * 16) * 16;  // + the 2x2 windows of a channel
+                        size_t(d.Hp) * ((d.Wp + 14) / 16 * 16) * 16 +  // + the 2x2 windows of a channel
+                        size_t(d.P / 2) * (d.Q / 2);                    // + the live windows' list
   return dense > packed ? dense : packed;
 }
 

@@ -75,8 +75,8 @@ inline void pack_windows(float* e, const float* xpc, int Hp, int Wp, int U) {
 // is the pooled gradient, zeroed for code -1. NV = 2 channel vectors share each window load.
 template <int S, int RB, int NV>
 void pool_wgrad_taps(float* dw, const float* g, const int8_t* sel, const float* e, const ConvS1& d,
-                     int U, int Kp, int v, int c, int r0) {
-  const int P2 = d.P / 2, Q2 = d.Q / 2, RS = d.R * d.S;
+                     int U, int Kp, int v, int c, int r0, const uint32_t* wins, int nwins) {
+  const int Q2 = d.Q / 2, RS = d.R * d.S;
   const size_t UE = size_t(U) * kWin;
   __m512 acc[NV][RB][S];
 #pragma GCC unroll 2
@@ -85,7 +85,8 @@ void pool_wgrad_taps(float* dw, const float* g, const int8_t* sel, const float* 
     for (int r = 0; r < RB; ++r)
 #pragma GCC unroll 8
       for (int s = 0; s < S; ++s) acc[n][r][s] = _mm512_setzero_ps();
-  for (int i = 0, j = 0, wi = 0; wi < P2 * Q2; ++wi) {  // windows (i, j) in one loop: GCC keeps acc in registers
+  for (int t = 0; t < nwins; ++t) {  // windows (i, j) in one loop: GCC keeps acc in registers
+    const int i = int(wins[t] >> 16), j = int(wins[t] & 0xFFFF), wi = i * Q2 + j;
     __m512i sv[NV];
     __m512 gv[NV];
 #pragma GCC unroll 2
@@ -103,7 +104,6 @@ void pool_wgrad_taps(float* dw, const float* g, const int8_t* sel, const float* 
 #pragma GCC unroll 2
         for (int n = 0; n < NV; ++n) acc[n][r][s] = _mm512_fmadd_ps(gv[n], _mm512_permutevar_ps(win, sv[n]), acc[n][r][s]);
       }
-    if (++j == Q2) j = 0, ++i;
   }
   alignas(64) float lanes[16];
 #pragma GCC unroll 2
@@ -122,27 +122,60 @@ void pool_wgrad_taps(float* dw, const float* g, const int8_t* sel, const float* 
 // All rows of taps for channel vectors v .. v+NV-1, RB rows at a time (RB x S x NV accumulators).
 template <int S, int NV>
 void pool_wgrad_rows(float* dw, const float* g, const int8_t* sel, const float* e, const ConvS1& d,
-                     int U, int Kp, int v, int c) {
+                     int U, int Kp, int v, int c, const uint32_t* wins, int nwins) {
   constexpr int A = NV == 2 ? 20 : 25, RB = A / (S * NV) < 1 ? 1 : A / (S * NV) > 5 ? 5 : A / (S * NV);
   int r0 = 0;
-  for (; r0 + RB <= d.R; r0 += RB) pool_wgrad_taps<S, RB, NV>(dw, g, sel, e, d, U, Kp, v, c, r0);
+  for (; r0 + RB <= d.R; r0 += RB) pool_wgrad_taps<S, RB, NV>(dw, g, sel, e, d, U, Kp, v, c, r0, wins, nwins);
   switch (d.R - r0) {  // the last rows, fewer than RB
-    case 1: pool_wgrad_taps<S, 1, NV>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
-    case 2: if constexpr (RB > 2) pool_wgrad_taps<S, 2, NV>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
-    case 3: if constexpr (RB > 3) pool_wgrad_taps<S, 3, NV>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
-    case 4: if constexpr (RB > 4) pool_wgrad_taps<S, 4, NV>(dw, g, sel, e, d, U, Kp, v, c, r0); break;
+    case 1: pool_wgrad_taps<S, 1, NV>(dw, g, sel, e, d, U, Kp, v, c, r0, wins, nwins); break;
+    case 2: if constexpr (RB > 2) pool_wgrad_taps<S, 2, NV>(dw, g, sel, e, d, U, Kp, v, c, r0, wins, nwins); break;
+    case 3: if constexpr (RB > 3) pool_wgrad_taps<S, 3, NV>(dw, g, sel, e, d, U, Kp, v, c, r0, wins, nwins); break;
+    case 4: if constexpr (RB > 4) pool_wgrad_taps<S, 4, NV>(dw, g, sel, e, d, U, Kp, v, c, r0, wins, nwins); break;
     default: break;
   }
 }
 
+// The windows (i << 16 | j) of channel c whose (R+1) x (S+1) input patch is not all zero, in order:
+// the others add gradient * 0 to every tap (skipped when `all` is false, and the rows fit 64 bits).
+inline int live_windows(uint32_t* wins, const float* xpc, const ConvS1& d, bool all) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2;
+  int n = 0;
+  if (all || d.Wp > 64) {
+    for (int i = 0; i < P2; ++i)
+      for (int j = 0; j < Q2; ++j) wins[n++] = uint32_t(i) << 16 | uint32_t(j);
+    return n;
+  }
+  const uint64_t colmask = (uint64_t(1) << (d.S + 1)) - 1;
+  uint64_t rows[64 + 8];
+  for (int y = 0; y < d.Hp && y < 72; ++y) {
+    uint64_t m = 0;
+    for (int x0 = 0; x0 < d.Wp; x0 += 16) {
+      const int k = d.Wp - x0;
+      const __m512 v = _mm512_maskz_loadu_ps(k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << k) - 1), xpc + size_t(y) * d.Wp + x0);
+      m |= uint64_t(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ)) << x0;
+    }
+    rows[y] = m;
+  }
+  for (int i = 0; i < P2; ++i) {
+    uint64_t band = 0;  // columns with a non-zero pixel in the patch rows 2i .. 2i+R
+    for (int y = 2 * i; y <= 2 * i + d.R; ++y) band |= rows[y];
+    for (int j = 0; j < Q2; ++j)
+      if ((band >> (2 * j)) & colmask) wins[n++] = uint32_t(i) << 16 | uint32_t(j);
+  }
+  return n;
+}
+
 template <int S>
 void pool_wgrad_all(float* dw, const float* g, const int8_t* sel, float* e, const float* xp,
-                    const ConvS1& d, int U, int Kp) {
+                    const ConvS1& d, int U, int Kp, uint32_t* wins, bool all) {
   for (int c = 0; c < d.C; ++c) {
-    pack_windows(e, xp + size_t(c) * d.Hp * d.Wp, d.Hp, d.Wp, U);
+    const float* xpc = xp + size_t(c) * d.Hp * d.Wp;
+    const int nwins = live_windows(wins, xpc, d, all || d.Hp > 72);
+    if (nwins == 0) continue;
+    pack_windows(e, xpc, d.Hp, d.Wp, U);
     int v = 0;
-    for (; v + 2 <= Kp / 16; v += 2) pool_wgrad_rows<S, 2>(dw, g, sel, e, d, U, Kp, v, c);
-    if (v < Kp / 16) pool_wgrad_rows<S, 1>(dw, g, sel, e, d, U, Kp, v, c);
+    for (; v + 2 <= Kp / 16; v += 2) pool_wgrad_rows<S, 2>(dw, g, sel, e, d, U, Kp, v, c, wins, nwins);
+    if (v < Kp / 16) pool_wgrad_rows<S, 1>(dw, g, sel, e, d, U, Kp, v, c, wins, nwins);
   }
 }
 
@@ -334,6 +367,7 @@ void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int8_t*
   float* g = ws;
   const int8_t* sel = nullptr;
   float* e = ws + 2 * size_t(PQ2) * Kp;
+  uint32_t* wins = reinterpret_cast<uint32_t*>(e + size_t(d.Hp) * U * kWin);  // [PQ2]
   // g[PQ2, Kp] = dy^T: 16 channels of a window in one vector, like the codes [PQ2, K] already
   // are (copied to a row stride of Kp when K is not a multiple of 16).
   transpose(g, size_t(Kp), dy, size_t(PQ2), d.K, Kp, PQ2);
@@ -358,14 +392,20 @@ void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int8_t*
       _mm512_store_ps(lanes, acc);
       for (int l = 0; l < 16 && 16 * v + l < d.K; ++l) db[16 * v + l] += lanes[l];
     }
+  // Windows whose input patch is all zero add g * 0: skipped, unless a live gradient is NaN or Inf
+  // (g * 0 is NaN then, and the update's check must see it).
+  __mmask16 bad = 0;
+  for (size_t t = 0; t < size_t(PQ2) * Kp; t += 16)
+    bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(g + t)), _mm512_set1_ps(INFINITY), _CMP_NLT_UQ);
+  const bool all = bad != 0;
   switch (d.S) {
-    case 1: pool_wgrad_all<1>(dw, g, sel, e, xp, d, U, Kp); break;
-    case 2: pool_wgrad_all<2>(dw, g, sel, e, xp, d, U, Kp); break;
-    case 3: pool_wgrad_all<3>(dw, g, sel, e, xp, d, U, Kp); break;
-    case 4: pool_wgrad_all<4>(dw, g, sel, e, xp, d, U, Kp); break;
-    case 5: pool_wgrad_all<5>(dw, g, sel, e, xp, d, U, Kp); break;
-    case 6: pool_wgrad_all<6>(dw, g, sel, e, xp, d, U, Kp); break;
-    default: pool_wgrad_all<7>(dw, g, sel, e, xp, d, U, Kp); break;
+    case 1: pool_wgrad_all<1>(dw, g, sel, e, xp, d, U, Kp, wins, all); break;
+    case 2: pool_wgrad_all<2>(dw, g, sel, e, xp, d, U, Kp, wins, all); break;
+    case 3: pool_wgrad_all<3>(dw, g, sel, e, xp, d, U, Kp, wins, all); break;
+    case 4: pool_wgrad_all<4>(dw, g, sel, e, xp, d, U, Kp, wins, all); break;
+    case 5: pool_wgrad_all<5>(dw, g, sel, e, xp, d, U, Kp, wins, all); break;
+    case 6: pool_wgrad_all<6>(dw, g, sel, e, xp, d, U, Kp, wins, all); break;
+    default: pool_wgrad_all<7>(dw, g, sel, e, xp, d, U, Kp, wins, all); break;
   }
 }
 
