@@ -31,4 +31,15 @@
   void operator delete(void* p) noexcept { std::free(p); }              \
   void operator delete[](void* p) noexcept { std::free(p); }            \
   void operator delete(void* p, size_t) noexcept { std::free(p); }      \
-  void operator delete[](void* p, size_t) noexcept { std::free(p); }
+  void operator delete[](void* p, size_t) noexcept { std::free(p); }    \
+  /* the nothrow forms too (std::stable_sort's buffer): else new and */  \
+  /* delete come from two families, which ASan reports */                \
+  void* operator new(size_t n, const std::nothrow_t&) noexcept {         \
+    ON_ALLOC(n);                                                         \
+    return std::malloc(n ? n : 1);                                       \
+  }                                                                      \
+  void* operator new[](size_t n, const std::nothrow_t& t) noexcept {     \
+    return operator new(n, t);                                           \
+  }                                                                      \
+  void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); } \
+  void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
