@@ -197,9 +197,22 @@ inline __m512 sum8(const __m512* a) {
   return _mm512_maskz_permutexvar_ps(0x00FF, order, f);
 }
 
+// Lane i (< 4) of the result is the sum of the 16 lanes of a[i]; lanes 4..15 are 0.
+inline __m512 sum4(const __m512* a) {
+  const __m512 t0 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[2], 0x44), _mm512_shuffle_f32x4(a[0], a[2], 0xEE));
+  const __m512 t1 = _mm512_add_ps(_mm512_shuffle_f32x4(a[1], a[3], 0x44), _mm512_shuffle_f32x4(a[1], a[3], 0xEE));
+  // quarters: a0, a2, a1, a3, four partials each
+  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD));
+  const __m512 s = _mm512_add_ps(u, _mm512_shuffle_ps(u, u, 0x4E));
+  const __m512 f = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, 0xB1));  // full sums, each four times
+  const __m512i order = _mm512_setr_epi32(0, 8, 4, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_maskz_permutexvar_ps(0x000F, order, f);
+}
+
 // Input gradient on AVX-512: per block of kSpCols columns (its transposed weight rows in L1) and
-// row n (dy[n] in registers), the dots of the non-zero inputs' weight rows, 8 at a time, summed
-// across lanes together (sum8) and expanded to their columns.
+// row n (dy[n] in registers), the dots of the non-zero inputs' weight rows, 4 at a time when a
+// row's 16 columns hold at most 4, else 8, summed across lanes together (sum4, sum8) and expanded
+// to their columns.
 // VK > 0: K <= 16 VK (VK vectors of dy[n] held in registers); VK == 0: any K. zero: K zeros
 // (the padding dots' weight row; VK > 0 only).
 template <int VK>
@@ -231,12 +244,13 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
         const __mmask16 mh = __mmask16(cw - h >= 16 ? 0xFFFF : (1u << (cw - h)) - 1);
         const __mmask16 bits = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(mh, xr + h), _mm512_setzero_ps(), _CMP_NEQ_UQ);
         unsigned rest = bits;
-        // 8 dots of the next non-zero columns (the zero row for missing ones), summed by sum8
-        auto group = [&]() {
-          __m512 a[8];
-          const float* wr[8];
+        // G (4 or 8) dots of the next non-zero columns (the zero row for missing ones), summed
+        // across lanes together
+        auto group = [&]<int G>() {
+          __m512 a[G];
+          const float* wr[G];
 #pragma GCC unroll 8
-          for (int i = 0; i < 8; ++i) {
+          for (int i = 0; i < G; ++i) {
             const int c = rest ? __builtin_ctz(rest) : -1;
             rest &= rest - 1;
             wr[i] = c < 0 ? zero : wb + size_t(h + c) * K;
@@ -244,14 +258,14 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
           }
           if constexpr (VK > 0) {
 #pragma GCC unroll 8
-            for (int v = 0; v < VK; ++v)  // 8 independent chains advance together
+            for (int v = 0; v < VK; ++v)  // G independent chains advance together
 #pragma GCC unroll 8
-              for (int i = 0; i < 8; ++i) {
+              for (int i = 0; i < G; ++i) {
                 const __m512 w = v + 1 < VK ? _mm512_loadu_ps(wr[i] + 16 * v) : _mm512_maskz_loadu_ps(mv[v], wr[i] + 16 * v);
                 a[i] = _mm512_fmadd_ps(dv[v], w, a[i]);
               }
           } else {
-            for (int i = 0; i < 8; ++i) {
+            for (int i = 0; i < G; ++i) {
               if (wr[i] == zero) continue;
               int k = 0;
               for (; k + 16 <= K; k += 16) a[i] = _mm512_fmadd_ps(_mm512_loadu_ps(d + k), _mm512_loadu_ps(wr[i] + k), a[i]);
@@ -261,16 +275,21 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
               }
             }
           }
-          return sum8(a);
+          if constexpr (G == 4) return sum4(a);
+          else return sum8(a);
         };
         if (!bits) {
           _mm512_mask_storeu_ps(dr + h, mh, _mm512_setzero_ps());
           continue;
         }
-        const __m512 r0 = group();
-        const __m512 r1 = rest ? group() : _mm512_setzero_ps();
-        // r0 lanes 0..7 and r1 lanes 0..7: the dots in column order; to their columns
-        const __m512 r = _mm512_shuffle_f32x4(r0, r1, 0x44);
+        __m512 r;  // the dots in column order in lanes 0 .. popcount - 1
+        if (__builtin_popcount(bits) <= 4) {
+          r = group.template operator()<4>();
+        } else {
+          const __m512 r0 = group.template operator()<8>();
+          const __m512 r1 = rest ? group.template operator()<8>() : _mm512_setzero_ps();
+          r = _mm512_shuffle_f32x4(r0, r1, 0x44);  // r0 lanes 0..7, r1 lanes 0..7
+        }
         _mm512_mask_storeu_ps(dr + h, mh, _mm512_maskz_expand_ps(bits, r));
       }
     }
