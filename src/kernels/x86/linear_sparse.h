@@ -120,10 +120,11 @@ void linear_sp_fwd(float* y, float* wt, const float* x, size_t ldx, const float*
   }
 }
 
-// Weight gradient, W columns at a time: per column, the rows with a non-zero input (bit sets over
-// 64 rows at a time) each add x * dy[n, k-block] to registers; the W finished columns are
-// transposed into dw's rows. 64 features per pass, so that dy's slice of them (16 KB at batch
-// 64) stays in L1 while every column reads it.
+// Weight gradient, W columns at a time: the 64 x W slice of x is staged contiguously and its
+// non-zero masks bit-transposed to one row set per column (S::transpose_bits); per column, each
+// row in its set adds x * dy[n, k-block of 128] to registers; the W finished columns are
+// transposed into dw's rows. (64-feature passes, keeping dy's slice in L1, measured slower: 682
+// against 568 us for fc1 at 30 % non-zero.)
 template <class S, bool Full>
 void sp_wgrad_block(float* dw, size_t ldw, const float* dy, const float* x, size_t ldx, int N,
                     int K, int cb, int cw, int k0, int kb, float* tile) {
