@@ -175,6 +175,20 @@ BitImage encode_thermometer(const uint8_t* pixels, int H, int W, int B);
 // Each pixel's mean over its (2r+1)x(2r+1) window (the part inside the image), rounded down. Its
 // thermometer code is set around the strokes too, so majority votes can measure stroke proximity.
 std::vector<uint8_t> box_blur(const uint8_t* pixels, int H, int W, int r);
+// Moment deskewing (classic MNIST preprocessing): the image is sheared so that its principal
+// axis is vertical (shear alpha = cov(x, y) / var(y) over the intensity) and moved so that its
+// centre of mass lies at the centre, sampled bilinearly. A blank image is returned unchanged.
+std::vector<uint8_t> deskew(const uint8_t* pixels, int H, int W);
+// The image mirrored left to right (a training-set augmentation for Fashion-MNIST).
+std::vector<uint8_t> mirror(const uint8_t* pixels, int H, int W);
+// The image moved by (dy, dx) pixels, zeros shifted in: out(y, x) = in(y - dy, x - dx).
+std::vector<uint8_t> shift(const uint8_t* pixels, int H, int W, int dy, int dx);
+// 2x2 pooling of a bit image between layers: output pixel (y, x) combines input pixels
+// (2y..2y+1, 2x..2x+1) bit by bit: `any` sets a bit set in any of the four, `majority` one set in
+// at least two of them. The output is floor(H/2) x floor(W/2) (an odd last row or column is dropped).
+enum class LayerPool { none, any, majority };
+const char* pool_name(LayerPool p);
+BitImage pool2x2(const BitImage& im, LayerPool p);
 // The pixels of a and b side by side (a's bits, then b's); the sizes must match.
 BitImage concat_pixels(const BitImage& a, const BitImage& b);
 // The image with `bits` more bits per pixel appended: a fixed pseudo-random code of the pixel's
@@ -189,6 +203,10 @@ struct TrainOptions {
   int input_bits = 16;                // thermometer bits per pixel of layer 1
   int position_bits = 16;             // fixed random position code appended to every layer's input
   std::vector<int> blur_radii;        // layer 1 also gets the thermometer code of each box blur
+  bool deskew = false;                // deskew() every image (train and test) before encoding it
+  bool mirror = false;                // the training set also holds every image mirrored (deskew() first)
+  int shift_copies = 0;               // ... and this many copies of it moved by one pixel (0..4 directions)
+  LayerPool layer_pool = LayerPool::none;  // pool2x2 of a layer's output before the next layer
   int segments = 2;
   WeightKind kind = WeightKind::binary;
   int epochs = 4;                     // per layer
@@ -205,12 +223,13 @@ struct TrainOptions {
   enum class Refit { none, end, epoch } head_refit = Refit::none;
   int64_t refit_examples = 0;
   // The refit's loss: the model's squared error (refit_head) or the multiclass hinge loss with
-  // this margin (refit_head_hinge, at most refit_rounds rounds); margin 0: squared error.
-  int64_t refit_margin = 0;
+  // this margin (refit_head_hinge, at most refit_rounds rounds); margin 0: squared error. Per layer
+  // (the last value repeats), like the conv margin below.
+  std::vector<int64_t> refit_margin = {0};
   int64_t refit_rounds = 400;
   // 0: conv steps follow the model's squared-error deltas; M > 0: the deltas of the multiclass
   // hinge loss with margin M (hinge_conv_tables), usually with freeze_head and epoch refits.
-  int64_t conv_margin = 0;
+  std::vector<int64_t> conv_margin = {0};
   int64_t threshold = 0;
   int64_t limit_train = 0, limit_test = 0;  // 0: all
   int threads = 1;

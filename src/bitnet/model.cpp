@@ -2,6 +2,7 @@
 // brute-force oracle, which recomputes the whole forward pass bit by bit for every weight change.
 // Deliberately independent of the fast path: no popcount, no masks, no kernel table.
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "bitnet/internal.h"
@@ -87,6 +88,66 @@ std::vector<uint8_t> box_blur(const uint8_t* pixels, int H, int W, int r) {
       out[size_t(y) * W + x] = uint8_t(sum / n);
     }
   return out;
+}
+
+std::vector<uint8_t> deskew(const uint8_t* px, int H, int W) {
+  double t = 0, my = 0, mx = 0;
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) t += px[y * W + x], my += double(y) * px[y * W + x], mx += double(x) * px[y * W + x];
+  std::vector<uint8_t> out(px, px + size_t(H) * W);
+  if (t == 0) return out;
+  my /= t, mx /= t;
+  double vyy = 0, vxy = 0;
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) vyy += (y - my) * (y - my) * px[y * W + x], vxy += (y - my) * (x - mx) * px[y * W + x];
+  const double alpha = vyy > 0 ? vxy / vyy : 0, cy = H / 2.0, cx = W / 2.0;
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) {
+      // output (y, x) samples the input at the centre of mass plus the sheared offset
+      const double iy = my + (y - cy), ix = mx + alpha * (y - cy) + (x - cx);
+      const int y0 = int(std::floor(iy)), x0 = int(std::floor(ix));
+      const double fy = iy - y0, fx = ix - x0;
+      double v = 0;
+      for (int q = 0; q < 4; ++q) {
+        const int yy = y0 + q / 2, xx = x0 + q % 2;
+        if (yy >= 0 && yy < H && xx >= 0 && xx < W) v += (q / 2 ? fy : 1 - fy) * (q % 2 ? fx : 1 - fx) * px[yy * W + xx];
+      }
+      out[size_t(y) * W + x] = uint8_t(std::min(255.0, v + 0.5));
+    }
+  return out;
+}
+
+std::vector<uint8_t> mirror(const uint8_t* px, int H, int W) {
+  std::vector<uint8_t> out(size_t(H) * W);
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) out[size_t(y) * W + x] = px[y * W + (W - 1 - x)];
+  return out;
+}
+
+std::vector<uint8_t> shift(const uint8_t* px, int H, int W, int dy, int dx) {
+  std::vector<uint8_t> out(size_t(H) * W, 0);
+  for (int y = std::max(0, dy); y < std::min(H, H + dy); ++y)
+    for (int x = std::max(0, dx); x < std::min(W, W + dx); ++x) out[size_t(y) * W + x] = px[(y - dy) * W + (x - dx)];
+  return out;
+}
+
+const char* pool_name(LayerPool p) { return p == LayerPool::none ? "none" : p == LayerPool::any ? "any" : "majority"; }
+
+BitImage pool2x2(const BitImage& a, LayerPool p) {
+  if (p == LayerPool::none) return a;
+  BitImage r{a.H / 2, a.W / 2, a.B, {}};
+  const int pw = (a.B + 63) / 64;
+  r.bits.assign(size_t(r.H) * r.W * pw, 0);
+  for (int y = 0; y < r.H; ++y)
+    for (int x = 0; x < r.W; ++x)
+      for (int w = 0; w < pw; ++w) {
+        uint64_t v[4];
+        for (int q = 0; q < 4; ++q) v[q] = a.bits[(size_t(2 * y + q / 2) * a.W + 2 * x + q % 2) * pw + w];
+        r.bits[(size_t(y) * r.W + x) * pw + w] =
+            p == LayerPool::any ? v[0] | v[1] | v[2] | v[3]
+                                : (v[0] & (v[1] | v[2] | v[3])) | (v[1] & (v[2] | v[3])) | (v[2] & v[3]);
+      }
+  return r;
 }
 
 BitImage concat_pixels(const BitImage& a, const BitImage& b) {

@@ -104,9 +104,12 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--updates", o.updates, 1, 1 << 20);
   check_opt("--head-updates", o.head_updates, 0, 1 << 20);
   check_opt("--refit-examples", o.refit_examples, 0, int64_t(1) << 40);
-  check_opt("--refit-margin", o.refit_margin, 0, int64_t(1) << 30);
+  if (o.refit_margin.empty()) throw Error("--refit-margin: expected at least one value");
+  if (o.conv_margin.empty()) throw Error("--conv-margin: expected at least one value");
+  for (int64_t m : o.refit_margin) check_opt("--refit-margin", m, 0, int64_t(1) << 30);
   check_opt("--refit-rounds", o.refit_rounds, 1, int64_t(1) << 30);
-  check_opt("--conv-margin", o.conv_margin, 0, int64_t(1) << 30);
+  for (int64_t m : o.conv_margin) check_opt("--conv-margin", m, 0, int64_t(1) << 30);
+  check_opt("--shift-copies", o.shift_copies, 0, 4);
   check_opt("--threshold", o.threshold, 0, int64_t(1) << 40);
   check_opt("--threads", o.threads, 1, 256);
   check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
@@ -118,22 +121,37 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   const Dataset& tr = data.train;
   const Dataset& te = data.test;
   if (tr.rows != te.rows || tr.cols != te.cols) throw Error("data: train and test images differ in size");
-  const int64_t ntr = o.limit_train ? std::min(o.limit_train, tr.count) : tr.count;
+  int64_t ntr = o.limit_train ? std::min(o.limit_train, tr.count) : tr.count;
   const int64_t nte = o.limit_test ? std::min(o.limit_test, te.count) : te.count;
 
-  // Layer 1's input: thermometer codes.
+  // Layer 1's input: thermometer codes (of the deskewed image with --deskew). The training set
+  // holds each image, then its mirror image (--mirror), then --shift-copies copies of it moved by
+  // one pixel, the directions (down, right, up, left) taken in turn from image i's i % 4-th on.
+  const int64_t copies = (o.mirror ? 2 : 1) + o.shift_copies, nsrc = ntr;
+  ntr *= copies;
   std::vector<BitImage> xtr(ntr), xte(nte);
   const int64_t px = int64_t(tr.rows) * tr.cols;
-  auto encode = [&](const uint8_t* pixels) {
+  auto encode = [&](const uint8_t* raw, int64_t i, int64_t copy) {
+    std::vector<uint8_t> img(raw, raw + px);
+    if (o.deskew) img = deskew(img.data(), tr.rows, tr.cols);
+    if (copy == 1 && o.mirror) img = mirror(img.data(), tr.rows, tr.cols);
+    if (copy >= (o.mirror ? 2 : 1)) {
+      static constexpr int kDy[4] = {1, 0, -1, 0}, kDx[4] = {0, 1, 0, -1};
+      const int d = int((i + copy - (o.mirror ? 2 : 1)) % 4);
+      img = shift(img.data(), tr.rows, tr.cols, kDy[d], kDx[d]);
+    }
+    const uint8_t* pixels = img.data();
     BitImage im = encode_thermometer(pixels, tr.rows, tr.cols, o.input_bits);
     for (int r : o.blur_radii)
       im = concat_pixels(im, encode_thermometer(box_blur(pixels, tr.rows, tr.cols, r).data(), tr.rows, tr.cols,
                                                 o.input_bits));
     return append_position_bits(im, o.position_bits, o.seed);
   };
-  for (int64_t i = 0; i < ntr; ++i) xtr[i] = encode(tr.images.data() + i * px);
-  for (int64_t i = 0; i < nte; ++i) xte[i] = encode(te.images.data() + i * px);
-  std::vector<uint8_t> ytr(tr.labels.begin(), tr.labels.begin() + ntr), yte(te.labels.begin(), te.labels.begin() + nte);
+  std::vector<uint8_t> ytr(ntr), yte(te.labels.begin(), te.labels.begin() + nte);
+  for (int64_t i = 0; i < nsrc; ++i)
+    for (int64_t c = 0; c < copies; ++c)
+      xtr[i * copies + c] = encode(tr.images.data() + i * px, i, c), ytr[i * copies + c] = tr.labels[i];
+  for (int64_t i = 0; i < nte; ++i) xte[i] = encode(te.images.data() + i * px, i, 0);
 
   ThreadPool pool(o.threads);
   std::mt19937_64 rng(o.seed);
@@ -145,6 +163,8 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
     s.S = o.segments, s.C = std::max(tr.num_classes, 2), s.kind = o.kind;
     validate(s, "layer " + std::to_string(l + 1));
     Layer L = random_layer(s, o.seed * 1000 + l);
+    const int64_t refit_margin = o.refit_margin[std::min<size_t>(l, o.refit_margin.size() - 1)];
+    const int64_t conv_margin = o.conv_margin[std::min<size_t>(l, o.conv_margin.size() - 1)];
     std::vector<Worker> ws(o.threads);
     const int A = s.alts(), states = A + 1;
     for (auto& w : ws) {
@@ -167,8 +187,8 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
         }
       });
       const PooledColumns z = pooled_columns(s, rows.data(), n);
-      const HeadFitReport h = o.refit_margin > 0
-                                  ? refit_head_hinge(L, z, ytr.data(), kern, &pool, o.refit_margin, o.refit_rounds)
+      const HeadFitReport h = refit_margin > 0
+                                  ? refit_head_hinge(L, z, ytr.data(), kern, &pool, refit_margin, o.refit_rounds)
                                   : refit_head(L, z, ytr.data(), kern, &pool);
       if (rep) {
         rep->refit_changes = h.changes, rep->refit_loss = double(h.loss_after) / double(n), rep->refit_rounds = h.rounds;
@@ -200,7 +220,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
           const Range r = split_range(batch, tid, pool.size());
           for (int64_t b = r.begin; b < r.end; ++b) {
             w.eng->compute(L, xtr[idx[b]], ytr[idx[b]], &w.d, nullptr);
-            if (o.conv_margin > 0) hinge_conv_tables(L, w.eng->pooled(), ytr[idx[b]], o.conv_margin, &w.d);
+            if (conv_margin > 0) hinge_conv_tables(L, w.eng->pooled(), ytr[idx[b]], conv_margin, &w.d);
             accumulate(s, w.d, o.threshold, w.conv_sum.data(), w.head_sum.data());
             w.loss += double(w.d.loss);
           }
@@ -238,18 +258,20 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (on_epoch) on_epoch(rep);
     }
-    // Drop the head; the convolution makes the next layer's input.
+    // Drop the head; the convolution (pooled 2x2 with --layer-pool) makes the next layer's input.
     if (l + 1 < o.layers) {
+      if (o.layer_pool != LayerPool::none && (xtr[0].H - 2 < 2 || xtr[0].W - 2 < 2))
+        throw Error("--layer-pool: layer " + std::to_string(l + 1) + "'s output is too small to pool");
       pool.run([&](int tid) {
         for (int64_t i = split_range(ntr, tid, pool.size()).begin, e = split_range(ntr, tid, pool.size()).end; i < e; ++i) {
           BitImage next;
           ws[tid].eng->apply(L, xtr[i], &next);
-          xtr[i] = append_position_bits(next, o.position_bits, o.seed + l + 1);
+          xtr[i] = append_position_bits(pool2x2(next, o.layer_pool), o.position_bits, o.seed + l + 1);
         }
         for (int64_t i = split_range(nte, tid, pool.size()).begin, e = split_range(nte, tid, pool.size()).end; i < e; ++i) {
           BitImage next;
           ws[tid].eng->apply(L, xte[i], &next);
-          xte[i] = append_position_bits(next, o.position_bits, o.seed + l + 1);
+          xte[i] = append_position_bits(pool2x2(next, o.layer_pool), o.position_bits, o.seed + l + 1);
         }
       });
       if (xtr[0].H < 3 || xtr[0].W < 3) throw Error("--layers: images shrink below 3x3 after layer " + std::to_string(l + 1));

@@ -95,7 +95,28 @@ TEST_F(Cli, BitnetTrainTwoLayers) {
   EXPECT_EQ(lines[2].find("    2 "), 0u) << lines[2];
 }
 
+TEST_F(Cli, BitnetTrainPooledLayersDeskewMirror) {
+  // 2x2 majority pooling between layers (26x26 -> 13x13), per-layer margins, deskewed and mirrored
+  // inputs (the tiny set's classes are places, which deskewing moves, so only that it runs and that
+  // layer 2 reports, with the training set doubled by the mirror images).
+  const Result r = run(bitnet_train(data_, "--layers 2 --channels 8,6 --input-bits 2 --position-bits 8 --segments 2 "
+                                           "--epochs 1 --batch-size 8 --steps 5 --layer-pool majority --deskew "
+                                           "--mirror --shift-copies 2 --freeze-head --head-refit end --conv-margin 2,3 "
+                                           "--refit-margin 2,3 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = nonempty_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(lines[1]).at("layer").get<int>(), 2);
+  const Result any = run(bitnet_train(data_, "--layers 2 --channels 8 --input-bits 2 --position-bits 8 --segments 2 "
+                                             "--epochs 1 --batch-size 8 --steps 5 --layer-pool any"));
+  ASSERT_EQ(any.code, 0) << any.err;
+}
+
 TEST_F(Cli, BitnetTrainBadFlags) {
+  expect_one_line_error(run(bitnet_train(data_, "--layer-pool sideways")), {"--layer-pool", "sideways"});
+  expect_one_line_error(run(bitnet_train(data_, "--shift-copies 5")), {"--shift-copies", "5"});
+  expect_one_line_error(run(bitnet_train(data_, "--conv-margin 4,-1")), {"--conv-margin", "-1"});
+  expect_one_line_error(run(bitnet_train(data_, "--refit-margin 4,-7")), {"--refit-margin", "-7"});
   expect_one_line_error(run(bitnet_train(data_, "--channels 0")), {"--channels", "0"});
   expect_one_line_error(run(bitnet_train(data_, "--segments 9")), {"--segments", "9"});
   expect_one_line_error(run(bitnet_train(data_, "--kind fuzzy")), {"--kind", "fuzzy"});

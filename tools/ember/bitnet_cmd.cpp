@@ -150,6 +150,14 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
   cmd->add_option("--blur", a.o.blur_radii,
                   "Box-blur radii (list): layer 1's pixels also get the thermometer code of each blurred image")
       ->delimiter(',');
+  cmd->add_flag("--deskew", a.o.deskew, "Deskew every image (shear to upright, centre of mass to the centre) before encoding");
+  cmd->add_flag("--mirror", a.o.mirror, "Train on every training image and its mirror image (left-right)");
+  cmd->add_option("--shift-copies", a.o.shift_copies,
+                  "Also train on this many copies of every training image moved by one pixel (0..4 directions)")
+      ->capture_default_str();
+  cmd->add_option("--layer-pool", a.layer_pool,
+                  "2x2 pooling of a layer's output bits before the next layer: none, any (OR) or majority (>= 2 of 4)")
+      ->capture_default_str();
   cmd->add_option("--segments", a.o.segments, "Segments per side of the pooling, 1..4")->capture_default_str();
   cmd->add_option("--kind", a.kind, "Weights: binary or ternary")->capture_default_str();
   cmd->add_option("--epochs", a.o.epochs, "Epochs per layer")->capture_default_str();
@@ -170,11 +178,13 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
                "Conv steps leave the head unchanged; it changes only in refits (with --head-refit epoch)");
   cmd->add_option("--refit-margin", a.o.refit_margin,
                   "0: the head refit minimises the squared error; M > 0: the multiclass hinge loss with margin M "
-                  "(for accuracy)")
+                  "(for accuracy); a list gives each layer its own (the last repeats)")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--conv-margin", a.o.conv_margin,
                   "0: conv steps follow the squared-error deltas; M > 0: the exact deltas of the multiclass hinge "
-                  "loss with margin M (use with --freeze-head --head-refit epoch)")
+                  "loss with margin M (use with --freeze-head --head-refit epoch); a list: per layer")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--refit-rounds", a.o.refit_rounds, "Most rounds of the hinge refit")->capture_default_str();
   cmd->add_option("--threshold", a.o.threshold, "Drop per-example deltas with |delta| <= this")->capture_default_str();
@@ -192,6 +202,10 @@ int run_bitnet_train(BitnetTrainArgs a) {
   else if (a.head_refit == "end") a.o.head_refit = bitnet::TrainOptions::Refit::end;
   else if (a.head_refit == "epoch") a.o.head_refit = bitnet::TrainOptions::Refit::epoch;
   else throw Error("--head-refit: expected none, end or epoch, found '" + a.head_refit + "'");
+  if (a.layer_pool == "none") a.o.layer_pool = bitnet::LayerPool::none;
+  else if (a.layer_pool == "any") a.o.layer_pool = bitnet::LayerPool::any;
+  else if (a.layer_pool == "majority") a.o.layer_pool = bitnet::LayerPool::majority;
+  else throw Error("--layer-pool: expected none, any or majority, found '" + a.layer_pool + "'");
   a.o.threads = a.threads;
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   const TrainTest data = load_mnist_dir(dir);

@@ -28,6 +28,7 @@ struct BitnetTrainArgs {
   std::string data;
   std::string kind = "binary";
   std::string head_refit = "none";
+  std::string layer_pool = "none";
   int threads = 1;
   bool json = false;
 };
