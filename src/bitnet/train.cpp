@@ -127,31 +127,34 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   // Layer 1's input: thermometer codes (of the deskewed image with --deskew). The training set
   // holds each image, then its mirror image (--mirror), then --shift-copies copies of it moved by
   // one pixel, the directions (down, right, up, left) taken in turn from image i's i % 4-th on.
-  const int64_t copies = (o.mirror ? 2 : 1) + o.shift_copies, nsrc = ntr;
+  const int64_t first_shift = o.mirror ? 2 : 1, copies = first_shift + o.shift_copies, nsrc = ntr;
   ntr *= copies;
   std::vector<BitImage> xtr(ntr), xte(nte);
   const int64_t px = int64_t(tr.rows) * tr.cols;
-  auto encode = [&](const uint8_t* raw, int64_t i, int64_t copy) {
-    std::vector<uint8_t> img(raw, raw + px);
-    if (o.deskew) img = deskew(img.data(), tr.rows, tr.cols);
-    if (copy == 1 && o.mirror) img = mirror(img.data(), tr.rows, tr.cols);
-    if (copy >= (o.mirror ? 2 : 1)) {
-      static constexpr int kDy[4] = {1, 0, -1, 0}, kDx[4] = {0, 1, 0, -1};
-      const int d = int((i + copy - (o.mirror ? 2 : 1)) % 4);
-      img = shift(img.data(), tr.rows, tr.cols, kDy[d], kDx[d]);
-    }
-    const uint8_t* pixels = img.data();
-    BitImage im = encode_thermometer(pixels, tr.rows, tr.cols, o.input_bits);
+  auto upright = [&](const uint8_t* raw) {
+    return o.deskew ? deskew(raw, tr.rows, tr.cols) : std::vector<uint8_t>(raw, raw + px);
+  };
+  auto encode = [&](const std::vector<uint8_t>& img) {
+    BitImage im = encode_thermometer(img.data(), tr.rows, tr.cols, o.input_bits);
     for (int r : o.blur_radii)
-      im = concat_pixels(im, encode_thermometer(box_blur(pixels, tr.rows, tr.cols, r).data(), tr.rows, tr.cols,
+      im = concat_pixels(im, encode_thermometer(box_blur(img.data(), tr.rows, tr.cols, r).data(), tr.rows, tr.cols,
                                                 o.input_bits));
     return append_position_bits(im, o.position_bits, o.seed);
   };
   std::vector<uint8_t> ytr(ntr), yte(te.labels.begin(), te.labels.begin() + nte);
-  for (int64_t i = 0; i < nsrc; ++i)
-    for (int64_t c = 0; c < copies; ++c)
-      xtr[i * copies + c] = encode(tr.images.data() + i * px, i, c), ytr[i * copies + c] = tr.labels[i];
-  for (int64_t i = 0; i < nte; ++i) xte[i] = encode(te.images.data() + i * px, i, 0);
+  for (int64_t i = 0; i < nsrc; ++i) {
+    static constexpr int kDy[4] = {1, 0, -1, 0}, kDx[4] = {0, 1, 0, -1};
+    const std::vector<uint8_t> img = upright(tr.images.data() + i * px);
+    BitImage* x = &xtr[i * copies];
+    x[0] = encode(img);
+    if (o.mirror) x[1] = encode(mirror(img.data(), tr.rows, tr.cols));
+    for (int64_t c = first_shift; c < copies; ++c) {
+      const int d = int((i + c - first_shift) % 4);
+      x[c] = encode(shift(img.data(), tr.rows, tr.cols, kDy[d], kDx[d]));
+    }
+    std::fill_n(ytr.begin() + i * copies, copies, tr.labels[i]);
+  }
+  for (int64_t i = 0; i < nte; ++i) xte[i] = encode(upright(te.images.data() + i * px));
 
   ThreadPool pool(o.threads);
   std::mt19937_64 rng(o.seed);
