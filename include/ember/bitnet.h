@@ -29,6 +29,10 @@ const char* kind_name(WeightKind k);
 // Pooled bit (s, o) = more than half of segment s's pixels fire on channel o.
 // act_c = sum_s bma(head[c][s], pooled bits of s);  loss = sum_c (act_c - target_c)^2 with
 // target = S*S*O (binary) or 2*S*S*O (ternary) for the true class, 0 for the others.
+// Segments per side: is8ac/bnn's model has S = 1..4; ember allows up to kMaxS (finer pooling).
+constexpr int kMaxS = 8;
+constexpr int kMaxSegments = kMaxS * kMaxS;  // live-segment sets fit one uint64_t
+
 struct LayerShape {
   int H = 32, W = 32, B = 1024, O = 1024, S = 2, C = 10;
   WeightKind kind = WeightKind::binary;
@@ -46,7 +50,7 @@ struct LayerShape {
   int64_t head_weights() const { return int64_t(C) * segments() * O; }
 };
 // Throws ember::Error naming the field (and `what`, e.g. a flag) when a size is out of range:
-// H, W in [3, 256], B in [1, 4096], O in [1, 4096], S in [1, 4] and S <= H-2, W-2, C in [2, 64].
+// H, W in [3, 256], B in [1, 4096], O in [1, 4096], S in [1, kMaxS] and S <= H-2, W-2, C in [2, 64].
 void validate(const LayerShape& s, const std::string& what = "layer");
 
 // Weights. Conv rows [O, K] words (bit i of row o = weight (o, i); bits >= N are zero); head rows
@@ -86,10 +90,11 @@ int64_t reference_loss(const Layer& layer, const BitImage& img, int label, std::
 // bit row over the channel's weights (bit i: changing weight i to slot a flips live segment j),
 // and table[F] is the loss delta for the set F of flipped live segments (m <= 10), or, for more
 // live segments, dact[j][c] (the change of act_c when live segment j flips) and the deltas are
-// recomputed from err[c] = act_c - target_c when expanded.
+// recomputed from err[c] = act_c - target_c when expanded: the squared error, or, after
+// hinge_conv_tables (hinge_margin > 0), the hinge loss of `label`.
 struct LiveChannel {
   int o = 0, m = 0;
-  int seg[16] = {};
+  int seg[kMaxSegments] = {};
   int64_t table_off = 0;   // into ExampleDeltas::tables: 2^m entries (m <= 10) or m*C (m > 10)
   int64_t flips_off = 0;   // into ExampleDeltas::flips: [m, alts, K] words
 };
@@ -100,6 +105,8 @@ struct ExampleDeltas {
   std::vector<int64_t> tables;
   std::vector<uint64_t> flips;
   std::vector<int64_t> head;       // [C, S*S, O, alts], dense, unthresholded
+  int64_t hinge_margin = 0;        // 0: tables are squared-error deltas; > 0: hinge (hinge_conv_tables)
+  int label = 0;
 };
 // conv_sum[O, N, alts] += the example's thresholded conv deltas; head_sum likewise.
 void accumulate(const LayerShape& s, const ExampleDeltas& d, int64_t threshold, int64_t* conv_sum,
@@ -162,9 +169,9 @@ HeadFitReport refit_head_hinge(Layer& layer, const PooledColumns& z, const uint8
                                ThreadPool* pool, int64_t margin, int64_t max_rounds);
 // Turns one example's conv deltas (from DeltaEngine::compute, whose pooled() must still hold the
 // example's pooled bits) into exact deltas of that example's hinge loss
-// sum_{c != label} max(0, margin + act_c - act_label): each live channel's table is rewritten. Channels
-// with more than 10 live segments are dropped (their deltas become 0). Head deltas are untouched.
-// Returns the example's hinge loss.
+// sum_{c != label} max(0, margin + act_c - act_label): each live channel's table is rewritten (a
+// channel with more than 10 live segments keeps its act changes and its deltas are recomputed
+// with the hinge loss when expanded). Head deltas are untouched. Returns the example's hinge loss.
 int64_t hinge_conv_tables(const Layer& layer, const uint64_t* pooled, int label, int64_t margin, ExampleDeltas* d);
 // The hinge loss above from act [C, n] (class-major).
 int64_t hinge_loss(const std::vector<int32_t>& act, const uint8_t* labels, int64_t n, int C, int64_t margin);

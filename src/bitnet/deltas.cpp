@@ -187,7 +187,7 @@ void pass2_channel(DeltaEngine::Scratch& c, DeltaEngine::Scratch::Thread& t, con
   const uint64_t* m = c.masks.data() + size_t(o) * 5 * Pw;
   const uint64_t *eqm1 = m + Pw, *eq0 = m + 2 * Pw, *eq1 = m + 3 * Pw, *eq2 = m + 4 * Pw;
   // Marginal counts per segment: A1 (== T), B1 (== T+1), A2 (T-1 or T), B2 (T+1 or T+2).
-  int nA1[16] = {}, nB1[16] = {}, nA2[16] = {}, nB2[16] = {};
+  int nA1[kMaxSegments] = {}, nB1[kMaxSegments] = {}, nA2[kMaxSegments] = {}, nB2[kMaxSegments] = {};
   bool any = false;
   for (int w = 0; w < Pw; ++w) {
     const uint64_t marg = eq0[w] | eq1[w] | (tern ? eqm1[w] | eq2[w] : 0);
@@ -205,7 +205,7 @@ void pass2_channel(DeltaEngine::Scratch& c, DeltaEngine::Scratch::Thread& t, con
   if (!any) return;
   LiveChannel lc;
   lc.o = o;
-  int need[16], zs[16];
+  int need[kMaxSegments], zs[kMaxSegments];
   for (int sg = 0; sg < S2; ++sg) {
     const int cnt = c.segcnt[size_t(o) * S2 + sg], half = c.grid.size[sg] / 2;
     const int z = cnt > half ? 1 : 0;
@@ -261,7 +261,7 @@ void pass2_channel(DeltaEngine::Scratch& c, DeltaEngine::Scratch::Thread& t, con
     }
   }
   // dact[j][c]: the change of act_c when live segment j's pooled bit for channel o flips.
-  int64_t dact[16][64];
+  int64_t dact[kMaxSegments][64];
   for (int j = 0; j < lc.m; ++j)
     for (int cl = 0; cl < C; ++cl) {
       const int st = head_state(L, cl, lc.seg[j], o);
@@ -349,6 +349,7 @@ void DeltaEngine::compute(const Layer& L, const BitImage& img, int label, Exampl
     pass1(c, c.th[tid], s, k_, L, int(r.begin), int(r.end));
   });
   out->loss = head_forward(c, s, L, label);
+  out->hinge_margin = 0, out->label = label;
   out->err.resize(s.C);
   for (int cl = 0; cl < s.C; ++cl) out->err[cl] = c.act[cl] - (cl == label ? s.head_target() : 0);
   par([&](int tid) {
@@ -415,12 +416,25 @@ void accumulate(const LayerShape& s, const ExampleDeltas& d, int64_t threshold, 
                 int64_t* head_sum) {
   const int K = s.K(), A = s.alts(), N = s.N(), C = s.C;
   auto keep = [threshold](int64_t v) { return v > threshold || v < -threshold; };
-  int64_t base = 0;
-  for (int cl = 0; cl < C; ++cl) base += d.err[cl] * d.err[cl];
+  // The loss of err (squared error) or of the activations err + target (hinge), for m > kMaxTable.
+  const int64_t M = d.hinge_margin, target = s.head_target();
+  auto loss_of = [&](const int64_t* e) {
+    int64_t l = 0;
+    if (M == 0) {
+      for (int cl = 0; cl < C; ++cl) l += e[cl] * e[cl];
+    } else {
+      const int64_t ay = e[d.label] + target;
+      for (int cl = 0; cl < C; ++cl)
+        if (cl != d.label) l += std::max<int64_t>(0, M + e[cl] - ay);
+    }
+    return l;
+  };
+  const int64_t base = loss_of(d.err.data());
+  int64_t e[64];
   for (const LiveChannel& lc : d.live) {
     const int64_t* tab = d.tables.data() + lc.table_off;
     for (int a = 0; a < A; ++a) {
-      const uint64_t* rows[16];
+      const uint64_t* rows[kMaxSegments];
       for (int j = 0; j < lc.m; ++j) rows[j] = d.flips.data() + lc.flips_off + (size_t(j) * A + a) * K;
       if (lc.m == 1) {  // one live segment: every set bit gets the same delta
         const int64_t v = tab[1];
@@ -435,19 +449,18 @@ void accumulate(const LayerShape& s, const ExampleDeltas& d, int64_t threshold, 
         for (int j = 0; j < lc.m; ++j) any |= rows[j][w];
         for (uint64_t b = any; b; b &= b - 1) {
           const int bit = __builtin_ctzll(b);
-          unsigned F = 0;
-          for (int j = 0; j < lc.m; ++j) F |= unsigned(rows[j][w] >> bit & 1) << j;
+          uint64_t F = 0;
+          for (int j = 0; j < lc.m; ++j) F |= (rows[j][w] >> bit & 1) << j;
           int64_t v;
           if (lc.m <= kMaxTable) {
             v = tab[F];
           } else {
-            v = -base;
-            for (int cl = 0; cl < C; ++cl) {
-              int64_t e = d.err[cl];
-              for (int j = 0; j < lc.m; ++j)
-                if (F >> j & 1) e += tab[size_t(j) * C + cl];
-              v += e * e;
+            for (int cl = 0; cl < C; ++cl) e[cl] = d.err[cl];
+            for (uint64_t f = F; f; f &= f - 1) {
+              const int64_t* dj = tab + size_t(__builtin_ctzll(f)) * C;
+              for (int cl = 0; cl < C; ++cl) e[cl] += dj[cl];
             }
+            v = loss_of(e) - base;
           }
           if (keep(v)) conv_sum[(size_t(lc.o) * N + w * 64 + bit) * A + a] += v;
         }

@@ -46,10 +46,12 @@ int64_t hinge_conv_tables(const Layer& L, const uint64_t* pooled, int label, int
   };
   const int64_t base = loss_of(act.data());
   std::vector<int64_t> dact, acts;
-  size_t keep = 0;
+  d->hinge_margin = margin, d->label = label;
   for (size_t i = 0; i < d->live.size(); ++i) {
     const LiveChannel lc = d->live[i];
-    if (lc.m > 10) continue;  // dropped: the table would need 2^m entries
+    // More than 10 live segments: the table holds dact[j][c] (the same act changes as below), and
+    // accumulate() recomputes the hinge loss per weight from err, label and hinge_margin.
+    if (lc.m > 10) continue;
     // dact[j][c]: the change of act_c when live segment j's pooled bit of channel o flips.
     dact.assign(size_t(lc.m) * C, 0);
     for (int j = 0; j < lc.m; ++j) {
@@ -71,9 +73,7 @@ int64_t hinge_conv_tables(const Layer& L, const uint64_t* pooled, int label, int
       }
       tab[F] = loss_of(a) - base;
     }
-    d->live[keep++] = lc;
   }
-  d->live.resize(keep);
   return base;
 }
 

@@ -23,7 +23,7 @@ void validate(const LayerShape& s, const std::string& what) {
   check("B (bits per pixel)", s.B, 1, 4096);
   check("O (channels)", s.O, 1, 4096);
   check("C (classes)", s.C, 2, 64);
-  check("S (segments per side)", s.S, 1, std::min(4, std::min(s.H - 2, s.W - 2)));
+  check("S (segments per side)", s.S, 1, std::min(kMaxS, std::min(s.H - 2, s.W - 2)));
 }
 
 Layer random_layer(const LayerShape& s, uint64_t seed) {

@@ -97,7 +97,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--position-bits", o.position_bits, 0, 256);
   if (o.blur_radii.size() > 8) throw Error("--blur: expected at most 8 radii");
   for (int r : o.blur_radii) check_opt("--blur", r, 1, 8);
-  check_opt("--segments", o.segments, 1, 4);
+  check_opt("--segments", o.segments, 1, kMaxS);
   check_opt("--epochs", o.epochs, 1, 1000);
   check_opt("--batch-size", o.batch, 1, 1 << 20);
   check_opt("--steps", o.steps, 1, 1 << 24);

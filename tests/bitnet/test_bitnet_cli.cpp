@@ -35,7 +35,7 @@ TEST_F(Cli, BitnetBenchTable) {
 }
 
 TEST_F(Cli, BitnetBenchBadFlags) {
-  expect_one_line_error(run("bench bitnet --segments 5"), {"--segments", "5"});
+  expect_one_line_error(run("bench bitnet --segments 9"), {"--segments", "9"});
   expect_one_line_error(run("bench bitnet --kind quaternary"), {"--kind", "quaternary"});
   expect_one_line_error(run("bench bitnet --mode sideways"), {"--mode", "sideways"});
   expect_one_line_error(run("bench bitnet --threads 0"), {"--threads", "0"});

@@ -1,7 +1,7 @@
 // The exact-match tests: the fast loss deltas (every kernel set this CPU has, one thread and a
 // pool) equal the brute-force oracle's on random small layers: binary and ternary weights, every
-// segment count S = 1..4, odd sizes (non-square images, B not a multiple of 64, B > 64), a
-// threshold, and layers whose weights put many pixels at the threshold (many live segments).
+// segment count S = 1..8 (is8ac/bnn's 1..4 and ember's finer pooling), odd sizes (non-square
+// images, B not a multiple of 64, B > 64), a threshold, and many live segments (up to 64).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -83,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{7, 9, 70, 3, 2, WeightKind::binary}, Case{6, 6, 64, 2, 4, WeightKind::binary},
                       Case{5, 6, 1, 3, 1, WeightKind::ternary}, Case{6, 7, 3, 4, 2, WeightKind::ternary},
                       Case{9, 8, 5, 4, 3, WeightKind::ternary}, Case{10, 10, 2, 5, 4, WeightKind::ternary},
-                      Case{7, 6, 67, 2, 2, WeightKind::ternary}),
+                      Case{7, 6, 67, 2, 2, WeightKind::ternary}, Case{12, 11, 3, 4, 5, WeightKind::binary},
+                      Case{10, 10, 2, 3, 8, WeightKind::binary}, Case{9, 11, 4, 3, 6, WeightKind::ternary},
+                      Case{11, 10, 65, 2, 7, WeightKind::binary}),
     [](const auto& info) {
       const Case& c = info.param;
       return std::string(kind_name(c.kind)) + "_H" + std::to_string(c.H) + "W" + std::to_string(c.W) + "B" +
@@ -91,37 +93,40 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Weights with few ones and blank images put every pixel of a channel on the same count: many
-// marginal pixels, many live segments (up to S*S = 16 > the table limit), deltas everywhere.
+// marginal pixels, many live segments (up to S*S = 16 or 64 > the table limit; at S = 8 more than
+// 32, so the live-segment set needs all 64 bits of its word), deltas everywhere.
 TEST(ExactMatchCrowded, ManyLiveSegments) {
-  int max_live = 0;
-  for (WeightKind kind : {WeightKind::binary, WeightKind::ternary}) {
-    LayerShape s;
-    s.H = 14, s.W = 14, s.B = 1, s.O = 3, s.S = 4, s.C = 4, s.kind = kind;
-    for (uint64_t seed = 1; seed <= 4; ++seed) {
-      Layer L = random_layer(s, seed);
-      // B = 1: N = 9; image of 0/1 pixels with a blob, so counts sit near the threshold.
-      const BitImage img = random_image(s.H, s.W, s.B, seed, seed % 2 ? 0.5 : 0.1);
-      const DenseDeltas want = oracle_deltas(L, img, 1);
-      for (Isa isa : isas()) {
-        DeltaEngine eng(s, ember::bit_kernels_for(isa));
-        ExampleDeltas d;
-        eng.compute(L, img, 1, &d);
-        for (const auto& lc : d.live) max_live = std::max(max_live, lc.m);
-        const DenseDeltas got = to_dense(s, d);
-        EXPECT_EQ(got.conv, want.conv) << kind_name(kind) << " seed " << seed;
-        EXPECT_EQ(got.head, want.head);
+  for (int S : {4, 8}) {
+    int max_live = 0;
+    for (WeightKind kind : {WeightKind::binary, WeightKind::ternary}) {
+      LayerShape s;
+      s.H = S == 4 ? 14 : 18, s.W = s.H, s.B = 1, s.O = 3, s.S = S, s.C = 4, s.kind = kind;
+      for (uint64_t seed = 1; seed <= 4; ++seed) {
+        Layer L = random_layer(s, seed);
+        // B = 1: N = 9; image of 0/1 pixels with a blob, so counts sit near the threshold.
+        const BitImage img = random_image(s.H, s.W, s.B, seed, seed % 2 ? 0.5 : 0.1);
+        const DenseDeltas want = oracle_deltas(L, img, 1);
+        for (Isa isa : isas()) {
+          DeltaEngine eng(s, ember::bit_kernels_for(isa));
+          ExampleDeltas d;
+          eng.compute(L, img, 1, &d);
+          for (const auto& lc : d.live) max_live = std::max(max_live, lc.m);
+          const DenseDeltas got = to_dense(s, d);
+          EXPECT_EQ(got.conv, want.conv) << kind_name(kind) << " S " << S << " seed " << seed;
+          EXPECT_EQ(got.head, want.head);
+        }
       }
     }
+    EXPECT_GT(max_live, S == 4 ? 10 : 32) << "S " << S << ": too few live segments, the direct path is untested";
   }
-  EXPECT_GT(max_live, 10) << "no channel beyond the loss-table limit: the direct path is untested";
 }
 
 TEST(Bitnet, BadShapesNameTheField) {
   LayerShape s;
-  s.S = 5;
+  s.S = kMaxS + 1;
   try {
     validate(s, "--segments");
-    FAIL() << "S = 5 accepted";
+    FAIL() << "S = 9 accepted";
   } catch (const ember::Error& e) {
     EXPECT_NE(std::string(e.what()).find("S (segments"), std::string::npos) << e.what();
   }

@@ -160,10 +160,12 @@ TEST(BitnetHeadRefit, HingeTernaryConverges) {
 }
 
 // hinge_conv_tables against brute force: every conv weight changed to every other value, the
-// example's hinge loss recomputed through the oracle's activations.
-void check_hinge_conv(const LayerShape& s, uint64_t seed, int64_t margin, double density) {
+// example's hinge loss recomputed through the oracle's activations. Returns the most live segments
+// any channel had (above 10, the deltas are recomputed per weight instead of tabulated).
+int check_hinge_conv(const LayerShape& s, uint64_t seed, int64_t margin, double density) {
   const Layer L = random_layer(s, seed);
   int64_t nonzero = 0;
+  int max_live = 0;
   for (int ex = 0; ex < 3; ++ex) {
     const BitImage img = random_image(s.H, s.W, s.B, seed * 17 + ex, density);
     const int label = int((seed + ex) % s.C);
@@ -182,6 +184,7 @@ void check_hinge_conv(const LayerShape& s, uint64_t seed, int64_t margin, double
       ExampleDeltas d;
       eng.compute(L, img, label, &d);
       EXPECT_EQ(hinge_conv_tables(L, eng.pooled(), label, margin, &d), base);
+      for (const auto& lc : d.live) max_live = std::max(max_live, lc.m);
       const DenseDeltas got = to_dense(s, d);
       const int states = s.kind == WeightKind::binary ? 2 : 3;
       for (int o = 0; o < s.O; ++o)
@@ -192,12 +195,17 @@ void check_hinge_conv(const LayerShape& s, uint64_t seed, int64_t margin, double
             set_conv_state(M, o, i, (cur + 1 + a) % states);
             const int64_t want = hinge_of(M) - base;
             nonzero += want != 0;
-            ASSERT_EQ(got.conv[(size_t(o) * s.N() + i) * s.alts() + a], want) << "o " << o << " i " << i;
+            if (got.conv[(size_t(o) * s.N() + i) * s.alts() + a] != want) {
+              ADD_FAILURE() << "o " << o << " i " << i << " alt " << a << ": " << got.conv[(size_t(o) * s.N() + i) * s.alts() + a]
+                            << " != " << want;
+              return max_live;
+            }
           }
         }
     }
   }
   EXPECT_GT(nonzero, 0);  // the case exercises some nonzero deltas
+  return max_live;
 }
 
 TEST(BitnetHingeConv, BinaryDeltasMatchBruteForce) {
@@ -212,6 +220,21 @@ TEST(BitnetHingeConv, TernaryDeltasMatchBruteForce) {
   LayerShape s;
   s.H = 6, s.W = 7, s.B = 2, s.O = 3, s.S = 2, s.C = 4, s.kind = WeightKind::ternary;
   check_hinge_conv(s, 23, 3, 0.5);
+}
+
+// B = 1 (N = 9) puts many pixels at the threshold: channels with more than 10 live segments (more
+// than 32 at S = 8), whose hinge deltas are recomputed per weight rather than tabulated.
+TEST(BitnetHingeConv, ManyLiveSegmentsMatchBruteForce) {
+  for (WeightKind kind : {WeightKind::binary, WeightKind::ternary})
+    for (int S : {4, 8}) {
+      SCOPED_TRACE("S " + std::to_string(S));
+      LayerShape s;
+      s.H = S == 4 ? 14 : 18, s.W = s.H, s.B = 1, s.O = 3, s.S = S, s.C = 4, s.kind = kind;
+      int max_live = 0;
+      for (uint64_t seed = 1; seed <= 2; ++seed)
+        max_live = std::max(max_live, check_hinge_conv(s, 30 + seed, 2 + int64_t(seed), seed % 2 ? 0.5 : 0.1));
+      EXPECT_GT(max_live, S == 4 ? 10 : 32) << "too few live segments: the per-weight path is untested";
+    }
 }
 
 TEST(BitnetHeadRefit, RejectsMismatchedColumnsAndLabels) {

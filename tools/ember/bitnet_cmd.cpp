@@ -56,7 +56,7 @@ const char* is8ac_figure(const bitnet::BenchConfig& c) {
 void add_bitnet_bench_flags(CLI::App* cmd, BitnetBenchArgs& a) {
   cmd->add_option("--input-bits", a.input_bits, "Input bits per pixel (comma-separated list)")->delimiter(',')->capture_default_str();
   cmd->add_option("--channels", a.channels, "Output channels (list)")->delimiter(',')->capture_default_str();
-  cmd->add_option("--segments", a.segments, "Segments per side, 1..4 (list)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--segments", a.segments, "Segments per side, 1..8 (list; is8ac/bnn has 1..4)")->delimiter(',')->capture_default_str();
   cmd->add_option("--threads", a.threads, "Thread counts (list); above 1 both splits are timed")->delimiter(',')->capture_default_str();
   cmd->add_option("--kind", a.kind, "Weights: binary or ternary")->capture_default_str();
   cmd->add_option("--mode", a.mode, "With threads > 1: channels (one example), examples (one per thread) or both")->capture_default_str();
@@ -69,7 +69,7 @@ void add_bitnet_bench_flags(CLI::App* cmd, BitnetBenchArgs& a) {
 int run_bitnet_bench(const BitnetBenchArgs& a) {
   check_list("--input-bits", a.input_bits, 1, 4096);
   check_list("--channels", a.channels, 1, 4096);
-  check_list("--segments", a.segments, 1, 4);
+  check_list("--segments", a.segments, 1, bitnet::kMaxS);
   check_list("--threads", a.threads, 1, 256);
   if (!(a.min_time > 0 && a.min_time <= 3600)) throw Error("--min-time: expected a number of seconds in (0, 3600]");
   if (a.mode != "channels" && a.mode != "examples" && a.mode != "both")
@@ -158,7 +158,7 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
   cmd->add_option("--layer-pool", a.layer_pool,
                   "2x2 pooling of a layer's output bits before the next layer: none, any (OR) or majority (>= 2 of 4)")
       ->capture_default_str();
-  cmd->add_option("--segments", a.o.segments, "Segments per side of the pooling, 1..4")->capture_default_str();
+  cmd->add_option("--segments", a.o.segments, "Segments per side of the pooling, 1..8")->capture_default_str();
   cmd->add_option("--kind", a.kind, "Weights: binary or ternary")->capture_default_str();
   cmd->add_option("--epochs", a.o.epochs, "Epochs per layer")->capture_default_str();
   cmd->add_option("--batch-size", a.o.batch, "Mini-batch of the first epoch (doubles every epoch)")->capture_default_str();
