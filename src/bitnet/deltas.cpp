@@ -416,17 +416,12 @@ void accumulate(const LayerShape& s, const ExampleDeltas& d, int64_t threshold, 
                 int64_t* head_sum) {
   const int K = s.K(), A = s.alts(), N = s.N(), C = s.C;
   auto keep = [threshold](int64_t v) { return v > threshold || v < -threshold; };
-  // The loss of err (squared error) or of the activations err + target (hinge), for m > kMaxTable.
-  const int64_t M = d.hinge_margin, target = s.head_target();
+  // The loss of err, for m > kMaxTable: the squared error, or the hinge loss of the activations
+  // err + target (target only for the label, so the margin shifts by -target).
   auto loss_of = [&](const int64_t* e) {
+    if (d.hinge_margin > 0) return example_hinge(e, C, d.label, d.hinge_margin - s.head_target());
     int64_t l = 0;
-    if (M == 0) {
-      for (int cl = 0; cl < C; ++cl) l += e[cl] * e[cl];
-    } else {
-      const int64_t ay = e[d.label] + target;
-      for (int cl = 0; cl < C; ++cl)
-        if (cl != d.label) l += std::max<int64_t>(0, M + e[cl] - ay);
-    }
+    for (int cl = 0; cl < C; ++cl) l += e[cl] * e[cl];
     return l;
   };
   const int64_t base = loss_of(d.err.data());

@@ -38,12 +38,7 @@ int64_t hinge_conv_tables(const Layer& L, const uint64_t* pooled, int label, int
   const int C = s.C, Hw = s.head_words();
   std::vector<int64_t> act(C);
   for (int c = 0; c < C; ++c) act[c] = d->err[c] + (c == label ? s.head_target() : 0);
-  auto loss_of = [&](const int64_t* a) {
-    int64_t t = 0;
-    for (int c = 0; c < C; ++c)
-      if (c != label) t += hinge(margin + a[c] - a[label]);
-    return t;
-  };
+  auto loss_of = [&](const int64_t* a) { return example_hinge(a, C, label, margin); };
   const int64_t base = loss_of(act.data());
   std::vector<int64_t> dact, acts;
   d->hinge_margin = margin, d->label = label;

@@ -1,6 +1,7 @@
 // Internal helpers of the binarized layers shared by the oracle, the fast path and training:
 // weight states, the segment grid, and the scratch of one DeltaEngine.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,14 @@ struct AB {
 inline AB state_ab(WeightKind k, int st) {
   if (k == WeightKind::binary) return st == 0 ? AB{0, 1} : AB{1, -1};
   return st == 0 ? AB{1, 0} : st == 1 ? AB{0, 2} : AB{2, -2};
+}
+
+// One example's multiclass hinge loss sum_{c != label} max(0, margin + a[c] - a[label]), a[C].
+inline int64_t example_hinge(const int64_t* a, int C, int label, int64_t margin) {
+  int64_t t = 0;
+  for (int c = 0; c < C; ++c)
+    if (c != label) t += std::max<int64_t>(0, margin + a[c] - a[label]);
+  return t;
 }
 
 // seg_of[P] (segment of each output pixel, row-major over (H-2) x (W-2)), size[S*S] (pixels).
