@@ -20,6 +20,9 @@ using json = nlohmann::json;
 namespace {
 constexpr int kFormatVersion = 1;
 
+// A string from the file, JSON-quoted and escaped so that an error message stays on one line.
+std::string shown(const std::string& text) { return json(text).dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::vector<std::string> state_names(const Plan& plan) {
   std::vector<std::string> v;
   for (int s = 0; s < plan.state_count(); ++s) v.push_back(plan.state_name(s));
@@ -63,7 +66,7 @@ CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
   };
   if (integer(j, "version", f, 1000) != kFormatVersion)
     throw Error(f + ".version: expected " + std::to_string(kFormatVersion) + ", found " + j["version"].dump() +
-                " (written by ember " + c.ember_version + ")");
+                " (written by ember " + shown(c.ember_version) + ")");
   const json& opt = field(j, "optimizer", f);
   if (!opt.is_string()) throw Error(f + ".optimizer: expected a string, found " + opt.dump());
   c.optimizer = opt.get<std::string>();
@@ -96,13 +99,13 @@ CheckpointInfo load(Plan& plan, const io::ByteSource& src) {
     if (!expected)
       throw Error(src.name() + ": tensor '" + e.name + "': the plan's optimizer (" +
                   std::to_string(names.size()) + " state tensors per parameter) has no such state; "
-                  "the checkpoint's optimizer is " + c.optimizer);
+                  "the checkpoint's optimizer is " + shown(c.optimizer));
   }
   for (const std::string& s : names)
     for (const ParamInfo& p : plan.params()) {
       const std::string name = "optimizer." + s + "." + p.name;
       const SafetensorsEntry* e = h.find(name);
-      if (!e) throw Error(src.name() + ": tensor '" + name + "': missing (the checkpoint's optimizer is " + c.optimizer + ")");
+      if (!e) throw Error(src.name() + ": tensor '" + name + "': missing (the checkpoint's optimizer is " + shown(c.optimizer) + ")");
       if (e->dtype != "F32") throw Error(src.name() + ": tensor '" + name + "'.dtype: expected F32, found " + e->dtype);
       if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
         throw Error(src.name() + ": tensor '" + name + "'.shape: expected " + json(p.shape).dump() + ", found " + json(e->shape).dump());

@@ -28,6 +28,15 @@ int dtype_size(const std::string& d) {
   return 0;
 }
 
+// Names go into one-line error messages: a name with a control character (a newline, say) is
+// refused, and shown JSON-escaped.
+void check_name(const std::string& file, const char* what, const std::string& name) {
+  for (unsigned char ch : name)
+    if (ch < 0x20 || ch == 0x7f)
+      throw Error(file + ": " + what + " " + json(name).dump(-1, ' ', false, json::error_handler_t::replace) +
+                  ": contains a control character");
+}
+
 float half_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   uint32_t bits;
@@ -87,14 +96,16 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint6
     if (key == "__metadata__") {
       if (!v.is_object()) throw Error(file + ": __metadata__: expected an object of strings");
       for (auto m = v.begin(); m != v.end(); ++m) {
+        check_name(file, "__metadata__ key", m.key());
         if (!m.value().is_string())
           throw Error(file + ": __metadata__." + m.key() + ": expected a string, found " + m.value().type_name());
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string f = file + ": tensor '" + key + "'";
     if (key.empty()) throw Error(file + ": a tensor has an empty name");
+    check_name(file, "tensor name", key);
+    const std::string f = file + ": tensor '" + key + "'";
     if (!v.is_object() || v.size() != 3 || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       throw Error(f + ": expected an object with exactly dtype, shape and data_offsets");
     SafetensorsEntry e;

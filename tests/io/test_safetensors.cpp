@@ -112,6 +112,11 @@ TEST(Safetensors, EveryBadFieldIsNamed) {
       {"unknown tensor", file_of(R"({"1.weight": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}, "1.bias": {"dtype": "F32", "shape": [3], "data_offsets": [48, 60]}, "9.weight": {"dtype": "F32", "shape": [0], "data_offsets": [60, 60]}})", d),
        {"tensor '9.weight'", "no such parameter"}},
       {"empty name", file_of(R"({"": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})", d), {"empty name"}},
+      // Found by fuzz_safetensors: a name with a newline made a two-line message.
+      {"newline in name", file_of(R"({"1.w\neight": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}})", d),
+       {"tensor name \"1.w\\neight\"", "control character"}},
+      {"control in metadata key", file_of(R"({"__metadata__": {"a\tb": "x"}})", d),
+       {"__metadata__ key \"a\\tb\"", "control character"}},
   };
   for (const Bad& b : cases) {
     SCOPED_TRACE(b.name);
