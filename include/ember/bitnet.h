@@ -137,36 +137,45 @@ class DeltaEngine {
   Scratch* sc_;
 };
 
-// Head refit on frozen features. The pooled bits of n examples as columns: bit e of column f
-// (f = segment * O + channel, the head's input index) is example e's pooled bit f. words is
-// ceil(n / 64) rounded up to a multiple of 8 (the bit kernels' K); bits past n are zero.
+// Head refit on frozen features. The pooled bits of n examples as columns, grouped by class: class
+// c's block holds, for every head input f (f = segment * O + channel), one row of words[c] words
+// whose bit i is the pooled bit f of the class's i-th example (in input order). words[c] is
+// ceil(count[c] / 64) rounded up to a multiple of 8 (the bit kernels' K); bits past count[c] are 0.
 struct PooledColumns {
   int64_t n = 0;
-  int F = 0, words = 0;
-  std::vector<uint64_t> bits;  // [F, words]
+  int F = 0, C = 0;
+  std::vector<int64_t> count;  // [C] examples of each class
+  std::vector<int> words;      // [C]
+  std::vector<size_t> offset;  // [C] where class c's block [F, words[c]] starts in bits
+  std::vector<uint64_t> bits;
+  const uint64_t* block(int c) const { return bits.data() + offset[c]; }
 };
-// Columns from n rows of pooled bits, rows [n, S*S, head_words] as DeltaEngine::pooled() gives them.
-PooledColumns pooled_columns(const LayerShape& s, const uint64_t* rows, int64_t n);
+// Columns from n rows of pooled bits, rows [n, S*S, head_words] as DeltaEngine::pooled() gives
+// them, and their labels[n] (each < s.C, else an Error naming the example).
+PooledColumns pooled_columns(const LayerShape& s, const uint64_t* rows, const uint8_t* labels, int64_t n);
 struct HeadFitReport {
   int64_t loss_before = 0, loss_after = 0;  // the loss summed over the examples
   int64_t changes = 0;                      // head weights changed
   int64_t rounds = 0;                       // rounds of refit_head_hinge
+  int64_t compactions = 0;                  // candidate lists made by refit_head_hinge (its active sets)
 };
 // Exact coordinate descent on the head: for each class (classes are independent; in parallel on
 // the pool), repeatedly apply the one head-weight change that lowers the loss summed over the
 // examples the most, until none lowers it or `max_changes` per class (0: no cap). The conv is
 // untouched. Deltas come in closed form from the columns' co-occurrence counts (computed once with
-// the bit-conv kernel, F*F 32-bit counts), so each change costs O(F). labels[n] < C.
-HeadFitReport refit_head(Layer& layer, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
-                         ThreadPool* pool, int64_t max_changes = 0);
+// the bit-conv kernel, F*F 32-bit counts), so each change costs O(F).
+HeadFitReport refit_head(Layer& layer, const PooledColumns& z, const BitKernels& k, ThreadPool* pool,
+                         int64_t max_changes = 0);
 // For accuracy rather than the model's loss: descent on the multiclass hinge loss
 // sum_e sum_{c != y_e} max(0, margin + act_c - act_{y_e}) over the examples. Each round computes
 // every head change's exact delta, then class by class applies the class's best few and keeps
 // them if the loss falls (doubling how many next time), else undoes them (halving); a round that
 // keeps nothing is followed by the single best change overall, whose delta is exact. Stops when no
 // change lowers the loss or after max_rounds. loss_before/after in the report are hinge losses.
-HeadFitReport refit_head_hinge(Layer& layer, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
-                               ThreadPool* pool, int64_t margin, int64_t max_rounds);
+// Rounds count only over the examples a change can affect (within `slack` of it when the list was
+// made, remade when another becomes affected; slack < 0: max(2, margin / 8) per unit of change).
+HeadFitReport refit_head_hinge(Layer& layer, const PooledColumns& z, const BitKernels& k, ThreadPool* pool,
+                               int64_t margin, int64_t max_rounds, int64_t slack = -1);
 // Turns one example's conv deltas (from DeltaEngine::compute, whose pooled() must still hold the
 // example's pooled bits) into exact deltas of that example's hinge loss
 // sum_{c != label} max(0, margin + act_c - act_label): each live channel's table is rewritten (a

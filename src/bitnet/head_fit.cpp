@@ -10,29 +10,54 @@
 
 namespace ember::bitnet {
 
-PooledColumns pooled_columns(const LayerShape& s, const uint64_t* rows, int64_t n) {
+PooledColumns pooled_columns(const LayerShape& s, const uint64_t* rows, const uint8_t* labels, int64_t n) {
   PooledColumns z;
-  z.n = n, z.F = s.segments() * s.O;
-  z.words = int(((n + 63) / 64 + 7) / 8 * 8);
-  z.bits.assign(size_t(z.F) * z.words, 0);
+  z.n = n, z.F = s.segments() * s.O, z.C = s.C;
+  z.count.assign(s.C, 0), z.words.assign(s.C, 0), z.offset.assign(s.C, 0);
+  for (int64_t e = 0; e < n; ++e) {
+    if (labels[e] >= s.C)
+      throw Error("pooled_columns: example " + std::to_string(e) + " has label " + std::to_string(labels[e]) +
+                  ", not below the " + std::to_string(s.C) + " classes");
+    ++z.count[labels[e]];
+  }
+  size_t total = 0;
+  for (int c = 0; c < s.C; ++c) {
+    z.words[c] = int(((z.count[c] + 63) / 64 + 7) / 8 * 8);
+    z.offset[c] = total, total += size_t(z.F) * z.words[c];
+  }
+  z.bits.assign(total, 0);
+  std::vector<int64_t> next(s.C, 0);
   const int Hw = s.head_words(), S2 = s.segments();
   for (int64_t e = 0; e < n; ++e) {
+    const int c = labels[e], W = z.words[c];
+    const int64_t i = next[c]++;
+    uint64_t* blk = z.bits.data() + z.offset[c];
     const uint64_t* r = rows + size_t(e) * S2 * Hw;
     for (int sg = 0; sg < S2; ++sg)
       for (int w = 0; w < Hw; ++w)
         for (uint64_t b = r[size_t(sg) * Hw + w]; b; b &= b - 1) {
           const int o = w * 64 + __builtin_ctzll(b);
-          z.bits[size_t(sg * s.O + o) * z.words + e / 64] |= uint64_t(1) << (e % 64);
+          blk[size_t(sg * s.O + o) * W + i / 64] |= uint64_t(1) << (i % 64);
         }
   }
   return z;
 }
 
-HeadFitReport refit_head(Layer& L, const PooledColumns& z, const uint8_t* labels, const BitKernels& k,
-                         ThreadPool* pool, int64_t max_changes) {
+// Row popcounts of a block [F, W] into cnt[F].
+void column_counts(const uint64_t* blk, int F, int W, int64_t* cnt) {
+  for (int f = 0; f < F; ++f) {
+    int64_t t = 0;
+    for (int w = 0; w < W; ++w) t += __builtin_popcountll(blk[size_t(f) * W + w]);
+    cnt[f] = t;
+  }
+}
+
+HeadFitReport refit_head(Layer& L, const PooledColumns& z, const BitKernels& k, ThreadPool* pool, int64_t max_changes) {
   const LayerShape& s = L.shape;
-  const int F = s.segments() * s.O, C = s.C, W = z.words, O = s.O;
-  if (z.F != F) throw Error("refit_head: the columns have " + std::to_string(z.F) + " features, the head " + std::to_string(F));
+  const int F = s.segments() * s.O, C = s.C, O = s.O;
+  if (z.F != F || z.C != C)
+    throw Error("refit_head: the columns have " + std::to_string(z.F) + " features and " + std::to_string(z.C) +
+                " classes, the head " + std::to_string(F) + " and " + std::to_string(C));
   if (z.n < 1) throw Error("refit_head: no examples");
   const int64_t n = z.n, T = s.head_target();
   const int threads = pool ? pool->size() : 1;
@@ -40,24 +65,32 @@ HeadFitReport refit_head(Layer& L, const PooledColumns& z, const uint8_t* labels
     if (pool) pool->run(fn);
     else fn(0);
   };
-  // Class masks (bit e set when example e has the class) and the per-class column counts.
-  std::vector<uint64_t> cls(size_t(C) * W, 0), zero(size_t(std::max(F, C)) * W, 0);
-  std::vector<int64_t> nc(C, 0);
-  for (int64_t e = 0; e < n; ++e) {
-    if (labels[e] >= C) throw Error("refit_head: label " + std::to_string(labels[e]) + " out of range");
-    cls[size_t(labels[e]) * W + e / 64] |= uint64_t(1) << (e % 64);
-    ++nc[labels[e]];
+  const std::vector<int64_t>& nc = z.count;
+  // cc[f, c] = #examples of class c with bit f; M[f, g] = #examples with both bits, summed over
+  // the class blocks. The kernel in binary mode gives popcount(z_f ^ z_g) = cnt_f + cnt_g - 2 both.
+  std::vector<int64_t> cc(size_t(F) * C), cb(F);
+  for (int c = 0; c < C; ++c) {
+    column_counts(z.block(c), F, z.words[c], cb.data());
+    for (int f = 0; f < F; ++f) cc[size_t(f) * C + c] = cb[f];
   }
-  // M[f, g] = #examples with both bits (the kernel with zero weights and mask = column f gives
-  // popcount(x & mask)); cc[f, c] = #examples of class c with bit f.
-  std::vector<int32_t> M(size_t(F) * F), cc(size_t(F) * C);
+  std::vector<int32_t> M(size_t(F) * F, 0);
   run([&](int tid) {
     const Range r = split_range(F, tid, threads);
     if (r.end == r.begin) return;
-    const int m = int(r.end - r.begin);
-    const uint64_t* mask = z.bits.data() + size_t(r.begin) * W;
-    k.conv(M.data() + size_t(r.begin) * F, F, z.bits.data(), F, zero.data(), mask, m, W);
-    k.conv(cc.data() + size_t(r.begin) * C, C, cls.data(), C, zero.data(), mask, m, W);
+    constexpr int kChunk = 64;  // features per kernel call, so the scratch stays [64, F]
+    std::vector<int32_t> x(size_t(kChunk) * F);
+    for (int64_t f0 = r.begin; f0 < r.end; f0 += kChunk) {
+      const int m = int(std::min<int64_t>(kChunk, r.end - f0));
+      for (int c = 0; c < C; ++c) {
+        if (nc[c] == 0) continue;
+        const int W = z.words[c];
+        k.conv(x.data(), F, z.block(c), F, z.block(c) + size_t(f0) * W, nullptr, m, W);
+        for (int i = 0; i < m; ++i)
+          for (int g = 0; g < F; ++g)
+            M[size_t(f0 + i) * F + g] +=
+                int32_t((cc[size_t(f0 + i) * C + c] + cc[size_t(g) * C + c] - x[size_t(i) * F + g]) / 2);
+      }
+    }
   });
   std::vector<int64_t> cnt(F, 0);
   for (int f = 0; f < F; ++f)

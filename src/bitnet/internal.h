@@ -38,6 +38,9 @@ inline int64_t example_hinge(const int64_t* a, int C, int label, int64_t margin)
   return t;
 }
 
+// Row popcounts of one class block of PooledColumns, [F, W] words, into cnt[F] (head_fit.cpp).
+void column_counts(const uint64_t* blk, int F, int W, int64_t* cnt);
+
 // seg_of[P] (segment of each output pixel, row-major over (H-2) x (W-2)), size[S*S] (pixels).
 struct SegmentGrid {
   std::vector<int> seg_of;

@@ -189,10 +189,10 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
           std::copy(ws[tid].eng->pooled(), ws[tid].eng->pooled() + row, rows.begin() + i * row);
         }
       });
-      const PooledColumns z = pooled_columns(s, rows.data(), n);
+      const PooledColumns z = pooled_columns(s, rows.data(), ytr.data(), n);
       const HeadFitReport h = refit_margin > 0
-                                  ? refit_head_hinge(L, z, ytr.data(), kern, &pool, refit_margin, o.refit_rounds)
-                                  : refit_head(L, z, ytr.data(), kern, &pool);
+                                  ? refit_head_hinge(L, z, kern, &pool, refit_margin, o.refit_rounds)
+                                  : refit_head(L, z, kern, &pool);
       if (rep) {
         rep->refit_changes = h.changes, rep->refit_loss = double(h.loss_after) / double(n), rep->refit_rounds = h.rounds;
         rep->refit_seconds = std::chrono::duration<double>(Clock::now() - r0).count();

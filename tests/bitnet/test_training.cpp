@@ -3,6 +3,7 @@
 // that lowers it further, and never touches the conv; on every kernel set, with and without a pool.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <string>
 
@@ -25,11 +26,13 @@ struct Set {
   std::vector<uint8_t> labels;
 };
 // Images whose density depends on the label, so the pooled bits carry some signal.
-Set make_set(const LayerShape& s, int n, uint64_t seed) {
+// absent >= 0: that class gets no examples (its label becomes the next class's).
+Set make_set(const LayerShape& s, int n, uint64_t seed, int absent = -1) {
   Set d;
   std::mt19937_64 g(seed);
   for (int i = 0; i < n; ++i) {
-    const int y = int(g() % s.C);
+    int y = int(g() % s.C);
+    if (y == absent) y = (y + 1) % s.C;
     d.labels.push_back(uint8_t(y));
     d.imgs.push_back(random_image(s.H, s.W, s.B, seed * 131 + i, 0.25 + 0.5 * y / (s.C - 1)));
   }
@@ -51,7 +54,7 @@ PooledColumns columns_of(const LayerShape& s, const ember::BitKernels& k, const 
     eng.predict(L, d.imgs[i]);
     std::copy(eng.pooled(), eng.pooled() + row, rows.begin() + i * row);
   }
-  return pooled_columns(s, rows.data(), int64_t(d.imgs.size()));
+  return pooled_columns(s, rows.data(), d.labels.data(), int64_t(d.imgs.size()));
 }
 
 void check_refit(const LayerShape& s, uint64_t seed) {
@@ -64,8 +67,8 @@ void check_refit(const LayerShape& s, uint64_t seed) {
       Layer L = random_layer(s, seed);
       const Layer before = L;
       const PooledColumns z = columns_of(s, k, L, d);
-      EXPECT_EQ(z.words % 8, 0);
-      const HeadFitReport r = refit_head(L, z, d.labels.data(), k, p);
+      for (int w : z.words) EXPECT_EQ(w % 8, 0);
+      const HeadFitReport r = refit_head(L, z, k, p);
       EXPECT_EQ(r.loss_before, summed_loss(before, d));
       EXPECT_EQ(r.loss_after, summed_loss(L, d));
       EXPECT_LT(r.loss_after, r.loss_before);
@@ -84,7 +87,7 @@ void check_refit(const LayerShape& s, uint64_t seed) {
       for (size_t j = 0; j < head.size(); ++j) ASSERT_GE(head[j], 0) << "head weight slot " << j;
       // A cap of one change per class.
       Layer L1 = before;
-      const HeadFitReport r1 = refit_head(L1, z, d.labels.data(), k, p, 1);
+      const HeadFitReport r1 = refit_head(L1, z, k, p, 1);
       EXPECT_LE(r1.changes, s.C);
       EXPECT_EQ(r1.loss_after, summed_loss(L1, d));
       EXPECT_LT(r1.loss_after, r1.loss_before);
@@ -116,33 +119,76 @@ int64_t summed_hinge(const Layer& L, const Set& d, int64_t margin) {
   return hinge_loss(act, d.labels.data(), n, L.shape.C, margin);
 }
 
-void check_hinge(const LayerShape& s, uint64_t seed, int64_t margin) {
-  const Set d = make_set(s, 70, seed);
+// The oracle's activations act[e][c] of every example under L.
+std::vector<std::vector<int64_t>> oracle_acts(const Layer& L, const Set& d) {
+  std::vector<std::vector<int64_t>> act(d.imgs.size());
+  for (size_t e = 0; e < d.imgs.size(); ++e) reference_loss(L, d.imgs[e], d.labels[e], &act[e]);
+  return act;
+}
+
+// The pooled bits z[e][f] (f = segment * O + channel) of every example through the oracle alone:
+// changing head weight (0, f) moves act_0 by a + b * z, and b is never 0.
+std::vector<std::vector<int>> oracle_pooled(const Layer& L, const Set& d) {
+  const LayerShape& s = L.shape;
+  const int F = s.segments() * s.O, states = s.kind == WeightKind::binary ? 2 : 3;
+  const auto base = oracle_acts(L, d);
+  std::vector<std::vector<int>> z(d.imgs.size(), std::vector<int>(F));
+  for (int f = 0; f < F; ++f) {
+    Layer M = L;
+    const int cur = head_state(L, 0, f / s.O, f % s.O), to = (cur + 1) % states;
+    set_head_state(M, 0, f / s.O, f % s.O, to);
+    const AB x = state_ab(s.kind, cur), y = state_ab(s.kind, to);
+    const auto moved = oracle_acts(M, d);
+    for (size_t e = 0; e < d.imgs.size(); ++e) {
+      const int64_t dz = (moved[e][0] - base[e][0]) - (y.a - x.a);
+      EXPECT_EQ(dz % (y.b - x.b), 0);
+      z[e][f] = int(dz / (y.b - x.b));
+    }
+  }
+  return z;
+}
+
+// *compactions (if given): the fewest candidate-list compactions any of the runs made.
+void check_hinge(const LayerShape& s, uint64_t seed, int64_t margin, int n = 70, int absent = -1,
+                 int64_t* compactions = nullptr, int64_t slack = -1) {
+  const Set d = make_set(s, n, seed, absent);
+  if (compactions) *compactions = std::numeric_limits<int64_t>::max();
+  const Layer initial = random_layer(s, seed);
+  const auto pooled = oracle_pooled(initial, d);  // the refit leaves the conv, hence these, alone
+  const int F = s.segments() * s.O, states = s.kind == WeightKind::binary ? 2 : 3;
   ember::ThreadPool pool(2);
   for (Isa isa : isas()) {
     const auto& k = ember::bit_kernels_for(isa);
     for (ember::ThreadPool* p : {static_cast<ember::ThreadPool*>(nullptr), &pool}) {
       SCOPED_TRACE(std::string(k.name) + (p ? " 2 threads" : " 1 thread") + " " + kind_name(s.kind));
-      Layer L = random_layer(s, seed);
-      const Layer before = L;
+      Layer L = initial;
       const PooledColumns z = columns_of(s, k, L, d);
-      const HeadFitReport r = refit_head_hinge(L, z, d.labels.data(), k, p, margin, 100000);
-      EXPECT_EQ(r.loss_before, summed_hinge(before, d, margin));
+      const HeadFitReport r = refit_head_hinge(L, z, k, p, margin, 100000, slack);
+      if (compactions) *compactions = std::min(*compactions, r.compactions);
+      if (absent >= 0) {
+        EXPECT_EQ(z.count[absent], 0);
+      }
+      EXPECT_EQ(r.loss_before, summed_hinge(initial, d, margin));
       EXPECT_EQ(r.loss_after, summed_hinge(L, d, margin));
       EXPECT_LT(r.loss_after, r.loss_before);
-      EXPECT_EQ(L.conv_sign, before.conv_sign);
-      // Converged: no single head change lowers the hinge loss (brute force through the oracle).
-      const int states = s.kind == WeightKind::binary ? 2 : 3;
+      EXPECT_EQ(L.conv_sign, initial.conv_sign);
+      // Converged: no single head change lowers the hinge loss, each change's loss recomputed
+      // from the oracle's activations and pooled bits.
+      auto act = oracle_acts(L, d);
       for (int c = 0; c < s.C; ++c)
-        for (int sg = 0; sg < s.segments(); ++sg)
-          for (int j = 0; j < s.O; ++j) {
-            const int cur = head_state(L, c, sg, j);
-            for (int t = 1; t < states; ++t) {
-              Layer M = L;
-              set_head_state(M, c, sg, j, (cur + t) % states);
-              ASSERT_GE(summed_hinge(M, d, margin), r.loss_after) << c << " " << sg << " " << j;
+        for (int f = 0; f < F; ++f) {
+          const int cur = head_state(L, c, f / s.O, f % s.O);
+          for (int t = 1; t < states; ++t) {
+            const AB x = state_ab(s.kind, cur), y = state_ab(s.kind, (cur + t) % states);
+            int64_t loss = 0;
+            for (int e = 0; e < n; ++e) {
+              std::vector<int64_t> a = act[e];
+              a[c] += (y.a - x.a) + (y.b - x.b) * pooled[e][f];
+              loss += example_hinge(a.data(), s.C, d.labels[e], margin);
             }
+            ASSERT_GE(loss, r.loss_after) << "class " << c << " input " << f;
           }
+        }
     }
   }
 }
@@ -151,6 +197,23 @@ TEST(BitnetHeadRefit, HingeBinaryConverges) {
   LayerShape s;
   s.H = 7, s.W = 6, s.B = 4, s.O = 5, s.S = 2, s.C = 4, s.kind = WeightKind::binary;
   check_hinge(s, 11, 3);
+}
+
+// Enough examples, most of them past the margin, that the rounds count over gathered candidate
+// lists (the active-set path), with one class absent (an empty column block).
+TEST(BitnetHeadRefit, HingeActiveSetsStayExact) {
+  LayerShape s;
+  s.H = 7, s.W = 7, s.B = 4, s.O = 16, s.S = 3, s.C = 5, s.kind = WeightKind::binary;
+  for (int64_t slack : {-1, 0}) {  // the default, and lists of exactly the affected examples
+    SCOPED_TRACE("slack " + std::to_string(slack));
+    int64_t compactions = 0;
+    check_hinge(s, 17, 3, 300, 2, &compactions, slack);
+    EXPECT_GT(compactions, 0) << "no compaction: the active-set path is untested";
+    s.kind = WeightKind::ternary;
+    check_hinge(s, 19, 3, 300, 1, &compactions, slack);
+    EXPECT_GT(compactions, 0) << "no compaction: the active-set path is untested";
+    s.kind = WeightKind::binary;
+  }
 }
 
 TEST(BitnetHeadRefit, HingeTernaryConverges) {
@@ -243,16 +306,26 @@ TEST(BitnetHeadRefit, RejectsMismatchedColumnsAndLabels) {
   Layer L = random_layer(s, 1);
   const auto& k = ember::bit_kernels_for(Isa::scalar);
   std::vector<uint64_t> rows(size_t(2) * s.segments() * s.head_words(), 0);
-  const PooledColumns z = pooled_columns(s, rows.data(), 2);
   const uint8_t bad[2] = {0, 7};
-  EXPECT_THROW(refit_head(L, z, bad, k, nullptr), ember::Error);
+  try {
+    pooled_columns(s, rows.data(), bad, 2);
+    ADD_FAILURE() << "label 7 of 3 classes accepted";
+  } catch (const ember::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("example 1 has label 7"), std::string::npos) << e.what();
+  }
+  const uint8_t ok[2] = {0, 1};
+  const PooledColumns z = pooled_columns(s, rows.data(), ok, 2);
   LayerShape t = s;
   t.O = 6;
   Layer L2 = random_layer(t, 1);
-  const uint8_t ok[2] = {0, 1};
-  EXPECT_THROW(refit_head(L2, z, ok, k, nullptr), ember::Error);
-  EXPECT_THROW(refit_head_hinge(L, z, bad, k, nullptr, 4, 10), ember::Error);
-  EXPECT_THROW(refit_head_hinge(L2, z, ok, k, nullptr, 4, 10), ember::Error);
+  EXPECT_THROW(refit_head(L2, z, k, nullptr), ember::Error);
+  EXPECT_THROW(refit_head_hinge(L2, z, k, nullptr, 4, 10), ember::Error);
+  LayerShape u = s;
+  u.C = 4;
+  Layer L3 = random_layer(u, 1);
+  EXPECT_THROW(refit_head(L3, z, k, nullptr), ember::Error);
+  EXPECT_THROW(refit_head_hinge(L3, z, k, nullptr, 4, 10), ember::Error);
+  EXPECT_NO_THROW(refit_head_hinge(L, z, k, nullptr, 4, 10));
 }
 
 }  // namespace
