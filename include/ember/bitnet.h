@@ -63,6 +63,10 @@ struct Layer {
   std::vector<uint64_t> head_sign, head_mask;  // [C, S*S, head_words]
 };
 Layer random_layer(const LayerShape& s, uint64_t seed);
+// One layer of the parts' channels side by side (same H, W, B, S, C and kind): channel j of part p
+// becomes channel (the earlier parts' O) + j, with its conv row and head weights. Every act_c of
+// the joined layer is the sum of the parts' act_c, so it classifies as their committee.
+Layer join_layers(const std::vector<Layer>& parts);
 
 // A B-bit image: bits [H, W, pixel_words] (bit b of pixel (y, x) at word (y*W + x)*pw + b/64).
 struct BitImage {
@@ -207,6 +211,10 @@ const char* pool_name(LayerPool p);
 BitImage pool2x2(const BitImage& im, LayerPool p);
 // The pixels of a and b side by side (a's bits, then b's); the sizes must match.
 BitImage concat_pixels(const BitImage& a, const BitImage& b);
+// Space to depth: output pixel (y, x) of the floor(H/2) x floor(W/2) image holds input pixels
+// (2y, 2x), (2y, 2x+1), (2y+1, 2x), (2y+1, 2x+1), their B bits one after the other (4B bits), so a
+// 3x3 window sees 6x6 input pixels.
+BitImage space_to_depth(const BitImage& im);
 // The image with `bits` more bits per pixel appended: a fixed pseudo-random code of the pixel's
 // position (the same for every image, from `seed`). Constant backgrounds (MNIST's zeros) then no
 // longer give every pixel of a segment the same count, so majority votes can depend on the strokes.
@@ -222,6 +230,7 @@ struct TrainOptions {
   bool deskew = false;                // deskew() every image (train and test) before encoding it
   bool mirror = false;                // the training set also holds every image mirrored (deskew() first)
   int shift_copies = 0;               // ... and this many copies of it moved by one pixel (0..4 directions)
+  bool space_to_depth = false;        // layer 1's input: space_to_depth() of the codes, before the position bits
   LayerPool layer_pool = LayerPool::none;  // pool2x2 of a layer's output before the next layer
   int segments = 2;
   WeightKind kind = WeightKind::binary;
@@ -246,6 +255,13 @@ struct TrainOptions {
   // 0: conv steps follow the model's squared-error deltas; M > 0: the deltas of the multiclass
   // hinge loss with margin M (hinge_conv_tables), usually with freeze_head and epoch refits.
   std::vector<int64_t> conv_margin = {0};
+  // Each layer trained as `blocks` independent blocks of channels[l] channels (fresh random
+  // weights, their own heads and refits, one after the other), then joined (join_layers): one
+  // layer of blocks * channels[l] channels whose head is the blocks' heads side by side, so it
+  // classifies as their committee. join_refit_margin > 0 refits that joined head (hinge, on all
+  // training images) instead of keeping the committee's.
+  int blocks = 1;
+  int64_t join_refit_margin = 0;
   int64_t threshold = 0;
   int64_t limit_train = 0, limit_test = 0;  // 0: all
   int threads = 1;
@@ -254,6 +270,10 @@ struct TrainOptions {
 };
 struct EpochReport {
   int layer = 0, epoch = 0, batch = 0, steps = 0, changes = 0;
+  // With --blocks: block = 1.. for a block's epochs; after the second and every later block, one
+  // report of the committee of the blocks so far (block = 0, joined = how many, epoch = epochs, no
+  // steps), the last being the layer. Without --blocks: block = 0, joined = 1.
+  int block = 0, joined = 1;
   double train_loss = 0;              // mean loss over the epoch's mini-batches
   int64_t refit_changes = -1;         // head weights the epoch's closing refit changed (-1: none ran)
   double refit_loss = 0;              // mean loss per example over the refit's examples after it

@@ -26,6 +26,43 @@ void validate(const LayerShape& s, const std::string& what) {
   check("S (segments per side)", s.S, 1, std::min(kMaxS, std::min(s.H - 2, s.W - 2)));
 }
 
+Layer join_layers(const std::vector<Layer>& parts) {
+  if (parts.empty()) throw Error("join_layers: expected at least one layer");
+  LayerShape s = parts[0].shape;
+  s.O = 0;
+  for (const Layer& p : parts) {
+    const LayerShape& q = p.shape;
+    if (q.H != s.H || q.W != s.W || q.B != s.B || q.S != s.S || q.C != s.C || q.kind != s.kind)
+      throw Error("join_layers: the layers differ in H, W, B, S, C or weight kind");
+    s.O += q.O;
+  }
+  validate(s, "join_layers");
+  Layer L;
+  L.shape = s;
+  const bool ternary = s.kind == WeightKind::ternary;
+  for (const Layer& p : parts) {  // conv rows [O, K]: the parts' rows one after the other
+    L.conv_sign.insert(L.conv_sign.end(), p.conv_sign.begin(), p.conv_sign.end());
+    if (ternary) L.conv_mask.insert(L.conv_mask.end(), p.conv_mask.begin(), p.conv_mask.end());
+  }
+  // head rows [C, S*S, head_words]: part p's channel j becomes channel (sum of earlier O) + j
+  const int Hw = s.head_words();
+  L.head_sign.assign(size_t(s.C) * s.segments() * Hw, 0);
+  if (ternary) L.head_mask.assign(L.head_sign.size(), 0);
+  int base = 0;
+  for (const Layer& p : parts) {
+    const int pw = p.shape.head_words();
+    for (size_t r = 0; r < size_t(s.C) * s.segments(); ++r)
+      for (int j = 0; j < p.shape.O; ++j) {
+        const uint64_t bit = uint64_t(1) << ((base + j) % 64);
+        const size_t at = r * Hw + (base + j) / 64, from = r * pw + j / 64;
+        if ((p.head_sign[from] >> (j % 64)) & 1) L.head_sign[at] |= bit;
+        if (ternary && ((p.head_mask[from] >> (j % 64)) & 1)) L.head_mask[at] |= bit;
+      }
+    base += p.shape.O;
+  }
+  return L;
+}
+
 Layer random_layer(const LayerShape& s, uint64_t seed) {
   validate(s);
   Layer L;
@@ -161,6 +198,23 @@ BitImage concat_pixels(const BitImage& a, const BitImage& b) {
     for (int i = 0; i < b.B; ++i)
       if (b.bits[size_t(p) * bw + i / 64] >> (i % 64) & 1) dst[(a.B + i) / 64] |= uint64_t(1) << ((a.B + i) % 64);
   }
+  return r;
+}
+
+BitImage space_to_depth(const BitImage& im) {
+  if (im.H < 2 || im.W < 2) throw Error("space_to_depth: the image is smaller than 2x2");
+  BitImage r{im.H / 2, im.W / 2, 4 * im.B, {}};
+  const int pw = (im.B + 63) / 64, rw = (r.B + 63) / 64;
+  r.bits.assign(size_t(r.H) * r.W * rw, 0);
+  for (int y = 0; y < r.H; ++y)
+    for (int x = 0; x < r.W; ++x) {
+      uint64_t* dst = r.bits.data() + (size_t(y) * r.W + x) * rw;
+      for (int q = 0; q < 4; ++q) {  // (dy, dx) = (0,0), (0,1), (1,0), (1,1)
+        const uint64_t* src = im.bits.data() + (size_t(2 * y + q / 2) * im.W + 2 * x + q % 2) * pw;
+        for (int i = 0; i < im.B; ++i)
+          if (src[i / 64] >> (i % 64) & 1) dst[(q * im.B + i) / 64] |= uint64_t(1) << ((q * im.B + i) % 64);
+      }
+    }
   return r;
 }
 

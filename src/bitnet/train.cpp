@@ -110,6 +110,8 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--refit-rounds", o.refit_rounds, 1, int64_t(1) << 30);
   for (int64_t m : o.conv_margin) check_opt("--conv-margin", m, 0, int64_t(1) << 30);
   check_opt("--shift-copies", o.shift_copies, 0, 4);
+  check_opt("--blocks", o.blocks, 1, 16);
+  check_opt("--join-refit-margin", o.join_refit_margin, 0, int64_t(1) << 30);
   check_opt("--threshold", o.threshold, 0, int64_t(1) << 40);
   check_opt("--threads", o.threads, 1, 256);
   check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
@@ -139,6 +141,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
     for (int r : o.blur_radii)
       im = concat_pixels(im, encode_thermometer(box_blur(img.data(), tr.rows, tr.cols, r).data(), tr.rows, tr.cols,
                                                 o.input_bits));
+    if (o.space_to_depth) im = space_to_depth(im);
     return append_position_bits(im, o.position_bits, o.seed);
   };
   std::vector<uint8_t> ytr(ntr), yte(te.labels.begin(), te.labels.begin() + nte);
@@ -158,47 +161,46 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
 
   ThreadPool pool(o.threads);
   std::mt19937_64 rng(o.seed);
-  std::vector<Layer> layers;
-  for (int l = 0; l < o.layers; ++l) {
-    LayerShape s;
-    s.H = xtr[0].H, s.W = xtr[0].W, s.B = xtr[0].B;
-    s.O = o.channels[std::min<size_t>(l, o.channels.size() - 1)];
-    s.S = o.segments, s.C = std::max(tr.num_classes, 2), s.kind = o.kind;
-    validate(s, "layer " + std::to_string(l + 1));
-    Layer L = random_layer(s, o.seed * 1000 + l);
-    const int64_t refit_margin = o.refit_margin[std::min<size_t>(l, o.refit_margin.size() - 1)];
-    const int64_t conv_margin = o.conv_margin[std::min<size_t>(l, o.conv_margin.size() - 1)];
+  auto make_workers = [&](const LayerShape& s) {
     std::vector<Worker> ws(o.threads);
-    const int A = s.alts(), states = A + 1;
     for (auto& w : ws) {
       w.eng = std::make_unique<DeltaEngine>(s, kern);
-      w.conv_sum.assign(size_t(s.conv_weights()) * A, 0);
-      w.head_sum.assign(size_t(s.head_weights()) * A, 0);
+      w.conv_sum.assign(size_t(s.conv_weights()) * s.alts(), 0);
+      w.head_sum.assign(size_t(s.head_weights()) * s.alts(), 0);
     }
-    // Refits the head on the pooled bits of the training images: the first refit_examples of them,
-    // except after the layer's last epoch (all of them).
-    auto refit = [&](EpochReport* rep, bool last) {
-      const auto r0 = Clock::now();
-      const int64_t n = o.refit_examples && !last ? std::min(o.refit_examples, ntr) : ntr;
-      const size_t row = size_t(s.segments()) * s.head_words();
-      std::vector<uint64_t> rows(size_t(n) * row);
-      pool.run([&](int tid) {
-        const Range r = split_range(n, tid, pool.size());
-        for (int64_t i = r.begin; i < r.end; ++i) {
-          ws[tid].eng->predict(L, xtr[i]);
-          std::copy(ws[tid].eng->pooled(), ws[tid].eng->pooled() + row, rows.begin() + i * row);
-        }
-      });
-      const PooledColumns z = pooled_columns(s, rows.data(), ytr.data(), n);
-      const HeadFitReport h = refit_margin > 0
-                                  ? refit_head_hinge(L, z, kern, &pool, refit_margin, o.refit_rounds)
-                                  : refit_head(L, z, kern, &pool);
-      if (rep) {
-        rep->refit_changes = h.changes, rep->refit_loss = double(h.loss_after) / double(n), rep->refit_rounds = h.rounds;
-        rep->refit_seconds = std::chrono::duration<double>(Clock::now() - r0).count();
+    return ws;
+  };
+  // Refits L's head on the pooled bits of the training images: the first refit_examples of them,
+  // except when `all` (a layer's last refit).
+  auto refit = [&](Layer& L, std::vector<Worker>& ws, int64_t margin, EpochReport* rep, bool all) {
+    const LayerShape& s = L.shape;
+    const auto r0 = Clock::now();
+    const int64_t n = o.refit_examples && !all ? std::min(o.refit_examples, ntr) : ntr;
+    const size_t row = size_t(s.segments()) * s.head_words();
+    std::vector<uint64_t> rows(size_t(n) * row);
+    pool.run([&](int tid) {
+      const Range r = split_range(n, tid, pool.size());
+      for (int64_t i = r.begin; i < r.end; ++i) {
+        ws[tid].eng->predict(L, xtr[i]);
+        std::copy(ws[tid].eng->pooled(), ws[tid].eng->pooled() + row, rows.begin() + i * row);
       }
-    };
-    if (o.head_refit == TrainOptions::Refit::epoch) refit(nullptr, false);
+    });
+    const PooledColumns z = pooled_columns(s, rows.data(), ytr.data(), n);
+    const HeadFitReport h = margin > 0 ? refit_head_hinge(L, z, kern, &pool, margin, o.refit_rounds)
+                                       : refit_head(L, z, kern, &pool);
+    if (rep) {
+      rep->refit_changes = h.changes, rep->refit_loss = double(h.loss_after) / double(n), rep->refit_rounds = h.rounds;
+      rep->refit_seconds = std::chrono::duration<double>(Clock::now() - r0).count();
+    }
+  };
+  // Trains one layer (or one block of a layer's channels, `block` > 0) from random weights.
+  auto train_layer = [&](const LayerShape& s, uint64_t seed, int l, int block) {
+    Layer L = random_layer(s, seed);
+    const int64_t refit_margin = o.refit_margin[std::min<size_t>(l, o.refit_margin.size() - 1)];
+    const int64_t conv_margin = o.conv_margin[std::min<size_t>(l, o.conv_margin.size() - 1)];
+    std::vector<Worker> ws = make_workers(s);
+    const int A = s.alts(), states = A + 1;
+    if (o.head_refit == TrainOptions::Refit::epoch) refit(L, ws, refit_margin, nullptr, false);
     std::vector<int64_t> order(ntr);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -207,7 +209,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       const auto t0 = Clock::now();
       const int64_t batch = std::min<int64_t>(int64_t(o.batch) << std::min(e, 20), ntr);
       EpochReport rep;
-      rep.layer = l + 1, rep.epoch = e + 1, rep.batch = int(batch), rep.steps = o.steps;
+      rep.layer = l + 1, rep.block = block, rep.epoch = e + 1, rep.batch = int(batch), rep.steps = o.steps;
       double loss_sum = 0;
       std::vector<int64_t> idx(batch);
       for (int step = 0; step < o.steps; ++step) {
@@ -256,11 +258,46 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       rep.train_loss = loss_sum / double(batch * o.steps);
       if (o.head_refit == TrainOptions::Refit::epoch ||
           (o.head_refit == TrainOptions::Refit::end && e + 1 == o.epochs))
-        refit(&rep, e + 1 == o.epochs);
+        refit(L, ws, refit_margin, &rep, e + 1 == o.epochs);
       rep.test_accuracy = accuracy(L, xte, yte, ws, pool);
       rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (on_epoch) on_epoch(rep);
     }
+    return L;
+  };
+
+  std::vector<Layer> layers;
+  for (int l = 0; l < o.layers; ++l) {
+    LayerShape s;
+    s.H = xtr[0].H, s.W = xtr[0].W, s.B = xtr[0].B;
+    s.O = o.channels[std::min<size_t>(l, o.channels.size() - 1)];
+    s.S = o.segments, s.C = std::max(tr.num_classes, 2), s.kind = o.kind;
+    validate(s, "layer " + std::to_string(l + 1));
+    if (int64_t(s.O) * o.blocks > 4096)
+      throw Error("--blocks: " + std::to_string(o.blocks) + " blocks of " + std::to_string(s.O) +
+                  " channels make more than 4096 channels in layer " + std::to_string(l + 1));
+    // Block 0's seed is the layer's seed without --blocks; the others are fresh random layers.
+    // From the second block on, the committee of the blocks so far is joined and evaluated; the
+    // last such join is the layer (its head refitted with --join-refit-margin).
+    std::vector<Layer> parts;
+    Layer L;
+    std::vector<Worker> ws;
+    for (int b = 0; b < o.blocks; ++b) {
+      parts.push_back(train_layer(s, o.seed * 1000 + l + 16 * uint64_t(b), l, o.blocks > 1 ? b + 1 : 0));
+      if (o.blocks == 1) break;
+      if (b == 0) continue;
+      const auto t0 = Clock::now();
+      L = join_layers(parts);
+      ws = make_workers(L.shape);
+      EpochReport rep;
+      rep.layer = l + 1, rep.joined = b + 1, rep.epoch = o.epochs;
+      if (b + 1 == o.blocks && o.join_refit_margin > 0) refit(L, ws, o.join_refit_margin, &rep, true);
+      rep.test_accuracy = accuracy(L, xte, yte, ws, pool);
+      rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (on_epoch) on_epoch(rep);
+    }
+    if (o.blocks == 1) L = std::move(parts[0]), ws = make_workers(L.shape);
+    parts.clear();
     // Drop the head; the convolution (pooled 2x2 with --layer-pool) makes the next layer's input.
     if (l + 1 < o.layers) {
       if (o.layer_pool != LayerPool::none && (xtr[0].H - 2 < 2 || xtr[0].W - 2 < 2))

@@ -108,13 +108,48 @@ TEST_F(Cli, BitnetTrainPooledLayersDeskewMirror) {
   ASSERT_EQ(lines.size(), 2u) << r.out;
   EXPECT_EQ(nlohmann::json::parse(lines[1]).at("layer").get<int>(), 2);
   const Result any = run(bitnet_train(data_, "--layers 2 --channels 8 --input-bits 2 --position-bits 8 --segments 2 "
-                                             "--epochs 1 --batch-size 8 --steps 5 --layer-pool any"));
+                                             "--epochs 1 --batch-size 8 --steps 5 --layer-pool any --space-to-depth"));
   ASSERT_EQ(any.code, 0) << any.err;
+}
+
+TEST_F(Cli, BitnetTrainBlocksJoinAsCommittee) {
+  // Three blocks of 8 channels, each trained and refitted on its own, then the committees of the
+  // first two and of all three (the layer), the last with its joined head refitted.
+  const Result r = run(bitnet_train(data_, "--channels 8 --input-bits 4 --segments 2 --epochs 2 --batch-size 16 "
+                                           "--steps 20 --updates 16 --freeze-head --conv-margin 4 --head-refit epoch "
+                                           "--refit-margin 4 --blocks 3 --join-refit-margin 12 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto lines = nonempty_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u * 2 + 2) << r.out;  // 3 blocks x 2 epochs, 2 committees
+  std::vector<nlohmann::json> j;
+  for (const auto& l : lines) j.push_back(nlohmann::json::parse(l));
+  for (int b = 0; b < 3; ++b)
+    for (int e = 0; e < 2; ++e) {
+      const auto& x = j[size_t(b * 2 + e + (b == 2 ? 1 : 0))];
+      EXPECT_EQ(x.at("block").get<int>(), b + 1) << x;
+      EXPECT_EQ(x.at("epoch").get<int>(), e + 1) << x;
+      EXPECT_EQ(x.at("joined").get<int>(), 1) << x;
+    }
+  const auto& two = j[4];
+  const auto& all = j.back();
+  EXPECT_EQ(two.at("block").get<int>(), 0) << two;
+  EXPECT_EQ(two.at("joined").get<int>(), 2) << two;
+  EXPECT_EQ(two.at("refit_changes").get<int64_t>(), -1) << two;  // a committee: no refit
+  EXPECT_EQ(all.at("joined").get<int>(), 3) << all;
+  EXPECT_GE(all.at("refit_changes").get<int64_t>(), 0) << all;  // --join-refit-margin
+  EXPECT_GT(all.at("test_accuracy").get<double>(), 0.4) << r.out;  // chance is 0.1
+  const Result text = run(bitnet_train(data_, "--channels 8 --input-bits 4 --segments 2 --epochs 1 --steps 3 --blocks 2"));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find(" 1..2 "), std::string::npos) << text.out;
 }
 
 TEST_F(Cli, BitnetTrainBadFlags) {
   expect_one_line_error(run(bitnet_train(data_, "--layer-pool sideways")), {"--layer-pool", "sideways"});
   expect_one_line_error(run(bitnet_train(data_, "--shift-copies 5")), {"--shift-copies", "5"});
+  expect_one_line_error(run(bitnet_train(data_, "--blocks 0")), {"--blocks", "0"});
+  expect_one_line_error(run(bitnet_train(data_, "--blocks 17")), {"--blocks", "17"});
+  expect_one_line_error(run(bitnet_train(data_, "--channels 2048 --blocks 3")), {"--blocks", "4096"});
+  expect_one_line_error(run(bitnet_train(data_, "--join-refit-margin -1")), {"--join-refit-margin", "-1"});
   expect_one_line_error(run(bitnet_train(data_, "--conv-margin 4,-1")), {"--conv-margin", "-1"});
   expect_one_line_error(run(bitnet_train(data_, "--refit-margin 4,-7")), {"--refit-margin", "-7"});
   expect_one_line_error(run(bitnet_train(data_, "--channels 0")), {"--channels", "0"});

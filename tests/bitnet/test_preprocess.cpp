@@ -1,13 +1,15 @@
 // The input transforms of the binarized layers' training: deskew() (moment deskewing) makes a
 // slanted stroke upright and centres the mass, mirror() flips rows, shift() moves the image with
-// zeros shifted in, and pool2x2() between layers equals a bit-by-bit count of the four pixels
-// (any / majority), on odd sizes and wide pixels.
+// zeros shifted in, pool2x2() between layers equals a bit-by-bit count of the four pixels
+// (any / majority), and space_to_depth() puts each 2x2 block's bits side by side, on odd sizes and
+// wide pixels.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "ember/bitnet.h"
+#include "ember/error.h"
 
 namespace {
 
@@ -120,6 +122,27 @@ TEST(BitnetPreprocess, Pool2x2MatchesBitCounts) {
           }
         }
       }
+}
+
+TEST(BitnetPreprocess, SpaceToDepthStacksEachBlock) {
+  for (int B : {1, 5, 32, 64, 70})
+    for (auto [H, W] : {std::pair{2, 2}, std::pair{7, 5}, std::pair{28, 28}, std::pair{3, 9}}) {
+      SCOPED_TRACE("B " + std::to_string(B) + " " + std::to_string(H) + "x" + std::to_string(W));
+      const BitImage im = random_image(H, W, B, uint64_t(B * 1000 + H * 10 + W), 0.4);
+      const BitImage r = space_to_depth(im);
+      ASSERT_EQ(r.H, H / 2);
+      ASSERT_EQ(r.W, W / 2);
+      ASSERT_EQ(r.B, 4 * B);
+      for (int y = 0; y < r.H; ++y)
+        for (int x = 0; x < r.W; ++x)
+          for (int q = 0; q < 4; ++q)
+            for (int b = 0; b < B; ++b)
+              ASSERT_EQ(bit(r, y, x, q * B + b), bit(im, 2 * y + q / 2, 2 * x + q % 2, b)) << y << " " << x << " " << q;
+      const int pw = (4 * B + 63) / 64;
+      for (int i = 0; (4 * B) % 64 && i < r.H * r.W; ++i)  // bits past 4B stay zero
+        EXPECT_EQ(r.bits[size_t(i) * pw + pw - 1] >> ((4 * B) % 64), 0u);
+    }
+  EXPECT_THROW(space_to_depth(random_image(1, 5, 3, 1)), ember::Error);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Training features of the binarized layers: the head refit (exact coordinate descent on frozen
 // pooled features) tracks the summed loss exactly, lowers it strictly, leaves no single head change
 // that lowers it further, and never touches the conv; on every kernel set, with and without a pool.
+// Joined blocks (--blocks) classify as the committee of their parts.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -326,6 +327,73 @@ TEST(BitnetHeadRefit, RejectsMismatchedColumnsAndLabels) {
   EXPECT_THROW(refit_head(L3, z, k, nullptr), ember::Error);
   EXPECT_THROW(refit_head_hinge(L3, z, k, nullptr, 4, 10), ember::Error);
   EXPECT_NO_THROW(refit_head_hinge(L, z, k, nullptr, 4, 10));
+}
+
+// join_layers: the joined layer's act is the sum of the parts' acts (bit-by-bit reference) and its
+// conv output is the parts' outputs side by side; odd O (head words padded), binary and ternary.
+TEST(BitnetJoin, ActsAddAndChannelsConcatenate) {
+  for (WeightKind kind : {WeightKind::binary, WeightKind::ternary}) {
+    LayerShape s;
+    s.H = 7, s.W = 6, s.B = 5, s.S = 2, s.C = 3, s.kind = kind;
+    std::vector<Layer> parts;
+    for (int O : {5, 70, 3}) {
+      LayerShape p = s;
+      p.O = O;
+      parts.push_back(random_layer(p, 40 + O));
+    }
+    const Layer J = join_layers(parts);
+    ASSERT_EQ(J.shape.O, 78);
+    for (Isa isa : isas()) {
+      const auto& k = ember::bit_kernels_for(isa);
+      DeltaEngine ej(J.shape, k);
+      for (uint64_t seed = 1; seed <= 6; ++seed) {
+        const BitImage img = random_image(s.H, s.W, s.B, seed, 0.2 + 0.1 * double(seed));
+        std::vector<int64_t> act, sum(s.C, 0), fast;
+        reference_loss(J, img, 0, &act);
+        BitImage out;
+        ej.apply(J, img, &out);
+        ASSERT_EQ(out.B, 78);
+        int base = 0;
+        for (const Layer& p : parts) {
+          std::vector<int64_t> a;
+          reference_loss(p, img, 0, &a);
+          for (int c = 0; c < s.C; ++c) sum[c] += a[c];
+          DeltaEngine ep(p.shape, k);
+          BitImage po;
+          ep.apply(p, img, &po);
+          for (int px = 0; px < out.H * out.W; ++px)
+            for (int j = 0; j < p.shape.O; ++j) {
+              const int b = base + j;
+              const bool want = (po.bits[size_t(px) * ((p.shape.O + 63) / 64) + j / 64] >> (j % 64)) & 1;
+              const bool got = (out.bits[size_t(px) * ((78 + 63) / 64) + b / 64] >> (b % 64)) & 1;
+              ASSERT_EQ(got, want) << ember::isa_name(isa) << " pixel " << px << " channel " << b;
+            }
+          base += p.shape.O;
+        }
+        EXPECT_EQ(act, sum) << kind_name(kind) << " seed " << seed;
+        ej.predict(J, img, &fast);
+        EXPECT_EQ(fast, act) << ember::isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(BitnetJoin, RejectsMismatchedParts) {
+  LayerShape s;
+  s.H = s.W = 6, s.B = 4, s.O = 5, s.S = 2, s.C = 3;
+  EXPECT_THROW(join_layers({}), ember::Error);
+  LayerShape t = s;
+  t.S = 1;
+  EXPECT_THROW(join_layers({random_layer(s, 1), random_layer(t, 2)}), ember::Error);
+  t = s, t.kind = WeightKind::ternary;
+  EXPECT_THROW(join_layers({random_layer(s, 1), random_layer(t, 2)}), ember::Error);
+  t = s, t.O = 4093;
+  try {
+    join_layers({random_layer(s, 1), random_layer(t, 2)});
+    ADD_FAILURE() << "4098 channels accepted";
+  } catch (const ember::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("O (channels)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -152,6 +152,8 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
       ->delimiter(',');
   cmd->add_flag("--deskew", a.o.deskew, "Deskew every image (shear to upright, centre of mass to the centre) before encoding");
   cmd->add_flag("--mirror", a.o.mirror, "Train on every training image and its mirror image (left-right)");
+  cmd->add_flag("--space-to-depth", a.o.space_to_depth,
+                "Layer 1's pixels become 2x2 blocks of pixels (half the size, 4x the bits), so its 3x3 window sees 6x6 pixels");
   cmd->add_option("--shift-copies", a.o.shift_copies,
                   "Also train on this many copies of every training image moved by one pixel (0..4 directions)")
       ->capture_default_str();
@@ -187,6 +189,14 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--refit-rounds", a.o.refit_rounds, "Most rounds of the hinge refit")->capture_default_str();
+  cmd->add_option("--blocks", a.o.blocks,
+                  "Train each layer as this many independent blocks of --channels channels, then join them into "
+                  "one layer whose head is their committee (the blocks' heads side by side)")
+      ->capture_default_str();
+  cmd->add_option("--join-refit-margin", a.o.join_refit_margin,
+                  "0: keep the committee head of the joined blocks; M > 0: refit it by the hinge loss with margin M on "
+                  "all training images")
+      ->capture_default_str();
   cmd->add_option("--threshold", a.o.threshold, "Drop per-example deltas with |delta| <= this")->capture_default_str();
   cmd->add_option("--limit-train", a.o.limit_train, "Use only the first N training images (0: all)")->capture_default_str();
   cmd->add_option("--limit-test", a.o.limit_test, "Use only the first N test images (0: all)")->capture_default_str();
@@ -212,18 +222,19 @@ int run_bitnet_train(BitnetTrainArgs a) {
   bool header = !a.json;  // printed with the first epoch, after every option was checked
   bitnet::train(a.o, data, [&](const bitnet::EpochReport& r) {
     if (header)
-      std::printf("%5s %5s %8s %6s %8s %14s %8s %14s %9s %8s\n", "layer", "epoch", "batch", "steps", "changes",
+      std::printf("%5s %5s %5s %8s %6s %8s %14s %8s %14s %9s %8s\n", "layer", "block", "epoch", "batch", "steps", "changes",
                   "train_loss", "refit", "refit_loss", "test_acc", "seconds");
     header = false;
     if (a.json)
-      std::printf("%s\n", nlohmann::json({{"layer", r.layer}, {"epoch", r.epoch}, {"batch", r.batch},
+      std::printf("%s\n", nlohmann::json({{"layer", r.layer}, {"block", r.block}, {"joined", r.joined}, {"epoch", r.epoch}, {"batch", r.batch},
                                           {"steps", r.steps}, {"changes", r.changes}, {"train_loss", r.train_loss},
                                           {"refit_changes", r.refit_changes}, {"refit_loss", r.refit_loss},
                                           {"refit_rounds", r.refit_rounds}, {"refit_seconds", r.refit_seconds},
                                           {"test_accuracy", r.test_accuracy}, {"seconds", r.seconds}})
                               .dump().c_str());
     else
-      std::printf("%5d %5d %8d %6d %8d %14.1f %8lld %14.1f %8.2f%% %8.1f\n", r.layer, r.epoch, r.batch, r.steps,
+      std::printf("%5d %5s %5d %8d %6d %8d %14.1f %8lld %14.1f %8.2f%% %8.1f\n", r.layer,
+                  (r.block > 0 ? std::to_string(r.block) : r.joined > 1 ? "1.." + std::to_string(r.joined) : "-").c_str(), r.epoch, r.batch, r.steps,
                   r.changes, r.train_loss, (long long)r.refit_changes, r.refit_loss, 100 * r.test_accuracy, r.seconds);
     std::fflush(stdout);
   });
