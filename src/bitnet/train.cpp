@@ -193,12 +193,13 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       rep->refit_seconds = std::chrono::duration<double>(Clock::now() - r0).count();
     }
   };
-  // Trains one layer (or one block of a layer's channels, `block` > 0) from random weights.
-  auto train_layer = [&](const LayerShape& s, uint64_t seed, int l, int block) {
+  // Trains one layer (or one block of a layer's channels, `block` > 0) from random weights; ws
+  // gets the workers it trained with (engines for shape s).
+  auto train_layer = [&](const LayerShape& s, uint64_t seed, int l, int block, std::vector<Worker>& ws) {
     Layer L = random_layer(s, seed);
     const int64_t refit_margin = o.refit_margin[std::min<size_t>(l, o.refit_margin.size() - 1)];
     const int64_t conv_margin = o.conv_margin[std::min<size_t>(l, o.conv_margin.size() - 1)];
-    std::vector<Worker> ws = make_workers(s);
+    ws = make_workers(s);
     const int A = s.alts(), states = A + 1;
     if (o.head_refit == TrainOptions::Refit::epoch) refit(L, ws, refit_margin, nullptr, false);
     std::vector<int64_t> order(ntr);
@@ -283,8 +284,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
     Layer L;
     std::vector<Worker> ws;
     for (int b = 0; b < o.blocks; ++b) {
-      parts.push_back(train_layer(s, o.seed * 1000 + l + 16 * uint64_t(b), l, o.blocks > 1 ? b + 1 : 0));
-      if (o.blocks == 1) break;
+      parts.push_back(train_layer(s, o.seed * 1000 + l + 16 * uint64_t(b), l, o.blocks > 1 ? b + 1 : 0, ws));
       if (b == 0) continue;
       const auto t0 = Clock::now();
       L = join_layers(parts);
@@ -296,7 +296,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
       rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (on_epoch) on_epoch(rep);
     }
-    if (o.blocks == 1) L = std::move(parts[0]), ws = make_workers(L.shape);
+    if (o.blocks == 1) L = std::move(parts[0]);  // ws holds its engines already
     parts.clear();
     // Drop the head; the convolution (pooled 2x2 with --layer-pool) makes the next layer's input.
     if (l + 1 < o.layers) {
