@@ -210,88 +210,103 @@ inline __m512 sum4(const __m512* a) {
   return _mm512_maskz_permutexvar_ps(0x000F, order, f);
 }
 
-// Input gradient on AVX-512: per block of kSpCols columns (its transposed weight rows in L1) and
-// row n (dy[n] in registers), the dots of the non-zero inputs' weight rows, 4 at a time when a
-// row's 16 columns hold at most 4, else 8, summed across lanes together (sum4, sum8) and expanded
-// to their columns.
-// VK > 0: K <= 16 VK (VK vectors of dy[n] held in registers); VK == 0: any K. zero: K zeros
-// (the padding dots' weight row; VK > 0 only).
+// Input gradient on AVX-512, a column at a time: per 16 columns and 64 rows, the non-zero
+// masks are bit-transposed to one row set per column (Avx512::transpose_bits); column j's weight
+// row stays in registers while the dots with dy[n] of its rows n run 8 (or, for the last 1..4,
+// 4) at a time, VK fma steps each, summed across lanes together (sum8, sum4) into a packed list
+// that VEXPANDPS spreads over the column's 64 rows (zeros elsewhere); the 16 x 64 tile is then
+// transposed into dx. Each dy row is one L1 line set, each weight row is read once per 64 rows.
+// VK: vectors per dot (K <= 16 VK, K <= 128); larger K loops over 128-wide k blocks (VK = 8).
+constexpr int kDgradRows = 32;  // rows per pass over a block's columns (their dy slice: 8 KB at K = 128)
+constexpr uint64_t kPassBits = kDgradRows == 64 ? ~uint64_t(0) : (uint64_t(1) << kDgradRows) - 1;
 template <int VK>
 void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, const float* wt, int N,
-                     int K, int c0, int c1, const float* zero) {
-  __mmask16 mv[8];
-#pragma GCC unroll 8
-  for (int v = 0; v < 8; ++v) mv[v] = __mmask16(K - 16 * v >= 16 ? 0xFFFF : K - 16 * v <= 0 ? 0 : (1u << (K - 16 * v)) - 1);
-  for (int cb = c0; cb < c1; cb += kSpCols) {
-    const int cw = std::min(kSpCols, c1 - cb);
-    const float* wb = wt + size_t(cb - c0) * K;
-    const char* next = reinterpret_cast<const char*>(wb + size_t(kSpCols) * K);  // the next block's rows
-    const size_t next_lines = cb + kSpCols < c1 ? size_t(std::min(kSpCols, c1 - cb - kSpCols)) * K / 16 : 0;
-    for (int n = 0; n < N; ++n) {
-      const float* xr = x + size_t(n) * ldx + cb;
-      if (n + 8 < N) {
-        _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(xr + 8 * ldx + 16), _MM_HINT_T0);
-      }
-      for (size_t l = n * next_lines / N; l < (n + 1) * next_lines / N; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
-      float* dr = dx + size_t(n) * ldx + cb;
-      const float* d = dy + size_t(n) * K;
-      __m512 dv[8];
-      if constexpr (VK > 0) {
-#pragma GCC unroll 8
-        for (int v = 0; v < VK; ++v) dv[v] = _mm512_maskz_loadu_ps(mv[v], d + 16 * v);
-      }
-      for (int h = 0; h < cw; h += 16) {
-        const __mmask16 mh = __mmask16(cw - h >= 16 ? 0xFFFF : (1u << (cw - h)) - 1);
-        const __mmask16 bits = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(mh, xr + h), _mm512_setzero_ps(), _CMP_NEQ_UQ);
-        unsigned rest = bits;
-        // G (4 or 8) dots of the next non-zero columns (the zero row for missing ones), summed
-        // across lanes together
-        auto group = [&]<int G>() {
-          __m512 a[G];
-          const float* wr[G];
-#pragma GCC unroll 8
-          for (int i = 0; i < G; ++i) {
-            const int c = rest ? __builtin_ctz(rest) : -1;
-            rest &= rest - 1;
-            wr[i] = c < 0 ? zero : wb + size_t(h + c) * K;
-            a[i] = _mm512_setzero_ps();
-          }
-          if constexpr (VK > 0) {
-#pragma GCC unroll 8
-            for (int v = 0; v < VK; ++v)  // G independent chains advance together
-#pragma GCC unroll 8
-              for (int i = 0; i < G; ++i) {
-                const __m512 w = v + 1 < VK ? _mm512_loadu_ps(wr[i] + 16 * v) : _mm512_maskz_loadu_ps(mv[v], wr[i] + 16 * v);
-                a[i] = _mm512_fmadd_ps(dv[v], w, a[i]);
-              }
-          } else {
-            for (int i = 0; i < G; ++i) {
-              if (wr[i] == zero) continue;
-              int k = 0;
-              for (; k + 16 <= K; k += 16) a[i] = _mm512_fmadd_ps(_mm512_loadu_ps(d + k), _mm512_loadu_ps(wr[i] + k), a[i]);
-              if (k < K) {
-                const __mmask16 mk = __mmask16((1u << (K - k)) - 1);
-                a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, d + k), _mm512_maskz_loadu_ps(mk, wr[i] + k), a[i]);
-              }
-            }
-          }
-          if constexpr (G == 4) return sum4(a);
-          else return sum8(a);
-        };
-        if (!bits) {
-          _mm512_mask_storeu_ps(dr + h, mh, _mm512_setzero_ps());
+                     int K, int c0, int c1) {
+  constexpr int W = 16;
+  alignas(64) float tile[W][64];  // tile[j][r]: dx[n0 + r, cb + j]
+  alignas(64) float packed[64 + 16];
+  alignas(64) uint16_t rows[64];
+  uint64_t col[W];
+  for (int cb = c0; cb < c1; cb += W) {
+    const int cw = std::min(W, c1 - cb);
+    const __mmask16 mc = __mmask16(cw >= W ? 0xFFFF : (1u << cw) - 1);
+    for (int n0 = 0; n0 < N; n0 += 64) {
+      const int nn = std::min(64, N - n0);
+      for (int r = 0; r < 64; ++r) {
+        if (r >= nn) {
+          rows[r] = 0;
           continue;
         }
-        __m512 r;  // the dots in column order in lanes 0 .. popcount - 1
-        if (__builtin_popcount(bits) <= 4) {
-          r = group.template operator()<4>();
-        } else {
-          const __m512 r0 = group.template operator()<8>();
-          const __m512 r1 = rest ? group.template operator()<8>() : _mm512_setzero_ps();
-          r = _mm512_shuffle_f32x4(r0, r1, 0x44);  // r0 lanes 0..7, r1 lanes 0..7
+        const float* xr = x + size_t(n0 + r) * ldx + cb;
+        if (cb + 2 * W < c1) _mm_prefetch(reinterpret_cast<const char*>(xr + 2 * W), _MM_HINT_T0);  // 64 rows: too many streams for the hardware
+        rows[r] = uint16_t(Avx512::nonzero_bits(_mm512_maskz_loadu_ps(mc, xr)));
+      }
+      Avx512::transpose_bits(rows, col);
+      for (int p = 0; p * kDgradRows < nn; ++p) {  // rows in passes: their dy slice stays in L1
+        const float* d0 = dy + size_t(n0 + p * kDgradRows) * K;
+        for (int j = 0; j < cw; ++j) {
+          const uint64_t bits = (col[j] >> (p * kDgradRows)) & kPassBits;
+          float* out = tile[j] + p * kDgradRows;
+          if (!bits) {
+#pragma GCC unroll 4
+            for (int q = 0; q < kDgradRows / 16; ++q) _mm512_store_ps(out + 16 * q, _mm512_setzero_ps());
+            continue;
+          }
+          const float* wr = wt + size_t(cb - c0 + j) * K;
+          for (int k0 = 0; k0 < K; k0 += 16 * VK) {  // one pass when K <= 16 VK
+            const int kb = std::min(16 * VK, K - k0);
+            __m512 wv[VK];
+            __mmask16 mv[VK];
+#pragma GCC unroll 8
+            for (int v = 0; v < VK; ++v) {
+              mv[v] = __mmask16(kb - 16 * v >= 16 ? 0xFFFF : kb - 16 * v <= 0 ? 0 : (1u << (kb - 16 * v)) - 1);
+              wv[v] = _mm512_maskz_loadu_ps(mv[v], wr + k0 + 16 * v);
+            }
+            // G dots of the next rows in bits (the last row again for missing ones) to packed[at..]
+            auto group = [&]<int G>(uint64_t& rest, int at) {
+              __m512 a[G];
+              const float* dr[G];
+              int r = 0;
+#pragma GCC unroll 8
+              for (int i = 0; i < G; ++i) {
+                if (rest) r = __builtin_ctzll(rest);
+                rest &= rest - 1;
+                dr[i] = d0 + size_t(r) * K + k0;
+                a[i] = _mm512_setzero_ps();
+              }
+#pragma GCC unroll 8
+              for (int v = 0; v < VK; ++v)  // G independent chains advance together
+#pragma GCC unroll 8
+                for (int i = 0; i < G; ++i)
+                  a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mv[v], dr[i] + 16 * v), wv[v], a[i]);
+              __m512 sum;
+              if constexpr (G == 4) sum = sum4(a);
+              else sum = sum8(a);
+              if (k0 > 0) sum = _mm512_add_ps(sum, _mm512_loadu_ps(packed + at));
+              _mm512_storeu_ps(packed + at, sum);
+            };
+            int at = 0;
+            for (uint64_t rest = bits; rest; at += 8) {
+              if (__builtin_popcountll(rest) <= 4) group.template operator()<4>(rest, at);
+              else group.template operator()<8>(rest, at);
+            }
+          }
+          int off = 0;
+#pragma GCC unroll 4
+          for (int q = 0; q < kDgradRows / 16; ++q) {  // the packed dots to their rows
+            const __mmask16 m = __mmask16(bits >> (16 * q));
+            _mm512_store_ps(out + 16 * q, _mm512_maskz_expandloadu_ps(m, packed + off));
+            off += __builtin_popcount(m);
+          }
         }
-        _mm512_mask_storeu_ps(dr + h, mh, _mm512_maskz_expand_ps(bits, r));
+      }
+      for (int q = 0; 16 * q < nn; ++q) {  // tile^T: rows n0 + 16q .. of dx, columns cb ..
+        __m512 t[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) t[j] = j < cw ? _mm512_load_ps(tile[j] + 16 * q) : _mm512_setzero_ps();
+        Avx512::transpose(t);
+        const int rn = std::min(16, nn - 16 * q);
+        for (int i = 0; i < rn; ++i) _mm512_mask_storeu_ps(dx + size_t(n0 + 16 * q + i) * ldx + cb, mc, t[i]);
       }
     }
   }
@@ -305,18 +320,15 @@ void linear_sp_dgrad(float* dx, const float* dy, const float* x, size_t ldx, con
                      int K, int c0, int c1) {
 #if defined(__AVX512F__)
   if constexpr (S::W == 16) {
-    // the padding dots' weight row when K <= 128 (larger K skips padding dots instead)
-    alignas(64) static const float kZeros[128] = {};
     switch ((K + 15) / 16) {
-      case 1: sp_dgrad_avx512<1>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      case 2: sp_dgrad_avx512<2>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      case 3: sp_dgrad_avx512<3>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      case 4: sp_dgrad_avx512<4>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      case 5: sp_dgrad_avx512<5>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      case 6: sp_dgrad_avx512<6>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      case 7: sp_dgrad_avx512<7>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      case 8: sp_dgrad_avx512<8>(dx, dy, x, ldx, wt, N, K, c0, c1, kZeros); break;
-      default: sp_dgrad_avx512<0>(dx, dy, x, ldx, wt, N, K, c0, c1, nullptr);
+      case 1: sp_dgrad_avx512<1>(dx, dy, x, ldx, wt, N, K, c0, c1); break;
+      case 2: sp_dgrad_avx512<2>(dx, dy, x, ldx, wt, N, K, c0, c1); break;
+      case 3: sp_dgrad_avx512<3>(dx, dy, x, ldx, wt, N, K, c0, c1); break;
+      case 4: sp_dgrad_avx512<4>(dx, dy, x, ldx, wt, N, K, c0, c1); break;
+      case 5: sp_dgrad_avx512<5>(dx, dy, x, ldx, wt, N, K, c0, c1); break;
+      case 6: sp_dgrad_avx512<6>(dx, dy, x, ldx, wt, N, K, c0, c1); break;
+      case 7: sp_dgrad_avx512<7>(dx, dy, x, ldx, wt, N, K, c0, c1); break;
+      default: sp_dgrad_avx512<8>(dx, dy, x, ldx, wt, N, K, c0, c1);
     }
     return;
   }
