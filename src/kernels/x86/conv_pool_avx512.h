@@ -320,12 +320,28 @@ void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float*
         for (int s2 = 0; s2 < d.S; ++s2)
           for (int k = 0; k < d.K; ++k)
             wP[((size_t(c) * (d.R + 2) + r + 1) * SP + s2 + 1) * Kp + k] = w[size_t(k) * CRS + (c * d.R + r) * d.S + s2];
-    for (int i = 0; i < P2; ++i)
+    // A window whose input patch is zero in every channel pools the bias alone: the first such
+    // window is computed, the others copy its output and codes.
+    const uint64_t colmask = (uint64_t(1) << (d.S + 1)) - 1;
+    size_t bias_wi = SIZE_MAX;
+    for (int i = 0; i < P2; ++i) {
+      uint64_t band = 0;  // columns with a non-zero pixel in patch rows 2i .. 2i+R of any channel
+      for (int c = 0; c < d.C; ++c)
+        for (int y = 2 * i; y <= 2 * i + d.R; ++y) band |= rows[size_t(c) * d.Hp + y];
       for (int j = 0; j < Q2; ++j) {
+        const size_t wi = size_t(i) * Q2 + j;
+        const bool empty = ((band >> (2 * j)) & colmask) == 0;
+        if (empty && bias_wi != SIZE_MAX) {
+          std::memcpy(yT + wi * Kp, yT + bias_wi * Kp, size_t(Kp) * sizeof(float));
+          std::memcpy(code + wi * d.K, code + bias_wi * d.K, size_t(d.K));
+          continue;
+        }
+        if (empty) bias_wi = wi;
         int k0 = 0;
         for (; k0 + 32 <= Kp; k0 += 32) conv_pool_sparse_window<2>(yT, code, xp, rows, wP, bT, d, Kp, i, j, k0);
         if (k0 < Kp) conv_pool_sparse_window<1>(yT, code, xp, rows, wP, bT, d, Kp, i, j, k0);
       }
+    }
     transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);
     return;
   }
