@@ -14,6 +14,7 @@
 
 #include "core/arena.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "ember/error.h"
 #include "nn/layers.h"
 
@@ -368,17 +369,30 @@ void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t
   Impl& m = *impl_;
   const size_t D = m.dims[0].size();
   int32_t* lab = m.at<int32_t>(m.labels_off);
-  for (int i = 0; i < n; ++i) {
-    const uint8_t* src = images + size_t(index[i]) * D;
-    if (m.esz == 8) {
-      double* dst = m.at<double>(m.act[0]) + size_t(i) * D;
-      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0 / 255.0);
-    } else {
-      float* dst = m.at<float>(m.act[0]) + size_t(i) * D;
-      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0f / 255.0f);
+  auto rows = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint8_t* src = images + size_t(index[i]) * D;
+      if (m.esz == 8) {
+        double* dst = m.at<double>(m.act[0]) + size_t(i) * D;
+        for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0 / 255.0);
+      } else {
+        float* dst = m.at<float>(m.act[0]) + size_t(i) * D;
+        for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0f / 255.0f);
+      }
+      lab[i] = labels[index[i]];
     }
-    lab[i] = labels[index[i]];
+  };
+  // Split over the pool (each sample is converted alone: the same values for any thread count):
+  // the source images are random lines of the data set, mostly cache misses.
+  const int T = m.pool->size();
+  if (T == 1 || n < 4 * T) {
+    rows(0, n);
+    return;
   }
+  m.pool->run([&](int t) {
+    const Range r = split_range(n, t, T);
+    rows(r.begin, r.end);
+  });
 }
 
 namespace {
