@@ -215,10 +215,9 @@ inline __m512 sum4(const __m512* a) {
 // row stays in registers while the dots with dy[n] of its rows n run 8 (or, for the last 1..4,
 // 4) at a time, VK fma steps each, summed across lanes together (sum8, sum4) into a packed list
 // that VEXPANDPS spreads over the column's 64 rows (zeros elsewhere); the 16 x 64 tile is then
-// transposed into dx. Each dy row is one L1 line set, each weight row is read once per 64 rows.
+// transposed into dx. Each weight row is read once per 64 rows. (Passes of 16 or 32 rows, to keep
+// dy's slice in L1, measured slower: more groups, more mispredicted loop exits.)
 // VK: vectors per dot (K <= 16 VK, K <= 128); larger K loops over 128-wide k blocks (VK = 8).
-constexpr int kDgradRows = 32;  // rows per pass over a block's columns (their dy slice: 8 KB at K = 128)
-constexpr uint64_t kPassBits = kDgradRows == 64 ? ~uint64_t(0) : (uint64_t(1) << kDgradRows) - 1;
 template <int VK>
 void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, const float* wt, int N,
                      int K, int c0, int c1) {
@@ -242,62 +241,59 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
         rows[r] = uint16_t(Avx512::nonzero_bits(_mm512_maskz_loadu_ps(mc, xr)));
       }
       Avx512::transpose_bits(rows, col);
-      for (int p = 0; p * kDgradRows < nn; ++p) {  // rows in passes: their dy slice stays in L1
-        const float* d0 = dy + size_t(n0 + p * kDgradRows) * K;
-        for (int j = 0; j < cw; ++j) {
-          const uint64_t bits = (col[j] >> (p * kDgradRows)) & kPassBits;
-          float* out = tile[j] + p * kDgradRows;
-          if (!bits) {
+      const float* d0 = dy + size_t(n0) * K;
+      for (int j = 0; j < cw; ++j) {
+        const uint64_t bits = col[j];
+        if (!bits) {
 #pragma GCC unroll 4
-            for (int q = 0; q < kDgradRows / 16; ++q) _mm512_store_ps(out + 16 * q, _mm512_setzero_ps());
-            continue;
+          for (int q = 0; q < 4; ++q) _mm512_store_ps(tile[j] + 16 * q, _mm512_setzero_ps());
+          continue;
+        }
+        const float* wr = wt + size_t(cb - c0 + j) * K;
+        for (int k0 = 0; k0 < K; k0 += 16 * VK) {  // one pass when K <= 16 VK
+          const int kb = std::min(16 * VK, K - k0);
+          __m512 wv[VK];
+          __mmask16 mv[VK];
+#pragma GCC unroll 8
+          for (int v = 0; v < VK; ++v) {
+            mv[v] = __mmask16(kb - 16 * v >= 16 ? 0xFFFF : kb - 16 * v <= 0 ? 0 : (1u << (kb - 16 * v)) - 1);
+            wv[v] = _mm512_maskz_loadu_ps(mv[v], wr + k0 + 16 * v);
           }
-          const float* wr = wt + size_t(cb - c0 + j) * K;
-          for (int k0 = 0; k0 < K; k0 += 16 * VK) {  // one pass when K <= 16 VK
-            const int kb = std::min(16 * VK, K - k0);
-            __m512 wv[VK];
-            __mmask16 mv[VK];
+          // G dots of the next rows in bits (the last row again for missing ones) to packed[at..]
+          auto group = [&]<int G>(uint64_t& rest, int at) {
+            __m512 a[G];
+            const float* dr[G];
+            int r = 0;
 #pragma GCC unroll 8
-            for (int v = 0; v < VK; ++v) {
-              mv[v] = __mmask16(kb - 16 * v >= 16 ? 0xFFFF : kb - 16 * v <= 0 ? 0 : (1u << (kb - 16 * v)) - 1);
-              wv[v] = _mm512_maskz_loadu_ps(mv[v], wr + k0 + 16 * v);
+            for (int i = 0; i < G; ++i) {
+              if (rest) r = __builtin_ctzll(rest);
+              rest &= rest - 1;
+              dr[i] = d0 + size_t(r) * K + k0;
+              a[i] = _mm512_setzero_ps();
             }
-            // G dots of the next rows in bits (the last row again for missing ones) to packed[at..]
-            auto group = [&]<int G>(uint64_t& rest, int at) {
-              __m512 a[G];
-              const float* dr[G];
-              int r = 0;
 #pragma GCC unroll 8
-              for (int i = 0; i < G; ++i) {
-                if (rest) r = __builtin_ctzll(rest);
-                rest &= rest - 1;
-                dr[i] = d0 + size_t(r) * K + k0;
-                a[i] = _mm512_setzero_ps();
-              }
+            for (int v = 0; v < VK; ++v)  // G independent chains advance together
 #pragma GCC unroll 8
-              for (int v = 0; v < VK; ++v)  // G independent chains advance together
-#pragma GCC unroll 8
-                for (int i = 0; i < G; ++i)
-                  a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mv[v], dr[i] + 16 * v), wv[v], a[i]);
-              __m512 sum;
-              if constexpr (G == 4) sum = sum4(a);
-              else sum = sum8(a);
-              if (k0 > 0) sum = _mm512_add_ps(sum, _mm512_loadu_ps(packed + at));
-              _mm512_storeu_ps(packed + at, sum);
-            };
-            int at = 0;
-            for (uint64_t rest = bits; rest; at += 8) {
-              if (__builtin_popcountll(rest) <= 4) group.template operator()<4>(rest, at);
-              else group.template operator()<8>(rest, at);
-            }
+              for (int i = 0; i < G; ++i)
+                a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mv[v], dr[i] + 16 * v), wv[v], a[i]);
+            __m512 sum;
+            if constexpr (G == 4) sum = sum4(a);
+            else sum = sum8(a);
+            if (k0 > 0) sum = _mm512_add_ps(sum, _mm512_loadu_ps(packed + at));
+            _mm512_storeu_ps(packed + at, sum);
+          };
+          int at = 0;
+          for (uint64_t rest = bits; rest; at += 8) {
+            if (__builtin_popcountll(rest) <= 4) group.template operator()<4>(rest, at);
+            else group.template operator()<8>(rest, at);
           }
-          int off = 0;
+        }
+        int off = 0;
 #pragma GCC unroll 4
-          for (int q = 0; q < kDgradRows / 16; ++q) {  // the packed dots to their rows
-            const __mmask16 m = __mmask16(bits >> (16 * q));
-            _mm512_store_ps(out + 16 * q, _mm512_maskz_expandloadu_ps(m, packed + off));
-            off += __builtin_popcount(m);
-          }
+        for (int q = 0; q < 4; ++q) {  // the packed dots to their rows
+          const __mmask16 m = __mmask16(bits >> (16 * q));
+          _mm512_store_ps(tile[j] + 16 * q, _mm512_maskz_expandloadu_ps(m, packed + off));
+          off += __builtin_popcount(m);
         }
       }
       for (int q = 0; 16 * q < nn; ++q) {  // tile^T: rows n0 + 16q .. of dx, columns cb ..
@@ -313,8 +309,8 @@ void sp_dgrad_avx512(float* dx, const float* dy, const float* x, size_t ldx, con
 }
 #endif
 
-// Input gradient: per block of kSpCols columns (its transposed weight rows in L1) and row n, one
-// dot product of dy[n] with the weight row of each non-zero input, two fma chains per dot.
+// Input gradient (AVX-512: sp_dgrad_avx512 above; AVX2: per block of kSpCols columns and row n,
+// one dot product of dy[n] with the weight row of each non-zero input, two fma chains per dot).
 template <class S>
 void linear_sp_dgrad(float* dx, const float* dy, const float* x, size_t ldx, const float* wt, int N,
                      int K, int c0, int c1) {
