@@ -89,7 +89,7 @@ Kernels scalar_table() {
   k.linear_sp_dgrad = ref::linear_sp_dgrad_f32;
   k.count_nonzero = ref::count_nonzero_f32;
   k.linear_sp_max_density = 0.5f;  // the references: their density rule keeps the ops' sparse
-  k.linear_sp_dgrad_max_density = 0.5f;  // path exercised by the scalar test runs
+                                   // path exercised by the scalar test runs
   k.adam = ref::adam_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
   k.fma_loop = ref::fma_loop;
@@ -114,7 +114,6 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.linear_sp_dgrad = fast.linear_sp_dgrad;
   k.count_nonzero = fast.count_nonzero;
   k.linear_sp_max_density = fast.linear_sp_max_density;
-  k.linear_sp_dgrad_max_density = fast.linear_sp_dgrad_max_density;
   k.adam = fast.adam;
   k.count_nonfinite = fast.count_nonfinite;
   k.fma_loop = fast.fma_loop;

@@ -151,11 +151,10 @@ struct Kernels {
   LinearSpWgradFn linear_sp_wgrad;
   LinearSpDgradFn linear_sp_dgrad;
   CountNonzeroFn count_nonzero;
-  // The largest share of non-zero inputs at which a column range runs the sparse forward and
-  // weight gradient rather than the dense GEMM, and the sparse input gradient (measured per ISA:
-  // bench_kernels' linear_sp rows against the GEMM; 0: never).
+  // The largest share of non-zero inputs at which a column range runs the sparse kernels (forward,
+  // weight gradient and, where the layer before ignores it at zeros, input gradient) rather than
+  // the dense GEMM (measured per ISA: bench_kernels' linear_sp rows against the GEMM; 0: never).
   float linear_sp_max_density;
-  float linear_sp_dgrad_max_density;
   AdamFn adam;
   CountNonfiniteFn count_nonfinite;
   FmaLoopFn fma_loop;

@@ -13,6 +13,8 @@ namespace {
 // Below this many weights the dense GEMM is cheap whatever the input: no sparse path (fc2).
 constexpr int64_t kMinWeights = 16384;
 constexpr int kChunkCols = 512;  // columns per chunk at least (then 4 chunks per thread at most)
+// A chunk's path: the dense GEMM; sparse without the transposed weight copy in `saved` (a frozen
+// plan's forward reads its own copy; a backward after it takes the GEMM for dx); sparse with it.
 enum : uint8_t { kDense = 0, kSparse = 1, kSparseDgrad = 2 };
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 // run(c) for every chunk c < chunks, each once, owner-first over the pool.
@@ -57,12 +59,11 @@ void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const f
   float* wt = reinterpret_cast<float*>(s + l.wt);
   float* parts = reinterpret_cast<float*>(s + l.parts);
   uint8_t* flags = reinterpret_cast<uint8_t*>(s + l.flags);
-  const float fwd_max = e.k.linear_sp_max_density, dgrad_max = e.k.linear_sp_dgrad_max_density;
+  const float max_density = e.k.linear_sp_max_density;
   auto decide = [&](int c) {
     const int c0 = c * l.width, c1 = std::min(C, c0 + l.width);
     const double share = double(e.k.count_nonzero(x, size_t(C), N, c0, c1)) / (double(N) * (c1 - c0));
-    flags[c] = share <= dgrad_max ? kSparseDgrad : share <= fwd_max ? kSparse : kDense;
-    if (frozen_wt && flags[c] == kSparseDgrad) flags[c] = kSparse;  // no copy kept in `saved`
+    flags[c] = share > max_density ? kDense : frozen_wt ? kSparse : kSparseDgrad;
   };
   if (T == 1) {
     for (int c = 0; c < l.chunks; ++c) decide(c);

@@ -396,7 +396,6 @@ Kernels fast_table() {
   // too, so it runs on every sparse chunk. AVX2 (8 lanes: twice the loop work per non-zero) was
   // slower than its GEMM at 20-50 %, so that table never picks them.
   k.linear_sp_max_density = S::W == 16 ? 0.5f : 0.f;
-  k.linear_sp_dgrad_max_density = S::W == 16 ? 0.5f : 0.f;
   k.adam = adam_simd;
   k.count_nonfinite = count_nonfinite_simd;
   k.fma_loop = fma_loop<S>;
