@@ -27,6 +27,11 @@ WORKLOADS = ["cnn-train", "cnn-train-1t", "peak-rss", "mlp-train", "cnn-infer-b1
 HIGHER_IS_BETTER = {"samples/s", "GFLOP/s"}
 
 
+def spread(values):
+    """The range of a side's --repeat runs, as printed beside its best."""
+    return f"{min(values):.4g}-{max(values):.4g}"
+
+
 def torch_env(threads):
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = OPENBLAS_DIR + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
@@ -300,8 +305,8 @@ def main():
                      "pytorch_all": [r["value"] for r in ts]})
         note = f"   (pytorch: {t['note']})" if t.get("note") else ""
         if a.repeat > 1:
-            spread = lambda rs: f"{min(r['value'] for r in rs):.4g}-{max(r['value'] for r in rs):.4g}"
-            note += f"   (of {a.repeat}: ember {spread(es)}, pytorch {spread(ts)})"
+            note += (f"   (of {a.repeat}: ember {spread([r['value'] for r in es])}, "
+                     f"pytorch {spread([r['value'] for r in ts])})")
         print(f"{w:14} {threads:3d} {e['batch'] or '-':>5} {e['unit']:10} {e['value']:12.4g} {t['value']:12.4g} "
               f"{better:13.2f}x{note}", flush=True)
     if a.full:
@@ -320,8 +325,8 @@ def main():
                      "ember_all": [r[0] for r in runs], "pytorch_all": [r[2]["value"] for r in runs]})
         note = ""
         if a.repeat > 1:
-            note = (f"   (of {a.repeat}: ember {min(r[0] for r in runs):.4g}-{max(r[0] for r in runs):.4g}, "
-                    f"pytorch {min(r[2]['value'] for r in runs):.4g}-{max(r[2]['value'] for r in runs):.4g})")
+            note = (f"   (of {a.repeat}: ember {spread([r[0] for r in runs])}, "
+                    f"pytorch {spread([r[2]['value'] for r in runs])})")
         print(f"{'10-epoch run':14} {a.threads or hw:3d} {64:5d} {'s':10} {ember_s:12.4g} {t['value']:12.4g} "
               f"{t['value'] / ember_s:13.2f}x   (test accuracy: ember {acc:.2f}%, pytorch {t['test_acc']:.2f}%){note}")
     print(f"\nspeedup column: how many times faster (or smaller) ember is. Machine: {machine['cpu'] if machine else '?'}, "
