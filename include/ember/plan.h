@@ -32,6 +32,8 @@ struct PlanOptions {
   int threads = 1;
   OptimizerConfig optimizer;    // decides how much optimizer state the arena holds
   bool fuse = true;             // run Conv2d(stride 1) -> ReLU -> MaxPool2d(2) as one fused unit
+  bool split_background = true; // f32: a first fused unit whose output a sparse Linear reads hands
+                                // it the windows with an all-zero input patch apart (ops::Background)
   size_t max_arena_bytes = size_t(8) << 30;  // a plan needing more throws (checked before allocating)
 };
 

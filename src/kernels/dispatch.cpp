@@ -82,6 +82,7 @@ Kernels scalar_table() {
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
   k.conv_s1_pool_wgrad = ref::conv_pool_wgrad_f32;
+  k.conv_pool_background = ref::conv_pool_background;
   k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
   k.linear_t1 = ref::linear_t1_f32;
   k.linear_sp_fwd = ref::linear_sp_fwd_f32;
@@ -90,6 +91,9 @@ Kernels scalar_table() {
   k.count_nonzero = ref::count_nonzero_f32;
   k.linear_sp_max_density = 0.5f;  // the references: their density rule keeps the ops' sparse
                                    // path exercised by the scalar test runs
+  k.channel_sum = ref::channel_sum_f32;
+  k.channel_axpy = ref::channel_axpy_f32;
+  k.channel_dot = ref::channel_dot_f32;
   k.adam = ref::adam_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
   k.fma_loop = ref::fma_loop;
@@ -107,6 +111,7 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.relu_maxpool2 = fast.relu_maxpool2;
   k.conv_s1_relu_pool = fast.conv_s1_relu_pool;
   k.conv_s1_pool_wgrad = fast.conv_s1_pool_wgrad;
+  k.conv_pool_background = fast.conv_pool_background;
   k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
   k.linear_t1 = fast.linear_t1;
   k.linear_sp_fwd = fast.linear_sp_fwd;
@@ -114,6 +119,9 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.linear_sp_dgrad = fast.linear_sp_dgrad;
   k.count_nonzero = fast.count_nonzero;
   k.linear_sp_max_density = fast.linear_sp_max_density;
+  k.channel_sum = fast.channel_sum;
+  k.channel_axpy = fast.channel_axpy;
+  k.channel_dot = fast.channel_dot;
   k.adam = fast.adam;
   k.count_nonfinite = fast.count_nonfinite;
   k.fma_loop = fast.fma_loop;

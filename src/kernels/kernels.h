@@ -77,6 +77,13 @@ using ConvS1ReluPoolFn = void (*)(float* y, int8_t* code, const float* xp, const
                                   const float* b, const ConvS1& d, float* ws);
 size_t conv_relu_pool_scratch(const ConvS1& d);
 
+// The background windows of that fused conv + ReLU + pool (ops::Background): for each pooled
+// window (i, j) whose input patch (padded rows 2i .. 2i+R, columns 2j .. 2j+S) is zero in every
+// channel, mask[i * Q/2 + j] = 1, its outputs y[k, i, j] = 0 and its codes -1; mask = 0 elsewhere,
+// where y and the codes are left as they are. Needs Wp <= 64. Returns how many windows it marked.
+using ConvPoolBackgroundFn = int (*)(float* mask, float* y, int8_t* code, const float* xp,
+                                     const ConvS1& d);
+
 // Weight and bias gradients of that fused conv + ReLU + pool, from the pooled gradient
 // dy[K, P/2, Q/2] and the codes [P/2 * Q/2, K]: dw[K, C, R, S] += sum_{p,q} dout[k,p,q] *
 // xp[c, p+r, q+s] and db[K] += sum dout (db may be null), where dout[K, P, Q] holds dy at each
@@ -116,6 +123,19 @@ using LinearSpDgradFn = void (*)(float* dx, const float* dy, const float* x, siz
 // How many x[n, c] != 0 for n < N and c in [c0, c1) (NaN counts).
 using CountNonzeroFn = size_t (*)(const float* x, size_t ldx, int N, int c0, int c1);
 
+// The background of a flattened [C, P] input x[N, C*P] (ops::Background): channel c holds v[c]
+// wherever a mask marks the position p. These fold it through a Linear's weight w[K, ldw >= C*P];
+// channels with v[c] == 0 are skipped. Summation orders are the kernels' (not bit-exact).
+// out[k, p] = sum over c with v[c] != 0 of v[c] * w[k, c*P + p] (out[K, P]; 0 where none).
+using ChannelSumFn = void (*)(float* out, const float* w, size_t ldw, const float* v, int C, int P,
+                              int K);
+// dw[k, c*P + p] += v[c] * u[k, p] for every c with v[c] != 0 (u[K, P], dw[K, ldw]).
+using ChannelAxpyFn = void (*)(float* dw, size_t ldw, const float* u, const float* v, int C, int P,
+                               int K);
+// out[c] = sum over k, p of w[k, c*P + p] * u[k, p] for c in [c0, c1) with v[c] != 0, else 0.
+using ChannelDotFn = void (*)(float* out, const float* w, size_t ldw, const float* u, const float* v,
+                              int P, int K, int c0, int c1);
+
 // Adam / AdamW over n elements: g' = g + l2 * w; w *= 1 - lr * wd; m = b1 m + (1 - b1) g';
 // v = b2 v + (1 - b2) g'^2; w -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps).
 // Returns how many g[i] are NaN or Inf (read anyway: the check costs no memory traffic).
@@ -146,6 +166,7 @@ struct Kernels {
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   ConvS1ReluPoolFn conv_s1_relu_pool;
   ConvS1PoolWgradFn conv_s1_pool_wgrad;
+  ConvPoolBackgroundFn conv_pool_background;
   LinearT1Fn linear_t1;
   LinearSpFwdFn linear_sp_fwd;
   LinearSpWgradFn linear_sp_wgrad;
@@ -155,6 +176,9 @@ struct Kernels {
   // weight gradient and, where the layer before ignores it at zeros, input gradient) rather than
   // the dense GEMM (measured per ISA: bench_kernels' linear_sp rows against the GEMM; 0: never).
   float linear_sp_max_density;
+  ChannelSumFn channel_sum;
+  ChannelAxpyFn channel_axpy;
+  ChannelDotFn channel_dot;
   AdamFn adam;
   CountNonfiniteFn count_nonfinite;
   FmaLoopFn fma_loop;

@@ -138,6 +138,7 @@ class Linear final : public Layer {
     if (b.saved) {  // f32, large enough: sparse where the input is mostly zero
       ops::linear_fwd_sp(e, p<float>(b.y), b.saved, p<float>(b.x), p<float>(b.w), p<float>(b.b), n,
                          in_.c, spec_.out, p<float>(b.ws), b.wt);
+      if (b.bg) ops::linear_bg_fwd(e, p<float>(b.y), *b.bg, p<float>(b.w), n, spec_.out);
       return;
     }
     dispatch(b.dt, [&](auto tag) {
@@ -149,6 +150,7 @@ class Linear final : public Layer {
     if (b.saved) {
       ops::linear_bwd_sp(e, p<float>(b.dx), p<float>(b.dw), p<float>(b.db), p<float>(b.dy),
                          p<float>(b.x), p<float>(b.w), b.saved, b.dx_unused_at_zero, n, in_.c, spec_.out);
+      if (b.bg) ops::linear_bg_bwd(e, p<float>(b.dw), *b.bg, p<float>(b.dy), p<float>(b.w), n, spec_.out);
       return;
     }
     dispatch(b.dt, [&](auto tag) {
@@ -261,7 +263,7 @@ class ConvReluPool final : public Layer {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       ops::conv_relu_pool_fwd<T>(e, p<T>(b.y), reinterpret_cast<int8_t*>(b.idx), p<T>(b.x), p<T>(b.w), p<T>(b.b),
-                                 conv_.shape(n), p<T>(b.ws));
+                                 conv_.shape(n), p<T>(b.ws), b.bg);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
@@ -270,6 +272,13 @@ class ConvReluPool final : public Layer {
       ops::conv_relu_pool_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy),
                                  reinterpret_cast<const int8_t*>(b.idx), p<T>(b.x), p<T>(b.w), conv_.shape(n), p<T>(b.ws));
     });
+    if (b.bg && b.db)  // the background windows' bias gradient, from the Linear's backward
+      for (int k = 0; k < out_.c; ++k) p<float>(b.db)[k] += b.bg->bias_grad[k];
+  }
+  // Whether a link (ops::Background) can carry this unit's background: groups 1, a padded input
+  // of at most 64 x 64 (the row bit masks) and a bias (without one the background is 0 already).
+  bool can_split_background() const override {
+    return spec_.groups == 1 && spec_.bias && in_.h + 2 * spec_.pad_h <= 64 && in_.w + 2 * spec_.pad_w <= 64;
   }
 
  private:

@@ -34,6 +34,7 @@ struct Bufs {
   int32_t* idx;    // saved indices (max-pool argmax), index_elems()
   void* saved;     // the layer's own state from forward to backward, saved_bytes(), or null
   bool dx_unused_at_zero;  // the layer before ignores dx wherever x == 0 (a ReLU's output)
+  const ops::Background* bg;  // f32: the background link of a first conv unit and its Linear, or null
 };
 
 class Layer {
@@ -56,6 +57,8 @@ class Layer {
   // true for ReLU; `in`: the same for this layer's input (a Flatten or max-pool passes it on).
   virtual bool grad_unused_at_zero_output(bool in) const { return false; }
   virtual bool aliases_input() const { return false; }  // output is the input (Flatten)
+  // A fused conv unit whose background windows a link (ops::Background) can carry.
+  virtual bool can_split_background() const { return false; }
   virtual double flops_per_sample() const { return 0; }
 
   virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;

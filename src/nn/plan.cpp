@@ -42,6 +42,10 @@ struct Plan::Impl {
   std::vector<LayerInfo> infos;
   std::vector<UnitInfo> units;
   std::vector<int> layer_unit;                   // per model layer, its unit
+  // The background link (ops::Background) of a first conv unit and the Linear after its Flatten:
+  // bg_unit[i] says whether unit i takes part (the conv and the Linear), both bound to `bg`.
+  std::vector<bool> bg_unit;
+  ops::Background bg{};
   // backward_step's overlap (Adam): the unit whose backward runs last takes, as side work, the
   // updates of every parameter of the later units, in chunks built once.
   struct UpdateChunk {
@@ -202,6 +206,22 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     ws = std::max(ws, m.layers[i]->workspace_elems(N, opt.threads));
   }
   m.ws_off = a.reserve(ws * m.esz);
+  // The background link: unit 0 a fused conv that needs no input gradient, then a Flatten, then a
+  // Linear that may run sparse (f32).
+  m.bg_unit.assign(L, false);
+  size_t bg_mask = kNone, bg_value = kNone, bg_grad = kNone, bg_fold = kNone;
+  if (opt.split_background && opt.dtype == DType::f32 && L >= 3 && m.layers[0]->can_split_background() &&
+      m.grad[0] == kNone && m.layers[1]->aliases_input() && m.model.layers[m.unit_first[2]].kind == LayerKind::Linear &&
+      m.saved_off[2] != kNone) {
+    m.bg_unit[0] = m.bg_unit[2] = true;
+    m.bg.channels = m.dims[1].c;
+    m.bg.positions = m.dims[1].h * m.dims[1].w;
+    const int K = m.dims[3].c;
+    bg_mask = a.reserve(size_t(N) * m.bg.positions * sizeof(float));
+    bg_value = a.reserve(size_t(m.bg.channels) * sizeof(float));
+    bg_grad = a.reserve(size_t(m.bg.channels) * sizeof(float));
+    bg_fold = a.reserve(size_t(K) * m.bg.positions * sizeof(float));
+  }
   if (a.size() > opt.max_arena_bytes) {
     size_t big = 0;
     for (size_t i = 1; i < m.params.size(); ++i)
@@ -218,6 +238,12 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     throw Error(where + ": cannot allocate " + std::to_string(a.size() >> 20) + " MiB for the plan");
   }
   m.pool = std::make_unique<ThreadPool>(opt.threads);
+  if (bg_mask != kNone) {
+    m.bg.mask = a.at<float>(bg_mask);
+    m.bg.value = a.at<float>(bg_value);
+    m.bg.bias_grad = a.at<float>(bg_grad);
+    m.bg.fold = a.at<float>(bg_fold);
+  }
 
   for (size_t i = 0; i < model.layers.size(); ++i) {
     LayerInfo li;
@@ -300,6 +326,11 @@ std::vector<BufferInfo> Plan::buffers() const {
       out.push_back({"saved indices of " + m.units[i].name, n * sizeof(int32_t)});
     if (size_t n = m.layers[i]->saved_bytes(int(N), m.opt.threads, m.opt.dtype))
       out.push_back({"sparse-input state of " + m.units[i].name, n});
+  }
+  if (m.bg.mask) {
+    const size_t K = size_t(m.dims[3].c), P2 = size_t(m.bg.positions);
+    out.push_back({"background link of " + m.units[0].name + " and " + m.units[2].name,
+                   (N * P2 + 2 * size_t(m.bg.channels) + K * P2) * sizeof(float)});
   }
   size_t ws = 0;
   for (size_t i = 0; i < L; ++i) ws = std::max(ws, m.layers[i]->workspace_elems(int(N), m.opt.threads));
@@ -419,6 +450,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   b.idx = m.idx_off[i] != kNone ? reinterpret_cast<int32_t*>(base + m.idx_off[i]) : nullptr;
   b.saved = m.saved_off[i] != kNone ? base + m.saved_off[i] : nullptr;
   b.dx_unused_at_zero = m.unused_at_zero[i];
+  b.bg = m.bg_unit[i] && !m.frozen ? &m.bg : nullptr;  // a frozen plan reads the true activations
   return b;
 }
 }  // namespace

@@ -40,6 +40,7 @@ size_t per_thread(const Geo& g) { return g.xp + g.out + g.col; }
 int chunks(int64_t N, int threads) { return threads == 1 ? 1 : int(N < 4 * threads ? N : 4 * threads); }
 }  // namespace
 
+
 size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
   const Geo g = geo(s);
   return threads * per_thread(g) + (chunks(s.N, threads) - 1) * g.wgrad;
@@ -48,10 +49,21 @@ size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
 // y[N, K, P/2, Q/2], code[N, K, P/2, Q/2] from x[N, C, H, W], w[K, C/G, R, S], b[K] (may be null).
 template <class T>
 void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
-                        const ConvShape& s, T* ws) {
+                        const ConvShape& s, T* ws, const Background* link) {
   const Geo g = geo(s);
   const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
   const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, wg = size_t(g.Kg) * g.Cg * s.R * s.S;
+  // The link splits the background off only while at least 1/16 of the channels have a bias > 0:
+  // with fewer, what the Linear's sparse kernels would skip costs less than the split itself (the
+  // marking here, the Linear's two [N, K, P2] GEMMs); all values 0 then tell the Linear so.
+  if constexpr (std::is_same_v<T, float>)
+    if (link) {
+      int active = 0;
+      for (int k = 0; k < s.K; ++k) active += b && b[k] > 0;
+      const bool split = active > 0 && 16 * active >= s.K;
+      for (int k = 0; k < s.K; ++k) link->value[k] = split && b[k] > 0 ? b[k] : 0.f;
+      if (!split) link = nullptr;
+    }
   auto body = [&](int64_t n0, int64_t n1, T* scratch) {
     T* xp = scratch;
     T* kws = xp + g.xp;  // the kernel's scratch
@@ -64,6 +76,8 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* 
         if constexpr (std::is_same_v<T, float>) e.k.conv_s1_relu_pool(y + o, code + o, xpg, w + gi * wg, bg, d, kws);
         else ref::conv_s1_relu_pool<T>(y + o, code + o, xpg, w + gi * wg, bg, d);
       }
+      if constexpr (std::is_same_v<T, float>)
+        if (link) e.k.conv_pool_background(link->mask + n * YQ, y + n * s.K * YQ, code + n * s.K * YQ, xp, d);
     }
   };
   if (std::is_same_v<T, double> || e.pool.size() == 1) {
@@ -152,8 +166,8 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
   if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad, NC - 1);
 }
 
-template void conv_relu_pool_fwd<float>(const Exec&, float*, int8_t*, const float*, const float*, const float*, const ConvShape&, float*);
-template void conv_relu_pool_fwd<double>(const Exec&, double*, int8_t*, const double*, const double*, const double*, const ConvShape&, double*);
+template void conv_relu_pool_fwd<float>(const Exec&, float*, int8_t*, const float*, const float*, const float*, const ConvShape&, float*, const Background*);
+template void conv_relu_pool_fwd<double>(const Exec&, double*, int8_t*, const double*, const double*, const double*, const ConvShape&, double*, const Background*);
 template void conv_relu_pool_bwd<float>(const Exec&, float*, float*, float*, const float*, const int8_t*, const float*, const float*, const ConvShape&, float*);
 template void conv_relu_pool_bwd<double>(const Exec&, double*, double*, double*, const double*, const int8_t*, const double*, const double*, const ConvShape&, double*);
 

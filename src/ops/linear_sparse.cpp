@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ops/ops.h"
+#include "ops/parallel_gemm.h"
 
 namespace ember::ops {
 
@@ -118,6 +119,44 @@ void linear_bwd_sp(const Exec& e, float* dx, float* dw, float* db, const float* 
   };
   each_chunk(e, l.chunks, run);
   if (db) bias_grad(db, dy, N, K);
+}
+
+namespace {
+bool any_value(const Background& bg) {
+  for (int c = 0; c < bg.channels; ++c)
+    if (bg.value[c] != 0) return true;
+  return false;
+}
+}  // namespace
+
+void linear_bg_fwd(const Exec& e, float* y, const Background& bg, const float* w, int N, int K) {
+  if (!any_value(bg)) return;
+  const int C = bg.channels, P2 = bg.positions, T = e.pool.size();
+  const size_t ldw = size_t(C) * P2;
+  e.pool.run([&](int t) {  // fold[k, p] = sum_c value[c] w[k, c*P2 + p], rows split
+    const Range r = split_range(K, t, T);
+    if (r.end > r.begin)
+      e.k.channel_sum(bg.fold + r.begin * P2, w + r.begin * ldw, ldw, bg.value, C, P2, int(r.end - r.begin));
+  });
+  parallel_sgemm(e, false, true, N, K, P2, 1.f, bg.mask, P2, bg.fold, P2, 1.f, y, K);  // y += mask fold^T
+}
+
+void linear_bg_bwd(const Exec& e, float* dw, const Background& bg, const float* dy, const float* w,
+                   int N, int K) {
+  const int C = bg.channels, P2 = bg.positions, T = e.pool.size();
+  if (!any_value(bg)) {
+    std::memset(bg.bias_grad, 0, size_t(C) * sizeof(float));
+    return;
+  }
+  const size_t ldw = size_t(C) * P2;
+  parallel_sgemm(e, true, false, K, P2, N, 1.f, dy, K, bg.mask, P2, 0.f, bg.fold, P2);  // u = dy^T mask
+  e.pool.run([&](int t) {
+    const Range c = split_range(C, t, T);  // bias_grad before dw changes nothing it reads
+    if (c.end > c.begin) e.k.channel_dot(bg.bias_grad, w, ldw, bg.fold, bg.value, P2, K, int(c.begin), int(c.end));
+    const Range r = split_range(K, t, T);
+    if (r.end > r.begin)
+      e.k.channel_axpy(dw + r.begin * ldw, ldw, bg.fold + r.begin * P2, bg.value, C, P2, int(r.end - r.begin));
+  });
 }
 
 }  // namespace ember::ops

@@ -89,12 +89,36 @@ template <class T>
 void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                 const ConvShape& s, T* ws);
 
+// The background of a fused Conv2d + ReLU + MaxPool unit whose output a Linear reads (through a
+// Flatten), linked by the plan when the conv needs no input gradient (a first layer): a pooled
+// window whose input patch is zero in every channel holds relu(b[c]) in every sample. Linked, the
+// conv's forward writes 0 there instead (code -1: no gradient), marks the window in `mask` and
+// keeps the values; the Linear adds their share back through a [K, P2] fold of its weight, and its
+// backward adds their weight gradient and returns their conv-bias gradient. The Linear's sparse
+// kernels then see only the foreground: early in training, when many conv biases are > 0, about
+// half of mnist-cnn's pooled values are background.
+// Letters: the unit's output [C, P2] (P2 = P/2 * Q/2 windows) is the Linear's input [C * P2].
+struct Background {
+  float* mask;       // [N, P2]: 1 where sample n's window p has an all-zero input patch, else 0
+  float* value;      // [C]: relu(b[c]), what such a window pools in channel c
+  float* bias_grad;  // [C]: the conv bias gradient of those windows (the Linear's backward)
+  float* fold;       // [K, P2]: the Linear's scratch
+  int channels, positions;  // C, P2
+};
 // Conv2d (stride 1) + ReLU + MaxPool 2x2/2 fused: y[N, K, P/2, Q/2] and a window code per pooled
 // value (see ReluMaxpool2Fn); backward takes the codes. Workspace: conv_relu_pool_workspace.
+// bg (f32 only, may be null): the background link above (needs groups 1 and W + 2 pad <= 64).
 size_t conv_relu_pool_workspace(const ConvShape& s, int threads);
 template <class T>
 void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
-                        const ConvShape& s, T* ws);
+                        const ConvShape& s, T* ws, const Background* bg = nullptr);
+// The Linear's side of the link, after its own forward / backward (y[N, K], w[K, C * P2]):
+// y += mask fold^T with fold[k, p] = sum_c value[c] w[k, c*P2 + p]; and dw[k, c*P2 + p] +=
+// value[c] sum_n dy[n, k] mask[n, p], bias_grad[c] = sum_{k, p} w[k, c*P2 + p] sum_n dy[n, k]
+// mask[n, p] (0 for channels whose value is 0). Nothing to do when every value is 0.
+void linear_bg_fwd(const Exec& e, float* y, const Background& bg, const float* w, int N, int K);
+void linear_bg_bwd(const Exec& e, float* dw, const Background& bg, const float* dy, const float* w,
+                   int N, int K);
 template <class T>
 void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const int8_t* code,
                         const T* x, const T* w, const ConvShape& s, T* ws);

@@ -249,6 +249,84 @@ TEST(Plan, SparseInputLinearAgreesWithF64) {
         }
 }
 
+// The background link (ops::Background): a first conv unit hands the windows whose input patch
+// is all zero to the sparse Linear after its Flatten, which adds their share back. With conv
+// biases > 0 (a background that is not 0), blank images and blank borders, on every kernel set,
+// 1 and 2 threads and a partial batch (and with every conv bias <= 0, when the link has nothing
+// to split): loss and every gradient agree with the f64 plan and with
+// the f32 plan without the link; the plan names the link only when it has one; a frozen plan
+// (no link, the true activations) gives the same outputs.
+TEST(Plan, BackgroundLinkAgreesWithF64) {
+  const Model model = parse_model_json(R"({"input": [1, 28, 28], "classes": 10, "init": "kaiming", "layers": [
+      {"type": "conv2d", "out_channels": 8, "kernel": 5, "padding": 2}, {"type": "relu"},
+      {"type": "maxpool2d", "kernel": 2}, {"type": "flatten"},
+      {"type": "linear", "out_features": 40}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})",
+                                       "background.json");
+  Dataset d = synthetic(8, 21);
+  for (int i = 0; i < 8; ++i)  // image 0 blank; the others keep a 9 x 9 centre (noise + blocks)
+    for (int r = 0; r < 28; ++r)
+      for (int q = 0; q < 28; ++q)
+        if (i == 0 || r < 10 || r > 18 || q < 9 || q > 17) d.images[size_t(i) * 784 + r * 28 + q] = 0;
+  const double biases[2][8] = {{0.3, -0.2, 0.0, 0.05, 0.5, -0.4, 0.1, 0.0},  // split
+                               {-0.3, -0.2, 0.0, -0.05, -0.5, -0.4, -0.1, 0.0}};  // nothing to split
+  for (const double* conv_bias : biases)
+  for (Isa isa : isas())
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " biases " +
+                   (conv_bias == biases[0] ? "mixed" : "<= 0"));
+      PlanOptions o32, o64, off;
+      o32.batch = o64.batch = off.batch = 8;
+      o32.threads = off.threads = threads;
+      o32.isa = off.isa = isa_name(isa);
+      o64.dtype = DType::f64;
+      off.split_background = false;
+      Plan p32(model, o32), p64(model, o64), poff(model, off);
+      for (Plan* p : {&p32, &p64, &poff}) p->init_params(5);
+      for (const ParamInfo& pi : p32.params())
+        if (pi.name == "0.bias")
+          for (size_t i = 0; i < pi.size; ++i) {
+            static_cast<float*>(p32.param_data())[pi.offset + i] = float(conv_bias[i]);
+            static_cast<float*>(poff.param_data())[pi.offset + i] = float(conv_bias[i]);
+            static_cast<double*>(p64.param_data())[pi.offset + i] = conv_bias[i];
+          }
+      std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
+      for (Plan* p : {&p32, &p64, &poff}) {
+        p->gather_u8(d.images.data(), d.labels.data(), idx.data(), 7);
+        p->forward(7);
+        p->loss(7, true);
+        p->backward(7);
+      }
+      EXPECT_NEAR(p32.loss(7, false), p64.loss(7, false), 1e-5);
+      const float* g32 = static_cast<const float*>(p32.grad_data());
+      const float* goff = static_cast<const float*>(poff.grad_data());
+      const double* g64 = static_cast<const double*>(p64.grad_data());
+      for (const ParamInfo& pi : p32.params()) {
+        double gmax = 0, diff = 0, diff_off = 0;
+        for (size_t i = pi.offset; i < pi.offset + pi.size; ++i) {
+          gmax = std::max(gmax, std::abs(g64[i]));
+          diff = std::max(diff, std::abs(g32[i] - g64[i]));
+          diff_off = std::max(diff_off, std::abs(double(g32[i]) - goff[i]));
+        }
+        EXPECT_GT(gmax, 0) << pi.name;
+        EXPECT_LT(diff, 1e-4 * gmax) << pi.name;
+        EXPECT_LT(diff_off, 1e-4 * gmax) << pi.name;
+      }
+      auto has_link = [](const Plan& p) {
+        for (const BufferInfo& b : p.buffers())
+          if (b.name.rfind("background link of ", 0) == 0) return true;
+        return false;
+      };
+      EXPECT_TRUE(has_link(p32));
+      EXPECT_FALSE(has_link(poff));
+      EXPECT_FALSE(has_link(p64));
+      const float* out = static_cast<const float*>(p32.output());
+      const std::vector<float> before(out, out + 7 * 10);
+      p32.freeze();
+      p32.forward(7);
+      for (int i = 0; i < 70; ++i) EXPECT_NEAR(out[i], before[size_t(i)], 1e-5 * (1 + std::abs(before[size_t(i)])));
+    }
+}
+
 TEST(Plan, TrainingStepsAllocateNothing) {
   for (const char* name : {"mnist-cnn", "mxnet-mlp"}) {
     PlanOptions o;

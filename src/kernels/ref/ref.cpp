@@ -79,6 +79,16 @@ void linear_sp_dgrad_f32(float* dx, const float* dy, const float* x, size_t ldx,
 size_t count_nonzero_f32(const float* x, size_t ldx, int N, int c0, int c1) {
   return count_nonzero<float>(x, ldx, N, c0, c1);
 }
+void channel_sum_f32(float* out, const float* w, size_t ldw, const float* v, int C, int P, int K) {
+  channel_sum<float>(out, w, ldw, v, C, P, K);
+}
+void channel_axpy_f32(float* dw, size_t ldw, const float* u, const float* v, int C, int P, int K) {
+  channel_axpy<float>(dw, ldw, u, v, C, P, K);
+}
+void channel_dot_f32(float* out, const float* w, size_t ldw, const float* u, const float* v, int P,
+                     int K, int c0, int c1) {
+  channel_dot<float>(out, w, ldw, u, v, P, K, c0, c1);
+}
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
   return adam<float>(w, m, v, g, n, a);
 }

@@ -495,6 +495,56 @@ void linear_sp_dgrad(T* dx, const T* dy, const T* x, size_t ldx, const T* wt, in
       dx[size_t(n) * ldx + c] = acc;
     }
 }
+// kernels.h, ConvPoolBackgroundFn.
+inline int conv_pool_background(float* mask, float* y, int8_t* code, const float* xp, const ConvS1& d) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2;
+  int marked = 0;
+  for (int i = 0; i < P2; ++i)
+    for (int j = 0; j < Q2; ++j) {
+      bool empty = true;
+      for (int c = 0; c < d.C && empty; ++c)
+        for (int r = 2 * i; r <= 2 * i + d.R && r < d.Hp && empty; ++r)
+          for (int x = 2 * j; x <= 2 * j + d.S && x < d.Wp && empty; ++x)
+            empty = xp[(size_t(c) * d.Hp + r) * d.Wp + x] == 0;
+      const int p = i * Q2 + j;
+      mask[p] = empty ? 1.f : 0.f;
+      if (!empty) continue;
+      ++marked;
+      for (int k = 0; k < d.K; ++k) {
+        y[size_t(k) * PQ2 + p] = 0;
+        code[size_t(p) * d.K + k] = -1;
+      }
+    }
+  return marked;
+}
+// The channel background kernels (kernels.h, Channel*Fn).
+template <class T>
+void channel_sum(T* out, const T* w, size_t ldw, const T* v, int C, int P, int K) {
+  for (int k = 0; k < K; ++k)
+    for (int p = 0; p < P; ++p) {
+      T acc = 0;
+      for (int c = 0; c < C; ++c)
+        if (v[c] != 0) acc += v[c] * w[size_t(k) * ldw + size_t(c) * P + p];
+      out[size_t(k) * P + p] = acc;
+    }
+}
+template <class T>
+void channel_axpy(T* dw, size_t ldw, const T* u, const T* v, int C, int P, int K) {
+  for (int k = 0; k < K; ++k)
+    for (int c = 0; c < C; ++c)
+      if (v[c] != 0)
+        for (int p = 0; p < P; ++p) dw[size_t(k) * ldw + size_t(c) * P + p] += v[c] * u[size_t(k) * P + p];
+}
+template <class T>
+void channel_dot(T* out, const T* w, size_t ldw, const T* u, const T* v, int P, int K, int c0, int c1) {
+  for (int c = c0; c < c1; ++c) {
+    T acc = 0;
+    if (v[c] != 0)
+      for (int k = 0; k < K; ++k)
+        for (int p = 0; p < P; ++p) acc += w[size_t(k) * ldw + size_t(c) * P + p] * u[size_t(k) * P + p];
+    out[c] = acc;
+  }
+}
 template <class T>
 size_t count_nonzero(const T* x, size_t ldx, int N, int c0, int c1) {
   size_t count = 0;
@@ -570,5 +620,9 @@ inline double fma_loop(int64_t iters, float* sink) {
 
 // The number of NaN and +-Inf values among x[0..n) (the scalar table's count_nonfinite).
 size_t count_nonfinite_f32(const float* x, size_t n);
+void channel_sum_f32(float* out, const float* w, size_t ldw, const float* v, int C, int P, int K);
+void channel_axpy_f32(float* dw, size_t ldw, const float* u, const float* v, int C, int P, int K);
+void channel_dot_f32(float* out, const float* w, size_t ldw, const float* u, const float* v, int P,
+                     int K, int c0, int c1);
 
 }  // namespace ember::ref

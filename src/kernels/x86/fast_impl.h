@@ -357,6 +357,109 @@ void linear_t1(float* y, const float* x, const float* wt, size_t ldw, const floa
   }
 }
 
+// kernels.h, ConvPoolBackgroundFn: bit masks of the non-zero pixels per padded row (any channel),
+// W pixels per compare; a window is empty when its rows' OR has no bit in its columns.
+template <class S>
+int conv_pool_background(float* mask, float* y, int8_t* code, const float* xp, const ConvS1& d) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2;
+  uint64_t rows[64];
+  for (int r = 0; r < d.Hp; ++r) {
+    uint64_t bits = 0;
+    for (int c = 0; c < d.C; ++c) {
+      const float* row = xp + (size_t(c) * d.Hp + r) * d.Wp;
+      for (int x = 0; x < d.Wp; x += S::W) bits |= uint64_t(S::nonzero_bits(S::load(row + x, S::mask(d.Wp - x)))) << x;
+    }
+    rows[r] = bits;
+  }
+  const uint64_t colmask = (uint64_t(1) << (d.S + 1)) - 1;
+  int marked = 0;
+  for (int i = 0; i < P2; ++i) {
+    uint64_t band = 0;
+    for (int r = 2 * i; r <= 2 * i + d.R && r < d.Hp; ++r) band |= rows[r];
+    for (int j = 0; j < Q2; ++j) {
+      const bool empty = ((band >> (2 * j)) & colmask) == 0;
+      mask[i * Q2 + j] = empty ? 1.f : 0.f;
+      if (!empty) continue;
+      ++marked;
+      std::memset(code + size_t(i * Q2 + j) * d.K, -1, size_t(d.K));
+    }
+  }
+  if (!marked) return 0;
+  for (int p = 0; p < PQ2; p += S::W) {  // y[k, p] = 0 where mask[p] is set
+    const auto m = S::mask(PQ2 - p);
+    const auto keep = S::eq(S::load(mask + p, m), S::zero());
+    for (int k = 0; k < d.K; ++k) {
+      float* yr = y + size_t(k) * PQ2 + p;
+      S::store(yr, S::select_zero(keep, S::load(yr, m)), m);
+    }
+  }
+  return marked;
+}
+
+// The channel background kernels (kernels.h, Channel*Fn): lanes along the positions p, four
+// vectors at a time (independent chains).
+template <class S>
+void channel_sum(float* out, const float* w, size_t ldw, const float* v, int C, int P, int K) {
+  using V = typename S::V;
+  constexpr int B = 4 * S::W;
+  for (int k = 0; k < K; ++k)
+    for (int p0 = 0; p0 < P; p0 += B) {
+      V acc[4] = {S::zero(), S::zero(), S::zero(), S::zero()};
+      typename S::M m[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) m[i] = S::mask(P - p0 - i * S::W);
+      for (int c = 0; c < C; ++c) {
+        if (v[c] == 0) continue;
+        const V a = S::set1(v[c]);
+        const float* wr = w + size_t(k) * ldw + size_t(c) * P + p0;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) acc[i] = S::fma(a, S::load(wr + i * S::W, m[i]), acc[i]);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) S::store(out + size_t(k) * P + p0 + i * S::W, acc[i], m[i]);
+    }
+}
+template <class S>
+void channel_axpy(float* dw, size_t ldw, const float* u, const float* v, int C, int P, int K) {
+  for (int k = 0; k < K; ++k)
+    for (int c = 0; c < C; ++c) {
+      if (v[c] == 0) continue;
+      const auto a = S::set1(v[c]);
+      float* d = dw + size_t(k) * ldw + size_t(c) * P;
+      const float* ur = u + size_t(k) * P;
+      for (int p = 0; p < P; p += S::W) {
+        const auto m = S::mask(P - p);
+        S::store(d + p, S::fma(a, S::load(ur + p, m), S::load(d + p, m)), m);
+      }
+    }
+}
+template <class S>
+void channel_dot(float* out, const float* w, size_t ldw, const float* u, const float* v, int P, int K,
+                 int c0, int c1) {
+  using V = typename S::V;
+  for (int c = c0; c < c1; ++c) {
+    if (v[c] == 0) {
+      out[c] = 0;
+      continue;
+    }
+    V acc[2] = {S::zero(), S::zero()};
+    for (int k = 0; k < K; ++k) {
+      const float* wr = w + size_t(k) * ldw + size_t(c) * P;
+      const float* ur = u + size_t(k) * P;
+      int p = 0;
+      for (; p + 2 * S::W <= P; p += 2 * S::W) {
+        acc[0] = S::fma(S::loadu(wr + p), S::loadu(ur + p), acc[0]);
+        acc[1] = S::fma(S::loadu(wr + p + S::W), S::loadu(ur + p + S::W), acc[1]);
+      }
+      for (; p < P; p += S::W) {
+        const auto m = S::mask(P - p);
+        acc[0] = S::fma(S::load(wr + p, m), S::load(ur + p, m), acc[0]);
+      }
+    }
+    out[c] = S::sum(S::add(acc[0], acc[1]));
+  }
+}
+
 template <class S>
 double fma_loop(int64_t iters, float* sink) {
   using V = typename S::V;
@@ -396,6 +499,10 @@ Kernels fast_table() {
   // too, so it runs on every sparse chunk. AVX2 (8 lanes: twice the loop work per non-zero) was
   // slower than its GEMM at 20-50 %, so that table never picks them.
   k.linear_sp_max_density = S::W == 16 ? 0.5f : 0.f;
+  k.conv_pool_background = conv_pool_background<S>;
+  k.channel_sum = channel_sum<S>;
+  k.channel_axpy = channel_axpy<S>;
+  k.channel_dot = channel_dot<S>;
   k.adam = adam_simd;
   k.count_nonfinite = count_nonfinite_simd;
   k.fma_loop = fma_loop<S>;
