@@ -125,8 +125,9 @@ class Plan {
   // Inference from here on: copies each Linear weight (f32 plans) transposed to [in, out], so that
   // a batch-1 forward reads only the weight rows its non-zero inputs select (after ReLU and
   // max-pool most are zero: mnist-cnn's fc1 then reads about a quarter of its 3.2 MB). Batches of
-  // 2 or more give the same bits as before; their sparse-input column ranges read the copy rather
-  // than transposing the weight each call. The parameters must not change while frozen: init_params,
+  // 2 or more give the same bits as before (the same values up to summation order where the
+  // unfrozen plan's background link splits: a frozen plan does not); their sparse-input column
+  // ranges read the copy rather than transposing the weight each call. The parameters must not change while frozen: init_params,
   // optimizer_step, backward_step and the non-const param_data() (load_weights uses it) throw;
   // writes through a pointer taken before freeze() are not seen. thaw() drops the copies.
   // Batch-1 outputs differ from the unfrozen plan's by summation order only (a few ulp), and an

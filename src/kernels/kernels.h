@@ -80,7 +80,8 @@ size_t conv_relu_pool_scratch(const ConvS1& d);
 // The background windows of that fused conv + ReLU + pool (ops::Background): for each pooled
 // window (i, j) whose input patch (padded rows 2i .. 2i+R, columns 2j .. 2j+S) is zero in every
 // channel, mask[i * Q/2 + j] = 1, its outputs y[k, i, j] = 0 and its codes -1; mask = 0 elsewhere,
-// where y and the codes are left as they are. Needs Wp <= 64. Returns how many windows it marked.
+// where y and the codes are left as they are. Needs Hp, Wp <= 64 and R, S <= 32. Returns how many
+// windows it marked.
 using ConvPoolBackgroundFn = int (*)(float* mask, float* y, int8_t* code, const float* xp,
                                      const ConvS1& d);
 

@@ -263,7 +263,7 @@ class ConvReluPool final : public Layer {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       ops::conv_relu_pool_fwd<T>(e, p<T>(b.y), reinterpret_cast<int8_t*>(b.idx), p<T>(b.x), p<T>(b.w), p<T>(b.b),
-                                 conv_.shape(n), p<T>(b.ws), b.bg);
+                                 conv_.shape(n), p<T>(b.ws), b.bg, !b.frozen);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
@@ -276,9 +276,11 @@ class ConvReluPool final : public Layer {
       for (int k = 0; k < out_.c; ++k) p<float>(b.db)[k] += b.bg->bias_grad[k];
   }
   // Whether a link (ops::Background) can carry this unit's background: groups 1, a padded input
-  // of at most 64 x 64 (the row bit masks) and a bias (without one the background is 0 already).
+  // of at most 64 x 64 and a kernel of at most 32 x 32 (the row bit masks), and a bias (without
+  // one the background is 0 already).
   bool can_split_background() const override {
-    return spec_.groups == 1 && spec_.bias && in_.h + 2 * spec_.pad_h <= 64 && in_.w + 2 * spec_.pad_w <= 64;
+    return spec_.groups == 1 && spec_.bias && in_.h + 2 * spec_.pad_h <= 64 && in_.w + 2 * spec_.pad_w <= 64 &&
+           spec_.kernel_h <= 32 && spec_.kernel_w <= 32;
   }
 
  private:

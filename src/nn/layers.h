@@ -35,6 +35,7 @@ struct Bufs {
   void* saved;     // the layer's own state from forward to backward, saved_bytes(), or null
   bool dx_unused_at_zero;  // the layer before ignores dx wherever x == 0 (a ReLU's output)
   const ops::Background* bg;  // f32: the background link of a first conv unit and its Linear, or null
+  bool frozen;                // the plan is frozen (Plan::freeze): the conv unit does not split
 };
 
 class Layer {

@@ -207,12 +207,12 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
   }
   m.ws_off = a.reserve(ws * m.esz);
   // The background link: unit 0 a fused conv that needs no input gradient, then a Flatten, then a
-  // Linear that may run sparse (f32).
+  // Linear that may run sparse (f32, a kernel table that takes the sparse path: not AVX2's).
   m.bg_unit.assign(L, false);
   size_t bg_mask = kNone, bg_value = kNone, bg_grad = kNone, bg_fold = kNone;
   if (opt.split_background && opt.dtype == DType::f32 && L >= 3 && m.layers[0]->can_split_background() &&
       m.grad[0] == kNone && m.layers[1]->aliases_input() && m.model.layers[m.unit_first[2]].kind == LayerKind::Linear &&
-      m.saved_off[2] != kNone) {
+      m.saved_off[2] != kNone && m.k->linear_sp_max_density > 0) {
     m.bg_unit[0] = m.bg_unit[2] = true;
     m.bg.channels = m.dims[1].c;
     m.bg.positions = m.dims[1].h * m.dims[1].w;
@@ -450,7 +450,10 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   b.idx = m.idx_off[i] != kNone ? reinterpret_cast<int32_t*>(base + m.idx_off[i]) : nullptr;
   b.saved = m.saved_off[i] != kNone ? base + m.saved_off[i] : nullptr;
   b.dx_unused_at_zero = m.unused_at_zero[i];
-  b.bg = m.bg_unit[i] && !m.frozen ? &m.bg : nullptr;  // a frozen plan reads the true activations
+  // Bound whether frozen or not: a frozen plan's conv forward writes the true activations and all
+  // values 0, which tells the Linear (forward and a backward after it) there is nothing to add.
+  b.bg = m.bg_unit[i] ? &m.bg : nullptr;
+  b.frozen = m.frozen;
   return b;
 }
 }  // namespace

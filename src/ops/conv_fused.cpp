@@ -49,7 +49,7 @@ size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
 // y[N, K, P/2, Q/2], code[N, K, P/2, Q/2] from x[N, C, H, W], w[K, C/G, R, S], b[K] (may be null).
 template <class T>
 void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
-                        const ConvShape& s, T* ws, const Background* link) {
+                        const ConvShape& s, T* ws, const Background* link, bool split_ok) {
   const Geo g = geo(s);
   const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
   const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, wg = size_t(g.Kg) * g.Cg * s.R * s.S;
@@ -60,7 +60,7 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* 
     if (link) {
       int active = 0;
       for (int k = 0; k < s.K; ++k) active += b && b[k] > 0;
-      const bool split = active > 0 && 16 * active >= s.K;
+      const bool split = split_ok && active > 0 && 16 * active >= s.K;
       for (int k = 0; k < s.K; ++k) link->value[k] = split && b[k] > 0 ? b[k] : 0.f;
       if (!split) link = nullptr;
     }
@@ -166,8 +166,8 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
   if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad, NC - 1);
 }
 
-template void conv_relu_pool_fwd<float>(const Exec&, float*, int8_t*, const float*, const float*, const float*, const ConvShape&, float*, const Background*);
-template void conv_relu_pool_fwd<double>(const Exec&, double*, int8_t*, const double*, const double*, const double*, const ConvShape&, double*, const Background*);
+template void conv_relu_pool_fwd<float>(const Exec&, float*, int8_t*, const float*, const float*, const float*, const ConvShape&, float*, const Background*, bool);
+template void conv_relu_pool_fwd<double>(const Exec&, double*, int8_t*, const double*, const double*, const double*, const ConvShape&, double*, const Background*, bool);
 template void conv_relu_pool_bwd<float>(const Exec&, float*, float*, float*, const float*, const int8_t*, const float*, const float*, const ConvShape&, float*);
 template void conv_relu_pool_bwd<double>(const Exec&, double*, double*, double*, const double*, const int8_t*, const double*, const double*, const ConvShape&, double*);
 

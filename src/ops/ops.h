@@ -107,11 +107,13 @@ struct Background {
 };
 // Conv2d (stride 1) + ReLU + MaxPool 2x2/2 fused: y[N, K, P/2, Q/2] and a window code per pooled
 // value (see ReluMaxpool2Fn); backward takes the codes. Workspace: conv_relu_pool_workspace.
-// bg (f32 only, may be null): the background link above (needs groups 1 and W + 2 pad <= 64).
+// bg (f32 only, may be null): the background link above (needs groups 1, H + 2 pad and W + 2 pad
+// <= 64, R and S <= 32); with split false (a frozen plan) it writes the true activations and all
+// values 0, so the Linear adds nothing.
 size_t conv_relu_pool_workspace(const ConvShape& s, int threads);
 template <class T>
 void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
-                        const ConvShape& s, T* ws, const Background* bg = nullptr);
+                        const ConvShape& s, T* ws, const Background* bg = nullptr, bool split = true);
 // The Linear's side of the link, after its own forward / backward (y[N, K], w[K, C * P2]):
 // y += mask fold^T with fold[k, p] = sum_c value[c] w[k, c*P2 + p]; and dw[k, c*P2 + p] +=
 // value[c] sum_n dy[n, k] mask[n, p], bias_grad[c] = sum_{k, p} w[k, c*P2 + p] sum_n dy[n, k]
