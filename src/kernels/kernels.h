@@ -77,11 +77,11 @@ using ConvS1ReluPoolFn = void (*)(float* y, int8_t* code, const float* xp, const
                                   const float* b, const ConvS1& d, float* ws);
 size_t conv_relu_pool_scratch(const ConvS1& d);
 
-// The background windows of that fused conv + ReLU + pool (ops::Background): for each pooled
-// window (i, j) whose input patch (padded rows 2i .. 2i+R, columns 2j .. 2j+S) is zero in every
-// channel, mask[i * Q/2 + j] = 1, its outputs y[k, i, j] = 0 and its codes -1; mask = 0 elsewhere,
-// where y and the codes are left as they are. Needs Hp, Wp <= 64 and R, S <= 32. Returns how many
-// windows it marked.
+// The background windows of that fused conv + ReLU + pool (ops::Background), in two calls. With
+// xp: mask[i * Q/2 + j] = 1 for each pooled window (i, j) whose input patch (padded rows 2i ..
+// 2i+R, columns 2j .. 2j+S) is zero in every channel, 0 elsewhere; returns how many it marked
+// (needs Hp, Wp <= 64 and R, S <= 32). With y (and code): where mask is set, y[k, i, j] = 0 and
+// the codes -1; y and the codes elsewhere are left as they are. Either may be null.
 using ConvPoolBackgroundFn = int (*)(float* mask, float* y, int8_t* code, const float* xp,
                                      const ConvS1& d);
 

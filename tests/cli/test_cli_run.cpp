@@ -33,13 +33,23 @@ TEST_F(Cli, ProfileTableNamesEveryUnitAndPhase) {
 
 TEST_F(Cli, ProfileTraceSpansNestInsideSteps) {
   const fs::path trace = tmp_ / "trace.json", pj = tmp_ / "profile.json", folded = tmp_ / "p.folded";
-  Result r = run(profile_args(data_, "--trace " + quote(trace) + " --json " + quote(pj) + " --folded " + quote(folded)));
-  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
-  const json t = json::parse(read_text(trace));
-  ASSERT_TRUE(t.contains("traceEvents") && t["traceEvents"].is_array());
   struct Ev { double ts, dur; int step; std::string name, cat; };
   std::map<int, std::vector<Ev>> by_tid;
   std::set<int> named_threads;
+  json t;
+  // The pool's caller takes the parts of a worker that has not woken up: with the other vCPU busy
+  // (ctest runs two tests at once) a short run can leave the worker without a single part, so the
+  // run is repeated (at most three times) until the worker shows up.
+  for (int attempt = 0; attempt < 3 && !by_tid.count(1); ++attempt) {
+    Result r = run(profile_args(data_, "--trace " + quote(trace) + " --json " + quote(pj) + " --folded " + quote(folded)));
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+    t = json::parse(read_text(trace));
+    ASSERT_TRUE(t.contains("traceEvents") && t["traceEvents"].is_array());
+    by_tid.clear();
+    for (const json& e : t["traceEvents"])
+      if (e.value("ph", "") == "X") by_tid[e["tid"].get<int>()];
+  }
+  by_tid.clear();
   for (const json& e : t["traceEvents"]) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("tid")) << e.dump();
     if (e["ph"] == "M") {
@@ -54,7 +64,7 @@ TEST_F(Cli, ProfileTraceSpansNestInsideSteps) {
   }
   EXPECT_EQ(named_threads, (std::set<int>{0, 1}));
   ASSERT_TRUE(by_tid.count(0));
-  EXPECT_TRUE(by_tid.count(1)) << "the second pool thread has no spans";
+  EXPECT_TRUE(by_tid.count(1)) << "the second pool thread has no spans in three runs";
   // Main thread: six step spans; every other span lies inside the step span of its own number.
   std::map<int, Ev> steps;
   for (const Ev& e : by_tid[0])

@@ -19,7 +19,7 @@ namespace {
 using test::isas;
 
 // Marks, outputs and codes against the reference, and against the rule itself: a window is
-// marked exactly when its padded input patch is zero in every channel.
+// marked exactly when its padded input patch is zero in every channel; one call or two.
 TEST(Background, ConvPoolMarksEmptyWindows) {
   struct Geo { int C, K, H, W, R, pad; };
   for (const Geo& g : {Geo{1, 32, 28, 28, 5, 2}, Geo{3, 5, 13, 17, 3, 1}, Geo{2, 17, 9, 30, 5, 2}})
@@ -67,6 +67,21 @@ TEST(Background, ConvPoolMarksEmptyWindows) {
       EXPECT_EQ(n, marked);
       EXPECT_GT(marked, 0);
       EXPECT_LT(marked, PQ2);
+      // In two calls (mark from xp, then clear by the mask): the same result; marking alone
+      // leaves y and the codes alone.
+      std::vector<float> y2(y.size()), mask2(size_t(PQ2), 7.f);
+      for (size_t i = 0; i < y2.size(); ++i) y2[i] = 1.f + float(i % 13);
+      std::vector<int8_t> code2(code.size());
+      for (size_t i = 0; i < code2.size(); ++i) code2[i] = int8_t(i % 4);
+      const std::vector<float> y2_before = y2;
+      const std::vector<int8_t> code2_before = code2;
+      EXPECT_EQ(k.conv_pool_background(mask2.data(), nullptr, nullptr, xp.data(), d), marked);
+      EXPECT_EQ(mask2, mask);
+      EXPECT_EQ(y2, y2_before);
+      EXPECT_EQ(code2, code2_before);
+      k.conv_pool_background(mask2.data(), y2.data(), code2.data(), nullptr, d);
+      EXPECT_EQ(y2, y);
+      EXPECT_EQ(code2, code);
     }
 }
 

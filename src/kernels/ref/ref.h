@@ -499,22 +499,22 @@ void linear_sp_dgrad(T* dx, const T* dy, const T* x, size_t ldx, const T* wt, in
 inline int conv_pool_background(float* mask, float* y, int8_t* code, const float* xp, const ConvS1& d) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2;
   int marked = 0;
-  for (int i = 0; i < P2; ++i)
+  for (int i = 0; i < P2 && xp; ++i)
     for (int j = 0; j < Q2; ++j) {
       bool empty = true;
       for (int c = 0; c < d.C && empty; ++c)
         for (int r = 2 * i; r <= 2 * i + d.R && r < d.Hp && empty; ++r)
           for (int x = 2 * j; x <= 2 * j + d.S && x < d.Wp && empty; ++x)
             empty = xp[(size_t(c) * d.Hp + r) * d.Wp + x] == 0;
-      const int p = i * Q2 + j;
-      mask[p] = empty ? 1.f : 0.f;
-      if (!empty) continue;
-      ++marked;
+      mask[i * Q2 + j] = empty ? 1.f : 0.f;
+      marked += empty;
+    }
+  for (int p = 0; p < PQ2 && y; ++p)
+    if (mask[p] != 0)
       for (int k = 0; k < d.K; ++k) {
         y[size_t(k) * PQ2 + p] = 0;
         code[size_t(p) * d.K + k] = -1;
       }
-    }
   return marked;
 }
 // The channel background kernels (kernels.h, Channel*Fn).

@@ -362,29 +362,31 @@ void linear_t1(float* y, const float* x, const float* wt, size_t ldw, const floa
 template <class S>
 int conv_pool_background(float* mask, float* y, int8_t* code, const float* xp, const ConvS1& d) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2;
-  uint64_t rows[64];
-  for (int r = 0; r < d.Hp; ++r) {
-    uint64_t bits = 0;
-    for (int c = 0; c < d.C; ++c) {
-      const float* row = xp + (size_t(c) * d.Hp + r) * d.Wp;
-      for (int x = 0; x < d.Wp; x += S::W) bits |= uint64_t(S::nonzero_bits(S::load(row + x, S::mask(d.Wp - x)))) << x;
-    }
-    rows[r] = bits;
-  }
-  const uint64_t colmask = (uint64_t(1) << (d.S + 1)) - 1;
   int marked = 0;
-  for (int i = 0; i < P2; ++i) {
-    uint64_t band = 0;
-    for (int r = 2 * i; r <= 2 * i + d.R && r < d.Hp; ++r) band |= rows[r];
-    for (int j = 0; j < Q2; ++j) {
-      const bool empty = ((band >> (2 * j)) & colmask) == 0;
-      mask[i * Q2 + j] = empty ? 1.f : 0.f;
-      if (!empty) continue;
-      ++marked;
-      std::memset(code + size_t(i * Q2 + j) * d.K, -1, size_t(d.K));
+  if (xp) {
+    uint64_t rows[64];
+    for (int r = 0; r < d.Hp; ++r) {
+      uint64_t bits = 0;
+      for (int c = 0; c < d.C; ++c) {
+        const float* row = xp + (size_t(c) * d.Hp + r) * d.Wp;
+        for (int x = 0; x < d.Wp; x += S::W) bits |= uint64_t(S::nonzero_bits(S::load(row + x, S::mask(d.Wp - x)))) << x;
+      }
+      rows[r] = bits;
+    }
+    const uint64_t colmask = (uint64_t(1) << (d.S + 1)) - 1;
+    for (int i = 0; i < P2; ++i) {
+      uint64_t band = 0;
+      for (int r = 2 * i; r <= 2 * i + d.R && r < d.Hp; ++r) band |= rows[r];
+      for (int j = 0; j < Q2; ++j) {
+        const bool empty = ((band >> (2 * j)) & colmask) == 0;
+        mask[i * Q2 + j] = empty ? 1.f : 0.f;
+        marked += empty;
+      }
     }
   }
-  if (!marked) return 0;
+  if (!y) return marked;
+  for (int p = 0; p < PQ2; ++p)
+    if (mask[p] != 0) std::memset(code + size_t(p) * d.K, -1, size_t(d.K));
   for (int p = 0; p < PQ2; p += S::W) {  // y[k, p] = 0 where mask[p] is set
     const auto m = S::mask(PQ2 - p);
     const auto keep = S::eq(S::load(mask + p, m), S::zero());
