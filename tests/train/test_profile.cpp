@@ -55,7 +55,17 @@ TEST(Profiler, ChangesNoResultAndCountsEveryUnit) {
   const auto plain = trained_params(false, nullptr, nullptr, p0, h0);
   Profiler* prof = nullptr;
   Plan* plan = nullptr;
-  const auto profiled = trained_params(true, &prof, &plan, p1, h1);
+  auto worker_calls = [&] {
+    int64_t calls = 0;
+    for (int ph = 0; ph < kPhases; ++ph)
+      for (int u = -1; u < int(plan->units().size()); ++u) calls += prof->total(1, Phase(ph), u).calls;
+    return calls;
+  };
+  // The pool's caller takes the parts of a worker that has not woken up: with the other vCPU busy
+  // (ctest runs two tests at once) a short run can leave pool thread 1 without a single part, so
+  // the profiled run is repeated (at most three times) until it shows up.
+  auto profiled = trained_params(true, &prof, &plan, p1, h1);
+  for (int attempt = 1; attempt < 3 && worker_calls() == 0; ++attempt) profiled = trained_params(true, &prof, &plan, p1, h1);
   ASSERT_EQ(plain.size(), profiled.size());
   EXPECT_EQ(std::memcmp(plain.data(), profiled.data(), plain.size() * sizeof(float)), 0)
       << "profiling changed the trained weights";
@@ -73,10 +83,7 @@ TEST(Profiler, ChangesNoResultAndCountsEveryUnit) {
   EXPECT_EQ(prof->total(0, Phase::step, -1).calls, steps);
   EXPECT_EQ(prof->total(0, Phase::data, -1).calls, steps);
   EXPECT_EQ(prof->total(0, Phase::eval, -1).calls, 2);  // evaluation is one span per epoch, not steps
-  int64_t worker = 0;
-  for (int ph = 0; ph < kPhases; ++ph)
-    for (int u = -1; u < int(units.size()); ++u) worker += prof->total(1, Phase(ph), u).calls;
-  EXPECT_GT(worker, 0) << "pool thread 1 recorded nothing";
+  EXPECT_GT(worker_calls(), 0) << "pool thread 1 recorded nothing in three runs";
   EXPECT_EQ(prof->dropped(), 0);
 
   const ProfileSummary s = summarize_profile(*plan, *prof, 100.0);
