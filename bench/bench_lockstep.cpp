@@ -20,6 +20,11 @@ int main(int argc, char** argv) {
   }
   const int threads = argc > 2 ? std::atoi(argv[2]) : 2, steps = argc > 3 ? std::atoi(argv[3]) : 938;
   const std::string option = argc > 4 ? argv[4] : "split_background";
+  if (threads < 1 || threads > 256 || steps < 1) {
+    std::fprintf(stderr, "bench_lockstep: threads must be 1..256 and steps at least 1 (found %s, %s)\n",
+                 argc > 2 ? argv[2] : "2", argc > 3 ? argv[3] : "938");
+    return 2;
+  }
   if (option != "split_background" && option != "fuse") {
     std::fprintf(stderr, "bench_lockstep: unknown option '%s' (split_background or fuse)\n", option.c_str());
     return 2;
