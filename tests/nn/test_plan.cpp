@@ -47,6 +47,33 @@ Dataset synthetic(int count, uint32_t seed) {
   return d;
 }
 
+// One training pass of the first n images of d (gather, forward, loss, backward).
+void run_pass(Plan& p, const Dataset& d, int n) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) idx[size_t(i)] = i;
+  p.gather_u8(d.images.data(), d.labels.data(), idx.data(), n);
+  p.forward(n);
+  p.loss(n, true);
+  p.backward(n);
+}
+// Per parameter tensor of p32: |got - want| < 1e-4 times the largest |g64| of that tensor (g64:
+// the f64 plan's gradients, the scale), and, with require_nonzero, that scale > 0.
+template <class W>
+void expect_grads_close(const Plan& p32, const float* got, const W* want, const double* g64,
+                        const std::string& what, bool require_nonzero = false) {
+  for (const ParamInfo& pi : p32.params()) {
+    double gmax = 0, diff = 0;
+    for (size_t i = pi.offset; i < pi.offset + pi.size; ++i) {
+      gmax = std::max(gmax, std::abs(g64[i]));
+      diff = std::max(diff, std::abs(double(got[i]) - double(want[i])));
+    }
+    if (require_nonzero) {
+      EXPECT_GT(gmax, 0) << pi.name << " " << what;
+    }
+    EXPECT_LT(diff, 1e-4 * gmax) << pi.name << " " << what;
+  }
+}
+
 TEST(Plan, WholeModelGradcheckMnistCnn) {
   PlanOptions o;
   o.batch = 3;
@@ -219,24 +246,10 @@ TEST(Plan, SparseInputLinearAgreesWithF64) {
           std::mt19937 g(14);
           for (size_t i = 0; i < d.images.size(); ++i)
             if (i < 5 * 784 || g() % 10 < 8) d.images[i] = 0;  // 5 blank images, then 80 % zeros
-          std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
-          for (Plan* p : {&p32, &p64}) {
-            p->gather_u8(d.images.data(), d.labels.data(), idx.data(), 7);
-            p->forward(7);
-            p->loss(7, true);
-            p->backward(7);
-          }
+          for (Plan* p : {&p32, &p64}) run_pass(*p, d, 7);
           EXPECT_NEAR(p32.loss(7, false), p64.loss(7, false), 1e-5);
-          const float* g32 = static_cast<const float*>(p32.grad_data());
           const double* g64 = static_cast<const double*>(p64.grad_data());
-          for (const ParamInfo& pi : p32.params()) {
-            double gmax = 0, diff = 0;
-            for (size_t i = pi.offset; i < pi.offset + pi.size; ++i) {
-              gmax = std::max(gmax, std::abs(g64[i]));
-              diff = std::max(diff, std::abs(g32[i] - g64[i]));
-            }
-            EXPECT_LT(diff, 1e-4 * gmax) << pi.name;
-          }
+          expect_grads_close(p32, static_cast<const float*>(p32.grad_data()), g64, g64, "");
           bool named = false;
           for (const BufferInfo& b : p32.buffers()) named |= b.name == "sparse-input state of linear (1)";
           EXPECT_TRUE(named);
@@ -289,29 +302,14 @@ TEST(Plan, BackgroundLinkAgreesWithF64) {
             static_cast<float*>(poff.param_data())[pi.offset + i] = float(conv_bias[i]);
             static_cast<double*>(p64.param_data())[pi.offset + i] = conv_bias[i];
           }
-      std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
-      for (Plan* p : {&p32, &p64, &poff}) {
-        p->gather_u8(d.images.data(), d.labels.data(), idx.data(), 7);
-        p->forward(7);
-        p->loss(7, true);
-        p->backward(7);
-      }
+      for (Plan* p : {&p32, &p64, &poff}) run_pass(*p, d, 7);
       EXPECT_NEAR(p32.loss(7, false), p64.loss(7, false), 1e-5);
       const float* g32 = static_cast<const float*>(p32.grad_data());
       const float* goff = static_cast<const float*>(poff.grad_data());
       const double* g64 = static_cast<const double*>(p64.grad_data());
-      auto expect_grads = [&](const char* what) {
-        for (const ParamInfo& pi : p32.params()) {
-          double gmax = 0, diff = 0, diff_off = 0;
-          for (size_t i = pi.offset; i < pi.offset + pi.size; ++i) {
-            gmax = std::max(gmax, std::abs(g64[i]));
-            diff = std::max(diff, std::abs(g32[i] - g64[i]));
-            diff_off = std::max(diff_off, std::abs(double(g32[i]) - goff[i]));
-          }
-          EXPECT_GT(gmax, 0) << pi.name << " " << what;
-          EXPECT_LT(diff, 1e-4 * gmax) << pi.name << " " << what;
-          EXPECT_LT(diff_off, 1e-4 * gmax) << pi.name << " " << what;
-        }
+      auto expect_grads = [&](const std::string& what) {  // against f64, and against the unlinked plan
+        expect_grads_close(p32, g32, g64, g64, what, true);
+        expect_grads_close(p32, g32, goff, g64, what + " (against the unlinked plan)");
       };
       expect_grads("");
       auto has_link = [](const Plan& p) {
