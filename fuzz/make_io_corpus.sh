@@ -1,12 +1,38 @@
 #!/usr/bin/env bash
 # Writes the seed corpora of fuzz_safetensors and fuzz_checkpoint: weights and checkpoints of the
 # fuzz-tiny model (fuzz_model_tiny.h) trained by build/release/ember on 64 generated images, plus
-# truncated and header-only variants. Run from anywhere after building the release preset.
+# truncated and header-only variants; and fuzz_idx seeds beyond make_corpus.py's (multi-member
+# gzip, huge claimed counts). Run from anywhere after building the release preset.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 ember="$root/build/release/ember"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+# fuzz_idx: a valid file gzipped in three members (`cat a.gz b.gz c.gz`, split inside the dims and
+# the payload), and headers claiming 5,000,000 images of 28 x 28 (labels: 5,000,000) over 200
+# bytes of data, raw and gzip. Needs no build, so it runs first.
+/usr/bin/python3 - "$root/fuzz/corpus/idx" <<'PY'
+import gzip, os, struct, sys
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+def idx(dims, payload):
+    return struct.pack(">I", 0x800 + len(dims)) + b"".join(struct.pack(">I", v) for v in dims) + payload
+def pattern(n, x=1):
+    out = bytearray()
+    for _ in range(n):
+        x = (x * 1664525 + 1013904223) & 0xFFFFFFFF
+        out.append(x >> 24)
+    return bytes(out)
+gz = lambda b: gzip.compress(b, compresslevel=9, mtime=0)
+small = idx([3, 4, 4], pattern(48, 2))
+seeds = {
+    "gzip-multi-member": gz(small[:7]) + gz(small[7:30]) + gz(small[30:]),
+    "raw-claims-5m": idx([5000000, 28, 28], pattern(200, 3)),
+    "gzip-claims-5m": gz(idx([5000000, 28, 28], pattern(200, 3))),
+    "labels-claims-5m.gz": gz(idx([5000000], bytes(200))),
+}
+for name, data in seeds.items():
+    open(os.path.join(d, name), "wb").write(data)
+PY
 /usr/bin/python3 - "$tmp/data" <<'PY'
 import os, struct, sys, random
 d = sys.argv[1]; os.makedirs(d)

@@ -9,16 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "ember/files.h"
 #include "ember/plan.h"
 #include "ember/train.h"
 
 namespace ember {
-
-// Writes the concatenation of `parts` to `path` atomically: a temporary file in the same
-// directory, written, fsynced, closed, renamed over `path`, then the directory fsynced. On any
-// failure the temporary file is removed, `path` is untouched (its old content survives), and the
-// Error names `path`, the step that failed and the reason ("no space left on device", ...).
-void write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts);
 
 // ---- safetensors ---------------------------------------------------------------------------
 
@@ -50,6 +45,8 @@ void save_weights(Plan& plan, const std::string& path);
 // converted to f32). Tensors named "optimizer.*" (a checkpoint's) are ignored; any other extra
 // tensor or missing one is an error naming it.
 void load_weights(Plan& plan, const std::string& path);
+// The __metadata__ of a weights file (its "model" is the description save_weights stored).
+std::map<std::string, std::string> read_weights_metadata(const std::string& path);
 // The same from bytes in memory (`name` is used in errors): the fuzzing entry point.
 void load_weights_from_memory(Plan& plan, const uint8_t* bytes, size_t n, const std::string& name);
 

@@ -5,6 +5,9 @@
 // training went from 7.2-8.0 to 3.7-4.1 s/epoch; without one, no change.
 #include "core/thread_pool.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 namespace ember {
 
 namespace {
@@ -16,7 +19,15 @@ ThreadPool::ThreadPool(int threads)
     : size_(threads < 1 ? 1 : threads), claimed_(new std::atomic<uint64_t>[size_t(size_)]) {
   for (int p = 0; p < size_; ++p) claimed_[p].store(0, std::memory_order_relaxed);
   workers_.reserve(size_ - 1);
+  // Workers are born with SIGINT and SIGTERM blocked, so those always reach the thread that
+  // created the pool, which decides what they do (stop ember, or stop training at a step's end).
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, &old);
   for (int t = 1; t < size_; ++t) workers_.emplace_back([this, t] { worker(t); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 ThreadPool::~ThreadPool() {

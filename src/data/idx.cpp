@@ -1,8 +1,10 @@
 // IDX (MNIST-format) reader: raw or gzip (detected by the 1f 8b signature), unsigned-byte data
-// only, from a file or from memory. Every header field is checked against the (uncompressed)
-// size before the payload is allocated, and a gzip stream must be complete and exact; any problem
-// throws ember::Error with one line naming the file, the field, what was expected and what was found.
+// only, from a file (opened with open_input: regular files only, never blocking) or from memory.
+// Headers are read first and every field is checked before the payload is decoded; raw files are
+// read with pread, only the bytes needed; gzip may have several members and must be complete and
+// exact when decoded to its end. Any problem throws ember::Error: one line naming file and field.
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -11,27 +13,30 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ember/data.h"
 #include "ember/error.h"
+#include "ember/files.h"
 
 namespace ember {
 namespace {
 
 constexpr uint64_t kMaxPayload = uint64_t{1} << 32;  // 4 GiB cap on the product of the dims
 constexpr uint64_t kGzipMinSize = 18;                // 10-byte header + 8-byte trailer
-// A file read into memory may be at most this large: the largest header (20 bytes) plus the
+// A gzip file read into memory may be at most this large: the largest header (20 bytes) plus the
 // 4 GiB payload cap, plus room for gzip's worst case (stored blocks add 5 bytes per 64 KiB).
 constexpr uint64_t kMaxFileSize = kMaxPayload + (uint64_t{1} << 26);
 constexpr uint64_t kZChunk = uint64_t{1} << 30;      // zlib counts in unsigned ints
 constexpr uint64_t kFirstChunk = uint64_t{1} << 16;  // gzip payload buffer: at least this first
+constexpr int64_t kMaxSide = 4096;                   // rows and cols of a data set's images
 constexpr uint8_t kNoBytes[1] = {0};                 // a valid pointer for empty input
 
+// The path goes through one_line, so a name with control characters cannot break the line.
 [[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
-  throw Error(path + ": " + field + ": " + what);
+  throw Error(one_line(path) + ": " + field + ": " + what);
 }
 
 std::string hex32(uint32_t v) {
@@ -62,58 +67,52 @@ uint32_t be32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-uint32_t le32(const unsigned char* p) {
-  return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+bool gzip_signature(const uint8_t* p, uint64_t size) {
+  return size >= 2 && p[0] == 0x1f && p[1] == 0x8b;
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { if (f) std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+// Reads n bytes at offset `at`; returns fewer only at the end of the file.
+uint64_t pread_full(int fd, uint8_t* out, uint64_t n, uint64_t at, const std::string& path) {
+  uint64_t done = 0;
+  while (done < n) {
+    const size_t step = static_cast<size_t>(std::min<uint64_t>(n - done, kZChunk));
+    const ssize_t r = ::pread(fd, out + done, step, static_cast<off_t>(at + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail(path, "file", std::string("read error: ") + std::strerror(errno));
+    if (r == 0) break;
+    done += static_cast<uint64_t>(r);
+  }
+  return done;
+}
 
-// Reads the whole file into memory (at most kMaxFileSize bytes, checked before allocating),
-// or throws naming the path and strerror.
-std::vector<uint8_t> slurp(const std::string& path) {
-  errno = 0;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail(path, "file", std::string("cannot open for reading: ") + std::strerror(errno));
-  FilePtr fp(f);
-  struct stat st {};
-  if (fstat(fileno(f), &st) != 0)
-    fail(path, "file", std::string("cannot stat: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode))
-    fail(path, "file", std::string("expected a regular file, found a directory: ") + std::strerror(EISDIR));
-  const uint64_t known = S_ISREG(st.st_mode) ? uint64_t(st.st_size) : 0;
-  if (known > kMaxFileSize)
+// A compressed file, read whole (its fstat size, at most kMaxFileSize, checked before allocating).
+std::vector<uint8_t> read_compressed(int fd, uint64_t size, const std::string& path) {
+  if (size > kMaxFileSize)
     fail(path, "size", "expected at most " + std::to_string(kMaxFileSize) +
                            " bytes (4 GiB payload cap + header and gzip overhead), found " +
-                           std::to_string(known) + " (too large)");
-  std::vector<uint8_t> bytes;
-  bytes.reserve(known + 1);
-  // Pipes and devices report no size: read in steps, under the same cap.
-  uint64_t want = known ? known + 1 : (uint64_t{1} << 16);
-  for (;;) {
-    const size_t at = bytes.size();
-    bytes.resize(at + want);
-    const size_t got = std::fread(bytes.data() + at, 1, want, f);
-    bytes.resize(at + got);
-    if (got < want) break;
-    if (bytes.size() > kMaxFileSize)
-      fail(path, "size", "expected at most " + std::to_string(kMaxFileSize) +
-                             " bytes (4 GiB payload cap + header and gzip overhead), found more"
-                             " (too large)");
-    want = std::min<uint64_t>(std::max<uint64_t>(bytes.size(), kFirstChunk), uint64_t{1} << 24);
-  }
-  if (std::ferror(f)) fail(path, "file", std::string("read error: ") + std::strerror(errno));
+                           std::to_string(size) + " (too large)");
+  std::vector<uint8_t> bytes(size);
+  bytes.resize(pread_full(fd, bytes.data(), size, 0, path));  // a file that shrank: what is left
   return bytes;
 }
 
-// A byte source over memory: the bytes themselves, or the gzip stream they hold (every member,
-// as zlib's gzread decodes them). read_exact throws on any short read or error.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A byte source: raw bytes (in memory, or a file read with pread as needed: fd >= 0, data unused)
+// or the gzip stream that in-memory bytes hold (every member in turn, as gzip -d decodes them).
+// read_exact throws on any short read or error.
 class Source {
  public:
-  Source(const std::string& name, const uint8_t* data, uint64_t size, bool gzip)
-      : name_(name), data_(data), size_(size), gzip_(gzip) {
+  Source(const std::string& name, const uint8_t* data, uint64_t size, bool gzip, int fd)
+      : name_(name), data_(data), size_(size), fd_(fd), gzip_(gzip) {
     if (!gzip_) return;
     std::memset(&z_, 0, sizeof z_);
     if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK)
@@ -139,9 +138,9 @@ class Source {
     }
   }
 
-  // For gzip: the stream must end right after the payload (and its CRC/length must verify).
-  // The rest is decoded (and dropped) first, so corrupt data is reported as such, as gzread's
-  // read-ahead did; the work is bounded by deflate's 1032:1 ratio on the input.
+  // For gzip: the stream must end right after the payload (every member's CRC and length must
+  // verify) and the file after its last member. The rest is decoded (and dropped) first, so
+  // corrupt data is reported as such; the work is bounded by deflate's 1032:1 ratio on the input.
   void expect_end() {
     if (!gzip_) return;
     uint8_t sink[4096];
@@ -150,12 +149,18 @@ class Source {
     if (extra != 0)
       fail(name_, "gzip stream", "expected the uncompressed data to end after the payload, "
                                  "found trailing bytes");
+    if (junk_ != 0)
+      fail(name_, "gzip stream", "expected the file to end after the last gzip member, found " +
+                                     std::to_string(junk_) + " trailing bytes that are not a "
+                                     "gzip member (trailing garbage)");
   }
 
  private:
   uint64_t copy_into(uint8_t* out, uint64_t n) {
-    const uint64_t got = std::min(n, size_ - pos_);
-    if (got) std::memcpy(out, data_ + pos_, got);
+    const uint64_t want = std::min(n, size_ - pos_);
+    uint64_t got = want;
+    if (fd_ >= 0) got = pread_full(fd_, out, want, pos_, name_);
+    else if (want) std::memcpy(out, data_ + pos_, want);
     pos_ += got;
     return got;
   }
@@ -176,14 +181,7 @@ class Source {
       const int r = inflate(&z_, Z_NO_FLUSH);
       done += want - z_.avail_out;
       if (r == Z_STREAM_END) {
-        // Another member may follow (1f 8b); anything else after a member is ignored, as gzread does.
-        const uint64_t left = z_.avail_in + (size_ - pos_);
-        const uint8_t* next = z_.avail_in ? z_.next_in : data_ + pos_;
-        if (left >= 2 && next_byte(next, 0) == 0x1f && next_byte(next, 1) == 0x8b) {
-          inflateReset(&z_);
-        } else {
-          ended_ = true;
-        }
+        member_end();
         continue;
       }
       if (r == Z_OK) continue;
@@ -198,6 +196,19 @@ class Source {
     return done;
   }
 
+  // At the end of a member: another member may follow (1f 8b); anything else ends the stream,
+  // and its length is kept for expect_end (gzip -t warns about such trailing garbage).
+  void member_end() {
+    const uint64_t left = z_.avail_in + (size_ - pos_);
+    const uint8_t* next = z_.avail_in ? z_.next_in : data_ + pos_;
+    if (left >= 2 && next_byte(next, 0) == 0x1f && next_byte(next, 1) == 0x8b) {
+      inflateReset(&z_);
+    } else {
+      ended_ = true;
+      junk_ = left;
+    }
+  }
+
   // Byte i after `next`, where the unread input may continue past zlib's window into data_.
   uint8_t next_byte(const uint8_t* next, uint64_t i) const {
     if (i < z_.avail_in) return next[i];
@@ -208,30 +219,27 @@ class Source {
   const uint8_t* data_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  int fd_;
   bool gzip_;
   bool live_ = false;
   bool ended_ = false;
+  uint64_t junk_ = 0;  // bytes after the last member
   z_stream z_;
 };
 
-// The parser behind parse_idx and read_idx. With `owned` (the same bytes as data, size), a raw
-// payload is moved out of it instead of copied.
-IdxArray parse(const uint8_t* data, uint64_t size, const std::string& path,
-               std::vector<uint8_t>* owned) {
-  const bool gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
-  uint32_t isize = 0;
-  if (gzip) {
-    if (size < kGzipMinSize)
-      fail(path, "size", "expected at least " + std::to_string(kGzipMinSize) +
-                             " bytes for a gzip file (header + trailer), found " +
-                             std::to_string(size) + " (truncated gzip)");
-    isize = le32(data + size - 4);
-  }
-  Source src(path, data, size, gzip);
+// An IDX header: the dims and what they imply.
+struct Header {
+  std::vector<int64_t> dims;
+  uint64_t bytes = 0;    // the header's own size: magic + 4 bytes per dim
+  uint64_t product = 1;  // the payload's size: the product of the dims (at most 4 GiB)
+  std::string shape;     // "N x rows x cols", for messages
+};
 
+// Reads and checks the magic; returns the rank.
+unsigned read_magic(Source& src, const std::string& path) {
   unsigned char m[4];
   src.read_exact(m, 4, "magic");
-  uint32_t magic = be32(m);
+  const uint32_t magic = be32(m);
   if (m[0] != 0 || m[1] != 0)
     fail(path, "magic", "expected 0x00000801..0x00000804 (unsigned-byte IDX, e.g. 0x00000803 "
                         "ubyte images or 0x00000801 ubyte labels), found " + hex32(magic));
@@ -242,146 +250,239 @@ IdxArray parse(const uint8_t* data, uint64_t size, const std::string& path,
   if (rank < 1 || rank > 4)
     fail(path, "magic rank (byte 3)", "expected 1..4, found " + std::to_string(rank) +
                                           " in magic " + hex32(magic));
+  return rank;
+}
 
+Header read_header(Source& src, const std::string& path) {
+  const unsigned rank = read_magic(src, path);
   unsigned char d[16];
   src.read_exact(d, 4ull * rank, "dims");
-  IdxArray out;
-  uint64_t product = 1;
-  std::string shape;
+  Header h;
+  h.bytes = 4 + 4ull * rank;
   for (unsigned i = 0; i < rank; ++i) {
-    out.dims.push_back(be32(d + 4 * i));
-    shape += (i ? " x " : "") + std::to_string(out.dims.back());
+    h.dims.push_back(be32(d + 4 * i));
+    h.shape += (i ? " x " : "") + std::to_string(h.dims.back());
   }
   // The leading count may be 0 (callers decide); inner dims (rows, cols, ...) must be positive.
   for (unsigned i = 1; i < rank; ++i)
-    if (out.dims[i] == 0)
-      fail(path, "dims[" + std::to_string(i) + "]", "expected > 0, found 0 (dims " + shape + ")");
+    if (h.dims[i] == 0)
+      fail(path, "dims[" + std::to_string(i) + "]", "expected > 0, found 0 (dims " + h.shape + ")");
   for (unsigned i = 0; i < rank; ++i) {
-    uint64_t v = static_cast<uint64_t>(out.dims[i]);
+    const uint64_t v = static_cast<uint64_t>(h.dims[i]);
     // product <= 2^32 and v < 2^32 here, so the multiply cannot wrap; check the cap each step.
-    if (v != 0 && product > kMaxPayload / v)
+    if (v != 0 && h.product > kMaxPayload / v)
       fail(path, "dims", "expected a product of at most " + std::to_string(kMaxPayload) +
-                             " bytes (4 GiB), found " + shape + " (too large)");
-    product *= v;
+                             " bytes (4 GiB), found " + h.shape + " (too large)");
+    h.product *= v;
   }
-  const uint64_t header = 4 + 4ull * rank;
-  const uint64_t total = header + product;
+  return h;
+}
 
-  if (gzip) {
-    uint32_t want = static_cast<uint32_t>(total & 0xffffffffu);
-    if (isize != want)
-      fail(path, "gzip ISIZE", "expected " + std::to_string(want) + " (" + std::to_string(header) +
-                                   "-byte header + " + shape + " = " + std::to_string(product) +
-                                   " bytes, mod 2^32), found " + std::to_string(isize) +
-                                   " (dims disagree with the data, or the gzip is truncated)");
-    // The trailer can lie: the buffer starts at a guess from the compressed size and doubles only
-    // as decoded data arrives (so at most twice what the stream really holds), never past the dims.
-    uint64_t have = 0;
-    while (have < product) {
-      const uint64_t next = std::min(product, have ? 2 * have : std::max(kFirstChunk, 8 * size));
-      out.data.resize(next);
-      src.read_exact(out.data.data() + have, next - have, "data", have, product);
-      have = next;
+// One IDX input whose header has been read and checked, its payload not yet decoded: a file
+// (a raw one is read with pread as needed, never whole; a gzip one is read into memory) or bytes
+// in memory. The header can be looked at before deciding how much of the payload to decode.
+class IdxInput {
+ public:
+  IdxInput(const std::string& path, const std::string& what) : name_(path) {
+    fd_.fd = open_input(path, what, &size_);
+    uint8_t sig[2] = {0, 0};
+    if (size_ >= 2 && pread_full(fd_.fd, sig, 2, 0, path) == 2 && gzip_signature(sig, 2)) {
+      compressed_ = read_compressed(fd_.fd, size_, path);
+      start(compressed_.empty() ? kNoBytes : compressed_.data(), compressed_.size(), true, -1);
+    } else {
+      start(kNoBytes, size_, false, fd_.fd);
     }
-    src.expect_end();
+  }
+  IdxInput(const uint8_t* data, uint64_t size, const std::string& name) : name_(name) {
+    start(data, size, gzip_signature(data, size), -1);
+  }
+
+  const Header& header() const { return h_; }
+
+  // The first `items` entries along dims[0] (all of them when items >= dims[0]). All: a raw file
+  // must be exactly header + payload, a gzip stream must end right after the payload. Fewer: a raw
+  // file must still have the exact size, a gzip stream is decoded only as far as needed.
+  std::vector<uint8_t> decode(uint64_t items) {
+    const uint64_t count = static_cast<uint64_t>(h_.dims[0]);
+    const bool all = items >= count;
+    const uint64_t want = all ? h_.product : items * (h_.product / count);
+    if (!gzip_) return decode_raw(want);
+    std::vector<uint8_t> out = decode_gzip(want);
+    if (all) src_->expect_end();
     return out;
   }
-  if (size != total) {
-    std::string which = size < total ? "truncated by " + std::to_string(total - size) + " bytes"
-                                     : std::to_string(size - total) + " trailing bytes";
-    fail(path, "size", "expected " + std::to_string(total) + " bytes (" + std::to_string(header) +
-                           "-byte header + dims " + shape + "), found " + std::to_string(size) +
-                           " (" + which + ")");
+
+ private:
+  void start(const uint8_t* data, uint64_t size, bool gzip, int fd) {
+    size_ = size;
+    gzip_ = gzip;
+    if (gzip && size < kGzipMinSize)
+      fail(name_, "size", "expected at least " + std::to_string(kGzipMinSize) +
+                              " bytes for a gzip file (header + trailer), found " +
+                              std::to_string(size) + " (truncated gzip)");
+    src_.emplace(name_, data, size, gzip, fd);
+    h_ = read_header(*src_, name_);
   }
-  if (owned) {
-    owned->erase(owned->begin(), owned->begin() + static_cast<std::ptrdiff_t>(header));
-    out.data = std::move(*owned);
-  } else {
-    out.data.assign(data + header, data + size);
+
+  std::vector<uint8_t> decode_raw(uint64_t want) {
+    const uint64_t total = h_.bytes + h_.product;
+    if (size_ != total) {
+      const std::string which = size_ < total
+                                    ? "truncated by " + std::to_string(total - size_) + " bytes"
+                                    : std::to_string(size_ - total) + " trailing bytes";
+      fail(name_, "size", "expected " + std::to_string(total) + " bytes (" +
+                              std::to_string(h_.bytes) + "-byte header + dims " + h_.shape +
+                              "), found " + std::to_string(size_) + " (" + which + ")");
+    }
+    std::vector<uint8_t> out(want);
+    src_->read_exact(out.data(), want, "data");
+    return out;
   }
-  return out;
+
+  // The header (and so the trailer) can lie: the buffer starts at a guess from the compressed
+  // size and doubles only as decoded data arrives (so at most twice what the stream really
+  // holds), never past `want`.
+  std::vector<uint8_t> decode_gzip(uint64_t want) {
+    std::vector<uint8_t> out;
+    uint64_t have = 0;
+    while (have < want) {
+      const uint64_t next = std::min(want, have ? 2 * have : std::max(kFirstChunk, 8 * size_));
+      out.reserve(next);  // exactly next: no vector growth slack past `want`
+      out.resize(next);
+      src_->read_exact(out.data() + have, next - have, "data", have, want);
+      have = next;
+    }
+    return out;
+  }
+
+  std::string name_;
+  Fd fd_;
+  std::vector<uint8_t> compressed_;
+  uint64_t size_ = 0;
+  bool gzip_ = false;
+  std::optional<Source> src_;
+  Header h_;
+};
+
+// Images [N, rows, cols] and labels [N]: ranks, a non-zero count, sides, equal counts.
+void check_pair(const Header& img, const Header& lab, const std::string& images,
+                const std::string& labels) {
+  if (img.dims.size() != 3)
+    fail(images, "magic rank",
+         "expected 3 (0x00000803 ubyte images [N, rows, cols]), found " +
+             std::to_string(img.dims.size()) + " (" + hex32(0x800u + img.dims.size()) + ")");
+  if (lab.dims.size() != 1)
+    fail(labels, "magic rank", "expected 1 (0x00000801 ubyte labels [N]), found " +
+                                   std::to_string(lab.dims.size()) + " (" +
+                                   hex32(0x800u + lab.dims.size()) + ")");
+  const int64_t n = img.dims[0];
+  if (n == 0) fail(images, "count", "expected at least 1 image, found 0 (zero images)");
+  if (img.dims[1] > kMaxSide || img.dims[2] > kMaxSide)
+    fail(images, "rows/cols",
+         "expected each <= " + std::to_string(kMaxSide) + ", found " +
+             std::to_string(img.dims[1]) + " x " + std::to_string(img.dims[2]));
+  if (lab.dims[0] != n)
+    fail(labels, "count", "expected " + std::to_string(n) + " labels (the image count in " +
+                              one_line(images) + "), found " + std::to_string(lab.dims[0]));
+}
+
+void check_labels(const std::vector<uint8_t>& labels, int num_classes, const std::string& path) {
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= num_classes)
+      fail(path, "label[" + std::to_string(i) + "]",
+           "expected < " + std::to_string(num_classes) + " (num_classes), found " +
+               std::to_string(labels[i]));
+  }
+}
+
+// Why a present name cannot be used as a data file (lstat/stat's errno).
+std::string unusable(int err) {
+  if (err == ELOOP)
+    return "expected a regular file, found a symlink loop (too many levels of symbolic links)";
+  return std::string("cannot access it: ") + std::strerror(err);
+}
+
+// NAME or NAME.gz in dir, the raw one first. Only a name that is truly absent is skipped: one
+// that is there but unusable (a symlink loop, a dangling symlink, no permission) is reported.
+std::string pick(const std::string& dir, const std::string& name) {
+  for (const std::string& file : {name, name + ".gz"}) {
+    const std::string path = (std::filesystem::path(dir) / file).string();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) return path;  // open_input checks what it is
+    const int err = errno;
+    if (err != ENOENT) fail(path, "data file", unusable(err));
+    if (::lstat(path.c_str(), &st) == 0)
+      fail(path, "data file", "expected a regular file, found a symlink to nothing (dangling)");
+  }
+  throw Error(one_line(dir) + ": data file " + name + ": expected " + name + " or " + name +
+              ".gz in the directory, found neither");
+}
+
+void check_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (ec || !fs::exists(st))
+    fail(dir, "data directory", "expected an existing directory, found nothing there" +
+                                    (ec ? " (" + ec.message() + ")" : std::string()));
+  if (!fs::is_directory(st))
+    fail(dir, "data directory", "expected a directory, found a non-directory file");
 }
 
 }  // namespace
 
 IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& name) {
-  return parse(size ? data : kNoBytes, size, name, nullptr);
+  IdxInput in(size ? data : kNoBytes, size, name);
+  IdxArray out;
+  out.dims = in.header().dims;
+  out.data = in.decode(static_cast<uint64_t>(out.dims[0]));
+  return out;
 }
 
 IdxArray read_idx(const std::string& path) {
-  std::vector<uint8_t> bytes = slurp(path);
-  return parse(bytes.empty() ? kNoBytes : bytes.data(), bytes.size(), path, &bytes);
+  IdxInput in(path, "IDX file");
+  IdxArray out;
+  out.dims = in.header().dims;
+  out.data = in.decode(static_cast<uint64_t>(out.dims[0]));
+  return out;
 }
 
 Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
-                         int num_classes) {
+                         int num_classes, int64_t limit) {
   if (num_classes < 1 || num_classes > 256)
-    throw Error(labels_path + ": num_classes: expected 1..256 for unsigned-byte labels, found " +
-                std::to_string(num_classes));
-  IdxArray img = read_idx(images_path);
-  if (img.dims.size() != 3)
-    fail(images_path, "magic rank",
-         "expected 3 (0x00000803 ubyte images [N, rows, cols]), found " +
-             std::to_string(img.dims.size()) + " (" + hex32(0x800u + img.dims.size()) + ")");
-  IdxArray lab = read_idx(labels_path);
-  if (lab.dims.size() != 1)
-    fail(labels_path, "magic rank", "expected 1 (0x00000801 ubyte labels [N]), found " +
-                                        std::to_string(lab.dims.size()) + " (" +
-                                        hex32(0x800u + lab.dims.size()) + ")");
-  const int64_t n = img.dims[0];
-  if (n == 0) fail(images_path, "count", "expected at least 1 image, found 0 (zero images)");
-  if (img.dims[1] > 4096 || img.dims[2] > 4096)
-    fail(images_path, "rows/cols", "expected each <= 4096, found " + std::to_string(img.dims[1]) +
-                                       " x " + std::to_string(img.dims[2]));
-  if (lab.dims[0] != n)
-    fail(labels_path, "count", "expected " + std::to_string(n) + " labels (the image count in " +
-                                   images_path + "), found " + std::to_string(lab.dims[0]));
-  for (size_t i = 0; i < lab.data.size(); ++i) {
-    if (lab.data[i] >= num_classes)
-      fail(labels_path, "label[" + std::to_string(i) + "]",
-           "expected < " + std::to_string(num_classes) + " (num_classes), found " +
-               std::to_string(lab.data[i]));
-  }
+    fail(labels_path, "num_classes", "expected 1..256 for unsigned-byte labels, found " +
+                                         std::to_string(num_classes));
+  if (limit < 0)
+    fail(images_path, "limit", "expected >= 0 (0 = all images), found " + std::to_string(limit));
+  IdxInput img(images_path, "images file");
+  IdxInput lab(labels_path, "labels file");
+  check_pair(img.header(), lab.header(), images_path, labels_path);
+  const int64_t n = img.header().dims[0];
   Dataset ds;
-  ds.count = n;
-  ds.rows = static_cast<int>(img.dims[1]);
-  ds.cols = static_cast<int>(img.dims[2]);
+  ds.count = limit > 0 ? std::min(n, limit) : n;
+  ds.rows = static_cast<int>(img.header().dims[1]);
+  ds.cols = static_cast<int>(img.header().dims[2]);
   ds.num_classes = num_classes;
-  ds.images = std::move(img.data);
-  ds.labels = std::move(lab.data);
+  ds.labels = lab.decode(static_cast<uint64_t>(ds.count));
+  check_labels(ds.labels, num_classes, labels_path);
+  ds.images = img.decode(static_cast<uint64_t>(ds.count));
   return ds;
 }
 
-TrainTest load_mnist_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::file_status st = fs::status(dir, ec);
-  if (ec || !fs::exists(st))
-    throw Error(dir + ": data directory: expected an existing directory, found nothing there" +
-                (ec ? " (" + ec.message() + ")" : std::string()));
-  if (!fs::is_directory(st))
-    throw Error(dir + ": data directory: expected a directory, found a non-directory file");
-
-  auto pick = [&](const std::string& name) {
-    fs::path raw = fs::path(dir) / name;
-    fs::path gz = fs::path(dir) / (name + ".gz");
-    std::error_code e;
-    if (fs::exists(raw, e)) return raw.string();
-    if (fs::exists(gz, e)) return gz.string();
-    throw Error(dir + ": data file " + name + ": expected " + name + " or " + name +
-                ".gz in the directory, found neither");
-  };
-  const std::string tr_img = pick("train-images-idx3-ubyte");
-  const std::string tr_lab = pick("train-labels-idx1-ubyte");
-  const std::string te_img = pick("t10k-images-idx3-ubyte");
-  const std::string te_lab = pick("t10k-labels-idx1-ubyte");
+TrainTest load_mnist_dir(const std::string& dir, int64_t limit_train, int64_t limit_test) {
+  check_dir(dir);
+  const std::string tr_img = pick(dir, "train-images-idx3-ubyte");
+  const std::string tr_lab = pick(dir, "train-labels-idx1-ubyte");
+  const std::string te_img = pick(dir, "t10k-images-idx3-ubyte");
+  const std::string te_lab = pick(dir, "t10k-labels-idx1-ubyte");
   TrainTest tt;
-  tt.train = load_idx_dataset(tr_img, tr_lab, 10);
-  tt.test = load_idx_dataset(te_img, te_lab, 10);
+  tt.train = load_idx_dataset(tr_img, tr_lab, 10, limit_train);
+  tt.test = load_idx_dataset(te_img, te_lab, 10, limit_test);
   if (tt.train.rows != tt.test.rows || tt.train.cols != tt.test.cols)
-    throw Error(te_img + ": rows/cols: expected " + std::to_string(tt.train.rows) + " x " +
-                std::to_string(tt.train.cols) + " (as in " + tr_img + "), found " +
-                std::to_string(tt.test.rows) + " x " + std::to_string(tt.test.cols));
+    fail(te_img, "rows/cols", "expected " + std::to_string(tt.train.rows) + " x " +
+                                  std::to_string(tt.train.cols) + " (as in " + one_line(tr_img) +
+                                  "), found " + std::to_string(tt.test.rows) + " x " +
+                                  std::to_string(tt.test.cols));
   return tt;
 }
 

@@ -2,14 +2,17 @@
 // <param>") and, in __metadata__.ember_checkpoint, the optimizer's step count, the loop's state,
 // the schedule position, the data order's generator and the caller's configuration.
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "ember/error.h"
+#include "fs/json_read.h"
 #include "ember/version.h"
 #include "io/source.h"
 
@@ -41,12 +44,7 @@ CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
   };
   c.ember_version = meta("ember_version");
   c.model_json = meta("model");
-  json j;
-  try {
-    j = json::parse(meta("ember_checkpoint"));
-  } catch (const json::exception& e) {
-    throw Error(file + ": __metadata__.ember_checkpoint: invalid JSON: " + e.what());
-  }
+  const json j = parse_json(meta("ember_checkpoint"), file + ": __metadata__.ember_checkpoint");
   const std::string f = file + ": __metadata__.ember_checkpoint";
   if (!j.is_object()) throw Error(f + ": expected a JSON object");
   auto field = [&](const json& o, const char* key, const std::string& where) -> const json& {
@@ -56,19 +54,19 @@ CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
   auto integer = [&](const json& o, const char* key, const std::string& where, int64_t hi) {
     const json& v = field(o, key, where);
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > hi)
-      throw Error(where + "." + key + ": expected an integer in [0, " + std::to_string(hi) + "], found " + v.dump());
+      throw Error(where + "." + key + ": expected an integer in [0, " + std::to_string(hi) + "], found " + json_brief(v));
     return v.get<int64_t>();
   };
   auto real = [&](const json& o, const char* key, const std::string& where) {
     const json& v = field(o, key, where);
-    if (!v.is_number()) throw Error(where + "." + key + ": expected a finite number, found " + v.dump());
+    if (!v.is_number()) throw Error(where + "." + key + ": expected a finite number, found " + json_brief(v));
     return v.get<double>();
   };
   if (integer(j, "version", f, 1000) != kFormatVersion)
-    throw Error(f + ".version: expected " + std::to_string(kFormatVersion) + ", found " + j["version"].dump() +
+    throw Error(f + ".version: expected " + std::to_string(kFormatVersion) + ", found " + json_brief(j["version"]) +
                 " (written by ember " + shown(c.ember_version) + ")");
   const json& opt = field(j, "optimizer", f);
-  if (!opt.is_string()) throw Error(f + ".optimizer: expected a string, found " + opt.dump());
+  if (!opt.is_string()) throw Error(f + ".optimizer: expected a string, found " + json_brief(opt));
   c.optimizer = opt.get<std::string>();
   c.optimizer_steps = integer(j, "optimizer_steps", f, int64_t(1) << 53);
   const json& st = field(j, "state", f);
@@ -86,9 +84,26 @@ CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
   return c;
 }
 
+// The loop's counters must be possible for a run of this plan's batch size.
+void check_counters(const TrainState& s, int64_t batch, const std::string& file) {
+  const std::string f = file + ": __metadata__.ember_checkpoint.state";
+  const int64_t seen = s.batch * batch;  // samples of the partial epoch, at most (last batch may be short)
+  if (s.correct > seen)
+    throw Error(f + ".correct: " + std::to_string(s.correct) + " correct predictions is more than the " +
+                std::to_string(seen) + " samples of " + std::to_string(s.batch) + " batches of " + std::to_string(batch));
+  if (s.skipped > s.batch)
+    throw Error(f + ".skipped: " + std::to_string(s.skipped) + " skipped steps is more than the " +
+                std::to_string(s.batch) + " steps taken");
+  if (!std::isfinite(s.loss_sum) || s.loss_sum < 0)
+    throw Error(f + ".loss_sum: expected a finite number >= 0, found " + std::to_string(s.loss_sum));
+  if (!std::isfinite(s.seconds) || s.seconds < 0)
+    throw Error(f + ".seconds: expected a finite number >= 0, found " + std::to_string(s.seconds));
+}
+
 CheckpointInfo load(Plan& plan, const io::ByteSource& src) {
   const SafetensorsHeader h = io::read_safetensors_header(src);
   CheckpointInfo c = parse_info(h, src.name());
+  check_counters(c.state, plan.batch(), src.name());
   const std::vector<std::string> names = state_names(plan);
   // Everything is checked before a byte is copied: the state tensors here, the weights in load_params.
   for (const SafetensorsEntry& e : h.tensors) {
@@ -114,7 +129,11 @@ CheckpointInfo load(Plan& plan, const io::ByteSource& src) {
   for (int s = 0; s < plan.state_count(); ++s) {
     float* dst = static_cast<float*>(plan.state_data(s));
     for (const ParamInfo& p : plan.params())
-      io::read_tensor_f32(src, h, *h.find("optimizer." + names[size_t(s)] + "." + p.name), dst + p.offset, p.size);
+    {
+      const std::string name = "optimizer." + names[size_t(s)] + "." + p.name;
+      io::read_tensor_f32(src, h, *h.find(name), dst + p.offset, p.size);
+      io::check_finite(dst + p.offset, p.size, src.name() + ": tensor '" + name + "'");
+    }
   }
   plan.set_optimizer_steps(c.optimizer_steps);
   return c;
@@ -203,11 +222,15 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 void prune_checkpoints(const std::string& dir, int keep) {
   const std::vector<std::string> all = list_checkpoints(dir);
   for (size_t i = 0; i + size_t(std::max(keep, 1)) < all.size(); ++i) ::unlink(all[i].c_str());
-  const std::string mine = ".tmp." + std::to_string(::getpid());
-  each_entry(dir, [&](const std::string& n) {  // temporary files of a process that died mid-save
-    if (n.rfind(".ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos &&
-        !(n.size() > mine.size() && n.compare(n.size() - mine.size(), mine.size(), mine) == 0))
-      ::unlink((dir + "/" + n).c_str());
+  // Temporary files of a process that died mid-save: the directory is locked by this run, so
+  // any older than a minute (none of its own: a save has finished) is left over.
+  const time_t now = ::time(nullptr);
+  each_entry(dir, [&](const std::string& n) {
+    const bool old_style = n.rfind(".ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos;
+    if (!old_style && n.rfind(".ember-", 0) != 0) return;
+    struct stat st;
+    const std::string p = dir + "/" + n;
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime > 60) ::unlink(p.c_str());
   });
 }
 

@@ -2,11 +2,13 @@
 // anything is allocated or copied, the writer (atomic), and weights in PyTorch's names and
 // layouts, loaded with conversion from F64, F16 and BF16.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <nlohmann/json.hpp>
 
 #include "ember/error.h"
+#include "fs/json_read.h"
 #include "ember/model.h"
 #include "ember/version.h"
 #include "io/source.h"
@@ -80,12 +82,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint6
                                            const std::string& file) {
   const uint64_t hlen = header_length(bytes, n, file_size, file);
   if (hlen > n - 8) throw Error(file + ": header: only " + std::to_string(n - 8) + " of its " + std::to_string(hlen) + " bytes given");
-  json header;
-  try {
-    header = json::parse(bytes + 8, bytes + 8 + hlen);
-  } catch (const json::exception& e) {
-    throw Error(file + ": header: invalid JSON: " + e.what());
-  }
+  const json header = parse_json(std::string_view(reinterpret_cast<const char*>(bytes) + 8, hlen), file + ": header");
   if (!header.is_object()) throw Error(file + ": header: expected a JSON object, found " + std::string(header.type_name()));
   SafetensorsHeader h;
   h.data_offset = 8 + hlen;
@@ -111,7 +108,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint6
     SafetensorsEntry e;
     e.name = key;
     if (!v["dtype"].is_string() || dtype_size(v["dtype"].get<std::string>()) == 0)
-      throw Error(f + ".dtype: expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL F8_E5M2 F8_E4M3, found " + v["dtype"].dump());
+      throw Error(f + ".dtype: expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL F8_E5M2 F8_E4M3, found " + json_brief(v["dtype"]));
     e.dtype = v["dtype"].get<std::string>();
     const json& shape = v["shape"];
     if (!shape.is_array() || shape.size() > kMaxRank)
@@ -119,17 +116,17 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint6
     uint64_t count = 1;
     for (const json& d : shape) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 53))
-        throw Error(f + ".shape: expected sizes that are integers >= 0, found " + shape.dump());
+        throw Error(f + ".shape: expected sizes that are integers >= 0, found " + json_brief(shape));
       if (__builtin_mul_overflow(count, d.get<uint64_t>(), &count))
-        throw Error(f + ".shape: " + shape.dump() + " has more elements than 2^64");
+        throw Error(f + ".shape: " + json_brief(shape) + " has more elements than 2^64");
       e.shape.push_back(int64_t(d.get<uint64_t>()));
     }
     uint64_t bytes_needed;
     if (__builtin_mul_overflow(count, uint64_t(dtype_size(e.dtype)), &bytes_needed))
-      throw Error(f + ".shape: " + shape.dump() + " needs more than 2^64 bytes");
+      throw Error(f + ".shape: " + json_brief(shape) + " needs more than 2^64 bytes");
     const json& o = v["data_offsets"];
     if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
-      throw Error(f + ".data_offsets: expected [begin, end], found " + o.dump());
+      throw Error(f + ".data_offsets: expected [begin, end], found " + json_brief(o));
     e.begin = o[0].get<uint64_t>();
     e.end = o[1].get<uint64_t>();
     if (e.begin > e.end || e.end > data_size)
@@ -137,7 +134,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint6
                   "] is not a range inside the " + std::to_string(data_size) + " data bytes");
     if (e.end - e.begin != bytes_needed)
       throw Error(f + ".data_offsets: [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                  "] spans " + std::to_string(e.end - e.begin) + " bytes, shape " + shape.dump() +
+                  "] spans " + std::to_string(e.end - e.begin) + " bytes, shape " + json_brief(shape) +
                   " of " + e.dtype + " needs " + std::to_string(bytes_needed));
     h.tensors.push_back(std::move(e));
   }
@@ -213,7 +210,19 @@ void load_params(Plan& plan, const ByteSource& src, const SafetensorsHeader& h,
       throw Error(f + ".shape: expected " + json(p.shape).dump() + ", found " + json(e->shape).dump());
   }
   float* dst = static_cast<float*>(plan.param_data());
-  for (const ParamInfo& p : plan.params()) read_tensor_f32(src, h, *h.find(p.name), dst + p.offset, p.size);
+  for (const ParamInfo& p : plan.params()) {
+    read_tensor_f32(src, h, *h.find(p.name), dst + p.offset, p.size);
+    check_finite(dst + p.offset, p.size, src.name() + ": tensor '" + p.name + "'");
+  }
+}
+
+void check_finite(const float* v, size_t n, const std::string& what) {
+  size_t bad = 0, first = n;
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) bad++, first = std::min(first, i);
+  if (bad)
+    throw Error(what + ": " + std::to_string(bad) + " of " + std::to_string(n) + " values are NaN or Inf (the first at index " +
+                std::to_string(first) + ", " + std::to_string(v[first]) + "): refusing to use them");
 }
 
 std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
@@ -263,6 +272,11 @@ void save_weights(Plan& plan, const std::string& path) {
 void load_weights(Plan& plan, const std::string& path) {
   const io::FileSource src(path);
   io::load_params(plan, src, io::read_safetensors_header(src), "optimizer.");
+}
+
+std::map<std::string, std::string> read_weights_metadata(const std::string& path) {
+  const io::FileSource src(path);
+  return io::read_safetensors_header(src).metadata;
 }
 
 void load_weights_from_memory(Plan& plan, const uint8_t* bytes, size_t n, const std::string& name) {

@@ -54,6 +54,9 @@ SafetensorsHeader read_safetensors_header(const ByteSource& src);
 void load_params(Plan& plan, const ByteSource& src, const SafetensorsHeader& h,
                  const std::string& ignored_prefix);
 
+// Throws Error "WHAT: K of N values are NaN or Inf (the first at index I)" when any is.
+void check_finite(const float* v, size_t n, const std::string& what);
+
 // Copies tensor `e` (F32, F64, F16 or BF16) into dst as count f32 values.
 void read_tensor_f32(const ByteSource& src, const SafetensorsHeader& h, const SafetensorsEntry& e,
                      float* dst, size_t count);

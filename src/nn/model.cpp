@@ -11,7 +11,9 @@
 #include <sstream>
 
 #include "ember/error.h"
+#include "ember/files.h"
 #include "ember/model.h"
+#include "fs/json_read.h"
 
 namespace ember {
 
@@ -126,13 +128,10 @@ namespace {
 // Limits that keep any description's reading and compiling bounded (see docs/model-format.md).
 constexpr int kMaxDepth = 32;      // JSON nesting; the format itself needs 3
 constexpr size_t kMaxLayers = 4096;
-constexpr size_t kShown = 60;      // characters of an offending value quoted in a message
+constexpr size_t kShown = 60;      // characters of a key quoted in a message
+constexpr uint64_t kMaxModelFile = uint64_t(16) << 20;  // a description of 4096 layers is < 1 MiB
 
-// A JSON value for an error message: compact, and cut short when long.
-std::string brief(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() <= kShown ? s : s.substr(0, kShown) + "... (" + std::to_string(s.size()) + " characters)";
-}
+std::string brief(const json& j) { return json_brief(j); }
 
 // An object key for a JSON path: as it is when plain, else quoted and escaped (one line).
 std::string key_name(const std::string& key) {
@@ -264,22 +263,25 @@ json layer_json(const LayerSpec& s) {
   return j;
 }
 
+// The loss must fit the last layer: cross_entropy reads probabilities (a softmax last), and
+// softmax_cross_entropy applies its own softmax (a softmax last would apply it twice).
+void check_loss(const Reader& r, const Model& m) {
+  const bool softmax_last = m.layers.back().kind == LayerKind::Softmax;
+  const std::string last = "layers[" + std::to_string(m.layers.size() - 1) + "] (" +
+                           layer_kind_name(m.layers.back().kind) + ")";
+  if (m.loss == LossKind::CrossEntropy && !softmax_last)
+    r.fail("loss", "\"cross_entropy\" expects probabilities, but the last layer " + last +
+                       " is not a softmax: add {\"type\": \"softmax\"} or use \"softmax_cross_entropy\" on logits");
+  if (m.loss == LossKind::SoftmaxCrossEntropy && softmax_last)
+    r.fail("loss", "\"softmax_cross_entropy\" applies softmax itself, and the last layer " + last +
+                       " is a softmax too (applied twice): remove it, or use \"cross_entropy\"");
+}
+
 }  // namespace
 
 Model parse_model_json(const std::string& text, const std::string& source) {
   const Reader r{source};
-  json j;
-  try {
-    // Nesting is refused while parsing, before a deep value is built (and later walked).
-    j = json::parse(text, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxDepth) throw Error("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
-      return true;
-    });
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
-    throw Error(source + ": invalid JSON: " + e.what());
-  } catch (const Error& e) {
-    throw Error(source + ": invalid JSON: " + e.what());
-  }
+  const json j = parse_json(text, source, kMaxDepth);  // depth counted before parsing
   if (!j.is_object()) r.fail("(top level)", "expected an object, found " + brief(j));
   r.only(j, "(top level)", {"name", "input", "classes", "loss", "init", "layers"});
   Model m;
@@ -311,22 +313,12 @@ Model parse_model_json(const std::string& text, const std::string& source) {
                          std::to_string(j["layers"].size()));
   for (size_t i = 0; i < j["layers"].size(); ++i)
     m.layers.push_back(parse_layer(r, j["layers"][i], "layers[" + std::to_string(i) + "]"));
+  check_loss(r, m);
   return m;
 }
 
 Model load_model_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error(path + ": cannot open model description: expected a file, found a directory");
-  errno = 0;
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    throw Error(path + ": cannot open model description: " +
-                (errno ? std::strerror(errno) : "open failed"));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(path + ": read error");
-  return parse_model_json(ss.str(), path);
+  return parse_model_json(read_input(path, kMaxModelFile, "model description"), path);
 }
 
 std::string model_to_json(const Model& m) {

@@ -1,12 +1,17 @@
-// Tests for the IDX reader (src/data/idx.cpp): raw and gzip round trips, one test per kind of
-// bad input (each checks the throw, the file name and the field in the one-line message), the
-// MNIST directory loader, the in-memory entry point parse_idx, and the real MNIST files when present.
+// Tests for the IDX reader (src/data/idx.cpp): raw, gzip and multi-member gzip round trips, one
+// test per kind of bad input (each checks the throw, the file name and the field in the one-line
+// message), non-regular inputs (FIFO, device, symlink loop), memory bounds against lying headers,
+// headers checked before payloads, `limit`, the MNIST directory loader, the in-memory entry point
+// parse_idx, and the real MNIST files when present.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -83,6 +88,17 @@ void write_gz(const fs::path& p, const Bytes& b, const char* mode = "wb9") {
   ASSERT_EQ(gzclose(g), Z_OK);
 }
 
+// The peak resident set of this process so far, in KiB (it only ever grows).
+long peak_rss_kib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Runs f, which must throw ember::Error; returns the message.
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -119,6 +135,15 @@ class IdxTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   fs::path path(const std::string& name) const { return dir_ / name; }
+
+  // b gzip-compressed by zlib (through a scratch file), as bytes.
+  Bytes gz_of(const Bytes& b, const char* mode = "wb9") {
+    auto p = path("scratch.gz");
+    write_gz(p, b, mode);
+    Bytes out = read_file(p);
+    fs::remove(p);
+    return out;
+  }
 
   // Writes a small consistent image/label pair; returns {images, labels} paths.
   std::pair<std::string, std::string> write_pair(const std::string& prefix, uint32_t n,
@@ -210,6 +235,60 @@ TEST_F(IdxTest, UnreadableFile) {
              {p.string(), "file", "directory"});
 }
 
+// A FIFO with no writer must be refused at once (open_input opens it without blocking), never
+// waited on: as an IDX file, as the images and as the labels of a data set, and in a directory.
+TEST_F(IdxTest, FifoIsRefusedWithoutBlocking) {
+  const auto files = write_pair("ok", 4, false);
+  const std::string &ip = files.first, &lp = files.second;
+  const std::string fifo = path("fifo-idx3-ubyte").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_msg(error_of([&] { ember::read_idx(fifo); }), {fifo, "FIFO"});
+  expect_msg(error_of([&] { ember::load_idx_dataset(fifo, lp, 10); }),
+             {fifo, "images file", "FIFO"});
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip, fifo, 10); }),
+             {fifo, "labels file", "FIFO"});
+  auto d = path("mnist");
+  fs::create_directories(d);
+  const std::string dfifo = (d / "t10k-labels-idx1-ubyte").string();
+  ASSERT_EQ(::mkfifo(dfifo.c_str(), 0600), 0);
+  fs::copy_file(ip, d / "train-images-idx3-ubyte");
+  fs::copy_file(lp, d / "train-labels-idx1-ubyte");
+  fs::copy_file(ip, d / "t10k-images-idx3-ubyte");
+  expect_msg(error_of([&] { ember::load_mnist_dir(d.string()); }), {dfifo, "labels file", "FIFO"});
+  EXPECT_LT(seconds_since(t0), 5.0) << "a FIFO was waited on";
+}
+
+// /dev/zero (endless, reports size 0) is refused as a device, directly or through a symlink,
+// instead of being read until memory runs out.
+TEST_F(IdxTest, DeviceIsRefusedEvenThroughASymlink) {
+  if (!fs::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero";
+  const auto files = write_pair("ok", 4, false);
+  const std::string& ip = files.first;
+  auto link = path("zero-labels-idx1-ubyte");
+  fs::create_symlink("/dev/zero", link);
+  const long rss0 = peak_rss_kib();
+  expect_msg(error_of([&] { ember::read_idx("/dev/zero"); }), {"/dev/zero", "character device"});
+  expect_msg(error_of([&] { ember::load_idx_dataset(ip, link.string(), 10); }),
+             {link.string(), "labels file", "character device"});
+  EXPECT_LT(peak_rss_kib() - rss0, 100L * 1024) << "read from the device";
+}
+
+TEST_F(IdxTest, SymlinkLoopIsRefused) {
+  auto p = path("loop-idx3-ubyte");
+  fs::create_symlink(p.filename(), p);  // points at itself
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "symlink loop"});
+}
+
+// A control character in a path is escaped, so every message stays on one line.
+TEST_F(IdxTest, PathWithNewlineGivesOneLine) {
+  auto p = path("bad\nname");
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {"bad\\nname", "No such file"});
+  Bytes b = idx_bytes({10, 4, 4}, pattern(150));
+  write_raw(p, b);
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {"bad\\nname: size", "truncated"});
+}
+
 TEST_F(IdxTest, WrongMagic) {
   auto p = path("train-images-idx3-ubyte");
   write_raw(p, idx_bytes({1, 2, 2}, pattern(4), 0x12345678u));
@@ -273,12 +352,12 @@ TEST_F(IdxTest, RawTrailingBytes) {
              {p.string(), "size", "expected 176", "found 179", "trailing"});
 }
 
-TEST_F(IdxTest, GzipIsizeDisagreesWithDims) {
+TEST_F(IdxTest, GzipDataShorterThanDims) {
   auto p = path("lies-idx3-ubyte.gz");
-  // Header says 10 x 4 x 4 but only 100 data bytes follow: ISIZE is 116, dims say 176.
+  // Header says 10 x 4 x 4 (160 data bytes) but only 100 follow: the decoder runs out.
   write_gz(p, idx_bytes({10, 4, 4}, pattern(100)));
   expect_msg(error_of([&] { ember::read_idx(p.string()); }),
-             {p.string(), "ISIZE", "expected 176", "found 116"});
+             {p.string(), "data", "expected 160", "found only 100", "gzip stream ends early"});
 }
 
 TEST_F(IdxTest, GzipTooShort) {
@@ -294,13 +373,13 @@ TEST_F(IdxTest, GzipCutInHalf) {
   gz.resize(gz.size() / 2);
   auto p = path("half-idx3-ubyte.gz");
   write_raw(p, gz);
-  // The last 4 bytes are no longer the trailer: zlib (decoding ahead) or the ISIZE check says so.
+  // The stream stops mid-block: zlib runs out of input.
   expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "gzip", "truncated"});
 }
 
 TEST_F(IdxTest, GzipTruncatedStreamReportedByZlib) {
-  // Stored blocks; cut the stream, then re-append a trailer whose ISIZE matches the header so
-  // the pre-check passes and the truncation must be caught through gzerror (Z_BUF_ERROR).
+  // Stored blocks; cut the stream, then re-append a trailer whose ISIZE matches the header: the
+  // truncation must be caught by zlib (Z_BUF_ERROR with no input left).
   Bytes idx = idx_bytes({50, 8, 8}, pattern(3200));
   auto good = path("stored.gz");
   write_gz(good, idx, "wb0");
@@ -354,7 +433,8 @@ TEST_F(IdxTest, GzipGarbageAfterStream) {
   gz.insert(gz.end(), {'j', 'u', 'n', 'k', '!', '!', '!'});
   auto p = path("junk-idx3-ubyte.gz");
   write_raw(p, gz);
-  expect_msg(error_of([&] { ember::read_idx(p.string()); }), {p.string(), "ISIZE"});
+  expect_msg(error_of([&] { ember::read_idx(p.string()); }),
+             {p.string(), "gzip stream", "7 trailing bytes", "trailing garbage"});
 }
 
 TEST_F(IdxTest, GzipExtraPayloadAfterData) {
@@ -372,6 +452,41 @@ TEST_F(IdxTest, GzipExtraPayloadAfterData) {
              {p.string(), "gzip stream", "trailing"});
 }
 
+// A valid file split into parts, each gzipped alone and concatenated (`cat a.gz b.gz`, which
+// gzip -t accepts): one stream, the same as the raw file. Splits inside the dims and the payload.
+TEST_F(IdxTest, MultiMemberGzipLoadsLikeTheRawFile) {
+  Bytes payload = pattern(7 * 5 * 3, 21);
+  Bytes idx = idx_bytes({7, 5, 3}, payload);
+  const std::vector<std::vector<size_t>> cuts = {{7}, {16 + 40}, {3, 16, 60}};
+  for (const auto& cut : cuts) {
+    Bytes gz;
+    size_t from = 0;
+    for (size_t i = 0; i <= cut.size(); ++i) {
+      const size_t to = i < cut.size() ? cut[i] : idx.size();
+      Bytes part = gz_of(Bytes(idx.begin() + long(from), idx.begin() + long(to)));
+      gz.insert(gz.end(), part.begin(), part.end());
+      from = to;
+    }
+    auto p = path("multi-idx3-ubyte.gz");
+    write_raw(p, gz);
+    ember::IdxArray a = ember::read_idx(p.string());
+    EXPECT_EQ(a.dims, (std::vector<int64_t>{7, 5, 3})) << cut.size() << " cuts";
+    EXPECT_EQ(a.data, payload) << cut.size() << " cuts";
+    EXPECT_EQ(ember::parse_idx(gz.data(), gz.size(), "mem").data, payload);
+  }
+  // Through the data set loader too, with the labels in two members.
+  auto [ip, lp] = write_pair("raw", 9, false);
+  Bytes lab = read_file(lp), lgz = gz_of(Bytes(lab.begin(), lab.begin() + 10));
+  Bytes rest = gz_of(Bytes(lab.begin() + 10, lab.end()));
+  lgz.insert(lgz.end(), rest.begin(), rest.end());
+  auto lp2 = path("two-labels-idx1-ubyte.gz");
+  write_raw(lp2, lgz);
+  const ember::Dataset raw = ember::load_idx_dataset(ip, lp, 10);
+  const ember::Dataset two = ember::load_idx_dataset(ip, lp2.string(), 10);
+  EXPECT_EQ(two.labels, raw.labels);
+  EXPECT_EQ(two.count, 9);
+}
+
 // ---- in memory: parse_idx ----
 
 TEST_F(IdxTest, ParseIdxFromMemoryRawAndGzip) {
@@ -387,8 +502,7 @@ TEST_F(IdxTest, ParseIdxFromMemoryRawAndGzip) {
   ember::IdxArray b = ember::parse_idx(gz.data(), gz.size(), "mem:gz");
   EXPECT_EQ(b.dims, a.dims);
   EXPECT_EQ(b.data, payload);
-  // Members decode as one stream, as from a file: an empty member, then the whole file (the
-  // last trailer's ISIZE is the one checked against the dims).
+  // Members decode as one stream, as from a file: an empty member, then the whole file.
   write_gz(p, {});
   Bytes two = read_file(p);
   write_gz(p, idx_bytes({4}, Bytes{1, 2, 3, 4}));
@@ -453,6 +567,49 @@ TEST_F(IdxTest, GzipLyingTrailerDoesNotAllocateTheClaim) {
   EXPECT_LT(g_largest_alloc.load(), size_t{64} << 20) << "allocated what the header claimed";
 }
 
+// A header claiming 5,000,000 images of 28 x 28 (3.9 GB, under the 4 GiB cap) over 10 real
+// images, gzip and raw: the error arrives without allocating the claim, alone and in a data set
+// whose labels really are 5,000,000 (so the counts agree and the images are decoded).
+TEST_F(IdxTest, HugeCountOverTinyDataDoesNotAllocateTheClaim) {
+  const uint32_t n = 5000000;
+  Bytes idx = idx_bytes({n, 28, 28}, pattern(10 * 28 * 28, 3));
+  auto gp = path("claims-images-idx3-ubyte.gz"), rp = path("claims-images-idx3-ubyte");
+  auto lp = path("many-labels-idx1-ubyte.gz");
+  write_gz(gp, idx);
+  write_raw(rp, idx);
+  write_gz(lp, idx_bytes({n}, Bytes(n, 0)));  // a valid 5 MB file, about 5 KB compressed
+  g_largest_alloc.store(0);
+  const long rss0 = peak_rss_kib();
+  const std::string want = "expected " + std::to_string(uint64_t{n} * 784);
+  expect_msg(error_of([&] { ember::read_idx(gp.string()); }),
+             {gp.string(), "data", want, "found only 7840", "ends early"});
+  expect_msg(error_of([&] { ember::load_idx_dataset(gp.string(), lp.string(), 10); }),
+             {gp.string(), "data", want, "found only 7840"});
+  expect_msg(error_of([&] { ember::read_idx(rp.string()); }),
+             {rp.string(), "size", "expected " + std::to_string(uint64_t{n} * 784 + 16),
+              "truncated"});
+  expect_msg(error_of([&] { ember::load_idx_dataset(rp.string(), lp.string(), 10); }),
+             {rp.string(), "size", "truncated"});
+  EXPECT_LT(peak_rss_kib() - rss0, 100L * 1024) << "peak RSS grew by the claim";
+  if (EMBER_TEST_CAN_HOOK_NEW) {
+    EXPECT_LT(g_largest_alloc.load(), size_t{16} << 20) << "allocated what the header claimed";
+  }
+}
+
+// A raw file is not read whole: with a limit only the kept images are read (and allocated).
+TEST_F(IdxTest, RawFileIsReadOnlyAsFarAsNeeded) {
+  if (!EMBER_TEST_CAN_HOOK_NEW) GTEST_SKIP() << "operator new cannot be replaced under TSan";
+  const uint32_t n = 2000;
+  auto ip = path("big-images-idx3-ubyte"), lp = path("big-labels-idx1-ubyte");
+  write_raw(ip, idx_bytes({n, 28, 28}, pattern(size_t{n} * 784, 5)));
+  write_raw(lp, idx_bytes({n}, Bytes(n, 1)));
+  g_largest_alloc.store(0);
+  const ember::Dataset d = ember::load_idx_dataset(ip.string(), lp.string(), 10, 2);
+  EXPECT_EQ(d.count, 2);
+  EXPECT_EQ(d.images, pattern(2 * 784, 5));
+  EXPECT_LT(g_largest_alloc.load(), size_t{64} << 10) << "read the whole 1.5 MB file";
+}
+
 // ---- bad input: data sets ----
 
 TEST_F(IdxTest, CountMismatch) {
@@ -460,6 +617,83 @@ TEST_F(IdxTest, CountMismatch) {
   const std::string lp = write_pair("b", 11, true).second;
   expect_msg(error_of([&] { ember::load_idx_dataset(ip, lp, 10); }),
              {ip, lp, "count", "12", "11"});
+}
+
+// Both headers are checked before either payload is decoded: a count mismatch is reported even
+// when the images' payload is truncated (raw) or corrupt (gzip).
+TEST_F(IdxTest, CountMismatchBeforeDecoding) {
+  const std::string lp = write_pair("b", 11, false).second;
+  auto raw = path("cut-images-idx3-ubyte");
+  Bytes idx = idx_bytes({12, 3, 2}, pattern(72));
+  write_raw(raw, Bytes(idx.begin(), idx.end() - 30));
+  expect_msg(error_of([&] { ember::load_idx_dataset(raw.string(), lp, 10); }),
+             {lp, "count", "expected 12", "found 11"});
+  // Stored blocks (5-byte block header after the 10-byte gzip header): a payload byte flipped,
+  // so the header decodes and the CRC check at the end fails.
+  Bytes gz = gz_of(idx_bytes({12, 3, 2}, pattern(72)), "wb0");
+  gz[10 + 5 + 16 + 10] ^= 0xFF;
+  auto bad = path("corrupt-images-idx3-ubyte.gz");
+  write_raw(bad, gz);
+  expect_msg(error_of([&] { ember::read_idx(bad.string()); }), {bad.string(), "corrupt"});
+  expect_msg(error_of([&] { ember::load_idx_dataset(bad.string(), lp, 10); }),
+             {lp, "count", "expected 12", "found 11"});
+}
+
+// limit = N keeps the first N images and labels, equal to the first N of the full load; 0 and
+// limit >= count keep all; a negative limit is refused.
+TEST_F(IdxTest, LimitKeepsTheFirstItems) {
+  for (bool gz : {false, true}) {
+    const auto files = write_pair(gz ? "gz" : "raw", 13, gz);  // not a structured binding:
+    const std::string &ip = files.first, &lp = files.second;   // clang 14 cannot capture those
+    const ember::Dataset full = ember::load_idx_dataset(ip, lp, 10);
+    const ember::Dataset five = ember::load_idx_dataset(ip, lp, 10, 5);
+    EXPECT_EQ(five.count, 5);
+    EXPECT_EQ(five.rows, 3);
+    EXPECT_EQ(five.cols, 2);
+    EXPECT_EQ(five.images, Bytes(full.images.begin(), full.images.begin() + 30));
+    EXPECT_EQ(five.labels, Bytes(full.labels.begin(), full.labels.begin() + 5));
+    for (int64_t all : {int64_t{0}, int64_t{13}, int64_t{1000}}) {
+      const ember::Dataset d = ember::load_idx_dataset(ip, lp, 10, all);
+      EXPECT_EQ(d.count, 13);
+      EXPECT_EQ(d.images, full.images);
+      EXPECT_EQ(d.labels, full.labels);
+    }
+    expect_msg(error_of([&] { ember::load_idx_dataset(ip, lp, 10, -1); }),
+               {ip, "limit", ">= 0", "found -1"});
+  }
+}
+
+// With a limit only the kept part is decoded: a gzip file whose later part is corrupt or cut
+// off, or a label past the limit out of range, loads; a raw file's size is still checked exactly.
+TEST_F(IdxTest, LimitIgnoresACorruptTail) {
+  const uint32_t n = 200;
+  Bytes pixels = pattern(size_t{n} * 784, 8);
+  for (auto& v : pixels) v >>= 4;  // compressible: Huffman-coded blocks, not stored ones
+  Bytes gz = gz_of(idx_bytes({n, 28, 28}, pixels));
+  ASSERT_GT(gz.size(), 20000u);
+  for (size_t i = gz.size() * 9 / 10; i < gz.size() * 9 / 10 + 16; ++i) gz[i] ^= 0xA5;
+  auto corrupt = path("corrupt-images-idx3-ubyte.gz"), cut = path("cut-images-idx3-ubyte.gz");
+  write_raw(corrupt, gz);
+  write_raw(cut, Bytes(gz.begin(), gz.begin() + long(gz.size() / 2)));
+  Bytes lab(n, 3);
+  lab[150] = 77;
+  auto lp = path("labels-idx1-ubyte");
+  write_raw(lp, idx_bytes({n}, lab));
+  for (const auto& ip : {corrupt, cut}) {
+    expect_msg(error_of([&] { ember::load_idx_dataset(ip.string(), lp.string(), 10); }),
+               {lp.string(), "label[150]", "found 77"});
+    expect_msg(error_of([&] { ember::read_idx(ip.string()); }), {ip.string(), "gzip stream"});
+    const ember::Dataset d = ember::load_idx_dataset(ip.string(), lp.string(), 10, 5);
+    EXPECT_EQ(d.count, 5);
+    EXPECT_EQ(d.images, Bytes(pixels.begin(), pixels.begin() + 5 * 784));
+    EXPECT_EQ(d.labels, Bytes(5, 3));
+  }
+  auto short_labels = path("short-labels-idx1-ubyte");
+  Bytes lb = idx_bytes({n}, lab);
+  write_raw(short_labels, Bytes(lb.begin(), lb.end() - 1));
+  expect_msg(
+      error_of([&] { ember::load_idx_dataset(corrupt.string(), short_labels.string(), 10, 5); }),
+      {short_labels.string(), "size", "truncated by 1 bytes"});
 }
 
 TEST_F(IdxTest, LabelOutOfRange) {
@@ -514,6 +748,36 @@ TEST_F(IdxTest, MnistDirMissingFile) {
   fs::remove(path("t10k-labels-idx1-ubyte.gz"));
   expect_msg(error_of([&] { ember::load_mnist_dir(dir_.string()); }),
              {dir_.string(), "t10k-labels-idx1-ubyte", "t10k-labels-idx1-ubyte.gz", "neither"});
+}
+
+// A symlink loop (or a dangling symlink) in the directory is there, so it is reported with its
+// reason, not as a missing file.
+TEST_F(IdxTest, MnistDirSymlinkLoopOrDangling) {
+  write_pair("train", 6, false);
+  write_pair("t10k", 3, false);
+  auto img = path("train-images-idx3-ubyte");
+  fs::remove(img);
+  fs::create_symlink(img.filename(), img);  // points at itself
+  std::string msg = error_of([&] { ember::load_mnist_dir(dir_.string()); });
+  expect_msg(msg, {img.string(), "symlink loop"});
+  EXPECT_EQ(msg.find("neither"), std::string::npos) << msg;
+  fs::remove(img);
+  fs::create_symlink("no-such-target", img);
+  msg = error_of([&] { ember::load_mnist_dir(dir_.string()); });
+  expect_msg(msg, {img.string(), "dangling"});
+  EXPECT_EQ(msg.find("neither"), std::string::npos) << msg;
+}
+
+TEST_F(IdxTest, MnistDirLimits) {
+  write_pair("train", 6, false);
+  write_pair("t10k", 3, true);
+  const ember::TrainTest full = ember::load_mnist_dir(dir_.string());
+  const ember::TrainTest tt = ember::load_mnist_dir(dir_.string(), 4, 2);
+  EXPECT_EQ(tt.train.count, 4);
+  EXPECT_EQ(tt.test.count, 2);
+  EXPECT_EQ(tt.train.images, Bytes(full.train.images.begin(), full.train.images.begin() + 24));
+  EXPECT_EQ(tt.test.labels, Bytes(full.test.labels.begin(), full.test.labels.begin() + 2));
+  EXPECT_EQ(ember::load_mnist_dir(dir_.string(), 0, 100).test.count, 3);
 }
 
 TEST_F(IdxTest, MnistDirMixOfGzipAndRaw) {

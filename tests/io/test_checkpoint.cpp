@@ -2,6 +2,7 @@
 // epoch's end, after the first step) and resumed from its checkpoint ends with the same bytes as
 // a run never stopped, for Adam, momentum and SGD, one and two threads; NaN/Inf detection names
 // the step and the layer; atomic writes leave the old file on failure; pruning keeps the newest.
+#include <chrono>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -256,7 +257,7 @@ TEST(AtomicWrite, FailedWriteLeavesTheOldFileAndNoTemporary) {
   }
   setrlimit(RLIMIT_FSIZE, &old_lim);
   std::signal(SIGXFSZ, old_handler);
-  EXPECT_NE(msg.find(path + ": write failed: file too large"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'" + path + "': write failed: file too large"), std::string::npos) << msg;
   std::ifstream f(path);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "old content");
   int files = 0;
@@ -270,6 +271,10 @@ TEST(CheckpointDir, ListsInStepOrderAndPrunesToTheNewest) {
   for (int64_t s : {30, 4, 1000, 12}) std::ofstream(checkpoint_path(dir.path.string(), s)) << "x";
   std::ofstream(dir.path / "ckpt-12.safetensors") << "x";               // not a checkpoint name
   std::ofstream(dir.path / ".ckpt-0000000031.safetensors.tmp.999999999") << "x";  // a dead writer's
+  std::ofstream(dir.path / ".ember-dead01") << "x";   // a dead writer's (today's temporary name)
+  std::ofstream(dir.path / ".ember-live01") << "x";   // a save that may still be going on
+  for (const char* dead : {".ckpt-0000000031.safetensors.tmp.999999999", ".ember-dead01"})
+    fs::last_write_time(dir.path / dead, fs::file_time_type::clock::now() - std::chrono::minutes(5));
   std::vector<std::string> all = list_checkpoints(dir.path.string());
   ASSERT_EQ(all.size(), 4u);
   EXPECT_EQ(all.front(), checkpoint_path(dir.path.string(), 4));
@@ -279,6 +284,8 @@ TEST(CheckpointDir, ListsInStepOrderAndPrunesToTheNewest) {
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0], checkpoint_path(dir.path.string(), 30));
   EXPECT_FALSE(fs::exists(dir.path / ".ckpt-0000000031.safetensors.tmp.999999999"));
+  EXPECT_FALSE(fs::exists(dir.path / ".ember-dead01"));
+  EXPECT_TRUE(fs::exists(dir.path / ".ember-live01")) << "a temporary file younger than a minute was removed";
   EXPECT_TRUE(fs::exists(dir.path / "ckpt-12.safetensors"));
 }
 

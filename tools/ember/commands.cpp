@@ -12,6 +12,7 @@
 
 #include "ember/data.h"
 #include "ember/error.h"
+#include "ember/files.h"
 #include "ember/io.h"
 #include "ember/model.h"
 #include "ember/plan.h"
@@ -46,11 +47,11 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
 [[noreturn]] void bad(const std::string& flag, const std::string& expected, const std::string& found) {
   throw Error(flag + ": expected " + expected + ", found " + found);
 }
-void check_int(const char* flag, int64_t v, int64_t lo, int64_t hi) {
+void check_int(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi)
     bad(flag, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", std::to_string(v));
 }
-void check_real(const char* flag, double v, double lo, double hi, bool lo_open) {
+void check_real(const std::string& flag, double v, double lo, double hi, bool lo_open) {
   if (!std::isfinite(v) || v < lo || (lo_open && v == lo) || v > hi) {
     char range[96], found[64];
     std::snprintf(range, sizeof range, "%s%g, %g]", lo_open ? "(" : "[", lo, hi);
@@ -59,23 +60,25 @@ void check_real(const char* flag, double v, double lo, double hi, bool lo_open) 
   }
 }
 
-void validate_common(const CommonArgs& a) {
-  check_int("--batch-size", a.batch_size, 1, 65536);
-  check_int("--threads", a.threads, 1, 256);
-  check_int("--limit-test", a.limit_test, 0, int64_t(1) << 40);
+std::string plain(const char* flag) { return flag; }
+
+void validate_common(const CommonArgs& a, const Label& L = plain) {
+  check_int(L("--batch-size"), a.batch_size, 1, 65536);
+  check_int(L("--threads"), a.threads, 1, 256);
+  check_int(L("--limit-test"), a.limit_test, 0, int64_t(1) << 40);
   if (!a.isa.empty()) {
     Isa isa;
-    if (!parse_isa(a.isa, &isa)) bad("--isa", "scalar, avx2 or avx512", "'" + a.isa + "'");
+    if (!parse_isa(a.isa, &isa)) bad(L("--isa"), "scalar, avx2 or avx512", "'" + one_line(a.isa) + "'");
     if (!isa_supported(isa))
-      throw Error("--isa: this CPU does not support " + a.isa + " (best available: " +
+      throw Error(L("--isa") + ": this CPU does not support " + a.isa + " (best available: " +
                   isa_name(best_isa()) + ")");
   }
 }
 
-TrainTest load_data(const CommonArgs& a) {
+TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   try {
-    return load_mnist_dir(dir);
+    return load_mnist_dir(dir, limit_train, a.limit_test);
   } catch (const Error& e) {
     if (a.data.empty())
       throw Error(std::string(e.what()) +
@@ -85,27 +88,20 @@ TrainTest load_data(const CommonArgs& a) {
   }
 }
 
-void truncate(Dataset& d, int64_t limit) {
-  if (limit <= 0 || limit >= d.count) return;
-  d.count = limit;
-  d.images.resize(size_t(limit) * d.rows * d.cols);
-  d.labels.resize(size_t(limit));
-}
-
-OptimizerKind parse_optimizer(const std::string& s) {
+OptimizerKind parse_optimizer(const std::string& s, const std::string& flag) {
   if (s == "sgd") return OptimizerKind::SGD;
   if (s == "momentum") return OptimizerKind::Momentum;
   if (s == "nesterov") return OptimizerKind::Nesterov;
   if (s == "adam") return OptimizerKind::Adam;
   if (s == "adamw") return OptimizerKind::AdamW;
-  bad("--optimizer", "sgd, momentum, nesterov, adam or adamw", "'" + s + "'");
+  bad(flag, "sgd, momentum, nesterov, adam or adamw", "'" + one_line(s) + "'");
 }
-ScheduleKind parse_schedule(const std::string& s) {
+ScheduleKind parse_schedule(const std::string& s, const std::string& flag) {
   if (s == "constant") return ScheduleKind::Constant;
   if (s == "step") return ScheduleKind::Step;
   if (s == "exp") return ScheduleKind::Exp;
   if (s == "cosine") return ScheduleKind::Cosine;
-  bad("--schedule", "constant, step, exp or cosine", "'" + s + "'");
+  bad(flag, "constant, step, exp or cosine", "'" + one_line(s) + "'");
 }
 
 // Flags the user did not give take the model's recipe.
@@ -140,7 +136,12 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
   cmd->add_option("--weight-decay", a.weight_decay, "Decoupled weight decay on weights (AdamW-style)")
       ->capture_default_str();
   cmd->add_option("--momentum", a.momentum, "Momentum for momentum/nesterov SGD")->capture_default_str();
-  cmd->add_option("--seed", a.seed, "Seed for initialisation and shuffling")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed for initialisation and shuffling (an integer >= 0)")
+      ->capture_default_str()
+      ->check([](const std::string& v) {  // CLI11 would wrap -1 to 2^64 - 1
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+        return digits ? std::string() : "expected an integer in [0, 18446744073709551615], found '" + one_line(v) + "'";
+      });
   cmd->add_flag("--no-shuffle", a.no_shuffle, "Keep the data set's order every epoch");
   cmd->add_option("--metrics", a.metrics, "Write one JSON object per epoch to FILE.jsonl");
   cmd->add_option("--save", a.save, "Save the trained weights to FILE (safetensors)");
@@ -183,39 +184,41 @@ TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
 }
 
 TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
-                            const Model* model_override) {
+                            const Model* model_override, const Label& label) {
+  const Label& L = label ? label : Label(plain);
   TrainSetup su;
   su.model = model_override ? *model_override : resolve_model(a.common.model);
   Model& model = su.model;
   apply_recipe(a, model, given);
-  validate_common(a.common);
-  check_int("--epochs", a.epochs, 1, 100000);
-  check_real("--lr", a.lr, 0, 1e3, true);
-  check_real("--lr-min", a.lr_min, 0, 1e3, false);
-  check_int("--t-max", a.t_max, 1, 1000000);
-  check_int("--step-size", a.step_size, 1, 1000000);
-  check_real("--gamma", a.gamma, 0, 1e3, true);
-  check_real("--l2", a.l2, 0, 1e3, false);
-  check_real("--weight-decay", a.weight_decay, 0, 1e3, false);
-  check_real("--momentum", a.momentum, 0, 1, false);
-  check_real("--early-stop-tol", a.early_stop_tol, 0, 1e9, false);
-  check_int("--limit-train", a.limit_train, 0, int64_t(1) << 40);
-  check_int("--checkpoint-every", a.checkpoint_every, 0, int64_t(1) << 40);
-  check_int("--keep-checkpoints", a.keep_checkpoints, 1, 1000000);
-  if (a.on_nonfinite != "stop" && a.on_nonfinite != "skip") bad("--on-nonfinite", "stop or skip", "'" + a.on_nonfinite + "'");
+  validate_common(a.common, L);
+  check_int(L("--epochs"), a.epochs, 1, 100000);
+  check_real(L("--lr"), a.lr, 0, 1e3, true);
+  check_real(L("--lr-min"), a.lr_min, 0, 1e3, false);
+  check_int(L("--t-max"), a.t_max, 1, 1000000);
+  check_int(L("--step-size"), a.step_size, 1, 1000000);
+  check_real(L("--gamma"), a.gamma, 0, 1e3, true);
+  check_real(L("--l2"), a.l2, 0, 1e3, false);
+  check_real(L("--weight-decay"), a.weight_decay, 0, 1e3, false);
+  check_real(L("--momentum"), a.momentum, 0, 1, false);
+  check_real(L("--early-stop-tol"), a.early_stop_tol, 0, 1e9, false);
+  check_int(L("--limit-train"), a.limit_train, 0, int64_t(1) << 40);
+  check_int(L("--checkpoint-every"), a.checkpoint_every, 0, int64_t(1) << 40);
+  check_int(L("--keep-checkpoints"), a.keep_checkpoints, 1, 1000000);
+  if (a.on_nonfinite != "stop" && a.on_nonfinite != "skip")
+    bad(L("--on-nonfinite"), "stop or skip", "'" + one_line(a.on_nonfinite) + "'");
   if (!a.resume.empty() && !a.weights.empty())
     throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
   if (!a.init.empty()) {
     if (a.init == "kaiming") model.init = Init::Kaiming;
     else if (a.init == "xavier") model.init = Init::Xavier;
     else if (a.init == "torch") model.init = Init::Torch;
-    else bad("--init", "kaiming, xavier or torch", "'" + a.init + "'");
+    else bad(L("--init"), "kaiming, xavier or torch", "'" + one_line(a.init) + "'");
   }
   PlanOptions& po = su.plan;
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
   po.isa = a.common.isa;
-  po.optimizer.kind = parse_optimizer(a.optimizer);
+  po.optimizer.kind = parse_optimizer(a.optimizer, L("--optimizer"));
   po.optimizer.l2 = a.l2;
   po.optimizer.weight_decay = a.weight_decay;
   po.optimizer.momentum = a.momentum;
@@ -224,22 +227,43 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   cfg.seed = a.seed;
   cfg.shuffle = !a.no_shuffle;
   cfg.early_stop_tol = a.early_stop_tol;
-  cfg.schedule = {parse_schedule(a.schedule), a.lr, a.lr_min, a.t_max, a.step_size, a.gamma};
+  cfg.schedule = {parse_schedule(a.schedule, L("--schedule")), a.lr, a.lr_min, a.t_max, a.step_size, a.gamma};
   cfg.on_nonfinite = a.on_nonfinite == "skip" ? NonfinitePolicy::skip : NonfinitePolicy::stop;
   return su;
 }
 
-TrainTest load_train_data(const TrainArgs& a) {
-  TrainTest data = load_data(a.common);
-  truncate(data.train, a.limit_train);
-  truncate(data.test, a.common.limit_test);
-  return data;
+int clamp_batch(int batch, int64_t count, const char* set) {
+  if (count <= 0 || batch <= count) return batch;
+  std::printf("note: batch size %d is larger than the %s's %lld samples: using %lld\n", batch, set,
+              (long long)count, (long long)count);
+  return int(count);
 }
 
+TrainTest load_train_data(const TrainArgs& a) { return load_data(a.common, a.limit_train); }
+
+namespace {
+// The model to evaluate: --model when given (it must match the weights' own description, when
+// they have one), else the one stored in the weights, else the default.
+Model eval_model(const EvalArgs& a, const CLI::App& cmd) {
+  const auto meta = read_weights_metadata(a.weights);
+  const auto it = meta.find("model");
+  if (it == meta.end()) return resolve_model(a.common.model);
+  Model stored = parse_model_json(it->second, a.weights + ": __metadata__.model");
+  if (!cmd.count("--model")) return stored;
+  Model given = resolve_model(a.common.model);
+  if (model_to_json(given) != model_to_json(stored))
+    throw Error("--model: " + quote_path(a.common.model) + " (" + given.name + ") is not the model the weights " +
+                quote_path(a.weights) + " were saved from (" + stored.name + "); leave --model out to use theirs");
+  return given;
+}
+}  // namespace
+
 int run_eval(EvalArgs a, const CLI::App& cmd) {
-  Model model = resolve_model(a.common.model);
+  Model model = eval_model(a, cmd);
   if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
   validate_common(a.common);
+  TrainTest data = load_data(a.common, 1);  // the training set is not used: read as little as possible
+  a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
   PlanOptions po;
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
@@ -247,12 +271,11 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   po.optimizer.kind = OptimizerKind::SGD;
   Plan plan(model, po);
   load_weights(plan, a.weights);
-  TrainTest data = load_data(a.common);
-  truncate(data.test, a.common.limit_test);
   check_dataset_fits(plan, data.test, "test set");
   const EvalResult r = evaluate(plan, data.test);
   std::printf("ember eval: model %s, weights %s: test accuracy %.2f%% (loss %.4f) on %lld images\n",
-              model.name.c_str(), a.weights.c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
+              model.name.c_str(), one_line(a.weights).c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
+  if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");
   return 0;
 }
 

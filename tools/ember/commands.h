@@ -99,12 +99,18 @@ struct TrainSetup {
   PlanOptions plan;
   TrainConfig cfg;
 };
+// How a value is named in errors: the flag, or where a resumed checkpoint stored it.
+using Label = std::function<std::string(const char*)>;
 // `given(flag)` says whether the user set a flag (the recipe fills the others); `model`, when
-// not null, is used instead of resolving --model (a resumed checkpoint's own description).
+// not null, is used instead of resolving --model (a resumed checkpoint's own description);
+// `label` names each value in errors (default: its flag).
 TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
-                            const Model* model = nullptr);
+                            const Model* model = nullptr, const Label& label = nullptr);
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd);
+// The data set, reading only the first --limit-train / --limit-test samples.
 TrainTest load_train_data(const TrainArgs& a);
+// `batch`, or the set's count when smaller (with a note on stdout).
+int clamp_batch(int batch, int64_t count, const char* set);
 int default_threads();
 // Run-directory helpers (train_cmd.cpp): files are written to FILE.tmp, then renamed.
 void write_text_file(const std::string& path, const std::string& text, const std::string& what);

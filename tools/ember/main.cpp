@@ -2,6 +2,9 @@
 // validates every value (one-line errors naming the flag, non-zero exit), and drives the public
 // library API only.
 #include <CLI/CLI.hpp>
+#include <pthread.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -10,10 +13,38 @@
 #include "commands.h"
 #include "report_cmd.h"
 #include "ember/error.h"
+#include "ember/files.h"
+
+namespace {
+// Until training starts (and after it ends) SIGINT/SIGTERM stop ember at once, with nothing
+// written: outputs are only written after every input has been read and checked, and each
+// write is a rename of a finished temporary file. Async-signal-safe: write and _exit only.
+extern "C" void exit_on_signal(int sig) {
+  static const char kInt[] = "ember: interrupted (SIGINT): stopped before training, nothing written\n";
+  static const char kTerm[] = "ember: terminated (SIGTERM): stopped before training, nothing written\n";
+  if (sig == SIGINT) (void)!write(2, kInt, sizeof kInt - 1);
+  else (void)!write(2, kTerm, sizeof kTerm - 1);
+  _exit(128 + sig);
+}
+
+void install_signal_exit() {
+  struct sigaction sa {};
+  sa.sa_handler = exit_on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigset_t both;  // a parent may have left them blocked
+  sigemptyset(&both);
+  sigaddset(&both, SIGINT);
+  sigaddset(&both, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &both, nullptr);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   // Past a file size limit, writes fail with EFBIG (a clear error) instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
+  install_signal_exit();
   CLI::App app{"ember: train and run neural networks on the CPU, and see where the time goes"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
@@ -78,14 +109,15 @@ int main(int argc, char** argv) {
     if (bittrain_cmd->parsed()) return ember::cli::run_bitnet_train(bittrain);
     if (report_cmd->parsed()) return ember::cli::run_report(report);
     if (flame_cmd->parsed()) return ember::cli::run_flamegraph(flame);
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "ember: error: %s\n", e.what());
+  } catch (const ember::Error& e) {  // one line, whatever a path or a file held
+    std::fflush(stdout);
+    std::fprintf(stderr, "ember: error: %s\n", ember::one_line(e.what()).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "ember: error: out of memory\n");
     return 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember: error: %s\n", e.what());
+    std::fprintf(stderr, "ember: error: %s\n", ember::one_line(e.what()).c_str());
     return 4;
   }
   return 1;

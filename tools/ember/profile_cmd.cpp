@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "ember/error.h"
+#include "ember/files.h"
 #include "ember/io.h"
 #include "ember/profile.h"
 #include "ember/report.h"
@@ -42,21 +43,18 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
     throw Error("--limit-samples: expected an integer in [1, 1099511627776], found " + std::to_string(a.limit_samples));
   if (a.warmup_steps < 0 || a.warmup_steps > 100000)
     throw Error("--warmup-steps: expected an integer in [0, 100000], found " + std::to_string(a.warmup_steps));
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--trace", a.trace},
-                                   {"--json", a.json}, {"--folded", a.folded},
-                                   {"--flame", a.flame}}) {
-    if (path.empty()) continue;  // fail before the long work when the folder is not there
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir))
-      throw Error(std::string(flag) + ": no directory '" + dir.string() + "' for '" + path + "'");
-  }
+  for (const auto& [flag, path] : {std::pair<const char*, std::string*>{"--trace", &a.trace},
+                                   {"--json", &a.json}, {"--folded", &a.folded}, {"--flame", &a.flame}})
+    if (!path->empty()) *path = check_output(*path, flag);  // before the long work
   for (const char* flag : {"--resume", "--checkpoint-every", "--checkpoint-dir", "--keep-checkpoints", "--save", "--out"})
     if (cmd.count(flag)) throw Error(std::string(flag) + ": not available in ember profile (use ember train)");
   TrainSetup su = make_train_setup(t, cmd);
   su.cfg.evaluate = false;
   if (!cmd.count("--epochs")) su.cfg.epochs = 1;
-  Plan plan(su.model, su.plan);
+  if (t.limit_train == 0 || t.limit_train > a.limit_samples) t.limit_train = a.limit_samples;  // decode only these
   TrainTest data = load_train_data(t);
+  su.plan.batch = t.common.batch_size = clamp_batch(t.common.batch_size, data.train.count, "training set");
+  Plan plan(su.model, su.plan);
   check_dataset_fits(plan, data.train, "training set");
   Dataset& train_set = data.train;
   if (a.limit_samples < train_set.count) {

@@ -8,8 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "ember/error.h"
+#include "ember/files.h"
+#include "fs/json_read.h"
 
 namespace ember::cli {
 
@@ -36,6 +39,7 @@ struct Restorer {
   const json& j;
   const CLI::App& cmd;
   std::string where;  // "FILE: __metadata__.ember_checkpoint.config"
+  std::map<std::string, std::string>* taken;  // flag -> where its value came from
 
   // Takes the checkpoint's value unless the user gave the flag; a flag that may not change
   // must then repeat the checkpoint's value.
@@ -46,27 +50,24 @@ struct Restorer {
     try {
       saved = j[key].get<T>();
     } catch (const json::exception&) {
-      throw Error(where + "." + key + ": unexpected value " + j[key].dump());
+      throw Error(where + "." + key + ": unexpected value " + json_brief(j[key]));
     }
     if (cmd.count(flag) == 0) {
       v = saved;
+      (*taken)[flag] = where + "." + key;
     } else if (!may_change && !(v == saved)) {
       throw Error(std::string(flag) + ": cannot be changed when resuming (the checkpoint has " +
-                  json(saved).dump() + "); start a new run with --weights to change it");
+                  json_brief(json(saved)) + "); start a new run with --weights to change it");
     }
   }
 };
 }  // namespace
 
-void resume_args(TrainArgs& a, const CLI::App& cmd, const CheckpointInfo& info) {
-  json j;
-  try {
-    j = json::parse(info.config_json);
-  } catch (const json::exception& e) {
-    throw Error(info.path + ": __metadata__.ember_checkpoint.config: invalid JSON: " + e.what());
-  }
+std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd, const CheckpointInfo& info) {
+  const json j = parse_json(info.config_json, info.path + ": __metadata__.ember_checkpoint.config");
   if (!j.is_object()) throw Error(info.path + ": __metadata__.ember_checkpoint.config: expected an object");
-  const Restorer r{j, cmd, info.path + ": __metadata__.ember_checkpoint.config"};
+  std::map<std::string, std::string> taken;
+  const Restorer r{j, cmd, info.path + ": __metadata__.ember_checkpoint.config", &taken};
   CommonArgs& c = a.common;
   r("model", "--model", c.model, false);
   r("data", "--data", c.data, true);
@@ -90,15 +91,30 @@ void resume_args(TrainArgs& a, const CLI::App& cmd, const CheckpointInfo& info) 
   r("init", "--init", a.init, true);  // used only before the first step
   r("early_stop_tol", "--early-stop-tol", a.early_stop_tol, true);
   r("limit_train", "--limit-train", a.limit_train, false);
-  r("metrics", "--metrics", a.metrics, true);
-  r("save", "--save", a.save, true);
-  r("out", "--out", a.out, true);
-  r("profile", "--profile", a.profile, true);
-  r("quiet", "--quiet", a.quiet, true);
   r("checkpoint_every", "--checkpoint-every", a.checkpoint_every, true);
-  r("checkpoint_dir", "--checkpoint-dir", a.checkpoint_dir, true);
   r("keep_checkpoints", "--keep-checkpoints", a.keep_checkpoints, true);
   r("on_nonfinite", "--on-nonfinite", a.on_nonfinite, true);
+  // Outputs (--metrics, --save, --out, --profile, --checkpoint-dir) are never taken from the
+  // checkpoint: a resume writes only where its own command line says, and checkpoints go to the
+  // directory it resumes from unless --checkpoint-dir is given.
+  return taken;
+}
+
+std::vector<std::string> metrics_so_far(const CheckpointInfo& info) {
+  const json j = parse_json(info.config_json, info.path + ": __metadata__.ember_checkpoint.config");
+  std::vector<std::string> lines;
+  if (!j.is_object() || !j.contains("metrics_so_far")) return lines;
+  const json& m = j["metrics_so_far"];
+  const std::string where = info.path + ": __metadata__.ember_checkpoint.config.metrics_so_far";
+  if (!m.is_array() || m.size() > size_t(info.state.epoch))
+    throw Error(where + ": expected an array of at most " + std::to_string(info.state.epoch) +
+                " lines (one per finished epoch)");
+  for (const json& line : m) {
+    if (!line.is_string() || line.get<std::string>().find('\n') != std::string::npos)
+      throw Error(where + ": expected one-line strings, found " + json_brief(line));
+    lines.push_back(line.get<std::string>());
+  }
+  return lines;
 }
 
 uint32_t dataset_crc(const Dataset& d) {
@@ -138,21 +154,32 @@ int SignalStop::taken() {
   return 0;
 }
 
-Checkpoints::Checkpoints(std::string dir, int64_t every, int keep, std::string config_json)
-    : dir_(std::move(dir)), config_(std::move(config_json)), every_(every), keep_(keep) {}
+Checkpoints::Checkpoints(std::string dir, int64_t every, int keep, json config)
+    : dir_(std::move(dir)), config_(std::move(config)), every_(every), keep_(keep) {
+  config_["metrics_so_far"] = json::array();
+}
+
+void Checkpoints::lock() {
+  if (!lock_.held()) lock_ = DirLock(dir_, "--checkpoint-dir");
+}
+
+void Checkpoints::set_config(json config) {
+  json metrics = std::move(config_["metrics_so_far"]);
+  config_ = std::move(config);
+  config_["metrics_so_far"] = std::move(metrics);
+}
+
+void Checkpoints::add_metrics(const std::string& line) { config_["metrics_so_far"].push_back(line); }
 
 void Checkpoints::maybe_save(Plan& plan, const TrainState& next, int64_t step) {
   if (every_ > 0 && step % every_ == 0) save(plan, next, step);
 }
 
 void Checkpoints::save(Plan& plan, const TrainState& next, int64_t step) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec || !std::filesystem::is_directory(dir_))
-    throw Error("--checkpoint-dir: cannot create directory '" + dir_ + "'" + (ec ? ": " + ec.message() : ""));
   const std::string path = checkpoint_path(dir_, step);
   try {
-    save_checkpoint(plan, next, config_, path);
+    lock();
+    save_checkpoint(plan, next, config_.dump(), path);
   } catch (const Error& e) {
     throw Error("checkpoint at step " + std::to_string(step) + ": " + e.what() + "; the last good checkpoint is " +
                 (last_.empty() ? std::string("none (no checkpoint was written yet)") : last_));

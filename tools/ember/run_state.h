@@ -6,26 +6,33 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "commands.h"
+#include "ember/files.h"
 #include "ember/io.h"
 
 namespace ember::cli {
 
-// The flags that define a run (and where its outputs go) as JSON, and back. On resume, flags
-// the user gives that would change the run's arithmetic are errors naming the flag and the
-// checkpoint's value; output flags (--out, --save, --checkpoint-*, ...), --epochs, --data,
-// --threads and --isa may be given (threads and ISA change the rounding: bit-identity is only
-// promised for the checkpoint's own).
+// The flags that define a run as JSON, and back. On resume, flags the user gives that would
+// change the run's arithmetic are errors naming the flag and the checkpoint's value; --epochs,
+// --data, --threads and --isa may be given (threads and ISA change the rounding: bit-identity
+// is only promised for the checkpoint's own). Output flags (--out, --save, --metrics,
+// --profile, --checkpoint-dir) are never restored: a resume writes only where it is told.
+// Returns, for each flag whose value came from the checkpoint, where it was stored (for errors).
 nlohmann::json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count);
-void resume_args(TrainArgs& a, const CLI::App& cmd, const CheckpointInfo& info);
+std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd, const CheckpointInfo& info);
+// The metrics lines of the epochs a checkpoint had finished (absent in older checkpoints: none).
+std::vector<std::string> metrics_so_far(const CheckpointInfo& info);
 
 // CRC-32 of a training set's images and labels: a resumed run checks it has the same data.
 uint32_t dataset_crc(const Dataset& d);
 
-// Blocks SIGINT and SIGTERM in this thread and every thread it starts (the pool's), until
-// destroyed; taken() polls for one without blocking and returns its number, or 0.
+// Blocks SIGINT and SIGTERM in this thread (the pool's workers always block them) from the
+// start of training until destroyed; taken() polls for one without blocking and returns its
+// number, or 0. Before it exists, the two signals end ember at once (main's handler).
 class SignalStop {
  public:
   SignalStop();
@@ -38,10 +45,15 @@ class SignalStop {
   sigset_t set_{}, old_{};
 };
 
-// A run's checkpoints: DIR/ckpt-<step>.safetensors, every N steps, the newest K kept.
+// A run's checkpoints: DIR/ckpt-<step>.safetensors, every N steps, the newest K kept. The
+// directory is locked (DirLock) from lock() or the first save to the end of the run. Each
+// checkpoint's configuration carries the metrics lines of the epochs finished so far.
 class Checkpoints {
  public:
-  Checkpoints(std::string dir, int64_t every, int keep, std::string config_json);
+  Checkpoints(std::string dir, int64_t every, int keep, nlohmann::json config);
+  void lock();  // refuses a directory another run holds
+  void set_config(nlohmann::json config);  // the run's flags (train_args_json), stored in each checkpoint
+  void add_metrics(const std::string& line);
   const std::string& dir() const { return dir_; }
   const std::string& last() const { return last_; }  // the newest good one ("" if none)
   void set_last(const std::string& path) { last_ = path; }
@@ -51,7 +63,9 @@ class Checkpoints {
   void save(Plan& plan, const TrainState& next, int64_t step);
 
  private:
-  std::string dir_, config_, last_;
+  std::string dir_, last_;
+  nlohmann::json config_;
+  DirLock lock_;
   int64_t every_;
   int keep_;
 };

@@ -1,6 +1,8 @@
 // `ember train`: trains with a progress display, prints per-epoch metrics, and with --out writes
 // a run directory (config.json, model.json, metrics.jsonl; with --profile also profile.json,
 // profile.folded and trace.json) that `ember report` turns into one HTML page.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +17,8 @@
 #include "commands.h"
 #include "ember/bench.h"
 #include "ember/error.h"
+#include "ember/files.h"
+#include "fs/json_read.h"
 #include "ember/io.h"
 #include "ember/profile.h"
 #include "ember/version.h"
@@ -35,7 +39,7 @@ void make_run_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
-    throw Error("--out: cannot create directory '" + dir + "'" + (ec ? ": " + ec.message() : ""));
+    throw Error("--out: cannot create directory " + quote_path(dir) + (ec ? ": " + ec.message() : ""));
 }
 
 std::string model_summary_json(const Plan& plan) {
@@ -92,97 +96,242 @@ double peak_for(const Plan& plan) {
 }
 
 namespace {
-// --resume: a checkpoint file, or the newest checkpoint in a directory.
-std::string resolve_resume(const std::string& arg) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(arg, ec)) {
-    const std::vector<std::string> all = list_checkpoints(arg);
-    if (all.empty()) throw Error("--resume: no checkpoint (ckpt-*.safetensors) in directory '" + arg + "'");
-    return all.back();
+// --resume: a checkpoint file, or the newest readable checkpoint in a directory (a newer one
+// that cannot be read, e.g. a 0-byte file from a full disk, is skipped with a note).
+CheckpointInfo resolve_resume(const std::string& arg) {
+  struct stat st;
+  if (::stat(arg.c_str(), &st) != 0)
+    throw Error("--resume " + quote_path(arg) + ": " + (errno == ENOENT ? "no such file or directory" : std::strerror(errno)));
+  if (!S_ISDIR(st.st_mode)) return read_checkpoint_info(arg);
+  const std::vector<std::string> all = list_checkpoints(arg);
+  if (all.empty()) throw Error("--resume: no checkpoint (ckpt-*.safetensors) in directory " + quote_path(arg));
+  std::string skipped;
+  for (size_t i = all.size(); i-- > 0;) {
+    try {
+      CheckpointInfo info = read_checkpoint_info(all[i]);
+      if (!skipped.empty())
+        std::printf("note: skipped unreadable newer checkpoint(s): %s; resuming from %s\n", skipped.c_str(),
+                    one_line(all[i]).c_str());
+      return info;
+    } catch (const Error& e) {
+      skipped += (skipped.empty() ? "" : "; ") + one_line(e.what());
+      if (i == 0) throw Error("--resume: no readable checkpoint in " + quote_path(arg) + ": " + skipped);
+    }
   }
-  if (!std::filesystem::exists(arg, ec)) throw Error("--resume: no such file or directory '" + arg + "'");
-  return arg;
-}
-
-// A resumed run's metrics file keeps the epochs the checkpoint had finished; later lines came
-// from after it and are written again.
-void keep_metrics_epochs(const std::string& path, int epochs_done) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() &&
-        j["epoch"].get<int>() <= epochs_done)
-      kept += line + "\n";
-  }
-  write_text_file(path, kept, "--metrics");
+  throw Error("--resume: no readable checkpoint in " + quote_path(arg));
 }
 
 std::string metrics_line(const EpochMetrics& m) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %.9g, \"train_acc\": %.9g, "
-                "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f%s}\n",
+                "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f%s}",
                 m.epoch, m.lr, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.seconds,
                 m.samples_per_s, m.skipped ? (", \"skipped_steps\": " + std::to_string(m.skipped)).c_str() : "");
   return line;
 }
+
+// The files this run reads, to refuse an output that would overwrite one of them.
+std::vector<std::pair<std::string, FileId>> run_inputs(const TrainArgs& a, const std::string& resume_path) {
+  std::vector<std::pair<std::string, FileId>> in;
+  const std::string dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                        "t10k-labels-idx1-ubyte"})
+    for (const char* ext : {"", ".gz"}) in.push_back({"--data", file_id(dir + "/" + f + ext)});
+  in.push_back({"--model", file_id(a.common.model)});
+  in.push_back({"--weights", file_id(a.weights)});
+  in.push_back({"--resume", file_id(resume_path)});
+  return in;
+}
+
+// A run directory: a directory, or absent with its nearest existing ancestor a writable
+// directory (it is created with its missing parents).
+void check_out_dir(const std::string& dir) {
+  std::filesystem::path p(dir);
+  for (;;) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode))
+        throw Error("--out " + quote_path(dir) + ": " + quote_path(p.string()) + " exists and is not a directory");
+      if (p.string() != dir && ::access(p.c_str(), W_OK | X_OK) != 0)
+        throw Error("--out " + quote_path(dir) + ": cannot create it in " + quote_path(p.string()) + ": " + std::strerror(errno));
+      return;
+    }
+    if (errno != ENOENT) throw Error("--out " + quote_path(dir) + ": " + std::strerror(errno));
+    if (!p.has_parent_path() || p.parent_path() == p) return;  // a relative path: its root is the working directory
+    p = p.parent_path();
+  }
+}
+
+// Every output path of the run, checked before any work: where it is, what is there, and that
+// it is not one of the run's inputs. Returns the paths to write (symlinks resolved).
+void check_outputs(TrainArgs& a, const std::string& resume_path) {
+  const auto inputs = run_inputs(a, resume_path);
+  auto check = [&](std::string& path, const std::string& flag) {
+    path = check_output(path, flag);
+    const FileId id = file_id(path);
+    for (const auto& [what, in] : inputs)
+      if (id.ino != 0 && id == in)
+        throw Error(flag + " " + quote_path(path) + ": is an input of this run (" + what + "): refusing to overwrite it");
+  };
+  if (!a.out.empty()) {
+    check_out_dir(a.out);
+    for (const char* f : {"config.json", "model.json", "metrics.jsonl", "profile.json", "profile.folded", "trace.json"}) {
+      std::string p = a.out + "/" + f;
+      struct stat st;
+      if (::lstat(p.c_str(), &st) == 0) check(p, "--out");
+    }
+  }
+  if (!a.metrics.empty()) check(a.metrics, "--metrics");
+  if (!a.save.empty()) check(a.save, "--save");
+}
+
+// --save at the end: if the named file cannot be written after all, the weights go to a file
+// beside it (or in the temporary directory), and the error names both.
+void save_final_weights(Plan& plan, const std::string& path) {
+  try {
+    save_weights(plan, path);
+    std::printf("weights saved to %s\n", one_line(path).c_str());
+    return;
+  } catch (const Error& e) {
+    const std::string name = "ember-weights-" + std::to_string(::getpid()) + ".safetensors";
+    const size_t slash = path.find_last_of('/');
+    const char* tmp = std::getenv("TMPDIR");
+    for (const std::string& dir : {slash == std::string::npos ? std::string(".") : path.substr(0, slash ? slash : 1),
+                                   std::string(tmp && *tmp ? tmp : "/tmp")}) {
+      try {
+        save_weights(plan, dir + "/" + name);
+      } catch (const Error&) {
+        continue;
+      }
+      throw Error("--save: " + std::string(e.what()) + "; the weights were saved to " + quote_path(dir + "/" + name) +
+                  " instead");
+    }
+    throw Error("--save: " + std::string(e.what()) + "; no fallback file could be written either: the weights are lost");
+  }
+}
+
+// The metrics file: the lines of epochs already done (a resume's), written atomically once the
+// run has been checked, then one line appended per epoch.
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, const std::vector<std::string>& kept) : path_(path) {
+    if (path.empty()) return;
+    std::string text;
+    for (const std::string& l : kept) text += l + "\n";
+    write_text_file(path, text, "--metrics");
+    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd_ < 0) throw Error("--metrics " + quote_path(path) + ": cannot open for appending: " + std::strerror(errno));
+  }
+  ~MetricsFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void append(const std::string& line) {
+    if (fd_ < 0) return;
+    const std::string l = line + "\n";
+    if (::write(fd_, l.data(), l.size()) != ssize_t(l.size()))
+      throw Error("--metrics " + quote_path(path_) + ": write failed: " + std::strerror(errno));
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// What a resumed run starts from: the checkpoint's header, its model and its configuration.
+struct Resumed {
+  CheckpointInfo info;
+  Model model;
+  nlohmann::json config;
+  std::map<std::string, std::string> taken;  // flag -> checkpoint field, for error messages
+};
+
+Resumed read_resume(TrainArgs& a, const CLI::App& cmd) {
+  if (!a.weights.empty()) throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
+  Resumed r;
+  r.info = resolve_resume(a.resume);
+  r.taken = resume_args(a, cmd, r.info);
+  r.model = parse_model_json(r.info.model_json, r.info.path + ": __metadata__.model");
+  r.config = parse_json(r.info.config_json, r.info.path + ": __metadata__.ember_checkpoint.config");
+  if (a.checkpoint_dir.empty()) {  // checkpoints go on in the directory resumed from
+    const size_t slash = r.info.path.find_last_of('/');
+    a.checkpoint_dir = slash == std::string::npos ? "." : r.info.path.substr(0, slash ? slash : 1);
+  }
+  return r;
+}
+
+void check_same_data(const Resumed& r, const Dataset& train, uint32_t crc, const std::string& data_dir) {
+  const nlohmann::json& c = r.config;
+  if (c.value("train_crc32", uint64_t(0)) != crc || c.value("train_count", int64_t(-1)) != train.count)
+    throw Error("--data: the training set in " + quote_path(data_dir) + " (" + std::to_string(train.count) +
+                " images, CRC-32 " + std::to_string(crc) + ") is not the one checkpoint " + quote_path(r.info.path) +
+                " was trained on (" + json_brief(c.value("train_count", nlohmann::json())) + " images, CRC-32 " +
+                json_brief(c.value("train_crc32", nlohmann::json())) + ")");
+}
 }  // namespace
 
+// The command that goes on from DIR, with this run's outputs (a resume writes only those it names).
+std::string resume_hint(const TrainArgs& a, const std::string& dir) {
+  auto sh = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  const bool plain = dir.find_first_of(" '\"\\$`\n\t;&|<>()*?") == std::string::npos;
+  std::string h = "ember train --resume " + (plain ? dir : sh(dir));
+  if (!a.metrics.empty()) h += " --metrics " + sh(a.metrics);
+  if (!a.save.empty()) h += " --save " + sh(a.save);
+  if (!a.out.empty()) h += " --out " + sh(a.out);
+  if (a.profile) h += " --profile";
+  return one_line(h);
+}
+
 int run_train(TrainArgs a, const CLI::App& cmd) {
-  SignalStop signals;  // before the plan starts its pool threads, which inherit the mask
   const bool resuming = !a.resume.empty();
-  CheckpointInfo resumed;
-  Model resumed_model;
-  nlohmann::json resumed_config;
-  if (resuming) {
-    if (!a.weights.empty()) throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
-    resumed = read_checkpoint_info(resolve_resume(a.resume));
-    resume_args(a, cmd, resumed);
-    resumed_model = parse_model_json(resumed.model_json, resumed.path + ": __metadata__.model");
-    resumed_config = nlohmann::json::parse(resumed.config_json);  // checked by resume_args
-  }
-  TrainSetup su = resuming ? make_train_setup(a, [](const char*) { return true; }, &resumed_model)
+  Resumed resumed;
+  if (resuming) resumed = read_resume(a, cmd);
+  const Label label = [&](const char* flag) {
+    const auto it = resumed.taken.find(flag);
+    return it == resumed.taken.end() ? std::string(flag) : it->second;
+  };
+  TrainSetup su = resuming ? make_train_setup(a, [](const char*) { return true; }, &resumed.model, label)
                            : make_train_setup(a, cmd);
-  std::ofstream metrics;  // opened before the long work so a bad path fails at once
-  if (!a.out.empty()) {
-    make_run_dir(a.out);
-    if (a.metrics.empty()) a.metrics = a.out + "/metrics.jsonl";
-  }
-  if (!a.metrics.empty()) {
-    if (resuming) keep_metrics_epochs(a.metrics, resumed.state.epoch);
-    metrics.open(a.metrics, std::ios::out | (resuming ? std::ios::app : std::ios::trunc));
-    if (!metrics)
-      throw Error("--metrics: cannot open '" + a.metrics + "' for writing: " + std::strerror(errno));
-  }
-  Plan plan(su.model, su.plan);
+  check_outputs(a, resuming ? resumed.info.path : std::string());
+  const TrainArgs as_given = a;  // the output flags as typed, for the resume hint
+  const std::string ckdir = !a.checkpoint_dir.empty() ? a.checkpoint_dir
+                            : a.out.empty()           ? std::string("checkpoints")
+                                                      : a.out + "/checkpoints";
+  Checkpoints ckpts(ckdir, a.checkpoint_every, a.keep_checkpoints, nlohmann::json::object());
+  if (resuming || a.checkpoint_every > 0) ckpts.lock();  // before the long work: another run there is refused
+
   TrainTest data = load_train_data(a);
+  if (!resuming) su.plan.batch = a.common.batch_size = clamp_batch(a.common.batch_size, data.train.count, "training set");
+  Plan plan(su.model, su.plan);
   check_dataset_fits(plan, data.train, "training set");
   const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
+  std::vector<std::string> kept_metrics;
   if (resuming) {
-    const nlohmann::json& c = resumed_config;
-    if (c.value("train_crc32", uint64_t(0)) != crc || c.value("train_count", int64_t(-1)) != data.train.count)
-      throw Error("--data: the training set in " + data_dir + " (" + std::to_string(data.train.count) +
-                  " images, CRC-32 " + std::to_string(crc) + ") is not the one checkpoint " + resumed.path +
-                  " was trained on (" + c.value("train_count", nlohmann::json()).dump() + " images, CRC-32 " +
-                  c.value("train_crc32", nlohmann::json()).dump() + ")");
-    load_checkpoint(plan, resumed.path);
-    su.cfg.start = resumed.state;
+    check_same_data(resumed, data.train, crc, data_dir);
+    load_checkpoint(plan, resumed.info.path);
+    su.cfg.start = resumed.info.state;
+    kept_metrics = metrics_so_far(resumed.info);
+    ckpts.set_last(resumed.info.path);
   } else {
     plan.init_params(a.seed);
     if (!a.weights.empty()) load_weights(plan, a.weights);
   }
-  const std::string ckdir = !a.checkpoint_dir.empty() ? a.checkpoint_dir
-                            : a.out.empty()           ? std::string("checkpoints")
-                                                      : a.out + "/checkpoints";
-  Checkpoints ckpts(ckdir, a.checkpoint_every, a.keep_checkpoints, train_args_json(a, crc, data.train.count).dump());
-  if (resuming) ckpts.set_last(resumed.path);
+  ckpts.set_config(train_args_json(a, crc, data.train.count));
+  for (const std::string& l : kept_metrics) ckpts.add_metrics(l);
+
+  // Everything is checked: the outputs may now be written.
   if (!a.out.empty()) {
+    make_run_dir(a.out);
+    if (a.metrics.empty()) a.metrics = a.out + "/metrics.jsonl";
     write_text_file(a.out + "/config.json", config_json(a, plan, data_dir), "--out");
     write_text_file(a.out + "/model.json", model_summary_json(plan), "--out");
   }
+  MetricsFile metrics(a.metrics, kept_metrics);
   std::unique_ptr<Profiler> prof;
   if (a.profile) {  // a whole run's spans are aggregated; the trace keeps the first ones
     prof = std::make_unique<Profiler>(plan.threads(), int(plan.units().size()), size_t(1) << 14);
@@ -190,21 +339,22 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   }
 
   std::printf("ember train: model %s, %zu parameters, data %s (%lld train / %lld test)\n",
-              su.model.name.c_str(), plan.param_count(), data_dir.c_str(),
+              su.model.name.c_str(), plan.param_count(), one_line(data_dir).c_str(),
               (long long)data.train.count, (long long)data.test.count);
   std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, seed %llu\n",
               a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, su.plan.batch, a.epochs,
               plan.threads(), plan.isa_name(), (unsigned long long)a.seed);
   const int64_t batches = (data.train.count + plan.batch() - 1) / plan.batch();
   if (resuming) {
-    std::printf("  resumed from %s: epoch %d, batch %lld of %lld, optimizer step %lld\n", resumed.path.c_str(),
-                resumed.state.epoch + 1, (long long)resumed.state.batch, (long long)batches,
+    std::printf("  resumed from %s: epoch %d, batch %lld of %lld, optimizer step %lld\n", one_line(resumed.info.path).c_str(),
+                resumed.info.state.epoch + 1, (long long)resumed.info.state.batch, (long long)batches,
                 (long long)plan.optimizer_steps());
-    const nlohmann::json& c = resumed_config;
+    const nlohmann::json& c = resumed.config;
     if (c.value("threads", 0) != plan.threads() || c.value("isa", std::string()) != a.common.isa)
       std::printf("  note: threads or --isa differ from the checkpoint's run: results will not be bit-identical to it\n");
   }
   std::fflush(stdout);
+  SignalStop signals;  // from here SIGINT/SIGTERM stop training at the end of a step
   Progress progress(stdout, isatty(fileno(stdout)) != 0, a.epochs);
   if (!a.quiet) su.cfg.on_step = [&](int e, int64_t done, int64_t total) { progress.step(e, done, total); };
   int stop_signal = 0;
@@ -212,7 +362,14 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
     const int64_t step = next.epoch * batches + next.batch;
     ckpts.maybe_save(plan, next, step);
     if ((stop_signal = signals.taken()) == 0) return true;
-    if (ckpts.last() != checkpoint_path(ckpts.dir(), step)) ckpts.save(plan, next, step);
+    if (ckpts.last() == checkpoint_path(ckpts.dir(), step)) return false;
+    try {
+      ckpts.save(plan, next, step);
+    } catch (const Error& e) {
+      progress.clear();
+      throw Error(std::string(stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)") +
+                  " at step " + std::to_string(step) + ", and the checkpoint could not be written: " + e.what());
+    }
     return false;
   };
   TrainResult r;
@@ -226,10 +383,9 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
                     m.skipped ? ("  (" + std::to_string(m.skipped) + " steps skipped: NaN/Inf)").c_str() : "");
         std::fflush(stdout);
       }
-      if (metrics.is_open()) {
-        metrics << metrics_line(m) << std::flush;
-        if (!metrics) throw Error("--metrics: write to '" + a.metrics + "' failed");
-      }
+      const std::string line = metrics_line(m);
+      metrics.append(line);
+      ckpts.add_metrics(line);
       return true;
     });
   } catch (const NonfiniteError& e) {
@@ -243,10 +399,11 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   if (r.stopped) {
     std::fflush(stdout);
     std::fprintf(stderr, "ember: %s at step %lld (epoch %d, batch %lld of %lld): checkpoint %s\n"
-                 "resume with: ember train --resume %s\n",
+                 "resume with: %s\n",
                  stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
                  (long long)(r.state.epoch * batches + r.state.batch), r.state.epoch + 1,
-                 (long long)r.state.batch, (long long)batches, ckpts.last().c_str(), ckpts.dir().c_str());
+                 (long long)r.state.batch, (long long)batches, one_line(ckpts.last()).c_str(),
+                 resume_hint(as_given, ckpts.dir()).c_str());
     return 128 + stop_signal;
   }
   if (r.epochs_run == 0)
@@ -259,7 +416,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   if (a.checkpoint_every > 0 && r.epochs_run > 0) {  // the end, unless the last step just saved it
     const int64_t step = r.state.epoch * batches;
     if (ckpts.last() != checkpoint_path(ckpts.dir(), step)) ckpts.save(plan, r.state, step);
-    std::printf("checkpoint %s\n", ckpts.last().c_str());
+    std::printf("checkpoint %s\n", one_line(ckpts.last()).c_str());
   }
   if (prof) {
     plan.set_profiler(nullptr);
@@ -271,11 +428,9 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
       write_text_file(a.out + "/trace.json", chrome_trace_json(plan, *prof), "--out");
     }
   }
-  if (!a.save.empty()) {
-    save_weights(plan, a.save);
-    std::printf("weights saved to %s\n", a.save.c_str());
-  }
-  if (!a.out.empty()) std::printf("run directory %s (ember report %s -o report.html)\n", a.out.c_str(), a.out.c_str());
+  if (!a.save.empty()) save_final_weights(plan, a.save);
+  if (!a.out.empty())
+    std::printf("run directory %s (ember report %s -o report.html)\n", one_line(a.out).c_str(), one_line(a.out).c_str());
   return 0;
 }
 
