@@ -2,6 +2,7 @@
 // output into folded stacks, and the self-contained HTML report of a run directory
 // (metrics.jsonl, config.json, model.json, profile.json, profile.folded). See docs/report.md.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,13 +104,24 @@ std::string xml_escape(std::string_view text);
 // intervals; the first tick is <= lo and the last >= hi. lo == hi gets a range around the value.
 std::vector<double> nice_ticks(double lo, double hi, int target, bool integer_step = false);
 
+// Indices of at most max_count of n items, evenly spread and increasing, the first (0) and the
+// last (n - 1) always included (max_count 1 is taken as 2); all of them when n <= max_count.
+// Long runs' charts draw these epochs only.
+std::vector<size_t> thin_indices(size_t n, size_t max_count);
+
 // ---- The HTML report ---------------------------------------------------------------------------
 
 // Reads a run directory and returns one self-contained HTML page: configuration and machine,
 // model summary, loss / accuracy / samples-per-second curves, the epoch table, and the profile
 // (per-layer time chart and table, flame graph) when profile.json / profile.folded exist.
 // metrics.jsonl and config.json are required; every file is checked and an ember::Error names
-// the file, the line and the field at fault.
+// the file, the line and the field at fault. Inputs must be regular files under a size cap
+// (metrics.jsonl 64 MiB and at most 100,000 epochs; JSON files 16 MiB; profile.folded 256 MiB).
+// Long runs stay small: the charts draw at most 1,000 epochs (thin_indices) and the epoch table
+// the first and last 50, each saying so.
 std::string render_report_html(const std::string& run_dir);
+
+// Throws the ember::Error render_report_html gives when run_dir is not a directory.
+void check_run_dir(const std::string& run_dir);
 
 }  // namespace ember::report

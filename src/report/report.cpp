@@ -1,21 +1,20 @@
 // The HTML run report: reads a run directory (metrics.jsonl, config.json, and the optional
-// model.json, profile.json, profile.folded), checks every field it uses, and writes one page
-// with inline CSS, inline SVG charts and a tiny inline script; nothing is fetched from outside.
+// model.json, profile.json, profile.folded) through size-capped regular-file reads and bounded
+// JSON parsing, checks every field it uses, and returns one page with inline CSS, inline SVG
+// charts (thinned for long runs) and a tiny inline script; nothing is fetched from outside.
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "ember/error.h"
+#include "ember/files.h"
 #include "ember/report.h"
 #include "ember/version.h"
+#include "fs/json_read.h"
 #include "util.h"
 
 namespace ember::report {
@@ -29,41 +28,38 @@ using detail::short_num;
 
 std::string esc(std::string_view s) { return xml_escape(s); }
 
+// Size caps of the inputs (checked before reading) and of what the page shows.
+constexpr uint64_t kMetricsMaxBytes = uint64_t(64) << 20;  // metrics.jsonl
+constexpr uint64_t kJsonMaxBytes = uint64_t(16) << 20;     // config.json, model.json, profile.json
+constexpr uint64_t kFoldedMaxBytes = uint64_t(256) << 20;  // profile.folded
+constexpr size_t kMaxEpochs = 100000;                      // lines of metrics.jsonl (= --epochs' cap)
+constexpr size_t kChartEpochs = 1000;                      // epochs drawn: <= 2,000 points a chart
+constexpr size_t kTableEdge = 50;                          // epoch table: the first and last rows
+
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw Error("report: " + where + ": " + what);
+  throw Error(one_line("report: " + where + ": " + what));
 }
 
-std::string found(const json& v) {
-  std::string d = v.dump();
-  if (d.size() > 40) d = detail::utf8_prefix(d, 37) + "...";
-  return d;
-}
+std::string found(const json& v) { return json_brief(nlohmann::json(v)); }  // depth <= kJsonMaxDepth
 
-std::string read_text(const fs::path& p, const std::string& shown) {
-  std::error_code ec;
-  if (fs::is_directory(p, ec)) fail(shown, "is a directory, expected a file");
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail(shown, std::string("cannot open: ") + std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) fail(shown, "read error");
-  return text;
-}
+// A whole input file: a regular file of at most max_bytes, or an error naming it.
+std::string read_text(const fs::path& p, uint64_t max_bytes) { return read_input(p.string(), max_bytes, "report:"); }
 
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string parse_message(const json::exception& e) {
-  std::string m = e.what();
-  if (m.rfind("[json.exception.", 0) == 0 && m.find("] ") != std::string::npos) m = m.substr(m.find("] ") + 2);
-  for (char& c : m)
-    if (c == '\n' || c == '\r') c = ' ';
-  return m;
-}
-
-json parse_json(const std::string& text, const std::string& where) {
+// Parsed with ember::parse_json first (nesting bounded, duplicate keys refused, messages
+// short), then again keeping the keys' order for the page: the text is known safe by then.
+json parse_ordered(std::string_view text, const std::string& where) {
+  ember::parse_json(text, "report: " + where);
   try {
-    return json::parse(text);
+    return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    fail(where, "invalid JSON: " + parse_message(e));
+    fail(where, "invalid JSON: " + one_line(e.what()));
   }
+}
+
+// An optional file of the run: present (even as a broken symlink, which then fails to read).
+bool present(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(p, ec));
 }
 
 // A number field: missing or of another type is an error; null reads as NaN where allowed.
@@ -91,44 +87,51 @@ struct Epoch {
   double epoch, lr, train_loss, train_acc, test_loss, test_acc, seconds, samples_per_s;
 };
 
+// One line of metrics.jsonl, checked against the epochs before it.
+Epoch read_epoch(std::string_view line, const std::string& where, const std::vector<Epoch>& out) {
+  if (out.size() >= kMaxEpochs)
+    fail(where, "more than " + grouped(double(kMaxEpochs)) + " epochs (the most ember trains and reports)");
+  const json j = parse_ordered(line, where);
+  if (!j.is_object()) fail(where, "expected a JSON object, found " + found(j));
+  Epoch e;
+  e.epoch = number(j, "epoch", where, false);
+  if (e.epoch != std::floor(e.epoch) || e.epoch < 0)
+    fail(where, "field 'epoch': expected a whole number >= 0, found " + found(j["epoch"]));
+  if (!out.empty() && e.epoch <= out.back().epoch)
+    fail(where, "field 'epoch': expected epochs in increasing order, found " + found(j["epoch"]) + " after " +
+                    short_num(out.back().epoch));
+  e.lr = number(j, "lr", where, true);
+  e.train_loss = number(j, "train_loss", where, true);
+  e.train_acc = number(j, "train_acc", where, true);
+  e.test_loss = number(j, "test_loss", where, true);
+  e.test_acc = number(j, "test_acc", where, true);
+  e.seconds = number(j, "seconds", where, true);
+  e.samples_per_s = number(j, "samples_per_s", where, true);
+  for (auto [key, v] : {std::pair{"train_acc", e.train_acc}, std::pair{"test_acc", e.test_acc}})
+    if (v < 0 || v > 1)
+      fail(where, std::string("field '") + key + "': expected a fraction in [0, 1], found " + found(j[key]));
+  return e;
+}
+
 std::vector<Epoch> read_metrics(const fs::path& p, const std::string& shown) {
-  const std::string text = read_text(p, shown);
+  const std::string text = read_text(p, kMetricsMaxBytes);
+  const std::string_view all(text);
   std::vector<Epoch> out;
   size_t line_no = 0, start = 0;
-  while (start < text.size()) {
-    size_t nl = text.find('\n', start);
-    if (nl == std::string::npos) nl = text.size();
-    const std::string line = text.substr(start, nl - start);
+  while (start < all.size()) {
+    size_t nl = all.find('\n', start);
+    if (nl == std::string_view::npos) nl = all.size();
+    const std::string_view line = all.substr(start, nl - start);
     start = nl + 1, ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = shown + " line " + std::to_string(line_no);
-    const json j = parse_json(line, where);
-    if (!j.is_object()) fail(where, "expected a JSON object, found " + found(j));
-    Epoch e;
-    e.epoch = number(j, "epoch", where, false);
-    if (e.epoch != std::floor(e.epoch) || e.epoch < 0)
-      fail(where, "field 'epoch': expected a whole number >= 0, found " + found(j["epoch"]));
-    if (!out.empty() && e.epoch <= out.back().epoch)
-      fail(where, "field 'epoch': expected epochs in increasing order, found " + found(j["epoch"]) + " after " +
-                      short_num(out.back().epoch));
-    e.lr = number(j, "lr", where, true);
-    e.train_loss = number(j, "train_loss", where, true);
-    e.train_acc = number(j, "train_acc", where, true);
-    e.test_loss = number(j, "test_loss", where, true);
-    e.test_acc = number(j, "test_acc", where, true);
-    e.seconds = number(j, "seconds", where, true);
-    e.samples_per_s = number(j, "samples_per_s", where, true);
-    for (auto [key, v] : {std::pair{"train_acc", e.train_acc}, std::pair{"test_acc", e.test_acc}})
-      if (v < 0 || v > 1)
-        fail(where, std::string("field '") + key + "': expected a fraction in [0, 1], found " + found(j[key]));
-    out.push_back(e);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    out.push_back(read_epoch(line, shown + " line " + std::to_string(line_no), out));
   }
   if (out.empty()) fail(shown, "no epochs (expected one JSON object per line)");
   return out;
 }
 
 json read_object(const fs::path& p, const std::string& shown) {
-  json j = parse_json(read_text(p, shown), shown);
+  json j = parse_ordered(read_text(p, kJsonMaxBytes), shown);
   if (!j.is_object()) fail(shown, "expected a JSON object, found " + found(j));
   return j;
 }
@@ -190,8 +193,7 @@ std::string pct(double frac) { return std::isfinite(frac) ? fmt("%.2f", 100 * fr
 
 std::string model_section(const fs::path& p, const std::string& shown) {
   std::string s = "<section id=\"model\">\n<h2>Model</h2>\n";
-  std::error_code ec;
-  if (!fs::exists(p, ec))
+  if (!present(p))
     return s + note("no model summary: <code>model.json</code> is missing (written by <code>ember train --out "
                     "DIR</code>)") + "</section>\n";
   const json m = read_object(p, shown);
@@ -238,34 +240,63 @@ std::string model_section(const fs::path& p, const std::string& shown) {
   return s + "</section>\n";
 }
 
-std::string training_section(const std::vector<Epoch>& ep) {
-  std::vector<Point> tl, vl, ta, va, sps, lr;
-  for (const Epoch& e : ep) {
-    tl.push_back({e.epoch, e.train_loss}), vl.push_back({e.epoch, e.test_loss});
-    ta.push_back({e.epoch, 100 * e.train_acc}), va.push_back({e.epoch, 100 * e.test_acc});
-    sps.push_back({e.epoch, e.samples_per_s}), lr.push_back({e.epoch, e.lr});
-  }
-  LineChartOptions o;
-  o.x_integer = true, o.x_title = "epoch", o.width = 520, o.height = 300;
-  std::string s = "<section id=\"training\">\n<h2>Training</h2>\n<div class=\"charts\">\n";
-  o.title = "Loss", o.y_title = "cross-entropy loss";
-  s += inline_svg(line_chart_svg({{"train", tl}, {"test", vl}}, o));
-  o.title = "Accuracy", o.y_title = "accuracy (%)";
-  s += inline_svg(line_chart_svg({{"train", ta}, {"test", va}}, o));
-  o.title = "Throughput", o.y_title = "samples/s", o.y_include_zero = true;
-  s += inline_svg(line_chart_svg({{"training samples/s", sps}}, o));
-  o.title = "Learning rate", o.y_title = "learning rate";
-  s += inline_svg(line_chart_svg({{"lr", lr}}, o));
-  s += "</div>\n<table class=\"data\">\n<thead><tr><th>epoch</th><th class=\"num\">lr</th><th class=\"num\">train "
-       "loss</th><th class=\"num\">train acc</th><th class=\"num\">test loss</th><th class=\"num\">test acc</th>"
-       "<th class=\"num\">seconds</th><th class=\"num\">samples/s</th></tr></thead>\n<tbody>\n";
-  for (const Epoch& e : ep)
-    s += "<tr><td>" + short_num(e.epoch) + "</td><td class=\"num\">" + fmt("%.4g", e.lr) + "</td><td class=\"num\">" +
+std::string epoch_row(const Epoch& e) {
+  return "<tr><td>" + grouped(e.epoch) + "</td><td class=\"num\">" + fmt("%.4g", e.lr) + "</td><td class=\"num\">" +
          fmt("%.4f", e.train_loss) + "</td><td class=\"num\">" + pct(e.train_acc) + "</td><td class=\"num\">" +
          fmt("%.4f", e.test_loss) + "</td><td class=\"num\">" + pct(e.test_acc) + "</td><td class=\"num\">" +
          fmt("%.2f", e.seconds) + "</td><td class=\"num\">" +
          (std::isfinite(e.samples_per_s) ? grouped(std::round(e.samples_per_s)) : "—") + "</td></tr>\n";
-  return s + "</tbody>\n</table>\n</section>\n";
+}
+
+// Every epoch, or for a long run the first and last kTableEdge with a row saying how many are hidden.
+std::string epoch_table(const std::vector<Epoch>& ep) {
+  const bool cut = ep.size() > 2 * kTableEdge;
+  std::string s = "<table class=\"data\">\n<thead><tr><th>epoch</th><th class=\"num\">lr</th><th class=\"num\">train "
+                  "loss</th><th class=\"num\">train acc</th><th class=\"num\">test loss</th><th class=\"num\">test acc</th>"
+                  "<th class=\"num\">seconds</th><th class=\"num\">samples/s</th></tr></thead>\n<tbody>\n";
+  for (size_t i = 0; i < ep.size(); ++i) {
+    if (cut && i == kTableEdge) {
+      s += "<tr class=\"hidden-rows\"><td colspan=\"8\">… " + grouped(double(ep.size() - 2 * kTableEdge)) +
+           " epochs not shown …</td></tr>\n";
+      i = ep.size() - kTableEdge;
+    }
+    s += epoch_row(ep[i]);
+  }
+  s += "</tbody>\n</table>\n";
+  if (cut)
+    s += note("The table shows the first and the last " + std::to_string(kTableEdge) + " of " +
+              grouped(double(ep.size())) + " epochs; <code>metrics.jsonl</code> holds them all.");
+  return s;
+}
+
+std::string training_section(const std::vector<Epoch>& ep) {
+  const std::vector<size_t> drawn = thin_indices(ep.size(), kChartEpochs);
+  std::vector<Point> tl, vl, ta, va, sps, lr;
+  for (size_t i : drawn) {
+    const Epoch& e = ep[i];
+    tl.push_back({e.epoch, e.train_loss}), vl.push_back({e.epoch, e.test_loss});
+    ta.push_back({e.epoch, 100 * e.train_acc}), va.push_back({e.epoch, 100 * e.test_acc});
+    sps.push_back({e.epoch, e.samples_per_s}), lr.push_back({e.epoch, e.lr});
+  }
+  const bool thinned = drawn.size() < ep.size();
+  const std::string of = thinned ? " (" + grouped(double(drawn.size())) + " of " + grouped(double(ep.size())) +
+                                       " epochs, thinned)" : "";
+  LineChartOptions o;
+  o.x_integer = true, o.x_title = "epoch", o.width = 520, o.height = 300;
+  std::string s = "<section id=\"training\">\n<h2>Training</h2>\n";
+  if (thinned)
+    s += note("The charts draw " + grouped(double(drawn.size())) + " evenly spaced epochs of " +
+              grouped(double(ep.size())) + " (the first and the last included).");
+  s += "<div class=\"charts\">\n";
+  o.title = "Loss" + of, o.y_title = "cross-entropy loss";
+  s += inline_svg(line_chart_svg({{"train", tl}, {"test", vl}}, o));
+  o.title = "Accuracy" + of, o.y_title = "accuracy (%)";
+  s += inline_svg(line_chart_svg({{"train", ta}, {"test", va}}, o));
+  o.title = "Throughput" + of, o.y_title = "samples/s", o.y_include_zero = true;
+  s += inline_svg(line_chart_svg({{"training samples/s", sps}}, o));
+  o.title = "Learning rate" + of, o.y_title = "learning rate";
+  s += inline_svg(line_chart_svg({{"lr", lr}}, o));
+  return s + "</div>\n" + epoch_table(ep) + "</section>\n";
 }
 
 std::string summary_cards(const std::vector<Epoch>& ep) {
@@ -283,7 +314,7 @@ std::string summary_cards(const std::vector<Epoch>& ep) {
     return "<div class=\"card\"><div class=\"label\">" + label + "</div><div class=\"value\">" + value + "</div></div>\n";
   };
   return "<div class=\"cards\">\n" + card("final test accuracy", pct(last.test_acc)) +
-         card("best test accuracy", pct(ep[best].test_acc) + " <small>(epoch " + short_num(ep[best].epoch) + ")</small>") +
+         card("best test accuracy", pct(ep[best].test_acc) + " <small>(epoch " + grouped(ep[best].epoch) + ")</small>") +
          card("final test loss", fmt("%.4f", last.test_loss)) + card("epochs", std::to_string(ep.size())) +
          card("training time", fmt("%.1f", secs) + " s") +
          card("mean samples/s", n_sps ? grouped(std::round(sps / n_sps)) : "—") + "</div>\n";
@@ -317,81 +348,96 @@ std::string cell(const std::string& key, const json& v) {
   return esc(scalar_text(v));
 }
 
+// The profile's bars, one per row ("layer phase", total_ms), every row checked.
+std::vector<Bar> profile_bars(const json& rows, const std::string& shown_pj) {
+  std::vector<Bar> bars;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const json& r = rows[i];
+    const std::string where = shown_pj + " rows[" + std::to_string(i) + "]";
+    if (!r.is_object()) fail(where, "expected a JSON object, found " + found(r));
+    const std::string layer = string_field(r, "layer", where, true), phase = string_field(r, "phase", where, true);
+    const double ms = number(r, "total_ms", where, false);
+    for (const auto& [k, v] : r.items())
+      if (v.is_structured()) fail(where, "field '" + k + "': expected a number or a string, found " + found(v));
+    bars.push_back({layer + " " + phase, ms, phase});
+  }
+  return bars;
+}
+
+// The profile's top-level scalars (and arrays of scalars, "busy_pct": [99.5, 19.3]) on one line.
+std::string profile_facts(const json& p) {
+  auto flat = [](const json& v) {
+    if (v.is_object()) return false;
+    if (v.is_array())
+      for (const json& e : v)
+        if (e.is_structured()) return false;
+    return true;
+  };
+  std::string head;
+  for (const auto& [k, v] : p.items())
+    if (flat(v)) head += (head.empty() ? "" : " · ") + esc(k) + " <b>" + cell(k, v) + "</b>";
+  return "<p class=\"facts\">" + head + "</p>\n";
+}
+
+std::string profile_table(const json& rows) {
+  const std::vector<std::string> cols = profile_columns(rows);
+  auto text_col = [](const std::string& c) { return c == "layer" || c == "phase"; };
+  std::string s = "<table class=\"data\">\n<thead><tr>";
+  for (const auto& c : cols) s += "<th" + std::string(text_col(c) ? "" : " class=\"num\"") + ">" + esc(c) + "</th>";
+  s += "</tr></thead>\n<tbody>\n";
+  for (const json& r : rows) {
+    s += "<tr>";
+    for (const auto& c : cols)
+      s += std::string(text_col(c) ? "<td>" : "<td class=\"num\">") + (r.contains(c) ? cell(c, r[c]) : "") + "</td>";
+    s += "</tr>\n";
+  }
+  return s + "</tbody>\n</table>\n";
+}
+
+std::string buffers_table(const json& b, const std::string& shown_pj) {
+  if (!b.is_array()) fail(shown_pj, "field 'buffers': expected an array, found " + found(b));
+  std::string s = "<h3>Buffers</h3>\n<table class=\"data\">\n<tbody>\n";
+  for (size_t i = 0; i < b.size(); ++i) {
+    const json& r = b[i];
+    const std::string where = shown_pj + " buffers[" + std::to_string(i) + "]";
+    if (!r.is_object()) fail(where, "expected a JSON object, found " + found(r));
+    const std::string name = string_field(r, "name", where, true);
+    s += "<tr><th>" + esc(name) + "</th><td class=\"num\">" + detail::human_bytes(number(r, "bytes", where, false)) +
+         "</td></tr>\n";
+  }
+  return s + "</tbody>\n</table>\n";
+}
+
+std::string profile_part(const fs::path& pj, const std::string& shown_pj) {
+  if (!present(pj))
+    return note("no profile: run <code>ember train --out DIR --profile</code> to write <code>profile.json</code>.");
+  const json p = read_object(pj, shown_pj);
+  const auto rows = p.find("rows");
+  if (rows == p.end()) fail(shown_pj, "field 'rows': missing (expected an array)");
+  if (!rows->is_array()) fail(shown_pj, "field 'rows': expected an array, found " + found(*rows));
+  const std::vector<Bar> bars = profile_bars(*rows, shown_pj);
+  BarChartOptions bo;
+  bo.title = "Time per layer and phase (total over the profiled steps)";
+  bo.value_title = "total time (ms)", bo.unit = "ms", bo.width = 1100;
+  std::string s = profile_facts(p) + inline_svg(bar_chart_svg(bars, bo)) + profile_table(*rows);
+  if (const auto b = p.find("buffers"); b != p.end()) s += buffers_table(*b, shown_pj);
+  return s;
+}
+
+std::string flame_part(const fs::path& pf, const std::string& shown_pf) {
+  if (!present(pf))
+    return note("no flame graph: <code>profile.folded</code> is missing (<code>ember train --out DIR --profile</code> "
+                "writes ember's own spans; <code>scripts/flamegraph.sh</code> samples with perf).");
+  const std::vector<FoldedStack> stacks = parse_folded(read_text(pf, kFoldedMaxBytes), "report: " + shown_pf);
+  FlameGraphOptions fo;
+  fo.title = "ember spans (profile.folded)", fo.unit = "µs", fo.width = 1100;
+  return inline_svg(flame_graph_svg(stacks, fo));
+}
+
 std::string profile_section(const fs::path& dir, const std::string& shown_dir) {
-  std::string s = "<section id=\"profile\">\n<h2>Where the time goes</h2>\n";
-  std::error_code ec;
-  const fs::path pj = dir / "profile.json", pf = dir / "profile.folded";
-  const std::string shown_pj = shown_dir + "/profile.json", shown_pf = shown_dir + "/profile.folded";
-  if (!fs::exists(pj, ec)) {
-    s += note("no profile: run <code>ember train --out DIR --profile</code> to write <code>profile.json</code>.");
-  } else {
-    const json p = read_object(pj, shown_pj);
-    const auto rows = p.find("rows");
-    if (rows == p.end()) fail(shown_pj, "field 'rows': missing (expected an array)");
-    if (!rows->is_array()) fail(shown_pj, "field 'rows': expected an array, found " + found(*rows));
-    std::vector<Bar> bars;
-    for (size_t i = 0; i < rows->size(); ++i) {
-      const json& r = (*rows)[i];
-      const std::string where = shown_pj + " rows[" + std::to_string(i) + "]";
-      if (!r.is_object()) fail(where, "expected a JSON object, found " + found(r));
-      const std::string layer = string_field(r, "layer", where, true), phase = string_field(r, "phase", where, true);
-      const double ms = number(r, "total_ms", where, false);
-      for (const auto& [k, v] : r.items())
-        if (v.is_structured()) fail(where, "field '" + k + "': expected a number or a string, found " + found(v));
-      bars.push_back({layer + " " + phase, ms, phase});
-    }
-    std::string head;
-    auto flat = [](const json& v) {  // scalars and arrays of scalars ("busy_pct": [99.5, 19.3])
-      if (v.is_object()) return false;
-      if (v.is_array())
-        for (const json& e : v)
-          if (e.is_structured()) return false;
-      return true;
-    };
-    for (const auto& [k, v] : p.items())
-      if (flat(v)) head += (head.empty() ? "" : " · ") + esc(k) + " <b>" + cell(k, v) + "</b>";
-    s += "<p class=\"facts\">" + head + "</p>\n";
-    BarChartOptions bo;
-    bo.title = "Time per layer and phase (total over the profiled steps)";
-    bo.value_title = "total time (ms)", bo.unit = "ms", bo.width = 1100;
-    s += inline_svg(bar_chart_svg(bars, bo));
-    const std::vector<std::string> cols = profile_columns(*rows);
-    s += "<table class=\"data\">\n<thead><tr>";
-    for (const auto& c : cols) s += "<th" + std::string(c == "layer" || c == "phase" ? "" : " class=\"num\"") + ">" + esc(c) + "</th>";
-    s += "</tr></thead>\n<tbody>\n";
-    for (const json& r : *rows) {
-      s += "<tr>";
-      for (const auto& c : cols)
-        s += std::string(c == "layer" || c == "phase" ? "<td>" : "<td class=\"num\">") +
-             (r.contains(c) ? cell(c, r[c]) : "") + "</td>";
-      s += "</tr>\n";
-    }
-    s += "</tbody>\n</table>\n";
-    if (const auto b = p.find("buffers"); b != p.end()) {
-      if (!b->is_array()) fail(shown_pj, "field 'buffers': expected an array, found " + found(*b));
-      s += "<h3>Buffers</h3>\n<table class=\"data\">\n<tbody>\n";
-      for (size_t i = 0; i < b->size(); ++i) {
-        const json& r = (*b)[i];
-        const std::string where = shown_pj + " buffers[" + std::to_string(i) + "]";
-        if (!r.is_object()) fail(where, "expected a JSON object, found " + found(r));
-        const std::string name = string_field(r, "name", where, true);
-        s += "<tr><th>" + esc(name) + "</th><td class=\"num\">" + detail::human_bytes(number(r, "bytes", where, false)) +
-             "</td></tr>\n";
-      }
-      s += "</tbody>\n</table>\n";
-    }
-  }
-  s += "<h3>Flame graph</h3>\n";
-  if (!fs::exists(pf, ec)) {
-    s += note("no flame graph: <code>profile.folded</code> is missing (<code>ember train --out DIR --profile</code> "
-              "writes ember's own spans; <code>scripts/flamegraph.sh</code> samples with perf).");
-  } else {
-    const std::vector<FoldedStack> stacks = parse_folded(read_text(pf, shown_pf), "report: " + shown_pf);
-    FlameGraphOptions fo;
-    fo.title = "ember spans (profile.folded)", fo.unit = "µs", fo.width = 1100;
-    s += inline_svg(flame_graph_svg(stacks, fo));
-  }
-  return s + "</section>\n";
+  return "<section id=\"profile\">\n<h2>Where the time goes</h2>\n" +
+         profile_part(dir / "profile.json", quote_path(shown_dir + "/profile.json")) + "<h3>Flame graph</h3>\n" +
+         flame_part(dir / "profile.folded", quote_path(shown_dir + "/profile.folded")) + "</section>\n";
 }
 
 std::string file_date(const fs::path& p) {
@@ -438,15 +484,38 @@ constexpr const char* kScript = R"(
 })();
 )";
 
+std::string trimmed(const std::string& run_dir) {
+  std::string shown_dir = run_dir;
+  while (shown_dir.size() > 1 && shown_dir.back() == '/') shown_dir.pop_back();
+  return shown_dir;
+}
+
 }  // namespace
+
+std::vector<size_t> thin_indices(size_t n, size_t max_count) {
+  std::vector<size_t> out;
+  if (n == 0 || max_count == 0) return out;
+  if (n <= max_count) {
+    for (size_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  const size_t m = std::max<size_t>(max_count, 2);  // rounding i*(n-1)/(m-1): increasing, ends kept
+  for (size_t i = 0; i < m; ++i) out.push_back((i * (n - 1) + (m - 1) / 2) / (m - 1));
+  return out;
+}
+
+void check_run_dir(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec))
+    fail(quote_path(trimmed(run_dir)), "not a directory (expected a run directory from ember train --out)");
+}
 
 std::string render_report_html(const std::string& run_dir) {
   const fs::path dir(run_dir);
-  std::string shown_dir = run_dir;
-  while (shown_dir.size() > 1 && shown_dir.back() == '/') shown_dir.pop_back();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(shown_dir, "not a directory (expected a run directory from ember train --out)");
-  const std::string shown_metrics = shown_dir + "/metrics.jsonl", shown_config = shown_dir + "/config.json";
+  const std::string shown_dir = trimmed(run_dir);
+  check_run_dir(run_dir);
+  const std::string shown_metrics = quote_path(shown_dir + "/metrics.jsonl");
+  const std::string shown_config = quote_path(shown_dir + "/config.json");
   const json config = read_object(dir / "config.json", shown_config);
   const std::vector<Epoch> epochs = read_metrics(dir / "metrics.jsonl", shown_metrics);
   std::string model = string_field(config, "model", shown_config, false);
@@ -466,7 +535,7 @@ std::string render_report_html(const std::string& run_dir) {
   config_rows(config, 0, rows);
   h += "<section id=\"config\">\n<h2>Configuration and machine</h2>\n<table class=\"config\">\n<tbody>\n" + rows +
        "</tbody>\n</table>\n</section>\n";
-  h += model_section(dir / "model.json", shown_dir + "/model.json");
+  h += model_section(dir / "model.json", quote_path(shown_dir + "/model.json"));
   h += training_section(epochs);
   h += profile_section(dir, shown_dir);
   h += std::string("<footer>written by ember ") + kVersion + " (<code>ember report</code>) from " + esc(shown_dir) +

@@ -26,7 +26,13 @@ namespace {
 
 
 // ---------------------------------------------------------------------------------------------
-// Running the binary.
+// Running the binary: EMBER_BINARY, or $EMBER_TEST_BINARY (to run a test against another build,
+// e.g. an old commit's, to see it fail there).
+
+[[maybe_unused]] std::string ember_binary() {
+  const char* e = std::getenv("EMBER_TEST_BINARY");
+  return e && *e ? e : EMBER_BINARY;
+}
 
 struct Result {
   int code = -1;        // exit status (128+N when a signal killed it, 124 on timeout)
@@ -154,7 +160,7 @@ class Cli : public ::testing::Test {
   Result run(const std::string& args, const std::string& env = "") {
     Result r;
     const fs::path out = tmp_ / "stdout.txt", err = tmp_ / "stderr.txt";
-    r.cmd = env + (env.empty() ? "" : " ") + "timeout -k 5 60 " + quote(EMBER_BINARY) + " " + args;
+    r.cmd = env + (env.empty() ? "" : " ") + "timeout -k 5 60 " + quote(ember_binary()) + " " + args;
     const std::string full = r.cmd + " >" + quote(out) + " 2>" + quote(err) + " </dev/null";
     const int st = std::system(full.c_str());
     if (st != -1 && WIFEXITED(st)) r.code = WEXITSTATUS(st);

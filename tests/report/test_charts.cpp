@@ -1,8 +1,10 @@
 // Tests of the SVG line and bar charts (ember/report.h): the output is well-formed XML, axes carry
 // nice ticks with numeric labels and titles, the legend names the series, and every drawn point
 // or bar maps back to its data through the linear mapping read from the axis tick labels.
+// Also thin_indices, which picks the epochs a long run's charts draw.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -364,6 +366,28 @@ TEST(BarChart, WidthsProportionalToValues) {
   std::vector<std::string> legend;
   for (const Element* it : root->find_all("g", "legend-item")) legend.push_back(it->child("text")->text);
   EXPECT_EQ(legend, (std::vector<std::string>{"forward", "backward", "optimizer"}));
+}
+
+// thin_indices: at most max_count, increasing, first and last kept, gaps even (within 1).
+TEST(ThinIndices, EvenlySpreadKeepingTheEnds) {
+  using ember::report::thin_indices;
+  EXPECT_TRUE(thin_indices(0, 10).empty());
+  EXPECT_EQ(thin_indices(3, 10), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(thin_indices(5, 1), (std::vector<size_t>{0, 4}));
+  EXPECT_EQ(thin_indices(11, 3), (std::vector<size_t>{0, 5, 10}));
+  for (auto [n, m] : {std::pair<size_t, size_t>{100000, 1000}, {1001, 1000}, {2000, 999}, {100001, 2}}) {
+    SCOPED_TRACE(std::to_string(n) + " into " + std::to_string(m));
+    const std::vector<size_t> idx = thin_indices(n, m);
+    ASSERT_EQ(idx.size(), m);
+    EXPECT_EQ(idx.front(), 0u);
+    EXPECT_EQ(idx.back(), n - 1);
+    size_t lo = n, hi = 0;
+    for (size_t i = 1; i < idx.size(); ++i) {
+      ASSERT_GT(idx[i], idx[i - 1]);
+      lo = std::min(lo, idx[i] - idx[i - 1]), hi = std::max(hi, idx[i] - idx[i - 1]);
+    }
+    EXPECT_LE(hi - lo, 1u) << "uneven gaps";
+  }
 }
 
 TEST(BarChart, EmptyIsWellFormed) {

@@ -1,12 +1,15 @@
 // Command-line tests of `ember report` and `ember flamegraph` (EMBER_BINARY) on run directories
 // written by hand in a temp folder: the page is self-contained and holds every epoch, the model,
 // the profile and the charts; bad files give one error line naming the file, line and field.
+// Hostile paths: device nodes, FIFOs and deep JSON as inputs or outputs, a full disk, long runs.
 // Also scripts/flamegraph.sh (with perf, where perf may sample) and a headless Chromium render.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -136,11 +139,13 @@ class ReportCli : public ::testing::Test {
     if (with_profile) write_text(run_ / "profile.json", kProfile), write_text(run_ / "profile.folded", kFolded);
   }
 
-  // Runs `ember ARGS` (ARGS shell-quoted) with `input` on stdin, under a timeout.
-  Result run(const std::string& args, const std::string& env = "", const fs::path& input = "/dev/null") {
+  // Runs `ember ARGS` (ARGS shell-quoted) with `input` on stdin, under a timeout of `seconds`.
+  Result run(const std::string& args, const std::string& env = "", const fs::path& input = "/dev/null",
+             int seconds = 60) {
     Result r;
     const fs::path out = tmp_ / "stdout.txt", err = tmp_ / "stderr.txt";
-    r.cmd = env + (env.empty() ? "" : " ") + "timeout -k 5 60 " + quote(EMBER_BINARY) + " " + args;
+    r.cmd = env + (env.empty() ? "" : " ") + "timeout -k 5 " + std::to_string(seconds) + " " + quote(EMBER_BINARY) +
+            " " + args;
     const std::string full = r.cmd + " >" + quote(out) + " 2>" + quote(err) + " <" + quote(input);
     const int st = std::system(full.c_str());
     if (st != -1 && WIFEXITED(st)) r.code = WEXITSTATUS(st);
@@ -344,6 +349,203 @@ TEST_F(ReportCli, RunDirMissingOrOutputUnwritable) {
   expect_one_line_error(run("report " + quote(run_) + " -o /nonexistent-dir/r.html"),
                         {"--output", "/nonexistent-dir/r.html"});
   expect_one_line_error(run("report"), {"run_dir"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile inputs and outputs: device nodes, FIFOs, dangling symlinks, deep JSON, a full disk and
+// runs too long to draw every epoch. Each is refused with one line naming the file, promptly.
+
+bool is_char_device(const fs::path& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+// Files in dir named like ember's temporary files (".ember-XXXXXX").
+std::vector<std::string> temp_files(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(".ember-", 0) == 0) out.push_back(e.path().filename().string());
+  return out;
+}
+
+// Caps ember's address space so a regression that reads /dev/zero fails fast, not the machine
+// (not under sanitizers, which reserve terabytes of address space).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define EMBER_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define EMBER_TEST_SANITIZED 1
+#endif
+#endif
+#ifdef EMBER_TEST_SANITIZED
+const std::string kMemLimit = "";
+#else
+const std::string kMemLimit = "ulimit -v 2097152;";
+#endif
+
+TEST_F(ReportCli, OutputDeviceIsRefusedUpFront) {
+  write_run(false, false, 2);
+  for (const char* dev : {"/dev/full", "/dev/null"}) {
+    SCOPED_TRACE(dev);
+    ASSERT_TRUE(is_char_device(dev));
+    expect_one_line_error(run("report " + quote(run_) + " -o " + dev), {"--output", dev, "character device"});
+    EXPECT_TRUE(is_char_device(dev)) << dev << " is no longer a character device";
+  }
+  // Checked before the run is read: the output is named, not the missing metrics.jsonl.
+  fs::remove(run_ / "metrics.jsonl");
+  Result r = run("report " + quote(run_) + " -o /dev/full");
+  expect_one_line_error(r, {"--output", "/dev/full"});
+  EXPECT_EQ(r.err.find("metrics.jsonl"), std::string::npos) << r.err;
+  EXPECT_TRUE(is_char_device("/dev/full"));
+}
+
+TEST_F(ReportCli, OutputFifoDirectoryOrMissingDirectoryIsRefused) {
+  write_run(false, false, 2);
+  const fs::path fifo = tmp_ / "out.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string report = "report " + quote(run_) + " -o ";
+  expect_one_line_error(run(report + quote(fifo), "", "/dev/null", 10), {fifo.string(), "FIFO"});
+  expect_one_line_error(run(report + quote(tmp_)), {tmp_.string(), "directory"});
+  expect_one_line_error(run(report + quote(tmp_ / "no/such/r.html")), {"no/such", "No such file"});
+  EXPECT_TRUE(temp_files(tmp_).empty());
+}
+
+TEST_F(ReportCli, OutputSymlinkReplacesItsTargetAndDanglingIsRefused) {
+  write_run(false, false, 2);
+  const fs::path target = tmp_ / "real.html", link = tmp_ / "link.html";
+  write_text(target, "old report\n");
+  fs::create_symlink(target, link);
+  Result r = run("report " + quote(run_) + " -o " + quote(link));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(link)) << "the link stays a link";
+  EXPECT_EQ(read_text(target).rfind("<!DOCTYPE html>", 0), 0u) << "the target holds the new report";
+  fs::create_symlink(tmp_ / "nowhere.html", tmp_ / "dangling.html");
+  expect_one_line_error(run("report " + quote(run_) + " -o " + quote(tmp_ / "dangling.html")),
+                        {"dangling.html", "dangling"});
+  EXPECT_FALSE(fs::exists(tmp_ / "nowhere.html")) << "nothing is written through a dangling symlink";
+}
+
+// A full disk, simulated by a file size limit (dash counts 512-byte blocks, bash 1 KiB): every
+// output is written in full or not at all, and the old file survives.
+TEST_F(ReportCli, FailedWriteKeepsTheOldFile) {
+  write_run(true, true, 50);
+  std::string stacks;
+  for (int i = 0; i < 300; ++i) stacks += "main;work;frame_" + std::to_string(i) + " " + std::to_string(i + 1) + "\n";
+  write_text(tmp_ / "big.folded", stacks);
+  const fs::path dir = tmp_ / "out", html = dir / "report.html", svg = dir / "f.svg", folded = dir / "saved.folded";
+  fs::create_directories(dir);
+  for (const fs::path& p : {html, svg, folded}) write_text(p, "old " + p.filename().string() + "\n");
+  const std::string limit = "ulimit -f 2;", big = " --folded " + quote(tmp_ / "big.folded");
+  expect_one_line_error(run("report " + quote(run_) + " -o " + quote(html), limit), {html.string(), "too large"});
+  expect_one_line_error(run("flamegraph" + big + " -o " + quote(svg), limit), {svg.string(), "too large"});
+  expect_one_line_error(run("flamegraph" + big + " -o - --save-folded " + quote(folded), limit), {folded.string()});
+  for (const fs::path& p : {html, svg, folded}) EXPECT_EQ(read_text(p), "old " + p.filename().string() + "\n") << p;
+  EXPECT_TRUE(temp_files(dir).empty()) << "a temporary file was left behind";
+  Result ok = run("report " + quote(run_) + " -o " + quote(html));  // without the limit: replaced
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(read_text(html).rfind("<!DOCTYPE html>", 0), 0u);
+}
+
+// Each JSON input nested 100,000 deep: exit 2 with one line naming it (it used to overflow the
+// stack while the error message quoted the value).
+class ReportDeep : public ReportCli, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ReportDeep, NamesTheFileWithoutCrashing) {
+  const std::string file = GetParam();
+  write_run(true, true, 3);
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  if (file == "metrics.jsonl") deep = metrics_jsonl(epochs_) + deep + "\n";
+  write_text(run_ / file, deep);
+  Result r = run("report " + quote(run_) + " -o " + quote(tmp_ / "deep.html"));
+  expect_one_line_error(r, {(run_ / file).string(), "nesting deeper"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_FALSE(fs::exists(tmp_ / "deep.html"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, ReportDeep,
+                         ::testing::Values("metrics.jsonl", "config.json", "model.json", "profile.json"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string n = i.param;
+                           n[n.find('.')] = '_';
+                           return n;
+                         });
+
+TEST_F(ReportCli, DeviceInputNamesTheFile) {
+  for (const char* file : {"config.json", "metrics.jsonl", "profile.json", "profile.folded"}) {
+    SCOPED_TRACE(file);
+    fs::remove_all(run_);  // write_run would write through the last iteration's symlink
+    fs::create_directories(run_);
+    write_run(true, true, 3);
+    fs::remove(run_ / file);
+    fs::create_symlink("/dev/zero", run_ / file);
+    Result r = run("report " + quote(run_) + " -o " + quote(tmp_ / "z.html"), kMemLimit, "/dev/null", 20);
+    expect_one_line_error(r, {(run_ / file).string(), "character device"});
+    EXPECT_EQ(r.code, 2);
+  }
+}
+
+TEST_F(ReportCli, FifoInputIsRefusedPromptly) {
+  for (const char* file : {"metrics.jsonl", "config.json", "profile.folded"}) {
+    SCOPED_TRACE(file);
+    write_run(true, true, 3);
+    fs::remove(run_ / file);
+    ASSERT_EQ(::mkfifo((run_ / file).c_str(), 0644), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    Result r = run("report " + quote(run_) + " -o " + quote(tmp_ / "f.html"), "", "/dev/null", 10);
+    expect_one_line_error(r, {(run_ / file).string(), "FIFO"});
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "waited for a writer";
+    fs::remove(run_ / file);
+  }
+}
+
+// 100,000 epochs (--epochs' cap): the charts draw at most 2,000 points each and the table the
+// first and last 50 rows, each saying so; the page stays small.
+TEST_F(ReportCli, LongRunIsThinned) {
+  write_run(false, false, 100000);
+  const fs::path out = tmp_ / "long.html";
+  Result r = run("report " + quote(run_) + " -o " + quote(out));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string html = read_text(out);
+  EXPECT_LT(html.size(), size_t(2) << 20);
+  const auto svgs = svgs_in(html);
+  ASSERT_EQ(svgs.size(), 4u);
+  for (const std::string& svg : svgs) {
+    auto root = svgdom::parse(svg);
+    size_t points = 0;
+    for (const auto* pl : root->find_all("polyline")) points += count(pl->attr("points"), ",");
+    EXPECT_LE(points, 2000u);
+    EXPECT_GE(points, 1000u);
+    EXPECT_NE(root->find_all("text", "chart-title")[0]->text.find("thinned"), std::string::npos);
+  }
+  EXPECT_EQ(count(html, "<tr><td>"), 100u) << "the first and last 50 epochs";
+  EXPECT_NE(html.find("99,900 epochs not shown"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>1</td>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>100,000</td>"), std::string::npos);
+}
+
+TEST_F(ReportCli, MoreThan100000EpochsAreRefused) {
+  write_run(false, false, 100001);
+  Result r = run("report " + quote(run_) + " -o " + quote(tmp_ / "long.html"));
+  expect_one_line_error(r, {(run_ / "metrics.jsonl").string(), "line 100001", "100,000 epochs"});
+  EXPECT_FALSE(fs::exists(tmp_ / "long.html"));
+}
+
+TEST_F(ReportCli, FlamegraphPathsAreChecked) {
+  write_text(tmp_ / "ok.folded", kFolded);
+  const fs::path fifo = tmp_ / "f.fifo", zero = tmp_ / "zero.txt", svg = tmp_ / "x.svg";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  fs::create_symlink("/dev/zero", zero);
+  const std::string in = "flamegraph --folded " + quote(tmp_ / "ok.folded");
+  expect_one_line_error(run(in + " -o /dev/full"), {"--output", "/dev/full", "character device"});
+  EXPECT_TRUE(is_char_device("/dev/full"));
+  expect_one_line_error(run(in + " -o " + quote(svg) + " --save-folded " + quote(fifo), "", "/dev/null", 10),
+                        {"--save-folded", fifo.string(), "FIFO"});
+  EXPECT_FALSE(fs::exists(svg)) << "outputs are checked before any is written";
+  expect_one_line_error(run("flamegraph --folded " + quote(fifo) + " -o " + quote(svg), "", "/dev/null", 10),
+                        {"--folded", fifo.string(), "FIFO"});
+  Result r = run("flamegraph --perf-script " + quote(zero) + " -o " + quote(svg), kMemLimit, "/dev/null", 20);
+  expect_one_line_error(r, {"--perf-script", zero.string(), "character device"});
+  EXPECT_TRUE(temp_files(tmp_).empty());
 }
 
 // ---------------------------------------------------------------------------------------------

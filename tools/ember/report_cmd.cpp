@@ -1,60 +1,74 @@
 // `ember report RUN_DIR -o FILE.html` and `ember flamegraph (--perf-script|--folded) FILE|- -o
-// FILE.svg`: thin wrappers over ember/report.h that read the inputs, check the flags and write
-// the outputs; every failure is an ember::Error naming the flag or the file.
+// FILE.svg`: thin wrappers over ember/report.h that read the inputs (regular files under a size
+// cap, or stdin), check the output paths before any work and replace them atomically; every
+// failure is an ember::Error naming the flag or the file.
 #include "report_cmd.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <iterator>
-#include <sstream>
 
 #include "ember/error.h"
+#include "ember/files.h"
 #include "ember/report.h"
 
 namespace ember::cli {
 
 namespace {
 
-std::string read_input(const std::string& path, const std::string& flag) {
-  if (path == "-") {
-    std::ostringstream s;
-    s << std::cin.rdbuf();
-    return s.str();
+constexpr uint64_t kPerfScriptMaxBytes = uint64_t(1) << 30;  // perf script text is verbose
+constexpr uint64_t kFoldedMaxBytes = uint64_t(256) << 20;
+
+std::string read_stdin(uint64_t max_bytes, const std::string& flag) {
+  std::string text;
+  char buf[1 << 16];
+  while (const size_t n = std::fread(buf, 1, sizeof buf, stdin)) {
+    if (text.size() + n > max_bytes)
+      throw Error(flag + " -: standard input is more than " + std::to_string(max_bytes) + " bytes (the limit)");
+    text.append(buf, n);
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(flag + " " + path + ": is a directory, expected a file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(flag + " " + path + ": cannot open: " + std::strerror(errno));
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (std::ferror(stdin)) throw Error(flag + " -: reading standard input failed: " + std::strerror(errno));
+  return text;
+}
+
+std::string read_in(const std::string& path, uint64_t max_bytes, const std::string& flag) {
+  return path == "-" ? read_stdin(max_bytes, flag) : ember::read_input(path, max_bytes, flag);
+}
+
+// Refuses an output path that cannot be replaced by a regular file, before any work is done.
+void check_out(const std::string& path, const std::string& flag) {
+  if (path != "-") ember::check_output(path, flag);
 }
 
 void write_output(const std::string& path, const std::string& flag, const std::string& text) {
   if (path == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw Error(flag + " -: writing to standard output failed: " + std::strerror(errno));
     return;
   }
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error(flag + " " + path + ": cannot write: " + std::strerror(errno));
-  f.write(text.data(), std::streamsize(text.size()));
-  f.close();
-  if (!f) throw Error(flag + " " + path + ": write failed: " + std::strerror(errno));
+  try {
+    ember::write_file_atomic(path, {text});
+  } catch (const Error& e) {  // "'path': write failed: ..." or "output 'path': ..."
+    const std::string m = e.what();
+    throw Error(flag + (m.rfind("output ", 0) == 0 ? m.substr(6) : " " + m));
+  }
 }
 
 }  // namespace
 
 void add_report_flags(CLI::App* cmd, ReportArgs& a) {
   cmd->add_option("run_dir", a.run_dir, "Run directory written by `ember train --out DIR`")->required();
-  cmd->add_option("-o,--output", a.output, "HTML file to write (default: RUN_DIR/report.html)");
+  cmd->add_option("-o,--output", a.output, "HTML file to write (default: RUN_DIR/report.html; - for stdout)");
 }
 
 int run_report(const ReportArgs& a) {
   const std::string out =
       a.output.empty() ? (std::filesystem::path(a.run_dir) / "report.html").string() : a.output;
+  if (a.output.empty()) report::check_run_dir(a.run_dir);  // named as such, not as the output's directory
+  check_out(out, "--output");
   const std::string html = report::render_report_html(a.run_dir);
   write_output(out, "--output", html);
   if (out != "-") std::printf("wrote %s (%.1f KiB)\n", out.c_str(), html.size() / 1024.0);
@@ -75,16 +89,27 @@ void add_flamegraph_flags(CLI::App* cmd, FlamegraphArgs& a) {
   cmd->add_option("--save-folded", a.save_folded, "Also write the folded stacks to this file");
 }
 
-int run_flamegraph(const FlamegraphArgs& a) {
+namespace {
+
+void check_flamegraph_args(const FlamegraphArgs& a) {
   if (a.perf_script.empty() && a.folded.empty())
     throw Error("flamegraph: give --perf-script FILE|- or --folded FILE|-");
   if (a.width < 200 || a.width > 20000)
     throw Error("--width: expected an integer in [200, 20000], found " + std::to_string(a.width));
+  check_out(a.output, "--output");
+  if (!a.save_folded.empty()) check_out(a.save_folded, "--save-folded");
+}
+
+}  // namespace
+
+int run_flamegraph(const FlamegraphArgs& a) {
+  check_flamegraph_args(a);
   const bool perf = !a.perf_script.empty();
   const std::string in = perf ? a.perf_script : a.folded;
   const std::string source = "flamegraph: " + std::string(perf ? "--perf-script " : "--folded ") +
-                             (in == "-" ? std::string("<stdin>") : in);
-  const std::string text = read_input(in, perf ? "--perf-script" : "--folded");
+                             (in == "-" ? std::string("<stdin>") : quote_path(in));
+  const std::string text =
+      read_in(in, perf ? kPerfScriptMaxBytes : kFoldedMaxBytes, perf ? "--perf-script" : "--folded");
   const std::vector<report::FoldedStack> stacks =
       perf ? report::fold_perf_script(text, source) : report::parse_folded(text, source);
   double total = 0;

@@ -8,7 +8,7 @@ namespace ember::cli {
 
 struct ReportArgs {
   std::string run_dir;
-  std::string output;  // empty: RUN_DIR/report.html
+  std::string output;  // empty: RUN_DIR/report.html; "-": stdout
 };
 
 struct FlamegraphArgs {
