@@ -40,10 +40,10 @@ class Hostile : public Cli {
            " --batch-size 32 --threads 1 " + extra;
   }
   // Starts ember with `args` (shell words) in the background; returns the pid of the shell's exec.
-  pid_t spawn(const std::string& args) {
+  pid_t spawn(const std::string& args, const std::string& env = "") {
     const pid_t pid = ::fork();
     if (pid == 0) {
-      const std::string cmd = "exec " + quote(ember_binary()) + " " + args + " >" + quote((tmp_ / "spawn.out").string()) +
+      const std::string cmd = (env.empty() ? "" : "export " + env + "; ") + "exec " + quote(ember_binary()) + " " + args + " >" + quote((tmp_ / "spawn.out").string()) +
                               " 2>" + quote((tmp_ / "spawn.err").string()) + " </dev/null";
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
       ::_exit(127);
@@ -242,6 +242,29 @@ TEST_F(Hostile, SavePathsAreCheckedBeforeTraining) {
   const Result r = run(train_args("--save " + quote(longname.string())));
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(fs::exists(longname));
+}
+
+// 8. If --save still fails at the end (its directory vanished during training), the weights go
+// to a fallback file and the message names it (on 86f41b9 they were lost).
+TEST_F(Hostile, AFailedFinalSaveKeepsTheWeightsInAFallbackFile) {
+  const fs::path sub = tmp_ / "sub", fallback_dir = tmp_ / "tmpdir";
+  fs::create_directories(sub);
+  fs::create_directories(fallback_dir);
+  const pid_t pid = spawn(train_model("mnist-mlp", "--save " + quote((sub / "w.safetensors").string()), 300),
+                          "TMPDIR=" + quote(fallback_dir.string()));
+  for (int i = 0; i < 3000 && read_text(tmp_ / "spawn.out").find("epoch ") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  fs::remove_all(sub);  // the directory goes away while training
+  EXPECT_EQ(wait_status(pid), 2);
+  const std::string err = read_text(tmp_ / "spawn.err");
+  EXPECT_EQ(nonempty_lines(err).size(), 1u) << err;
+  EXPECT_NE(err.find("the weights were saved to '" + fallback_dir.string() + "/ember-weights-"), std::string::npos) << err;
+  int found = 0;
+  for (const auto& e : fs::directory_iterator(fallback_dir)) {
+    found += e.path().filename().string().rfind("ember-weights-", 0) == 0;
+    EXPECT_GT(fs::file_size(e.path()), 100000u);
+  }
+  EXPECT_EQ(found, 1);
 }
 
 // 11. Model files: duplicate keys and losses that do not fit the last layer are refused (on
