@@ -2,7 +2,9 @@
 # Writes the seed corpora of fuzz_safetensors and fuzz_checkpoint: weights and checkpoints of the
 # fuzz-tiny model (fuzz_model_tiny.h) trained by build/release/ember on 64 generated images, plus
 # truncated and header-only variants; and fuzz_idx seeds beyond make_corpus.py's (multi-member
-# gzip, huge claimed counts). Run from anywhere after building the release preset.
+# gzip, huge claimed counts). Run from anywhere after building the release preset. The hand-made
+# safetensors and checkpoint seeds (deep nesting, duplicate keys, lying sizes and counters) need
+# no build: fuzz/make_corpus.py writes them.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 ember="$root/build/release/ember"

@@ -28,6 +28,13 @@ struct FileId {
 };
 FileId file_id(const std::string& path);
 
+// Refuses two outputs that are the same file (by canonical path, or device and inode), and an
+// output that is one of the inputs: "FLAG 'p' ...". Paths that do not exist yet compare by name.
+struct NamedPath {
+  std::string flag, path;
+};
+void check_distinct(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
 // Checks an output path before any work is done, and says where a write will go:
 // - absent: its directory must exist and be writable, and its name at most 255 bytes;
 // - a regular file: replaced (same checks on the directory);

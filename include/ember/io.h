@@ -45,6 +45,9 @@ void save_weights(Plan& plan, const std::string& path);
 // converted to f32). Tensors named "optimizer.*" (a checkpoint's) are ignored; any other extra
 // tensor or missing one is an error naming it.
 void load_weights(Plan& plan, const std::string& path);
+// Checks, from the header alone and before any plan is built (so a small file cannot make a
+// huge model allocate), that the file holds every parameter of `model` with its shape.
+void check_weights_fit(const Model& model, const std::string& path);
 // The __metadata__ of a weights file (its "model" is the description save_weights stored).
 std::map<std::string, std::string> read_weights_metadata(const std::string& path);
 // The same from bytes in memory (`name` is used in errors): the fuzzing entry point.
@@ -81,5 +84,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // Deletes all but the newest `keep` checkpoints (and temporary files a crash left behind).
 void prune_checkpoints(const std::string& dir, int keep);
+// Deletes the temporary files (".ember-*", older than a minute) a crashed save left in dir.
+void remove_stale_temporaries(const std::string& dir);
 
 }  // namespace ember

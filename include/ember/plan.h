@@ -67,6 +67,11 @@ struct BufferInfo {
   size_t bytes = 0;
 };
 
+// The parameters (names, PyTorch shapes, sizes; no offsets) a plan of `model` would have, from
+// shape inference alone: nothing is allocated, so a file can be checked against a model before
+// a plan of it is built.
+std::vector<ParamInfo> model_params(const Model& model);
+
 class Plan {
  public:
   Plan(const Model& model, const PlanOptions& options);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "ember/error.h"
 
@@ -152,6 +153,32 @@ FileId file_id(const std::string& path) {
   return {uint64_t(st.st_dev), uint64_t(st.st_ino)};
 }
 
+namespace {
+std::string canonical_key(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+}  // namespace
+
+void check_distinct(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
+  auto same = [](const NamedPath& a, const NamedPath& b) {
+    const FileId ia = file_id(a.path), ib = file_id(b.path);
+    return (ia.ino != 0 && ia == ib) || canonical_key(a.path) == canonical_key(b.path);
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].path.empty()) continue;
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && same(outputs[i], outputs[j]))
+        throw Error(outputs[i].flag + " " + quote_path(outputs[i].path) + ": is also the output of " + outputs[j].flag +
+                    " " + quote_path(outputs[j].path) + ": one would overwrite the other");
+    for (const NamedPath& in : inputs)
+      if (!in.path.empty() && same(outputs[i], in))
+        throw Error(outputs[i].flag + " " + quote_path(outputs[i].path) + ": is an input of this run (" + in.flag + " " +
+                    quote_path(in.path) + "): refusing to overwrite it");
+  }
+}
+
 std::string check_output(const std::string& path, const std::string& what) {
   if (path.empty()) throw Error(what + ": an empty path");
   if (path.size() >= PATH_MAX) refuse(what, path, "the path is longer than " + std::to_string(PATH_MAX - 1) + " bytes");
@@ -235,18 +262,19 @@ void write_file_atomic(const std::string& path_in, const std::vector<std::string
 }
 
 DirLock::DirLock(const std::string& dir, const std::string& what) {
-  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
-    refuse(what, dir, "cannot create the directory: " + reason(errno));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) refuse(what, dir, "cannot create the directory: " + ec.message());
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) refuse(what, dir, reason(errno));
   if (!S_ISDIR(st.st_mode)) refuse(what, dir, std::string("is ") + kind_of(st.st_mode) + ", not a directory");
   const std::string lock = dir + "/.ember.lock";
   fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd_ < 0) refuse(what, dir, "cannot open its lock file .ember.lock: " + reason(errno));
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
     ::close(fd_);
     fd_ = -1;
-    refuse(what, dir, "its lock file .ember.lock is not a regular file");
+    refuse(what, dir, "its lock file .ember.lock is not a regular file of its own (a device, FIFO or hard link)");
   }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

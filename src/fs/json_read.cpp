@@ -24,7 +24,7 @@ size_t json_too_deep(std::string_view text, int max_depth) {
     if (c == '"') in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > max_depth) return i;
-    } else if (c == ']' || c == '}') {
+    } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
   }
@@ -59,7 +59,9 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
       return true;
     });
   } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
-    throw Error(where + ": invalid JSON: " + one_line(e.what()));
+    std::string msg = one_line(e.what());  // "last read: '...'" may quote megabytes of the file
+    if (msg.size() > 200) msg = msg.substr(0, 200) + "... (cut)";
+    throw Error(where + ": invalid JSON: " + msg);
   } catch (const Error&) {
     throw Error(where + ": invalid JSON: duplicate key " + json_brief(json(duplicate)) +
                 " in one object (refused: which one was meant is unclear)");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -24,7 +25,7 @@ namespace {
 constexpr int kFormatVersion = 1;
 
 // A string from the file, JSON-quoted and escaped so that an error message stays on one line.
-std::string shown(const std::string& text) { return json(text).dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string shown(const std::string& text) { return json_brief(json(text)); }
 
 std::vector<std::string> state_names(const Plan& plan) {
   std::vector<std::string> v;
@@ -87,7 +88,8 @@ CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
 // The loop's counters must be possible for a run of this plan's batch size.
 void check_counters(const TrainState& s, int64_t batch, const std::string& file) {
   const std::string f = file + ": __metadata__.ember_checkpoint.state";
-  const int64_t seen = s.batch * batch;  // samples of the partial epoch, at most (last batch may be short)
+  int64_t seen = 0;  // samples of the partial epoch, at most (last batch may be short)
+  if (__builtin_mul_overflow(s.batch, batch, &seen)) seen = INT64_MAX;
   if (s.correct > seen)
     throw Error(f + ".correct: " + std::to_string(s.correct) + " correct predictions is more than the " +
                 std::to_string(seen) + " samples of " + std::to_string(s.batch) + " batches of " + std::to_string(batch));
@@ -222,6 +224,10 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 void prune_checkpoints(const std::string& dir, int keep) {
   const std::vector<std::string> all = list_checkpoints(dir);
   for (size_t i = 0; i + size_t(std::max(keep, 1)) < all.size(); ++i) ::unlink(all[i].c_str());
+  remove_stale_temporaries(dir);
+}
+
+void remove_stale_temporaries(const std::string& dir) {
   // Temporary files of a process that died mid-save: the directory is locked by this run, so
   // any older than a minute (none of its own: a save has finished) is left over.
   const time_t now = ::time(nullptr);

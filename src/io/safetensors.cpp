@@ -32,11 +32,15 @@ int dtype_size(const std::string& d) {
 
 // Names go into one-line error messages: a name with a control character (a newline, say) is
 // refused, and shown JSON-escaped.
+// A name longer than kMaxName is refused too, so every message naming it stays short.
+constexpr size_t kMaxName = 1024;
 void check_name(const std::string& file, const char* what, const std::string& name) {
+  if (name.size() > kMaxName)
+    throw Error(file + ": " + what + " " + json_brief(json(name)) + ": " + std::to_string(name.size()) +
+                " bytes, more than the " + std::to_string(kMaxName) + " a name may have");
   for (unsigned char ch : name)
     if (ch < 0x20 || ch == 0x7f)
-      throw Error(file + ": " + what + " " + json(name).dump(-1, ' ', false, json::error_handler_t::replace) +
-                  ": contains a control character");
+      throw Error(file + ": " + what + " " + json_brief(json(name)) + ": contains a control character");
 }
 
 float half_to_float(uint16_t h) {
@@ -272,6 +276,19 @@ void save_weights(Plan& plan, const std::string& path) {
 void load_weights(Plan& plan, const std::string& path) {
   const io::FileSource src(path);
   io::load_params(plan, src, io::read_safetensors_header(src), "optimizer.");
+}
+
+void check_weights_fit(const Model& model, const std::string& path) {
+  const io::FileSource src(path);
+  const SafetensorsHeader h = io::read_safetensors_header(src);
+  const std::string name = model.source.empty() ? model.name : model.source;
+  for (const ParamInfo& p : model_params(model)) {
+    const SafetensorsEntry* e = h.find(p.name);
+    const std::string f = path + ": tensor '" + p.name + "'";
+    if (!e) throw Error(f + ": missing (model " + name + " needs it)");
+    if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
+      throw Error(f + ".shape: expected " + json(p.shape).dump() + " (model " + name + "), found " + json(e->shape).dump());
+  }
 }
 
 std::map<std::string, std::string> read_weights_metadata(const std::string& path) {

@@ -80,6 +80,31 @@ std::vector<int> dims_vec(const nn::Dims& d) {
 }
 }  // namespace
 
+std::vector<ParamInfo> model_params(const Model& model) {
+  std::vector<ParamInfo> out;
+  nn::Dims d{model.in_c, model.in_h, model.in_w};
+  const std::string where = model.source.empty() ? "model " + model.name : model.source;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    auto layer = nn::make_layer(model.layers[i]);
+    try {
+      d = layer->infer(d);
+    } catch (const Error& e) {
+      throw Error(where + ": layers[" + std::to_string(i) + "] (" + layer_kind_name(model.layers[i].kind) + "): " + e.what());
+    }
+    const auto shapes = layer->param_shapes();
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      ParamInfo p;
+      p.name = std::to_string(i) + (t == 0 ? ".weight" : ".bias");  // as the plan names them
+      p.shape = shapes[t];
+      p.size = 1;
+      for (int x : p.shape) p.size *= size_t(x);
+      p.layer = int(i);
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
 Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.model = model;

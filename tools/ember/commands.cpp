@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -138,9 +139,11 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
   cmd->add_option("--momentum", a.momentum, "Momentum for momentum/nesterov SGD")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed for initialisation and shuffling (an integer >= 0)")
       ->capture_default_str()
-      ->check([](const std::string& v) {  // CLI11 would wrap -1 to 2^64 - 1
-        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-        return digits ? std::string() : "expected an integer in [0, 18446744073709551615], found '" + one_line(v) + "'";
+      ->check([](const std::string& v) {  // CLI11 would wrap -1 to 2^64 - 1, and saturate 10^23
+        uint64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        const bool ok = !v.empty() && v[0] != '-' && v[0] != '+' && ec == std::errc() && end == v.data() + v.size();
+        return ok ? std::string() : "expected an integer in [0, 18446744073709551615], found '" + one_line(v) + "'";
       });
   cmd->add_flag("--no-shuffle", a.no_shuffle, "Keep the data set's order every epoch");
   cmd->add_option("--metrics", a.metrics, "Write one JSON object per epoch to FILE.jsonl");
@@ -264,6 +267,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   validate_common(a.common);
   TrainTest data = load_data(a.common, 1);  // the training set is not used: read as little as possible
   a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
+  check_weights_fit(model, a.weights);  // before a plan of a (maybe edited) model is built
   PlanOptions po;
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;

@@ -27,6 +27,13 @@ extern "C" void exit_on_signal(int sig) {
   _exit(128 + sig);
 }
 
+// An error message as printed: one line, and at most ~2,000 characters of whatever a file held.
+std::string shown(const std::string& message) {
+  std::string s = ember::one_line(message);
+  if (s.size() > 2000) s = s.substr(0, 2000) + "... (" + std::to_string(s.size() - 2000) + " more characters)";
+  return s;
+}
+
 void install_signal_exit() {
   struct sigaction sa {};
   sa.sa_handler = exit_on_signal;
@@ -89,7 +96,7 @@ int main(int argc, char** argv) {
   CLI::App* info_cmd = app.add_subcommand("info", "Show CPU features, chosen kernels, threads and build");
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("ember: error: ") + e.what() + " (see --help)\n";
+    return "ember: error: " + shown(e.what()) + " (see --help)\n";
   });
   try {
     app.parse(argc, argv);
@@ -111,13 +118,13 @@ int main(int argc, char** argv) {
     if (flame_cmd->parsed()) return ember::cli::run_flamegraph(flame);
   } catch (const ember::Error& e) {  // one line, whatever a path or a file held
     std::fflush(stdout);
-    std::fprintf(stderr, "ember: error: %s\n", ember::one_line(e.what()).c_str());
+    std::fprintf(stderr, "ember: error: %s\n", shown(e.what()).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "ember: error: out of memory\n");
     return 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember: error: %s\n", ember::one_line(e.what()).c_str());
+    std::fprintf(stderr, "ember: error: %s\n", shown(e.what()).c_str());
     return 4;
   }
   return 1;

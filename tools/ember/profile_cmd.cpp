@@ -46,6 +46,8 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   for (const auto& [flag, path] : {std::pair<const char*, std::string*>{"--trace", &a.trace},
                                    {"--json", &a.json}, {"--folded", &a.folded}, {"--flame", &a.flame}})
     if (!path->empty()) *path = check_output(*path, flag);  // before the long work
+  check_distinct({{"--trace", a.trace}, {"--json", a.json}, {"--folded", a.folded}, {"--flame", a.flame}},
+                 {{"--model", t.common.model}, {"--weights", t.weights}});
   for (const char* flag : {"--resume", "--checkpoint-every", "--checkpoint-dir", "--keep-checkpoints", "--save", "--out"})
     if (cmd.count(flag)) throw Error(std::string(flag) + ": not available in ember profile (use ember train)");
   TrainSetup su = make_train_setup(t, cmd);
@@ -54,6 +56,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   if (t.limit_train == 0 || t.limit_train > a.limit_samples) t.limit_train = a.limit_samples;  // decode only these
   TrainTest data = load_train_data(t);
   su.plan.batch = t.common.batch_size = clamp_batch(t.common.batch_size, data.train.count, "training set");
+  if (!t.weights.empty()) check_weights_fit(su.model, t.weights);  // before the plan is built
   Plan plan(su.model, su.plan);
   check_dataset_fits(plan, data.train, "training set");
   Dataset& train_set = data.train;

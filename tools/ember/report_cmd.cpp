@@ -69,6 +69,10 @@ int run_report(const ReportArgs& a) {
       a.output.empty() ? (std::filesystem::path(a.run_dir) / "report.html").string() : a.output;
   if (a.output.empty()) report::check_run_dir(a.run_dir);  // named as such, not as the output's directory
   check_out(out, "--output");
+  std::vector<NamedPath> inputs;  // the run directory's files: the page must not replace one
+  for (const char* f : {"metrics.jsonl", "config.json", "model.json", "profile.json", "profile.folded", "trace.json"})
+    inputs.push_back({"run directory", (std::filesystem::path(a.run_dir) / f).string()});
+  if (out != "-") check_distinct({{"--output", out}}, inputs);
   const std::string html = report::render_report_html(a.run_dir);
   write_output(out, "--output", html);
   if (out != "-") std::printf("wrote %s (%.1f KiB)\n", out.c_str(), html.size() / 1024.0);
@@ -98,6 +102,10 @@ void check_flamegraph_args(const FlamegraphArgs& a) {
     throw Error("--width: expected an integer in [200, 20000], found " + std::to_string(a.width));
   check_out(a.output, "--output");
   if (!a.save_folded.empty()) check_out(a.save_folded, "--save-folded");
+  const std::string in = a.perf_script.empty() ? a.folded : a.perf_script;
+  auto file = [](const std::string& p) { return p == "-" ? std::string() : p; };
+  check_distinct({{"--output", file(a.output)}, {"--save-folded", file(a.save_folded)}},
+                 {{a.perf_script.empty() ? "--folded" : "--perf-script", file(in)}});
 }
 
 }  // namespace

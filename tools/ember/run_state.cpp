@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <map>
 
@@ -159,8 +161,29 @@ Checkpoints::Checkpoints(std::string dir, int64_t every, int keep, json config)
   config_["metrics_so_far"] = json::array();
 }
 
-void Checkpoints::lock() {
-  if (!lock_.held()) lock_ = DirLock(dir_, "--checkpoint-dir");
+void Checkpoints::lock(const std::string& resumed, bool refuse_foreign) {
+  if (lock_.held()) return;
+  lock_ = DirLock(dir_, "--checkpoint-dir");
+  resumed_ = resumed;
+  own_.clear();
+  std::error_code ec;
+  const std::string mine = resumed.empty() ? "" : std::filesystem::weakly_canonical(resumed, ec).string();
+  const std::vector<std::string> all = list_checkpoints(dir_);
+  size_t upto = 0;  // checkpoints [0, upto) are the resumed run's own: the resumed one and older
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!mine.empty() && std::filesystem::weakly_canonical(all[i], ec).string() == mine) upto = i + 1;
+  for (size_t i = 0; i < all.size(); ++i) {
+    struct stat st;
+    if (::lstat(all[i].c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      throw Error("--checkpoint-dir " + quote_path(dir_) + ": " + quote_path(all[i]) +
+                  " is not a regular file: move it away (a checkpoint name is reserved for checkpoints)");
+    if (i < upto) own_.push_back(all[i]);
+    else foreign_ = true;
+  }
+  if (foreign_ && refuse_foreign)
+    throw Error("--checkpoint-dir " + quote_path(dir_) + ": holds checkpoints of another run (newest " +
+                quote_path(all.back()) + "): go on with it with --resume " + quote_path(dir_) +
+                ", or give another --checkpoint-dir");
 }
 
 void Checkpoints::set_config(json config) {
@@ -178,14 +201,19 @@ void Checkpoints::maybe_save(Plan& plan, const TrainState& next, int64_t step) {
 void Checkpoints::save(Plan& plan, const TrainState& next, int64_t step) {
   const std::string path = checkpoint_path(dir_, step);
   try {
-    lock();
+    lock(resumed_, false);  // a save on a signal locks late: another run's files are kept, not refused
     save_checkpoint(plan, next, config_.dump(), path);
   } catch (const Error& e) {
     throw Error("checkpoint at step " + std::to_string(step) + ": " + e.what() + "; the last good checkpoint is " +
                 (last_.empty() ? std::string("none (no checkpoint was written yet)") : last_));
   }
   last_ = path;
-  prune_checkpoints(dir_, keep_);
+  if (own_.empty() || own_.back() != path) own_.push_back(path);
+  while (own_.size() > size_t(std::max(keep_, 1))) {  // only this run's own, oldest first
+    ::unlink(own_.front().c_str());
+    own_.erase(own_.begin());
+  }
+  remove_stale_temporaries(dir_);
 }
 
 }  // namespace ember::cli

@@ -45,13 +45,18 @@ class SignalStop {
   sigset_t set_{}, old_{};
 };
 
-// A run's checkpoints: DIR/ckpt-<step>.safetensors, every N steps, the newest K kept. The
-// directory is locked (DirLock) from lock() or the first save to the end of the run. Each
-// checkpoint's configuration carries the metrics lines of the epochs finished so far.
+// A run's checkpoints: DIR/ckpt-<step>.safetensors, every N steps, the newest K of its own kept
+// (another run's checkpoints in the directory are never deleted). The directory is locked
+// (DirLock) from lock() or the first save to the end of the run. Each checkpoint's configuration
+// carries the metrics lines of the epochs finished so far.
 class Checkpoints {
  public:
   Checkpoints(std::string dir, int64_t every, int keep, nlohmann::json config);
-  void lock();  // refuses a directory another run holds
+  // Locks the directory and reads it: a checkpoint name that is not a regular file is refused;
+  // `resumed` (a checkpoint file, or "" for a new run) and the older ones beside it are this run's;
+  // any other checkpoint there is another run's, refused when `refuse_foreign`, else kept.
+  void lock(const std::string& resumed, bool refuse_foreign);
+  bool foreign() const { return foreign_; }  // the directory holds another run's checkpoints
   void set_config(nlohmann::json config);  // the run's flags (train_args_json), stored in each checkpoint
   void add_metrics(const std::string& line);
   const std::string& dir() const { return dir_; }
@@ -59,13 +64,15 @@ class Checkpoints {
   void set_last(const std::string& path) { last_ = path; }
   // Saves when `step` (steps done since the run began) is a multiple of N.
   void maybe_save(Plan& plan, const TrainState& next, int64_t step);
-  // Saves now (creating the directory); errors name the step and the last good checkpoint.
+  // Saves now (creating and locking the directory); errors name the step and the last good checkpoint.
   void save(Plan& plan, const TrainState& next, int64_t step);
 
  private:
-  std::string dir_, last_;
+  std::string dir_, last_, resumed_;
   nlohmann::json config_;
   DirLock lock_;
+  std::vector<std::string> own_;  // this run's checkpoints in the directory, oldest first
+  bool foreign_ = false;
   int64_t every_;
   int keep_;
 };

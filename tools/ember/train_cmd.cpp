@@ -132,15 +132,15 @@ std::string metrics_line(const EpochMetrics& m) {
 }
 
 // The files this run reads, to refuse an output that would overwrite one of them.
-std::vector<std::pair<std::string, FileId>> run_inputs(const TrainArgs& a, const std::string& resume_path) {
-  std::vector<std::pair<std::string, FileId>> in;
+std::vector<NamedPath> run_inputs(const TrainArgs& a, const std::string& resume_path) {
+  std::vector<NamedPath> in;
   const std::string dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
   for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                         "t10k-labels-idx1-ubyte"})
-    for (const char* ext : {"", ".gz"}) in.push_back({"--data", file_id(dir + "/" + f + ext)});
-  in.push_back({"--model", file_id(a.common.model)});
-  in.push_back({"--weights", file_id(a.weights)});
-  in.push_back({"--resume", file_id(resume_path)});
+    for (const char* ext : {"", ".gz"}) in.push_back({"--data", dir + "/" + f + ext});
+  if (a.common.model.size() > 5 && a.common.model.ends_with(".json")) in.push_back({"--model", a.common.model});
+  in.push_back({"--weights", a.weights});
+  in.push_back({"--resume", resume_path});
   return in;
 }
 
@@ -163,78 +163,97 @@ void check_out_dir(const std::string& dir) {
   }
 }
 
-// Every output path of the run, checked before any work: where it is, what is there, and that
-// it is not one of the run's inputs. Returns the paths to write (symlinks resolved).
+// Every output path of the run, checked before any work: where it is, what is there, that no
+// two are the same file and that none is one of the run's inputs. Symlinked outputs are replaced
+// by their targets' paths. Files inside a run directory still to be made are checked by name.
 void check_outputs(TrainArgs& a, const std::string& resume_path) {
-  const auto inputs = run_inputs(a, resume_path);
+  std::error_code ec;
+  const bool new_out = !a.out.empty() && !std::filesystem::exists(a.out, ec);
+  const std::string out_key = a.out.empty() ? "" : std::filesystem::weakly_canonical(a.out, ec).string();
   auto check = [&](std::string& path, const std::string& flag) {
+    const std::string parent = std::filesystem::weakly_canonical(path, ec).parent_path().string();
+    if (new_out && parent == out_key) return;  // in the run directory, made once all is checked
     path = check_output(path, flag);
-    const FileId id = file_id(path);
-    for (const auto& [what, in] : inputs)
-      if (id.ino != 0 && id == in)
-        throw Error(flag + " " + quote_path(path) + ": is an input of this run (" + what + "): refusing to overwrite it");
   };
+  std::vector<NamedPath> outs;
   if (!a.out.empty()) {
     check_out_dir(a.out);
     for (const char* f : {"config.json", "model.json", "metrics.jsonl", "profile.json", "profile.folded", "trace.json"}) {
       std::string p = a.out + "/" + f;
+      if (std::string(f) == "metrics.jsonl" && !a.metrics.empty()) continue;  // --metrics replaces it
       struct stat st;
       if (::lstat(p.c_str(), &st) == 0) check(p, "--out");
+      outs.push_back({"--out", p});
     }
   }
   if (!a.metrics.empty()) check(a.metrics, "--metrics");
   if (!a.save.empty()) check(a.save, "--save");
+  outs.push_back({"--metrics", a.metrics});
+  outs.push_back({"--save", a.save});
+  check_distinct(outs, run_inputs(a, resume_path));
 }
 
-// --save at the end: if the named file cannot be written after all, the weights go to a file
-// beside it (or in the temporary directory), and the error names both.
+// --save at the end: if the named file cannot be written after all, the weights go to a new file
+// beside it (or in the temporary directory), created exclusively (never through a planted
+// link), and the error names both.
 void save_final_weights(Plan& plan, const std::string& path) {
   try {
     save_weights(plan, path);
     std::printf("weights saved to %s\n", one_line(path).c_str());
     return;
   } catch (const Error& e) {
-    const std::string name = "ember-weights-" + std::to_string(::getpid()) + ".safetensors";
     const size_t slash = path.find_last_of('/');
     const char* tmp = std::getenv("TMPDIR");
     for (const std::string& dir : {slash == std::string::npos ? std::string(".") : path.substr(0, slash ? slash : 1),
                                    std::string(tmp && *tmp ? tmp : "/tmp")}) {
+      std::string name = dir + "/ember-weights-XXXXXX.safetensors";
+      const int fd = ::mkostemps(name.data(), 12, O_CLOEXEC);  // O_EXCL: our own new file
+      if (fd < 0) continue;
+      ::close(fd);
       try {
-        save_weights(plan, dir + "/" + name);
+        save_weights(plan, name);
       } catch (const Error&) {
+        ::unlink(name.c_str());
         continue;
       }
-      throw Error("--save: " + std::string(e.what()) + "; the weights were saved to " + quote_path(dir + "/" + name) +
-                  " instead");
+      throw Error("--save: " + std::string(e.what()) + "; the weights were saved to " + quote_path(name) + " instead");
     }
     throw Error("--save: " + std::string(e.what()) + "; no fallback file could be written either: the weights are lost");
   }
 }
 
-// The metrics file: the lines of epochs already done (a resume's), written atomically once the
-// run has been checked, then one line appended per epoch.
+// The metrics file: written only once the first epoch of this run has finished (so a run that
+// fails before leaves an old file as it was): the lines of epochs already done (a resume's) and
+// that epoch's, atomically; then one line appended per epoch.
 class MetricsFile {
  public:
-  MetricsFile(const std::string& path, const std::vector<std::string>& kept) : path_(path) {
-    if (path.empty()) return;
-    std::string text;
-    for (const std::string& l : kept) text += l + "\n";
-    write_text_file(path, text, "--metrics");
-    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd_ < 0) throw Error("--metrics " + quote_path(path) + ": cannot open for appending: " + std::strerror(errno));
+  MetricsFile(std::string path, const std::vector<std::string>& kept) : path_(std::move(path)) {
+    for (const std::string& l : kept) kept_ += l + "\n";
   }
   ~MetricsFile() {
     if (fd_ >= 0) ::close(fd_);
   }
   void append(const std::string& line) {
-    if (fd_ < 0) return;
+    if (path_.empty()) return;
     const std::string l = line + "\n";
+    if (fd_ < 0) {
+      write_text_file(path_, kept_ + l, "--metrics");
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+      struct stat st;
+      if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
+        throw Error("--metrics " + quote_path(path_) + ": cannot open for appending: " + std::strerror(errno));
+      return;
+    }
     if (::write(fd_, l.data(), l.size()) != ssize_t(l.size()))
       throw Error("--metrics " + quote_path(path_) + ": write failed: " + std::strerror(errno));
   }
+  // A run that trained no epoch (a resume at its end) still records the epochs done.
+  void finish() {
+    if (!path_.empty() && fd_ < 0 && !kept_.empty()) write_text_file(path_, kept_, "--metrics");
+  }
 
  private:
-  std::string path_;
+  std::string path_, kept_;
   int fd_ = -1;
 };
 
@@ -258,6 +277,14 @@ Resumed read_resume(TrainArgs& a, const CLI::App& cmd) {
     a.checkpoint_dir = slash == std::string::npos ? "." : r.info.path.substr(0, slash ? slash : 1);
   }
   return r;
+}
+
+// The checkpoint's position must lie inside an epoch of this training set.
+void check_position(const CheckpointInfo& info, int64_t count, int batch) {
+  const int64_t batches = (count + batch - 1) / batch;
+  if (info.state.batch > batches)
+    throw Error(info.path + ": __metadata__.ember_checkpoint.state.batch: " + std::to_string(info.state.batch) +
+                " is beyond the " + std::to_string(batches) + " batches of an epoch of this training set");
 }
 
 void check_same_data(const Resumed& r, const Dataset& train, uint32_t crc, const std::string& data_dir) {
@@ -302,17 +329,22 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
                             : a.out.empty()           ? std::string("checkpoints")
                                                       : a.out + "/checkpoints";
   Checkpoints ckpts(ckdir, a.checkpoint_every, a.keep_checkpoints, nlohmann::json::object());
-  if (resuming || a.checkpoint_every > 0) ckpts.lock();  // before the long work: another run there is refused
 
   TrainTest data = load_train_data(a);
   if (!resuming) su.plan.batch = a.common.batch_size = clamp_batch(a.common.batch_size, data.train.count, "training set");
-  Plan plan(su.model, su.plan);
-  check_dataset_fits(plan, data.train, "training set");
   const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
-  std::vector<std::string> kept_metrics;
   if (resuming) {
     check_same_data(resumed, data.train, crc, data_dir);
+    check_position(resumed.info, data.train.count, su.plan.batch);
+    check_weights_fit(su.model, resumed.info.path);  // before a plan of a (maybe edited) model is built
+  } else if (!a.weights.empty()) {
+    check_weights_fit(su.model, a.weights);
+  }
+  Plan plan(su.model, su.plan);
+  check_dataset_fits(plan, data.train, "training set");
+  std::vector<std::string> kept_metrics;
+  if (resuming) {
     load_checkpoint(plan, resumed.info.path);
     su.cfg.start = resumed.info.state;
     kept_metrics = metrics_so_far(resumed.info);
@@ -324,12 +356,20 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   ckpts.set_config(train_args_json(a, crc, data.train.count));
   for (const std::string& l : kept_metrics) ckpts.add_metrics(l);
 
-  // Everything is checked: the outputs may now be written.
+  // Every input is read and checked: from here signals are polled (a stop writes nothing half),
+  // and the outputs may be written.
+  SignalStop signals;
+  if (resuming || a.checkpoint_every > 0) ckpts.lock(resuming ? resumed.info.path : "", !resuming);
   if (!a.out.empty()) {
     make_run_dir(a.out);
     if (a.metrics.empty()) a.metrics = a.out + "/metrics.jsonl";
     write_text_file(a.out + "/config.json", config_json(a, plan, data_dir), "--out");
     write_text_file(a.out + "/model.json", model_summary_json(plan), "--out");
+  }
+  if (const int sig = signals.taken()) {
+    std::fprintf(stderr, "ember: %s before training started%s\n", sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
+                 a.out.empty() ? ": nothing written" : (": wrote only " + one_line(a.out) + "/config.json and model.json").c_str());
+    return 128 + sig;
   }
   MetricsFile metrics(a.metrics, kept_metrics);
   std::unique_ptr<Profiler> prof;
@@ -354,7 +394,6 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
       std::printf("  note: threads or --isa differ from the checkpoint's run: results will not be bit-identical to it\n");
   }
   std::fflush(stdout);
-  SignalStop signals;  // from here SIGINT/SIGTERM stop training at the end of a step
   Progress progress(stdout, isatty(fileno(stdout)) != 0, a.epochs);
   if (!a.quiet) su.cfg.on_step = [&](int e, int64_t done, int64_t total) { progress.step(e, done, total); };
   int stop_signal = 0;
@@ -403,9 +442,10 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
                  stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
                  (long long)(r.state.epoch * batches + r.state.batch), r.state.epoch + 1,
                  (long long)r.state.batch, (long long)batches, one_line(ckpts.last()).c_str(),
-                 resume_hint(as_given, ckpts.dir()).c_str());
+                 resume_hint(as_given, ckpts.foreign() ? ckpts.last() : ckpts.dir()).c_str());
     return 128 + stop_signal;
   }
+  metrics.finish();
   if (r.epochs_run == 0)
     std::printf("nothing to train: the run is at the end of epoch %d of %d (raise --epochs to train on)\n",
                 su.cfg.start.epoch, a.epochs);

@@ -1,0 +1,272 @@
+// Scalar reference kernels for the ConvNeXt ops (issue 22), matching PyTorch: GELU (erf, tanh),
+// HardSwish, SiLU, FastSwish, LayerNorm, LayerNorm2d, global average pool, layer scale, add, concat,
+// zero padding, drop path. As ref.h: templates on T (float, double), raw pointers, no allocation.
+// Letters: N batch, C channels, HW = H*W positions, D features; n = elements of a pointwise op.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numbers>
+
+namespace ember::ref {
+
+// ---- Pointwise activations over n elements: y = f(x); backward dx = dy * f'(x) takes x. ----
+
+// GELU, exact: y = 0.5 x (1 + erf(x / sqrt 2)) (PyTorch approximate='none').
+template <class T> void gelu_fwd(T* y, const T* x, size_t n) {
+  const T r2 = T(1) / std::numbers::sqrt2_v<T>;
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] * T(0.5) * (T(1) + std::erf(x[i] * r2));
+}
+// f'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi).
+template <class T> void gelu_bwd(T* dx, const T* dy, const T* x, size_t n) {
+  const T r2 = T(1) / std::numbers::sqrt2_v<T>, alpha = std::numbers::inv_sqrtpi_v<T> * r2;
+  for (size_t i = 0; i < n; ++i) {
+    const T cdf = T(0.5) * (T(1) + std::erf(x[i] * r2)), pdf = alpha * std::exp(T(-0.5) * x[i] * x[i]);
+    dx[i] = dy[i] * (cdf + x[i] * pdf);
+  }
+}
+
+// GELU, tanh approximation (PyTorch approximate='tanh'):
+// y = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2 / pi).
+template <class T> constexpr T gelu_k() { return std::numbers::sqrt2_v<T> * std::numbers::inv_sqrtpi_v<T>; }
+template <class T> void gelu_tanh_fwd(T* y, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const T inner = gelu_k<T>() * (x[i] + T(0.044715) * x[i] * x[i] * x[i]);
+    y[i] = T(0.5) * x[i] * (T(1) + std::tanh(inner));
+  }
+}
+// f'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2), t = tanh(inner).
+template <class T> void gelu_tanh_bwd(T* dx, const T* dy, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const T x2 = x[i] * x[i], t = std::tanh(gelu_k<T>() * (x[i] + T(0.044715) * x2 * x[i]));
+    const T right = T(0.5) * x[i] * (T(1) - t * t) * gelu_k<T>() * (T(1) + T(3) * T(0.044715) * x2);
+    dx[i] = dy[i] * (T(0.5) * (T(1) + t) + right);
+  }
+}
+
+// HardSwish: y = x * min(max(x + 3, 0), 6) / 6.
+template <class T> void hardswish_fwd(T* y, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] * std::min(std::max(x[i] + T(3), T(0)), T(6)) / T(6);
+}
+// PyTorch's hardswish_backward, kinks included: 0 for x < -3, x/3 + 1/2 for -3 <= x <= 3, else 1.
+template <class T> void hardswish_bwd(T* dx, const T* dy, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    dx[i] = x[i] < T(-3) ? T(0) : x[i] <= T(3) ? dy[i] * (x[i] / T(3) + T(0.5)) : dy[i];
+}
+
+// SiLU: y = x * sigmoid(x) = x / (1 + exp(-x)).
+template <class T> void silu_fwd(T* y, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-x[i]));
+}
+// f'(x) = s (1 + x (1 - s)), s = sigmoid(x).
+template <class T> void silu_bwd(T* dx, const T* dy, const T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const T s = T(1) / (T(1) + std::exp(-x[i]));
+    dx[i] = dy[i] * s * (T(1) + x[i] * (T(1) - s));
+  }
+}
+
+// FastSwish (the seed study's), a = 3.2308: y = x (x + a) / (a + 3) for -3 <= x <= 3, x above 3,
+// -1 / x^2 below -3 (continuous to ~1e-5 at -3, not smooth at either kink).
+template <class T> constexpr T fastswish_a() { return T(3.2308); }
+template <class T> void fastswish_fwd(T* y, const T* x, size_t n) {
+  const T a = fastswish_a<T>();
+  for (size_t i = 0; i < n; ++i)
+    y[i] = x[i] < T(-3) ? T(-1) / (x[i] * x[i]) : x[i] <= T(3) ? x[i] * (x[i] + a) / (a + T(3)) : x[i];
+}
+// Its own backward: 2 / x^3 below -3, (2x + a) / (a + 3) for -3 <= x <= 3, 1 above 3.
+template <class T> void fastswish_bwd(T* dx, const T* dy, const T* x, size_t n) {
+  const T a = fastswish_a<T>();
+  for (size_t i = 0; i < n; ++i) {
+    const T d = x[i] < T(-3)  ? T(2) / (x[i] * x[i] * x[i])
+                : x[i] <= T(3) ? (T(2) * x[i] + a) / (a + T(3))
+                               : T(1);
+    dx[i] = dy[i] * d;
+  }
+}
+
+// ---- Layer normalisation. One row = D values `stride` apart; biased variance, as PyTorch. ----
+
+// y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps); gamma/beta may be null.
+template <class T>
+void ln_row_fwd(T* y, T* mean, T* rstd, const T* x, size_t stride, const T* gamma, const T* beta, int D,
+                T eps) {
+  T m = 0, v = 0;
+  for (int d = 0; d < D; ++d) m += x[d * stride];
+  m /= T(D);
+  for (int d = 0; d < D; ++d) v += (x[d * stride] - m) * (x[d * stride] - m);
+  const T r = T(1) / std::sqrt(v / T(D) + eps);
+  for (int d = 0; d < D; ++d) {
+    const T xh = (x[d * stride] - m) * r;
+    y[d * stride] = (gamma ? xh * gamma[d] : xh) + (beta ? beta[d] : T(0));
+  }
+  *mean = m;
+  *rstd = r;
+}
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy * gamma; dgamma += dy xhat, dbeta += dy
+// (dx, dgamma, dbeta may each be null).
+template <class T>
+void ln_row_bwd(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, size_t stride, T mean, T rstd,
+                const T* gamma, int D) {
+  T sg = 0, sgx = 0;
+  for (int d = 0; d < D; ++d) {
+    const T xh = (x[d * stride] - mean) * rstd, g = gamma ? dy[d * stride] * gamma[d] : dy[d * stride];
+    sg += g;
+    sgx += g * xh;
+    if (dgamma) dgamma[d] += dy[d * stride] * xh;
+    if (dbeta) dbeta[d] += dy[d * stride];
+  }
+  for (int d = 0; dx && d < D; ++d) {
+    const T xh = (x[d * stride] - mean) * rstd, g = gamma ? dy[d * stride] * gamma[d] : dy[d * stride];
+    dx[d * stride] = rstd * (g - sg / T(D) - xh * sgx / T(D));
+  }
+}
+template <class T> void zero_fill(T* p, size_t n) {
+  for (size_t i = 0; p && i < n; ++i) p[i] = T(0);
+}
+
+// LayerNorm over the trailing D: x, y [N, D]; gamma, beta [D] (null: no affine); saves mean,
+// rstd [N] (caller's buffers) for backward.
+template <class T>
+void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, int N, int D, T eps) {
+  for (int n = 0; n < N; ++n)
+    ln_row_fwd(y + (size_t)n * D, mean + n, rstd + n, x + (size_t)n * D, 1, gamma, beta, D, eps);
+}
+// dx [N, D]; dgamma, dbeta [D] OVERWRITTEN (not accumulated); any of the three may be null.
+template <class T>
+void layernorm_bwd(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean, const T* rstd,
+                   const T* gamma, int N, int D) {
+  zero_fill(dgamma, D);
+  zero_fill(dbeta, D);
+  for (int n = 0; n < N; ++n) {
+    const size_t o = (size_t)n * D;
+    ln_row_bwd(dx ? dx + o : nullptr, dgamma, dbeta, dy + o, x + o, 1, mean[n], rstd[n], gamma, D);
+  }
+}
+
+// LayerNorm2d (torchvision's ConvNeXt): x, y [N, C, HW], normalised over C at each (n, position);
+// gamma, beta [C] (null: no affine); saves mean, rstd [N, HW].
+template <class T>
+void layernorm2d_fwd(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, int N, int C,
+                     int HW, T eps) {
+  for (int n = 0; n < N; ++n)
+    for (int p = 0; p < HW; ++p) {
+      const size_t o = (size_t)n * C * HW + p, s = (size_t)n * HW + p;
+      ln_row_fwd(y + o, mean + s, rstd + s, x + o, (size_t)HW, gamma, beta, C, eps);
+    }
+}
+// dx [N, C, HW]; dgamma, dbeta [C] OVERWRITTEN; any of the three may be null.
+template <class T>
+void layernorm2d_bwd(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean, const T* rstd,
+                     const T* gamma, int N, int C, int HW) {
+  zero_fill(dgamma, C);
+  zero_fill(dbeta, C);
+  for (int n = 0; n < N; ++n)
+    for (int p = 0; p < HW; ++p) {
+      const size_t o = (size_t)n * C * HW + p, s = (size_t)n * HW + p;
+      ln_row_bwd(dx ? dx + o : nullptr, dgamma, dbeta, dy + o, x + o, (size_t)HW, mean[s], rstd[s], gamma, C);
+    }
+}
+
+// ---- Shape and scaling ops. ----
+
+// Global average pool: y[N, C] = mean over HW of x[N, C, HW].
+template <class T> void global_avgpool_fwd(T* y, const T* x, int N, int C, int HW) {
+  for (size_t nc = 0; nc < (size_t)N * C; ++nc) {
+    T acc = 0;
+    for (int p = 0; p < HW; ++p) acc += x[nc * HW + p];
+    y[nc] = acc / T(HW);
+  }
+}
+// dx[N, C, HW] = dy[N, C] / HW at every position.
+template <class T> void global_avgpool_bwd(T* dx, const T* dy, int N, int C, int HW) {
+  for (size_t nc = 0; nc < (size_t)N * C; ++nc)
+    for (int p = 0; p < HW; ++p) dx[nc * HW + p] = dy[nc] / T(HW);
+}
+
+// Layer scale: y[N, C, HW] = x * s[C].
+template <class T> void channel_scale_fwd(T* y, const T* x, const T* s, int N, int C, int HW) {
+  for (size_t nc = 0; nc < (size_t)N * C; ++nc)
+    for (int p = 0; p < HW; ++p) y[nc * HW + p] = x[nc * HW + p] * s[nc % C];
+}
+// dx = dy * s[C]; ds[C] = sum over N, HW of dy * x, OVERWRITTEN; dx or ds may be null.
+template <class T>
+void channel_scale_bwd(T* dx, T* ds, const T* dy, const T* x, const T* s, int N, int C, int HW) {
+  zero_fill(ds, C);
+  for (size_t nc = 0; nc < (size_t)N * C; ++nc)
+    for (int p = 0; p < HW; ++p) {
+      if (dx) dx[nc * HW + p] = dy[nc * HW + p] * s[nc % C];
+      if (ds) ds[nc % C] += dy[nc * HW + p] * x[nc * HW + p];
+    }
+}
+
+// Residual add over n elements: y = a + b; backward da = db = dy (either may be null).
+template <class T> void add_fwd(T* y, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+template <class T> void add_bwd(T* da, T* db, const T* dy, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (da) da[i] = dy[i];
+    if (db) db[i] = dy[i];
+  }
+}
+
+// Channel concat: a [N, C1, HW], b [N, C2, HW] -> y [N, C1 + C2, HW] (torch.cat dim=1).
+template <class T> void concat_channels_fwd(T* y, const T* a, const T* b, int N, int C1, int C2, int HW) {
+  const size_t na = (size_t)C1 * HW, nb = (size_t)C2 * HW;
+  for (int n = 0; n < N; ++n) {
+    for (size_t i = 0; i < na; ++i) y[n * (na + nb) + i] = a[n * na + i];
+    for (size_t i = 0; i < nb; ++i) y[n * (na + nb) + na + i] = b[n * nb + i];
+  }
+}
+// Its backward splits dy [N, C1 + C2, HW] into da [N, C1, HW] and db [N, C2, HW] (either may be null).
+template <class T> void concat_channels_bwd(T* da, T* db, const T* dy, int N, int C1, int C2, int HW) {
+  const size_t na = (size_t)C1 * HW, nb = (size_t)C2 * HW;
+  for (int n = 0; n < N; ++n) {
+    for (size_t i = 0; da && i < na; ++i) da[n * na + i] = dy[n * (na + nb) + i];
+    for (size_t i = 0; db && i < nb; ++i) db[n * nb + i] = dy[n * (na + nb) + na + i];
+  }
+}
+
+// Zero padding: x [N, C, H, W] -> y [N, C, H + top + bottom, W + left + right], pads >= 0
+// (F.pad(x, (left, right, top, bottom))).
+struct ZeroPad2d {
+  int N, C, H, W, top, bottom, left, right;
+  int Hp() const { return H + top + bottom; }
+  int Wp() const { return W + left + right; }
+};
+template <class T> void zero_pad_fwd(T* y, const T* x, const ZeroPad2d& s) {
+  const int Hp = s.Hp(), Wp = s.Wp();
+  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
+    for (int h = 0; h < Hp; ++h)
+      for (int w = 0; w < Wp; ++w) {
+        const int hi = h - s.top, wi = w - s.left;
+        const bool in = hi >= 0 && hi < s.H && wi >= 0 && wi < s.W;
+        y[(nc * Hp + h) * Wp + w] = in ? x[(nc * s.H + hi) * s.W + wi] : T(0);
+      }
+}
+// Its backward crops: dx [N, C, H, W] = the interior of dy [N, C, Hp, Wp].
+template <class T> void zero_pad_bwd(T* dx, const T* dy, const ZeroPad2d& s) {
+  const int Hp = s.Hp(), Wp = s.Wp();
+  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
+    for (int h = 0; h < s.H; ++h)
+      for (int w = 0; w < s.W; ++w)
+        dx[(nc * s.H + h) * s.W + w] = dy[(nc * Hp + h + s.top) * Wp + w + s.left];
+}
+
+// Drop path (torchvision.ops.stochastic_depth, mode='row', training): x, y [N, D] with D the
+// elements of one sample; y = x * (mask[n] / keep), keep = 1 - torchvision's p; keep == 0 gives 0.
+template <class T> T drop_path_scale(uint8_t m, double keep) {
+  return m && keep > 0 ? T(1) / T(keep) : T(0);
+}
+template <class T> void drop_path_fwd(T* y, const T* x, const uint8_t* mask, double keep, int N, size_t D) {
+  for (int n = 0; n < N; ++n)
+    for (size_t i = 0; i < D; ++i) y[n * D + i] = x[n * D + i] * drop_path_scale<T>(mask[n], keep);
+}
+// dx = dy * (mask[n] / keep), the same scaling.
+template <class T> void drop_path_bwd(T* dx, const T* dy, const uint8_t* mask, double keep, int N, size_t D) {
+  drop_path_fwd(dx, dy, mask, keep, N, D);
+}
+
+}  // namespace ember::ref
