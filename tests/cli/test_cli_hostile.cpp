@@ -267,6 +267,105 @@ TEST_F(Hostile, AFailedFinalSaveKeepsTheWeightsInAFallbackFile) {
   EXPECT_EQ(found, 1);
 }
 
+// 6. A new run refuses a checkpoint directory holding another run's checkpoints, and a resumed
+// run prunes only its own (on 86f41b9 an older run's higher-numbered checkpoints made the new
+// run delete its own and name a deleted file).
+TEST_F(Hostile, AnotherRunsCheckpointsAreNeitherMixedNorDeleted) {
+  const fs::path ck = tmp_ / "ck";
+  ASSERT_EQ(run(train_model("mnist-mlp", "--checkpoint-every 1 --keep-checkpoints 2 --checkpoint-dir " + quote(ck.string()), 2)).code, 0);
+  const auto before = ember::list_checkpoints(ck.string());
+  expect_one_line_error(run(train_model("mnist-cnn", "--checkpoint-every 1 --checkpoint-dir " + quote(ck.string()))),
+                        {"--checkpoint-dir", "another run", "--resume"});
+  EXPECT_EQ(ember::list_checkpoints(ck.string()), before);
+  // A checkpoint name that is not a regular file is refused before any output is written.
+  const fs::path ck2 = tmp_ / "ck2", m = tmp_ / "m.jsonl";
+  fs::create_directories(ck2);
+  ASSERT_EQ(::mkfifo(ember::checkpoint_path(ck2.string(), 1).c_str(), 0644), 0);
+  write_text(m, "precious\n");
+  expect_one_line_error(run(train_args("--checkpoint-every 1 --metrics " + quote(m.string()) + " --checkpoint-dir " + quote(ck2.string()))),
+                        {"ckpt-0000000001.safetensors", "not a regular file"});
+  EXPECT_EQ(read_text(m), "precious\n");
+}
+
+// 6. The lock file is never written through a hard link to another file.
+TEST_F(Hostile, AHardLinkedLockFileIsRefused) {
+  const fs::path ck = tmp_ / "ck", precious = tmp_ / "precious";
+  fs::create_directories(ck);
+  write_text(precious, "keep me\n");
+  fs::create_hard_link(precious, ck / ".ember.lock");
+  expect_one_line_error(run(train_args("--checkpoint-every 5 --checkpoint-dir " + quote(ck.string()))), {"lock", "hard link"});
+  EXPECT_EQ(read_text(precious), "keep me\n");
+}
+
+// 6/7. A run directory and a checkpoint directory inside it that do not exist yet are made (with
+// their parents), and outputs may be named inside the new run directory.
+TEST_F(Hostile, NewRunDirectoriesHoldCheckpointsAndNamedOutputs) {
+  const fs::path out = tmp_ / "runs" / "a";
+  const Result r = run(train_args("--checkpoint-every 3 --out " + quote(out.string()) + " --metrics " +
+                                  quote((out / "m.jsonl").string()) + " --save " + quote((out / "w.safetensors").string())));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  EXPECT_TRUE(fs::exists(out / "m.jsonl"));
+  EXPECT_TRUE(fs::exists(out / "w.safetensors"));
+  EXPECT_FALSE(ember::list_checkpoints((out / "checkpoints").string()).empty());
+}
+
+// 7. Two outputs naming one file, and report/flamegraph/profile outputs that are their own
+// inputs, are refused (on 86f41b9 each exited 0 having overwritten one with the other).
+TEST_F(Hostile, OutputsThatCollideOrAreInputsAreRefused) {
+  const fs::path same = tmp_ / "same", run_dir = tmp_ / "run";
+  expect_one_line_error(run(train_args("--metrics " + quote(same.string()) + " --save " + quote(same.string()))),
+                        {"--save", "--metrics", "one would overwrite the other"});
+  expect_one_line_error(run(train_args("--out " + quote(run_dir.string()) + " --save " + quote((run_dir / "config.json").string()))),
+                        {"--save", "config.json"});
+  ASSERT_EQ(run(train_args("--out " + quote(run_dir.string()))).code, 0);
+  const std::string metrics = read_text(run_dir / "metrics.jsonl");
+  expect_one_line_error(run("report " + quote(run_dir.string()) + " -o " + quote((run_dir / "metrics.jsonl").string())),
+                        {"--output", "metrics.jsonl", "input"});
+  EXPECT_EQ(read_text(run_dir / "metrics.jsonl"), metrics);
+  write_text(tmp_ / "f.folded", "a;b 3\n");
+  expect_one_line_error(run("flamegraph --folded " + quote((tmp_ / "f.folded").string()) + " -o " + quote((tmp_ / "f.folded").string())),
+                        {"--output", "f.folded", "input"});
+  expect_one_line_error(run("profile --data " + quote(data_.string()) + " --model mnist-mlp --limit-samples 64 --json " +
+                            quote((tmp_ / "p.out").string()) + " --folded " + quote((tmp_ / "p.out").string())),
+                        {"--folded", "--json", "one would overwrite the other"});
+}
+
+// 5. A small weights file whose stored model claims a huge layer is checked against the model
+// from its header, before a plan of it allocates (86f41b9 reached 5.2 GB before the shape error).
+TEST_F(Hostile, AWeightsFileCannotMakeEvalAllocateItsClaimedModel) {
+  const fs::path w = trained_weights(), big = tmp_ / "big.safetensors";
+  Bytes b = read_bytes(w);
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= uint64_t(b[size_t(i)]) << (8 * i);
+  nlohmann::json h = nlohmann::json::parse(std::string(b.begin() + 8, b.begin() + 8 + long(hlen)));
+  nlohmann::json model = nlohmann::json::parse(h["__metadata__"]["model"].get<std::string>());
+  model["layers"][1]["out_features"] = 500000;
+  h["__metadata__"]["model"] = model.dump();
+  std::string hs = h.dump();
+  hs.append((8 - hs.size() % 8) % 8, ' ');
+  Bytes nb = safetensors_bytes(hs);
+  nb.insert(nb.end(), b.begin() + 8 + long(hlen), b.end());
+  write_bytes(big, nb);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const std::string limit;  // sanitizers reserve far more address space than any limit allows
+#else
+  const std::string limit = "prlimit --as=1500000000";  // the claimed plan needs ~3 GB
+#endif
+  expect_one_line_error(run("eval --data " + quote(data_.string()) + " --weights " + quote(big.string()), limit),
+                        {"big.safetensors", "1.weight", "shape"});
+}
+
+// 11. Megabytes of untrusted text never reach a message whole, and a flag's value with a newline
+// stays on one line (86f41b9 printed 5-10 MB lines and CLI11's two-line errors).
+TEST_F(Hostile, MessagesStayShortAndOnOneLine) {
+  const fs::path m = tmp_ / "long.json";
+  write_text(m, "{\"name\": \"" + std::string(1 << 20, 'x'));
+  const Result r = run(train_model(m.string(), ""));
+  expect_one_line_error(r, {"long.json"});
+  EXPECT_LT(r.err.size(), 2600u);
+  expect_one_line_error(run(train_args("--lr " + quote("0.1\nfoo"))), {"--lr"});
+}
+
 // 11. Model files: duplicate keys and losses that do not fit the last layer are refused (on
 // 86f41b9 the later key silently won and both losses were accepted).
 TEST_F(Hostile, AmbiguousModelFilesAreRefused) {
@@ -347,6 +446,8 @@ TEST_F(Hostile, EditedCheckpointsAreNamedAsSuch) {
   };
   expect_one_line_error(run("train --resume " + edit([](nlohmann::json& j) { j["state"]["correct"] = 1000000; })),
                         {"state.correct", "more than"});
+  expect_one_line_error(run("train --resume " + edit([](nlohmann::json& j) { j["state"]["batch"] = 1000; })),
+                        {"edited.safetensors", "state.batch", "beyond"});
   const Result r = run("train --resume " + edit([](nlohmann::json& j) { j["config"]["batch_size"] = 0; }));
   expect_one_line_error(r, {"ember_checkpoint.config.batch_size"});
   EXPECT_EQ(r.err.find("--batch-size"), std::string::npos) << r.err;
@@ -373,10 +474,12 @@ TEST_F(Hostile, SigtermWithAnUnwritableCheckpointDirectoryNamesTheSignal) {
 
 // 11. --seed -1 is refused (86f41b9 wrapped it to 2^64 - 1).
 TEST_F(Hostile, ANegativeSeedIsRefused) {
-  const Result r = run(train_args("--seed -1"));
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("--seed"), std::string::npos) << r.err;
-  EXPECT_EQ(r.out.find("epoch "), std::string::npos);
+  for (const char* seed : {"-1", "99999999999999999999999"}) {
+    const Result r = run(train_args(std::string("--seed ") + seed));
+    EXPECT_NE(r.code, 0) << seed;
+    EXPECT_NE(r.err.find("--seed"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("epoch "), std::string::npos);
+  }
 }
 
 // 12. eval builds the model stored in the weights, and a --model that differs names both
