@@ -41,6 +41,13 @@ struct Result {
   std::string cmd;
 };
 
+// Waits for a spawned child: its exit status, or 128 + the signal that killed it.
+[[maybe_unused]] int wait_status(pid_t pid) {
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 std::string read_text(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});

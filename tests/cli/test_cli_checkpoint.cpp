@@ -51,11 +51,6 @@ class Ckpt : public Cli {
     }
     return pid;
   }
-  static int wait_status(pid_t pid) {
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
   fs::path model_;
 };
 

@@ -50,11 +50,6 @@ class Hostile : public Cli {
     }
     return pid;
   }
-  static int wait_status(pid_t pid) {
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
 };
 
 // 1. Outputs that are not regular files are refused before any work; on 86f41b9 each was
