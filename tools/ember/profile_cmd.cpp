@@ -59,12 +59,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   if (!t.weights.empty()) check_weights_fit(su.model, t.weights);  // before the plan is built
   Plan plan(su.model, su.plan);
   check_dataset_fits(plan, data.train, "training set");
-  Dataset& train_set = data.train;
-  if (a.limit_samples < train_set.count) {
-    train_set.count = a.limit_samples;
-    train_set.images.resize(size_t(a.limit_samples) * train_set.rows * train_set.cols);
-    train_set.labels.resize(size_t(a.limit_samples));
-  }
+  Dataset& train_set = data.train;  // already at most --limit-samples: the loader decoded no more
   auto init = [&] {
     plan.init_params(t.seed);
     if (!t.weights.empty()) load_weights(plan, t.weights);
