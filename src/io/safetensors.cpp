@@ -194,25 +194,34 @@ void read_tensor_f32(const ByteSource& src, const SafetensorsHeader& h, const Sa
   }
 }
 
-void load_params(Plan& plan, const ByteSource& src, const SafetensorsHeader& h,
-                 const std::string& ignored_prefix) {
-  if (plan.dtype() != DType::f32) throw Error(src.name() + ": only f32 plans load weights");
-  const std::string model = plan.model().source.empty() ? plan.model().name : plan.model().source;
+namespace {
+// Every parameter of `model` is in `h` with its shape and a float dtype, and every other tensor's
+// name starts with `ignored_prefix` (empty: none may). Reads the header only.
+void check_params(const std::vector<ParamInfo>& params, const Model& m, const SafetensorsHeader& h,
+                  const std::string& file, const std::string& ignored_prefix) {
+  const std::string model = m.source.empty() ? m.name : m.source;
   for (const SafetensorsEntry& e : h.tensors) {
     if (!ignored_prefix.empty() && e.name.rfind(ignored_prefix, 0) == 0) continue;
     bool known = false;
-    for (const ParamInfo& p : plan.params()) known = known || p.name == e.name;
-    if (!known) throw Error(src.name() + ": tensor '" + e.name + "': model " + model + " has no such parameter");
+    for (const ParamInfo& p : params) known = known || p.name == e.name;
+    if (!known) throw Error(file + ": tensor '" + e.name + "': model " + model + " has no such parameter");
   }
-  for (const ParamInfo& p : plan.params()) {
+  for (const ParamInfo& p : params) {
     const SafetensorsEntry* e = h.find(p.name);
-    const std::string f = src.name() + ": tensor '" + p.name + "'";
+    const std::string f = file + ": tensor '" + p.name + "'";
     if (!e) throw Error(f + ": missing (model " + model + " needs it)");
     if (e->dtype != "F32" && e->dtype != "F64" && e->dtype != "F16" && e->dtype != "BF16")
       throw Error(f + ".dtype: expected F32, F64, F16 or BF16, found " + e->dtype);
     if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
       throw Error(f + ".shape: expected " + json(p.shape).dump() + ", found " + json(e->shape).dump());
   }
+}
+}  // namespace
+
+void load_params(Plan& plan, const ByteSource& src, const SafetensorsHeader& h,
+                 const std::string& ignored_prefix) {
+  if (plan.dtype() != DType::f32) throw Error(src.name() + ": only f32 plans load weights");
+  check_params(plan.params(), plan.model(), h, src.name(), ignored_prefix);
   float* dst = static_cast<float*>(plan.param_data());
   for (const ParamInfo& p : plan.params()) {
     read_tensor_f32(src, h, *h.find(p.name), dst + p.offset, p.size);
@@ -280,15 +289,7 @@ void load_weights(Plan& plan, const std::string& path) {
 
 void check_weights_fit(const Model& model, const std::string& path) {
   const io::FileSource src(path);
-  const SafetensorsHeader h = io::read_safetensors_header(src);
-  const std::string name = model.source.empty() ? model.name : model.source;
-  for (const ParamInfo& p : model_params(model)) {
-    const SafetensorsEntry* e = h.find(p.name);
-    const std::string f = path + ": tensor '" + p.name + "'";
-    if (!e) throw Error(f + ": missing (model " + name + " needs it)");
-    if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
-      throw Error(f + ".shape: expected " + json(p.shape).dump() + " (model " + name + "), found " + json(e->shape).dump());
-  }
+  io::check_params(model_params(model), model, io::read_safetensors_header(src), path, "optimizer.");
 }
 
 std::map<std::string, std::string> read_weights_metadata(const std::string& path) {
