@@ -1,4 +1,4 @@
-// Checkpoints through the command line: 50 runs killed with SIGKILL at random moments (some
+// Checkpoints through the command line: runs killed with SIGKILL at random moments (some
 // twice) and resumed end with the same weights, byte for byte, as a run never stopped; SIGINT
 // and SIGTERM stop at a step's end with a checkpoint and a resume hint; a save that hits a file
 // size limit fails with a clear error and leaves the last good checkpoint; resume rules.
@@ -70,9 +70,12 @@ TEST_F(Ckpt, KilledAtRandomMomentsResumesBitIdentically) {
     run_ms = std::min(run_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
 
+  // The calibration may run while other tests load the machine and the trials on a quiet one:
+  // a run that ends before its kill lowers run_ms to the time it was given, and trials go on
+  // (up to 150) until 50 have run and 25 of them were killed mid-run.
   std::mt19937 rng(20261123);
   int trials = 0, killed = 0, killed_twice = 0, before_first = 0, identical = 0;
-  for (int t = 0; t < 50; ++t) {
+  for (int t = 0; t < 150 && (t < 50 || killed < 25); ++t) {
     const std::string num = std::to_string(t);
     const std::string dir = (tmp_ / ("ck" + num)).string();
     const fs::path out = (tmp_ / ("w" + num)).concat(".safetensors");
@@ -83,11 +86,13 @@ TEST_F(Ckpt, KilledAtRandomMomentsResumesBitIdentically) {
       if (attempt == 1 && (rng() % 2 == 0 || kills == 0)) break;
       const bool have = !ember::list_checkpoints(dir).empty();
       const pid_t pid = spawn(attempt == 0 || !have ? a : resume);
-      std::this_thread::sleep_for(std::chrono::microseconds(int64_t(std::uniform_real_distribution<double>(0, run_ms)(rng) * 1000)));
+      const double wait_ms = std::uniform_real_distribution<double>(0, run_ms)(rng);
+      std::this_thread::sleep_for(std::chrono::microseconds(int64_t(wait_ms * 1000)));
       ::kill(pid, SIGKILL);
       const int code = wait_status(pid);
       if (code == 128 + SIGKILL) ++kills;
       else ASSERT_EQ(code, 0) << "run " << t << ": " << read_text(tmp_ / "spawn.err");
+      if (code == 0 && attempt == 0) run_ms = std::max(5.0, std::min(run_ms, wait_ms));
     }
     killed += kills > 0;
     killed_twice += kills > 1;
@@ -106,7 +111,7 @@ TEST_F(Ckpt, KilledAtRandomMomentsResumesBitIdentically) {
               "their first checkpoint), %d finished first; %d/%d ended bit-identical to the "
               "uninterrupted run (%.0f ms)\n",
               trials, killed, killed_twice, before_first, trials - killed, identical, trials, run_ms);
-  EXPECT_EQ(identical, 50);
+  EXPECT_EQ(identical, trials);
   EXPECT_GE(killed, 25) << "too few kills landed inside a run to mean anything";
 }
 
