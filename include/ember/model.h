@@ -1,6 +1,6 @@
-// A model is a runtime object: an input shape, a sequence of layer descriptions and a loss,
-// built with the fluent builder below or read from a JSON model description. No recompilation
-// to change a model. Built-in models carry the recipe they are trained with by default.
+// A model is a runtime object: an input shape, a graph of layers (each reads the previous one
+// unless it names its inputs) and a loss, built with the fluent builder below or read from a JSON
+// model description. No recompilation to change a model. Built-in models carry their recipe.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -9,7 +9,7 @@
 
 namespace ember {
 
-enum class LayerKind { Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax };
+enum class LayerKind { Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax, Add, Concat };
 enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
 // Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
 // Torch: PyTorch's default for Linear/Conv2d weights, uniform with bound 1/sqrt(fan_in).
@@ -22,6 +22,11 @@ const char* init_name(Init i);
 
 struct LayerSpec {
   LayerKind kind = LayerKind::ReLU;
+  // The node's name (optional; letters, digits, '_', '.', '-'): its parameters are NAME.weight and
+  // NAME.bias, else INDEX.weight as in a PyTorch nn.Sequential. Inputs: names of earlier layers or
+  // "input" (the model's input); empty reads the previous layer. Add and Concat take 2 to 8.
+  std::string name;
+  std::vector<std::string> inputs;
   int out = 0;                        // Conv2d: K out-channels; Linear: out features
   int kernel_h = 1, kernel_w = 1;     // Conv2d, pools: R x S
   int stride_h = 1, stride_w = 1;
@@ -65,6 +70,12 @@ struct Model {
   Model& sigmoid();
   Model& tanh();
   Model& softmax();
+  // Residual sum and channel concatenation of earlier layers' outputs (named with named()).
+  Model& add(std::vector<std::string> inputs);
+  Model& concat(std::vector<std::string> inputs);
+  // Names the last layer; reads: sets the last layer's inputs.
+  Model& named(std::string name);
+  Model& reads(std::vector<std::string> inputs);
 };
 
 // Built-in models: "mnist-cnn", "mnist-mlp", "mxnet-mlp". Throws Error listing the names.

@@ -35,6 +35,9 @@ struct PlanOptions {
   bool split_background = true; // f32: a first fused unit whose output a sparse Linear reads hands
                                 // it the windows with an all-zero input patch apart (ops::Background)
   size_t max_arena_bytes = size_t(8) << 30;  // a plan needing more throws (checked before allocating)
+  // false: an inference plan: no gradients, no optimizer state, and activation buffers reused
+  // once nothing reads them (loss(n, true), backward and the optimizer then throw).
+  bool training = true;
 };
 
 struct ParamInfo {
@@ -49,6 +52,7 @@ struct ParamInfo {
 
 struct LayerInfo {
   std::string kind;
+  std::string name;                       // the node's name, or empty
   std::vector<int> in_shape, out_shape;  // per sample [C, H, W] or [D]
   size_t params = 0;
   double flops_fwd = 0;                   // per sample
@@ -116,7 +120,12 @@ class Plan {
   double loss(int n, bool grad);
   // Number of the first n samples whose arg-max output equals the label.
   int correct(int n) const;
-  void backward(int n);
+  // Called by backward each time some parameters' gradients are final (nothing later in this
+  // backward pass writes them): params()[first, first + count), once per unit with parameters,
+  // in backward order, on the calling thread. backward_step's Adam overlap runs through it, and
+  // data-parallel training puts its gradient all-reduce there.
+  using GradsFinal = void (*)(void* ctx, int first, int count);
+  void backward(int n, GradsFinal on_final = nullptr, void* ctx = nullptr);
   // One optimizer update of every parameter with learning rate lr (f32 plans only). Returns
   // the index into params() of the first parameter whose gradient held NaN or Inf, or -1: the
   // update reads every gradient anyway, so this check costs nothing (the update is applied).

@@ -23,14 +23,6 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 int hw_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
 
-Isa resolve_isa(const std::string& text) {
-  Isa isa = best_isa();
-  if (!text.empty() && (!parse_isa(text, &isa) || !isa_supported(isa)))
-    throw Error("--isa: '" + text + "' is not a kernel set this CPU supports (best: " +
-                isa_name(best_isa()) + ")");
-  return isa;
-}
-
 // FMA peak of `threads` threads: every thread runs the ISA's FMA loop at once for ~0.2 s.
 double fma_peak(Isa isa, int threads) {
   const Kernels& k = kernels_for(isa);
@@ -156,7 +148,7 @@ std::vector<std::string> bench_workloads() {
 }
 
 BenchMachine measure_machine(const std::string& isa_text) {
-  const Isa isa = resolve_isa(isa_text);
+  const Isa isa = resolve_isa(isa_text, "--isa");
   BenchMachine m;
   m.cpu = cpu_name();
   m.hw_threads = hw_threads();
@@ -168,7 +160,7 @@ BenchMachine measure_machine(const std::string& isa_text) {
 
 void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,
                const std::function<void(const BenchResult&)>& on_result) {
-  const Isa isa = resolve_isa(o.isa);
+  const Isa isa = resolve_isa(o.isa, "--isa");
   const auto names = bench_workloads();
   for (const auto& n : o.only)
     if (std::find(names.begin(), names.end(), n) == names.end())

@@ -116,9 +116,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--threads", o.threads, 1, 256);
   check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
   check_opt("--limit-test", o.limit_test, 0, int64_t(1) << 40);
-  Isa isa = best_isa();
-  if (!o.isa.empty() && (!parse_isa(o.isa, &isa) || !isa_supported(isa)))
-    throw Error("--isa: expected a kernel set this CPU has (scalar, avx2, avx512), found '" + o.isa + "'");
+  const Isa isa = resolve_isa(o.isa, "--isa");
   const BitKernels& kern = bit_kernels_for(isa);
   const Dataset& tr = data.train;
   const Dataset& te = data.test;

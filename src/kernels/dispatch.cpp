@@ -1,6 +1,8 @@
 // The one kernel table: CPU feature detection and the immutable per-ISA tables.
 // Every other part of ember reaches fast code only through kernels_for(isa).
 #include "kernels/kernels.h"
+
+#include "ember/error.h"
 #include "kernels/ref/ref.h"
 
 namespace ember {
@@ -64,6 +66,16 @@ Isa best_isa() {
   if (isa_supported(Isa::avx512)) return Isa::avx512;
   if (isa_supported(Isa::avx2)) return Isa::avx2;
   return Isa::scalar;
+}
+
+Isa resolve_isa(std::string_view text, const std::string& what) {
+  if (text.empty()) return best_isa();
+  Isa isa;
+  const std::string shown(text.substr(0, 60));
+  if (!parse_isa(text, &isa)) throw Error(what + ": expected scalar, avx2 or avx512, found '" + shown + "'");
+  if (!isa_supported(isa))
+    throw Error(what + ": this CPU does not support " + shown + " (best available: " + isa_name(best_isa()) + ")");
+  return isa;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace ember {
@@ -16,9 +17,12 @@ const char* isa_name(Isa isa);
 bool parse_isa(std::string_view text, Isa* out);
 // What the CPU running this process supports (cpuid via the compiler builtins).
 bool isa_supported(Isa isa);
-// The best ISA the CPU supports. (The EMBER_ISA environment variable and --isa are resolved one
-// level up, in the plan, where a bad value becomes an error naming it.)
+// The best ISA the CPU supports.
 Isa best_isa();
+// The one place an instruction-set name from a user is read: empty gives best_isa(); a name this
+// parser or this CPU does not know throws ember::Error starting "WHAT: " (the flag, option or
+// environment variable it came from), naming the best set available.
+Isa resolve_isa(std::string_view text, const std::string& what);
 
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, all row-major.
 // op(A) = A, stored [M, lda >= K]; or A^T when trans_a, A stored [K, lda >= M].

@@ -1,5 +1,5 @@
-// The layer implementations: Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten and the pointwise
-// activations and Softmax. Shape inference messages say what was expected and what was found;
+// The layer implementations: Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, the pointwise
+// activations, Softmax, and the graph's Add and Concat. Shape inference messages say what was expected and what was found;
 // the plan prefixes them with the model file and the layer index.
 #include "nn/layers.h"
 
@@ -212,7 +212,78 @@ class Flatten final : public Layer {
   bool aliases_input() const override { return true; }
   bool grad_unused_at_zero_output(bool in) const override { return in; }
   void forward(const ops::Exec&, const Bufs&, int) override {}
-  void backward(const ops::Exec&, const Bufs&, int) override {}
+  // The output's storage is the input's; the gradient's too unless the input has other readers
+  // (then the plan gives it its own buffer and this copies).
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx || b.dx == b.dy) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::copy_or_add<T>(e, p<T>(b.dx), p<T>(b.dy), size_t(n) * in_.size(), false);
+    });
+  }
+};
+
+// Residual sum of 2 to 8 inputs of one shape: y = x0 + x1 + ...; each input's gradient is dy.
+class Add final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override { return infer_inputs({in}); }
+  Dims infer_inputs(const std::vector<Dims>& in) override {
+    for (const Dims& d : in)
+      if (d.c != in[0].c || d.h != in[0].h || d.w != in[0].w)
+        throw Error("add needs inputs of one shape, found " + dims_str(in[0]) + " and " + dims_str(d));
+    return in_ = out_ = in[0];
+  }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::add_fwd<T>(e, p<T>(b.y), reinterpret_cast<const T* const*>(b.xs), b.nin, size_t(n) * out_.size());
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      for (int j = 0; j < b.nin; ++j)
+        if (b.dxs[j]) ops::copy_or_add<T>(e, p<T>(b.dxs[j]), p<T>(b.dy), size_t(n) * out_.size(), false);
+    });
+  }
+};
+
+// Concatenation of 2 to 8 inputs along channels (images of one H x W) or features (flat inputs):
+// torch.cat(dim=1).
+class Concat final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override { return infer_inputs({in}); }
+  Dims infer_inputs(const std::vector<Dims>& in) override {
+    int64_t c = 0;
+    sizes_.clear();
+    for (const Dims& d : in) {
+      if (d.h != in[0].h || d.w != in[0].w)
+        throw Error("concat needs inputs of one height and width, found " + dims_str(in[0]) + " and " + dims_str(d));
+      c += d.c;
+      sizes_.push_back(d.size());
+    }
+    check_index("concat", "output channels", c);
+    in_ = in[0];
+    out_ = {int(c), in[0].h, in[0].w};
+    return out_;
+  }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::concat_fwd<T>(e, p<T>(b.y), reinterpret_cast<const T* const*>(b.xs), sizes_.data(), b.nin, n);
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::concat_bwd<T>(e, reinterpret_cast<T* const*>(b.dxs), p<T>(b.dy), sizes_.data(), b.nin, n);
+    });
+  }
+
+ private:
+  std::vector<size_t> sizes_;  // elements per sample of each input
 };
 
 class Activation final : public Layer {
@@ -338,6 +409,8 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
     case LayerKind::Sigmoid: return std::make_unique<Activation>(s, ops::Act::Sigmoid);
     case LayerKind::Tanh: return std::make_unique<Activation>(s, ops::Act::Tanh);
     case LayerKind::Softmax: return std::make_unique<Softmax>(s);
+    case LayerKind::Add: return std::make_unique<Add>(s);
+    case LayerKind::Concat: return std::make_unique<Concat>(s);
   }
   throw Error("unknown layer kind");
 }

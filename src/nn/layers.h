@@ -1,16 +1,20 @@
-// Layers: the units a plan is built from. Each infers its output shape from its input shape
-// (throwing a message on mismatch), declares its parameters and scratch, and runs forward and
-// backward on arena buffers through the ops. Per-sample shapes are [C, H, W]; flat is [D, 1, 1].
+// Layers: what a graph node (or a fused unit of nodes) runs. Each infers its output shape from
+// its input shapes (throwing a message on mismatch), declares its parameters and scratch, and runs
+// forward and backward on arena buffers through the ops. Per-sample shapes are [C, H, W]; flat is
+// [D, 1, 1].
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ember/error.h"
 #include "ember/model.h"
 #include "ember/plan.h"
 #include "ops/ops.h"
 
 namespace ember::nn {
+
+constexpr int kMaxInputs = ops::kMaxGraphInputs;  // add and concat: 2 to 8 inputs
 
 struct Dims {
   int c = 0, h = 1, w = 1;
@@ -21,9 +25,12 @@ struct Dims {
 // Pointers a layer runs on, resolved by the plan. Elements are float or double (dt).
 struct Bufs {
   DType dt;
-  const void* x;   // input  [N, in]
+  const void* x;   // input  [N, in] (the first input)
   void* y;         // output [N, out]
-  void* dx;        // input gradient, null when no earlier layer has parameters
+  void* dx;        // input gradient (the first input's), null when no earlier layer has parameters
+  int nin;         // inputs (add, concat: 2..kMaxInputs); xs[0] == x, dxs[0] == dx
+  const void* xs[kMaxInputs];
+  void* dxs[kMaxInputs];  // each null when not needed
   const void* dy;  // output gradient
   const void* w;   // parameters (weight, then bias), null when none
   const void* b;
@@ -46,6 +53,11 @@ class Layer {
 
   // Called once by the plan, in order. Throws std::string-carrying ember::Error on bad shapes.
   virtual Dims infer(const Dims& in) = 0;
+  // Several inputs (add, concat override it); the others take exactly one.
+  virtual Dims infer_inputs(const std::vector<Dims>& in) {
+    if (in.size() != 1) throw Error("expected one input, found " + std::to_string(in.size()));
+    return infer(in[0]);
+  }
   // Weight [and bias] shapes in PyTorch layout; empty for parameter-free layers.
   virtual std::vector<std::vector<int>> param_shapes() const { return {}; }
   virtual int fan_in() const { return 0; }

@@ -14,6 +14,7 @@
 #include "ember/files.h"
 #include "ember/model.h"
 #include "fs/json_read.h"
+#include "nn/graph.h"
 
 namespace ember {
 
@@ -30,6 +31,8 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::Sigmoid: return "sigmoid";
     case LayerKind::Tanh: return "tanh";
     case LayerKind::Softmax: return "softmax";
+    case LayerKind::Add: return "add";
+    case LayerKind::Concat: return "concat";
   }
   return "?";
 }
@@ -92,6 +95,26 @@ Model& Model::relu() { layers.push_back(simple(LayerKind::ReLU)); return *this; 
 Model& Model::sigmoid() { layers.push_back(simple(LayerKind::Sigmoid)); return *this; }
 Model& Model::tanh() { layers.push_back(simple(LayerKind::Tanh)); return *this; }
 Model& Model::softmax() { layers.push_back(simple(LayerKind::Softmax)); return *this; }
+Model& Model::add(std::vector<std::string> in) {
+  layers.push_back(simple(LayerKind::Add));
+  layers.back().inputs = std::move(in);
+  return *this;
+}
+Model& Model::concat(std::vector<std::string> in) {
+  layers.push_back(simple(LayerKind::Concat));
+  layers.back().inputs = std::move(in);
+  return *this;
+}
+Model& Model::named(std::string name) {
+  if (layers.empty()) throw Error("Model::named: no layer to name yet");
+  layers.back().name = std::move(name);
+  return *this;
+}
+Model& Model::reads(std::vector<std::string> in) {
+  if (layers.empty()) throw Error("Model::reads: no layer yet");
+  layers.back().inputs = std::move(in);
+  return *this;
+}
 
 std::vector<std::string> builtin_model_names() { return {"mnist-cnn", "mnist-mlp", "mxnet-mlp"}; }
 
@@ -185,14 +208,34 @@ struct Reader {
   }
 };
 
+// "name" (a string) and "inputs" (a name or an array of 1 to 8 names), allowed on every layer.
+void parse_links(const Reader& r, const json& j, const std::string& path, LayerSpec* s) {
+  auto name = [&](const json& v, const std::string& at) {
+    if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > 128)
+      r.fail(at, "expected a layer name (a string of 1 to 128 characters), found " + brief(v));
+    return v.get<std::string>();
+  };
+  if (j.contains("name")) s->name = name(j["name"], path + ".name");
+  if (!j.contains("inputs")) return;
+  const json& in = j["inputs"];
+  if (in.is_string()) {
+    s->inputs.push_back(name(in, path + ".inputs"));
+    return;
+  }
+  if (!in.is_array() || in.empty() || in.size() > 8)
+    r.fail(path + ".inputs", "expected a layer name or an array of 1 to 8 names, found " + brief(in));
+  for (size_t i = 0; i < in.size(); ++i) s->inputs.push_back(name(in[i], path + ".inputs[" + std::to_string(i) + "]"));
+}
+
 LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
   if (!j.is_object()) r.fail(path, "expected an object, found " + brief(j));
   if (!j.contains("type") || !j["type"].is_string()) r.fail(path + ".type", "missing layer type");
   const std::string type = j["type"].get<std::string>();
   LayerSpec s;
+  parse_links(r, j, path, &s);
   constexpr int kMax = 1 << 20;
   if (type == "conv2d") {
-    r.only(j, path, {"type", "out_channels", "kernel", "stride", "padding", "groups", "bias", "init"});
+    r.only(j, path, {"type", "name", "inputs", "out_channels", "kernel", "stride", "padding", "groups", "bias", "init"});
     s.kind = LayerKind::Conv2d;
     if (!j.contains("out_channels")) r.fail(path + ".out_channels", "missing");
     if (!j.contains("kernel")) r.fail(path + ".kernel", "missing");
@@ -202,12 +245,12 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
     if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
     if (j.contains("groups")) s.groups = r.integer(j["groups"], path + ".groups", 1, kMax);
   } else if (type == "linear") {
-    r.only(j, path, {"type", "out_features", "bias", "init"});
+    r.only(j, path, {"type", "name", "inputs", "out_features", "bias", "init"});
     s.kind = LayerKind::Linear;
     if (!j.contains("out_features")) r.fail(path + ".out_features", "missing");
     s.out = r.integer(j["out_features"], path + ".out_features", 1, kMax);
   } else if (type == "maxpool2d" || type == "avgpool2d") {
-    r.only(j, path, {"type", "kernel", "stride", "padding"});
+    r.only(j, path, {"type", "name", "inputs", "kernel", "stride", "padding"});
     s.kind = type == "maxpool2d" ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
     if (!j.contains("kernel")) r.fail(path + ".kernel", "missing");
     r.pair(j["kernel"], path + ".kernel", 1, 4096, &s.kernel_h, &s.kernel_w);
@@ -217,15 +260,16 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
   } else {
     static const std::pair<const char*, LayerKind> simple_kinds[] = {
         {"flatten", LayerKind::Flatten}, {"relu", LayerKind::ReLU}, {"sigmoid", LayerKind::Sigmoid},
-        {"tanh", LayerKind::Tanh}, {"softmax", LayerKind::Softmax}};
+        {"tanh", LayerKind::Tanh}, {"softmax", LayerKind::Softmax}, {"add", LayerKind::Add},
+        {"concat", LayerKind::Concat}};
     bool found = false;
     for (auto& [name, kind] : simple_kinds)
       if (type == name) s.kind = kind, found = true;
     if (!found)
       r.fail(path + ".type", "unknown layer " + brief(j["type"]) +
                                  " (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
-                                 "sigmoid, tanh or softmax)");
-    r.only(j, path, {"type"});
+                                 "sigmoid, tanh, softmax, add or concat)");
+    r.only(j, path, {"type", "name", "inputs"});
   }
   if (j.contains("bias")) {
     if (!j["bias"].is_boolean()) r.fail(path + ".bias", "expected true or false, found " + brief(j["bias"]));
@@ -237,6 +281,8 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
 
 json layer_json(const LayerSpec& s) {
   json j{{"type", layer_kind_name(s.kind)}};
+  if (!s.name.empty()) j["name"] = s.name;
+  if (!s.inputs.empty()) j["inputs"] = s.inputs;
   auto pair = [](int h, int w) { return h == w ? json(h) : json::array({h, w}); };
   switch (s.kind) {
     case LayerKind::Conv2d:
@@ -314,6 +360,7 @@ Model parse_model_json(const std::string& text, const std::string& source) {
   for (size_t i = 0; i < j["layers"].size(); ++i)
     m.layers.push_back(parse_layer(r, j["layers"][i], "layers[" + std::to_string(i) + "]"));
   check_loss(r, m);
+  nn::resolve(m);  // names and inputs: errors name the layer now, not when a plan is built
   return m;
 }
 

@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "ember/error.h"
+#include "nn/graph.h"
 #include "nn/layers.h"
 
 namespace ember {
@@ -27,27 +28,28 @@ struct Plan::Impl {
   std::unique_ptr<ThreadPool> pool;
   Arena arena;
   size_t esz = 4;  // bytes per element
-  // Execution units: model layers, or several fused into one (unit_first: its first model layer).
-  std::vector<std::unique_ptr<nn::Layer>> layers;
-  std::vector<int> unit_first;
-  std::vector<nn::Dims> dims;                    // dims[i]: input of unit i; dims[L]: output
-  std::vector<size_t> act, grad;                 // per boundary, arena offsets (grad: SIZE_MAX = none)
-  std::vector<int> first_param;                  // per layer, index into params or -1
-  std::vector<size_t> idx_off;                   // per layer, saved indices offset
-  std::vector<size_t> saved_off;                 // per layer, its forward-to-backward state
-  std::vector<bool> unused_at_zero;              // per boundary i: unit i's input gradient is
-                                                 // unused wherever that input is 0
-  std::vector<bool> run_backward;
+  nn::Graph g;                                   // nodes point into `model`
+  std::vector<nn::Unit> us;                      // execution units, in order
+  std::vector<size_t> act, grad;                 // per tensor, arena offsets (grad: kNone = none)
+  std::vector<int> first_param;                  // per unit, index into params or -1
+  std::vector<size_t> idx_off;                   // per unit, saved indices offset
+  std::vector<size_t> saved_off;                 // per unit, its forward-to-backward state
+  std::vector<bool> unused_at_zero;              // per tensor: its gradient is unused wherever it
+                                                 // is 0 (and it has one reader)
+  // Per unit and input: -1 writes the input's gradient directly (its first writer in backward
+  // order), k >= 0 writes gradient scratch k, then adds it (a tensor read by several nodes).
+  std::vector<std::vector<int>> dx_via;
+  std::vector<size_t> dx_tmp;                    // gradient scratch offsets
   std::vector<ParamInfo> params;
   std::vector<LayerInfo> infos;
   std::vector<UnitInfo> units;
-  std::vector<int> layer_unit;                   // per model layer, its unit
+  std::vector<int> layer_unit;                   // per node, its unit
   // The background link (ops::Background) of a first conv unit and the Linear after its Flatten:
   // bg_unit[i] says whether unit i takes part (the conv and the Linear), both bound to `bg`.
   std::vector<bool> bg_unit;
   ops::Background bg{};
   // backward_step's overlap (Adam): the unit whose backward runs last takes, as side work, the
-  // updates of every parameter of the later units, in chunks built once.
+  // updates of every parameter of the later units, in chunks built once, in backward order.
   struct UpdateChunk {
     int param;
     size_t begin, end;
@@ -59,11 +61,14 @@ struct Plan::Impl {
   bool frozen = false;
   std::vector<std::vector<float>> packed;
   size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
+  size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
   int state_count = 0;
   int64_t step = 0;
 
   template <class T> T* at(size_t off) const { return arena.at<T>(off); }
   ops::Exec exec() const { return {*k, *pool}; }
+  size_t out_tensor() const { return g.tensors.size() - 1; }
+  size_t tensor_bytes(size_t t) const { return size_t(opt.batch) * g.tensors[t].dims.size() * esz; }
 };
 
 namespace {
@@ -78,181 +83,198 @@ void check_thawed(const Plan::Impl& m, const char* what) {
 std::vector<int> dims_vec(const nn::Dims& d) {
   return d.flat() ? std::vector<int>{d.c} : std::vector<int>{d.c, d.h, d.w};
 }
+
+const Kernels& choose_kernels(const PlanOptions& opt) {
+  const char* env = std::getenv("EMBER_ISA");
+  const std::string text = !opt.isa.empty() ? opt.isa : (env ? env : "");
+  Isa isa = resolve_isa(text, !opt.isa.empty() ? "isa" : "EMBER_ISA");
+  if (opt.dtype == DType::f64) isa = Isa::scalar;  // f64 runs the scalar references only
+  return kernels_for(isa);
+}
+
+// Passes 1 and 2 on `model`: the graph with its shapes, or an Error naming the node.
+nn::Graph compiled_graph(const Model& model, DType dt, int batch) {
+  nn::Graph g = nn::resolve(model);
+  g.tensors[0].dims = {model.in_c, model.in_h, model.in_w};
+  nn::infer(g, dt, batch);
+  const nn::Dims out = g.tensors.back().dims;
+  if (!out.flat() || out.c != model.num_classes)
+    throw Error(g.where + ": the last layer must output [" + std::to_string(model.num_classes) +
+                "] class scores, found " + (out.flat() ? "[" + std::to_string(out.c) + "]" :
+                "an image; add flatten and linear layers"));
+  return g;
+}
 }  // namespace
 
 std::vector<ParamInfo> model_params(const Model& model) {
-  std::vector<ParamInfo> out;
-  nn::Dims d{model.in_c, model.in_h, model.in_w};
-  const std::string where = model.source.empty() ? "model " + model.name : model.source;
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    auto layer = nn::make_layer(model.layers[i]);
-    try {
-      d = layer->infer(d);
-    } catch (const Error& e) {
-      throw Error(where + ": layers[" + std::to_string(i) + "] (" + layer_kind_name(model.layers[i].kind) + "): " + e.what());
-    }
-    const auto shapes = layer->param_shapes();
-    for (size_t t = 0; t < shapes.size(); ++t) {
-      ParamInfo p;
-      p.name = std::to_string(i) + (t == 0 ? ".weight" : ".bias");  // as the plan names them
-      p.shape = shapes[t];
-      p.size = 1;
-      for (int x : p.shape) p.size *= size_t(x);
-      p.layer = int(i);
-      out.push_back(p);
-    }
-  }
-  return out;
+  return nn::graph_params(compiled_graph(model, DType::f32, 1));
 }
+
+namespace {
+// Gradient routing: per unit and input, write directly or through scratch (see Impl::dx_via);
+// returns how many scratch buffers one unit needs at most.
+int route_gradients(Plan::Impl& m) {
+  std::vector<bool> written(m.g.tensors.size(), false);
+  int most = 0;
+  m.dx_via.assign(m.us.size(), {});
+  for (size_t u = m.us.size(); u-- > 0;) {
+    const nn::Unit& unit = m.us[u];
+    int k = 0;
+    for (size_t j = 0; j < unit.in.size(); ++j) {
+      const size_t t = size_t(unit.in[j]);
+      const bool need = unit.backward && unit.dx[j];
+      m.dx_via[u].push_back(!need || !written[t] ? -1 : k++);
+      if (need) written[t] = true;
+    }
+    most = std::max(most, k);
+  }
+  return most;
+}
+
+// Pass 5: parameters, gradients, optimizer state and labels first, then activations, activation
+// gradients and gradient scratch placed by liveness in one area, then per-unit buffers.
+void place_buffers(Plan::Impl& m, const std::vector<bool>& needs_grad) {
+  const int N = m.opt.batch;
+  Arena& a = m.arena;
+  m.param_off = a.reserve(m.nparams * m.esz);
+  m.grad_off = a.reserve(m.nparams * m.esz);
+  for (int s = 0; s < m.state_count; ++s) m.state_off[s] = a.reserve(m.nparams * m.esz);
+  m.labels_off = a.reserve(size_t(N) * sizeof(int32_t));
+  nn::Lifetimes lt = nn::lifetimes(m.g, m.us, needs_grad, m.opt.training, N, m.esz);
+  const size_t T = m.g.tensors.size();
+  std::vector<nn::Block> blocks;
+  for (size_t t = 0; t < T; ++t) blocks.push_back(lt.act[t]);
+  for (size_t t = 0; t < T; ++t) blocks.push_back(lt.grad[t]);
+  const int scratch = route_gradients(m);
+  size_t tmp_bytes = 0;
+  for (size_t t = 0; t < T; ++t)
+    if (needs_grad[t] && m.g.tensors[t].readers.size() > 1) tmp_bytes = std::max(tmp_bytes, m.tensor_bytes(t));
+  for (int k = 0; k < scratch; ++k) blocks.push_back({tmp_bytes, int(m.us.size()), 2 * int(m.us.size()), 0});
+  m.flow_bytes = nn::place(blocks);
+  const size_t flow = a.reserve(m.flow_bytes);
+  m.act.assign(T, kNone);
+  m.grad.assign(T, kNone);
+  for (size_t t = 0; t < T; ++t) {
+    m.act[t] = flow + blocks[size_t(lt.alias[t])].offset;
+    if (needs_grad[t]) m.grad[t] = flow + blocks[T + size_t(lt.grad_alias[t])].offset;
+  }
+  for (int k = 0; k < scratch; ++k) m.dx_tmp.push_back(flow + blocks[2 * T + size_t(k)].offset);
+  const size_t U = m.us.size();
+  m.idx_off.assign(U, kNone);
+  m.saved_off.assign(U, kNone);
+  m.unused_at_zero.assign(T, false);
+  for (size_t i = 0; i < U; ++i) {
+    const nn::Unit& u = m.us[i];
+    const size_t in0 = size_t(u.in[0]);
+    m.unused_at_zero[size_t(u.out)] = u.in.size() == 1 && u.layer->grad_unused_at_zero_output(m.unused_at_zero[in0]);
+    if (size_t n = u.layer->index_elems(N)) m.idx_off[i] = a.reserve(n * sizeof(int32_t));
+    if (size_t n = u.layer->saved_bytes(N, m.opt.threads, m.opt.dtype)) m.saved_off[i] = a.reserve(n);
+    m.ws_elems = std::max(m.ws_elems, u.layer->workspace_elems(N, m.opt.threads));
+  }
+  m.ws_off = a.reserve(m.ws_elems * m.esz);
+}
+
+// The background link, found by its pattern: unit 0 a fused conv that needs no input gradient,
+// whose output only unit 1, a Flatten, reads, whose output only unit 2, a Linear that may run
+// sparse, reads (f32; a kernel table that takes the sparse path: not AVX2's).
+size_t link_background(Plan::Impl& m, size_t* value, size_t* grad, size_t* fold) {
+  m.bg_unit.assign(m.us.size(), false);
+  const auto& u = m.us;
+  auto only_reader = [&](size_t t, int node) { return m.g.tensors[t].readers == std::vector<int>{node}; };
+  if (!m.opt.split_background || m.opt.dtype != DType::f32 || u.size() < 3 || !u[0].layer->can_split_background() ||
+      m.grad[size_t(u[0].in[0])] != kNone || !u[1].layer->aliases_input() || !only_reader(size_t(u[0].out), u[1].first) ||
+      m.g.nodes[size_t(u[2].first)].spec->kind != LayerKind::Linear || !only_reader(size_t(u[1].out), u[2].first) ||
+      m.saved_off[2] == kNone || m.k->linear_sp_max_density <= 0)
+    return kNone;
+  m.bg_unit[0] = m.bg_unit[2] = true;
+  const nn::Dims& d = m.g.tensors[size_t(u[0].out)].dims;
+  m.bg.channels = d.c;
+  m.bg.positions = d.h * d.w;
+  const int K = m.g.tensors[size_t(u[2].out)].dims.c;
+  Arena& a = m.arena;
+  const size_t mask = a.reserve(size_t(m.opt.batch) * m.bg.positions * sizeof(float));
+  *value = a.reserve(size_t(m.bg.channels) * sizeof(float));
+  *grad = a.reserve(size_t(m.bg.channels) * sizeof(float));
+  *fold = a.reserve(size_t(K) * m.bg.positions * sizeof(float));
+  return mask;
+}
+
+void describe(Plan::Impl& m) {
+  const size_t L = m.g.nodes.size();
+  for (size_t i = 0; i < L; ++i) {  // per node, from its own layer (before fusion takes it)
+    const nn::Node& n = m.g.nodes[i];
+    LayerInfo li;
+    li.kind = layer_kind_name(n.spec->kind);
+    li.name = n.spec->name;
+    li.in_shape = dims_vec(m.g.tensors[size_t(n.in[0])].dims);
+    li.out_shape = dims_vec(m.g.tensors[i + 1].dims);
+    for (auto& s : n.layer->param_shapes()) {
+      size_t c = 1;
+      for (int d : s) c *= size_t(d);
+      li.params += c;
+    }
+    li.flops_fwd = n.layer->flops_per_sample();
+    m.infos.push_back(li);
+  }
+}
+
+void describe_units(Plan::Impl& m) {
+  for (size_t i = 0; i < m.us.size(); ++i) {
+    const nn::Unit& u = m.us[i];
+    UnitInfo info;
+    info.first_layer = u.first;
+    info.last_layer = u.last;
+    info.name = u.kinds + " (" + std::to_string(u.first) + (u.last > u.first ? "-" + std::to_string(u.last) : "") + ")";
+    const double fw = u.layer->flops_per_sample();  // already 2 per multiply-add
+    info.flops_fwd = fw;
+    if (u.backward) {
+      bool any_dx = false;
+      for (size_t j = 0; j < u.in.size(); ++j) any_dx = any_dx || u.dx[j];
+      info.flops_bwd = fw * (u.has_params + any_dx);
+    }
+    m.units.push_back(info);
+  }
+}
+}  // namespace
 
 Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.model = model;
   m.opt = opt;
   if (opt.batch < 1 || opt.batch > (1 << 20))
-    throw Error("--batch-size: expected an integer in [1, 1048576], found " + std::to_string(opt.batch));
+    throw Error("batch size: expected an integer in [1, 1048576], found " + std::to_string(opt.batch));
   if (opt.threads < 1 || opt.threads > 256)
-    throw Error("--threads: expected an integer in [1, 256], found " + std::to_string(opt.threads));
-  Isa isa = best_isa();
-  const char* env = std::getenv("EMBER_ISA");
-  const std::string isa_text = !opt.isa.empty() ? opt.isa : (env ? env : "");
-  const char* isa_source = !opt.isa.empty() ? "--isa" : "EMBER_ISA";
-  if (!isa_text.empty()) {
-    if (!parse_isa(isa_text, &isa))
-      throw Error(std::string(isa_source) + ": expected scalar, avx2 or avx512, found '" + isa_text + "'");
-    if (!isa_supported(isa))
-      throw Error(std::string(isa_source) + ": this CPU does not support " + isa_text +
-                  " (best available: " + ember::isa_name(best_isa()) + ")");
-  }
-  if (opt.dtype == DType::f64) isa = Isa::scalar;  // f64 runs the scalar references only
-  m.k = &kernels_for(isa);
+    throw Error("threads: expected an integer in [1, 256], found " + std::to_string(opt.threads));
+  m.k = &choose_kernels(opt);
   m.esz = opt.dtype == DType::f64 ? 8 : 4;
-  const std::string where = model.source.empty() ? "model " + model.name : model.source;
-  if (model.layers.empty()) throw Error(where + ": layers: the model has no layers");
-
-  // Shapes, layer by layer.
-  const int N = opt.batch;
-  std::vector<std::unique_ptr<nn::Layer>> mlayers;  // one per model layer
-  std::vector<nn::Dims> mdims{{model.in_c, model.in_h, model.in_w}};
-  // Activations are indexed with int by the kernels: a batch of them stays below 2^31 elements.
-  const size_t max_act = size_t(INT32_MAX) / size_t(N);
-  if (mdims[0].size() > max_act)
-    throw Error(where + ": input: [" + std::to_string(model.in_c) + ", " + std::to_string(model.in_h) +
-                ", " + std::to_string(model.in_w) + "] is too large for batch " + std::to_string(N) +
-                " (more than " + std::to_string(max_act) + " elements per sample)");
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    mlayers.push_back(nn::make_layer(model.layers[i]));
-    try {
-      mdims.push_back(mlayers.back()->infer(mdims.back()));
-    } catch (const Error& e) {
-      throw Error(where + ": layers[" + std::to_string(i) + "] (" +
-                  layer_kind_name(model.layers[i].kind) + "): " + e.what());
-    }
-    if (mdims.back().size() > max_act)
-      throw Error(where + ": layers[" + std::to_string(i) + "]: activation too large for batch " +
-                  std::to_string(N));
+  m.g = compiled_graph(m.model, opt.dtype, opt.batch);          // passes 1-2
+  m.params = nn::graph_params(m.g);
+  for (const ParamInfo& p : m.params) m.nparams += p.size;
+  describe(m);
+  m.us = nn::fuse(m.g, opt.fuse);                                // pass 3
+  m.layer_unit.assign(m.g.nodes.size(), 0);
+  for (size_t i = 0; i < m.us.size(); ++i)
+    for (int l = m.us[i].first; l <= m.us[i].last; ++l) m.layer_unit[size_t(l)] = int(i);
+  std::vector<bool> needs_grad = nn::prune_backward(m.g, m.us);  // pass 4
+  if (!opt.training) {
+    for (nn::Unit& u : m.us) u.backward = false, u.dx.assign(u.in.size(), false);
+    needs_grad.assign(needs_grad.size(), false);
   }
-  const nn::Dims out = mdims.back();
-  if (!out.flat() || out.c != model.num_classes)
-    throw Error(where + ": the last layer must output [" + std::to_string(model.num_classes) +
-                "] class scores, found " + (out.flat() ? "[" + std::to_string(out.c) + "]" :
-                "an image; add flatten and linear layers"));
-
-  // Parameters: one flat block, tensor after tensor, named by model layer.
-  std::vector<int> model_first_param(mlayers.size(), -1);
-  for (size_t i = 0; i < mlayers.size(); ++i) {
-    auto shapes = mlayers[i]->param_shapes();
-    if (!shapes.empty()) model_first_param[i] = int(m.params.size());
-    for (size_t t = 0; t < shapes.size(); ++t) {
-      ParamInfo p;
-      p.name = std::to_string(i) + (t == 0 ? ".weight" : ".bias");  // PyTorch Sequential names
-      p.shape = shapes[t];
-      p.size = 1;
-      for (int d : p.shape) p.size *= size_t(d);
-      p.offset = m.nparams;
-      p.is_weight = t == 0;
-      p.layer = int(i);
-      p.fan_in = mlayers[i]->fan_in();
-      p.fan_out = mlayers[i]->fan_out();
-      m.nparams += p.size;
-      m.params.push_back(p);
-    }
-  }
-  // Execution units: fuse Conv2d -> ReLU -> MaxPool2d runs (f32 and f64 alike), else one each.
-  m.dims.push_back(mdims[0]);
-  for (size_t i = 0; i < mlayers.size();) {
-    const bool fuse = opt.fuse && nn::can_fuse_conv_relu_pool(&model.layers[i], model.layers.size() - i, mdims[i]);
-    const size_t count = fuse ? 3 : 1;
-    m.layers.push_back(fuse ? nn::make_conv_relu_pool(model.layers[i]) : std::move(mlayers[i]));
-    if (fuse) m.layers.back()->infer(mdims[i]);
-    m.unit_first.push_back(int(i));
-    m.first_param.push_back(model_first_param[i]);
-    m.dims.push_back(mdims[i + count]);
-    i += count;
-  }
-  const size_t L = m.layers.size();
-  // Which layers need backward and which boundaries need gradients: only what leads to a parameter.
-  std::vector<bool> params_before(L + 1, false);
-  for (size_t i = 0; i < L; ++i) params_before[i + 1] = params_before[i] || m.first_param[i] >= 0;
-  m.run_backward.resize(L);
-  for (size_t i = 0; i < L; ++i) m.run_backward[i] = params_before[i + 1];
-
-  // Arena placement.
+  m.first_param.assign(m.us.size(), -1);
+  for (size_t t = m.params.size(); t-- > 0;) m.first_param[size_t(m.layer_unit[size_t(m.params[t].layer)])] = int(t);
   const OptimizerKind ok = opt.optimizer.kind;
-  m.state_count = (ok == OptimizerKind::Adam || ok == OptimizerKind::AdamW) ? 2
+  m.state_count = !opt.training ? 0 : (ok == OptimizerKind::Adam || ok == OptimizerKind::AdamW) ? 2
                   : (ok == OptimizerKind::Momentum || ok == OptimizerKind::Nesterov) ? 1 : 0;
+  place_buffers(m, needs_grad);                                  // pass 5
+  size_t bg_value = 0, bg_grad = 0, bg_fold = 0;
+  const size_t bg_mask = link_background(m, &bg_value, &bg_grad, &bg_fold);
   Arena& a = m.arena;
-  m.param_off = a.reserve(m.nparams * m.esz);
-  m.grad_off = a.reserve(m.nparams * m.esz);
-  for (int s = 0; s < m.state_count; ++s) m.state_off[s] = a.reserve(m.nparams * m.esz);
-  m.labels_off = a.reserve(size_t(N) * sizeof(int32_t));
-  m.act.assign(L + 1, kNone);
-  m.grad.assign(L + 1, kNone);
-  m.act[0] = a.reserve(size_t(N) * m.dims[0].size() * m.esz);
-  m.grad[L] = kNone;
-  for (size_t i = 0; i < L; ++i) {
-    const bool alias = m.layers[i]->aliases_input();
-    m.act[i + 1] = alias ? m.act[i] : a.reserve(size_t(N) * m.dims[i + 1].size() * m.esz);
-  }
-  for (size_t i = L + 1; i-- > 0;) {
-    const bool needed = i == L || params_before[i];
-    if (!needed) continue;
-    if (i < L && m.layers[i]->aliases_input() && m.grad[i + 1] != kNone) m.grad[i] = m.grad[i + 1];
-    else m.grad[i] = a.reserve(size_t(N) * m.dims[i].size() * m.esz);
-  }
-  m.idx_off.assign(L, kNone);
-  m.saved_off.assign(L, kNone);
-  m.unused_at_zero.assign(L + 1, false);
-  size_t ws = 0;
-  for (size_t i = 0; i < L; ++i) {
-    m.unused_at_zero[i + 1] = m.layers[i]->grad_unused_at_zero_output(m.unused_at_zero[i]);
-    if (size_t n = m.layers[i]->index_elems(N)) m.idx_off[i] = a.reserve(n * sizeof(int32_t));
-    if (size_t n = m.layers[i]->saved_bytes(N, opt.threads, opt.dtype)) m.saved_off[i] = a.reserve(n);
-    ws = std::max(ws, m.layers[i]->workspace_elems(N, opt.threads));
-  }
-  m.ws_off = a.reserve(ws * m.esz);
-  // The background link: unit 0 a fused conv that needs no input gradient, then a Flatten, then a
-  // Linear that may run sparse (f32, a kernel table that takes the sparse path: not AVX2's).
-  m.bg_unit.assign(L, false);
-  size_t bg_mask = kNone, bg_value = kNone, bg_grad = kNone, bg_fold = kNone;
-  if (opt.split_background && opt.dtype == DType::f32 && L >= 3 && m.layers[0]->can_split_background() &&
-      m.grad[0] == kNone && m.layers[1]->aliases_input() && m.model.layers[m.unit_first[2]].kind == LayerKind::Linear &&
-      m.saved_off[2] != kNone && m.k->linear_sp_max_density > 0) {
-    m.bg_unit[0] = m.bg_unit[2] = true;
-    m.bg.channels = m.dims[1].c;
-    m.bg.positions = m.dims[1].h * m.dims[1].w;
-    const int K = m.dims[3].c;
-    bg_mask = a.reserve(size_t(N) * m.bg.positions * sizeof(float));
-    bg_value = a.reserve(size_t(m.bg.channels) * sizeof(float));
-    bg_grad = a.reserve(size_t(m.bg.channels) * sizeof(float));
-    bg_fold = a.reserve(size_t(K) * m.bg.positions * sizeof(float));
-  }
   if (a.size() > opt.max_arena_bytes) {
     size_t big = 0;
     for (size_t i = 1; i < m.params.size(); ++i)
       if (m.params[i].size > m.params[big].size) big = i;
-    throw Error(where + ": needs " + std::to_string(a.size() >> 20) + " MiB for batch " +
-                std::to_string(N) + ", more than the " + std::to_string(opt.max_arena_bytes >> 20) +
+    throw Error(m.g.where + ": needs " + std::to_string(a.size() >> 20) + " MiB for batch " +
+                std::to_string(opt.batch) + ", more than the " + std::to_string(opt.max_arena_bytes >> 20) +
                 " MiB limit (largest tensor: " +
                 (m.params.empty() ? std::string("none") : m.params[big].name + ", " +
                  std::to_string(m.params[big].size) + " elements") + ")");
@@ -260,7 +282,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
   try {
     a.allocate();
   } catch (const std::bad_alloc&) {
-    throw Error(where + ": cannot allocate " + std::to_string(a.size() >> 20) + " MiB for the plan");
+    throw Error(m.g.where + ": cannot allocate " + std::to_string(a.size() >> 20) + " MiB for the plan");
   }
   m.pool = std::make_unique<ThreadPool>(opt.threads);
   if (bg_mask != kNone) {
@@ -269,42 +291,11 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     m.bg.bias_grad = a.at<float>(bg_grad);
     m.bg.fold = a.at<float>(bg_fold);
   }
-
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    LayerInfo li;
-    li.kind = layer_kind_name(model.layers[i].kind);
-    li.in_shape = dims_vec(mdims[i]);
-    li.out_shape = dims_vec(mdims[i + 1]);
-    auto mi = nn::make_layer(model.layers[i]);
-    mi->infer(mdims[i]);
-    for (auto& s : mi->param_shapes()) {
-      size_t n = 1;
-      for (int d : s) n *= size_t(d);
-      li.params += n;
-    }
-    li.flops_fwd = mi->flops_per_sample();
-    m.infos.push_back(li);
-  }
-  m.layer_unit.assign(model.layers.size(), 0);
-  for (size_t i = 0; i < L; ++i) {
-    UnitInfo u;
-    u.first_layer = m.unit_first[i];
-    u.last_layer = i + 1 < L ? m.unit_first[i + 1] - 1 : int(model.layers.size()) - 1;
-    for (int l = u.first_layer; l <= u.last_layer; ++l) {
-      u.name += (l > u.first_layer ? "+" : "") + m.infos[size_t(l)].kind;
-      m.layer_unit[size_t(l)] = int(i);
-    }
-    u.name += " (" + std::to_string(u.first_layer) +
-              (u.last_layer > u.first_layer ? "-" + std::to_string(u.last_layer) : "") + ")";
-    const double fw = m.layers[i]->flops_per_sample();  // already 2 per multiply-add
-    u.flops_fwd = fw;
-    if (m.run_backward[i]) u.flops_bwd = fw * ((m.first_param[i] >= 0) + (m.grad[i] != kNone));
-    m.units.push_back(u);
-  }
-  for (size_t i = 0; i < L && m.side_unit < 0; ++i)
-    if (m.run_backward[i]) m.side_unit = int(i);
+  describe_units(m);
+  for (size_t i = 0; i < m.us.size() && m.side_unit < 0; ++i)
+    if (m.us[i].backward) m.side_unit = int(i);
   constexpr size_t kChunk = 32768;  // elements per side chunk (multiple of 16)
-  for (size_t t = 0; t < m.params.size(); ++t)
+  for (size_t t = m.params.size(); t-- > 0;)  // in backward order: the last unit's first
     if (m.layer_unit[size_t(m.params[t].layer)] > m.side_unit)
       for (size_t b = 0; b < m.params[t].size; b += kChunk)
         m.side_chunks.push_back({int(t), b, std::min(m.params[t].size, b + kChunk)});
@@ -332,34 +323,41 @@ void Plan::set_profiler(Profiler* p) {
 
 std::vector<BufferInfo> Plan::buffers() const {
   const Impl& m = *impl_;
-  const size_t L = m.layers.size(), N = size_t(m.opt.batch);
+  const size_t N = size_t(m.opt.batch), T = m.g.tensors.size();
   std::vector<BufferInfo> out;
   out.push_back({"parameters", m.nparams * m.esz});
-  out.push_back({"parameter gradients", m.nparams * m.esz});
+  if (m.opt.training) out.push_back({"parameter gradients", m.nparams * m.esz});
   for (int s = 0; s < m.state_count; ++s)
     out.push_back({std::string("optimizer state ") + (s == 0 ? "1" : "2"), m.nparams * m.esz});
   out.push_back({"labels", N * sizeof(int32_t)});
-  for (size_t i = 0; i <= L; ++i) {
-    const std::string of = i == 0 ? " (input batch)" : " (" + m.units[i - 1].name + " output)";
-    if (i == 0 || m.act[i] != m.act[i - 1])
-      out.push_back({"activation " + std::to_string(i) + of, N * m.dims[i].size() * m.esz});
-    if (m.grad[i] != kNone && (i == L || m.grad[i] != m.grad[i + 1]))
-      out.push_back({"activation gradient " + std::to_string(i) + of, N * m.dims[i].size() * m.esz});
+  auto of = [&](size_t t) {
+    return t == 0 ? std::string(" (input batch)") : " (" + m.units[size_t(m.layer_unit[t - 1])].name + " output)";
+  };
+  for (size_t t = 0; t < T; ++t) {  // each storage once: an aliased tensor (Flatten) shares its input's
+    if (t == 0 || m.act[t] != m.act[t - 1]) out.push_back({"activation " + std::to_string(t) + of(t), m.tensor_bytes(t)});
+    if (m.grad[t] != kNone && (t + 1 == T || m.grad[t] != m.grad[t + 1]))
+      out.push_back({"activation gradient " + std::to_string(t) + of(t), m.tensor_bytes(t)});
   }
-  for (size_t i = 0; i < L; ++i) {
-    if (size_t n = m.layers[i]->index_elems(int(N)))
+  for (size_t k = 0; k < m.dx_tmp.size(); ++k) {
+    size_t most = 0;
+    for (size_t t = 0; t < T; ++t)
+      if (m.grad[t] != kNone && m.g.tensors[t].readers.size() > 1) most = std::max(most, m.tensor_bytes(t));
+    out.push_back({"gradient sum scratch " + std::to_string(k + 1), most});
+  }
+  out.push_back({"(the activations and gradients above share " + std::to_string(m.flow_bytes) +
+                 " bytes, placed by lifetime)", 0});
+  for (size_t i = 0; i < m.us.size(); ++i) {
+    if (size_t n = m.us[i].layer->index_elems(int(N)))
       out.push_back({"saved indices of " + m.units[i].name, n * sizeof(int32_t)});
-    if (size_t n = m.layers[i]->saved_bytes(int(N), m.opt.threads, m.opt.dtype))
+    if (size_t n = m.us[i].layer->saved_bytes(int(N), m.opt.threads, m.opt.dtype))
       out.push_back({"sparse-input state of " + m.units[i].name, n});
   }
   if (m.bg.mask) {
-    const size_t K = size_t(m.dims[3].c), P2 = size_t(m.bg.positions);
+    const size_t K = size_t(m.g.tensors[size_t(m.us[2].out)].dims.c), P2 = size_t(m.bg.positions);
     out.push_back({"background link of " + m.units[0].name + " and " + m.units[2].name,
                    (N * P2 + 2 * size_t(m.bg.channels) + K * P2) * sizeof(float)});
   }
-  size_t ws = 0;
-  for (size_t i = 0; i < L; ++i) ws = std::max(ws, m.layers[i]->workspace_elems(int(N), m.opt.threads));
-  out.push_back({"shared scratch", ws * m.esz});
+  out.push_back({"shared scratch", m.ws_elems * m.esz});
   std::stable_sort(out.begin(), out.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
   return out;
 }
@@ -373,10 +371,10 @@ const void* Plan::param_data() const { return impl_->at<std::byte>(impl_->param_
 
 void Plan::freeze() {
   Impl& m = *impl_;
-  m.packed.assign(m.layers.size(), {});
+  m.packed.assign(m.us.size(), {});
   if (m.esz == 4)
-    for (size_t i = 0; i < m.layers.size(); ++i) {
-      const LayerSpec& s = m.model.layers[m.unit_first[i]];
+    for (size_t i = 0; i < m.us.size(); ++i) {
+      const LayerSpec& s = *m.g.nodes[size_t(m.us[i].first)].spec;
       if (s.kind != LayerKind::Linear || m.first_param[i] < 0) continue;
       const ParamInfo& p = m.params[m.first_param[i]];  // w[K, C]
       const int K = p.shape[0], C = p.shape[1];
@@ -394,7 +392,7 @@ void Plan::thaw() {
 }
 bool Plan::frozen() const { return impl_->frozen; }
 void* Plan::grad_data() { return impl_->at<std::byte>(impl_->grad_off); }
-const void* Plan::output() const { return impl_->at<std::byte>(impl_->act.back()); }
+const void* Plan::output() const { return impl_->at<std::byte>(impl_->act.back()); }  // [batch, classes]
 
 void Plan::init_params(uint64_t seed) {
   Impl& m = *impl_;
@@ -402,8 +400,7 @@ void Plan::init_params(uint64_t seed) {
   for (size_t t = 0; t < m.params.size(); ++t) {
     const ParamInfo& p = m.params[t];
     Pcg32 rng(seed, t + 1);
-    size_t layer = std::stoul(p.name.substr(0, p.name.find('.')));
-    const Init init = m.model.layers[layer].init.value_or(m.model.init);
+    const Init init = m.g.nodes[size_t(p.layer)].spec->init.value_or(m.model.init);
     for (size_t i = 0; i < p.size; ++i) {
       double v = 0;
       if (p.is_weight) {
@@ -423,7 +420,7 @@ void Plan::init_params(uint64_t seed) {
 
 void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n) {
   Impl& m = *impl_;
-  const size_t D = m.dims[0].size();
+  const size_t D = m.g.tensors[0].dims.size();
   int32_t* lab = m.at<int32_t>(m.labels_off);
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -452,20 +449,29 @@ void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t
 }
 
 namespace {
+// Unit i's pointers; its input gradients go where dx_via says (directly or to scratch).
 nn::Bufs bind(const Plan::Impl& m, size_t i) {
   nn::Bufs b{};
+  const nn::Unit& u = m.us[i];
   b.dt = m.opt.dtype;
   std::byte* base = m.arena.base();
-  b.x = base + m.act[i];
-  b.y = base + m.act[i + 1];
-  b.dx = m.grad[i] != kNone ? base + m.grad[i] : nullptr;
-  b.dy = m.grad[i + 1] != kNone ? base + m.grad[i + 1] : nullptr;
+  b.nin = int(u.in.size());
+  for (size_t j = 0; j < u.in.size(); ++j) {
+    const size_t t = size_t(u.in[j]);
+    b.xs[j] = base + m.act[t];
+    const int via = m.dx_via.empty() ? -1 : m.dx_via[i][j];
+    b.dxs[j] = !u.backward || !u.dx[j] ? nullptr : via < 0 ? base + m.grad[t] : base + m.dx_tmp[size_t(via)];
+  }
+  b.x = b.xs[0];
+  b.dx = b.dxs[0];
+  b.y = base + m.act[size_t(u.out)];
+  b.dy = m.grad[size_t(u.out)] != kNone ? base + m.grad[size_t(u.out)] : nullptr;
   if (m.first_param[i] >= 0) {
-    const ParamInfo& w = m.params[m.first_param[i]];
+    const ParamInfo& w = m.params[size_t(m.first_param[i])];
     b.w = base + m.param_off + w.offset * m.esz;
     b.dw = base + m.grad_off + w.offset * m.esz;
-    if (m.model.layers[m.unit_first[i]].bias) {
-      const ParamInfo& bi = m.params[m.first_param[i] + 1];
+    if (m.g.nodes[size_t(u.first)].spec->bias) {
+      const ParamInfo& bi = m.params[size_t(m.first_param[i]) + 1];
       b.b = base + m.param_off + bi.offset * m.esz;
       b.db = base + m.grad_off + bi.offset * m.esz;
     }
@@ -474,30 +480,49 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   b.ws = base + m.ws_off;
   b.idx = m.idx_off[i] != kNone ? reinterpret_cast<int32_t*>(base + m.idx_off[i]) : nullptr;
   b.saved = m.saved_off[i] != kNone ? base + m.saved_off[i] : nullptr;
-  b.dx_unused_at_zero = m.unused_at_zero[i];
+  b.dx_unused_at_zero = b.nin == 1 && m.g.tensors[size_t(u.in[0])].readers.size() == 1 &&
+                        m.unused_at_zero[size_t(u.in[0])];
   // Bound whether frozen or not: a frozen plan's conv forward writes the true activations and all
   // values 0, which tells the Linear (forward and a backward after it) there is nothing to add.
   b.bg = m.bg_unit[i] ? &m.bg : nullptr;
   b.frozen = m.frozen;
   return b;
 }
+
+// Unit i's backward, then the sums of its input gradients that went to scratch.
+void unit_backward(const Plan::Impl& m, const ops::Exec& e, size_t i, int n) {
+  const nn::Bufs b = bind(m, i);
+  m.us[i].layer->backward(e, b, n);
+  for (size_t j = 0; j < m.us[i].in.size(); ++j) {
+    if (!b.dxs[j] || m.dx_via[i][j] < 0) continue;
+    const size_t t = size_t(m.us[i].in[j]), count = size_t(n) * m.g.tensors[t].dims.size();
+    std::byte* base = m.arena.base();
+    if (m.esz == 8) ops::copy_or_add<double>(e, reinterpret_cast<double*>(base + m.grad[t]), static_cast<const double*>(b.dxs[j]), count, true);
+    else ops::copy_or_add<float>(e, reinterpret_cast<float*>(base + m.grad[t]), static_cast<const float*>(b.dxs[j]), count, true);
+  }
+}
+
+void check_training(const Plan::Impl& m, const char* what) {
+  if (!m.opt.training) throw Error(std::string(what) + ": an inference plan (PlanOptions::training false) has no gradients");
+}
 }  // namespace
 
 void Plan::forward(int n) {
   Impl& m = *impl_;
   const ops::Exec e = m.exec();
-  for (size_t i = 0; i < m.layers.size(); ++i)
-    timed(m.prof, Phase::forward, int(i), [&] { m.layers[i]->forward(e, bind(m, i), n); });
+  for (size_t i = 0; i < m.us.size(); ++i)
+    timed(m.prof, Phase::forward, int(i), [&] { m.us[i].layer->forward(e, bind(m, i), n); });
 }
 
 double Plan::loss(int n, bool grad) {
   Impl& m = *impl_;
+  if (grad) check_training(m, "loss");
   const int D = m.model.num_classes;
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const T* x = m.at<T>(m.act.back());
-    T* dx = grad ? m.at<T>(m.grad.back()) : nullptr;
+    T* dx = grad ? m.at<T>(m.grad.back()) : nullptr;  // [n, classes]
     switch (m.model.loss) {
       case LossKind::SoftmaxCrossEntropy: return ref::softmax_xent<T>(dx, x, lab, n, D);
       case LossKind::CrossEntropy: return ref::xent<T>(dx, x, lab, n, D);
@@ -527,13 +552,28 @@ int Plan::correct(int n) const {
   return m.esz == 8 ? run(double{}) : run(float{});
 }
 
-void Plan::backward(int n) {
-  Impl& m = *impl_;
-  const ops::Exec e = m.exec();
-  for (size_t i = m.layers.size(); i-- > 0;)
-    if (m.run_backward[i])
-      timed(m.prof, Phase::backward, int(i), [&] { m.layers[i]->backward(e, bind(m, i), n); });
+namespace {
+// Backward in reverse unit order, calling on_final after each unit with parameters. side (may
+// be null): work the side unit's backward takes when a thread is free, the rest run after it.
+void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, const ops::SideWork* side) {
+  check_training(m, "backward");
+  const ops::Exec e = m.exec(), es{*m.k, *m.pool, side};
+  for (size_t i = m.us.size(); i-- > 0;) {
+    if (!m.us[i].backward) continue;
+    const bool side_here = side && int(i) == m.side_unit;
+    timed(m.prof, Phase::backward, int(i), [&] { unit_backward(m, side_here ? es : e, i, n); });
+    if (side_here) m.pool->run([&](int) { while (side->take()) {} });  // what its op did not take
+    if (on_final && m.first_param[i] >= 0) {
+      int count = 0;
+      for (size_t t = size_t(m.first_param[i]); t < m.params.size() && m.layer_unit[size_t(m.params[t].layer)] == int(i); ++t)
+        ++count;
+      on_final(ctx, m.first_param[i], count);
+    }
+  }
 }
+}  // namespace
+
+void Plan::backward(int n, GradsFinal on_final, void* ctx) { run_backward(*impl_, n, on_final, ctx, nullptr); }
 
 namespace {
 ops::AdamArgs adam_args(const OptimizerConfig& o, const ParamInfo& p, double lr, int64_t step) {
@@ -570,15 +610,22 @@ int Plan::backward_step(int n, double lr) {
   };
   using RunChunk = decltype(run_chunk);
   std::atomic<int> next{0};
-  const ops::SideWork side{int(m.side_chunks.size()), [](void* f, int c) { (*static_cast<RunChunk*>(f))(c); },
-                           &run_chunk, &next};
-  const ops::Exec e = m.exec(), es{*m.k, *m.pool, &side};
-  for (size_t i = m.layers.size(); i-- > 0;) {
-    if (!m.run_backward[i]) continue;
-    const bool last = int(i) == m.side_unit;  // the unit whose backward takes the side work
-    m.layers[i]->backward(last ? es : e, bind(m, i), n);
-    if (last) m.pool->run([&](int) { while (side.take()) {} });  // what its op did not take
-  }
+  // Chunks become side work as the hook reports their parameters final (they are listed in
+  // backward order); the side unit's backward runs them between its own chunks of work.
+  ops::SideWork side{0, [](void* f, int c) { (*static_cast<RunChunk*>(f))(c); }, &run_chunk, &next};
+  struct Ready {
+    const Impl* m;
+    ops::SideWork* side;
+  } ready{&m, &side};
+  auto final_hook = [](void* c, int first, int count) {
+    auto* r = static_cast<Ready*>(c);
+    const auto& ch = r->m->side_chunks;
+    while (size_t(r->side->chunks) < ch.size() && ch[size_t(r->side->chunks)].param >= first &&
+           ch[size_t(r->side->chunks)].param < first + count)
+      ++r->side->chunks;
+  };
+  run_backward(m, n, final_hook, &ready, &side);
+  const ops::Exec e = m.exec();
   for (size_t t = 0; t < m.params.size(); ++t) {  // the last unit's own parameters
     const ParamInfo& p = m.params[t];
     if (m.layer_unit[size_t(p.layer)] > m.side_unit) continue;
@@ -649,14 +696,17 @@ int Plan::first_nonfinite_grad() {
 
 int Plan::first_nonfinite_output(int n) const {
   const Impl& m = *impl_;
-  for (size_t i = 0; i < m.layers.size(); ++i) {
-    const size_t count = size_t(n) * m.dims[i + 1].size();
+  if (!m.opt.training)
+    throw Error("first_nonfinite_output: an inference plan reuses its activation buffers; build a training plan");
+  for (size_t i = 0; i < m.us.size(); ++i) {
+    const size_t t = size_t(m.us[i].out);
+    const size_t count = size_t(n) * m.g.tensors[t].dims.size();
     bool bad = false;
     if (m.esz == 8) {
-      const double* y = m.at<double>(m.act[i + 1]);
+      const double* y = m.at<double>(m.act[t]);
       for (size_t j = 0; j < count && !bad; ++j) bad = !std::isfinite(y[j]);
     } else {
-      bad = m.k->count_nonfinite(m.at<float>(m.act[i + 1]), count) != 0;
+      bad = m.k->count_nonfinite(m.at<float>(m.act[t]), count) != 0;
     }
     if (bad) return int(i);
   }
@@ -666,12 +716,9 @@ int Plan::first_nonfinite_output(int n) const {
 double Plan::flops_per_sample(bool training) const {
   const Impl& m = *impl_;
   double f = 0;
-  for (size_t i = 0; i < m.layers.size(); ++i) {
-    const double fw = m.layers[i]->flops_per_sample();  // 2 per multiply-add, layers with weights
-    f += fw;
-    if (!training || !m.run_backward[i]) continue;
-    if (m.first_param[i] >= 0) f += fw;   // weight gradient
-    if (m.grad[i] != kNone) f += fw;      // input gradient
+  for (size_t i = 0; i < m.us.size(); ++i) {
+    f += m.units[i].flops_fwd;  // 2 per multiply-add, layers with weights
+    if (training) f += m.units[i].flops_bwd;  // weight and input gradients this plan computes
   }
   return f;
 }
@@ -684,13 +731,14 @@ std::string Plan::summary() const {
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s + "]";
   };
-  os << "model " << m.model.name << ": input " << shape(dims_vec(m.dims[0])) << ", "
+  os << "model " << m.model.name << ": input " << shape(dims_vec(m.g.tensors[0].dims)) << ", "
      << m.nparams << " parameters, loss " << loss_kind_name(m.model.loss) << "\n";
   for (size_t i = 0; i < m.infos.size(); ++i) {
     const LayerInfo& li = m.infos[i];
     char line[160];
+    const std::string kind = li.name.empty() ? li.kind : li.kind + " " + li.name.substr(0, 40);
     std::snprintf(line, sizeof line, "  %2zu %-10s %-16s -> %-16s %9zu params %8.3f MFLOP/sample\n", i,
-                  li.kind.c_str(), shape(li.in_shape).c_str(), shape(li.out_shape).c_str(), li.params,
+                  kind.c_str(), shape(li.in_shape).c_str(), shape(li.out_shape).c_str(), li.params,
                   li.flops_fwd / 1e6);
     os << line;
   }

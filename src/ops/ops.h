@@ -158,6 +158,20 @@ void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n);
 template <class T>
 void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n);
 
+// Graph plumbing (f32 and f64, memory-bound loops split over the pool): y = xs[0] + ... + xs[nin-1]
+// over n elements; dst = src, or dst += src (add) where a tensor read by several nodes sums their
+// gradients; concat of nin inputs per sample (sizes: each input's elements per sample) and its
+// backward (a null dxs[j] is skipped). At most kMaxGraphInputs inputs.
+constexpr int kMaxGraphInputs = 8;
+template <class T>
+void add_fwd(const Exec& e, T* y, const T* const* xs, int nin, size_t n);
+template <class T>
+void copy_or_add(const Exec& e, T* dst, const T* src, size_t n, bool add);
+template <class T>
+void concat_fwd(const Exec& e, T* y, const T* const* xs, const size_t* sizes, int nin, int N);
+template <class T>
+void concat_bwd(const Exec& e, T* const* dxs, const T* dy, const size_t* sizes, int nin, int N);
+
 // Optimizer updates over one parameter tensor of n elements (f32). State buffers as named.
 struct SgdArgs { float lr, momentum, l2, wd; bool nesterov, use_momentum; };
 // Both return how many g[i] are NaN or Inf (the update is applied regardless).

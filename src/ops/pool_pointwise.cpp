@@ -1,6 +1,9 @@
 // Pooling and pointwise activations: scalar reference kernels (f64) or the kernel table (f32),
 // split across the pool by samples (pools) or by element ranges (activations).
+#include <cstring>
 #include <type_traits>
+
+#include "kernels/ref/ref_convnext.h"
 
 #include "ops/ops.h"
 
@@ -91,13 +94,62 @@ void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
   });
 }
 
+template <class T>
+void add_fwd(const Exec& e, T* y, const T* const* xs, int nin, size_t n) {
+  over_elements(e, n, false, [&](size_t o, size_t len) {
+    const T* part[kMaxGraphInputs];
+    for (int j = 0; j < nin; ++j) part[j] = xs[j] + o;
+    ref::add_n_fwd<T>(y + o, part, nin, len);
+  });
+}
+template <class T>
+void copy_or_add(const Exec& e, T* dst, const T* src, size_t n, bool add) {
+  over_elements(e, n, false, [&](size_t o, size_t len) {
+    if (add) ref::accumulate<T>(dst + o, src + o, len);
+    else std::memcpy(dst + o, src + o, len * sizeof(T));
+  });
+}
+// Concat and its backward, split by samples.
+template <class F>
+void over_rows(const Exec& e, int N, F&& fn) {
+  if (e.pool.size() == 1 || N < 2) return fn(0, N);
+  e.pool.run([&](int t) {
+    const Range r = split_range(N, t, e.pool.size());
+    if (r.end > r.begin) fn(int(r.begin), int(r.end - r.begin));
+  });
+}
+template <class T>
+void concat_fwd(const Exec& e, T* y, const T* const* xs, const size_t* sizes, int nin, int N) {
+  size_t row = 0;
+  for (int j = 0; j < nin; ++j) row += sizes[j];
+  over_rows(e, N, [&](int n0, int count) {
+    const T* part[kMaxGraphInputs];
+    for (int j = 0; j < nin; ++j) part[j] = xs[j] + size_t(n0) * sizes[j];
+    ref::concat_n_fwd<T>(y + size_t(n0) * row, part, sizes, nin, count);
+  });
+}
+template <class T>
+void concat_bwd(const Exec& e, T* const* dxs, const T* dy, const size_t* sizes, int nin, int N) {
+  size_t row = 0;
+  for (int j = 0; j < nin; ++j) row += sizes[j];
+  over_rows(e, N, [&](int n0, int count) {
+    T* part[kMaxGraphInputs];
+    for (int j = 0; j < nin; ++j) part[j] = dxs[j] ? dxs[j] + size_t(n0) * sizes[j] : nullptr;
+    ref::concat_n_bwd<T>(part, dy + size_t(n0) * row, sizes, nin, count);
+  });
+}
+
 #define EMBER_POOL_ACT(T)                                                                        \
   template void maxpool2d_fwd<T>(const Exec&, T*, int32_t*, const T*, const ref::PoolShape&);    \
   template void maxpool2d_bwd<T>(const Exec&, T*, const T*, const int32_t*, const ref::PoolShape&); \
   template void avgpool2d_fwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
   template void avgpool2d_bwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
   template void act_fwd<T>(const Exec&, Act, T*, const T*, size_t);                              \
-  template void act_bwd<T>(const Exec&, Act, T*, const T*, const T*, size_t);
+  template void act_bwd<T>(const Exec&, Act, T*, const T*, const T*, size_t);                    \
+  template void add_fwd<T>(const Exec&, T*, const T* const*, int, size_t);                        \
+  template void copy_or_add<T>(const Exec&, T*, const T*, size_t, bool);                           \
+  template void concat_fwd<T>(const Exec&, T*, const T* const*, const size_t*, int, int);         \
+  template void concat_bwd<T>(const Exec&, T* const*, const T*, const size_t*, int, int);
 EMBER_POOL_ACT(float)
 EMBER_POOL_ACT(double)
 #undef EMBER_POOL_ACT

@@ -67,13 +67,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   check_int(L("--batch-size"), a.batch_size, 1, 65536);
   check_int(L("--threads"), a.threads, 1, 256);
   check_int(L("--limit-test"), a.limit_test, 0, int64_t(1) << 40);
-  if (!a.isa.empty()) {
-    Isa isa;
-    if (!parse_isa(a.isa, &isa)) bad(L("--isa"), "scalar, avx2 or avx512", "'" + one_line(a.isa) + "'");
-    if (!isa_supported(isa))
-      throw Error(L("--isa") + ": this CPU does not support " + a.isa + " (best available: " +
-                  isa_name(best_isa()) + ")");
-  }
+  resolve_isa(one_line(a.isa), L("--isa"));
 }
 
 TrainTest load_data(const CommonArgs& a, int64_t limit_train) {

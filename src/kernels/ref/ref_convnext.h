@@ -212,6 +212,36 @@ template <class T> void add_bwd(T* da, T* db, const T* dy, size_t n) {
   }
 }
 
+// The n-ary forms the graph's add and concat nodes run. y = xs[0] + xs[1] + ... (summed in that
+// order) over n elements; acc: dst = dst + src (a tensor read by several nodes sums their
+// gradients).
+template <class T> void add_n_fwd(T* y, const T* const* xs, int nin, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    T v = xs[0][i];
+    for (int j = 1; j < nin; ++j) v += xs[j][i];
+    y[i] = v;
+  }
+}
+template <class T> void accumulate(T* dst, const T* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+// Concat of nin inputs along the per-sample axis: sample n of y is sample n of xs[0] (sizes[0]
+// elements), then of xs[1], ... for N samples. Backward splits dy back (a null dxs[j] is skipped).
+template <class T> void concat_n_fwd(T* y, const T* const* xs, const size_t* sizes, int nin, int N) {
+  size_t row = 0;
+  for (int j = 0; j < nin; ++j) row += sizes[j];
+  for (int n = 0; n < N; ++n)
+    for (int j = 0, o = 0; j < nin; o += int(sizes[j]), ++j)
+      for (size_t i = 0; i < sizes[j]; ++i) y[n * row + size_t(o) + i] = xs[j][n * sizes[j] + i];
+}
+template <class T> void concat_n_bwd(T* const* dxs, const T* dy, const size_t* sizes, int nin, int N) {
+  size_t row = 0;
+  for (int j = 0; j < nin; ++j) row += sizes[j];
+  for (int n = 0; n < N; ++n)
+    for (int j = 0, o = 0; j < nin; o += int(sizes[j]), ++j)
+      for (size_t i = 0; dxs[j] && i < sizes[j]; ++i) dxs[j][n * sizes[j] + i] = dy[n * row + size_t(o) + i];
+}
+
 // Channel concat: a [N, C1, HW], b [N, C2, HW] -> y [N, C1 + C2, HW] (torch.cat dim=1).
 template <class T> void concat_channels_fwd(T* y, const T* a, const T* b, int N, int C1, int C2, int HW) {
   const size_t na = (size_t)C1 * HW, nb = (size_t)C2 * HW;

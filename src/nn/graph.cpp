@@ -1,0 +1,270 @@
+// The compile passes over the graph IR (graph.h): resolve, infer, fuse, prune_backward, place
+// and lifetimes. Each is a plain function of its inputs, so each is tested alone; the plan
+// (plan.cpp) runs them in order and binds the result to kernels.
+#include "nn/graph.h"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <map>
+
+#include "ember/error.h"
+
+namespace ember::nn {
+
+namespace {
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) return false;
+  return true;
+}
+
+// How many inputs a kind takes: exactly one, or (add, concat) 2 to kMaxInputs.
+bool multi_input(LayerKind k) { return k == LayerKind::Add || k == LayerKind::Concat; }
+
+std::string node_label(const LayerSpec& s, size_t i) {
+  std::string l = "layers[" + std::to_string(i) + "] (" + layer_kind_name(s.kind);
+  if (!s.name.empty()) l += " \"" + s.name + "\"";
+  return l + ")";
+}
+
+}  // namespace
+
+Graph resolve(const Model& m) {
+  Graph g;
+  g.where = m.source.empty() ? "model " + m.name : m.source;
+  if (m.layers.empty()) throw Error(g.where + ": layers: the model has no layers");
+  std::map<std::string, int> by_name;  // name -> tensor
+  by_name["input"] = 0;
+  g.tensors.resize(m.layers.size() + 1);
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const LayerSpec& s = m.layers[i];
+    Node n;
+    n.spec = &s;
+    n.label = node_label(s, i);
+    n.param_prefix = s.name.empty() ? std::to_string(i) : s.name;
+    auto fail = [&](const std::string& msg) { throw Error(g.where + ": " + n.label + ": " + msg); };
+    if (!s.name.empty()) {
+      if (!valid_name(s.name))
+        fail("a name is 1 to 128 letters, digits, '_', '.' or '-'");
+      if (by_name.count(s.name))
+        fail(s.name == "input" ? "\"input\" names the model's input; choose another name"
+                               : "the name is used by an earlier layer too");
+    }
+    if (s.inputs.empty()) {
+      n.in.push_back(int(i));  // the previous node's output, or the input
+    } else {
+      for (const std::string& name : s.inputs) {
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          fail("input \"" + name.substr(0, 60) + "\" names no earlier layer (inputs name earlier layers, or \"input\")");
+        n.in.push_back(it->second);
+      }
+    }
+    const size_t count = n.in.size();
+    if (multi_input(s.kind) ? count < 2 || count > size_t(kMaxInputs) : count != 1)
+      fail(multi_input(s.kind) ? "expected 2 to " + std::to_string(kMaxInputs) + " inputs, found " + std::to_string(count)
+                               : "expected one input, found " + std::to_string(count));
+    for (int t : n.in) g.tensors[size_t(t)].readers.push_back(int(i));
+    g.tensors[i + 1].producer = int(i);
+    if (!s.name.empty()) by_name[s.name] = int(i) + 1;
+    g.nodes.push_back(std::move(n));
+  }
+  for (size_t i = 0; i + 1 < g.nodes.size(); ++i)
+    if (g.tensors[i + 1].readers.empty())
+      throw Error(g.where + ": " + g.nodes[i].label +
+                  ": its output is never read (only the last layer's output may be left unread)");
+  return g;
+}
+
+void infer(Graph& g, DType dt, int batch) {
+  // The kernels index a batch of activations with int: it stays below 2^31 elements.
+  const size_t max_elems = size_t(INT32_MAX) / size_t(batch);
+  g.tensors[0].dtype = dt;
+  const Dims& d = g.tensors[0].dims;
+  if (d.size() > max_elems)
+    throw Error(g.where + ": input: [" + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " +
+                std::to_string(d.w) + "] is too large for batch " + std::to_string(batch) + " (more than " +
+                std::to_string(max_elems) + " elements per sample)");
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    std::vector<Dims> in;
+    for (int t : n.in) {
+      if (g.tensors[size_t(t)].dtype != dt)
+        throw Error(g.where + ": " + n.label + ": inputs of different dtypes");
+      in.push_back(g.tensors[size_t(t)].dims);
+    }
+    n.layer = make_layer(*n.spec);
+    Tensor& out = g.tensors[i + 1];
+    try {
+      out.dims = n.layer->infer_inputs(in);
+    } catch (const Error& e) {
+      throw Error(g.where + ": " + n.label + ": " + e.what());
+    }
+    out.dtype = dt;
+    if (out.dims.size() > max_elems)
+      throw Error(g.where + ": " + n.label + ": activation too large for batch " + std::to_string(batch) +
+                  " (more than " + std::to_string(max_elems) + " elements per sample)");
+  }
+}
+
+std::vector<ParamInfo> graph_params(const Graph& g) {
+  std::vector<ParamInfo> out;
+  size_t offset = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Layer& l = *g.nodes[i].layer;
+    const auto shapes = l.param_shapes();
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      ParamInfo p;
+      p.name = g.nodes[i].param_prefix + (t == 0 ? ".weight" : ".bias");
+      p.shape = shapes[t];
+      p.size = 1;
+      for (int d : p.shape) p.size *= size_t(d);
+      p.offset = offset;
+      p.is_weight = t == 0;
+      p.layer = int(i);
+      p.fan_in = l.fan_in();
+      p.fan_out = l.fan_out();
+      offset += p.size;
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// The fusion table's one pattern: Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2 at nodes i..i+2,
+// each reading the one before, the conv's and ReLU's outputs read by nothing else.
+bool conv_relu_pool_at(const Graph& g, size_t i) {
+  if (i + 2 >= g.nodes.size()) return false;
+  for (size_t k = 1; k <= 2; ++k)
+    if (g.nodes[i + k].in != std::vector<int>{int(i + k)} || g.tensors[i + k].readers.size() != 1) return false;
+  const LayerSpec* l[3] = {g.nodes[i].spec, g.nodes[i + 1].spec, g.nodes[i + 2].spec};
+  LayerSpec seq[3] = {*l[0], *l[1], *l[2]};
+  return can_fuse_conv_relu_pool(seq, 3, g.tensors[size_t(g.nodes[i].in[0])].dims);
+}
+
+}  // namespace
+
+std::vector<Unit> fuse(Graph& g, bool enabled) {
+  std::vector<Unit> units;
+  for (size_t i = 0; i < g.nodes.size();) {
+    const bool fused = enabled && conv_relu_pool_at(g, i);
+    const size_t count = fused ? 3 : 1;
+    Unit u;
+    u.first = int(i);
+    u.last = int(i + count - 1);
+    u.in = g.nodes[i].in;
+    u.out = u.last + 1;
+    if (fused) {
+      u.layer = make_conv_relu_pool(*g.nodes[i].spec);
+      u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
+    } else {
+      u.layer = std::move(g.nodes[i].layer);
+    }
+    for (size_t k = i; k < i + count; ++k) {
+      u.kinds += std::string(k > i ? "+" : "") + layer_kind_name(g.nodes[k].spec->kind);
+      if (k != i) g.nodes[k].layer.reset();
+    }
+    u.has_params = !u.layer->param_shapes().empty();
+    units.push_back(std::move(u));
+    i += count;
+  }
+  return units;
+}
+
+std::vector<bool> prune_backward(const Graph& g, std::vector<Unit>& units) {
+  std::vector<bool> needs(g.tensors.size(), false);  // a parameter lies upstream
+  for (Unit& u : units) {
+    bool any = u.has_params;
+    for (int t : u.in) any = any || needs[size_t(t)];
+    needs[size_t(u.out)] = any;
+    u.backward = any;
+    u.dx.clear();
+    for (int t : u.in) u.dx.push_back(needs[size_t(t)]);
+  }
+  needs.back() = true;  // the loss writes the output's gradient
+  return needs;
+}
+
+size_t place(std::vector<Block>& blocks) {
+  constexpr size_t kAlign = 64;
+  std::vector<size_t> order(blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return blocks[a].bytes > blocks[b].bytes; });
+  std::vector<size_t> placed;
+  size_t total = 0;
+  for (size_t i : order) {
+    Block& b = blocks[i];
+    if (b.bytes == 0) continue;
+    const size_t bytes = (b.bytes + kAlign - 1) / kAlign * kAlign;
+    // Busy ranges of the placed blocks alive at the same time, by offset; take the first gap.
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (size_t j : placed)
+      if (blocks[j].first <= b.last && b.first <= blocks[j].last)
+        busy.push_back({blocks[j].offset, blocks[j].offset + (blocks[j].bytes + kAlign - 1) / kAlign * kAlign});
+    std::sort(busy.begin(), busy.end());
+    size_t off = 0;
+    for (auto& [lo, hi] : busy) {
+      if (off + bytes <= lo) break;
+      off = std::max(off, hi);
+    }
+    b.offset = off;
+    total = std::max(total, off + bytes);
+    placed.push_back(i);
+  }
+  return total;
+}
+
+Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::vector<bool>& needs_grad,
+                    bool training, int batch, size_t elem_bytes) {
+  const int U = int(units.size()), end = 2 * U;
+  const size_t T = g.tensors.size();
+  std::vector<int> unit_of(g.nodes.size());
+  for (int u = 0; u < U; ++u)
+    for (int k = units[size_t(u)].first; k <= units[size_t(u)].last; ++k) unit_of[size_t(k)] = u;
+  Lifetimes lt;
+  lt.alias.resize(T);
+  lt.act.resize(T);
+  lt.grad.resize(T);
+  std::vector<int> grad_alias(T);
+  for (size_t t = 0; t < T; ++t) {
+    lt.alias[t] = grad_alias[t] = int(t);
+    const Tensor& x = g.tensors[t];
+    if (x.producer < 0) continue;
+    const Unit& u = units[size_t(unit_of[size_t(x.producer)])];
+    if (u.out != int(t) || !u.layer->aliases_input()) continue;
+    const int in = u.in[0];
+    lt.alias[t] = lt.alias[size_t(in)];
+    if (g.tensors[size_t(in)].readers.size() == 1 && needs_grad[size_t(in)]) grad_alias[t] = grad_alias[size_t(in)];
+  }
+  for (size_t t = 0; t < T; ++t) {  // each tensor's own interval, merged into its storage's
+    const Tensor& x = g.tensors[t];
+    const int prod = x.producer < 0 ? -1 : unit_of[size_t(x.producer)];
+    int first = prod < 0 ? 0 : prod, last = first;
+    for (int r : x.readers) last = std::max(last, unit_of[size_t(r)]);
+    if (training || t == 0 || t + 1 == T) last = end;
+    Block& a = lt.act[size_t(lt.alias[t])];
+    const bool fresh = a.bytes == 0;
+    a.bytes = std::max(a.bytes, size_t(batch) * x.dims.size() * elem_bytes);
+    a.first = fresh ? first : std::min(a.first, first);
+    a.last = fresh ? last : std::max(a.last, last);
+    if (!needs_grad[t]) continue;
+    int gfirst = end;  // the first backward that writes it: its last reader's, or the loss
+    for (int r : x.readers) gfirst = std::min(gfirst, end - unit_of[size_t(r)]);
+    if (t + 1 == T) gfirst = U;
+    const int glast = prod < 0 ? end : end - prod;
+    Block& gb = lt.grad[size_t(grad_alias[t])];
+    const bool gfresh = gb.bytes == 0;
+    gb.bytes = std::max(gb.bytes, size_t(batch) * x.dims.size() * elem_bytes);
+    gb.first = gfresh ? gfirst : std::min(gb.first, gfirst);
+    gb.last = gfresh ? glast : std::max(gb.last, glast);
+  }
+  lt.grad_alias = std::move(grad_alias);
+  return lt;
+}
+
+}  // namespace ember::nn
