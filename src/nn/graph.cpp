@@ -26,7 +26,7 @@ bool multi_input(LayerKind k) { return k == LayerKind::Add || k == LayerKind::Co
 
 std::string node_label(const LayerSpec& s, size_t i) {
   std::string l = "layers[" + std::to_string(i) + "] (" + layer_kind_name(s.kind);
-  if (!s.name.empty()) l += " \"" + s.name + "\"";
+  if (valid_name(s.name)) l += " \"" + s.name + "\"";  // a name that is not valid is not shown
   return l + ")";
 }
 
@@ -59,7 +59,8 @@ Graph resolve(const Model& m) {
       for (const std::string& name : s.inputs) {
         auto it = by_name.find(name);
         if (it == by_name.end())
-          fail("input \"" + name.substr(0, 60) + "\" names no earlier layer (inputs name earlier layers, or \"input\")");
+          fail(valid_name(name) ? "input \"" + name + "\" names no earlier layer (inputs name earlier layers, or \"input\")"
+                                : std::string("an input is not a layer name (1 to 128 letters, digits, '_', '.' or '-')"));
         n.in.push_back(it->second);
       }
     }

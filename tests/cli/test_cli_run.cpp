@@ -164,3 +164,18 @@ TEST_F(Cli, QuietPrintsNoEpochLines) {
 }
 
 }  // namespace
+
+// A graph model file (examples/residual-cnn.json: a residual block) trains through the CLI, saves
+// its parameters under its layers' names, and evaluates from them.
+TEST_F(Cli, ResidualGraphExampleTrainsSavesNamesAndEvaluates) {
+  const std::string model = std::string(EMBER_SOURCE_DIR) + "/examples/residual-cnn.json";
+  const fs::path w = tmp_ / "res.safetensors";
+  Result r = run("train --data " + quote(data_.string()) + " --model " + quote(model) +
+                 " --epochs 1 --batch-size 16 --threads 2 --quiet --save " + quote(w.string()));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  const std::string bytes = read_text(w);
+  for (const char* name : {"\"stem.weight\"", "\"block.0.bias\"", "\"block.2.weight\"", "\"head.weight\""})
+    EXPECT_NE(bytes.find(name), std::string::npos) << name;
+  Result e = run("eval --data " + quote(data_.string()) + " --model " + quote(model) + " --weights " + quote(w.string()));
+  EXPECT_EQ(e.code, 0) << e.cmd << "\n" << e.out << e.err;
+}

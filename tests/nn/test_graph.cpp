@@ -326,9 +326,16 @@ TEST(Graph, JsonGraphsRoundTripAndNameTheirErrors) {
     EXPECT_EQ(back.layers[i].name, m.layers[i].name);
     EXPECT_EQ(back.layers[i].inputs, m.layers[i].inputs);
   }
-  for (const char* bad : {R"("inputs": 3)", R"("inputs": [])", R"("name": "")", R"("inputs": ["a", 2])"}) {
+  for (const char* bad : {R"("inputs": 3)", R"("inputs": [])", R"("name": "")", R"("inputs": ["a", 2])",
+                          R"("inputs": "a\nb")", R"("name": "x\ny")"}) {
     const std::string t = std::string(R"({"layers": [{"type": "flatten", )") + bad + R"(}, {"type": "linear", "out_features": 10}]})";
-    EXPECT_THROW(parse_model_json(t, "b.json"), Error) << bad;
+    try {
+      parse_model_json(t, "b.json");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("b.json: layers[0]", 0), 0u) << e.what();
+    }
   }
 }
 
