@@ -9,7 +9,10 @@
 
 namespace ember {
 
-enum class LayerKind { Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax, Add, Concat };
+enum class LayerKind {
+  Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax, Add, Concat,
+  GELU, GELUTanh, HardSwish, SiLU, FastSwish  // "gelu" (erf), "gelu-tanh", "hardswish", "silu", "fastswish"
+};
 enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
 // Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
 // Torch: PyTorch's default for Linear/Conv2d weights, uniform with bound 1/sqrt(fan_in).
@@ -70,6 +73,7 @@ struct Model {
   Model& sigmoid();
   Model& tanh();
   Model& softmax();
+  Model& act(LayerKind kind);  // any parameter-free single-input kind: relu, gelu, fastswish, ...
   // Residual sum and channel concatenation of earlier layers' outputs (named with named()).
   Model& add(std::vector<std::string> inputs);
   Model& concat(std::vector<std::string> inputs);

@@ -301,7 +301,8 @@ class Activation final : public Layer {
     if (!b.dx) return;
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::act_bwd<T>(e, act_, p<T>(b.dx), p<T>(b.dy), p<T>(b.y), size_t(n) * in_.size());
+      const void* from = ops::act_reads_input(act_) ? b.x : b.y;
+      ops::act_bwd<T>(e, act_, p<T>(b.dx), p<T>(b.dy), p<T>(from), size_t(n) * in_.size());
     });
   }
 
@@ -408,6 +409,11 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
     case LayerKind::ReLU: return std::make_unique<Activation>(s, ops::Act::ReLU);
     case LayerKind::Sigmoid: return std::make_unique<Activation>(s, ops::Act::Sigmoid);
     case LayerKind::Tanh: return std::make_unique<Activation>(s, ops::Act::Tanh);
+    case LayerKind::GELU: return std::make_unique<Activation>(s, ops::Act::GELU);
+    case LayerKind::GELUTanh: return std::make_unique<Activation>(s, ops::Act::GELUTanh);
+    case LayerKind::HardSwish: return std::make_unique<Activation>(s, ops::Act::HardSwish);
+    case LayerKind::SiLU: return std::make_unique<Activation>(s, ops::Act::SiLU);
+    case LayerKind::FastSwish: return std::make_unique<Activation>(s, ops::Act::FastSwish);
     case LayerKind::Softmax: return std::make_unique<Softmax>(s);
     case LayerKind::Add: return std::make_unique<Add>(s);
     case LayerKind::Concat: return std::make_unique<Concat>(s);

@@ -33,6 +33,11 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::Softmax: return "softmax";
     case LayerKind::Add: return "add";
     case LayerKind::Concat: return "concat";
+    case LayerKind::GELU: return "gelu";
+    case LayerKind::GELUTanh: return "gelu-tanh";
+    case LayerKind::HardSwish: return "hardswish";
+    case LayerKind::SiLU: return "silu";
+    case LayerKind::FastSwish: return "fastswish";
   }
   return "?";
 }
@@ -95,6 +100,7 @@ Model& Model::relu() { layers.push_back(simple(LayerKind::ReLU)); return *this; 
 Model& Model::sigmoid() { layers.push_back(simple(LayerKind::Sigmoid)); return *this; }
 Model& Model::tanh() { layers.push_back(simple(LayerKind::Tanh)); return *this; }
 Model& Model::softmax() { layers.push_back(simple(LayerKind::Softmax)); return *this; }
+Model& Model::act(LayerKind kind) { layers.push_back(simple(kind)); return *this; }
 Model& Model::add(std::vector<std::string> in) {
   layers.push_back(simple(LayerKind::Add));
   layers.back().inputs = std::move(in);
@@ -261,14 +267,16 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
     static const std::pair<const char*, LayerKind> simple_kinds[] = {
         {"flatten", LayerKind::Flatten}, {"relu", LayerKind::ReLU}, {"sigmoid", LayerKind::Sigmoid},
         {"tanh", LayerKind::Tanh}, {"softmax", LayerKind::Softmax}, {"add", LayerKind::Add},
-        {"concat", LayerKind::Concat}};
+        {"concat", LayerKind::Concat}, {"gelu", LayerKind::GELU}, {"gelu-tanh", LayerKind::GELUTanh},
+        {"hardswish", LayerKind::HardSwish}, {"silu", LayerKind::SiLU}, {"fastswish", LayerKind::FastSwish}};
     bool found = false;
     for (auto& [name, kind] : simple_kinds)
       if (type == name) s.kind = kind, found = true;
     if (!found)
       r.fail(path + ".type", "unknown layer " + brief(j["type"]) +
                                  " (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
-                                 "sigmoid, tanh, softmax, add or concat)");
+                                 "sigmoid, tanh, gelu, gelu-tanh, hardswish, silu, fastswish, softmax, add "
+                                 "or concat)");
     r.only(j, path, {"type", "name", "inputs"});
   }
   if (j.contains("bias")) {

@@ -151,12 +151,14 @@ void avgpool2d_fwd(const Exec& e, T* y, const T* x, const ref::PoolShape& s);
 template <class T>
 void avgpool2d_bwd(const Exec& e, T* dx, const T* dy, const ref::PoolShape& s);
 
-// Pointwise activations over n elements; backward takes the forward output y.
-enum class Act { ReLU, Sigmoid, Tanh };
+// Pointwise activations over n elements. Backward takes the forward output y for ReLU, Sigmoid
+// and Tanh, and the forward input x for the others (act_reads_input).
+enum class Act { ReLU, Sigmoid, Tanh, GELU, GELUTanh, HardSwish, SiLU, FastSwish };
+constexpr bool act_reads_input(Act a) { return a != Act::ReLU && a != Act::Sigmoid && a != Act::Tanh; }
 template <class T>
 void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n);
 template <class T>
-void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n);
+void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y_or_x, size_t n);
 
 // Graph plumbing (f32 and f64, memory-bound loops split over the pool): y = xs[0] + ... + xs[nin-1]
 // over n elements; dst = src, or dst += src (add) where a tensor read by several nodes sums their

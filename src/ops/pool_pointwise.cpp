@@ -77,6 +77,11 @@ void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n) {
         break;
       case Act::Sigmoid: ref::sigmoid_fwd<T>(y + o, x + o, len); break;
       case Act::Tanh: ref::tanh_fwd<T>(y + o, x + o, len); break;
+      case Act::GELU: ref::gelu_fwd<T>(y + o, x + o, len); break;
+      case Act::GELUTanh: ref::gelu_tanh_fwd<T>(y + o, x + o, len); break;
+      case Act::HardSwish: ref::hardswish_fwd<T>(y + o, x + o, len); break;
+      case Act::SiLU: ref::silu_fwd<T>(y + o, x + o, len); break;
+      case Act::FastSwish: ref::fastswish_fwd<T>(y + o, x + o, len); break;
     }
   });
 }
@@ -90,6 +95,11 @@ void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
         break;
       case Act::Sigmoid: ref::sigmoid_bwd<T>(dx + o, dy + o, y + o, len); break;
       case Act::Tanh: ref::tanh_bwd<T>(dx + o, dy + o, y + o, len); break;
+      case Act::GELU: ref::gelu_bwd<T>(dx + o, dy + o, y + o, len); break;  // y: the input here
+      case Act::GELUTanh: ref::gelu_tanh_bwd<T>(dx + o, dy + o, y + o, len); break;
+      case Act::HardSwish: ref::hardswish_bwd<T>(dx + o, dy + o, y + o, len); break;
+      case Act::SiLU: ref::silu_bwd<T>(dx + o, dy + o, y + o, len); break;
+      case Act::FastSwish: ref::fastswish_bwd<T>(dx + o, dy + o, y + o, len); break;
     }
   });
 }

@@ -196,6 +196,34 @@ TEST(Graph, ResidualAndConcatGradcheckInDouble) {
                                              "fc.weight", "fc.bias"}));
 }
 
+// Every activation kind as a graph node: a double gradcheck through a residual model that uses it
+// (backward reads the node's input for GELU, GELU-tanh, HardSwish, SiLU and FastSwish).
+TEST(Graph, EachActivationGradchecksInAResidualModel) {
+  for (LayerKind k : {LayerKind::ReLU, LayerKind::Sigmoid, LayerKind::Tanh, LayerKind::GELU, LayerKind::GELUTanh,
+                      LayerKind::HardSwish, LayerKind::SiLU, LayerKind::FastSwish}) {
+    SCOPED_TRACE(layer_kind_name(k));
+    Model m;
+    m.in_c = 2, m.in_h = 4, m.in_w = 4;
+    m.conv2d(2, 3, 1, 1).named("x").act(k).conv2d(2, 1).named("y").add({"x", "y"}).flatten().linear(10);
+    PlanOptions o;
+    o.batch = 2;
+    o.dtype = DType::f64;
+    Plan plan(m, o);
+    plan.init_params(5);
+    double* w = static_cast<double*>(plan.param_data());
+    for (size_t i = 0; i < plan.param_count(); ++i) w[i] *= 4;  // pre-activations across the kinks
+    pass(plan, 2, 8);
+    const double* g = static_cast<const double*>(plan.grad_data());
+    const ParamInfo& p = plan.params()[0];  // x.weight: its gradient crosses the activation
+    std::vector<double> vals(w + p.offset, w + p.offset + p.size), grads(g + p.offset, g + p.offset + p.size);
+    expect_gradient(p.name, vals, grads, [&] {
+      std::memcpy(w + p.offset, vals.data(), p.size * sizeof(double));
+      plan.forward(2);
+      return plan.loss(2, false);
+    }, 1e-6, 1e-4, 1);
+  }
+}
+
 TEST(Graph, F32AgreesWithF64OnAResidualGraph) {
   for (int threads : {1, 2}) {
     PlanOptions o32, o64;
