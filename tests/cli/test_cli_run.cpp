@@ -179,3 +179,21 @@ TEST_F(Cli, ResidualGraphExampleTrainsSavesNamesAndEvaluates) {
   Result e = run("eval --data " + quote(data_.string()) + " --model " + quote(model) + " --weights " + quote(w.string()));
   EXPECT_EQ(e.code, 0) << e.cmd << "\n" << e.out << e.err;
 }
+
+// `ember info --model` prints the model's layers and both plans' arenas; the inference plan's is
+// the smaller (no gradients or optimizer state, activations reused).
+TEST_F(Cli, InfoModelPrintsTheArenaOfEachPlan) {
+  const std::string model = std::string(EMBER_SOURCE_DIR) + "/examples/residual-cnn.json";
+  Result r = run("info --model " + quote(model) + " --batch-size 32");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  double train = 0, infer = 0;
+  const size_t t = r.out.find("training (Adam) plan, batch 32: arena "), i = r.out.find("inference plan, batch 32: arena ");
+  ASSERT_NE(t, std::string::npos) << r.out;
+  ASSERT_NE(i, std::string::npos) << r.out;
+  train = std::stod(r.out.substr(t + 38));
+  infer = std::stod(r.out.substr(i + 32));
+  EXPECT_GT(infer, 0);
+  EXPECT_LT(infer * 2, train) << r.out;
+  EXPECT_NE(r.out.find("linear head"), std::string::npos) << r.out;
+  expect_one_line_error(run("info --model nosuch"), {"--model", "nosuch"});
+}

@@ -277,7 +277,30 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   return 0;
 }
 
-int run_info() {
+namespace {
+// The model's layers and, per plan kind, the arena and its largest buffers.
+void print_plans(const InfoArgs& a) {
+  const Model model = resolve_model(a.model);
+  const int batch = a.batch_size > 0 ? a.batch_size : model.recipe.batch_size;
+  check_int("--batch-size", batch, 1, 65536);
+  for (bool training : {true, false}) {
+    PlanOptions o;
+    o.batch = batch;
+    o.training = training;
+    const Plan plan(model, o);
+    if (training) std::printf("\n%s", plan.summary().c_str());
+    std::printf("%s plan, batch %d: arena %.2f MiB\n", training ? "training (Adam)" : "inference", batch,
+                double(plan.arena_bytes()) / (1 << 20));
+    const auto bufs = plan.buffers();
+    for (size_t i = 0; i < bufs.size() && i < 6; ++i)
+      std::printf("  %10.3f MiB  %s\n", double(bufs[i].bytes) / (1 << 20), bufs[i].name.c_str());
+    for (const BufferInfo& b : bufs)
+      if (b.name.rfind("(the activations", 0) == 0) std::printf("  %s\n", b.name.c_str());
+  }
+}
+}  // namespace
+
+int run_info(const InfoArgs& a) {
   std::printf("ember %s (%s build, %s)\n", kVersion, kBuildType, kCompiler);
   std::printf("cpu features:");
   const std::pair<const char*, bool> feats[] = {
@@ -299,6 +322,7 @@ int run_info() {
               env && *env ? isa_name(best_isa()) : "");
   std::printf("threads: %d hardware threads (default --threads %d)\n",
               int(std::thread::hardware_concurrency()), default_threads());
+  if (!a.model.empty()) print_plans(a);
   return 0;
 }
 

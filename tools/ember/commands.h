@@ -88,7 +88,13 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a);
 void add_eval_flags(CLI::App* cmd, EvalArgs& a);
 int run_train(TrainArgs a, const CLI::App& cmd);
 int run_eval(EvalArgs a, const CLI::App& cmd);
-int run_info();
+// `ember info [--model M [--batch-size B]]`: the CPU, kernels and threads; with a model, its
+// layers and the arena of its training and inference plans.
+struct InfoArgs {
+  std::string model;
+  int batch_size = 0;  // 0: the model's recipe
+};
+int run_info(const InfoArgs& a);
 void add_profile_flags(CLI::App* cmd, ProfileArgs& a);
 int run_profile(ProfileArgs a, const CLI::App& cmd);
 

@@ -93,7 +93,10 @@ int main(int argc, char** argv) {
   CLI::App* flame_cmd = app.add_subcommand("flamegraph", "Draw an SVG flame graph from perf script output or folded stacks");
   ember::cli::add_flamegraph_flags(flame_cmd, flame);
 
-  CLI::App* info_cmd = app.add_subcommand("info", "Show CPU features, chosen kernels, threads and build");
+  CLI::App* info_cmd = app.add_subcommand("info", "Show CPU features, chosen kernels, threads and build; with --model, its plans' arenas");
+  ember::cli::InfoArgs info;
+  info_cmd->add_option("--model", info.model, "A built-in model name or FILE.json: print its layers and the arena of its training and inference plans");
+  info_cmd->add_option("--batch-size", info.batch_size, "Batch size of those plans (default: the model's recipe)");
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "ember: error: " + shown(e.what()) + " (see --help)\n";
@@ -110,7 +113,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return ember::cli::run_train(train, *train_cmd);
     if (profile_cmd->parsed()) return ember::cli::run_profile(profile, *profile_cmd);
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
-    if (info_cmd->parsed()) return ember::cli::run_info();
+    if (info_cmd->parsed()) return ember::cli::run_info(info);
     if (bitbench_cmd->parsed()) return ember::cli::run_bitnet_bench(bitbench);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (bittrain_cmd->parsed()) return ember::cli::run_bitnet_train(bittrain);
