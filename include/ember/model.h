@@ -11,7 +11,8 @@ namespace ember {
 
 enum class LayerKind {
   Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax, Add, Concat,
-  GELU, GELUTanh, HardSwish, SiLU, FastSwish  // "gelu" (erf), "gelu-tanh", "hardswish", "silu", "fastswish"
+  GELU, GELUTanh, HardSwish, SiLU, FastSwish,  // "gelu" (erf), "gelu-tanh", "hardswish", "silu", "fastswish"
+  LayerNorm, LayerNorm2d, GlobalAvgPool, LayerScale, ZeroPad2d
 };
 enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
 // Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
@@ -35,7 +36,11 @@ struct LayerSpec {
   int stride_h = 1, stride_w = 1;
   int pad_h = 0, pad_w = 0;
   int groups = 1;                     // Conv2d: C and K must both divide by it
-  bool bias = true;                   // Conv2d, Linear
+  bool bias = true;                   // Conv2d, Linear; LayerNorm(2d): affine weight and bias
+  bool same = false;                  // Conv2d: PyTorch's padding='same' (stride 1, odd kernel)
+  int norm_dims = 0;                  // LayerNorm: trailing per-sample dims normalised (0: all)
+  double eps = 1e-5;                  // LayerNorm, LayerNorm2d
+  double scale_init = 1e-6;           // LayerScale: every scale's initial value
   std::optional<Init> init;           // overrides the model's default init
 };
 

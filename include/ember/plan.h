@@ -41,13 +41,15 @@ struct PlanOptions {
 };
 
 struct ParamInfo {
-  std::string name;             // PyTorch nn.Sequential state_dict names: "0.weight", "4.bias"
+  std::string name;             // PyTorch state_dict names: "0.weight" (unnamed node 0), "stem.0.bias"
   std::vector<int> shape;       // PyTorch layout: Linear [K, C], Conv2d [K, C/G, R, S]
   size_t offset = 0;            // element offset inside the flat parameter block
   size_t size = 0;              // elements
   bool is_weight = false;       // L2 and weight decay apply to weights, not biases
   int fan_in = 0, fan_out = 0;
   int layer = 0;                // the model layer it belongs to
+  bool constant = false;        // initialised to `value` (LayerNorm 1 and 0, layer scale), not randomly
+  double value = 0;
 };
 
 struct LayerInfo {

@@ -117,9 +117,11 @@ std::vector<ParamInfo> graph_params(const Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Layer& l = *g.nodes[i].layer;
     const auto shapes = l.param_shapes();
+    const auto names = l.param_names();
     for (size_t t = 0; t < shapes.size(); ++t) {
       ParamInfo p;
-      p.name = g.nodes[i].param_prefix + (t == 0 ? ".weight" : ".bias");
+      p.name = g.nodes[i].param_prefix + "." + names.at(t);
+      p.constant = l.param_constant(t, &p.value);
       p.shape = shapes[t];
       p.size = 1;
       for (int d : p.shape) p.size *= size_t(d);

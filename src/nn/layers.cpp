@@ -57,6 +57,14 @@ class Conv2d final : public Layer {
  public:
   using Layer::Layer;
   Dims infer(const Dims& in) override {
+    if (spec_.same) {  // PyTorch's padding='same': symmetric only for odd kernels at stride 1
+      if (spec_.stride_h != 1 || spec_.stride_w != 1 || spec_.kernel_h % 2 == 0 || spec_.kernel_w % 2 == 0)
+        throw Error("conv2d: padding \"same\" needs stride 1 and an odd kernel, found kernel " +
+                    std::to_string(spec_.kernel_h) + "x" + std::to_string(spec_.kernel_w) + " stride " +
+                    std::to_string(spec_.stride_h) + "x" + std::to_string(spec_.stride_w));
+      spec_.pad_h = (spec_.kernel_h - 1) / 2;
+      spec_.pad_w = (spec_.kernel_w - 1) / 2;
+    }
     check_window("conv2d", in, spec_);
     if (spec_.out < 1) throw Error("conv2d: out_channels must be >= 1, found " + std::to_string(spec_.out));
     if (spec_.groups < 1 || in.c % spec_.groups || spec_.out % spec_.groups)
@@ -417,7 +425,9 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
     case LayerKind::Softmax: return std::make_unique<Softmax>(s);
     case LayerKind::Add: return std::make_unique<Add>(s);
     case LayerKind::Concat: return std::make_unique<Concat>(s);
+    default: break;
   }
+  if (auto l = make_convnext_layer(s)) return l;
   throw Error("unknown layer kind");
 }
 

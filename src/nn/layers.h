@@ -25,6 +25,7 @@ struct Dims {
 // Pointers a layer runs on, resolved by the plan. Elements are float or double (dt).
 struct Bufs {
   DType dt;
+  int batch;       // the plan's compiled batch (saved state is laid out for it)
   const void* x;   // input  [N, in] (the first input)
   void* y;         // output [N, out]
   void* dx;        // input gradient (the first input's), null when no earlier layer has parameters
@@ -60,6 +61,11 @@ class Layer {
   }
   // Weight [and bias] shapes in PyTorch layout; empty for parameter-free layers.
   virtual std::vector<std::vector<int>> param_shapes() const { return {}; }
+  // Each parameter's PyTorch attribute name (the node's name, a dot, then this).
+  virtual std::vector<std::string> param_names() const { return {"weight", "bias"}; }
+  // Parameter t starts at this constant (LayerNorm: 1 and 0; layer scale: its init value)
+  // instead of the model's random initialiser (weights) or zero (biases).
+  virtual bool param_constant(size_t t, double* value) const { return false; }
   virtual int fan_in() const { return 0; }
   virtual int fan_out() const { return 0; }
   virtual size_t workspace_elems(int batch, int threads) const { return 0; }
@@ -83,6 +89,9 @@ class Layer {
 };
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec);
+// The ConvNeXt layers (layers_convnext.cpp): LayerNorm, LayerNorm2d, GlobalAvgPool, LayerScale,
+// ZeroPad2d; null for other kinds.
+std::unique_ptr<Layer> make_convnext_layer(const LayerSpec& spec);
 // True when l[0..2] are Conv2d (stride 1), ReLU, MaxPool2d (2x2, stride 2, no padding) and the
 // conv, fed `in` (already checked by infer), outputs at least 2x2.
 bool can_fuse_conv_relu_pool(const LayerSpec* l, size_t count, const Dims& in);

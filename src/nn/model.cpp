@@ -2,6 +2,7 @@
 // description (parsed with nlohmann-json; every key checked, unknown keys rejected, errors name
 // the file and the JSON path). Format: docs/model-format.md.
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -38,6 +39,11 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::HardSwish: return "hardswish";
     case LayerKind::SiLU: return "silu";
     case LayerKind::FastSwish: return "fastswish";
+    case LayerKind::LayerNorm: return "layernorm";
+    case LayerKind::LayerNorm2d: return "layernorm2d";
+    case LayerKind::GlobalAvgPool: return "globalavgpool";
+    case LayerKind::LayerScale: return "layerscale";
+    case LayerKind::ZeroPad2d: return "zeropad2d";
   }
   return "?";
 }
@@ -248,7 +254,8 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
     s.out = r.integer(j["out_channels"], path + ".out_channels", 1, kMax);
     r.pair(j["kernel"], path + ".kernel", 1, 4096, &s.kernel_h, &s.kernel_w);
     if (j.contains("stride")) r.pair(j["stride"], path + ".stride", 1, 4096, &s.stride_h, &s.stride_w);
-    if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
+    if (j.contains("padding") && j["padding"] == "same") s.same = true;
+    else if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
     if (j.contains("groups")) s.groups = r.integer(j["groups"], path + ".groups", 1, kMax);
   } else if (type == "linear") {
     r.only(j, path, {"type", "name", "inputs", "out_features", "bias", "init"});
@@ -263,20 +270,50 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
     s.stride_h = s.kernel_h, s.stride_w = s.kernel_w;
     if (j.contains("stride")) r.pair(j["stride"], path + ".stride", 1, 4096, &s.stride_h, &s.stride_w);
     if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
+  } else if (type == "layernorm" || type == "layernorm2d") {
+    r.only(j, path, {"type", "name", "inputs", "dims", "eps", "affine"});
+    s.kind = type == "layernorm" ? LayerKind::LayerNorm : LayerKind::LayerNorm2d;
+    if (j.contains("dims")) {
+      if (s.kind != LayerKind::LayerNorm) r.fail(path + ".dims", "only layernorm takes dims");
+      s.norm_dims = r.integer(j["dims"], path + ".dims", 1, 3);
+    }
+    if (j.contains("eps")) {
+      if (!j["eps"].is_number() || !(j["eps"].get<double>() > 0) || j["eps"].get<double>() > 1)
+        r.fail(path + ".eps", "expected a number in (0, 1], found " + brief(j["eps"]));
+      s.eps = j["eps"].get<double>();
+    }
+    if (j.contains("affine")) {
+      if (!j["affine"].is_boolean()) r.fail(path + ".affine", "expected true or false, found " + brief(j["affine"]));
+      s.bias = j["affine"].get<bool>();
+    }
+  } else if (type == "layerscale") {
+    r.only(j, path, {"type", "name", "inputs", "init_value"});
+    s.kind = LayerKind::LayerScale;
+    if (j.contains("init_value")) {
+      if (!j["init_value"].is_number() || !std::isfinite(j["init_value"].get<double>()))
+        r.fail(path + ".init_value", "expected a finite number, found " + brief(j["init_value"]));
+      s.scale_init = j["init_value"].get<double>();
+    }
+  } else if (type == "zeropad2d") {
+    r.only(j, path, {"type", "name", "inputs", "padding"});
+    s.kind = LayerKind::ZeroPad2d;
+    if (!j.contains("padding")) r.fail(path + ".padding", "missing");
+    r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
   } else {
     static const std::pair<const char*, LayerKind> simple_kinds[] = {
         {"flatten", LayerKind::Flatten}, {"relu", LayerKind::ReLU}, {"sigmoid", LayerKind::Sigmoid},
         {"tanh", LayerKind::Tanh}, {"softmax", LayerKind::Softmax}, {"add", LayerKind::Add},
         {"concat", LayerKind::Concat}, {"gelu", LayerKind::GELU}, {"gelu-tanh", LayerKind::GELUTanh},
-        {"hardswish", LayerKind::HardSwish}, {"silu", LayerKind::SiLU}, {"fastswish", LayerKind::FastSwish}};
+        {"hardswish", LayerKind::HardSwish}, {"silu", LayerKind::SiLU}, {"fastswish", LayerKind::FastSwish},
+        {"globalavgpool", LayerKind::GlobalAvgPool}};
     bool found = false;
     for (auto& [name, kind] : simple_kinds)
       if (type == name) s.kind = kind, found = true;
     if (!found)
       r.fail(path + ".type", "unknown layer " + brief(j["type"]) +
                                  " (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
-                                 "sigmoid, tanh, gelu, gelu-tanh, hardswish, silu, fastswish, softmax, add "
-                                 "or concat)");
+                                 "sigmoid, tanh, gelu, gelu-tanh, hardswish, silu, fastswish, softmax, add, "
+                                 "concat, layernorm, layernorm2d, globalavgpool, layerscale or zeropad2d)");
     r.only(j, path, {"type", "name", "inputs"});
   }
   if (j.contains("bias")) {
@@ -297,7 +334,7 @@ json layer_json(const LayerSpec& s) {
       j["out_channels"] = s.out;
       j["kernel"] = pair(s.kernel_h, s.kernel_w);
       j["stride"] = pair(s.stride_h, s.stride_w);
-      j["padding"] = pair(s.pad_h, s.pad_w);
+      j["padding"] = s.same ? json("same") : pair(s.pad_h, s.pad_w);
       j["groups"] = s.groups;
       j["bias"] = s.bias;
       break;
@@ -311,6 +348,14 @@ json layer_json(const LayerSpec& s) {
       j["stride"] = pair(s.stride_h, s.stride_w);
       j["padding"] = pair(s.pad_h, s.pad_w);
       break;
+    case LayerKind::LayerNorm:
+    case LayerKind::LayerNorm2d:
+      if (s.kind == LayerKind::LayerNorm && s.norm_dims) j["dims"] = s.norm_dims;
+      j["eps"] = s.eps;
+      j["affine"] = s.bias;
+      break;
+    case LayerKind::LayerScale: j["init_value"] = s.scale_init; break;
+    case LayerKind::ZeroPad2d: j["padding"] = pair(s.pad_h, s.pad_w); break;
     default: break;
   }
   if (s.init) j["init"] = init_name(*s.init);

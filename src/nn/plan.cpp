@@ -402,8 +402,8 @@ void Plan::init_params(uint64_t seed) {
     Pcg32 rng(seed, t + 1);
     const Init init = m.g.nodes[size_t(p.layer)].spec->init.value_or(m.model.init);
     for (size_t i = 0; i < p.size; ++i) {
-      double v = 0;
-      if (p.is_weight) {
+      double v = p.constant ? p.value : 0;
+      if (p.is_weight && !p.constant) {
         switch (init) {
           case Init::Kaiming: v = rng.normal() * std::sqrt(2.0 / p.fan_in); break;
           case Init::Xavier: v = (2 * rng.uniform() - 1) * std::sqrt(6.0 / (p.fan_in + p.fan_out)); break;
@@ -454,6 +454,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   nn::Bufs b{};
   const nn::Unit& u = m.us[i];
   b.dt = m.opt.dtype;
+  b.batch = m.opt.batch;
   std::byte* base = m.arena.base();
   b.nin = int(u.in.size());
   for (size_t j = 0; j < u.in.size(); ++j) {
@@ -470,7 +471,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
     const ParamInfo& w = m.params[size_t(m.first_param[i])];
     b.w = base + m.param_off + w.offset * m.esz;
     b.dw = base + m.grad_off + w.offset * m.esz;
-    if (m.g.nodes[size_t(u.first)].spec->bias) {
+    if (size_t(m.first_param[i]) + 1 < m.params.size() && m.params[size_t(m.first_param[i]) + 1].layer == u.first) {
       const ParamInfo& bi = m.params[size_t(m.first_param[i]) + 1];
       b.b = base + m.param_off + bi.offset * m.esz;
       b.db = base + m.grad_off + bi.offset * m.esz;

@@ -1,0 +1,186 @@
+// The ConvNeXt layers as graph nodes: LayerNorm over trailing per-sample dims (per-element affine,
+// PyTorch's nn.LayerNorm(shape)), LayerNorm2d over channels at each position (torchvision's),
+// global average pooling (AdaptiveAvgPool2d(1)), layer scale (torchvision's CNBlock.layer_scale,
+// shape [C, 1, 1]) and zero padding. Each runs an op of ops/norm.h.
+#include <string>
+
+#include "ember/error.h"
+#include "nn/layers.h"
+#include "ops/norm.h"
+
+namespace ember::nn {
+
+namespace {
+
+template <class F>
+void dispatch(DType dt, F&& f) {
+  if (dt == DType::f64) f(double{});
+  else f(float{});
+}
+template <class T> T* p(void* v) { return static_cast<T*>(v); }
+template <class T> const T* p(const void* v) { return static_cast<const T*>(v); }
+size_t esize(DType dt) { return dt == DType::f64 ? 8 : 4; }
+
+// LayerNorm over the last norm_dims of the sample's dims (flat: [D]; images: [C, H, W], so 1 is
+// [W], 2 is [H, W], 3 or 0 the whole sample). Rows: batch x the leading dims. Saves mean, rstd.
+class LayerNorm final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    const int rank = in.flat() ? 1 : 3, k = spec_.norm_dims ? spec_.norm_dims : rank;
+    if (k > rank) throw Error("layernorm: dims " + std::to_string(k) + " is more than the input's " + std::to_string(rank));
+    const int d3[3] = {in.c, in.h, in.w};
+    shape_.assign(d3 + (rank == 1 ? 0 : 3 - k), d3 + (rank == 1 ? 1 : 3));
+    D_ = 1;
+    for (int x : shape_) D_ *= x;
+    lead_ = int(in.size() / size_t(D_));
+    return in_ = out_ = in;
+  }
+  std::vector<std::vector<int>> param_shapes() const override {
+    if (!spec_.bias) return {};
+    return {shape_, shape_};
+  }
+  bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
+  size_t workspace_elems(int, int threads) const override { return ops::layernorm_workspace(D_, threads); }
+  size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * lead_ * esize(dt); }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int R = n * lead_, Rmax = rows_max(b);
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      T* mean = p<T>(b.saved);
+      ops::layernorm_fwd<T>(e, p<T>(b.y), mean, mean + Rmax, p<T>(b.x), p<T>(b.w), p<T>(b.b), R, D_, T(spec_.eps));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int R = n * lead_, Rmax = rows_max(b);
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      const T* mean = p<T>(b.saved);
+      ops::layernorm_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), mean, mean + Rmax,
+                            p<T>(b.w), R, D_, p<T>(b.ws));
+    });
+  }
+
+ private:
+  int rows_max(const Bufs& b) const { return b.batch * lead_; }
+  std::vector<int> shape_;
+  int D_ = 1, lead_ = 1;
+};
+
+// torchvision's LayerNorm2d: over C at each position of [C, H, W]; weight and bias [C].
+class LayerNorm2d final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override { return in_ = out_ = in; }
+  std::vector<std::vector<int>> param_shapes() const override {
+    if (!spec_.bias) return {};
+    return {{in_.c}, {in_.c}};
+  }
+  bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
+  size_t workspace_elems(int, int threads) const override { return ops::layernorm_workspace(in_.c, threads); }
+  size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * in_.h * in_.w * esize(dt); }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    const size_t half = size_t(b.batch) * in_.h * in_.w;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      T* mean = p<T>(b.saved);
+      ops::layernorm2d_fwd<T>(e, p<T>(b.y), mean, mean + half, p<T>(b.x), p<T>(b.w), p<T>(b.b), n, in_.c,
+                              in_.h * in_.w, T(spec_.eps));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    const size_t half = size_t(b.batch) * in_.h * in_.w;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      const T* mean = p<T>(b.saved);
+      ops::layernorm2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), mean, mean + half,
+                              p<T>(b.w), n, in_.c, in_.h * in_.w, p<T>(b.ws));
+    });
+  }
+};
+
+// AdaptiveAvgPool2d(1): [C, H, W] -> [C] (a flat [C, 1, 1]).
+class GlobalAvgPool final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    in_ = in;
+    return out_ = {in.c, 1, 1};
+  }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::global_avgpool_fwd<T>(e, p<T>(b.y), p<T>(b.x), n, in_.c, in_.h * in_.w);
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::global_avgpool_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), n, in_.c, in_.h * in_.w);
+    });
+  }
+};
+
+// y = x * s[c], s of shape [C, 1, 1] named "layer_scale" (torchvision's CNBlock).
+class LayerScale final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override { return in_ = out_ = in; }
+  std::vector<std::vector<int>> param_shapes() const override { return {{in_.c, 1, 1}}; }
+  std::vector<std::string> param_names() const override { return {"layer_scale"}; }
+  bool param_constant(size_t, double* v) const override { return *v = spec_.scale_init, true; }
+  size_t workspace_elems(int, int threads) const override { return size_t(in_.c) * size_t(threads); }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::channel_scale_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), n, in_.c, in_.h * in_.w);
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::channel_scale_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.dy), p<T>(b.x), p<T>(b.w), n, in_.c,
+                                in_.h * in_.w, p<T>(b.ws));
+    });
+  }
+};
+
+// nn.ZeroPad2d((w, w, h, h)): [C, H, W] -> [C, H + 2h, W + 2w].
+class ZeroPad2d final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    in_ = in;
+    return out_ = {in.c, in.h + 2 * spec_.pad_h, in.w + 2 * spec_.pad_w};
+  }
+  ref::ZeroPad2d shape(int n) const { return {n, in_.c, in_.h, in_.w, spec_.pad_h, spec_.pad_h, spec_.pad_w, spec_.pad_w}; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::zero_pad_fwd<T>(e, p<T>(b.y), p<T>(b.x), shape(n));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::zero_pad_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), shape(n));
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_convnext_layer(const LayerSpec& s) {
+  switch (s.kind) {
+    case LayerKind::LayerNorm: return std::make_unique<LayerNorm>(s);
+    case LayerKind::LayerNorm2d: return std::make_unique<LayerNorm2d>(s);
+    case LayerKind::GlobalAvgPool: return std::make_unique<GlobalAvgPool>(s);
+    case LayerKind::LayerScale: return std::make_unique<LayerScale>(s);
+    case LayerKind::ZeroPad2d: return std::make_unique<ZeroPad2d>(s);
+    default: return nullptr;
+  }
+}
+
+}  // namespace ember::nn

@@ -1,0 +1,174 @@
+// The ConvNeXt nodes inside whole plans: LayerNorm (trailing dims, per-element affine),
+// LayerNorm2d, global average pooling, layer scale, zero padding, grouped 7x7 'same' convolution:
+// every parameter's gradient against double finite differences, f32 against f64 at 1 and 2
+// threads, their PyTorch names and starting values.
+#include <cstring>
+
+#include "ember/ember.h"
+#include "gradcheck.h"
+
+namespace ember::test {
+namespace {
+
+LayerSpec node(LayerKind k, const std::string& name = "") {
+  LayerSpec s;
+  s.kind = k;
+  s.name = name;
+  return s;
+}
+
+// zeropad -> patchify conv "stem.0" -> LayerNorm([C, H, W]) "stem.1" -> LayerNorm([H, W]) "post" ->
+// block: grouped 7x7 'same' conv with a channel multiplier, LayerNorm2d, 1x1, GELU, 1x1, layer
+// scale, residual add -> global average pool -> LayerNorm(C) -> Linear. (No norm over [H, W] after
+// the block: it would cancel per-channel shifts and scales, leaving their gradients 0.)
+Model convnext_like() {
+  Model m;
+  m.name = "convnext-like";
+  m.in_c = 2, m.in_h = 6, m.in_w = 6;
+  LayerSpec pad = node(LayerKind::ZeroPad2d);
+  pad.pad_h = pad.pad_w = 1;
+  m.layers.push_back(pad);
+  m.conv2d(3, 2, 2).named("stem.0");  // 8x8 -> 4x4
+  m.layers.push_back(node(LayerKind::LayerNorm, "stem.1"));
+  LayerSpec ln2 = node(LayerKind::LayerNorm, "post");
+  ln2.norm_dims = 2;
+  ln2.eps = 1e-6;
+  m.layers.push_back(ln2);
+  m.conv2d(6, 7, 1, 0, 3).named("blk.dw");
+  m.layers.back().same = true;
+  m.layers.push_back(node(LayerKind::LayerNorm2d, "blk.norm"));
+  m.conv2d(6, 1).named("blk.pw1").act(LayerKind::GELU).conv2d(3, 1).named("blk.pw2");
+  LayerSpec ls = node(LayerKind::LayerScale, "blk");
+  ls.scale_init = 0.5;
+  m.layers.push_back(ls);
+  m.add({"post", "blk"});
+  m.layers.push_back(node(LayerKind::GlobalAvgPool));
+  m.layers.push_back(node(LayerKind::LayerNorm, "out.2"));
+  m.linear(10).named("out.3");
+  return m;
+}
+
+double pass(Plan& p, int n, uint32_t seed) {
+  const size_t D = size_t(p.model().in_c) * p.model().in_h * p.model().in_w;
+  auto x = randn(size_t(n) * D, seed);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (p.dtype() == DType::f64) static_cast<double*>(p.input())[i] = x[i];
+    else static_cast<float*>(p.input())[i] = float(x[i]);
+  }
+  for (int i = 0; i < n; ++i) p.labels()[i] = (i * 3 + 1) % 10;
+  p.forward(n);
+  const double loss = p.loss(n, true);
+  p.backward(n);
+  return loss;
+}
+
+// Moves every parameter off its constant start (LayerNorm 1/0, layer scale) so that gradients of
+// the affine terms and of the normalised inputs are all exercised.
+template <class T>
+void perturb(Plan& p, uint32_t seed) {
+  T* w = static_cast<T*>(p.param_data());
+  auto r = randn(p.param_count(), seed, 0.3);
+  for (size_t i = 0; i < p.param_count(); ++i) w[i] += T(r[i]);
+}
+
+TEST(ConvNextNodes, NamesShapesAndStartingValuesFollowPyTorch) {
+  PlanOptions o;
+  o.batch = 2;
+  Plan plan(convnext_like(), o);
+  plan.init_params(1);
+  std::vector<std::string> names;
+  for (const ParamInfo& p : plan.params()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"stem.0.weight", "stem.0.bias", "stem.1.weight", "stem.1.bias",
+                                             "post.weight", "post.bias", "blk.dw.weight", "blk.dw.bias",
+                                             "blk.norm.weight", "blk.norm.bias", "blk.pw1.weight", "blk.pw1.bias",
+                                             "blk.pw2.weight", "blk.pw2.bias", "blk.layer_scale", "out.2.weight",
+                                             "out.2.bias", "out.3.weight", "out.3.bias"}));
+  const auto& ps = plan.params();
+  EXPECT_EQ(ps[2].shape, (std::vector<int>{3, 4, 4}));  // LayerNorm([C, H, W])
+  EXPECT_EQ(ps[4].shape, (std::vector<int>{4, 4}));     // dims 2: [H, W]
+  EXPECT_EQ(ps[6].shape, (std::vector<int>{6, 1, 7, 7}));  // groups 3, 2 outputs per group
+  EXPECT_EQ(ps[8].shape, (std::vector<int>{6}));
+  EXPECT_EQ(ps[14].shape, (std::vector<int>{3, 1, 1}));
+  const float* w = static_cast<const float*>(plan.param_data());
+  EXPECT_EQ(w[ps[2].offset], 1.f);
+  EXPECT_EQ(w[ps[3].offset + 5], 0.f);
+  EXPECT_EQ(w[ps[14].offset + 2], 0.5f);
+  EXPECT_NE(w[ps[0].offset], 0.f);  // convolutions keep the random initialiser
+}
+
+TEST(ConvNextNodes, EveryParameterGradchecksInDouble) {
+  PlanOptions o;
+  o.batch = 3;
+  o.dtype = DType::f64;
+  Plan plan(convnext_like(), o);
+  plan.init_params(2);
+  perturb<double>(plan, 3);
+  const int n = 2;
+  pass(plan, n, 4);
+  double* w = static_cast<double*>(plan.param_data());
+  const double* g = static_cast<const double*>(plan.grad_data());
+  for (const ParamInfo& p : plan.params()) {
+    std::vector<double> vals(w + p.offset, w + p.offset + p.size), grads(g + p.offset, g + p.offset + p.size);
+    expect_gradient(p.name, vals, grads, [&] {
+      std::memcpy(w + p.offset, vals.data(), p.size * sizeof(double));
+      plan.forward(n);
+      return plan.loss(n, false);
+    }, 1e-6, 1e-5, std::max<size_t>(1, p.size / 60));
+    std::memcpy(w + p.offset, vals.data(), p.size * sizeof(double));
+  }
+}
+
+TEST(ConvNextNodes, F32AgreesWithF64AtOneAndTwoThreads) {
+  for (int threads : {1, 2}) {
+    PlanOptions o32, o64;
+    o32.batch = o64.batch = 5;
+    o32.threads = threads;
+    o64.dtype = DType::f64;
+    Plan p32(convnext_like(), o32), p64(convnext_like(), o64);
+    p32.init_params(6);
+    p64.init_params(6);
+    perturb<float>(p32, 7);
+    perturb<double>(p64, 7);
+    const double l32 = pass(p32, 5, 8), l64 = pass(p64, 5, 8);
+    EXPECT_NEAR(l32, l64, 1e-5 * std::abs(l64));
+    const float* g32 = static_cast<const float*>(p32.grad_data());
+    const double* g64 = static_cast<const double*>(p64.grad_data());
+    for (const ParamInfo& p : p32.params()) {
+      double scale = 0, diff = 0;
+      for (size_t i = p.offset; i < p.offset + p.size; ++i) {
+        scale = std::max(scale, std::abs(g64[i]));
+        diff = std::max(diff, std::abs(g32[i] - g64[i]));
+      }
+      EXPECT_GT(scale, 0) << p.name;
+      EXPECT_LT(diff, 2e-4 * scale) << p.name << " threads " << threads;
+    }
+  }
+}
+
+TEST(ConvNextNodes, BadOptionsAreRefusedNamingTheLayer) {
+  auto error_of = [](const std::string& layers) {
+    try {
+      parse_model_json(R"({"input": [1, 8, 8], "layers": [)" + layers + R"(, {"type": "flatten"},
+                       {"type": "linear", "out_features": 10}]})", "c.json");
+      Model m = parse_model_json(R"({"input": [1, 8, 8], "layers": [)" + layers + R"(, {"type": "flatten"},
+                                 {"type": "linear", "out_features": 10}]})", "c.json");
+      PlanOptions o;
+      o.batch = 1;
+      Plan p(m, o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(error_of(R"({"type": "conv2d", "out_channels": 2, "kernel": 4, "padding": "same"})")
+                .find("c.json: layers[0] (conv2d): conv2d: padding \"same\" needs stride 1 and an odd kernel"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "layernorm", "eps": 0})").find("c.json: layers[0].eps"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "layernorm2d", "dims": 1})").find("only layernorm takes dims"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "layerscale", "init_value": "x"})").find("layers[0].init_value"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "zeropad2d"})").find("layers[0].padding: missing"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"type": "conv2d", "out_channels": 2, "kernel": 3, "padding": "same"})"), "(accepted)");
+}
+
+}  // namespace
+}  // namespace ember::test
