@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-d
       libbenchmark-dev dataset-fashion-mnist
       chromium fonts-liberation   # headless Chromium renders `ember report` pages in the tests
       clang libclang-rt-14-dev    # the tsan and fuzz presets (ThreadSanitizer, libFuzzer)
-      python3-torch python3-numpy libopenblas0-openmp)  # the PyTorch interop test; bench/compare_pytorch.py (OpenBLAS)
+      python3-torch python3-torchvision python3-numpy libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py (OpenBLAS)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,8 +17,9 @@ enum class LayerKind {
 enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
 // Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
 // Torch: PyTorch's default for Linear/Conv2d weights, uniform with bound 1/sqrt(fan_in).
+// TruncNormal: torchvision's ConvNeXt, normal with std 0.02 (trunc_normal_ to [-2, 2]).
 // Biases always start at zero.
-enum class Init { Kaiming, Xavier, Torch };
+enum class Init { Kaiming, Xavier, Torch, TruncNormal };
 
 const char* layer_kind_name(LayerKind k);
 const char* loss_kind_name(LossKind k);
@@ -38,6 +39,8 @@ struct LayerSpec {
   int groups = 1;                     // Conv2d: C and K must both divide by it
   bool bias = true;                   // Conv2d, Linear; LayerNorm(2d): affine weight and bias
   bool same = false;                  // Conv2d: PyTorch's padding='same' (stride 1, odd kernel)
+  bool over_channels = false;         // Linear: over the channels at each position of [C, H, W]
+                                      // (torchvision's channels-last Linear), weight [K, C]
   int norm_dims = 0;                  // LayerNorm: trailing per-sample dims normalised (0: all)
   double eps = 1e-5;                  // LayerNorm, LayerNorm2d
   double scale_init = 1e-6;           // LayerScale: every scale's initial value
@@ -87,7 +90,8 @@ struct Model {
   Model& reads(std::vector<std::string> inputs);
 };
 
-// Built-in models: "mnist-cnn", "mnist-mlp", "mxnet-mlp". Throws Error listing the names.
+// Built-in models: "mnist-cnn", "mnist-mlp", "mxnet-mlp", "convnext-seed", "convnext-fashion",
+// "convnext-atto" (docs/models.md). Throws Error listing the names.
 Model builtin_model(const std::string& name);
 std::vector<std::string> builtin_model_names();
 
@@ -95,6 +99,12 @@ std::vector<std::string> builtin_model_names();
 Model parse_model_json(const std::string& text, const std::string& source);
 Model load_model_file(const std::string& path);
 std::string model_to_json(const Model& model);
+
+// The ConvNeXt models (convnext_models.cpp). Their block activation is a model option (the
+// study compared ReLU, GELU-tanh, HardSwish, SiLU and FastSwish): set_block_activation replaces
+// it in every block of a convnext model; other models throw Error.
+Model convnext_model(const std::string& name);
+void set_block_activation(Model& model, LayerKind act);
 
 // A name that ends in ".json" is a file; anything else a built-in name.
 Model resolve_model(const std::string& name_or_file);

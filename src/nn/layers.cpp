@@ -42,7 +42,9 @@ int64_t out_size64(int in, int k, int stride, int pad) {
 int out_size(int in, int k, int stride, int pad) { return int(out_size64(in, k, stride, pad)); }
 
 void check_window(const char* what, const Dims& in, const LayerSpec& s) {
-  if (in.flat() && in.c > 0 && (s.kernel_h > 1 || s.kernel_w > 1))
+  // A flat [D] is a [D, 1, 1] image: a window fits it only through padding (a 'same' 7x7 conv at
+  // a stage of 1x1, as convnext-fashion's last).
+  if (in.flat() && in.c > 0 && (1 + 2 * s.pad_h < s.kernel_h || 1 + 2 * s.pad_w < s.kernel_w))
     throw Error(std::string(what) + " needs an image input [C, H, W], found " + dims_str(in));
   if (s.kernel_h < 1 || s.kernel_w < 1 || s.stride_h < 1 || s.stride_w < 1 || s.pad_h < 0 || s.pad_w < 0)
     throw Error(std::string(what) + ": kernel and stride must be >= 1 and padding >= 0");
@@ -167,6 +169,36 @@ class Linear final : public Layer {
                          n, in_.c, spec_.out);
     });
   }
+};
+
+// Linear over the channels at each position (torchvision's channels-last Linear): a 1x1
+// convolution whose weight keeps PyTorch's Linear layout [K, C] (the same memory).
+class ChannelLinear final : public Layer {
+ public:
+  explicit ChannelLinear(const LayerSpec& s) : Layer(s), conv_(as_conv(s)) {}
+  Dims infer(const Dims& in) override {
+    in_ = in;
+    return out_ = conv_.infer(in);
+  }
+  std::vector<std::vector<int>> param_shapes() const override {
+    std::vector<std::vector<int>> v{{spec_.out, in_.c}};
+    if (spec_.bias) v.push_back({spec_.out});
+    return v;
+  }
+  int fan_in() const override { return conv_.fan_in(); }
+  int fan_out() const override { return conv_.fan_out(); }
+  size_t workspace_elems(int batch, int threads) const override { return conv_.workspace_elems(batch, threads); }
+  double flops_per_sample() const override { return conv_.flops_per_sample(); }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override { conv_.forward(e, b, n); }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override { conv_.backward(e, b, n); }
+
+ private:
+  static LayerSpec as_conv(LayerSpec s) {
+    s.kind = LayerKind::Conv2d;
+    s.kernel_h = s.kernel_w = 1;
+    return s;
+  }
+  Conv2d conv_;
 };
 
 class Pool2d final : public Layer {
@@ -410,7 +442,9 @@ std::unique_ptr<Layer> make_conv_relu_pool(const LayerSpec& conv) {
 std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
   switch (s.kind) {
     case LayerKind::Conv2d: return std::make_unique<Conv2d>(s);
-    case LayerKind::Linear: return std::make_unique<Linear>(s);
+    case LayerKind::Linear:
+      if (s.over_channels) return std::make_unique<ChannelLinear>(s);
+      return std::make_unique<Linear>(s);
     case LayerKind::MaxPool2d: return std::make_unique<Pool2d>(s, true);
     case LayerKind::AvgPool2d: return std::make_unique<Pool2d>(s, false);
     case LayerKind::Flatten: return std::make_unique<Flatten>(s);

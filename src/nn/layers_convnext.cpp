@@ -27,7 +27,8 @@ class LayerNorm final : public Layer {
  public:
   using Layer::Layer;
   Dims infer(const Dims& in) override {
-    const int rank = in.flat() ? 1 : 3, k = spec_.norm_dims ? spec_.norm_dims : rank;
+    // dims 3 takes a flat [D] as the image [D, 1, 1] (a stage of 1x1 keeps PyTorch's [C, 1, 1]).
+    const int rank = in.flat() && spec_.norm_dims != 3 ? 1 : 3, k = spec_.norm_dims ? spec_.norm_dims : rank;
     if (k > rank) throw Error("layernorm: dims " + std::to_string(k) + " is more than the input's " + std::to_string(rank));
     const int d3[3] = {in.c, in.h, in.w};
     shape_.assign(d3 + (rank == 1 ? 0 : 3 - k), d3 + (rank == 1 ? 1 : 3));

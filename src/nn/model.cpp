@@ -60,6 +60,7 @@ const char* init_name(Init i) {
     case Init::Kaiming: return "kaiming";
     case Init::Xavier: return "xavier";
     case Init::Torch: return "torch";
+    case Init::TruncNormal: return "trunc_normal";
   }
   return "?";
 }
@@ -128,7 +129,9 @@ Model& Model::reads(std::vector<std::string> in) {
   return *this;
 }
 
-std::vector<std::string> builtin_model_names() { return {"mnist-cnn", "mnist-mlp", "mxnet-mlp"}; }
+std::vector<std::string> builtin_model_names() {
+  return {"mnist-cnn", "mnist-mlp", "mxnet-mlp", "convnext-seed", "convnext-fashion", "convnext-atto"};
+}
 
 Model builtin_model(const std::string& name) {
   Model m;
@@ -149,6 +152,8 @@ Model builtin_model(const std::string& name) {
     m.recipe.batch_size = 100;
     m.recipe.schedule = "constant";
     m.recipe.l2 = 1e-2;
+  } else if (name.rfind("convnext-", 0) == 0 && name.size() < 40) {
+    return convnext_model(name);
   } else {
     std::string known;
     for (auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
@@ -205,7 +210,8 @@ struct Reader {
     if (v == "kaiming" || v == "he") return Init::Kaiming;
     if (v == "xavier" || v == "glorot") return Init::Xavier;
     if (v == "torch") return Init::Torch;
-    fail(path, "expected \"kaiming\", \"xavier\" or \"torch\", found " + brief(j));
+    if (v == "trunc_normal") return Init::TruncNormal;
+    fail(path, "expected \"kaiming\", \"xavier\", \"torch\" or \"trunc_normal\", found " + brief(j));
   }
   void only(const json& obj, const std::string& path, std::initializer_list<const char*> keys) const {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
@@ -258,8 +264,13 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
     else if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
     if (j.contains("groups")) s.groups = r.integer(j["groups"], path + ".groups", 1, kMax);
   } else if (type == "linear") {
-    r.only(j, path, {"type", "name", "inputs", "out_features", "bias", "init"});
+    r.only(j, path, {"type", "name", "inputs", "out_features", "over", "bias", "init"});
     s.kind = LayerKind::Linear;
+    if (j.contains("over")) {
+      if (j["over"] != "features" && j["over"] != "channels")
+        r.fail(path + ".over", "expected \"features\" or \"channels\", found " + brief(j["over"]));
+      s.over_channels = j["over"] == "channels";
+    }
     if (!j.contains("out_features")) r.fail(path + ".out_features", "missing");
     s.out = r.integer(j["out_features"], path + ".out_features", 1, kMax);
   } else if (type == "maxpool2d" || type == "avgpool2d") {
@@ -340,6 +351,7 @@ json layer_json(const LayerSpec& s) {
       break;
     case LayerKind::Linear:
       j["out_features"] = s.out;
+      if (s.over_channels) j["over"] = "channels";
       j["bias"] = s.bias;
       break;
     case LayerKind::MaxPool2d:

@@ -183,7 +183,8 @@ size_t link_background(Plan::Impl& m, size_t* value, size_t* grad, size_t* fold)
   auto only_reader = [&](size_t t, int node) { return m.g.tensors[t].readers == std::vector<int>{node}; };
   if (!m.opt.split_background || m.opt.dtype != DType::f32 || u.size() < 3 || !u[0].layer->can_split_background() ||
       m.grad[size_t(u[0].in[0])] != kNone || !u[1].layer->aliases_input() || !only_reader(size_t(u[0].out), u[1].first) ||
-      m.g.nodes[size_t(u[2].first)].spec->kind != LayerKind::Linear || !only_reader(size_t(u[1].out), u[2].first) ||
+      m.g.nodes[size_t(u[2].first)].spec->kind != LayerKind::Linear || m.g.nodes[size_t(u[2].first)].spec->over_channels ||
+      !only_reader(size_t(u[1].out), u[2].first) ||
       m.saved_off[2] == kNone || m.k->linear_sp_max_density <= 0)
     return kNone;
   m.bg_unit[0] = m.bg_unit[2] = true;
@@ -375,7 +376,7 @@ void Plan::freeze() {
   if (m.esz == 4)
     for (size_t i = 0; i < m.us.size(); ++i) {
       const LayerSpec& s = *m.g.nodes[size_t(m.us[i].first)].spec;
-      if (s.kind != LayerKind::Linear || m.first_param[i] < 0) continue;
+      if (s.kind != LayerKind::Linear || s.over_channels || m.first_param[i] < 0) continue;
       const ParamInfo& p = m.params[m.first_param[i]];  // w[K, C]
       const int K = p.shape[0], C = p.shape[1];
       const float* w = m.at<float>(m.param_off) + p.offset;
@@ -408,6 +409,9 @@ void Plan::init_params(uint64_t seed) {
           case Init::Kaiming: v = rng.normal() * std::sqrt(2.0 / p.fan_in); break;
           case Init::Xavier: v = (2 * rng.uniform() - 1) * std::sqrt(6.0 / (p.fan_in + p.fan_out)); break;
           case Init::Torch: v = (2 * rng.uniform() - 1) / std::sqrt(double(p.fan_in)); break;
+          case Init::TruncNormal:
+            do v = 0.02 * rng.normal(); while (std::abs(v) > 2);
+            break;
         }
       }
       if (m.esz == 8) m.at<double>(m.param_off)[p.offset + i] = v;
