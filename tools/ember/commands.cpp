@@ -30,10 +30,30 @@ int default_threads() {
 
 namespace {
 
+// --model resolved, with --act applied (ConvNeXt models only).
+Model model_of(const CommonArgs& a) {
+  Model m = resolve_model(a.model);
+  if (a.act.empty()) return m;
+  static const std::pair<const char*, LayerKind> acts[] = {
+      {"relu", LayerKind::ReLU}, {"gelu", LayerKind::GELU}, {"gelu-tanh", LayerKind::GELUTanh},
+      {"hardswish", LayerKind::HardSwish}, {"silu", LayerKind::SiLU}, {"fastswish", LayerKind::FastSwish}};
+  for (auto& [name, kind] : acts)
+    if (a.act == name) {
+      try {
+        set_block_activation(m, kind);
+      } catch (const Error& e) {
+        throw Error(std::string("--act: ") + e.what());
+      }
+      return m;
+    }
+  throw Error("--act: expected relu, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + one_line(a.act) + "'");
+}
+
 void add_common(CLI::App* cmd, CommonArgs& a) {
   a.threads = default_threads();
-  cmd->add_option("--model", a.model, "Built-in model (mnist-cnn, mnist-mlp, mxnet-mlp) or FILE.json")
+  cmd->add_option("--model", a.model, "Built-in model (mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto) or FILE.json")
       ->capture_default_str();
+  cmd->add_option("--act", a.act, "A ConvNeXt model's block activation: relu, gelu, gelu-tanh, hardswish, silu or fastswish");
   cmd->add_option("--data", a.data,
                   "Directory with the four MNIST-format files (default: Fashion-MNIST in " +
                       std::string(kDefaultDataDir) + ")");
@@ -184,7 +204,7 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
                             const Model* model_override, const Label& label) {
   const Label& L = label ? label : Label(plain);
   TrainSetup su;
-  su.model = model_override ? *model_override : resolve_model(a.common.model);
+  su.model = model_override ? *model_override : model_of(a.common);
   Model& model = su.model;
   apply_recipe(a, model, given);
   validate_common(a.common, L);
@@ -244,10 +264,10 @@ namespace {
 Model eval_model(const EvalArgs& a, const CLI::App& cmd) {
   const auto meta = read_weights_metadata(a.weights);
   const auto it = meta.find("model");
-  if (it == meta.end()) return resolve_model(a.common.model);
+  if (it == meta.end()) return model_of(a.common);
   Model stored = parse_model_json(it->second, a.weights + ": __metadata__.model");
-  if (!cmd.count("--model")) return stored;
-  Model given = resolve_model(a.common.model);
+  if (!cmd.count("--model") && !cmd.count("--act")) return stored;
+  Model given = model_of(a.common);
   if (model_to_json(given) != model_to_json(stored))
     throw Error("--model: " + quote_path(a.common.model) + " (" + given.name + ") is not the model the weights " +
                 quote_path(a.weights) + " were saved from (" + stored.name + "); leave --model out to use theirs");

@@ -21,6 +21,7 @@ struct CommonArgs {
   int threads = 0;           // 0 is rejected; the default is set from the CPU in add_*_flags
   std::string isa;
   int64_t limit_test = 0;    // 0: all
+  std::string act;           // --act: a ConvNeXt model's block activation; empty: the model's
 };
 
 struct TrainArgs {
