@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from pytorch_eval import read_safetensors, write_safetensors  # noqa: E402
+from pytorch_eval import read_idx, read_safetensors, write_safetensors  # noqa: E402
 
 
 class FastSwish(nn.Module):
@@ -112,6 +112,37 @@ def roundtrip(a):
     return 0 if rel <= a.tolerance else 1
 
 
+def epoch(a):
+    """One epoch of the study's recipe (AdamW lr 3e-4, weight decay 0.01) on the first --limit-train
+    images in order, from PyTorch's own initial weights (written to --init for ember's --weights);
+    prints the epoch's train loss (sample-weighted mean of the batch losses, as ember) and the test
+    accuracy on the first --limit-test test images."""
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model = build(a.model, a.act)
+    write_safetensors(a.init, model.state_dict(), {"model": a.model})
+    def load(kind, n):
+        x = read_idx(os.path.join(a.data, f"{kind}-images-idx3-ubyte"))[:n]
+        y = read_idx(os.path.join(a.data, f"{kind}-labels-idx1-ubyte"))[:n]
+        return torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1), torch.from_numpy(y.astype(np.int64))
+    x, y = load("train", a.limit_train)
+    tx, ty = load("t10k", a.limit_test)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+    model.train()
+    total = 0.0
+    for i in range(0, len(x), a.batch):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x[i:i + a.batch]), y[i:i + a.batch])
+        loss.backward()
+        opt.step()
+        total += loss.item() * len(y[i:i + a.batch])
+    model.eval()
+    with torch.no_grad():
+        correct = sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, len(tx), 500))
+    print(f"pytorch: train loss {total / len(x):.6f} test accuracy {100 * correct / len(tx):.2f}%")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -125,8 +156,18 @@ def main():
     r.add_argument("--shape", type=lambda s: [int(v) for v in s.split(",")], required=True)
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--tolerance", type=float, default=1e-5)
+    e = sub.add_parser("epoch")
+    e.add_argument("model")
+    e.add_argument("--init", required=True, help="write the initial weights here (safetensors)")
+    e.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    e.add_argument("--limit-train", type=int, default=60000)
+    e.add_argument("--limit-test", type=int, default=10000)
+    e.add_argument("--batch", type=int, default=128)
+    e.add_argument("--act", default="relu")
+    e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    return roundtrip(a)
+    return roundtrip(a) if a.cmd == "roundtrip" else epoch(a)
 
 
 if __name__ == "__main__":

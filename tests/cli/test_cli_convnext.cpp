@@ -1,0 +1,42 @@
+// convnext-fashion against PyTorch 1.13 (bench/convnext_torch.py): from the same initial weights
+// (written by PyTorch, loaded with --weights) and the same data order (--no-shuffle), one epoch on
+// a slice of Fashion-MNIST gives the same epoch train loss within 1 % and the same test accuracy
+// within 0.5 points. Skips when PyTorch or the Fashion-MNIST package is absent.
+#include <cstdlib>
+#include <regex>
+
+#include "cli/cli_util.h"
+
+namespace {
+
+constexpr const char* kFashion = "/usr/share/datasets/fashion-mnist";
+
+double number_after(const std::string& text, const std::string& key) {
+  const size_t at = text.rfind(key);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + key.size()));
+}
+
+TEST_F(Cli, ConvNextFashionEpochAgreesWithPyTorch) {
+  if (std::system("/usr/bin/python3 -c 'import torch, torchvision, numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "PyTorch (python3-torch, python3-torchvision) is not installed";
+  if (!fs::exists(fs::path(kFashion) / "train-images-idx3-ubyte.gz") && !fs::exists(fs::path(kFashion) / "train-images-idx3-ubyte"))
+    GTEST_SKIP() << "Fashion-MNIST (dataset-fashion-mnist) is not installed at " << kFashion;
+  const fs::path init = tmp_ / "init.safetensors", out = tmp_ / "py.txt";
+  const std::string slice = " --limit-train 640 --limit-test 500";
+  const std::string py = "/usr/bin/python3 " + std::string(EMBER_SOURCE_DIR) + "/bench/convnext_torch.py epoch convnext-fashion --init " +
+                         quote(init.string()) + slice + " --batch 128 > " + quote(out.string()) + " 2>&1";
+  ASSERT_EQ(std::system(py.c_str()), 0) << read_text(out);
+  const std::string torch_out = read_text(out);
+  Result r = run("train --model convnext-fashion --weights " + quote(init.string()) + " --no-shuffle --epochs 1" + slice +
+                 " --batch-size 128 --threads 2");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const double ember_loss = number_after(r.out, "train loss "), torch_loss = number_after(torch_out, "train loss ");
+  const double ember_acc = number_after(r.out, "final test accuracy "), torch_acc = number_after(torch_out, "test accuracy ");
+  std::printf("convnext-fashion, 640 images, 1 epoch: train loss ember %.4f PyTorch %.4f; test accuracy ember %.2f%% "
+              "PyTorch %.2f%%\n", ember_loss, torch_loss, ember_acc, torch_acc);
+  ASSERT_GT(torch_loss, 0) << torch_out;
+  EXPECT_LE(std::abs(ember_loss - torch_loss), 0.01 * torch_loss) << r.out << torch_out;
+  EXPECT_LE(std::abs(ember_acc - torch_acc), 0.5) << r.out << torch_out;
+}
+
+}  // namespace
