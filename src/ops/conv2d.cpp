@@ -1,10 +1,12 @@
 // Conv2d forward and backward as im2col + GEMM per sample and group, samples split across the
 // pool; each thread sums its own weight gradient and the partials are added in thread order, so
 // results are bit-identical for a given thread count. f64 runs the direct scalar reference.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "ops/ops.h"
+#include "ops/parallel_gemm.h"
 
 namespace ember::ops {
 
@@ -19,10 +21,64 @@ bool is_pointwise(const ConvShape& s) {
   return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
          s.pad_w == 0;
 }
+// A 1x1 convolution over few pixels (a late ConvNeXt stage: 2x2 or 1x1) runs as one GEMM over
+// the batch's pixels instead of a thin GEMM per sample, which re-reads the weight per sample: x
+// gathered to [C, N*PQ] (at PQ 1, x [N, C] is used as it is, transposed by the GEMM).
+bool batched_pointwise(const ConvShape& s) { return is_pointwise(s) && s.groups == 1 && s.P * s.Q <= 16; }
+size_t batched_elems(const ConvShape& s) {
+  return s.P * s.Q == 1 ? 0 : size_t(s.N) * s.P * s.Q * (2 * size_t(s.C) + s.K);
+}
+// to[c, n*PQ + i] = from[n, c, i] (gather) or the reverse (scatter), rows split over the pool.
+void regroup(const Exec& e, float* to, const float* from, int N, int C, int PQ, bool gather) {
+  e.pool.run([&](int t) {
+    const Range r = split_range(C, t, e.pool.size());
+    for (int64_t c = r.begin; c < r.end; ++c)
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < PQ; ++i) {
+          const size_t a = (size_t(c) * N + n) * PQ + i, b = (size_t(n) * C + c) * PQ + i;
+          if (gather) to[a] = from[b];
+          else to[b] = from[a];
+        }
+  });
+}
+void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s, float* ws) {
+  const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
+  if (PQ == 1) {  // y[N, K] = x[N, C] w[K, C]^T
+    parallel_sgemm(e, false, true, s.N, s.K, s.C, 1.f, x, s.C, w, s.C, 0.f, y, s.K);
+  } else {
+    float *xt = ws, *yt = ws + size_t(s.C) * NP;
+    regroup(e, xt, x, s.N, s.C, PQ, true);
+    parallel_sgemm(e, false, false, s.K, NP, s.C, 1.f, w, s.C, xt, NP, 0.f, yt, NP);
+    regroup(e, y, yt, s.N, s.K, PQ, false);
+  }
+  if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
+}
+void batched_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                 const ConvShape& s, float* ws) {
+  const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
+  if (PQ == 1) {  // dw[K, C] = dy^T x; dx[N, C] = dy w; db = column sums of dy [N, K]
+    parallel_sgemm(e, true, false, s.K, s.C, s.N, 1.f, dy, s.K, x, s.C, 0.f, dw, s.C);
+    if (dx) parallel_sgemm(e, false, false, s.N, s.C, s.K, 1.f, dy, s.K, w, s.C, 0.f, dx, s.C);
+    if (db) bias_grad<float>(db, dy, s.N, s.K);
+    return;
+  }
+  float *xt = ws, *dyt = ws + size_t(s.C) * NP, *dxt = dyt + size_t(s.K) * NP;
+  regroup(e, xt, x, s.N, s.C, PQ, true);
+  regroup(e, dyt, dy, s.N, s.K, PQ, true);
+  parallel_sgemm(e, false, true, s.K, s.C, NP, 1.f, dyt, NP, xt, NP, 0.f, dw, s.C);
+  for (int k = 0; db && k < s.K; ++k) {
+    float acc = 0;
+    for (int i = 0; i < NP; ++i) acc += dyt[size_t(k) * NP + i];
+    db[k] = acc;
+  }
+  if (!dx) return;
+  parallel_sgemm(e, true, false, s.C, NP, s.K, 1.f, w, s.C, dyt, NP, 0.f, dxt, NP);
+  regroup(e, dx, dxt, s.N, s.C, PQ, false);
+}
 }  // namespace
 
 size_t conv2d_workspace(const ConvShape& s, int threads) {
-  return threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
+  return std::max(threads * col_elems(s) + (threads - 1) * wgrad_elems(s), batched_pointwise(s) ? batched_elems(s) : 0);
 }
 
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
@@ -30,6 +86,8 @@ template <class T>
 void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws) {
   if constexpr (std::is_same_v<T, double>) {
     ref::conv2d_fwd<T>(y, x, w, b, s);
+  } else if (batched_pointwise(s)) {
+    batched_fwd(e, y, x, w, b, s, ws);
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
@@ -60,6 +118,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
   if constexpr (std::is_same_v<T, double>) {
     if (dx) ref::conv2d_bwd_data<T>(dx, dy, w, s);
     ref::conv2d_bwd_filter<T>(dw, db, dy, x, s);
+  } else if (batched_pointwise(s)) {
+    batched_bwd(e, dx, dw, db, dy, x, w, s, ws);
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
