@@ -1,6 +1,7 @@
 // The one kernel table: CPU feature detection and the immutable per-ISA tables.
 // Every other part of ember reaches fast code only through kernels_for(isa).
 #include "kernels/kernels.h"
+#include "kernels/dw_impl.h"
 
 #include "ember/error.h"
 #include "kernels/ref/ref.h"
@@ -90,6 +91,8 @@ Kernels scalar_table() {
   k.bias_rows = ref::bias_rows_f32;
   k.bias_channels = ref::bias_channels_f32;
   k.conv_s1_fwd = ref::conv_s1_fwd_f32;
+  k.dw_fwd = dw_fwd_loops;
+  k.dw_bwd = dw_bwd_loops;
   k.conv_s1_wgrad = ref::conv_s1_wgrad_f32;
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
@@ -119,6 +122,8 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.relu_fwd = fast.relu_fwd;
   k.relu_bwd = fast.relu_bwd;
   k.conv_s1_fwd = fast.conv_s1_fwd;
+  k.dw_fwd = fast.dw_fwd;
+  k.dw_bwd = fast.dw_bwd;
   k.conv_s1_wgrad = fast.conv_s1_wgrad;
   k.relu_maxpool2 = fast.relu_maxpool2;
   k.conv_s1_relu_pool = fast.conv_s1_relu_pool;

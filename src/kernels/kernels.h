@@ -46,6 +46,19 @@ using Im2colFn = void (*)(float* col, const float* x, int Cg, const ConvShape& s
 // The adjoint: dx[Cg, H, W] += scatter of col[Cg*R*S, P*Q]. dx must be initialised by the caller.
 using Col2imFn = void (*)(float* dx, const float* col, int Cg, const ConvShape& s);
 
+// Depthwise convolution with a channel multiplier (groups == in-channels, M outputs per group),
+// stride 1, one sample: x [G, H, W] (unpadded), w [G*M, R, S], y [G*M, P, Q], output k reading
+// input channel k / M; padding pad_h, pad_w (zeros outside). ConvNeXt's Conv2d(d, 4d, 7,
+// groups=d, padding='same').
+struct DwShape {
+  int G, M, H, W, R, S, P, Q, pad_h, pad_w;
+};
+// y = conv + b[k] (b may be null).
+using DwFwdFn = void (*)(float* y, const float* x, const float* w, const float* b, const DwShape& d);
+// dw [G*M, R, S] += the filter gradient; dx [G, H, W] = the input gradient (overwritten; skipped
+// when null).
+using DwBwdFn = void (*)(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d);
+
 // y[i] = max(x[i], 0) for i < n.
 using ReluFwdFn = void (*)(float* y, const float* x, size_t n);
 // dx[i] = y[i] > 0 ? dy[i] : 0 (y is the forward output).
@@ -166,6 +179,8 @@ struct Kernels {
   BiasRowsFn bias_rows;
   BiasChannelsFn bias_channels;
   ConvS1FwdFn conv_s1_fwd;
+  DwFwdFn dw_fwd;
+  DwBwdFn dw_bwd;
   ConvS1WgradFn conv_s1_wgrad;
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;

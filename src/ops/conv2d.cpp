@@ -75,6 +75,45 @@ void batched_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy
   parallel_sgemm(e, true, false, s.C, NP, s.K, 1.f, w, s.C, dyt, NP, 0.f, dxt, NP);
   regroup(e, dx, dxt, s.N, s.C, PQ, false);
 }
+// Depthwise with a channel multiplier at stride 1 (ConvNeXt's 7x7): the kernel table's direct
+// loops, no im2col (a 7x7 im2col of one channel per group is a 49x larger copy for a tiny GEMM).
+bool depthwise(const ConvShape& s) {
+  return s.groups == s.C && s.stride_h == 1 && s.stride_w == 1 && s.K % s.groups == 0;
+}
+DwShape dw_shape(const ConvShape& s) {
+  return {s.C, s.K / s.C, s.H, s.W, s.R, s.S, s.P, s.Q, s.pad_h, s.pad_w};
+}
+void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s) {
+  const DwShape d = dw_shape(s);
+  const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q;
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, e.pool.size());
+    for (int64_t n = r.begin; n < r.end; ++n) e.k.dw_fwd(y + n * out, x + n * in, w, b, d);
+  });
+}
+// Each thread sums its samples' weight and bias gradients into its own partial (thread 0: dw and
+// db themselves); the plan adds the partials in thread order.
+void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                   const ConvShape& s, float* partials) {
+  const DwShape d = dw_shape(s);
+  const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q, Kw = size_t(s.K) * s.R * s.S;
+  const int PQ = s.P * s.Q;
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, e.pool.size());
+    float* dwt = t == 0 ? dw : partials + (t - 1) * (Kw + s.K);
+    float* dbt = t == 0 ? db : dwt + Kw;
+    std::memset(dwt, 0, Kw * sizeof(float));
+    if (dbt) std::memset(dbt, 0, s.K * sizeof(float));
+    for (int64_t n = r.begin; n < r.end; ++n) {
+      e.k.dw_bwd(dx ? dx + n * in : nullptr, dwt, dy + n * out, x + n * in, w, d);
+      for (int k = 0; dbt && k < s.K; ++k) {
+        float acc = 0;
+        for (int i = 0; i < PQ; ++i) acc += dy[n * out + size_t(k) * PQ + i];
+        dbt[k] += acc;
+      }
+    }
+  });
+}
 }  // namespace
 
 size_t conv2d_workspace(const ConvShape& s, int threads) {
@@ -88,6 +127,8 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
     ref::conv2d_fwd<T>(y, x, w, b, s);
   } else if (batched_pointwise(s)) {
     batched_fwd(e, y, x, w, b, s, ws);
+  } else if (depthwise(s)) {
+    depthwise_fwd(e, y, x, w, b, s);
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
@@ -120,6 +161,14 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
     ref::conv2d_bwd_filter<T>(dw, db, dy, x, s);
   } else if (batched_pointwise(s)) {
     batched_bwd(e, dx, dw, db, dy, x, w, s, ws);
+  } else if (depthwise(s)) {
+    float* partials = ws + e.pool.size() * col_elems(s);
+    depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials);
+    if (e.pool.size() > 1) {
+      const size_t Kw = size_t(s.K) * s.R * s.S;
+      add_partials<float>(e, dw, Kw, partials, wgrad_elems(s), e.pool.size() - 1);
+      if (db) add_partials<float>(e, db, s.K, partials + Kw, wgrad_elems(s), e.pool.size() - 1);
+    }
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/dw_impl.h"
 #include "kernels/kernels.h"
 #include "kernels/x86/linear_sparse.h"
 #include "kernels/x86/simd.h"
@@ -484,6 +485,8 @@ Kernels fast_table() {
   Kernels k{};
   k.relu_fwd = relu_fwd_simd;
   k.relu_bwd = relu_bwd_simd;
+  k.dw_fwd = dw_fwd_loops;  // dw_impl.h, compiled with this set's flags
+  k.dw_bwd = dw_bwd_loops;
   k.conv_s1_fwd = conv_s1_fwd<S>;
   k.conv_s1_wgrad = conv_s1_wgrad<S>;
   k.relu_maxpool2 = relu_maxpool2<S>;
