@@ -53,11 +53,20 @@ using Col2imFn = void (*)(float* dx, const float* col, int Cg, const ConvShape& 
 struct DwShape {
   int G, M, H, W, R, S, P, Q, pad_h, pad_w;
 };
-// y = conv + b[k] (b may be null).
-using DwFwdFn = void (*)(float* y, const float* x, const float* w, const float* b, const DwShape& d);
+// y = conv + b[k] (b may be null). scratch: dw_scratch_elems(d) floats.
+using DwFwdFn = void (*)(float* y, const float* x, const float* w, const float* b, const DwShape& d,
+                         float* scratch);
 // dw [G*M, R, S] += the filter gradient; dx [G, H, W] = the input gradient (overwritten; skipped
-// when null).
-using DwBwdFn = void (*)(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d);
+// when null). scratch: dw_scratch_elems(d) floats.
+using DwBwdFn = void (*)(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
+                         float* scratch);
+// The kernels work on one input channel zero-padded to Hp x Wp and on M output planes of P rows
+// of Wp columns (the columns past Q are computed and dropped), so that each tap is one long loop.
+inline int dw_padded_h(const DwShape& d) { return d.H + 2 * d.pad_h > d.P + d.R - 1 ? d.H + 2 * d.pad_h : d.P + d.R - 1; }
+inline int dw_padded_w(const DwShape& d) { return d.W + 2 * d.pad_w > d.Q + d.S - 1 ? d.W + 2 * d.pad_w : d.Q + d.S - 1; }
+inline size_t dw_scratch_elems(const DwShape& d) {
+  return size_t(dw_padded_w(d)) * (2 * size_t(dw_padded_h(d)) + 2 * size_t(d.M) * d.P);
+}
 
 // y[i] = max(x[i], 0) for i < n.
 using ReluFwdFn = void (*)(float* y, const float* x, size_t n);

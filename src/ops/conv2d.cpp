@@ -83,18 +83,24 @@ bool depthwise(const ConvShape& s) {
 DwShape dw_shape(const ConvShape& s) {
   return {s.C, s.K / s.C, s.H, s.W, s.R, s.S, s.P, s.Q, s.pad_h, s.pad_w};
 }
-void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s) {
+// Scratch: per thread, the kernels' planes, after the weight-gradient partials.
+size_t depthwise_ws(const ConvShape& s, int threads) {
+  return size_t(threads) * (dw_scratch_elems(dw_shape(s)) + wgrad_elems(s));
+}
+void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                   float* ws) {
   const DwShape d = dw_shape(s);
   const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q;
   e.pool.run([&](int t) {
     const Range r = split_range(s.N, t, e.pool.size());
-    for (int64_t n = r.begin; n < r.end; ++n) e.k.dw_fwd(y + n * out, x + n * in, w, b, d);
+    float* scratch = ws + size_t(t) * dw_scratch_elems(d);
+    for (int64_t n = r.begin; n < r.end; ++n) e.k.dw_fwd(y + n * out, x + n * in, w, b, d, scratch);
   });
 }
 // Each thread sums its samples' weight and bias gradients into its own partial (thread 0: dw and
 // db themselves); the plan adds the partials in thread order.
 void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                   const ConvShape& s, float* partials) {
+                   const ConvShape& s, float* partials, float* planes) {
   const DwShape d = dw_shape(s);
   const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q, Kw = size_t(s.K) * s.R * s.S;
   const int PQ = s.P * s.Q;
@@ -104,8 +110,9 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
     float* dbt = t == 0 ? db : dwt + Kw;
     std::memset(dwt, 0, Kw * sizeof(float));
     if (dbt) std::memset(dbt, 0, s.K * sizeof(float));
+    float* scratch = planes + size_t(t) * dw_scratch_elems(d);
     for (int64_t n = r.begin; n < r.end; ++n) {
-      e.k.dw_bwd(dx ? dx + n * in : nullptr, dwt, dy + n * out, x + n * in, w, d);
+      e.k.dw_bwd(dx ? dx + n * in : nullptr, dwt, dy + n * out, x + n * in, w, d, scratch);
       for (int k = 0; dbt && k < s.K; ++k) {
         float acc = 0;
         for (int i = 0; i < PQ; ++i) acc += dy[n * out + size_t(k) * PQ + i];
@@ -117,7 +124,8 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
 }  // namespace
 
 size_t conv2d_workspace(const ConvShape& s, int threads) {
-  return std::max(threads * col_elems(s) + (threads - 1) * wgrad_elems(s), batched_pointwise(s) ? batched_elems(s) : 0);
+  const size_t im2col = threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
+  return std::max(im2col, batched_pointwise(s) ? batched_elems(s) : depthwise(s) ? depthwise_ws(s, threads) : 0);
 }
 
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
@@ -128,7 +136,7 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
   } else if (batched_pointwise(s)) {
     batched_fwd(e, y, x, w, b, s, ws);
   } else if (depthwise(s)) {
-    depthwise_fwd(e, y, x, w, b, s);
+    depthwise_fwd(e, y, x, w, b, s, ws);
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
@@ -162,8 +170,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
   } else if (batched_pointwise(s)) {
     batched_bwd(e, dx, dw, db, dy, x, w, s, ws);
   } else if (depthwise(s)) {
-    float* partials = ws + e.pool.size() * col_elems(s);
-    depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials);
+    float* partials = ws;  // threads - 1 partials, then each thread's planes
+    depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials, ws + size_t(e.pool.size()) * wgrad_elems(s));
     if (e.pool.size() > 1) {
       const size_t Kw = size_t(s.K) * s.R * s.S;
       add_partials<float>(e, dw, Kw, partials, wgrad_elems(s), e.pool.size() - 1);

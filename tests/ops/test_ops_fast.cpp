@@ -34,7 +34,8 @@ TEST(FastVsRef, Conv2d) {
       conv(2, 6, 5, 5, 6, 3, 3, 1, 1, 1, 1, 6),      // depthwise
       conv(3, 3, 9, 6, 12, 7, 7, 1, 1, 3, 3, 3),     // depthwise x4, 7x7 'same' (ConvNeXt's)
       conv(2, 4, 1, 1, 16, 7, 7, 1, 1, 3, 3, 4),     // the same at 1x1: one tap of 49 inside
-      conv(2, 2, 4, 5, 6, 3, 5, 1, 1, 0, 2, 2),      // depthwise x3, no vertical padding
+      conv(2, 2, 4, 5, 6, 3, 5, 1, 1, 0, 2, 2),      // depthwise x3, no vertical padding (direct loops)
+      conv(2, 2, 8, 9, 4, 3, 5, 1, 1, 0, 2, 2),      // the same over 54 pixels (padded planes)
       conv(2, 3, 6, 6, 6, 3, 3, 2, 2, 1, 1, 3),      // depthwise at stride 2 (im2col path)
       conv(4, 7, 5, 3, 33, 1, 1, 1, 1, 0, 0, 1),     // pointwise over 15 pixels: one GEMM over the batch
       conv(5, 9, 1, 1, 11, 1, 1, 1, 1, 0, 0, 1),     // pointwise at 1x1 (x used as [N, C])
