@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # Side-by-side benchmark: every `ember bench` workload run in ember and in PyTorch 1.13 (Debian's
 # python3-torch) in one run, same model, recipe, data, batch size and thread count, with PyTorch at
-# its best (OpenMP OpenBLAS with its AVX-512 kernels, thread counts pinned, glibc malloc kept from
+# its best (OpenMP OpenBLAS, with its AVX-512 kernels where the CPU has them, thread counts pinned, glibc malloc kept from
 # returning memory to the kernel, warm-up before timing). Prints both and the ratio.
 #
 #   /usr/bin/python3 bench/compare_pytorch.py [--ember build/release/ember] [--data DIR]
@@ -24,6 +24,8 @@ OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 WORKLOADS = ["cnn-train", "cnn-train-1t", "peak-rss", "mlp-train", "cnn-infer-b1", "cnn-infer-b64",
              "sgemm-2048-1t", "sgemm-2048", "sgemm-fc1-fwd", "sgemm-fc1-dx", "sgemm-fc1-dw"]
+CONVNEXT_WORKLOADS = ["convnext-train", "convnext-train-gelu-tanh", "convnext-train-fastswish", "convnext-infer-b1",
+                      "convnext-infer-b64", "atto-train"]  # only when named: 10-60 s each
 HIGHER_IS_BETTER = {"samples/s", "GFLOP/s"}
 
 
@@ -32,10 +34,21 @@ def spread(values):
     return f"{min(values):.4g}-{max(values):.4g}"
 
 
+def has_avx512():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False
+
+
 def torch_env(threads):
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = OPENBLAS_DIR + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    env["OPENBLAS_CORETYPE"] = "SkylakeX"
+    # OpenBLAS's AVX-512 kernels where the CPU has AVX-512 (it may not pick them on AMD by itself);
+    # forcing them elsewhere ends in SIGILL, so other CPUs keep OpenBLAS's own choice.
+    if has_avx512():
+        env["OPENBLAS_CORETYPE"] = "SkylakeX"
     env["OMP_NUM_THREADS"] = str(threads)
     env["OPENBLAS_NUM_THREADS"] = str(threads)
     env["MKL_NUM_THREADS"] = str(threads)
@@ -141,6 +154,59 @@ def time_mm(fn):
     return best
 
 
+def convnext_worker(a, w):
+    """The ConvNeXt workloads as ember runs them: random 64x64 inputs, AdamW (lr 3e-4, weight decay
+    0.01), 2 untimed steps then at least 3 steps and 4 s; inference: the faster of eager and
+    jit.optimize_for_inference, at least 3 batches and 2 s."""
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from convnext_torch import build
+    act = {"convnext-train-gelu-tanh": "gelu-tanh", "convnext-train-fastswish": "fastswish"}.get(w, "relu")
+    m = build("convnext-atto" if w == "atto-train" else "convnext-seed", act)
+    classes = 200
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(a.batch, 3, 64, 64, generator=g)
+    y = torch.randint(0, classes, (a.batch,), generator=g)
+    if w.startswith("convnext-infer"):
+        m.eval()
+        candidates = [("eager", m)]
+        try:
+            with torch.no_grad():
+                candidates.append(("jit.optimize_for_inference", torch.jit.optimize_for_inference(torch.jit.script(m))))
+        except Exception:  # noqa: BLE001  (scripting may not take every module)
+            pass
+        best = None
+        for note, fn in candidates:
+            with torch.inference_mode():
+                for _ in range(2):
+                    fn(x)
+                reps, t0 = 0, time.perf_counter()
+                while reps < 3 or time.perf_counter() - t0 < 2.0:
+                    fn(x)
+                    reps += 1
+                ms = (time.perf_counter() - t0) / reps * 1e3
+            if best is None or ms < best[0]:
+                best = (ms, note)
+        return {"value": best[0], "unit": "ms", "samples_per_s": a.batch / (best[0] / 1e3), "note": best[1]}
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.01)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(m(x), y).backward()
+        opt.step()
+
+    for _ in range(2):
+        step()
+    reps, t0 = 0, time.perf_counter()
+    while reps < 3 or time.perf_counter() - t0 < 4.0:
+        step()
+        reps += 1
+    sps = a.batch * reps / (time.perf_counter() - t0)
+    return {"value": sps, "unit": "samples/s", "samples_per_s": sps,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+
+
 def torch_worker(a):
     import torch
     torch.set_num_threads(a.threads)
@@ -191,6 +257,8 @@ def torch_worker(a):
         r.update(value=2.0 * M * N * K / s / 1e9, unit="GFLOP/s")
     elif w == "mnist-10":
         r.update(full_run(a))
+    elif w in CONVNEXT_WORKLOADS:
+        r.update(convnext_worker(a, w))
     print(json.dumps(r))
 
 
@@ -225,7 +293,7 @@ def full_run(a):
 # ---------------------------------------------------------------- the driver
 
 DEFAULT_THREADS = {"cnn-train-1t": 1, "cnn-infer-b1": 1, "sgemm-2048-1t": 1}
-DEFAULT_BATCH = {"cnn-infer-b1": 1}
+DEFAULT_BATCH = {"cnn-infer-b1": 1, "convnext-infer-b1": 1}
 
 
 def run_ember(a, w, threads):
@@ -282,7 +350,7 @@ def main():
     if a.repeat < 1:
         sys.exit(f"compare_pytorch: --repeat: must be at least 1 (got {a.repeat})")
     for w in names:
-        if w not in WORKLOADS:
+        if w not in WORKLOADS + CONVNEXT_WORKLOADS:
             sys.exit(f"compare_pytorch: --workloads: unknown workload '{w}'")
     print(f"{'workload':14} {'thr':>3} {'batch':>5} {'unit':10} {'ember':>12} {'pytorch':>12} {'ember/pytorch':>14}")
     for w in names:

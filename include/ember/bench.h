@@ -39,6 +39,8 @@ struct BenchResult {
 
 // The names run_bench knows, in the order it runs them.
 std::vector<std::string> bench_workloads();
+// The ConvNeXt workloads (random 64x64 inputs; 10-60 s each): run only when --workloads names them.
+std::vector<std::string> convnext_workloads();
 BenchMachine measure_machine(const std::string& isa);
 // Runs the chosen workloads on `train` data (any MNIST-shaped set), calling on_result after each.
 // Throws ember::Error on a bad option (unknown workload name, bad ISA, threads or batch).

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "ember/error.h"
 #include "ember/model.h"
+#include "core/rng.h"
 #include "ember/plan.h"
 #include "ops/parallel_gemm.h"
 
@@ -116,6 +117,34 @@ double time_inference(const Model& model, const Dataset& d, int batch, int threa
   return since(t0) / reps * 1e3;
 }
 
+// The ConvNeXt workloads: random inputs [batch, C, H, W] and labels, no data set. Training:
+// samples per second over whole steps (forward, loss, backward, AdamW) after 2 untimed ones, timed
+// for at least 3 steps and 4 s; inference: milliseconds per forward of an inference plan.
+double convnext_run(const Model& model, int batch, int threads, Isa isa, bool training, double* flops) {
+  PlanOptions po;
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.training = training;
+  po.optimizer = optimizer_of(model.recipe);
+  Plan plan(model, po);
+  plan.init_params(1);
+  *flops = plan.flops_per_sample(training);
+  Pcg32 rng(7, 1);
+  float* x = static_cast<float*>(plan.input());
+  for (size_t i = 0; i < size_t(batch) * model.in_c * model.in_h * model.in_w; ++i) x[i] = float(rng.normal());
+  for (int i = 0; i < batch; ++i) plan.labels()[i] = int32_t(rng.next_u32() % uint32_t(model.num_classes));
+  auto step = [&] {
+    plan.forward(batch);
+    if (!training) return;
+    plan.loss(batch, true);
+    plan.backward_step(batch, model.recipe.lr);
+  };
+  for (int i = 0; i < 2; ++i) step();
+  int64_t reps = 0;
+  const auto t0 = Clock::now();
+  while (reps < 3 || since(t0) < 4.0) step(), ++reps;
+  const double s = since(t0) / double(reps);
+  return training ? batch / s : s * 1e3;
+}
+
 // GFLOP/s of C[M,N] = op(A) op(B) split over `threads`, best of several timed runs.
 double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa) {
   std::vector<float> A(size_t(M) * K, 0.5f), B(size_t(K) * N, 0.25f), C(size_t(M) * N);
@@ -141,6 +170,11 @@ double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa) {
 }
 }  // namespace
 
+std::vector<std::string> convnext_workloads() {
+  return {"convnext-train", "convnext-train-gelu-tanh", "convnext-train-fastswish", "convnext-infer-b1",
+          "convnext-infer-b64", "atto-train"};
+}
+
 std::vector<std::string> bench_workloads() {
   return {"cnn-train",    "cnn-train-1t", "peak-rss",     "mlp-train",     "cnn-infer-b1",
           "cnn-infer-b64", "sgemm-2048-1t", "sgemm-2048", "sgemm-fc1-fwd", "sgemm-fc1-dx",
@@ -161,7 +195,8 @@ BenchMachine measure_machine(const std::string& isa_text) {
 void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,
                const std::function<void(const BenchResult&)>& on_result) {
   const Isa isa = resolve_isa(o.isa, "--isa");
-  const auto names = bench_workloads();
+  auto names = bench_workloads();
+  for (const auto& n : convnext_workloads()) names.push_back(n);
   for (const auto& n : o.only)
     if (std::find(names.begin(), names.end(), n) == names.end())
       throw Error("--workloads: unknown workload '" + n + "' (see ember bench --list)");
@@ -226,6 +261,28 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     double fps = 0;
     r.value = time_inference(cnn, train, r.batch, r.threads, isa, &fps), r.unit = "ms";
     r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
+    emit(r);
+  }
+  // ConvNeXt workloads run only when named (--workloads): each takes 10-60 s.
+  auto named = [&](const std::string& n) { return std::find(o.only.begin(), o.only.end(), n) != o.only.end(); };
+  for (const std::string& name : convnext_workloads()) {
+    if (!named(name)) continue;
+    const bool atto = name == "atto-train", infer = name.rfind("convnext-infer", 0) == 0;
+    Model m = builtin_model(atto ? "convnext-atto" : "convnext-seed");
+    if (name == "convnext-train-gelu-tanh") set_block_activation(m, LayerKind::GELUTanh);
+    if (name == "convnext-train-fastswish") set_block_activation(m, LayerKind::FastSwish);
+    BenchResult r;
+    r.name = name;
+    r.what = std::string(atto ? "convnext-atto (torchvision's ConvNeXt)" : "convnext-seed") +
+             (infer ? " forward pass of random 64x64 inputs, milliseconds per batch"
+                    : " training on random 64x64 inputs (AdamW), samples per second");
+    const bool b1 = name == "convnext-infer-b1";
+    r.threads = threads_or(all), r.batch = batch_or(b1 ? 1 : 64);
+    double fps = 0;
+    r.value = convnext_run(m, r.batch, r.threads, isa, !infer, &fps);
+    r.unit = infer ? "ms" : "samples/s";
+    r.samples_per_s = infer ? r.batch / (r.value / 1e3) : r.value;
+    r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
   }
   struct Gemm { const char* name; const char* what; bool ta, tb; int M, N, K, threads; };

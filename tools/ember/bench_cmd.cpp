@@ -31,6 +31,7 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
 int run_bench(const BenchArgs& a) {
   if (a.list) {
     for (const auto& n : bench_workloads()) std::printf("%s\n", n.c_str());
+    for (const auto& n : convnext_workloads()) std::printf("%s (only when named)\n", n.c_str());
     return 0;
   }
   BenchOptions o;
@@ -38,7 +39,8 @@ int run_bench(const BenchArgs& a) {
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
-  const auto known = bench_workloads();
+  auto known = bench_workloads();
+  for (const auto& n : convnext_workloads()) known.push_back(n);
   for (const auto& w : o.only)
     if (std::find(known.begin(), known.end(), w) == known.end())
       throw Error("--workloads: unknown workload '" + w + "' (ember bench --list shows them)");
