@@ -1,8 +1,10 @@
-// Depthwise (channel-multiplier) stride-1 convolution loops (kernels.h, DwFwdFn / DwBwdFn). Direct
-// loops for planes of a few pixels; otherwise one input channel is copied into a zero-padded Hp x Wp plane; each output plane is computed P rows
-// of Wp columns wide, so that every tap (r, s) is one contiguous loop of (P - 1) Wp + Q elements
-// the compiler vectorises (the columns past Q are dropped). Included by each kernel set's
-// translation unit and compiled with its flags (scalar baseline, AVX2, AVX-512). TU-local.
+// Depthwise (channel-multiplier) stride-1 convolution (kernels.h, DwFwdFn / DwBwdFn). Planes of
+// at least 16 pixels: one input channel is copied into a zero-padded plane and each output is
+// computed in 4-row x 8-column register blocks that accumulate every tap (one weight broadcast
+// feeds 4 FMAs); the input gradient is the same kernel on the padded dy with flipped weights, the
+// weight gradient one row of taps at a time in 7-ish vector accumulators. Smaller planes (a late
+// stage: 2x2, 1x1) use direct loops that skip the taps falling outside. GCC vector extensions,
+// compiled with each kernel set's flags (baseline, AVX2, AVX-512). TU-local.
 #pragma once
 #include <algorithm>
 #include <cstring>
@@ -12,118 +14,123 @@
 namespace ember {
 namespace {
 
-// xp [Hp, Wp] = x [H, W] at (pad_h, pad_w), zeros around.
-inline void dw_pad(float* xp, const float* x, const DwShape& d, int Hp, int Wp) {
-  std::memset(xp, 0, sizeof(float) * size_t(Hp) * Wp);
-  for (int h = 0; h < d.H; ++h)
-    std::memcpy(xp + size_t(h + d.pad_h) * Wp + d.pad_w, x + size_t(h) * d.W, sizeof(float) * d.W);
-}
+typedef float dw_v8 __attribute__((vector_size(32)));
 
-// sum of a[i] * b[i], i < n, in 8 interleaved partial sums (vectorisable without reassociation).
-inline float dw_dot(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  float tail = 0;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+inline dw_v8 dw_load(const float* p) {
+  dw_v8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
+inline void dw_store(float* p, dw_v8 v) { std::memcpy(p, &v, sizeof v); }
+
+// ---- Direct loops (planes of under 16 pixels) ----
 
 // Columns q whose input column q + s - pad_w lies inside [0, W): [q0, q1).
-inline void dw_cols(const DwShape& d, int s, int* q0, int* q1) {
+inline void dw_valid(const DwShape& d, int s, int* q0, int* q1) {
   *q0 = std::max(0, d.pad_w - s);
   *q1 = std::min(d.Q, d.W + d.pad_w - s);
 }
-
 void dw_fwd_direct(float* y, const float* x, const float* w, const float* b, const DwShape& d) {
-  const int K = d.G * d.M;
-  for (int k = 0; k < K; ++k) {
+  for (int k = 0; k < d.G * d.M; ++k) {
     const float* xg = x + size_t(k / d.M) * d.H * d.W;
     const float* wk = w + size_t(k) * d.R * d.S;
     for (int p = 0; p < d.P; ++p) {
       float* yr = y + (size_t(k) * d.P + p) * d.Q;
-      const float bias = b ? b[k] : 0.f;
-      for (int q = 0; q < d.Q; ++q) yr[q] = bias;
+      for (int q = 0; q < d.Q; ++q) yr[q] = b ? b[k] : 0.f;
       for (int r = 0; r < d.R; ++r) {
         const int ih = p + r - d.pad_h;
         if (ih < 0 || ih >= d.H) continue;
-        const float* xr = xg + size_t(ih) * d.W;
         for (int s = 0; s < d.S; ++s) {
           int q0, q1;
-          dw_cols(d, s, &q0, &q1);
-          if (q1 <= q0) continue;
-          const float wv = wk[r * d.S + s];
-          const float* xs = xr + (q0 + s - d.pad_w);  // input column of output q0
-          float* ys = yr + q0;
-          for (int q = 0; q < q1 - q0; ++q) ys[q] += wv * xs[q];
+          dw_valid(d, s, &q0, &q1);
+          const float* xs = xg + size_t(ih) * d.W + (q0 + s - d.pad_w);
+          for (int q = q0; q < q1; ++q) yr[q] += wk[r * d.S + s] * xs[q - q0];
         }
       }
     }
   }
 }
-
 void dw_bwd_direct(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d) {
   if (dx) std::memset(dx, 0, sizeof(float) * size_t(d.G) * d.H * d.W);
-  const int K = d.G * d.M;
-  for (int k = 0; k < K; ++k) {
+  for (int k = 0; k < d.G * d.M; ++k) {
     const size_t g = size_t(k / d.M);
-    const float* xg = x + g * d.H * d.W;
-    float* dxg = dx ? dx + g * d.H * d.W : nullptr;
-    const float* wk = w + size_t(k) * d.R * d.S;
-    float* dwk = dw + size_t(k) * d.R * d.S;
     for (int p = 0; p < d.P; ++p) {
       const float* gr = dy + (size_t(k) * d.P + p) * d.Q;
       for (int r = 0; r < d.R; ++r) {
         const int ih = p + r - d.pad_h;
         if (ih < 0 || ih >= d.H) continue;
-        const float* xr = xg + size_t(ih) * d.W;
-        float* dxr = dxg ? dxg + size_t(ih) * d.W : nullptr;
         for (int s = 0; s < d.S; ++s) {
           int q0, q1;
-          dw_cols(d, s, &q0, &q1);
-          if (q1 <= q0) continue;
-          const int n = q1 - q0, off = q0 + s - d.pad_w;  // input column of output q0
-          const float* xs = xr + off;
-          const float* gs = gr + q0;
+          dw_valid(d, s, &q0, &q1);
+          const size_t off = (g * d.H + ih) * d.W + (q0 + s - d.pad_w);
           float acc = 0.f;
-          for (int q = 0; q < n; ++q) acc += gs[q] * xs[q];
-          dwk[r * d.S + s] += acc;
-          if (dxr) {
-            const float wv = wk[r * d.S + s];
-            float* dxs = dxr + off;
-            for (int q = 0; q < n; ++q) dxs[q] += wv * gs[q];
-          }
+          for (int q = q0; q < q1; ++q) acc += gr[q] * x[off + (q - q0)];
+          dw[(size_t(k) * d.R + r) * d.S + s] += acc;
+          if (dx)
+            for (int q = q0; q < q1; ++q) dx[off + (q - q0)] += w[(size_t(k) * d.R + r) * d.S + s] * gr[q];
         }
       }
     }
   }
 }
 
-// Planes of a few pixels (a late stage: 2x2, 1x1) waste most of a padded plane: there the
-// direct loops above, which skip the taps that fall outside, are faster.
-inline bool dw_tiny(const DwShape& d) { return d.P * d.Q < 16; }
+// ---- Register-blocked planes ----
+
+// out[rows4 x cols8] (row stride os) (=, or += with acc) sum over (r, s) of wk[r*S+s] *
+// in[(i + r) * is + j + s], for i < rows (a multiple of 4) and j < cols (a multiple of 8).
+void dw_plane(float* out, int os, const float* in, int is, const float* wk, int R, int S, int rows, int cols,
+              float init, bool acc) {
+  for (int i = 0; i < rows; i += 4)
+    for (int j = 0; j < cols; j += 8) {
+      dw_v8 a0, a1, a2, a3;
+      if (acc) {
+        a0 = dw_load(out + size_t(i) * os + j), a1 = dw_load(out + size_t(i + 1) * os + j);
+        a2 = dw_load(out + size_t(i + 2) * os + j), a3 = dw_load(out + size_t(i + 3) * os + j);
+      } else {
+        a0 = a1 = a2 = a3 = init - (dw_v8){};
+      }
+      const float* base = in + size_t(i) * is + j;
+      for (int r = 0; r < R; ++r) {
+        const float* r0 = base + size_t(r) * is;
+        for (int s = 0; s < S; ++s) {
+          const float wv = wk[r * S + s];
+          a0 += wv * dw_load(r0 + s);
+          a1 += wv * dw_load(r0 + is + s);
+          a2 += wv * dw_load(r0 + 2 * size_t(is) + s);
+          a3 += wv * dw_load(r0 + 3 * size_t(is) + s);
+        }
+      }
+      dw_store(out + size_t(i) * os + j, a0), dw_store(out + size_t(i + 1) * os + j, a1);
+      dw_store(out + size_t(i + 2) * os + j, a2), dw_store(out + size_t(i + 3) * os + j, a3);
+    }
+}
+
+// plane [Hp, Wp] = src [rows, cols] at (top, left); the border outside stays as it was (zeroed
+// once per call with dw_zero: every channel is placed at the same spot).
+inline void dw_place(float* plane, int Wp, const float* src, int rows, int cols, int top, int left) {
+  for (int h = 0; h < rows; ++h) std::memcpy(plane + size_t(h + top) * Wp + left, src + size_t(h) * cols, sizeof(float) * cols);
+}
+inline void dw_zero(float* plane, int Hp, int Wp) { std::memset(plane, 0, sizeof(float) * size_t(Hp) * Wp); }
+
+// Direct loops for planes of a few pixels, and for padding of a kernel or more (the backward's
+// dy placement assumes pad < kernel).
+inline bool dw_tiny(const DwShape& d) {
+  return d.P * d.Q < 16 || d.H * d.W < 16 || d.pad_h >= d.R || d.pad_w >= d.S;
+}
 
 void dw_fwd_loops(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch) {
   if (dw_tiny(d)) return dw_fwd_direct(y, x, w, b, d);
-  const int Hp = dw_padded_h(d), Wp = dw_padded_w(d), L = (d.P - 1) * Wp + d.Q;
+  const int Hp = dw_padded_h(d), Wp = dw_padded_w(d), P4 = dw_rows(d), Q8 = dw_cols(d);
   float* xp = scratch;
-  float* yp = scratch + size_t(Hp) * Wp;
+  float* yp = xp + size_t(Hp) * Wp;
+  dw_zero(xp, Hp, Wp);
   for (int g = 0; g < d.G; ++g) {
-    dw_pad(xp, x + size_t(g) * d.H * d.W, d, Hp, Wp);
+    dw_place(xp, Wp, x + size_t(g) * d.H * d.W, d.H, d.W, d.pad_h, d.pad_w);
     for (int m = 0; m < d.M; ++m) {
       const int k = g * d.M + m;
-      const float* wk = w + size_t(k) * d.R * d.S;
-      const float bias = b ? b[k] : 0.f;
-      for (int i = 0; i < L; ++i) yp[i] = bias;
-      for (int r = 0; r < d.R; ++r)
-        for (int s = 0; s < d.S; ++s) {
-          const float wv = wk[r * d.S + s];
-          const float* src = xp + size_t(r) * Wp + s;
-          for (int i = 0; i < L; ++i) yp[i] += wv * src[i];
-        }
+      dw_plane(yp, Q8, xp, Wp, w + size_t(k) * d.R * d.S, d.R, d.S, P4, Q8, b ? b[k] : 0.f, false);
       float* yk = y + size_t(k) * d.P * d.Q;
-      for (int p = 0; p < d.P; ++p) std::memcpy(yk + size_t(p) * d.Q, yp + size_t(p) * Wp, sizeof(float) * d.Q);
+      for (int p = 0; p < d.P; ++p) std::memcpy(yk + size_t(p) * d.Q, yp + size_t(p) * Q8, sizeof(float) * d.Q);
     }
   }
 }
@@ -131,33 +138,54 @@ void dw_fwd_loops(float* y, const float* x, const float* w, const float* b, cons
 void dw_bwd_loops(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
                   float* scratch) {
   if (dw_tiny(d)) return dw_bwd_direct(dx, dw, dy, x, w, d);
-  const int Hp = dw_padded_h(d), Wp = dw_padded_w(d), L = (d.P - 1) * Wp + d.Q;
-  float* xp = scratch;
-  float* dxp = xp + size_t(Hp) * Wp;
-  float* gp = dxp + size_t(Hp) * Wp;  // dy of one output plane at row stride Wp, zeros past Q
+  const int Hp = dw_padded_h(d), Wp = dw_padded_w(d), H4 = (d.H + 3) / 4 * 4, W8 = (d.W + 7) / 8 * 8;
+  float* xp = scratch;                          // x, padded as in forward
+  float* gp = xp + size_t(Hp) * Wp;             // dy with R-1-pad_h rows and S-1-pad_w columns before it
+  float* dxp = gp + size_t(Hp) * Wp;            // dx [H4, W8]
+  float* gz = dxp + size_t(Hp) * Wp;            // dy [P, Q8], zeros past Q
+  float* wf = gz + size_t(Hp) * Wp;             // the flipped weights of one output channel
+  const int Q8 = dw_cols(d);
+  const int top = d.R - 1 - d.pad_h, left = d.S - 1 - d.pad_w;
+  dw_zero(xp, Hp, Wp);
+  dw_zero(gp, Hp, Wp);
   for (int g = 0; g < d.G; ++g) {
-    dw_pad(xp, x + size_t(g) * d.H * d.W, d, Hp, Wp);
-    if (dx) std::memset(dxp, 0, sizeof(float) * size_t(Hp) * Wp);
+    dw_place(xp, Wp, x + size_t(g) * d.H * d.W, d.H, d.W, d.pad_h, d.pad_w);
     for (int m = 0; m < d.M; ++m) {
       const int k = g * d.M + m;
-      std::memset(gp, 0, sizeof(float) * size_t(d.P) * Wp);
       const float* gk = dy + size_t(k) * d.P * d.Q;
-      for (int p = 0; p < d.P; ++p) std::memcpy(gp + size_t(p) * Wp, gk + size_t(p) * d.Q, sizeof(float) * d.Q);
       const float* wk = w + size_t(k) * d.R * d.S;
       float* dwk = dw + size_t(k) * d.R * d.S;
+      // dw[r, s] += sum over p, q of dy[p, q] xp[p + r, q + s]: per r, one vector accumulator per
+      // s, over dy rows zero-padded to Q8 columns (the extra products are 0).
+      for (int p = 0; p < d.P; ++p) {
+        std::memcpy(gz + size_t(p) * Q8, gk + size_t(p) * d.Q, sizeof(float) * d.Q);
+        std::memset(gz + size_t(p) * Q8 + d.Q, 0, sizeof(float) * (Q8 - d.Q));
+      }
       for (int r = 0; r < d.R; ++r)
-        for (int s = 0; s < d.S; ++s) {
-          const size_t o = size_t(r) * Wp + s;
-          dwk[r * d.S + s] += dw_dot(gp, xp + o, L);
-          if (!dx) continue;
-          const float wv = wk[r * d.S + s];
-          float* dst = dxp + o;
-          for (int i = 0; i < L; ++i) dst[i] += wv * gp[i];
+        for (int s0 = 0; s0 < d.S; s0 += 8) {
+          const int ns = std::min(8, d.S - s0);
+          dw_v8 acc[8] = {};
+          for (int p = 0; p < d.P; ++p) {
+            const float* gr = gz + size_t(p) * Q8;
+            const float* xr = xp + size_t(p + r) * Wp + s0;
+            for (int q = 0; q < Q8; q += 8) {
+              const dw_v8 gv = dw_load(gr + q);
+              for (int s = 0; s < ns; ++s) acc[s] += gv * dw_load(xr + q + s);
+            }
+          }
+          for (int s = 0; s < ns; ++s) {
+            const dw_v8 v = acc[s];
+            dwk[r * d.S + s0 + s] += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+          }
         }
+      if (!dx) continue;
+      // dx[h, w] += sum over r, s of w[R-1-r, S-1-s] gp[h + r, w + s] (gp: dy placed at top, left).
+      dw_place(gp, Wp, gk, d.P, d.Q, top, left);
+      for (int i = 0; i < d.R * d.S; ++i) wf[i] = wk[d.R * d.S - 1 - i];
+      dw_plane(dxp, W8, gp, Wp, wf, d.R, d.S, H4, W8, 0.f, m > 0);
     }
     if (dx)
-      for (int h = 0; h < d.H; ++h)
-        std::memcpy(dx + (size_t(g) * d.H + h) * d.W, dxp + size_t(h + d.pad_h) * Wp + d.pad_w, sizeof(float) * d.W);
+      for (int h = 0; h < d.H; ++h) std::memcpy(dx + (size_t(g) * d.H + h) * d.W, dxp + size_t(h) * W8, sizeof(float) * d.W);
   }
 }
 

@@ -60,12 +60,21 @@ using DwFwdFn = void (*)(float* y, const float* x, const float* w, const float* 
 // when null). scratch: dw_scratch_elems(d) floats.
 using DwBwdFn = void (*)(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
                          float* scratch);
-// The kernels work on one input channel zero-padded to Hp x Wp and on M output planes of P rows
-// of Wp columns (the columns past Q are computed and dropped), so that each tap is one long loop.
-inline int dw_padded_h(const DwShape& d) { return d.H + 2 * d.pad_h > d.P + d.R - 1 ? d.H + 2 * d.pad_h : d.P + d.R - 1; }
-inline int dw_padded_w(const DwShape& d) { return d.W + 2 * d.pad_w > d.Q + d.S - 1 ? d.W + 2 * d.pad_w : d.Q + d.S - 1; }
+// The kernels work on one input channel zero-padded to Hp x Wp planes and on output planes of
+// P rounded up to 4 rows and Q rounded up to 8 columns (4 x 8 register blocks; the extra rows and
+// columns are computed and dropped), for the output and, in backward, for dy and dx.
+inline int dw_rows(const DwShape& d) { return (d.P + 3) / 4 * 4; }
+inline int dw_cols(const DwShape& d) { return (d.Q + 7) / 8 * 8; }
+inline int dw_padded_h(const DwShape& d) {
+  const int a = d.H + 2 * d.pad_h, b = dw_rows(d) + d.R - 1, c = (d.H + 3) / 4 * 4 + d.R - 1;
+  return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+inline int dw_padded_w(const DwShape& d) {
+  const int a = d.W + 2 * d.pad_w, b = dw_cols(d) + d.S - 1, c = (d.W + 7) / 8 * 8 + d.S - 1;
+  return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
 inline size_t dw_scratch_elems(const DwShape& d) {
-  return size_t(dw_padded_w(d)) * (2 * size_t(dw_padded_h(d)) + 2 * size_t(d.M) * d.P);
+  return 4 * size_t(dw_padded_h(d)) * dw_padded_w(d) + 2 * size_t(d.R) * d.S;
 }
 
 // y[i] = max(x[i], 0) for i < n.
