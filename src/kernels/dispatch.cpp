@@ -2,6 +2,7 @@
 // Every other part of ember reaches fast code only through kernels_for(isa).
 #include "kernels/kernels.h"
 #include "kernels/dw_impl.h"
+#include "kernels/ref/ref_convnext.h"
 
 #include "ember/error.h"
 #include "kernels/ref/ref.h"
@@ -93,6 +94,10 @@ Kernels scalar_table() {
   k.conv_s1_fwd = ref::conv_s1_fwd_f32;
   k.dw_fwd = dw_fwd_loops;
   k.dw_bwd = dw_bwd_loops;
+  k.gelu_fwd = ref::gelu_fwd<float>;
+  k.gelu_bwd = ref::gelu_bwd<float>;
+  k.gelu_tanh_fwd = ref::gelu_tanh_fwd<float>;
+  k.gelu_tanh_bwd = ref::gelu_tanh_bwd<float>;
   k.conv_s1_wgrad = ref::conv_s1_wgrad_f32;
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
@@ -124,6 +129,10 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.conv_s1_fwd = fast.conv_s1_fwd;
   k.dw_fwd = fast.dw_fwd;
   k.dw_bwd = fast.dw_bwd;
+  k.gelu_fwd = fast.gelu_fwd;
+  k.gelu_bwd = fast.gelu_bwd;
+  k.gelu_tanh_fwd = fast.gelu_tanh_fwd;
+  k.gelu_tanh_bwd = fast.gelu_tanh_bwd;
   k.conv_s1_wgrad = fast.conv_s1_wgrad;
   k.relu_maxpool2 = fast.relu_maxpool2;
   k.conv_s1_relu_pool = fast.conv_s1_relu_pool;

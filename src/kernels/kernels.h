@@ -77,6 +77,10 @@ inline size_t dw_scratch_elems(const DwShape& d) {
   return 4 * size_t(dw_padded_h(d)) * dw_padded_w(d) + 2 * size_t(d.R) * d.S;
 }
 
+// Pointwise activations over n elements whose backward reads the input x: GELU (erf), GELU (tanh).
+using PointwiseFn = void (*)(float* y, const float* x, size_t n);
+using PointwiseBwdFn = void (*)(float* dx, const float* dy, const float* x, size_t n);
+
 // y[i] = max(x[i], 0) for i < n.
 using ReluFwdFn = void (*)(float* y, const float* x, size_t n);
 // dx[i] = y[i] > 0 ? dy[i] : 0 (y is the forward output).
@@ -199,6 +203,8 @@ struct Kernels {
   ConvS1FwdFn conv_s1_fwd;
   DwFwdFn dw_fwd;
   DwBwdFn dw_bwd;
+  PointwiseFn gelu_fwd, gelu_tanh_fwd;
+  PointwiseBwdFn gelu_bwd, gelu_tanh_bwd;
   ConvS1WgradFn conv_s1_wgrad;
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;

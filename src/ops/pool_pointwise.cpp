@@ -77,8 +77,14 @@ void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n) {
         break;
       case Act::Sigmoid: ref::sigmoid_fwd<T>(y + o, x + o, len); break;
       case Act::Tanh: ref::tanh_fwd<T>(y + o, x + o, len); break;
-      case Act::GELU: ref::gelu_fwd<T>(y + o, x + o, len); break;
-      case Act::GELUTanh: ref::gelu_tanh_fwd<T>(y + o, x + o, len); break;
+      case Act::GELU:
+        if constexpr (std::is_same_v<T, float>) e.k.gelu_fwd(y + o, x + o, len);
+        else ref::gelu_fwd<T>(y + o, x + o, len);
+        break;
+      case Act::GELUTanh:
+        if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_fwd(y + o, x + o, len);
+        else ref::gelu_tanh_fwd<T>(y + o, x + o, len);
+        break;
       case Act::HardSwish: ref::hardswish_fwd<T>(y + o, x + o, len); break;
       case Act::SiLU: ref::silu_fwd<T>(y + o, x + o, len); break;
       case Act::FastSwish: ref::fastswish_fwd<T>(y + o, x + o, len); break;
@@ -95,8 +101,14 @@ void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
         break;
       case Act::Sigmoid: ref::sigmoid_bwd<T>(dx + o, dy + o, y + o, len); break;
       case Act::Tanh: ref::tanh_bwd<T>(dx + o, dy + o, y + o, len); break;
-      case Act::GELU: ref::gelu_bwd<T>(dx + o, dy + o, y + o, len); break;  // y: the input here
-      case Act::GELUTanh: ref::gelu_tanh_bwd<T>(dx + o, dy + o, y + o, len); break;
+      case Act::GELU:  // y_or_x: the input here
+        if constexpr (std::is_same_v<T, float>) e.k.gelu_bwd(dx + o, dy + o, y + o, len);
+        else ref::gelu_bwd<T>(dx + o, dy + o, y + o, len);
+        break;
+      case Act::GELUTanh:
+        if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_bwd(dx + o, dy + o, y + o, len);
+        else ref::gelu_tanh_bwd<T>(dx + o, dy + o, y + o, len);
+        break;
       case Act::HardSwish: ref::hardswish_bwd<T>(dx + o, dy + o, y + o, len); break;
       case Act::SiLU: ref::silu_bwd<T>(dx + o, dy + o, y + o, len); break;
       case Act::FastSwish: ref::fastswish_bwd<T>(dx + o, dy + o, y + o, len); break;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/act_impl.h"
 #include "kernels/dw_impl.h"
 #include "kernels/kernels.h"
 #include "kernels/x86/linear_sparse.h"
@@ -487,6 +488,10 @@ Kernels fast_table() {
   k.relu_bwd = relu_bwd_simd;
   k.dw_fwd = dw_fwd_loops;  // dw_impl.h, compiled with this set's flags
   k.dw_bwd = dw_bwd_loops;
+  k.gelu_fwd = gelu_fwd_v8;  // act_impl.h
+  k.gelu_bwd = gelu_bwd_v8;
+  k.gelu_tanh_fwd = gelu_tanh_fwd_v8;
+  k.gelu_tanh_bwd = gelu_tanh_bwd_v8;
   k.conv_s1_fwd = conv_s1_fwd<S>;
   k.conv_s1_wgrad = conv_s1_wgrad<S>;
   k.relu_maxpool2 = relu_maxpool2<S>;
