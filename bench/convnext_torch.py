@@ -128,17 +128,23 @@ def epoch(a):
     x, y = load("train", a.limit_train)
     tx, ty = load("t10k", a.limit_test)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
-    model.train()
-    total = 0.0
-    for i in range(0, len(x), a.batch):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x[i:i + a.batch]), y[i:i + a.batch])
-        loss.backward()
-        opt.step()
-        total += loss.item() * len(y[i:i + a.batch])
-    model.eval()
-    with torch.no_grad():
-        correct = sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, len(tx), 500))
+    g = torch.Generator().manual_seed(a.seed)
+    for e in range(a.epochs):  # --shuffle: a new order every epoch, else the data set's order
+        order = torch.randperm(len(x), generator=g) if a.shuffle else torch.arange(len(x))
+        model.train()
+        total = 0.0
+        for i in range(0, len(x), a.batch):
+            idx = order[i:i + a.batch]
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        model.eval()
+        with torch.no_grad():
+            correct = sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, len(tx), 500))
+        if a.epochs > 1:
+            print(f"epoch {e + 1}: train loss {total / len(x):.6f} test accuracy {100 * correct / len(tx):.2f}%", flush=True)
     print(f"pytorch: train loss {total / len(x):.6f} test accuracy {100 * correct / len(tx):.2f}%")
     return 0
 
@@ -166,6 +172,8 @@ def main():
     e.add_argument("--act", default="relu")
     e.add_argument("--threads", type=int, default=2)
     e.add_argument("--seed", type=int, default=1)
+    e.add_argument("--epochs", type=int, default=1)
+    e.add_argument("--shuffle", action="store_true", help="reshuffle every epoch (the default keeps the order)")
     a = ap.parse_args()
     return roundtrip(a) if a.cmd == "roundtrip" else epoch(a)
 
