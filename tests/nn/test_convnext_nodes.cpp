@@ -6,6 +6,7 @@
 
 #include "ember/ember.h"
 #include "gradcheck.h"
+#include "nn/plan_util.h"
 
 namespace ember::test {
 namespace {
@@ -48,19 +49,6 @@ Model convnext_like() {
   return m;
 }
 
-double pass(Plan& p, int n, uint32_t seed) {
-  const size_t D = size_t(p.model().in_c) * p.model().in_h * p.model().in_w;
-  auto x = randn(size_t(n) * D, seed);
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (p.dtype() == DType::f64) static_cast<double*>(p.input())[i] = x[i];
-    else static_cast<float*>(p.input())[i] = float(x[i]);
-  }
-  for (int i = 0; i < n; ++i) p.labels()[i] = (i * 3 + 1) % 10;
-  p.forward(n);
-  const double loss = p.loss(n, true);
-  p.backward(n);
-  return loss;
-}
 
 // Moves every parameter off its constant start (LayerNorm 1/0, layer scale) so that gradients of
 // the affine terms and of the normalised inputs are all exercised.
@@ -104,7 +92,7 @@ TEST(ConvNextNodes, EveryParameterGradchecksInDouble) {
   plan.init_params(2);
   perturb<double>(plan, 3);
   const int n = 2;
-  pass(plan, n, 4);
+  pass(plan, n, 4, 3, 1);
   double* w = static_cast<double*>(plan.param_data());
   const double* g = static_cast<const double*>(plan.grad_data());
   for (const ParamInfo& p : plan.params()) {
@@ -129,19 +117,9 @@ TEST(ConvNextNodes, F32AgreesWithF64AtOneAndTwoThreads) {
     p64.init_params(6);
     perturb<float>(p32, 7);
     perturb<double>(p64, 7);
-    const double l32 = pass(p32, 5, 8), l64 = pass(p64, 5, 8);
+    const double l32 = pass(p32, 5, 8, 3, 1), l64 = pass(p64, 5, 8, 3, 1);
     EXPECT_NEAR(l32, l64, 1e-5 * std::abs(l64));
-    const float* g32 = static_cast<const float*>(p32.grad_data());
-    const double* g64 = static_cast<const double*>(p64.grad_data());
-    for (const ParamInfo& p : p32.params()) {
-      double scale = 0, diff = 0;
-      for (size_t i = p.offset; i < p.offset + p.size; ++i) {
-        scale = std::max(scale, std::abs(g64[i]));
-        diff = std::max(diff, std::abs(g32[i] - g64[i]));
-      }
-      EXPECT_GT(scale, 0) << p.name;
-      EXPECT_LT(diff, 2e-4 * scale) << p.name << " threads " << threads;
-    }
+    expect_grads_match_f64(p32, p64, 2e-4, "threads " + std::to_string(threads));
   }
 }
 

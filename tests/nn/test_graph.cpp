@@ -7,6 +7,7 @@
 
 #include "ember/ember.h"
 #include "gradcheck.h"
+#include "nn/plan_util.h"
 #include "nn/graph.h"
 
 namespace ember::test {
@@ -156,19 +157,6 @@ TEST(Graph, PlaceNeverOverlapsBlocksAliveTogether) {
 }
 
 // Runs one forward and backward of the first n samples of random input; returns the loss.
-double pass(Plan& p, int n, uint32_t seed) {
-  const size_t D = size_t(p.model().in_c) * p.model().in_h * p.model().in_w;
-  auto x = randn(size_t(n) * D, seed);
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (p.dtype() == DType::f64) static_cast<double*>(p.input())[i] = x[i];
-    else static_cast<float*>(p.input())[i] = float(x[i]);
-  }
-  for (int i = 0; i < n; ++i) p.labels()[i] = (i * 7 + 3) % 10;
-  p.forward(n);
-  const double loss = p.loss(n, true);
-  p.backward(n);
-  return loss;
-}
 
 TEST(Graph, ResidualAndConcatGradcheckInDouble) {
   PlanOptions o;
@@ -235,17 +223,7 @@ TEST(Graph, F32AgreesWithF64OnAResidualGraph) {
     p64.init_params(3);
     const double l32 = pass(p32, 4, 9), l64 = pass(p64, 4, 9);
     EXPECT_NEAR(l32, l64, 1e-5 * std::abs(l64));
-    const float* g32 = static_cast<const float*>(p32.grad_data());
-    const double* g64 = static_cast<const double*>(p64.grad_data());
-    for (const ParamInfo& p : p32.params()) {
-      double scale = 0, diff = 0;
-      for (size_t i = p.offset; i < p.offset + p.size; ++i) {
-        scale = std::max(scale, std::abs(g64[i]));
-        diff = std::max(diff, std::abs(g32[i] - g64[i]));
-      }
-      EXPECT_GT(scale, 0) << p.name;
-      EXPECT_LT(diff, 1e-4 * scale) << p.name << " threads " << threads;
-    }
+    expect_grads_match_f64(p32, p64, 1e-4, "threads " + std::to_string(threads));
   }
 }
 
