@@ -12,13 +12,6 @@ namespace ember::nn {
 
 namespace {
 
-template <class F>
-void dispatch(DType dt, F&& f) {
-  if (dt == DType::f64) f(double{});
-  else f(float{});
-}
-template <class T> T* p(void* v) { return static_cast<T*>(v); }
-template <class T> const T* p(const void* v) { return static_cast<const T*>(v); }
 
 std::string dims_str(const Dims& d) {
   return d.flat() ? "[" + std::to_string(d.c) + "]"

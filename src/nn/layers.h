@@ -46,6 +46,15 @@ struct Bufs {
   bool frozen;                // the plan is frozen (Plan::freeze): the conv unit does not split
 };
 
+// Runs f(float{}) or f(double{}) for a plan's element type; p<T> views an arena pointer as T.
+template <class F>
+void dispatch(DType dt, F&& f) {
+  if (dt == DType::f64) f(double{});
+  else f(float{});
+}
+template <class T> T* p(void* v) { return static_cast<T*>(v); }
+template <class T> const T* p(const void* v) { return static_cast<const T*>(v); }
+
 class Layer {
  public:
   explicit Layer(const LayerSpec& spec) : spec_(spec) {}

@@ -12,13 +12,6 @@ namespace ember::nn {
 
 namespace {
 
-template <class F>
-void dispatch(DType dt, F&& f) {
-  if (dt == DType::f64) f(double{});
-  else f(float{});
-}
-template <class T> T* p(void* v) { return static_cast<T*>(v); }
-template <class T> const T* p(const void* v) { return static_cast<const T*>(v); }
 size_t esize(DType dt) { return dt == DType::f64 ? 8 : 4; }
 
 // LayerNorm over the last norm_dims of the sample's dims (flat: [D]; images: [C, H, W], so 1 is
