@@ -165,8 +165,10 @@ class Plan {
   // (each thread checks the range it updates next), ~1-2 % of a mnist-cnn step (f32 plans only).
   int first_nonfinite_grad();
   // The unit (index into units()) whose output over the first n samples is the first to hold a
-  // non-finite value after forward(n), or -1: names the layer where a NaN loss came from.
-  int first_nonfinite_output(int n) const;
+  // non-finite value, or -1: names the layer where a NaN loss came from. Runs forward(n) again,
+  // checking each output as it is written (plans keep an activation only while something reads
+  // it, and a ReLU may overwrite its input), so call it with the input of the failing forward.
+  int first_nonfinite_output(int n);
 
   // The flat parameter block and its gradient (dtype elements, param_count() of them). The
   // non-const param_data() throws on a frozen plan; the const one reads.

@@ -182,7 +182,7 @@ std::vector<std::string> bench_workloads() {
 }
 
 BenchMachine measure_machine(const std::string& isa_text) {
-  const Isa isa = resolve_isa(isa_text, "--isa");
+  const Isa isa = resolve_isa(isa_text, "isa");
   BenchMachine m;
   m.cpu = cpu_name();
   m.hw_threads = hw_threads();
@@ -194,19 +194,21 @@ BenchMachine measure_machine(const std::string& isa_text) {
 
 void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,
                const std::function<void(const BenchResult&)>& on_result) {
-  const Isa isa = resolve_isa(o.isa, "--isa");
+  const Isa isa = resolve_isa(o.isa, "BenchOptions::isa");
   auto names = bench_workloads();
   for (const auto& n : convnext_workloads()) names.push_back(n);
   for (const auto& n : o.only)
     if (std::find(names.begin(), names.end(), n) == names.end())
-      throw Error("--workloads: unknown workload '" + n + "' (see ember bench --list)");
-  if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 1..256, found " + std::to_string(o.threads));
-  if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 1..65536, found " + std::to_string(o.batch));
-  if (o.samples < 1) throw Error("--samples: expected at least 1, found " + std::to_string(o.samples));
-  if (train.count < 1 || train.rows != 28 || train.cols != 28)
-    throw Error("bench: the data set must hold 28x28 images");
+      throw Error("BenchOptions::only: unknown workload '" + n + "' (bench_workloads() and convnext_workloads() list them)");
+  if (o.threads < 0 || o.threads > 256) throw Error("BenchOptions::threads: expected 0..256, found " + std::to_string(o.threads));
+  if (o.batch < 0 || o.batch > 65536) throw Error("BenchOptions::batch: expected 0..65536, found " + std::to_string(o.batch));
+  if (o.samples < 1) throw Error("BenchOptions::samples: expected at least 1, found " + std::to_string(o.samples));
   const int all = machine.hw_threads;
   auto wants = [&](const std::string& n) { return o.only.empty() || std::find(o.only.begin(), o.only.end(), n) != o.only.end(); };
+  bool needs_data = false;  // the ConvNeXt workloads make their own random inputs
+  for (const auto& n : bench_workloads()) needs_data = needs_data || wants(n);
+  if (needs_data && (train.count < 1 || train.rows != 28 || train.cols != 28))
+    throw Error("bench: the data set must hold 28x28 images");
   auto threads_or = [&](int t) { return o.threads > 0 ? o.threads : t; };
   auto batch_or = [&](int b) { return o.batch > 0 ? o.batch : b; };
   auto peak = [&](int t) { return t == 1 ? machine.peak_gflops_1t : machine.peak_gflops_1t * t; };

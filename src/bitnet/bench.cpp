@@ -17,14 +17,14 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 }  // namespace
 
-std::string kernel_name(const std::string& isa) { return bit_kernels_for(resolve_isa(isa, "--isa")).name; }
+std::string kernel_name(const std::string& isa) { return bit_kernels_for(resolve_isa(isa, "isa")).name; }
 
 BenchRow bench_deltas(const BenchConfig& c) {
   LayerShape s;
   s.H = s.W = 32, s.B = c.input_bits, s.O = c.channels, s.S = c.segments, s.kind = c.kind;
   validate(s, "bench");
-  if (c.threads < 1 || c.threads > 256) throw Error("--threads: expected 1..256, found " + std::to_string(c.threads));
-  const BitKernels& k = bit_kernels_for(resolve_isa(c.isa, "--isa"));
+  if (c.threads < 1 || c.threads > 256) throw Error("threads: expected 1..256, found " + std::to_string(c.threads));
+  const BitKernels& k = bit_kernels_for(resolve_isa(c.isa, "isa"));
   const Layer L = random_layer(s, 1);
   const int nimg = 4;
   std::vector<BitImage> imgs;
@@ -90,7 +90,7 @@ double bench_conv_bitmacs(int input_bits, int channels, const std::string& isa, 
   LayerShape s;
   s.H = s.W = 32, s.B = input_bits, s.O = channels;
   validate(s, "bench");
-  const BitKernels& k = bit_kernels_for(resolve_isa(isa, "--isa"));
+  const BitKernels& k = bit_kernels_for(resolve_isa(isa, "isa"));
   const Layer L = random_layer(s, 3);
   const BitImage img = random_image(s.H, s.W, s.B, 4);
   // Patch rows [P, K] of random bits (the image's words repeated), weights [O, K] of the layer.

@@ -91,11 +91,11 @@ double accuracy(const Layer& L, const std::vector<BitImage>& imgs, const std::ve
 std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
                          const std::function<void(const EpochReport&)>& on_epoch) {
   check_opt("--layers", o.layers, 1, 8);
-  if (o.channels.empty()) throw Error("--channels: expected at least one value");
+  if (o.channels.empty()) throw Error("channels: expected at least one value");
   for (int c : o.channels) check_opt("--channels", c, 1, 4096);
   check_opt("--input-bits", o.input_bits, 1, 256);
   check_opt("--position-bits", o.position_bits, 0, 256);
-  if (o.blur_radii.size() > 8) throw Error("--blur: expected at most 8 radii");
+  if (o.blur_radii.size() > 8) throw Error("blur_radii: expected at most 8 radii");
   for (int r : o.blur_radii) check_opt("--blur", r, 1, 8);
   check_opt("--segments", o.segments, 1, kMaxS);
   check_opt("--epochs", o.epochs, 1, 1000);
@@ -104,8 +104,8 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--updates", o.updates, 1, 1 << 20);
   check_opt("--head-updates", o.head_updates, 0, 1 << 20);
   check_opt("--refit-examples", o.refit_examples, 0, int64_t(1) << 40);
-  if (o.refit_margin.empty()) throw Error("--refit-margin: expected at least one value");
-  if (o.conv_margin.empty()) throw Error("--conv-margin: expected at least one value");
+  if (o.refit_margin.empty()) throw Error("refit_margin: expected at least one value");
+  if (o.conv_margin.empty()) throw Error("conv_margin: expected at least one value");
   for (int64_t m : o.refit_margin) check_opt("--refit-margin", m, 0, int64_t(1) << 30);
   check_opt("--refit-rounds", o.refit_rounds, 1, int64_t(1) << 30);
   for (int64_t m : o.conv_margin) check_opt("--conv-margin", m, 0, int64_t(1) << 30);
@@ -116,7 +116,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
   check_opt("--threads", o.threads, 1, 256);
   check_opt("--limit-train", o.limit_train, 0, int64_t(1) << 40);
   check_opt("--limit-test", o.limit_test, 0, int64_t(1) << 40);
-  const Isa isa = resolve_isa(o.isa, "--isa");
+  const Isa isa = resolve_isa(o.isa, "isa");
   const BitKernels& kern = bit_kernels_for(isa);
   const Dataset& tr = data.train;
   const Dataset& te = data.test;
@@ -273,7 +273,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
     s.S = o.segments, s.C = std::max(tr.num_classes, 2), s.kind = o.kind;
     validate(s, "layer " + std::to_string(l + 1));
     if (int64_t(s.O) * o.blocks > 4096)
-      throw Error("--blocks: " + std::to_string(o.blocks) + " blocks of " + std::to_string(s.O) +
+      throw Error("blocks: " + std::to_string(o.blocks) + " blocks of " + std::to_string(s.O) +
                   " channels make more than 4096 channels in layer " + std::to_string(l + 1));
     // Block 0's seed is the layer's seed without --blocks; the others are fresh random layers.
     // From the second block on, the committee of the blocks so far is joined and evaluated; the
@@ -299,7 +299,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
     // Drop the head; the convolution (pooled 2x2 with --layer-pool) makes the next layer's input.
     if (l + 1 < o.layers) {
       if (o.layer_pool != LayerPool::none && (xtr[0].H - 2 < 2 || xtr[0].W - 2 < 2))
-        throw Error("--layer-pool: layer " + std::to_string(l + 1) + "'s output is too small to pool");
+        throw Error("layer_pool: layer " + std::to_string(l + 1) + "'s output is too small to pool");
       pool.run([&](int tid) {
         for (int64_t i = split_range(ntr, tid, pool.size()).begin, e = split_range(ntr, tid, pool.size()).end; i < e; ++i) {
           BitImage next;
@@ -312,7 +312,7 @@ std::vector<Layer> train(const TrainOptions& o, const TrainTest& data,
           xte[i] = append_position_bits(pool2x2(next, o.layer_pool), o.position_bits, o.seed + l + 1);
         }
       });
-      if (xtr[0].H < 3 || xtr[0].W < 3) throw Error("--layers: images shrink below 3x3 after layer " + std::to_string(l + 1));
+      if (xtr[0].H < 3 || xtr[0].W < 3) throw Error("layers: images shrink below 3x3 after layer " + std::to_string(l + 1));
     }
     layers.push_back(std::move(L));
   }

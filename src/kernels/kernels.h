@@ -81,7 +81,7 @@ inline size_t dw_scratch_elems(const DwShape& d) {
 using PointwiseFn = void (*)(float* y, const float* x, size_t n);
 using PointwiseBwdFn = void (*)(float* dx, const float* dy, const float* x, size_t n);
 
-// y[i] = max(x[i], 0) for i < n.
+// y[i] = max(x[i], 0) for i < n; y may equal x (the plan runs ReLU in place).
 using ReluFwdFn = void (*)(float* y, const float* x, size_t n);
 // dx[i] = y[i] > 0 ? dy[i] : 0 (y is the forward output).
 using ReluBwdFn = void (*)(float* dx, const float* dy, const float* y, size_t n);

@@ -142,7 +142,7 @@ Model convnext_model(const std::string& name) {
     const int blocks[4] = {2, 2, 6, 2}, widths[4] = {40, 80, 160, 320};
     torchvision_convnext(m, blocks, widths);
   } else {
-    throw Error("--model: unknown model '" + name + "'");
+    throw Error("unknown model '" + name + "'");
   }
   return m;
 }

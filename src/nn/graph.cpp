@@ -222,6 +222,19 @@ size_t place(std::vector<Block>& blocks) {
   return total;
 }
 
+namespace {
+// Whether tensor t (a unit's output, fed to exactly one unit u that runs in place) can share its
+// storage with u's output: not the model input, not an alias itself, and not read by its own
+// producer's backward (the in-place write destroys it).
+bool can_share_in_place(const Graph& g, const std::vector<Unit>& units, const std::vector<int>& unit_of,
+                        const std::vector<int>& alias, int t) {
+  const Tensor& x = g.tensors[size_t(t)];
+  if (x.producer < 0 || x.readers.size() != 1 || alias[size_t(t)] != t) return false;
+  const Unit& p = units[size_t(unit_of[size_t(x.producer)])];
+  return p.out == t && !(p.backward && p.layer->backward_reads_output());
+}
+}  // namespace
+
 Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::vector<bool>& needs_grad,
                     bool training, int batch, size_t elem_bytes) {
   const int U = int(units.size()), end = 2 * U;
@@ -239,17 +252,28 @@ Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::v
     const Tensor& x = g.tensors[t];
     if (x.producer < 0) continue;
     const Unit& u = units[size_t(unit_of[size_t(x.producer)])];
-    if (u.out != int(t) || !u.layer->aliases_input()) continue;
+    if (u.out != int(t)) continue;
     const int in = u.in[0];
-    lt.alias[t] = lt.alias[size_t(in)];
-    if (g.tensors[size_t(in)].readers.size() == 1 && needs_grad[size_t(in)]) grad_alias[t] = grad_alias[size_t(in)];
+    if (u.layer->aliases_input()) {
+      lt.alias[t] = lt.alias[size_t(in)];
+      if (g.tensors[size_t(in)].readers.size() == 1 && needs_grad[size_t(in)]) grad_alias[t] = grad_alias[size_t(in)];
+    } else if (u.layer->runs_in_place() && can_share_in_place(g, units, unit_of, lt.alias, in)) {
+      lt.alias[t] = in;
+    }
   }
   for (size_t t = 0; t < T; ++t) {  // each tensor's own interval, merged into its storage's
     const Tensor& x = g.tensors[t];
     const int prod = x.producer < 0 ? -1 : unit_of[size_t(x.producer)];
+    if (prod >= 0 && units[size_t(prod)].out != int(t)) continue;  // inside a fused unit: never stored
     int first = prod < 0 ? 0 : prod, last = first;
-    for (int r : x.readers) last = std::max(last, unit_of[size_t(r)]);
-    if (training || t == 0 || t + 1 == T) last = end;
+    for (int r : x.readers) {
+      const Unit& u = units[size_t(unit_of[size_t(r)])];
+      last = std::max(last, unit_of[size_t(r)]);
+      if (training && u.backward && u.layer->backward_reads_inputs()) last = std::max(last, end - unit_of[size_t(r)]);
+    }
+    if (training && prod >= 0 && units[size_t(prod)].backward && units[size_t(prod)].layer->backward_reads_output())
+      last = std::max(last, end - prod);
+    if (t == 0 || t + 1 == T) last = end;
     Block& a = lt.act[size_t(lt.alias[t])];
     const bool fresh = a.bytes == 0;
     a.bytes = std::max(a.bytes, size_t(batch) * x.dims.size() * elem_bytes);

@@ -82,13 +82,15 @@ struct Block {
 size_t place(std::vector<Block>& blocks);
 
 // Lifetimes of activation and gradient buffers over the schedule: forward of unit u at step u,
-// the loss at step U, backward of unit u at step 2U - u (U units). Activations of a training plan
-// live from their producer to the end of backward (backward reads inputs and outputs; the NaN
-// check reads every output after forward); an inference plan's die after their last reader.
-// Gradients live from the first backward that writes them to their producer's backward. The
-// input and output tensors live throughout. alias[t]: the tensor whose storage t shares (a
-// Flatten's output is its input), or t; grad_alias the same for gradients (only where the input
-// has no other reader). Blocks of non-root tensors stay empty.
+// the loss at step U, backward of unit u at step 2U - u (U units). An activation lives from its
+// producer to its last reader: the last forward that reads it, and in a training plan also the
+// backward of each reader that reads its inputs and its producer's if that reads its output
+// (Layer::backward_reads_*). Gradients live from the first backward that writes them to their
+// producer's backward. The input and output tensors live throughout; tensors inside a fused
+// unit are never stored (0 bytes). alias[t]: the tensor whose storage t shares (a Flatten's
+// output is its input; an in-place ReLU's is its input where nothing else reads that), or t;
+// grad_alias the same for gradients (Flatten, only where the input has no other reader).
+// Blocks of non-root tensors stay empty.
 struct Lifetimes {
   std::vector<int> alias, grad_alias;     // per tensor: whose activation / gradient storage it uses
   std::vector<Block> act, grad;           // per tensor (grad blocks of tensors without one: 0 bytes)

@@ -94,6 +94,7 @@ class Conv2d final : public Layer {
     return ops::conv2d_workspace(shape(batch), threads);
   }
   double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -129,6 +130,7 @@ class Linear final : public Layer {
   int fan_in() const override { return in_.c; }
   int fan_out() const override { return spec_.out; }
   double flops_per_sample() const override { return 2.0 * in_.c * spec_.out; }
+  bool backward_reads_output() const override { return false; }
   size_t workspace_elems(int batch, int) const override { return ops::linear_fwd_workspace(batch, spec_.out); }
   size_t saved_bytes(int batch, int threads, DType dt) const override {
     return dt == DType::f32 ? ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads) : 0;
@@ -182,6 +184,7 @@ class ChannelLinear final : public Layer {
   int fan_out() const override { return conv_.fan_out(); }
   size_t workspace_elems(int batch, int threads) const override { return conv_.workspace_elems(batch, threads); }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override { conv_.forward(e, b, n); }
   void backward(const ops::Exec& e, const Bufs& b, int n) override { conv_.backward(e, b, n); }
 
@@ -214,6 +217,8 @@ class Pool2d final : public Layer {
   size_t index_elems(int batch) const override { return max_ ? size_t(batch) * out_.size() : 0; }
   // A max of 0 routes its gradient to an input that is 0 (padding never wins).
   bool grad_unused_at_zero_output(bool in) const override { return max_ && in; }
+  bool backward_reads_inputs() const override { return false; }  // max: the saved indices
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -243,6 +248,8 @@ class Flatten final : public Layer {
     return out_;
   }
   bool aliases_input() const override { return true; }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
   bool grad_unused_at_zero_output(bool in) const override { return in; }
   void forward(const ops::Exec&, const Bufs&, int) override {}
   // The output's storage is the input's; the gradient's too unless the input has other readers
@@ -267,6 +274,8 @@ class Add final : public Layer {
         throw Error("add needs inputs of one shape, found " + dims_str(in[0]) + " and " + dims_str(d));
     return in_ = out_ = in[0];
   }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -302,6 +311,8 @@ class Concat final : public Layer {
     out_ = {int(c), in[0].h, in[0].w};
     return out_;
   }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -324,6 +335,9 @@ class Activation final : public Layer {
   Activation(const LayerSpec& s, ops::Act a) : Layer(s), act_(a) {}
   Dims infer(const Dims& in) override { return in_ = out_ = in; }
   bool grad_unused_at_zero_output(bool) const override { return act_ == ops::Act::ReLU; }  // y == 0: dx = 0
+  bool backward_reads_inputs() const override { return ops::act_reads_input(act_); }
+  bool backward_reads_output() const override { return !ops::act_reads_input(act_); }
+  bool runs_in_place() const override { return !ops::act_reads_input(act_); }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -364,6 +378,7 @@ class ConvReluPool final : public Layer {
   // One int8 window code per pooled value, packed four to an int32 index element.
   size_t index_elems(int batch) const override { return (size_t(batch) * out_.size() + 3) / 4; }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }
+  bool backward_reads_output() const override { return false; }  // the window codes
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -401,6 +416,7 @@ class Softmax final : public Layer {
     if (!in.flat()) throw Error("softmax needs a flat input [D], found " + dims_str(in));
     return in_ = out_ = in;
   }
+  bool backward_reads_inputs() const override { return false; }
   void forward(const ops::Exec&, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);

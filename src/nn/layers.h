@@ -85,6 +85,13 @@ class Layer {
   // true for ReLU; `in`: the same for this layer's input (a Flatten or max-pool passes it on).
   virtual bool grad_unused_at_zero_output(bool in) const { return false; }
   virtual bool aliases_input() const { return false; }  // output is the input (Flatten)
+  // What backward reads besides dy, parameters and its own saved state: its inputs, its output.
+  // A training plan keeps an activation only until the last backward that reads it.
+  virtual bool backward_reads_inputs() const { return true; }
+  virtual bool backward_reads_output() const { return true; }
+  // Forward may write its output over its input (elementwise, and backward reads only the
+  // output): the plan does so where nothing else reads the input (ReLU after a convolution).
+  virtual bool runs_in_place() const { return false; }
   // A fused conv unit whose background windows a link (ops::Background) can carry.
   virtual bool can_split_background() const { return false; }
   virtual double flops_per_sample() const { return 0; }

@@ -37,6 +37,7 @@ class LayerNorm final : public Layer {
   bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
   size_t workspace_elems(int, int threads) const override { return ops::layernorm_workspace(D_, threads); }
   size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * lead_ * esize(dt); }
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     const int R = n * lead_, Rmax = rows_max(b);
     dispatch(b.dt, [&](auto tag) {
@@ -73,6 +74,7 @@ class LayerNorm2d final : public Layer {
   bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
   size_t workspace_elems(int, int threads) const override { return ops::layernorm_workspace(in_.c, threads); }
   size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * in_.h * in_.w * esize(dt); }
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     const size_t half = size_t(b.batch) * in_.h * in_.w;
     dispatch(b.dt, [&](auto tag) {
@@ -101,6 +103,8 @@ class GlobalAvgPool final : public Layer {
     in_ = in;
     return out_ = {in.c, 1, 1};
   }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
@@ -124,6 +128,7 @@ class LayerScale final : public Layer {
   std::vector<std::vector<int>> param_shapes() const override { return {{in_.c, 1, 1}}; }
   std::vector<std::string> param_names() const override { return {"layer_scale"}; }
   bool param_constant(size_t, double* v) const override { return *v = spec_.scale_init, true; }
+  bool backward_reads_output() const override { return false; }
   size_t workspace_elems(int, int threads) const override { return size_t(in_.c) * size_t(threads); }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
@@ -148,6 +153,8 @@ class ZeroPad2d final : public Layer {
     in_ = in;
     return out_ = {in.c, in.h + 2 * spec_.pad_h, in.w + 2 * spec_.pad_w};
   }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
   ref::ZeroPad2d shape(int n) const { return {n, in_.c, in_.h, in_.w, spec_.pad_h, spec_.pad_h, spec_.pad_w, spec_.pad_w}; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {

@@ -157,7 +157,7 @@ Model builtin_model(const std::string& name) {
   } else {
     std::string known;
     for (auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error("--model: unknown model '" + name + "' (expected one of " + known +
+    throw Error("unknown model '" + name + "' (expected one of " + known +
                 ", or a FILE.json model description)");
   }
   return m;

@@ -699,11 +699,11 @@ int Plan::first_nonfinite_grad() {
   return -1;
 }
 
-int Plan::first_nonfinite_output(int n) const {
-  const Impl& m = *impl_;
-  if (!m.opt.training)
-    throw Error("first_nonfinite_output: an inference plan reuses its activation buffers; build a training plan");
+int Plan::first_nonfinite_output(int n) {
+  Impl& m = *impl_;
+  const ops::Exec e = m.exec();
   for (size_t i = 0; i < m.us.size(); ++i) {
+    m.us[i].layer->forward(e, bind(m, i), n);
     const size_t t = size_t(m.us[i].out);
     const size_t count = size_t(n) * m.g.tensors[t].dims.size();
     bool bad = false;

@@ -156,6 +156,33 @@ TEST(Graph, PlaceNeverOverlapsBlocksAliveTogether) {
   EXPECT_LT(total, size_t(128 + 256 + 64 + 320 + 64));
 }
 
+// A training plan keeps an activation only until the last backward that reads it, and runs a
+// ReLU whose input nothing else reads in place.
+TEST(Graph, TrainingLifetimesEndAtTheLastBackwardThatReads) {
+  Model m;  // input -> conv "a" -> relu "r" -> conv "b" -> gelu "g" -> add(r, g) -> flatten -> linear
+  m.conv2d(3, 3, 1, 1).named("a").relu().named("r");
+  m.conv2d(3, 3, 1, 1).named("b").act(LayerKind::GELU).named("g");
+  m.add({"r", "g"}).named("sum").flatten().linear(10);
+  nn::Graph g = nn::resolve(m);
+  g.tensors[0].dims = {2, 6, 6};
+  nn::infer(g, DType::f32, 2);
+  auto units = nn::fuse(g, true);
+  ASSERT_EQ(units.size(), 7u);
+  const auto needs = nn::prune_backward(g, units);
+  const nn::Lifetimes lt = nn::lifetimes(g, units, needs, true, 2, 4);
+  const int end = 2 * 7;  // backward of unit u at step end - u
+  EXPECT_EQ(lt.alias[2], 1);  // r over a's output: the conv's backward does not read it
+  EXPECT_EQ(lt.alias[3], 3);  // b's output: the GELU reads it in backward, so its own storage
+  EXPECT_EQ(lt.alias[4], 4);  // g: not in place (GELU's backward reads its input)
+  EXPECT_EQ(lt.act[1].last, end - 1);  // a/r: until the ReLU's own backward (it reads its output)
+  EXPECT_EQ(lt.act[3].last, end - 3);  // b: until the GELU's backward
+  EXPECT_EQ(lt.act[4].last, 4);        // g: only the add reads it, in forward
+  EXPECT_EQ(lt.act[5].last, end - 6);  // sum (= the flatten's storage): until the linear's backward
+  EXPECT_EQ(lt.act[7].last, end);      // the output: throughout
+  const nn::Lifetimes inf = nn::lifetimes(g, units, needs, false, 2, 4);
+  EXPECT_EQ(inf.act[3].last, 3);       // inference: b dies after the GELU's forward
+}
+
 // Runs one forward and backward of the first n samples of random input; returns the loss.
 
 TEST(Graph, ResidualAndConcatGradcheckInDouble) {
@@ -288,7 +315,7 @@ TEST(Graph, InferencePlansReuseBuffersAndComputeTheSame) {
   pt.forward(16);
   pi.forward(16);
   EXPECT_EQ(std::memcmp(pt.output(), pi.output(), 16 * 10 * sizeof(float)), 0);
-  EXPECT_LT(pi.arena_bytes() * 3, pt.arena_bytes());
+  EXPECT_LT(pi.arena_bytes() * 2, pt.arena_bytes());
   EXPECT_THROW(pi.backward(16), Error);
   EXPECT_THROW(pi.loss(16, true), Error);
 }

@@ -7,11 +7,20 @@
 #include <nlohmann/json.hpp>
 
 #include "bitnet_cmd.h"
+#include "commands.h"
 #include "ember/bitnet.h"
 #include "ember/error.h"
 #include "ember/version.h"
 
 namespace ember::cli {
+
+namespace {
+// bitnet::TrainOptions / BenchConfig fields the library's errors name, and their flags.
+constexpr std::initializer_list<std::pair<const char*, const char*>> kBitnetFields = {
+    {"channels", "--channels"}, {"blur_radii", "--blur"}, {"refit_margin", "--refit-margin"},
+    {"conv_margin", "--conv-margin"}, {"blocks", "--blocks"}, {"layer_pool", "--layer-pool"},
+    {"layers", "--layers"}, {"threads", "--threads"}, {"isa", "--isa"}};
+}  // namespace
 
 namespace {
 
@@ -75,7 +84,7 @@ int run_bitnet_bench(const BitnetBenchArgs& a) {
   if (a.mode != "channels" && a.mode != "examples" && a.mode != "both")
     throw Error("--mode: expected channels, examples or both, found '" + a.mode + "'");
   const bitnet::WeightKind kind = parse_kind(a.kind);
-  const std::string kname = bitnet::kernel_name(a.isa);  // checks --isa
+  const std::string kname = naming_flags(kBitnetFields, [&] { return bitnet::kernel_name(a.isa); });  // checks --isa
   const std::string cpu = cpu_name();
   const unsigned hw = std::thread::hardware_concurrency();
   const int kb = a.input_bits.back(), kc = a.channels.back();
@@ -120,7 +129,7 @@ int run_bitnet_bench(const BitnetBenchArgs& a) {
             bitnet::BenchConfig cfg;
             cfg.input_bits = b, cfg.channels = c, cfg.segments = sg, cfg.threads = t, cfg.kind = kind;
             cfg.over_examples = ex, cfg.min_seconds = a.min_time, cfg.isa = a.isa;
-            const bitnet::BenchRow r = bitnet::bench_deltas(cfg);
+            const bitnet::BenchRow r = naming_flags(kBitnetFields, [&] { return bitnet::bench_deltas(cfg); });
             const char* mode = t == 1 ? "-" : ex ? "examples" : "channels";
             if (a.json) {
               std::printf("%s\n", nlohmann::json({{"input_bits", b}, {"channels", c}, {"segments", sg},
@@ -220,7 +229,7 @@ int run_bitnet_train(BitnetTrainArgs a) {
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   const TrainTest data = load_mnist_dir(dir);
   bool header = !a.json;  // printed with the first epoch, after every option was checked
-  bitnet::train(a.o, data, [&](const bitnet::EpochReport& r) {
+  naming_flags(kBitnetFields, [&] { return bitnet::train(a.o, data, [&](const bitnet::EpochReport& r) {
     if (header)
       std::printf("%5s %5s %5s %8s %6s %8s %14s %8s %14s %9s %8s\n", "layer", "block", "epoch", "batch", "steps", "changes",
                   "train_loss", "refit", "refit_loss", "test_acc", "seconds");
@@ -237,7 +246,7 @@ int run_bitnet_train(BitnetTrainArgs a) {
                   (r.block > 0 ? std::to_string(r.block) : r.joined > 1 ? "1.." + std::to_string(r.joined) : "-").c_str(), r.epoch, r.batch, r.steps,
                   r.changes, r.train_loss, (long long)r.refit_changes, r.refit_loss, 100 * r.test_accuracy, r.seconds);
     std::fflush(stdout);
-  });
+  }); });
   return 0;
 }
 

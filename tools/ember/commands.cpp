@@ -28,11 +28,20 @@ int default_threads() {
   return hc == 0 ? 1 : int(hc > 64 ? 64 : hc);
 }
 
+Model model_flag(const std::string& name) {
+  try {
+    return resolve_model(name);
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind("unknown model", 0) == 0) throw Error(std::string("--model: ") + e.what());
+    throw;
+  }
+}
+
 namespace {
 
 // --model resolved, with --act applied (ConvNeXt models only).
 Model model_of(const CommonArgs& a) {
-  Model m = resolve_model(a.model);
+  Model m = model_flag(a.model);
   if (a.act.empty()) return m;
   static const std::pair<const char*, LayerKind> acts[] = {
       {"relu", LayerKind::ReLU}, {"gelu", LayerKind::GELU}, {"gelu-tanh", LayerKind::GELUTanh},
@@ -300,7 +309,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
 namespace {
 // The model's layers and, per plan kind, the arena and its largest buffers.
 void print_plans(const InfoArgs& a) {
-  const Model model = resolve_model(a.model);
+  const Model model = model_flag(a.model);
   const int batch = a.batch_size > 0 ? a.batch_size : model.recipe.batch_size;
   check_int("--batch-size", batch, 1, 65536);
   for (bool training : {true, false}) {

@@ -7,11 +7,31 @@
 #include <vector>
 
 #include "ember/data.h"
+#include "ember/error.h"
 #include "ember/model.h"
 #include "ember/plan.h"
 #include "ember/train.h"
 
 namespace ember::cli {
+
+// Library errors name the value or the option's field ("unknown model 'x'", "channels: ...");
+// the CLI names its flags. Runs f; an ember::Error whose text starts with one of the fields and
+// a colon is rethrown with that field replaced by its flag ({"channels", "--channels"}).
+template <class F>
+auto naming_flags(std::initializer_list<std::pair<const char*, const char*>> fields, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& [field, flag] : fields) {
+      const std::string head = std::string(field) + ":";
+      if (msg.rfind(head, 0) == 0) throw Error(flag + msg.substr(std::string(field).size()));
+    }
+    throw;
+  }
+}
+// resolve_model(name) with "--model: " before an unknown built-in name.
+Model model_flag(const std::string& name);
 
 // Flags shared by train and eval: what to run on and how.
 struct CommonArgs {

@@ -310,7 +310,7 @@ size_t count_nonfinite_simd(const float* __restrict x, size_t n) {
   return total;
 }
 
-void relu_fwd_simd(float* __restrict y, const float* __restrict x, size_t n) {
+void relu_fwd_simd(float* y, const float* x, size_t n) {  // y may be x (in place)
   for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
 }
 void relu_bwd_simd(float* __restrict dx, const float* __restrict dy, const float* __restrict y,
