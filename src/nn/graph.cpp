@@ -150,20 +150,32 @@ bool conv_relu_pool_at(const Graph& g, size_t i) {
   return can_fuse_conv_relu_pool(seq, 3, g.tensors[size_t(g.nodes[i].in[0])].dims);
 }
 
+// The training pattern: LayerNorm (affine) -> Conv2d or Linear over channels at nodes i, i + 1,
+// the norm's output read by the conv alone.
+bool norm_conv_at(const Graph& g, size_t i) {
+  if (i + 1 >= g.nodes.size()) return false;
+  if (g.nodes[i + 1].in != std::vector<int>{int(i + 1)} || g.tensors[i + 1].readers.size() != 1) return false;
+  return can_fuse_norm_conv(*g.nodes[i].spec, *g.nodes[i + 1].spec);
+}
+
 }  // namespace
 
-std::vector<Unit> fuse(Graph& g, bool enabled) {
+std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
   std::vector<Unit> units;
   for (size_t i = 0; i < g.nodes.size();) {
-    const bool fused = enabled && conv_relu_pool_at(g, i);
-    const size_t count = fused ? 3 : 1;
+    const bool crp = enabled && conv_relu_pool_at(g, i);
+    const bool nc = enabled && training && !crp && norm_conv_at(g, i);
+    const size_t count = crp ? 3 : nc ? 2 : 1;
     Unit u;
     u.first = int(i);
     u.last = int(i + count - 1);
     u.in = g.nodes[i].in;
     u.out = u.last + 1;
-    if (fused) {
+    if (crp) {
       u.layer = make_conv_relu_pool(*g.nodes[i].spec);
+      u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
+    } else if (nc) {
+      u.layer = make_norm_conv(std::move(g.nodes[i].layer), std::move(g.nodes[i + 1].layer));
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
     } else {
       u.layer = std::move(g.nodes[i].layer);

@@ -62,9 +62,11 @@ struct Unit {
 };
 
 // Pass 3. Groups nodes into units. With `enabled`, every pattern in the fusion table that matches
-// becomes one unit: today Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2 where the conv and ReLU
-// outputs are read only by the next node of the pattern. Moves the nodes' layers into the units.
-std::vector<Unit> fuse(Graph& g, bool enabled);
+// becomes one unit, where the pattern's inner outputs are read only by its next node:
+// Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2; and, in a `training` plan, LayerNorm (affine)
+// -> Conv2d or Linear over channels (the normalised tensor is recomputed in backward instead of
+// kept). Moves the nodes' layers into the units.
+std::vector<Unit> fuse(Graph& g, bool enabled, bool training);
 
 // Pass 4. A tensor needs a gradient when a parameter lies upstream of it; a unit runs backward
 // when its output needs one. Returns per tensor whether its gradient buffer exists (the model's

@@ -38,6 +38,10 @@ struct Bufs {
   const float* wt; // a frozen f32 plan's Linear weight transposed [in, out] (Plan::freeze), or null
   void* dw;
   void* db;
+  const void* w2;  // a fused unit's second node's parameters (LayerNorm -> conv: the conv's), or null
+  const void* b2;
+  void* dw2;
+  void* db2;
   void* ws;        // shared scratch, workspace_elems() of dt
   int32_t* idx;    // saved indices (max-pool argmax), index_elems()
   void* saved;     // the layer's own state from forward to backward, saved_bytes(), or null
@@ -113,5 +117,11 @@ std::unique_ptr<Layer> make_convnext_layer(const LayerSpec& spec);
 bool can_fuse_conv_relu_pool(const LayerSpec* l, size_t count, const Dims& in);
 // The three as one unit, from the conv's spec.
 std::unique_ptr<Layer> make_conv_relu_pool(const LayerSpec& conv);
+// True when `norm` is a LayerNorm or LayerNorm2d with an affine transform and `conv` a Conv2d or a
+// Linear over channels (layers_convnext.cpp).
+bool can_fuse_norm_conv(const LayerSpec& norm, const LayerSpec& conv);
+// The two as one unit that never stores the normalised tensor (a training plan's fusion): it
+// takes over both nodes' layers, already inferred.
+std::unique_ptr<Layer> make_norm_conv(std::unique_ptr<Layer> norm, std::unique_ptr<Layer> conv);
 
 }  // namespace ember::nn

@@ -2,6 +2,8 @@
 // PyTorch's nn.LayerNorm(shape)), LayerNorm2d over channels at each position (torchvision's),
 // global average pooling (AdaptiveAvgPool2d(1)), layer scale (torchvision's CNBlock.layer_scale,
 // shape [C, 1, 1]) and zero padding. Each runs an op of ops/norm.h.
+#include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include "ember/error.h"
@@ -171,7 +173,87 @@ class ZeroPad2d final : public Layer {
   }
 };
 
+// LayerNorm (either kind) -> a convolution that alone reads its output, as one unit that never
+// stores the normalised tensor [N, C, H, W]: forward writes it to scratch and convolves it;
+// backward recomputes it (the norm's forward again: the same bits, its mean and rstd rewritten
+// with the same values) and runs the conv's backward, then the norm's, through scratch. The
+// results are those of the two units; a training plan keeps one activation less per ConvNeXt
+// block (16 MiB per stage-1 block of convnext-seed at batch 64) for one more pass over x.
+class NormConv final : public Layer {
+ public:
+  NormConv(std::unique_ptr<Layer> norm, std::unique_ptr<Layer> conv)
+      : Layer(norm->spec()), norm_(std::move(norm)), conv_(std::move(conv)) {}
+  Dims infer(const Dims& in) override {
+    in_ = in;
+    mid_ = norm_->infer(in);
+    return out_ = conv_->infer(mid_);
+  }
+  std::vector<std::vector<int>> param_shapes() const override {
+    auto v = norm_->param_shapes();
+    for (auto& s : conv_->param_shapes()) v.push_back(s);
+    return v;
+  }
+  int fan_in() const override { return conv_->fan_in(); }
+  int fan_out() const override { return conv_->fan_out(); }
+  double flops_per_sample() const override { return conv_->flops_per_sample(); }
+  // [normalised: N x mid][its gradient: N x mid][the norm's or the conv's own scratch]
+  size_t workspace_elems(int batch, int threads) const override {
+    return 2 * mid_elems(batch) + std::max(norm_->workspace_elems(batch, threads), conv_->workspace_elems(batch, threads));
+  }
+  size_t saved_bytes(int batch, int threads, DType dt) const override { return norm_->saved_bytes(batch, threads, dt); }
+  bool backward_reads_output() const override { return false; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    Bufs nb, cb;
+    split(b, &nb, &cb);
+    norm_->forward(e, nb, n);
+    conv_->forward(e, cb, n);
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    Bufs nb, cb;
+    split(b, &nb, &cb);
+    norm_->forward(e, nb, n);  // the normalised tensor again, for the conv's weight gradient
+    conv_->backward(e, cb, n);
+    nb.dy = cb.dx;
+    norm_->backward(e, nb, n);
+  }
+
+ private:
+  size_t mid_elems(int batch) const { return (size_t(batch) * mid_.size() + 15) / 16 * 16; }  // 64-byte steps
+  // The norm's and the conv's views of the unit's buffers.
+  void split(const Bufs& b, Bufs* nb, Bufs* cb) const {
+    std::byte* mid = static_cast<std::byte*>(b.ws);
+    std::byte* dmid = mid + mid_elems(b.batch) * esize(b.dt);
+    std::byte* inner = dmid + mid_elems(b.batch) * esize(b.dt);
+    *nb = b;
+    nb->y = mid;
+    nb->ws = inner;
+    nb->w2 = nb->b2 = nullptr, nb->dw2 = nb->db2 = nullptr;
+    *cb = b;
+    cb->nin = 1;
+    cb->x = cb->xs[0] = mid;
+    cb->dx = cb->dxs[0] = dmid;
+    cb->w = b.w2, cb->b = b.b2, cb->dw = b.dw2, cb->db = b.db2;
+    cb->w2 = cb->b2 = nullptr, cb->dw2 = cb->db2 = nullptr;
+    cb->ws = inner;
+    cb->saved = nullptr;
+    cb->idx = nullptr;
+    cb->dx_unused_at_zero = false;
+  }
+  std::unique_ptr<Layer> norm_, conv_;
+  Dims mid_;
+};
+
 }  // namespace
+
+bool can_fuse_norm_conv(const LayerSpec& norm, const LayerSpec& conv) {
+  const bool is_norm = norm.kind == LayerKind::LayerNorm || norm.kind == LayerKind::LayerNorm2d;
+  const bool is_conv = conv.kind == LayerKind::Conv2d || (conv.kind == LayerKind::Linear && conv.over_channels);
+  return is_norm && norm.bias && is_conv;
+}
+
+std::unique_ptr<Layer> make_norm_conv(std::unique_ptr<Layer> norm, std::unique_ptr<Layer> conv) {
+  return std::make_unique<NormConv>(std::move(norm), std::move(conv));
+}
 
 std::unique_ptr<Layer> make_convnext_layer(const LayerSpec& s) {
   switch (s.kind) {

@@ -252,7 +252,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
   m.params = nn::graph_params(m.g);
   for (const ParamInfo& p : m.params) m.nparams += p.size;
   describe(m);
-  m.us = nn::fuse(m.g, opt.fuse);                                // pass 3
+  m.us = nn::fuse(m.g, opt.fuse, opt.training);                                // pass 3
   m.layer_unit.assign(m.g.nodes.size(), 0);
   for (size_t i = 0; i < m.us.size(); ++i)
     for (int l = m.us[i].first; l <= m.us[i].last; ++l) m.layer_unit[size_t(l)] = int(i);
@@ -471,15 +471,16 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   b.dx = b.dxs[0];
   b.y = base + m.act[size_t(u.out)];
   b.dy = m.grad[size_t(u.out)] != kNone ? base + m.grad[size_t(u.out)] : nullptr;
-  if (m.first_param[i] >= 0) {
-    const ParamInfo& w = m.params[size_t(m.first_param[i])];
-    b.w = base + m.param_off + w.offset * m.esz;
-    b.dw = base + m.grad_off + w.offset * m.esz;
-    if (size_t(m.first_param[i]) + 1 < m.params.size() && m.params[size_t(m.first_param[i]) + 1].layer == u.first) {
-      const ParamInfo& bi = m.params[size_t(m.first_param[i]) + 1];
-      b.b = base + m.param_off + bi.offset * m.esz;
-      b.db = base + m.grad_off + bi.offset * m.esz;
-    }
+  // Each node's parameters, weight then bias: the unit's first node's in w, b; a second node's
+  // (a fused LayerNorm -> conv) in w2, b2.
+  for (size_t t = m.first_param[i] < 0 ? m.params.size() : size_t(m.first_param[i]);
+       t < m.params.size() && m.layer_unit[size_t(m.params[t].layer)] == int(i); ++t) {
+    const ParamInfo& q = m.params[t];
+    const bool second = q.layer != u.first, bias = t > 0 && m.params[t - 1].layer == q.layer;
+    const void*& v = second ? (bias ? b.b2 : b.w2) : (bias ? b.b : b.w);
+    void*& d = second ? (bias ? b.db2 : b.dw2) : (bias ? b.db : b.dw);
+    v = base + m.param_off + q.offset * m.esz;
+    d = base + m.grad_off + q.offset * m.esz;
   }
   b.wt = m.frozen && !m.packed[i].empty() ? m.packed[i].data() : nullptr;
   b.ws = base + m.ws_off;

@@ -123,6 +123,34 @@ TEST(ConvNextNodes, F32AgreesWithF64AtOneAndTwoThreads) {
   }
 }
 
+// A training plan runs LayerNorm2d -> conv as one unit that recomputes the normalised tensor in
+// backward instead of keeping it: the same bits as the two units (fusion off), in less arena.
+TEST(ConvNextNodes, NormConvFusionGivesTheSameBitsInLessMemory) {
+  PlanOptions on, off;
+  on.batch = off.batch = 4;
+  on.threads = off.threads = 2;
+  off.fuse = false;
+  Model m = convnext_like();
+  Plan a(m, on), b(m, off);
+  bool fused = false;
+  for (const UnitInfo& u : a.units()) fused = fused || u.name.find("layernorm2d+conv2d") != std::string::npos;
+  EXPECT_TRUE(fused);
+  a.init_params(3);
+  perturb<float>(a, 4);
+  std::memcpy(b.param_data(), a.param_data(), a.param_count() * sizeof(float));
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(pass(a, 4, 10 + step, 3, 1), pass(b, 4, 10 + step, 3, 1));
+    EXPECT_EQ(std::memcmp(a.grad_data(), b.grad_data(), a.param_count() * sizeof(float)), 0) << step;
+    a.optimizer_step(1e-2);
+    b.optimizer_step(1e-2);
+  }
+  EXPECT_EQ(std::memcmp(a.param_data(), b.param_data(), a.param_count() * sizeof(float)), 0);
+  // The unit's scratch holds two normalised tensors; a model of many blocks saves one per block.
+  const Model fashion = builtin_model("convnext-fashion");
+  on.batch = off.batch = 64;
+  EXPECT_LT(Plan(fashion, on).arena_bytes() * 20, Plan(fashion, off).arena_bytes() * 19);
+}
+
 TEST(ConvNextNodes, BadOptionsAreRefusedNamingTheLayer) {
   auto error_of = [](const std::string& layers) {
     try {

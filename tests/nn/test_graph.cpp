@@ -104,7 +104,7 @@ TEST(Graph, FusionMatchesThePatternOnlyWhereNothingElseReadsInside) {
   nn::Graph g = nn::resolve(m);
   g.tensors[0].dims = {1, 8, 8};
   nn::infer(g, DType::f32, 2);
-  auto units = nn::fuse(g, true);
+  auto units = nn::fuse(g, true, true);
   ASSERT_EQ(units.size(), 3u);
   EXPECT_EQ(units[0].kinds, "conv2d+relu+maxpool2d");
   // The ReLU's output also read by a later node: no fusion (it must be stored).
@@ -117,13 +117,13 @@ TEST(Graph, FusionMatchesThePatternOnlyWhereNothingElseReadsInside) {
   nn::Graph g2 = nn::resolve(r);
   g2.tensors[0].dims = {1, 8, 8};
   nn::infer(g2, DType::f32, 2);
-  auto units2 = nn::fuse(g2, true);
+  auto units2 = nn::fuse(g2, true, true);
   EXPECT_EQ(units2[0].kinds, "conv2d");
   EXPECT_EQ(units2[1].kinds, "relu");
   nn::Graph g3 = nn::resolve(m);
   g3.tensors[0].dims = {1, 8, 8};
   nn::infer(g3, DType::f32, 2);
-  EXPECT_EQ(nn::fuse(g3, false).size(), 5u);
+  EXPECT_EQ(nn::fuse(g3, false, true).size(), 5u);
 }
 
 TEST(Graph, BackwardIsPrunedUpstreamOfTheFirstParameter) {
@@ -132,7 +132,7 @@ TEST(Graph, BackwardIsPrunedUpstreamOfTheFirstParameter) {
   nn::Graph g = nn::resolve(m);
   g.tensors[0].dims = {1, 8, 8};
   nn::infer(g, DType::f32, 2);
-  auto units = nn::fuse(g, true);
+  auto units = nn::fuse(g, true, true);
   const std::vector<bool> needs = nn::prune_backward(g, units);
   EXPECT_EQ(needs, (std::vector<bool>{false, false, true, true, true}));
   EXPECT_FALSE(units[0].backward);
@@ -166,7 +166,7 @@ TEST(Graph, TrainingLifetimesEndAtTheLastBackwardThatReads) {
   nn::Graph g = nn::resolve(m);
   g.tensors[0].dims = {2, 6, 6};
   nn::infer(g, DType::f32, 2);
-  auto units = nn::fuse(g, true);
+  auto units = nn::fuse(g, true, true);
   ASSERT_EQ(units.size(), 7u);
   const auto needs = nn::prune_backward(g, units);
   const nn::Lifetimes lt = nn::lifetimes(g, units, needs, true, 2, 4);
