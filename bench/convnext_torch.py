@@ -2,7 +2,8 @@
 # The PyTorch side of ember's ConvNeXt models: the seed study's network (written here from its
 # description: stem, cx_blocks of inverted-bottleneck blocks, out) and torchvision 0.14's ConvNeXt
 # class, with state_dict names equal to ember's parameter names. `roundtrip` loads ember's weights
-# strictly and compares outputs, then writes PyTorch's own random weights and outputs for ember.
+# strictly and compares outputs, then writes PyTorch's own random weights and outputs for ember;
+# `epoch` trains with the study's recipe; `export` writes ONNX for ONNX Runtime.
 import argparse
 import json
 import os
@@ -149,6 +150,21 @@ def epoch(a):
     return 0
 
 
+def export(a):
+    """torch.onnx.export of the model (random weights, eval mode) with a dynamic batch: the ONNX
+    Runtime side of the inference comparison (bench/compare_onnxruntime.py)."""
+    torch.manual_seed(a.seed)
+    model = build(a.model, a.act).eval()
+    for m in model.modules():  # 1.13 cannot export padding="same"; an odd kernel's is k // 2 each side
+        if isinstance(m, nn.Conv2d) and m.padding == "same":
+            m.padding = tuple(k // 2 for k in m.kernel_size)
+    shape = {"convnext-fashion": (1, 1, 28, 28)}.get(a.model, (1, 3, 64, 64))
+    torch.onnx.export(model, torch.randn(*shape), a.output, opset_version=a.opset, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    print(f"{a.model}: wrote {a.output} (opset {a.opset})")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -174,8 +190,14 @@ def main():
     e.add_argument("--seed", type=int, default=1)
     e.add_argument("--epochs", type=int, default=1)
     e.add_argument("--shuffle", action="store_true", help="reshuffle every epoch (the default keeps the order)")
+    x = sub.add_parser("export")
+    x.add_argument("model")
+    x.add_argument("output")
+    x.add_argument("--act", default="relu")
+    x.add_argument("--opset", type=int, default=17, help="17: LayerNormalization is one ONNX op")
+    x.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    return roundtrip(a) if a.cmd == "roundtrip" else epoch(a)
+    return {"roundtrip": roundtrip, "epoch": epoch, "export": export}[a.cmd](a)
 
 
 if __name__ == "__main__":

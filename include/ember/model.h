@@ -12,7 +12,8 @@ namespace ember {
 enum class LayerKind {
   Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax, Add, Concat,
   GELU, GELUTanh, HardSwish, SiLU, FastSwish,  // "gelu" (erf), "gelu-tanh", "hardswish", "silu", "fastswish"
-  LayerNorm, LayerNorm2d, GlobalAvgPool, LayerScale, ZeroPad2d
+  LayerNorm, LayerNorm2d, GlobalAvgPool, LayerScale, ZeroPad2d,
+  DropPath  // "droppath": stochastic depth (torchvision's StochasticDepth, mode "row")
 };
 enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
 // Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
@@ -44,6 +45,7 @@ struct LayerSpec {
   int norm_dims = 0;                  // LayerNorm: trailing per-sample dims normalised (0: all)
   double eps = 1e-5;                  // LayerNorm, LayerNorm2d
   double scale_init = 1e-6;           // LayerScale: every scale's initial value
+  double drop_prob = 0;               // DropPath: the chance a sample's input is dropped (0 <= p < 1)
   std::optional<Init> init;           // overrides the model's default init
 };
 
@@ -81,6 +83,7 @@ struct Model {
   Model& sigmoid();
   Model& tanh();
   Model& softmax();
+  Model& drop_path(double p);  // stochastic depth: off in eval mode (Plan::set_train_mode)
   Model& act(LayerKind kind);  // any parameter-free single-input kind: relu, gelu, fastswish, ...
   // Residual sum and channel concatenation of earlier layers' outputs (named with named()).
   Model& add(std::vector<std::string> inputs);

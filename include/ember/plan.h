@@ -38,6 +38,7 @@ struct PlanOptions {
   // false: an inference plan: no gradients, no optimizer state, and activation buffers reused
   // once nothing reads them (loss(n, true), backward and the optimizer then throw).
   bool training = true;
+  uint64_t seed = 1;            // stochastic depth's masks: drawn from (seed, optimizer step, unit)
 };
 
 struct ParamInfo {
@@ -169,6 +170,10 @@ class Plan {
   // checking each output as it is written (plans keep an activation only while something reads
   // it, and a ReLU may overwrite its input), so call it with the input of the failing forward.
   int first_nonfinite_output(int n);
+  // Train mode (a training plan's default) draws stochastic-depth masks in forward; eval mode
+  // (an inference plan's default; evaluate() switches to it) runs them as the identity.
+  void set_train_mode(bool on);
+  bool train_mode() const;
 
   // The flat parameter block and its gradient (dtype elements, param_count() of them). The
   // non-const param_data() throws on a frozen plan; the const one reads.

@@ -48,6 +48,8 @@ struct Bufs {
   bool dx_unused_at_zero;  // the layer before ignores dx wherever x == 0 (a ReLU's output)
   const ops::Background* bg;  // f32: the background link of a first conv unit and its Linear, or null
   bool frozen;                // the plan is frozen (Plan::freeze): the conv unit does not split
+  bool train_mode;            // Plan::set_train_mode: stochastic depth draws masks
+  uint64_t noise;             // this unit's random stream for this step (seed, optimizer step, unit)
 };
 
 // Runs f(float{}) or f(double{}) for a plan's element type; p<T> views an arena pointer as T.

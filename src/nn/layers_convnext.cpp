@@ -147,6 +147,39 @@ class LayerScale final : public Layer {
   }
 };
 
+// Stochastic depth (torchvision's StochasticDepth(p, "row")): in train mode each sample is
+// dropped (scale 0) with probability p, else scaled by 1 / (1 - p); in eval mode the identity.
+// Runs in place; backward reads only the saved per-sample scales.
+class DropPath final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    if (!(spec_.drop_prob >= 0 && spec_.drop_prob < 1))
+      throw Error("droppath: p must be in [0, 1), found " + std::to_string(spec_.drop_prob));
+    return in_ = out_ = in;
+  }
+  size_t saved_bytes(int batch, int, DType dt) const override { return size_t(batch) * esize(dt); }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
+  bool runs_in_place() const override { return true; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      T* scale = p<T>(b.saved);
+      if (b.train_mode && spec_.drop_prob > 0) ref::drop_path_scales<T>(scale, b.noise, n, spec_.drop_prob);
+      else std::fill(scale, scale + n, T(1));
+      ops::sample_scale<T>(e, p<T>(b.y), p<T>(b.x), scale, n, in_.size());
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::sample_scale<T>(e, p<T>(b.dx), p<T>(b.dy), p<T>(b.saved), n, in_.size());
+    });
+  }
+};
+
 // nn.ZeroPad2d((w, w, h, h)): [C, H, W] -> [C, H + 2h, W + 2w].
 class ZeroPad2d final : public Layer {
  public:
@@ -262,6 +295,7 @@ std::unique_ptr<Layer> make_convnext_layer(const LayerSpec& s) {
     case LayerKind::GlobalAvgPool: return std::make_unique<GlobalAvgPool>(s);
     case LayerKind::LayerScale: return std::make_unique<LayerScale>(s);
     case LayerKind::ZeroPad2d: return std::make_unique<ZeroPad2d>(s);
+    case LayerKind::DropPath: return std::make_unique<DropPath>(s);
     default: return nullptr;
   }
 }

@@ -44,6 +44,7 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::GlobalAvgPool: return "globalavgpool";
     case LayerKind::LayerScale: return "layerscale";
     case LayerKind::ZeroPad2d: return "zeropad2d";
+    case LayerKind::DropPath: return "droppath";
   }
   return "?";
 }
@@ -108,6 +109,11 @@ Model& Model::sigmoid() { layers.push_back(simple(LayerKind::Sigmoid)); return *
 Model& Model::tanh() { layers.push_back(simple(LayerKind::Tanh)); return *this; }
 Model& Model::softmax() { layers.push_back(simple(LayerKind::Softmax)); return *this; }
 Model& Model::act(LayerKind kind) { layers.push_back(simple(kind)); return *this; }
+Model& Model::drop_path(double p) {
+  layers.push_back(simple(LayerKind::DropPath));
+  layers.back().drop_prob = p;
+  return *this;
+}
 Model& Model::add(std::vector<std::string> in) {
   layers.push_back(simple(LayerKind::Add));
   layers.back().inputs = std::move(in);
@@ -305,6 +311,14 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
         r.fail(path + ".init_value", "expected a finite number, found " + brief(j["init_value"]));
       s.scale_init = j["init_value"].get<double>();
     }
+  } else if (type == "droppath") {
+    r.only(j, path, {"type", "name", "inputs", "p"});
+    s.kind = LayerKind::DropPath;
+    if (j.contains("p")) {
+      if (!j["p"].is_number() || !(j["p"].get<double>() >= 0 && j["p"].get<double>() < 1))
+        r.fail(path + ".p", "expected a probability in [0, 1), found " + brief(j["p"]));
+      s.drop_prob = j["p"].get<double>();
+    }
   } else if (type == "zeropad2d") {
     r.only(j, path, {"type", "name", "inputs", "padding"});
     s.kind = LayerKind::ZeroPad2d;
@@ -324,7 +338,7 @@ LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
       r.fail(path + ".type", "unknown layer " + brief(j["type"]) +
                                  " (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
                                  "sigmoid, tanh, gelu, gelu-tanh, hardswish, silu, fastswish, softmax, add, "
-                                 "concat, layernorm, layernorm2d, globalavgpool, layerscale or zeropad2d)");
+                                 "concat, layernorm, layernorm2d, globalavgpool, layerscale, zeropad2d or droppath)");
     r.only(j, path, {"type", "name", "inputs"});
   }
   if (j.contains("bias")) {
@@ -368,6 +382,7 @@ json layer_json(const LayerSpec& s) {
       break;
     case LayerKind::LayerScale: j["init_value"] = s.scale_init; break;
     case LayerKind::ZeroPad2d: j["padding"] = pair(s.pad_h, s.pad_w); break;
+    case LayerKind::DropPath: j["p"] = s.drop_prob; break;
     default: break;
   }
   if (s.init) j["init"] = init_name(*s.init);

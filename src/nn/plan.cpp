@@ -59,6 +59,7 @@ struct Plan::Impl {
   Profiler* prof = nullptr;
   // Plan::freeze: per unit, a Linear weight transposed to [in, out] (empty for other units).
   bool frozen = false;
+  bool train_mode = true;                        // set from opt.training; Plan::set_train_mode
   std::vector<std::vector<float>> packed;
   size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
   size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
@@ -242,6 +243,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
   Impl& m = *impl_;
   m.model = model;
   m.opt = opt;
+  m.train_mode = opt.training;
   if (opt.batch < 1 || opt.batch > (1 << 20))
     throw Error("batch size: expected an integer in [1, 1048576], found " + std::to_string(opt.batch));
   if (opt.threads < 1 || opt.threads > 256)
@@ -492,6 +494,11 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   // values 0, which tells the Linear (forward and a backward after it) there is nothing to add.
   b.bg = m.bg_unit[i] ? &m.bg : nullptr;
   b.frozen = m.frozen;
+  b.train_mode = m.train_mode;
+  // The unit's random stream for this step: a hash of (seed, optimizer steps done, its first node).
+  uint64_t z = m.opt.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(m.step) + 1) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t(u.first) + 1) * 0x165667B19E3779F9ull;
+  z = (z ^ (z >> 33)) * 0xFF51AFD7ED558CCDull;
+  b.noise = z ^ (z >> 33);
   return b;
 }
 
@@ -699,6 +706,9 @@ int Plan::first_nonfinite_grad() {
     if (m.k->count_nonfinite(g + m.params[t].offset, m.params[t].size) != 0) return int(t);
   return -1;
 }
+
+void Plan::set_train_mode(bool on) { impl_->train_mode = on; }
+bool Plan::train_mode() const { return impl_->train_mode; }
 
 int Plan::first_nonfinite_output(int n) {
   Impl& m = *impl_;

@@ -104,6 +104,12 @@ void global_avgpool_bwd(const Exec& e, T* dx, const T* dy, int N, int C, int HW)
 }
 
 template <class T>
+void sample_scale(const Exec& e, T* y, const T* x, const T* scale, int N, size_t D) {
+  shares(e, N, kSerial<T>, [&](int, int64_t n0, int64_t n) {
+    if (n > 0) ref::sample_scale<T>(y + n0 * D, x + n0 * D, scale + n0, int(n), D);
+  });
+}
+template <class T>
 void channel_scale_fwd(const Exec& e, T* y, const T* x, const T* s, int N, int C, int HW) {
   const size_t S = size_t(C) * HW;
   shares(e, N, kSerial<T>, [&](int, int64_t n0, int64_t n) {
@@ -151,6 +157,7 @@ void zero_pad_bwd(const Exec& e, T* dx, const T* dy, const ref::ZeroPad2d& s) {
                                    int, int, int, T*);                                                          \
   template void global_avgpool_fwd<T>(const Exec&, T*, const T*, int, int, int);                                \
   template void global_avgpool_bwd<T>(const Exec&, T*, const T*, int, int, int);                                \
+  template void sample_scale<T>(const Exec&, T*, const T*, const T*, int, size_t);                              \
   template void channel_scale_fwd<T>(const Exec&, T*, const T*, const T*, int, int, int);                       \
   template void channel_scale_bwd<T>(const Exec&, T*, T*, const T*, const T*, const T*, int, int, int, T*);     \
   template void zero_pad_fwd<T>(const Exec&, T*, const T*, const ref::ZeroPad2d&);                              \

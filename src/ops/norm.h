@@ -34,6 +34,9 @@ template <class T>
 void global_avgpool_bwd(const Exec& e, T* dx, const T* dy, int N, int C, int HW);
 
 // y[N, C, HW] = x * s[C]; backward: dx (may be null), ds [C] overwritten. ws: threads * C.
+// y[N, D] = x * scale[n] (drop path forward and backward; y may be x), split over samples.
+template <class T>
+void sample_scale(const Exec& e, T* y, const T* x, const T* scale, int N, size_t D);
 template <class T>
 void channel_scale_fwd(const Exec& e, T* y, const T* x, const T* s, int N, int C, int HW);
 template <class T>

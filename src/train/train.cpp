@@ -38,6 +38,12 @@ void check_dataset_fits(const Plan& plan, const Dataset& d, const std::string& w
 
 EvalResult evaluate(Plan& plan, const Dataset& data) {
   const int B = plan.batch();
+  struct EvalMode {  // stochastic depth off while evaluating; the plan's mode back after
+    Plan& p;
+    bool was;
+    explicit EvalMode(Plan& q) : p(q), was(q.train_mode()) { p.set_train_mode(false); }
+    ~EvalMode() { p.set_train_mode(was); }
+  } mode(plan);
   std::vector<int64_t> index(B);
   EvalResult r;
   double loss_sum = 0;

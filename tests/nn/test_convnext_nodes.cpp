@@ -20,7 +20,7 @@ LayerSpec node(LayerKind k, const std::string& name = "") {
 
 // zeropad -> patchify conv "stem.0" -> LayerNorm([C, H, W]) "stem.1" -> LayerNorm([H, W]) "post" ->
 // block: grouped 7x7 'same' conv with a channel multiplier, LayerNorm2d, 1x1, GELU, 1x1, layer
-// scale, residual add -> global average pool -> LayerNorm(C) -> Linear. (No norm over [H, W] after
+// scale, stochastic depth (p 0.3), residual add -> global average pool -> LayerNorm(C) -> Linear. (No norm over [H, W] after
 // the block: it would cancel per-channel shifts and scales, leaving their gradients 0.)
 Model convnext_like() {
   Model m;
@@ -42,7 +42,8 @@ Model convnext_like() {
   LayerSpec ls = node(LayerKind::LayerScale, "blk");
   ls.scale_init = 0.5;
   m.layers.push_back(ls);
-  m.add({"post", "blk"});
+  m.drop_path(0.3).named("blk.sd");
+  m.add({"post", "blk.sd"});
   m.layers.push_back(node(LayerKind::GlobalAvgPool));
   m.layers.push_back(node(LayerKind::LayerNorm, "out.2"));
   m.linear(10).named("out.3");
@@ -151,6 +152,53 @@ TEST(ConvNextNodes, NormConvFusionGivesTheSameBitsInLessMemory) {
   EXPECT_LT(Plan(fashion, on).arena_bytes() * 20, Plan(fashion, off).arena_bytes() * 19);
 }
 
+// Stochastic depth: in train mode whole samples of the branch are dropped (the rest scaled by
+// 1 / (1 - p)), with masks that depend on the seed and the optimizer step, not on threads; in eval
+// mode (what evaluate() uses) it is the identity.
+TEST(ConvNextNodes, DropPathDropsWholeSamplesInTrainModeOnly) {
+  Model m;
+  m.in_c = 1, m.in_h = 4, m.in_w = 4;
+  m.num_classes = 3;
+  m.conv2d(2, 3, 1, 1).drop_path(0.5).flatten().linear(3);
+  auto outputs = [&](int threads, bool train, int steps, uint64_t seed) {
+    PlanOptions o;
+    o.batch = 32, o.threads = threads, o.seed = seed;
+    o.optimizer.kind = OptimizerKind::SGD;
+    Plan p(m, o);
+    p.init_params(1);
+    p.set_optimizer_steps(steps);
+    p.set_train_mode(train);
+    auto x = randn(32 * 16, 2);
+    for (size_t i = 0; i < x.size(); ++i) static_cast<float*>(p.input())[i] = float(x[i]);
+    p.forward(32);
+    const float* y = static_cast<const float*>(p.output());
+    const float* bias = static_cast<const float*>(p.param_data()) + p.params()[3].offset;
+    std::vector<float> out(y, y + 32 * 3);
+    int dropped = 0;  // a dropped sample's Linear sees zeros: its output is the bias
+    for (int i = 0; i < 32; ++i) dropped += std::memcmp(y + 3 * i, bias, 3 * sizeof(float)) == 0;
+    return std::make_pair(out, dropped);
+  };
+  const auto [train1, dropped] = outputs(1, true, 0, 1);
+  EXPECT_GE(dropped, 6);  // about 16 of 32; 6..26 holds with probability 1 - 1e-4 for a fair draw
+  EXPECT_LE(dropped, 26);
+  EXPECT_EQ(outputs(2, true, 0, 1).first, train1);     // the same masks at any thread count
+  EXPECT_NE(outputs(1, true, 1, 1).first, train1);     // a new mask after an optimizer step
+  EXPECT_NE(outputs(1, true, 0, 2).first, train1);     // and for another seed
+  const auto [eval, none] = outputs(1, false, 0, 1);
+  EXPECT_EQ(none, 0);
+  Model plain;  // eval mode: the identity
+  plain.in_c = 1, plain.in_h = 4, plain.in_w = 4, plain.num_classes = 3;
+  plain.conv2d(2, 3, 1, 1).flatten().linear(3);
+  PlanOptions o;
+  o.batch = 32, o.training = false;
+  Plan q(plain, o);
+  q.init_params(1);
+  auto x = randn(32 * 16, 2);
+  for (size_t i = 0; i < x.size(); ++i) static_cast<float*>(q.input())[i] = float(x[i]);
+  q.forward(32);
+  EXPECT_EQ(std::vector<float>(static_cast<const float*>(q.output()), static_cast<const float*>(q.output()) + 96), eval);
+}
+
 TEST(ConvNextNodes, BadOptionsAreRefusedNamingTheLayer) {
   auto error_of = [](const std::string& layers) {
     try {
@@ -166,6 +214,7 @@ TEST(ConvNextNodes, BadOptionsAreRefusedNamingTheLayer) {
     }
     return std::string("(accepted)");
   };
+  EXPECT_NE(error_of(R"({"type": "droppath", "p": 1})").find("layers[0].p"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "conv2d", "out_channels": 2, "kernel": 4, "padding": "same"})")
                 .find("c.json: layers[0] (conv2d): conv2d: padding \"same\" needs stride 1 and an odd kernel"),
             std::string::npos);

@@ -244,6 +244,7 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
   po.isa = a.common.isa;
+  po.seed = a.seed;  // stochastic depth's masks
   po.optimizer.kind = parse_optimizer(a.optimizer, L("--optimizer"));
   po.optimizer.l2 = a.l2;
   po.optimizer.weight_decay = a.weight_decay;

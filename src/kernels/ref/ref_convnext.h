@@ -185,6 +185,26 @@ template <class T> void global_avgpool_bwd(T* dx, const T* dy, int N, int C, int
     for (int p = 0; p < HW; ++p) dx[nc * HW + p] = dy[nc] / T(HW);
 }
 
+// Stochastic depth (torchvision's StochasticDepth, mode "row"): sample i is dropped when its
+// uniform draw is below p, else scaled by 1 / (1 - p). The draw is a hash of (noise, i): the plan
+// derives noise from its seed, the optimizer step and the unit, so masks do not depend on the
+// thread count and a resumed run draws the same ones. scale[N] is kept for backward.
+inline double drop_path_uniform(uint64_t noise, int i) {  // splitmix64 of the pair, 53 bits
+  uint64_t z = noise + 0x9E3779B97F4A7C15ull * (uint64_t(i) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return double((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+template <class T> void drop_path_scales(T* scale, uint64_t noise, int N, double p) {
+  const T keep = T(1) / T(1 - p);
+  for (int i = 0; i < N; ++i) scale[i] = drop_path_uniform(noise, i) < p ? T(0) : keep;
+}
+// y[N, D] = x * scale[n] (backward: dx = dy * scale[n], the same call). y may be x.
+template <class T> void sample_scale(T* y, const T* x, const T* scale, int N, size_t D) {
+  for (int i = 0; i < N; ++i)
+    for (size_t k = 0; k < D; ++k) y[size_t(i) * D + k] = x[size_t(i) * D + k] * scale[i];
+}
+
 // Layer scale: y[N, C, HW] = x * s[C].
 template <class T> void channel_scale_fwd(T* y, const T* x, const T* s, int N, int C, int HW) {
   for (size_t nc = 0; nc < (size_t)N * C; ++nc)
