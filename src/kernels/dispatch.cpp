@@ -98,6 +98,10 @@ Kernels scalar_table() {
   k.gelu_bwd = ref::gelu_bwd<float>;
   k.gelu_tanh_fwd = ref::gelu_tanh_fwd<float>;
   k.gelu_tanh_bwd = ref::gelu_tanh_bwd<float>;
+  k.ln_fwd = ref::layernorm_fwd<float>;
+  k.ln_bwd = ref::layernorm_bwd<float>;
+  k.ln2d_fwd = ref::layernorm2d_fwd<float>;
+  k.ln2d_bwd = ref::layernorm2d_bwd<float>;
   k.conv_s1_wgrad = ref::conv_s1_wgrad_f32;
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
@@ -133,6 +137,10 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.gelu_bwd = fast.gelu_bwd;
   k.gelu_tanh_fwd = fast.gelu_tanh_fwd;
   k.gelu_tanh_bwd = fast.gelu_tanh_bwd;
+  k.ln_fwd = fast.ln_fwd;
+  k.ln_bwd = fast.ln_bwd;
+  k.ln2d_fwd = fast.ln2d_fwd;
+  k.ln2d_bwd = fast.ln2d_bwd;
   k.conv_s1_wgrad = fast.conv_s1_wgrad;
   k.relu_maxpool2 = fast.relu_maxpool2;
   k.conv_s1_relu_pool = fast.conv_s1_relu_pool;

@@ -81,6 +81,19 @@ inline size_t dw_scratch_elems(const DwShape& d) {
 using PointwiseFn = void (*)(float* y, const float* x, size_t n);
 using PointwiseBwdFn = void (*)(float* dx, const float* dy, const float* x, size_t n);
 
+// LayerNorm over R contiguous rows of D (y, x [R, D]; mean, rstd [R]; gamma, beta [D]) and
+// LayerNorm2d over C at each position of x [N, C, HW] (mean, rstd [N, HW]; gamma, beta [C]), as
+// ref::layernorm_fwd / layernorm2d_fwd. Backward: dgamma, dbeta overwritten with the sums over the
+// call's rows or samples; dx may be null (ref::layernorm_bwd / layernorm2d_bwd).
+using LnRowsFwdFn = void (*)(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                             const float* beta, int R, int D, float eps);
+using LnRowsBwdFn = void (*)(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                             const float* mean, const float* rstd, const float* gamma, int R, int D);
+using Ln2dFwdFn = void (*)(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                           const float* beta, int N, int C, int HW, float eps);
+using Ln2dBwdFn = void (*)(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                           const float* mean, const float* rstd, const float* gamma, int N, int C, int HW);
+
 // y[i] = max(x[i], 0) for i < n; y may equal x (the plan runs ReLU in place).
 using ReluFwdFn = void (*)(float* y, const float* x, size_t n);
 // dx[i] = y[i] > 0 ? dy[i] : 0 (y is the forward output).
@@ -205,6 +218,10 @@ struct Kernels {
   DwBwdFn dw_bwd;
   PointwiseFn gelu_fwd, gelu_tanh_fwd;
   PointwiseBwdFn gelu_bwd, gelu_tanh_bwd;
+  LnRowsFwdFn ln_fwd;
+  LnRowsBwdFn ln_bwd;
+  Ln2dFwdFn ln2d_fwd;
+  Ln2dBwdFn ln2d_bwd;
   ConvS1WgradFn conv_s1_wgrad;
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;

@@ -1,6 +1,6 @@
-// The ConvNeXt ops (norm.h): each thread takes a contiguous share of rows or samples and runs the
-// scalar reference on it; a parameter gradient is summed per thread into ws, then over threads in
-// order. These are the plain paths; fast kernels join the table where profiles show the time.
+// The ConvNeXt ops (norm.h): each thread takes a contiguous share of rows or samples and runs a
+// kernel on it (f32: the table's LayerNorm kernels; otherwise the scalar reference); a parameter
+// gradient is summed per thread into ws, then over threads in order.
 #include "ops/norm.h"
 
 #include <type_traits>
@@ -31,6 +31,12 @@ void sum_parts(T* out, const T* part, int P, size_t len) {
   }
 }
 template <class T> constexpr bool kSerial = std::is_same_v<T, double>;
+// The kernel table's f32 function, or the reference for f64: a pointer of the reference's type.
+template <class T, class K, class R>
+R* kernel_or_ref(K* fast, R* reference) {
+  if constexpr (std::is_same_v<T, float>) return fast;
+  else return reference;
+}
 }  // namespace
 
 size_t layernorm_workspace(int D, int threads) { return size_t(2) * size_t(D) * size_t(threads); }
@@ -39,7 +45,7 @@ template <class T>
 void layernorm_fwd(const Exec& e, T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, int R, int D, T eps) {
   shares(e, R, kSerial<T>, [&](int, int64_t r0, int64_t n) {
     if (n > 0)
-      ref::layernorm_fwd<T>(y + r0 * D, mean + r0, rstd + r0, x + r0 * D, gamma, beta, int(n), D, eps);
+      (*kernel_or_ref<T>(e.k.ln_fwd, ref::layernorm_fwd<T>))(y + r0 * D, mean + r0, rstd + r0, x + r0 * D, gamma, beta, int(n), D, eps);
   });
 }
 template <class T>
@@ -54,8 +60,8 @@ void layernorm_bwd(const Exec& e, T* dx, T* dgamma, T* dbeta, const T* dy, const
     ref::zero_fill(g, size_t(D));
     ref::zero_fill(b, size_t(D));
     if (n > 0)
-      ref::layernorm_bwd<T>(dx ? dx + r0 * D : nullptr, g, b, dy + r0 * D, x + r0 * D, mean + r0, rstd + r0,
-                            gamma, int(n), D);
+      (*kernel_or_ref<T>(e.k.ln_bwd, ref::layernorm_bwd<T>))(dx ? dx + r0 * D : nullptr, g, b, dy + r0 * D, x + r0 * D,
+                                                     mean + r0, rstd + r0, gamma, int(n), D);
   });
   sum_parts(dgamma, pg, P, size_t(D));
   sum_parts(dbeta, pb, P, size_t(D));
@@ -67,7 +73,8 @@ void layernorm2d_fwd(const Exec& e, T* y, T* mean, T* rstd, const T* x, const T*
   const size_t S = size_t(C) * HW;
   shares(e, N, kSerial<T>, [&](int, int64_t n0, int64_t n) {
     if (n > 0)
-      ref::layernorm2d_fwd<T>(y + n0 * S, mean + n0 * HW, rstd + n0 * HW, x + n0 * S, gamma, beta, int(n), C, HW, eps);
+      (*kernel_or_ref<T>(e.k.ln2d_fwd, ref::layernorm2d_fwd<T>))(y + n0 * S, mean + n0 * HW, rstd + n0 * HW, x + n0 * S, gamma,
+                                                         beta, int(n), C, HW, eps);
   });
 }
 template <class T>
@@ -83,8 +90,8 @@ void layernorm2d_bwd(const Exec& e, T* dx, T* dgamma, T* dbeta, const T* dy, con
     ref::zero_fill(g, size_t(C));
     ref::zero_fill(b, size_t(C));
     if (n > 0)
-      ref::layernorm2d_bwd<T>(dx ? dx + n0 * S : nullptr, g, b, dy + n0 * S, x + n0 * S, mean + n0 * HW,
-                              rstd + n0 * HW, gamma, int(n), C, HW);
+      (*kernel_or_ref<T>(e.k.ln2d_bwd, ref::layernorm2d_bwd<T>))(dx ? dx + n0 * S : nullptr, g, b, dy + n0 * S, x + n0 * S,
+                                                         mean + n0 * HW, rstd + n0 * HW, gamma, int(n), C, HW);
   });
   sum_parts(dgamma, pg, P, size_t(C));
   sum_parts(dbeta, pb, P, size_t(C));

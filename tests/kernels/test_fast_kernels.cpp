@@ -2,6 +2,7 @@
 // max-pool and its adjoint (dense and mostly zero inputs), the batch-1 transposed Linear, Adam,
 // ReLU) for every ISA the CPU has, against the scalar references on awkward sizes: rows shorter
 // and longer than a vector, odd pools, one channel, NaN inputs.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "gradcheck.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "kernels/ref/ref_convnext.h"
 #include "kernels/ref/ref_convnext.h"
 
 namespace ember {
@@ -49,6 +51,53 @@ std::string label(Isa isa, const Case& c) {
 const Case kCases[] = {{1, 32, 28, 28, 5, 5}, {1, 1, 1, 1, 1, 1},  {2, 3, 3, 17, 3, 3},
                        {3, 13, 5, 16, 3, 2},  {1, 5, 2, 33, 7, 7}, {4, 9, 4, 40, 1, 5},
                        {2, 8, 6, 7, 2, 3}};
+
+// LayerNorm (rows of D) and LayerNorm2d (C channels at HW positions) forward and backward of every
+// kernel set against the double references, on widths with vector tails and positions below and
+// above 8: within 1e-5 of max(1, the largest magnitude of each output).
+TEST(FastKernels, LayerNormMatchesReference) {
+  auto near = [](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+    double scale = 1;
+    for (double v : want) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_LE(std::abs(double(got[i]) - want[i]), 1e-5 * scale) << what << " at " << i;
+  };
+  // rows: {R, D}; 2d: {N, C, HW}
+  const std::vector<std::array<int, 3>> shapes = {{3, 1, 0}, {3, 7, 0}, {2, 8, 0}, {3, 33, 0}, {2, 1000, 0},
+                                                  {2, 3, 1}, {2, 17, 7}, {2, 3, 8}, {3, 40, 9}, {2, 17, 33}, {1, 5, 64}};
+  for (Isa isa : isas())
+    for (const auto& [A, B, HW] : shapes) {
+      const bool two_d = HW > 0;
+      SCOPED_TRACE(std::string(isa_name(isa)) + (two_d ? " layernorm2d " : " layernorm ") + std::to_string(A) + " " +
+                   std::to_string(B) + " " + std::to_string(HW));
+      const Kernels& k = kernels_for(isa);
+      const size_t n = size_t(A) * B * (two_d ? HW : 1), P = size_t(B), S = two_d ? size_t(A) * HW : size_t(A);
+      auto x = test::randn(n, 11), dy = test::randn(n, 12), ga = test::randn(P, 13), be = test::randn(P, 14);
+      for (size_t i = 0; i < n; ++i) x[i] = 3 + 2 * x[i];  // an offset the mean must remove
+      std::vector<float> xf(x.begin(), x.end()), dyf(dy.begin(), dy.end()), gf(ga.begin(), ga.end()),
+          bf(be.begin(), be.end()), y(n), dx(n), mean(S), rstd(S), dg(P), db(P);
+      std::vector<double> yr(n), dxr(n), mr(S), rr(S), dgr(P), dbr(P);
+      if (two_d) {
+        k.ln2d_fwd(y.data(), mean.data(), rstd.data(), xf.data(), gf.data(), bf.data(), A, B, HW, 1e-5f);
+        ref::layernorm2d_fwd<double>(yr.data(), mr.data(), rr.data(), x.data(), ga.data(), be.data(), A, B, HW, 1e-5);
+        k.ln2d_bwd(dx.data(), dg.data(), db.data(), dyf.data(), xf.data(), mean.data(), rstd.data(), gf.data(), A, B, HW);
+        ref::layernorm2d_bwd<double>(dxr.data(), dgr.data(), dbr.data(), dy.data(), x.data(), mr.data(), rr.data(),
+                                     ga.data(), A, B, HW);
+      } else {
+        k.ln_fwd(y.data(), mean.data(), rstd.data(), xf.data(), gf.data(), bf.data(), A, B, 1e-5f);
+        ref::layernorm_fwd<double>(yr.data(), mr.data(), rr.data(), x.data(), ga.data(), be.data(), A, B, 1e-5);
+        k.ln_bwd(dx.data(), dg.data(), db.data(), dyf.data(), xf.data(), mean.data(), rstd.data(), gf.data(), A, B);
+        ref::layernorm_bwd<double>(dxr.data(), dgr.data(), dbr.data(), dy.data(), x.data(), mr.data(), rr.data(),
+                                   ga.data(), A, B);
+      }
+      near("y", y, yr);
+      near("mean", mean, mr);
+      near("rstd", rstd, rr);
+      near("dx", dx, dxr);
+      near("dgamma", dg, dgr);
+      near("dbeta", db, dbr);
+    }
+}
 
 // GELU (erf and tanh) forward and backward of every kernel set against the double references, on
 // lengths with vector tails and inputs from -12 to 12 (the exp clamps, the erf sign, tanh's

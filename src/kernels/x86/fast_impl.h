@@ -11,6 +11,7 @@
 
 #include "kernels/act_impl.h"
 #include "kernels/dw_impl.h"
+#include "kernels/norm_impl.h"
 #include "kernels/kernels.h"
 #include "kernels/x86/linear_sparse.h"
 #include "kernels/x86/simd.h"
@@ -492,6 +493,10 @@ Kernels fast_table() {
   k.gelu_bwd = gelu_bwd_v8;
   k.gelu_tanh_fwd = gelu_tanh_fwd_v8;
   k.gelu_tanh_bwd = gelu_tanh_bwd_v8;
+  k.ln_fwd = ln_rows_fwd_v8;  // norm_impl.h
+  k.ln_bwd = ln_rows_bwd_v8;
+  k.ln2d_fwd = ln2d_fwd_v8;
+  k.ln2d_bwd = ln2d_bwd_v8;
   k.conv_s1_fwd = conv_s1_fwd<S>;
   k.conv_s1_wgrad = conv_s1_wgrad<S>;
   k.relu_maxpool2 = relu_maxpool2<S>;
