@@ -468,7 +468,10 @@ void channel_dot(float* out, const float* w, size_t ldw, const float* u, const f
 template <class S>
 double fma_loop(int64_t iters, float* sink) {
   using V = typename S::V;
-  constexpr int A = 16;  // enough independent chains to cover FMA latency on two pipes
+  // Enough independent chains to cover the FMA latency on two pipes (4-5 cycles x 2), and few
+  // enough that they and the two operands stay in registers: 16 ymm registers under AVX2 (16
+  // chains spilled, and the loop measured half the peak), 32 zmm under AVX-512.
+  constexpr int A = S::W == 8 ? 12 : 16;
   V acc[A];
   const V a = S::set1(0.999999f), b = S::set1(1e-7f);
 #pragma GCC unroll 16
