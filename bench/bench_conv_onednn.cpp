@@ -44,8 +44,11 @@ std::vector<Shape> conv_shapes(const std::string& name, int batch) {
     const ember::LayerSpec& l = m.layers[i];
     const bool chan = l.kind == ember::LayerKind::Linear && l.over_channels;
     if (l.kind != ember::LayerKind::Conv2d && !chan) continue;
-    const auto& in = plan.layers()[i].in_shape;
-    const auto& o2 = plan.layers()[i].out_shape;
+    auto chw = [](std::vector<int> d) {  // a 1x1 image is shown flat, [C]
+      d.resize(3, 1);
+      return d;
+    };
+    const auto in = chw(plan.layers()[i].in_shape), o2 = chw(plan.layers()[i].out_shape);
     ConvShape s{batch, in[0], in[1], in[2], o2[0], chan ? 1 : l.kernel_h, chan ? 1 : l.kernel_w, o2[1], o2[2],
                 chan ? 1 : l.stride_h, chan ? 1 : l.stride_w, 0, 0, chan ? 1 : l.groups};
     if (l.same) s.pad_h = (l.kernel_h - 1) / 2, s.pad_w = (l.kernel_w - 1) / 2;
