@@ -41,10 +41,23 @@ void regroup(const Exec& e, float* to, const float* from, int N, int C, int PQ, 
         }
   });
 }
+// to[n][j][i] = from[n][i][j] for each of N [rows, cols] matrices (tiny: a few pixels per sample).
+void transpose_samples(float* to, const float* from, int N, int rows, int cols) {
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j)
+        to[(size_t(n) * cols + j) * rows + i] = from[(size_t(n) * rows + i) * cols + j];
+}
 void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s, float* ws) {
   const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
   if (PQ == 1) {  // y[N, K] = x[N, C] w[K, C]^T
     parallel_sgemm(e, false, true, s.N, s.K, s.C, 1.f, x, s.C, w, s.C, 0.f, y, s.K);
+  } else if (NP <= 4) {  // a few pixels in all (batch-1 inference): yr[NP, K] = xr[NP, C] w^T, a
+                         // GEMV-like GEMM that streams w once instead of packing it for 4 columns
+    float *xr = ws, *yr = ws + size_t(s.C) * NP;
+    transpose_samples(xr, x, s.N, s.C, PQ);
+    parallel_sgemm(e, false, true, NP, s.K, s.C, 1.f, xr, s.C, w, s.C, 0.f, yr, s.K);
+    transpose_samples(y, yr, s.N, PQ, s.K);
   } else {
     float *xt = ws, *yt = ws + size_t(s.C) * NP;
     regroup(e, xt, x, s.N, s.C, PQ, true);

@@ -42,6 +42,8 @@ TEST(FastVsRef, Conv2d) {
       conv(4, 7, 5, 3, 33, 1, 1, 1, 1, 0, 0, 1),     // pointwise over 15 pixels: one GEMM over the batch
       conv(5, 9, 1, 1, 11, 1, 1, 1, 1, 0, 0, 1),     // pointwise at 1x1 (x used as [N, C])
       conv(3, 5, 2, 2, 7, 1, 1, 1, 1, 0, 0, 1),      // pointwise at 2x2
+      conv(1, 37, 2, 2, 19, 1, 1, 1, 1, 0, 0, 1),    // pointwise over 4 pixels in all: rows of pixels
+      conv(1, 9, 1, 3, 40, 1, 1, 1, 1, 0, 0, 1),     // the same over 3
       conv(2, 3, 1, 17, 5, 1, 1, 1, 1, 0, 0, 1),     // pointwise over 17 pixels: per sample
       conv(2, 2, 7, 7, 3, 2, 2, 3, 3, 0, 0, 1),      // stride > kernel
       conv(2, 1, 3, 3, 2, 2, 2, 1, 1, 2, 2, 1)};     // padding >= kernel
