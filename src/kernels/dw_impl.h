@@ -10,18 +10,11 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/vec8.h"
 
 namespace ember {
 namespace {
 
-typedef float dw_v8 __attribute__((vector_size(32)));
-
-inline dw_v8 dw_load(const float* p) {
-  dw_v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void dw_store(float* p, dw_v8 v) { std::memcpy(p, &v, sizeof v); }
 
 // ---- Direct loops (planes of under 16 pixels) ----
 
@@ -82,26 +75,26 @@ void dw_plane(float* out, int os, const float* in, int is, const float* wk, int 
               float init, bool acc) {
   for (int i = 0; i < rows; i += 4)
     for (int j = 0; j < cols; j += 8) {
-      dw_v8 a0, a1, a2, a3;
+      vec8 a0, a1, a2, a3;
       if (acc) {
-        a0 = dw_load(out + size_t(i) * os + j), a1 = dw_load(out + size_t(i + 1) * os + j);
-        a2 = dw_load(out + size_t(i + 2) * os + j), a3 = dw_load(out + size_t(i + 3) * os + j);
+        a0 = load8(out + size_t(i) * os + j), a1 = load8(out + size_t(i + 1) * os + j);
+        a2 = load8(out + size_t(i + 2) * os + j), a3 = load8(out + size_t(i + 3) * os + j);
       } else {
-        a0 = a1 = a2 = a3 = init - (dw_v8){};
+        a0 = a1 = a2 = a3 = init - (vec8){};
       }
       const float* base = in + size_t(i) * is + j;
       for (int r = 0; r < R; ++r) {
         const float* r0 = base + size_t(r) * is;
         for (int s = 0; s < S; ++s) {
           const float wv = wk[r * S + s];
-          a0 += wv * dw_load(r0 + s);
-          a1 += wv * dw_load(r0 + is + s);
-          a2 += wv * dw_load(r0 + 2 * size_t(is) + s);
-          a3 += wv * dw_load(r0 + 3 * size_t(is) + s);
+          a0 += wv * load8(r0 + s);
+          a1 += wv * load8(r0 + is + s);
+          a2 += wv * load8(r0 + 2 * size_t(is) + s);
+          a3 += wv * load8(r0 + 3 * size_t(is) + s);
         }
       }
-      dw_store(out + size_t(i) * os + j, a0), dw_store(out + size_t(i + 1) * os + j, a1);
-      dw_store(out + size_t(i + 2) * os + j, a2), dw_store(out + size_t(i + 3) * os + j, a3);
+      store8(out + size_t(i) * os + j, a0), store8(out + size_t(i + 1) * os + j, a1);
+      store8(out + size_t(i + 2) * os + j, a2), store8(out + size_t(i + 3) * os + j, a3);
     }
 }
 
@@ -164,17 +157,17 @@ void dw_bwd_loops(float* dx, float* dw, const float* dy, const float* x, const f
       for (int r = 0; r < d.R; ++r)
         for (int s0 = 0; s0 < d.S; s0 += 8) {
           const int ns = std::min(8, d.S - s0);
-          dw_v8 acc[8] = {};
+          vec8 acc[8] = {};
           for (int p = 0; p < d.P; ++p) {
             const float* gr = gz + size_t(p) * Q8;
             const float* xr = xp + size_t(p + r) * Wp + s0;
             for (int q = 0; q < Q8; q += 8) {
-              const dw_v8 gv = dw_load(gr + q);
-              for (int s = 0; s < ns; ++s) acc[s] += gv * dw_load(xr + q + s);
+              const vec8 gv = load8(gr + q);
+              for (int s = 0; s < ns; ++s) acc[s] += gv * load8(xr + q + s);
             }
           }
           for (int s = 0; s < ns; ++s) {
-            const dw_v8 v = acc[s];
+            const vec8 v = acc[s];
             dwk[r * d.S + s0 + s] += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
           }
         }

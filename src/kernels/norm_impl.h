@@ -7,20 +7,13 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/vec8.h"
 #include "kernels/ref/ref_convnext.h"
 
 namespace ember {
 namespace {
 
-typedef float ln_v8 __attribute__((vector_size(32)));
-
-inline ln_v8 ln_load(const float* p) {
-  ln_v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void ln_store(float* p, ln_v8 v) { std::memcpy(p, &v, sizeof v); }
-inline float ln_hsum(ln_v8 v) {
+inline float ln_hsum(vec8 v) {
   float s = 0;
   for (int l = 0; l < 8; ++l) s += v[l];
   return s;
@@ -30,7 +23,7 @@ inline float ln_hsum(ln_v8 v) {
 // caller adds the scalar tail).
 template <class F>
 float ln_row_sum(int D, F&& f) {
-  ln_v8 a[4] = {};
+  vec8 a[4] = {};
   int d = 0;
   for (; d + 32 <= D; d += 32)
     for (int u = 0; u < 4; ++u) a[u] += f(d + 8 * u);
@@ -45,17 +38,17 @@ void ln_rows_fwd_v8(float* y, float* mean, float* rstd, const float* x, const fl
   for (int r = 0; r < R; ++r) {
     const float* xr = x + size_t(r) * D;
     float* yr = y + size_t(r) * D;
-    float s = ln_row_sum(D, [&](int d) { return ln_load(xr + d); });
+    float s = ln_row_sum(D, [&](int d) { return load8(xr + d); });
     for (int d = V; d < D; ++d) s += xr[d];
     const float m = s / float(D);
     float v = ln_row_sum(D, [&](int d) {
-      const ln_v8 c = ln_load(xr + d) - m;
+      const vec8 c = load8(xr + d) - m;
       return c * c;
     });
     for (int d = V; d < D; ++d) v += (xr[d] - m) * (xr[d] - m);
     const float rs = 1.f / std::sqrt(v / float(D) + eps);
     for (int d = 0; d < V; d += 8)
-      ln_store(yr + d, (ln_load(xr + d) - m) * rs * ln_load(gamma + d) + ln_load(beta + d));
+      store8(yr + d, (load8(xr + d) - m) * rs * load8(gamma + d) + load8(beta + d));
     for (int d = V; d < D; ++d) yr[d] = (xr[d] - m) * rs * gamma[d] + beta[d];
     mean[r] = m;
     rstd[r] = rs;
@@ -74,13 +67,13 @@ void ln_rows_bwd_v8(float* dx, float* dgamma, float* dbeta, const float* dy, con
     const float* xr = x + size_t(r) * D;
     const float* gr = dy + size_t(r) * D;
     const float m = mean[r], rs = rstd[r];
-    ln_v8 sg = {}, sgx = {};
+    vec8 sg = {}, sgx = {};
     for (int d = 0; d < V; d += 8) {
-      const ln_v8 xh = (ln_load(xr + d) - m) * rs, g = ln_load(gr + d), gg = g * ln_load(gamma + d);
+      const vec8 xh = (load8(xr + d) - m) * rs, g = load8(gr + d), gg = g * load8(gamma + d);
       sg += gg;
       sgx += gg * xh;
-      ln_store(dgamma + d, ln_load(dgamma + d) + g * xh);
-      ln_store(dbeta + d, ln_load(dbeta + d) + g);
+      store8(dgamma + d, load8(dgamma + d) + g * xh);
+      store8(dbeta + d, load8(dbeta + d) + g);
     }
     float s1 = ln_hsum(sg), s2 = ln_hsum(sgx);
     for (int d = V; d < D; ++d) {
@@ -94,8 +87,8 @@ void ln_rows_bwd_v8(float* dx, float* dgamma, float* dbeta, const float* dy, con
     const float a = s1 / float(D), b = s2 / float(D);
     float* dr = dx + size_t(r) * D;
     for (int d = 0; d < V; d += 8) {
-      const ln_v8 xh = (ln_load(xr + d) - m) * rs;
-      ln_store(dr + d, rs * (ln_load(gr + d) * ln_load(gamma + d) - a - xh * b));
+      const vec8 xh = (load8(xr + d) - m) * rs;
+      store8(dr + d, rs * (load8(gr + d) * load8(gamma + d) - a - xh * b));
     }
     for (int d = V; d < D; ++d) dr[d] = rs * (gr[d] * gamma[d] - a - (xr[d] - m) * rs * b);
   }
@@ -111,19 +104,19 @@ void ln2d_fwd_v8(float* y, float* mean, float* rstd, const float* x, const float
     const size_t o = size_t(n) * C * HW;
     for (int p = 0; p < V; p += 8) {
       const float* xp = x + o + p;
-      ln_v8 s = {}, v = {};
-      for (int c = 0; c < C; ++c) s += ln_load(xp + size_t(c) * HW);
-      const ln_v8 m = s / float(C);
+      vec8 s = {}, v = {};
+      for (int c = 0; c < C; ++c) s += load8(xp + size_t(c) * HW);
+      const vec8 m = s / float(C);
       for (int c = 0; c < C; ++c) {
-        const ln_v8 d = ln_load(xp + size_t(c) * HW) - m;
+        const vec8 d = load8(xp + size_t(c) * HW) - m;
         v += d * d;
       }
-      ln_v8 rs;
+      vec8 rs;
       for (int l = 0; l < 8; ++l) rs[l] = 1.f / std::sqrt(v[l] / float(C) + eps);
       for (int c = 0; c < C; ++c)
-        ln_store(y + o + p + size_t(c) * HW, (ln_load(xp + size_t(c) * HW) - m) * rs * gamma[c] + beta[c]);
-      ln_store(mean + size_t(n) * HW + p, m);
-      ln_store(rstd + size_t(n) * HW + p, rs);
+        store8(y + o + p + size_t(c) * HW, (load8(xp + size_t(c) * HW) - m) * rs * gamma[c] + beta[c]);
+      store8(mean + size_t(n) * HW + p, m);
+      store8(rstd + size_t(n) * HW + p, rs);
     }
     for (int p = V; p < HW; ++p) {
       const size_t s = size_t(n) * HW + p;
@@ -142,22 +135,22 @@ void ln2d_bwd_v8(float* dx, float* dgamma, float* dbeta, const float* dy, const 
   for (int n = 0; n < N; ++n) {
     const size_t o = size_t(n) * C * HW;
     for (int p = 0; p < V; p += 8) {
-      const ln_v8 m = ln_load(mean + size_t(n) * HW + p), rs = ln_load(rstd + size_t(n) * HW + p);
-      ln_v8 sg = {}, sgx = {};
+      const vec8 m = load8(mean + size_t(n) * HW + p), rs = load8(rstd + size_t(n) * HW + p);
+      vec8 sg = {}, sgx = {};
       for (int c = 0; c < C; ++c) {
         const size_t i = o + p + size_t(c) * HW;
-        const ln_v8 xh = (ln_load(x + i) - m) * rs, g = ln_load(dy + i), gg = g * gamma[c];
+        const vec8 xh = (load8(x + i) - m) * rs, g = load8(dy + i), gg = g * gamma[c];
         sg += gg;
         sgx += gg * xh;
         dgamma[c] += ln_hsum(g * xh);
         dbeta[c] += ln_hsum(g);
       }
       if (!dx) continue;
-      const ln_v8 a = sg / float(C), b = sgx / float(C);
+      const vec8 a = sg / float(C), b = sgx / float(C);
       for (int c = 0; c < C; ++c) {
         const size_t i = o + p + size_t(c) * HW;
-        const ln_v8 xh = (ln_load(x + i) - m) * rs;
-        ln_store(dx + i, rs * (ln_load(dy + i) * gamma[c] - a - xh * b));
+        const vec8 xh = (load8(x + i) - m) * rs;
+        store8(dx + i, rs * (load8(dy + i) * gamma[c] - a - xh * b));
       }
     }
     for (int p = V; p < HW; ++p) {
