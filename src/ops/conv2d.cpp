@@ -88,6 +88,134 @@ void batched_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy
   parallel_sgemm(e, true, false, s.C, NP, s.K, 1.f, w, s.C, dyt, NP, 0.f, dxt, NP);
   regroup(e, dx, dxt, s.N, s.C, PQ, false);
 }
+// A convolution with few output pixels per sample (the ConvNeXt stems' 16x16, the 2x2/2
+// downsampling's 8x8 to 1x1) runs per chunk of nb samples as one GEMM over their pixels instead of
+// a thin GEMM per sample: col[CRS, nb*PQ] (the chunk's im2col side by side), yt[K, nb*PQ] = w col,
+// scattered to y[n, K, PQ]. Backward: dw += dyt col^T, dcol = w^T dyt into col, then col2im.
+bool batched_im2col(const ConvShape& s) {
+  return s.groups == 1 && !is_pointwise(s) && s.P * s.Q <= 16;
+}
+// Samples per chunk: col and yt together within kChunkFloats (8 MiB), at least one sample.
+constexpr size_t kChunkFloats = size_t(1) << 21;
+int im2col_chunk(const ConvShape& s) {
+  const size_t per = (size_t(s.C) * s.R * s.S + s.K) * s.P * s.Q;
+  return int(std::max<size_t>(1, std::min<size_t>(s.N, kChunkFloats / per)));
+}
+size_t batched_im2col_elems(const ConvShape& s) {
+  return (size_t(s.C) * s.R * s.S + s.K) * s.P * s.Q * im2col_chunk(s);
+}
+// Patchify (kernel == stride, no padding, H = P*R, W = Q*S: the ConvNeXt stems and 2x2/2
+// downsampling): every input row feeds S rows of col, a de-interleave (to col) or an interleave
+// (from col) with no bounds checks and no overlap, so col2im writes instead of adding.
+bool patchify(const ConvShape& s) {
+  return s.R == s.stride_h && s.S == s.stride_w && s.pad_h == 0 && s.pad_w == 0 && s.H == s.P * s.R &&
+         s.W == s.Q * s.S;
+}
+template <int S, bool kToCol>
+void patchify_copy(float* col, size_t ld, float* x, const ConvShape& s) {
+  for (int c = 0; c < s.C; ++c)
+    for (int p = 0; p < s.P; ++p)
+      for (int r = 0; r < s.R; ++r) {
+        float* row = x + (size_t(c) * s.H + size_t(p) * s.R + r) * s.W;
+        float* o = col + size_t(c * s.R + r) * S * ld + size_t(p) * s.Q;
+        for (int q = 0; q < s.Q; ++q)
+#pragma GCC unroll 4
+          for (int t = 0; t < S; ++t) {
+            if (kToCol) o[t * ld + q] = row[q * S + t];
+            else row[q * S + t] = o[t * ld + q];
+          }
+      }
+}
+// col[(c*R + r)*S + t, i] (row stride ld) = im2col of x[C, H, W] (one sample) at column i = p*Q + q.
+void im2col_ld(float* col, size_t ld, const float* x, const ConvShape& s) {
+  if (patchify(s) && s.S == 2) return patchify_copy<2, true>(col, ld, const_cast<float*>(x), s);
+  if (patchify(s) && s.S == 4) return patchify_copy<4, true>(col, ld, const_cast<float*>(x), s);
+  for (int c = 0; c < s.C; ++c)
+    for (int r = 0; r < s.R; ++r)
+      for (int t = 0; t < s.S; ++t) {
+        float* row = col + (size_t(c * s.R + r) * s.S + t) * ld;
+        for (int p = 0; p < s.P; ++p) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          float* o = row + size_t(p) * s.Q;
+          if (h < 0 || h >= s.H) {
+            std::fill(o, o + s.Q, 0.f);
+            continue;
+          }
+          const float* src = x + (size_t(c) * s.H + h) * s.W;
+          for (int q = 0; q < s.Q; ++q) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            o[q] = w >= 0 && w < s.W ? src[w] : 0.f;
+          }
+        }
+      }
+}
+// dx[C, H, W] = the scatter of col (row stride ld): the adjoint of im2col_ld (dx overwritten).
+void col2im_ld(float* dx, const float* col, size_t ld, const ConvShape& s) {
+  if (patchify(s) && s.S == 2) return patchify_copy<2, false>(const_cast<float*>(col), ld, dx, s);
+  if (patchify(s) && s.S == 4) return patchify_copy<4, false>(const_cast<float*>(col), ld, dx, s);
+  std::fill(dx, dx + size_t(s.C) * s.H * s.W, 0.f);
+  for (int c = 0; c < s.C; ++c)
+    for (int r = 0; r < s.R; ++r)
+      for (int t = 0; t < s.S; ++t) {
+        const float* row = col + (size_t(c * s.R + r) * s.S + t) * ld;
+        for (int p = 0; p < s.P; ++p) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          if (h < 0 || h >= s.H) continue;
+          float* dst = dx + (size_t(c) * s.H + h) * s.W;
+          const float* in = row + size_t(p) * s.Q;
+          for (int q = 0; q < s.Q; ++q) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            if (w >= 0 && w < s.W) dst[w] += in[q];
+          }
+        }
+      }
+}
+// Samples [n0, n0 + nb) of x[N, C, H, W] into col[CRS, nb*PQ], samples split over the pool.
+void im2col_chunk_run(const Exec& e, float* col, const float* x, int64_t n0, int nb, const ConvShape& s) {
+  const size_t ld = size_t(nb) * s.P * s.Q, in = size_t(s.C) * s.H * s.W;
+  e.pool.run([&](int t) {
+    const Range r = split_range(nb, t, e.pool.size());
+    for (int64_t i = r.begin; i < r.end; ++i) im2col_ld(col + i * s.P * s.Q, ld, x + (n0 + i) * in, s);
+  });
+}
+void batched_im2col_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                        float* ws) {
+  const int CRS = s.C * s.R * s.S, PQ = s.P * s.Q, nbmax = im2col_chunk(s);
+  for (int64_t n0 = 0; n0 < s.N; n0 += nbmax) {
+    const int nb = int(std::min<int64_t>(nbmax, s.N - n0)), NP = nb * PQ;
+    float *col = ws, *yt = ws + size_t(CRS) * NP;
+    im2col_chunk_run(e, col, x, n0, nb, s);
+    parallel_sgemm(e, false, false, s.K, NP, CRS, 1.f, w, CRS, col, NP, 0.f, yt, NP);
+    regroup(e, y + n0 * s.K * PQ, yt, nb, s.K, PQ, false);
+  }
+  if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
+}
+void batched_im2col_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x,
+                        const float* w, const ConvShape& s, float* ws) {
+  const int CRS = s.C * s.R * s.S, PQ = s.P * s.Q, nbmax = im2col_chunk(s);
+  const size_t in = size_t(s.C) * s.H * s.W;
+  if (db) std::fill(db, db + s.K, 0.f);
+  for (int64_t n0 = 0; n0 < s.N; n0 += nbmax) {
+    const int nb = int(std::min<int64_t>(nbmax, s.N - n0)), NP = nb * PQ;
+    float *col = ws, *dyt = ws + size_t(CRS) * NP;
+    im2col_chunk_run(e, col, x, n0, nb, s);
+    regroup(e, dyt, dy + n0 * s.K * PQ, nb, s.K, PQ, true);
+    parallel_sgemm(e, false, true, s.K, CRS, NP, 1.f, dyt, NP, col, NP, n0 == 0 ? 0.f : 1.f, dw, CRS);
+    for (int k = 0; db && k < s.K; ++k) {
+      float acc = 0;
+      for (int i = 0; i < NP; ++i) acc += dyt[size_t(k) * NP + i];
+      db[k] += acc;
+    }
+    if (!dx) continue;
+    parallel_sgemm(e, true, false, CRS, NP, s.K, 1.f, w, CRS, dyt, NP, 0.f, col, NP);
+    e.pool.run([&](int t) {
+      const Range r = split_range(nb, t, e.pool.size());
+      for (int64_t i = r.begin; i < r.end; ++i) {
+        col2im_ld(dx + (n0 + i) * in, col + i * PQ, size_t(NP), s);
+      }
+    });
+  }
+}
 // Depthwise with a channel multiplier at stride 1 (ConvNeXt's 7x7): the kernel table's direct
 // loops, no im2col (a 7x7 im2col of one channel per group is a 49x larger copy for a tiny GEMM).
 bool depthwise(const ConvShape& s) {
@@ -138,6 +266,7 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
 
 size_t conv2d_workspace(const ConvShape& s, int threads) {
   const size_t im2col = threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
+  if (batched_im2col(s)) return batched_im2col_elems(s);
   return std::max(im2col, batched_pointwise(s) ? batched_elems(s) : depthwise(s) ? depthwise_ws(s, threads) : 0);
 }
 
@@ -148,6 +277,8 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
     ref::conv2d_fwd<T>(y, x, w, b, s);
   } else if (batched_pointwise(s)) {
     batched_fwd(e, y, x, w, b, s, ws);
+  } else if (batched_im2col(s)) {
+    batched_im2col_fwd(e, y, x, w, b, s, ws);
   } else if (depthwise(s)) {
     depthwise_fwd(e, y, x, w, b, s, ws);
   } else {
@@ -161,7 +292,8 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
           const float* xg = x + (n * s.C + g * Cg) * HW;
           const float* B = xg;
           if (!is_pointwise(s)) {
-            e.k.im2col(col, xg, Cg, s);
+            if (G == 1) im2col_ld(col, size_t(PQ), xg, s);
+            else e.k.im2col(col, xg, Cg, s);
             B = col;
           }
           e.k.sgemm(false, false, Kg, PQ, CRS, 1.f, w + (size_t)g * Kg * CRS, CRS, B, PQ, 0.f,
@@ -182,6 +314,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
     ref::conv2d_bwd_filter<T>(dw, db, dy, x, s);
   } else if (batched_pointwise(s)) {
     batched_bwd(e, dx, dw, db, dy, x, w, s, ws);
+  } else if (batched_im2col(s)) {
+    batched_im2col_bwd(e, dx, dw, db, dy, x, w, s, ws);
   } else if (depthwise(s)) {
     float* partials = ws;  // threads - 1 partials, then each thread's planes
     depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials, ws + size_t(e.pool.size()) * wgrad_elems(s));
@@ -211,7 +345,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
           const float* dyg = dy + (n * s.K + g * Kg) * PQ;
           const float* B = xg;
           if (!is_pointwise(s)) {
-            e.k.im2col(col, xg, Cg, s);
+            if (G == 1) im2col_ld(col, size_t(PQ), xg, s);
+            else e.k.im2col(col, xg, Cg, s);
             B = col;
           }
           e.k.sgemm(false, true, Kg, CRS, PQ, 1.f, dyg, PQ, B, PQ, n == r.begin ? 0.f : 1.f,
@@ -230,8 +365,12 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
             } else {
               e.k.sgemm(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
                         0.f, col, PQ);
-              std::memset(dxg, 0, (size_t)Cg * HW * sizeof(float));
-              e.k.col2im(dxg, col, Cg, s);
+              if (G == 1) {
+                col2im_ld(dxg, col, size_t(PQ), s);
+              } else {
+                std::memset(dxg, 0, (size_t)Cg * HW * sizeof(float));
+                e.k.col2im(dxg, col, Cg, s);
+              }
             }
           }
         }

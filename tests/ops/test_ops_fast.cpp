@@ -46,7 +46,15 @@ TEST(FastVsRef, Conv2d) {
       conv(1, 9, 1, 3, 40, 1, 1, 1, 1, 0, 0, 1),     // the same over 3
       conv(2, 3, 1, 17, 5, 1, 1, 1, 1, 0, 0, 1),     // pointwise over 17 pixels: per sample
       conv(2, 2, 7, 7, 3, 2, 2, 3, 3, 0, 0, 1),      // stride > kernel
-      conv(2, 1, 3, 3, 2, 2, 2, 1, 1, 2, 2, 1)};     // padding >= kernel
+      conv(2, 1, 3, 3, 2, 2, 2, 1, 1, 2, 2, 1),      // padding >= kernel
+      conv(3, 5, 8, 6, 7, 2, 2, 2, 2, 0, 0, 1),      // patchify 2x2/2 over 12 pixels: one GEMM over the batch
+      conv(2, 3, 12, 20, 9, 4, 4, 4, 4, 0, 0, 1),    // patchify 4x4/4 over 15 pixels (a stem's shape)
+      conv(2, 3, 10, 12, 5, 2, 2, 2, 2, 0, 0, 1),    // patchify 2x2/2 over 30 pixels: per sample
+      conv(2, 2, 16, 36, 5, 4, 4, 4, 4, 0, 0, 1),    // patchify 4x4/4 over 36 pixels: per sample
+      conv(2, 2, 9, 9, 4, 3, 3, 3, 3, 0, 0, 1),      // patchify 3x3/3: the general im2col
+      conv(3, 4, 7, 9, 6, 2, 2, 2, 2, 0, 0, 1),      // 2x2/2 with a row and a column left over
+      conv(3, 3, 7, 7, 5, 3, 3, 2, 2, 1, 1, 1),      // 3x3/2 padded over 16 pixels: batched, general
+      conv(17, 512, 16, 16, 16, 4, 4, 4, 4, 0, 0, 1)};  // 4x4/4 over 16 pixels, two chunks of samples
   for (Isa isa : isas())
     for (int threads : {1, 2, 3})
       for (const ConvShape& s : shapes) {
