@@ -23,48 +23,57 @@ inline void dw_valid(const DwShape& d, int s, int* q0, int* q1) {
   *q0 = std::max(0, d.pad_w - s);
   *q1 = std::min(d.Q, d.W + d.pad_w - s);
 }
+// The loops run over (p, r, s) outside and the channels inside, so each valid tap range is found
+// once per call rather than once per channel (a 2x2 plane with 1024 channels: 49 taps, 4 valid).
+// Each output still sums its taps in (r, s) order, and each dw[k, r, s] its rows in p order.
 void dw_fwd_direct(float* y, const float* x, const float* w, const float* b, const DwShape& d) {
-  for (int k = 0; k < d.G * d.M; ++k) {
-    const float* xg = x + size_t(k / d.M) * d.H * d.W;
-    const float* wk = w + size_t(k) * d.R * d.S;
-    for (int p = 0; p < d.P; ++p) {
-      float* yr = y + (size_t(k) * d.P + p) * d.Q;
-      for (int q = 0; q < d.Q; ++q) yr[q] = b ? b[k] : 0.f;
-      for (int r = 0; r < d.R; ++r) {
-        const int ih = p + r - d.pad_h;
-        if (ih < 0 || ih >= d.H) continue;
-        for (int s = 0; s < d.S; ++s) {
-          int q0, q1;
-          dw_valid(d, s, &q0, &q1);
-          const float* xs = xg + size_t(ih) * d.W + (q0 + s - d.pad_w);
-          for (int q = q0; q < q1; ++q) yr[q] += wk[r * d.S + s] * xs[q - q0];
+  const int K = d.G * d.M, RS = d.R * d.S;
+  const size_t PQ = size_t(d.P) * d.Q, HW = size_t(d.H) * d.W;
+  for (int k = 0; k < K; ++k) std::fill(y + k * PQ, y + (k + 1) * PQ, b ? b[k] : 0.f);
+  for (int p = 0; p < d.P; ++p)
+    for (int r = 0; r < d.R; ++r) {
+      const int ih = p + r - d.pad_h;
+      if (ih < 0 || ih >= d.H) continue;
+      for (int s = 0; s < d.S; ++s) {
+        int q0, q1;
+        dw_valid(d, s, &q0, &q1);
+        if (q0 >= q1) continue;
+        const size_t xo = size_t(ih) * d.W + (q0 + s - d.pad_w), yo = size_t(p) * d.Q;
+        for (int k = 0; k < K; ++k) {
+          const float wv = w[size_t(k) * RS + r * d.S + s];
+          const float* xs = x + size_t(k / d.M) * HW + xo;
+          float* yr = y + k * PQ + yo;
+          for (int q = q0; q < q1; ++q) yr[q] += wv * xs[q - q0];
         }
       }
     }
-  }
 }
 void dw_bwd_direct(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d) {
-  if (dx) std::memset(dx, 0, sizeof(float) * size_t(d.G) * d.H * d.W);
-  for (int k = 0; k < d.G * d.M; ++k) {
-    const size_t g = size_t(k / d.M);
-    for (int p = 0; p < d.P; ++p) {
-      const float* gr = dy + (size_t(k) * d.P + p) * d.Q;
-      for (int r = 0; r < d.R; ++r) {
-        const int ih = p + r - d.pad_h;
-        if (ih < 0 || ih >= d.H) continue;
-        for (int s = 0; s < d.S; ++s) {
-          int q0, q1;
-          dw_valid(d, s, &q0, &q1);
-          const size_t off = (g * d.H + ih) * d.W + (q0 + s - d.pad_w);
+  const int K = d.G * d.M, RS = d.R * d.S;
+  const size_t PQ = size_t(d.P) * d.Q, HW = size_t(d.H) * d.W;
+  if (dx) std::memset(dx, 0, sizeof(float) * size_t(d.G) * HW);
+  for (int p = 0; p < d.P; ++p)
+    for (int r = 0; r < d.R; ++r) {
+      const int ih = p + r - d.pad_h;
+      if (ih < 0 || ih >= d.H) continue;
+      for (int s = 0; s < d.S; ++s) {
+        int q0, q1;
+        dw_valid(d, s, &q0, &q1);
+        if (q0 >= q1) continue;
+        const size_t xo = size_t(ih) * d.W + (q0 + s - d.pad_w), go = size_t(p) * d.Q;
+        for (int k = 0; k < K; ++k) {
+          const float* gr = dy + k * PQ + go;
+          const size_t off = size_t(k / d.M) * HW + xo;
           float acc = 0.f;
           for (int q = q0; q < q1; ++q) acc += gr[q] * x[off + (q - q0)];
-          dw[(size_t(k) * d.R + r) * d.S + s] += acc;
-          if (dx)
-            for (int q = q0; q < q1; ++q) dx[off + (q - q0)] += w[(size_t(k) * d.R + r) * d.S + s] * gr[q];
+          dw[size_t(k) * RS + r * d.S + s] += acc;
+          if (dx) {
+            const float wv = w[size_t(k) * RS + r * d.S + s];
+            for (int q = q0; q < q1; ++q) dx[off + (q - q0)] += wv * gr[q];
+          }
         }
       }
     }
-  }
 }
 
 // ---- Register-blocked planes ----
