@@ -26,10 +26,10 @@ inline void dw_valid(const DwShape& d, int s, int* q0, int* q1) {
 // The loops run over (p, r, s) outside and the channels inside, so each valid tap range is found
 // once per call rather than once per channel (a 2x2 plane with 1024 channels: 49 taps, 4 valid).
 // Each output still sums its taps in (r, s) order, and each dw[k, r, s] its rows in p order.
-void dw_fwd_direct(float* y, const float* x, const float* w, const float* b, const DwShape& d) {
-  const int K = d.G * d.M, RS = d.R * d.S;
-  const size_t PQ = size_t(d.P) * d.Q, HW = size_t(d.H) * d.W;
-  for (int k = 0; k < K; ++k) std::fill(y + k * PQ, y + (k + 1) * PQ, b ? b[k] : 0.f);
+// Calls f(p, r, s, q0, q1, xo) for each output row p and tap (r, s) whose input row lies inside
+// and whose valid columns [q0, q1) are not empty; xo: column q0's input offset within a plane.
+template <class F>
+void dw_tap_runs(const DwShape& d, F&& f) {
   for (int p = 0; p < d.P; ++p)
     for (int r = 0; r < d.R; ++r) {
       const int ih = p + r - d.pad_h;
@@ -37,43 +37,40 @@ void dw_fwd_direct(float* y, const float* x, const float* w, const float* b, con
       for (int s = 0; s < d.S; ++s) {
         int q0, q1;
         dw_valid(d, s, &q0, &q1);
-        if (q0 >= q1) continue;
-        const size_t xo = size_t(ih) * d.W + (q0 + s - d.pad_w), yo = size_t(p) * d.Q;
-        for (int k = 0; k < K; ++k) {
-          const float wv = w[size_t(k) * RS + r * d.S + s];
-          const float* xs = x + size_t(k / d.M) * HW + xo;
-          float* yr = y + k * PQ + yo;
-          for (int q = q0; q < q1; ++q) yr[q] += wv * xs[q - q0];
-        }
+        if (q0 < q1) f(p, r, s, q0, q1, size_t(ih) * d.W + (q0 + s - d.pad_w));
       }
     }
+}
+void dw_fwd_direct(float* y, const float* x, const float* w, const float* b, const DwShape& d) {
+  const int K = d.G * d.M, RS = d.R * d.S;
+  const size_t PQ = size_t(d.P) * d.Q, HW = size_t(d.H) * d.W;
+  for (int k = 0; k < K; ++k) std::fill(y + k * PQ, y + (k + 1) * PQ, b ? b[k] : 0.f);
+  dw_tap_runs(d, [&](int p, int r, int s, int q0, int q1, size_t xo) {
+    for (int k = 0; k < K; ++k) {
+      const float wv = w[size_t(k) * RS + r * d.S + s];
+      const float* xs = x + size_t(k / d.M) * HW + xo;
+      float* yr = y + k * PQ + size_t(p) * d.Q;
+      for (int q = q0; q < q1; ++q) yr[q] += wv * xs[q - q0];
+    }
+  });
 }
 void dw_bwd_direct(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d) {
   const int K = d.G * d.M, RS = d.R * d.S;
   const size_t PQ = size_t(d.P) * d.Q, HW = size_t(d.H) * d.W;
   if (dx) std::memset(dx, 0, sizeof(float) * size_t(d.G) * HW);
-  for (int p = 0; p < d.P; ++p)
-    for (int r = 0; r < d.R; ++r) {
-      const int ih = p + r - d.pad_h;
-      if (ih < 0 || ih >= d.H) continue;
-      for (int s = 0; s < d.S; ++s) {
-        int q0, q1;
-        dw_valid(d, s, &q0, &q1);
-        if (q0 >= q1) continue;
-        const size_t xo = size_t(ih) * d.W + (q0 + s - d.pad_w), go = size_t(p) * d.Q;
-        for (int k = 0; k < K; ++k) {
-          const float* gr = dy + k * PQ + go;
-          const size_t off = size_t(k / d.M) * HW + xo;
-          float acc = 0.f;
-          for (int q = q0; q < q1; ++q) acc += gr[q] * x[off + (q - q0)];
-          dw[size_t(k) * RS + r * d.S + s] += acc;
-          if (dx) {
-            const float wv = w[size_t(k) * RS + r * d.S + s];
-            for (int q = q0; q < q1; ++q) dx[off + (q - q0)] += wv * gr[q];
-          }
-        }
+  dw_tap_runs(d, [&](int p, int r, int s, int q0, int q1, size_t xo) {
+    for (int k = 0; k < K; ++k) {
+      const float* gr = dy + k * PQ + size_t(p) * d.Q;
+      const size_t off = size_t(k / d.M) * HW + xo;
+      float acc = 0.f;
+      for (int q = q0; q < q1; ++q) acc += gr[q] * x[off + (q - q0)];
+      dw[size_t(k) * RS + r * d.S + s] += acc;
+      if (dx) {
+        const float wv = w[size_t(k) * RS + r * d.S + s];
+        for (int q = q0; q < q1; ++q) dx[off + (q - q0)] += wv * gr[q];
       }
     }
+  });
 }
 
 // ---- Register-blocked planes ----
