@@ -262,11 +262,71 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
     }
   });
 }
+// A stride-1 groups-1 conv with a short reduction (C*R*S <= 75: the seed CNN's first conv, C 1
+// and 5x5) runs the table's direct kernels (conv_s1_fwd, conv_s1_wgrad) on a zero-padded copy of
+// each sample: im2col would feed the GEMM a reduction too short to pay for its copy.
+bool direct_s1(const ConvShape& s) {
+  return s.groups == 1 && s.stride_h == 1 && s.stride_w == 1 && !is_pointwise(s) &&
+         s.C * s.R * s.S <= 75 && s.P * s.Q > 16;
+}
+ConvS1 s1_geo(const ConvShape& s) {
+  return {s.C, s.K, s.H + 2 * s.pad_h, s.W + 2 * s.pad_w, s.R, s.S, s.P, s.Q};
+}
+// Per thread: the padded sample, then (backward with dx) its col [CRS, PQ]; after them the
+// threads - 1 weight-gradient partials.
+size_t s1_xp(const ConvShape& s) { return (size_t(s.C) * (s.H + 2 * s.pad_h) * (s.W + 2 * s.pad_w) + 15) / 16 * 16; }
+size_t s1_thread(const ConvShape& s) { return s1_xp(s) + col_elems(s); }
+size_t direct_s1_ws(const ConvShape& s, int threads) {
+  return threads * s1_thread(s) + (threads - 1) * wgrad_elems(s);
+}
+void direct_s1_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                   float* ws) {
+  const ConvS1 d = s1_geo(s);
+  const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q;
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, e.pool.size());
+    float* xp = ws + t * s1_thread(s);
+    for (int64_t n = r.begin; n < r.end; ++n) {
+      ref::pad_image<float>(xp, x + n * in, s.C, s.H, s.W, s.pad_h, s.pad_w, d.Hp, d.Wp);
+      e.k.conv_s1_fwd(y + n * out, xp, w, b, d);
+    }
+  });
+}
+// Each thread sums its samples' gradients into its own partial (thread 0: dw and db themselves),
+// added in thread order; dx by GEMM + col2im as in the general path.
+void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x,
+                   const float* w, const ConvShape& s, float* ws) {
+  const ConvS1 d = s1_geo(s);
+  const int T_ = e.pool.size(), CRS = s.C * s.R * s.S, PQ = s.P * s.Q;
+  const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * PQ, Kw = size_t(s.K) * CRS;
+  float* partials = ws + T_ * s1_thread(s);
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, T_);
+    float* xp = ws + t * s1_thread(s);
+    float* col = xp + s1_xp(s);
+    float* dwt = t == 0 ? dw : partials + (t - 1) * wgrad_elems(s);
+    float* dbt = t == 0 ? db : dwt + Kw;
+    std::memset(dwt, 0, Kw * sizeof(float));
+    if (dbt) std::memset(dbt, 0, s.K * sizeof(float));
+    for (int64_t n = r.begin; n < r.end; ++n) {
+      ref::pad_image<float>(xp, x + n * in, s.C, s.H, s.W, s.pad_h, s.pad_w, d.Hp, d.Wp);
+      e.k.conv_s1_wgrad(dwt, dbt, dy + n * out, xp, d);
+      if (!dx) continue;
+      e.k.sgemm(true, false, CRS, PQ, s.K, 1.f, w, CRS, dy + n * out, PQ, 0.f, col, PQ);
+      col2im_ld(dx + n * in, col, size_t(PQ), s);
+    }
+  });
+  if (T_ > 1) {
+    add_partials<float>(e, dw, Kw, partials, wgrad_elems(s), T_ - 1);
+    if (db) add_partials<float>(e, db, s.K, partials + Kw, wgrad_elems(s), T_ - 1);
+  }
+}
 }  // namespace
 
 size_t conv2d_workspace(const ConvShape& s, int threads) {
   const size_t im2col = threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
   if (batched_im2col(s)) return batched_im2col_elems(s);
+  if (direct_s1(s)) return direct_s1_ws(s, threads);
   return std::max(im2col, batched_pointwise(s) ? batched_elems(s) : depthwise(s) ? depthwise_ws(s, threads) : 0);
 }
 
@@ -279,6 +339,8 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
     batched_fwd(e, y, x, w, b, s, ws);
   } else if (batched_im2col(s)) {
     batched_im2col_fwd(e, y, x, w, b, s, ws);
+  } else if (direct_s1(s)) {
+    direct_s1_fwd(e, y, x, w, b, s, ws);
   } else if (depthwise(s)) {
     depthwise_fwd(e, y, x, w, b, s, ws);
   } else {
@@ -316,6 +378,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
     batched_bwd(e, dx, dw, db, dy, x, w, s, ws);
   } else if (batched_im2col(s)) {
     batched_im2col_bwd(e, dx, dw, db, dy, x, w, s, ws);
+  } else if (direct_s1(s)) {
+    direct_s1_bwd(e, dx, dw, db, dy, x, w, s, ws);
   } else if (depthwise(s)) {
     float* partials = ws;  // threads - 1 partials, then each thread's planes
     depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials, ws + size_t(e.pool.size()) * wgrad_elems(s));

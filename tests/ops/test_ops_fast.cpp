@@ -28,7 +28,9 @@ constexpr double kTol = 2e-5;
 
 TEST(FastVsRef, Conv2d) {
   const ConvShape shapes[] = {
-      conv(3, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2, 1),   // mnist-cnn conv
+      conv(3, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2, 1),   // mnist-cnn conv (direct stride-1 kernels)
+      conv(2, 3, 9, 37, 7, 3, 3, 1, 1, 1, 1, 1),     // the same path: odd K, rows over two blocks
+      conv(3, 2, 6, 11, 13, 3, 5, 1, 1, 1, 2, 1),    // the same path: a 3x5 kernel, padding 1 x 2
       conv(1, 3, 9, 7, 17, 3, 3, 2, 1, 1, 0, 1),     // batch 1, odd K
       conv(5, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 2),      // groups
       conv(2, 6, 5, 5, 6, 3, 3, 1, 1, 1, 1, 6),      // depthwise

@@ -2,6 +2,8 @@
 // pool's sparsity: one position per window carries gradient, so each window adds dy * (the patch
 // at its coded position) to dw. Lanes run over 16 output channels; each lane's input value is
 // picked from the 2x2 window by one in-lane VPERMILPS, so one FMA does 16 useful MACs.
+// Also the fused forward and the plain stride-1 forward for short reductions (conv_s1_fwd_avx512),
+// both with lanes along output channels.
 #pragma once
 #include <immintrin.h>
 
@@ -370,6 +372,72 @@ void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float*
     }
   }
   transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);  // y[K, PQ2] = yT^T
+}
+
+// One output row p of the plain stride-1 conv, lanes along output channels: WB pixels x KV
+// channel vectors of accumulators, per tap KV weight loads and one broadcast per pixel, written
+// channel-last to yT[q, Kp] (the row's tile). GCC's predictive commoning would carry the row's
+// inputs from one tap to the next in scalar registers, which spill at 24 accumulators: off here.
+template <int WB, int KV>
+__attribute__((optimize("no-predictive-commoning"))) void conv_s1_cl_block(float* yT, const float* xp, const float* wT, const float* bT, const ConvS1& d, int Kp,
+                      int p, int q0, int k0) {
+  __m512 acc[WB][KV];
+#pragma GCC unroll 12
+  for (int jj = 0; jj < WB; ++jj)
+#pragma GCC unroll 2
+    for (int v = 0; v < KV; ++v) acc[jj][v] = _mm512_loadu_ps(bT + k0 + 16 * v);
+  for (int c = 0; c < d.C; ++c)
+    for (int r = 0; r < d.R; ++r) {
+      const float* x0 = xp + (size_t(c) * d.Hp + p + r) * d.Wp + q0;
+      const float* wr = wT + (size_t(c) * d.R + r) * d.S * Kp + k0;
+      for (int s = 0; s < d.S; ++s) {
+        __m512 wv[KV];
+#pragma GCC unroll 2
+        for (int v = 0; v < KV; ++v) wv[v] = _mm512_loadu_ps(wr + size_t(s) * Kp + 16 * v);
+#pragma GCC unroll 12
+        for (int jj = 0; jj < WB; ++jj) {
+          const __m512 xv = _mm512_set1_ps(x0[jj + s]);
+#pragma GCC unroll 2
+          for (int v = 0; v < KV; ++v) acc[jj][v] = _mm512_fmadd_ps(wv[v], xv, acc[jj][v]);
+        }
+      }
+    }
+#pragma GCC unroll 12
+  for (int jj = 0; jj < WB; ++jj)
+#pragma GCC unroll 2
+    for (int v = 0; v < KV; ++v) _mm512_storeu_ps(yT + size_t(q0 + jj) * Kp + k0 + 16 * v, acc[jj][v]);
+}
+
+template <int WB, int KV>
+int conv_s1_cl_run(float* yT, const float* xp, const float* wT, const float* bT, const ConvS1& d, int Kp, int p,
+                   int q0, int k0) {
+  for (; q0 + WB <= d.Q; q0 += WB) conv_s1_cl_block<WB, KV>(yT, xp, wT, bT, d, Kp, p, q0, k0);
+  return q0;
+}
+
+// ConvS1FwdFn for a short reduction (C*R*S <= 80) and at most 64 channels and 64 columns: the
+// weights transposed to wT[C*R*S, Kp] and each row's tile yT[Q, Kp] on the stack, the tile
+// transposed into y[K, P, Q]. Other shapes take the row-lane template (fast_impl.h).
+inline bool conv_s1_cl_fits(const ConvS1& d) { return d.C * d.R * d.S <= 80 && d.K <= 64 && d.Q <= 64; }
+void conv_s1_fwd_avx512(float* y, const float* xp, const float* w, const float* b, const ConvS1& d) {
+  if (!conv_s1_cl_fits(d)) return conv_s1_fwd<Avx512>(y, xp, w, b, d);
+  const int Kp = (d.K + 15) / 16 * 16, CRS = d.C * d.R * d.S;
+  alignas(64) float wT[80 * 64], bT[64], yT[64 * 64];
+  for (int t = 0; t < CRS; ++t)
+    for (int k = 0; k < Kp; ++k) wT[size_t(t) * Kp + k] = k < d.K ? w[size_t(k) * CRS + t] : 0.f;
+  for (int k = 0; k < Kp; ++k) bT[k] = b && k < d.K ? b[k] : 0.f;
+  for (int p = 0; p < d.P; ++p) {
+    int k0 = 0;
+    for (; k0 + 32 <= Kp; k0 += 32) {
+      const int q = conv_s1_cl_run<12, 2>(yT, xp, wT, bT, d, Kp, p, 0, k0);
+      conv_s1_cl_run<1, 2>(yT, xp, wT, bT, d, Kp, p, conv_s1_cl_run<4, 2>(yT, xp, wT, bT, d, Kp, p, q, k0), k0);
+    }
+    if (k0 < Kp) {
+      const int q = conv_s1_cl_run<12, 1>(yT, xp, wT, bT, d, Kp, p, 0, k0);
+      conv_s1_cl_run<1, 1>(yT, xp, wT, bT, d, Kp, p, conv_s1_cl_run<4, 1>(yT, xp, wT, bT, d, Kp, p, q, k0), k0);
+    }
+    transpose(y + size_t(p) * d.Q, size_t(d.P) * d.Q, yT, size_t(Kp), d.Q, d.Q, d.K);  // y[K, p, Q] = yT^T
+  }
 }
 
 void conv_pool_wgrad_avx512(float* dw, float* db, const float* dy, const int8_t* code,

@@ -12,6 +12,7 @@ Kernels fast_kernels_avx512() {
   Kernels k = fast_table<Avx512>();
   k.conv_s1_relu_pool = conv_relu_pool_avx512;  // conv_pool_avx512.h
   k.conv_s1_pool_wgrad = conv_pool_wgrad_avx512;
+  k.conv_s1_fwd = conv_s1_fwd_avx512;
   return k;
 }
 }  // namespace ember
