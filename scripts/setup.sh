@@ -7,6 +7,7 @@ pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-d
       libbenchmark-dev dataset-fashion-mnist
       chromium fonts-liberation   # headless Chromium renders `ember report` pages in the tests
       clang libclang-rt-14-dev    # the tsan and fuzz presets (ThreadSanitizer, libFuzzer)
+      pkg-config libspng-dev libturbojpeg0-dev python3-pil  # image folders (PNG, JPEG); PIL checks the decoding in tests
       libdnnl-dev ocl-icd-opencl-dev  # bench/bench_conv_onednn (oneDNN's CMake config needs OpenCL)
       python3-torch python3-torchvision python3-numpy libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py (OpenBLAS)
 missing=()

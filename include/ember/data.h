@@ -1,6 +1,7 @@
-// Data sets: IDX (MNIST-format) images and labels, raw or gzip, read with every field checked
-// against the file before anything is allocated, headers before payloads, optionally only the
-// first N items. Images stay u8 in memory: [N, rows, cols].
+// Data sets: IDX (MNIST-format) images and labels, raw or gzip; CIFAR-10/100 binary batches;
+// folders of PNG/JPEG images (torchvision's ImageFolder layout, and TinyImageNet's). Every field
+// is checked against the file before anything is allocated, headers before payloads, optionally
+// only the first N items. Images stay u8 in memory, planar: [N, channels, rows, cols].
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,10 +11,13 @@ namespace ember {
 
 struct Dataset {
   int64_t count = 0;             // N
-  int rows = 0, cols = 0;        // H, W (one channel)
+  int rows = 0, cols = 0;        // H, W
+  int channels = 1;              // C: 1 (grey) or 3 (RGB)
   int num_classes = 10;
-  std::vector<uint8_t> images;   // [N, H, W], row-major
+  std::vector<uint8_t> images;   // [N, C, H, W], row-major
   std::vector<uint8_t> labels;   // [N], each < num_classes
+  std::vector<std::string> class_names;  // [num_classes] when the format names them, else empty
+  size_t image_elems() const { return size_t(channels) * rows * cols; }
 };
 
 // Reads an IDX file of unsigned bytes (magic 0x00000801 labels, 0x00000803 images), raw or
@@ -53,6 +57,63 @@ struct TrainTest {
   Dataset train, test;
 };
 TrainTest load_mnist_dir(const std::string& dir, int64_t limit_train = 0, int64_t limit_test = 0);
+
+// CIFAR-10 (data_batch_1..5.bin, test_batch.bin: records of 1 label byte + 3072 image bytes) or
+// CIFAR-100 (train.bin, test.bin: coarse label, fine label, 3072 bytes) in dir, detected by which
+// files are there; images [N, 3, 32, 32] as stored (planar R, G, B). `fine` picks CIFAR-100's 100
+// fine labels, else its 20 coarse ones. Each file's size must be a whole number of records (at
+// least one), each label below the class count; class names come from batches.meta.txt /
+// fine_label_names.txt / coarse_label_names.txt when present. Limits as load_mnist_dir's (only
+// the records kept are read). Throws Error naming the file and the field.
+TrainTest load_cifar_dir(const std::string& dir, bool fine = true, int64_t limit_train = 0,
+                         int64_t limit_test = 0);
+// Whether dir holds CIFAR-10 or CIFAR-100 binary batches (by file name only).
+bool is_cifar_dir(const std::string& dir);
+
+// One decoded image, planar: pixels [channels, height, width]; channels 1 (grey) or 3 (RGB).
+struct Image {
+  int width = 0, height = 0, channels = 0;
+  std::vector<uint8_t> pixels;
+};
+// Decodes a PNG (libspng) or JPEG (libjpeg-turbo), told apart by their signatures. Grey, with or
+// without alpha, gives 1 channel; palette, RGB and RGBA give 3 (alpha is dropped, not composited,
+// as PIL's convert("RGB") does); 16-bit samples are reduced to 8. A size over max_pixels (width x
+// height) is refused from the header, before the pixels are allocated; a damaged, truncated or
+// empty stream, a CMYK JPEG or any other content is an Error naming `name`.
+Image decode_image(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels = int64_t(1) << 26);
+// The same checks on the header alone: width, height and channels, no pixels.
+Image read_image_header(const uint8_t* data, size_t size, const std::string& name,
+                        int64_t max_pixels = int64_t(1) << 26);
+// dst[C, oh, ow] = src[C, H, W] resampled with PIL's bilinear (triangle) or bicubic (a = -0.5)
+// filter, widened by the scale when shrinking (so it averages, as PIL and torchvision's Resize
+// do), rounded to u8. Equal sizes copy.
+void resize_image(uint8_t* dst, int oh, int ow, const uint8_t* src, int C, int H, int W, bool cubic = false);
+// A PNG file's bytes for planar u8 pixels [C, H, W], C 1 or 3.
+std::string encode_png(const uint8_t* planar, int C, int H, int W, const std::string& name);
+
+// Folders of PNG/JPEG images: DIR/train/<class>/... and DIR/test/<class>/... (or DIR/val/<class>),
+// class index = position of the folder name in the sorted list of train's class folders (as
+// torchvision's ImageFolder); images anywhere below a class folder, sorted by path. TinyImageNet's
+// layout (DIR/wnids.txt, train/<wnid>/images/*.JPEG, val/images/*.JPEG labelled by
+// val/val_annotations.txt) is read as it comes. Every image is resized to image_size x image_size
+// (0: all images must have the first one's size). Grey data sets stay 1 channel; if any image is
+// colour, grey ones are replicated to 3. Files without a .png/.jpg/.jpeg name are skipped and
+// counted; an image that does not decode, an empty class folder, no class folders, or a test class
+// that train lacks is an Error naming it. Symlinked folders are not followed; nesting deeper than
+// 8 levels below a class folder is refused.
+struct FolderOptions {
+  int image_size = 0;
+  bool cubic = false;      // bicubic resize instead of bilinear
+  int threads = 1;         // decoding threads (the result does not depend on them)
+  int64_t limit_train = 0, limit_test = 0;  // the first N images by class then path (0: all)
+  int64_t max_pixels = int64_t(1) << 26;     // per decoded image
+};
+struct FolderReport {
+  int64_t skipped_train = 0, skipped_test = 0;  // files that are not .png/.jpg/.jpeg
+};
+TrainTest load_image_folder(const std::string& dir, const FolderOptions& o, FolderReport* report = nullptr);
+// Whether dir looks like an image folder (has train/ with a sub-folder) or TinyImageNet (wnids.txt).
+bool is_image_folder(const std::string& dir);
 
 // Where the default data set (Fashion-MNIST, Debian's dataset-fashion-mnist) lives.
 inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";

@@ -27,10 +27,11 @@ double Schedule::at(int e) const {
 void check_dataset_fits(const Plan& plan, const Dataset& d, const std::string& what) {
   const Model& m = plan.model();
   const std::string model = m.source.empty() ? "model " + m.name : "model " + m.source;
-  if (m.in_c != 1 || m.in_h != d.rows || m.in_w != d.cols)
-    throw Error(what + ": images are " + std::to_string(d.rows) + "x" + std::to_string(d.cols) +
-                " with 1 channel, but " + model + " expects input [" + std::to_string(m.in_c) +
-                ", " + std::to_string(m.in_h) + ", " + std::to_string(m.in_w) + "]");
+  if (m.in_c != d.channels || m.in_h != d.rows || m.in_w != d.cols)
+    throw Error(what + ": images are " + std::to_string(d.rows) + "x" + std::to_string(d.cols) + " with " +
+                std::to_string(d.channels) + (d.channels == 1 ? " channel" : " channels") + ", but " + model +
+                " expects input [" + std::to_string(m.in_c) + ", " + std::to_string(m.in_h) + ", " +
+                std::to_string(m.in_w) + "]");
   if (m.num_classes < d.num_classes)
     throw Error(what + ": the data set has " + std::to_string(d.num_classes) + " classes, " + model +
                 " outputs " + std::to_string(m.num_classes));

@@ -2,6 +2,8 @@
 // (one line naming the flag, what was expected and what was found), and the runs themselves.
 #include "commands.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -64,8 +66,14 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
       ->capture_default_str();
   cmd->add_option("--act", a.act, "A ConvNeXt model's block activation: relu, gelu, gelu-tanh, hardswish, silu or fastswish");
   cmd->add_option("--data", a.data,
-                  "Directory with the four MNIST-format files (default: Fashion-MNIST in " +
+                  "Data set directory: MNIST-format files, CIFAR-10/100 binary batches, or image folders "
+                  "(train/<class>/*.png|jpg, test/ or val/; TinyImageNet's layout) (default: Fashion-MNIST in " +
                       std::string(kDefaultDataDir) + ")");
+  cmd->add_option("--data-format", a.data_format, "auto (detected from the files), idx, folder, tinyimagenet or cifar")
+      ->capture_default_str();
+  cmd->add_option("--image-size", a.image_size, "Image folders: resize every image to SIZE x SIZE (0: all must share one size)")
+      ->capture_default_str();
+  cmd->add_option("--label", a.label, "CIFAR-100: fine (100 classes) or coarse (20)")->capture_default_str();
   cmd->add_option("--batch-size", a.batch_size, "Mini-batch size (default: the model's recipe)")
       ->capture_default_str();
   cmd->add_option("--threads", a.threads, "Worker threads")->capture_default_str();
@@ -96,12 +104,38 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   check_int(L("--batch-size"), a.batch_size, 1, 65536);
   check_int(L("--threads"), a.threads, 1, 256);
   check_int(L("--limit-test"), a.limit_test, 0, int64_t(1) << 40);
+  check_int(L("--image-size"), a.image_size, 0, 4096);
+  if (a.data_format != "auto" && a.data_format != "idx" && a.data_format != "folder" && a.data_format != "tinyimagenet" &&
+      a.data_format != "cifar")
+    bad(L("--data-format"), "auto, idx, folder, tinyimagenet or cifar", "'" + one_line(a.data_format) + "'");
+  if (a.label != "fine" && a.label != "coarse") bad(L("--label"), "fine or coarse", "'" + one_line(a.label) + "'");
   resolve_isa(one_line(a.isa), L("--isa"));
+}
+
+std::string data_format(const CommonArgs& a, const std::string& dir) {
+  if (a.data_format != "auto") return a.data_format;
+  if (is_cifar_dir(dir)) return "cifar";
+  if (is_image_folder(dir)) return "folder";
+  return "idx";
 }
 
 TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   try {
+    const std::string f = data_format(a, dir);
+    if (f == "cifar") return load_cifar_dir(dir, a.label == "fine", limit_train, a.limit_test);
+    if (f == "folder" || f == "tinyimagenet") {
+      if (f == "tinyimagenet" && ::access((dir + "/wnids.txt").c_str(), F_OK) != 0)
+        throw Error("--data " + quote_path(dir) + ": no wnids.txt (TinyImageNet's layout has it)");
+      FolderOptions o;
+      o.image_size = a.image_size, o.threads = a.threads, o.limit_train = limit_train, o.limit_test = a.limit_test;
+      FolderReport rep;
+      TrainTest t = load_image_folder(dir, o, &rep);
+      if (rep.skipped_train + rep.skipped_test > 0)
+        std::fprintf(stderr, "ember: --data %s: skipped %lld train and %lld test files that are not .png/.jpg/.jpeg images\n",
+                     quote_path(dir).c_str(), (long long)rep.skipped_train, (long long)rep.skipped_test);
+      return t;
+    }
     return load_mnist_dir(dir, limit_train, a.limit_test);
   } catch (const Error& e) {
     if (a.data.empty())
@@ -267,6 +301,22 @@ int clamp_batch(int batch, int64_t count, const char* set) {
 }
 
 TrainTest load_train_data(const TrainArgs& a) { return load_data(a.common, a.limit_train); }
+
+void fit_model_to_data(Model& m, const Dataset& d, bool fixed) {
+  if (fixed) return;
+  if (m.in_c != d.channels || m.in_h != d.rows || m.in_w != d.cols) {
+    std::fprintf(stderr, "ember: model %s: input [%d, %d, %d] set to the data's [%d, %d, %d]\n", one_line(m.name).c_str(),
+                 m.in_c, m.in_h, m.in_w, d.channels, d.rows, d.cols);
+    m.in_c = d.channels, m.in_h = d.rows, m.in_w = d.cols;
+  }
+  if (m.num_classes >= d.num_classes || m.layers.empty()) return;
+  LayerSpec& last = m.layers.back();
+  if (last.kind != LayerKind::Linear || last.out != m.num_classes) return;  // check_dataset_fits names it
+  std::fprintf(stderr, "ember: model %s: %d outputs set to the data's %d classes\n", one_line(m.name).c_str(),
+               m.num_classes, d.num_classes);
+  last.out = m.num_classes = d.num_classes;
+}
+
 
 namespace {
 // The model to evaluate: --model when given (it must match the weights' own description, when

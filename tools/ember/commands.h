@@ -42,6 +42,9 @@ struct CommonArgs {
   std::string isa;
   int64_t limit_test = 0;    // 0: all
   std::string act;           // --act: a ConvNeXt model's block activation; empty: the model's
+  std::string data_format = "auto";  // auto, idx, folder, tinyimagenet, cifar
+  int image_size = 0;        // folders: resize every image to this square size (0: keep)
+  std::string label = "fine";  // CIFAR-100: fine (100 classes) or coarse (20)
 };
 
 struct TrainArgs {
@@ -136,6 +139,10 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd);
 // The data set, reading only the first --limit-train / --limit-test samples.
 TrainTest load_train_data(const TrainArgs& a);
+// A new run's model takes its input [C, H, W] from the data, and a last Linear with fewer outputs
+// than the data's classes grows to them; each change is one line on stderr. `fixed` (resuming, or
+// starting from --weights) keeps the model as saved: check_dataset_fits then names a mismatch.
+void fit_model_to_data(Model& m, const Dataset& d, bool fixed);
 // `batch`, or the set's count when smaller (with a note on stdout).
 int clamp_batch(int batch, int64_t count, const char* set);
 int default_threads();

@@ -56,6 +56,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   if (t.limit_train == 0 || t.limit_train > a.limit_samples) t.limit_train = a.limit_samples;  // decode only these
   TrainTest data = load_train_data(t);
   su.plan.batch = t.common.batch_size = clamp_batch(t.common.batch_size, data.train.count, "training set");
+  fit_model_to_data(su.model, data.train, !t.weights.empty());
   if (!t.weights.empty()) check_weights_fit(su.model, t.weights);  // before the plan is built
   Plan plan(su.model, su.plan);
   check_dataset_fits(plan, data.train, "training set");

@@ -23,6 +23,7 @@ using nlohmann::json;
 json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count) {
   const CommonArgs& c = a.common;
   return {{"command", a.command_line}, {"model", c.model}, {"data", c.data},
+          {"data_format", c.data_format}, {"image_size", c.image_size}, {"label", c.label},
           {"batch_size", c.batch_size}, {"threads", c.threads}, {"isa", c.isa},
           {"limit_test", c.limit_test}, {"epochs", a.epochs}, {"lr", a.lr},
           {"optimizer", a.optimizer}, {"schedule", a.schedule}, {"lr_min", a.lr_min},
@@ -73,6 +74,11 @@ std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd
   CommonArgs& c = a.common;
   r("model", "--model", c.model, false);
   r("data", "--data", c.data, true);
+  if (j.contains("data_format")) {  // written since image folders and CIFAR came; older runs read IDX
+    r("data_format", "--data-format", c.data_format, true);
+    r("image_size", "--image-size", c.image_size, false);
+    r("label", "--label", c.label, false);
+  }
   r("batch_size", "--batch-size", c.batch_size, false);
   r("threads", "--threads", c.threads, true);
   r("isa", "--isa", c.isa, true);

@@ -332,6 +332,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
 
   TrainTest data = load_train_data(a);
   if (!resuming) su.plan.batch = a.common.batch_size = clamp_batch(a.common.batch_size, data.train.count, "training set");
+  fit_model_to_data(su.model, data.train, resuming || !a.weights.empty());
   const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
   if (resuming) {

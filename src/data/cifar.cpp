@@ -1,0 +1,128 @@
+// CIFAR-10 and CIFAR-100 binary batches (the "binary version" of the data sets): fixed-size
+// records of label byte(s) then a 32x32 RGB image stored planar (1024 R, 1024 G, 1024 B bytes).
+// Files are opened with open_input (regular files only), their sizes checked to be whole records
+// before a byte is allocated, and only the records kept by a limit are read.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ember/data.h"
+#include "ember/error.h"
+#include "ember/files.h"
+
+namespace ember {
+namespace {
+
+constexpr int kSide = 32, kImage = 3 * kSide * kSide;
+
+struct Layout {
+  bool hundred;  // CIFAR-100: two label bytes (coarse, fine)
+  std::vector<std::string> train, test;
+};
+
+bool present(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+Layout layout(const std::string& dir) {
+  if (present(dir + "/train.bin") || present(dir + "/test.bin"))
+    return {true, {dir + "/train.bin"}, {dir + "/test.bin"}};
+  Layout l{false, {}, {dir + "/test_batch.bin"}};
+  for (int i = 1; i <= 5; ++i) l.train.push_back(dir + "/data_batch_" + std::to_string(i) + ".bin");
+  return l;
+}
+
+void read_at(int fd, uint8_t* dst, size_t n, uint64_t off, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, dst, n, off_t(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw Error(quote_path(path) + ": read failed: " + (r < 0 ? std::strerror(errno) : "file shrank while reading"));
+    dst += r, n -= size_t(r), off += uint64_t(r);
+  }
+}
+
+// Appends the records of one file (at most `room` of them when room >= 0) to d.
+void read_batch(Dataset& d, const std::string& path, bool hundred, bool fine, int64_t room) {
+  const size_t rec = size_t(hundred ? 2 : 1) + kImage;
+  uint64_t size = 0;
+  const int fd = open_input(path, "--data", &size);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (size == 0 || size % rec != 0)
+    throw Error(quote_path(path) + ": size " + std::to_string(size) + " bytes is not a whole number of " +
+                std::to_string(rec) + "-byte CIFAR" + (hundred ? "-100" : "-10") + " records");
+  int64_t n = int64_t(size / rec);
+  if (room >= 0) n = std::min(n, room);
+  std::vector<uint8_t> buf(size_t(n) * rec);
+  read_at(fd, buf.data(), buf.size(), 0, path);
+  const size_t base = size_t(d.count);
+  d.images.resize((base + size_t(n)) * kImage);
+  d.labels.resize(base + size_t(n));
+  const int label_byte = hundred && fine ? 1 : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* r = buf.data() + size_t(i) * rec;
+    const int label = r[label_byte];
+    if (label >= d.num_classes)
+      throw Error(quote_path(path) + ": record " + std::to_string(i) + ": " +
+                  (hundred ? (fine ? "fine label " : "coarse label ") : "label ") + std::to_string(label) +
+                  " is not below " + std::to_string(d.num_classes));
+    d.labels[base + size_t(i)] = uint8_t(label);
+    std::memcpy(d.images.data() + (base + size_t(i)) * kImage, r + rec - kImage, kImage);
+  }
+  d.count += n;
+}
+
+// Class names: one per line (blank lines ignored), used only when there is one per class.
+std::vector<std::string> names(const std::string& path, int classes) {
+  if (!present(path)) return {};
+  const std::string text = read_input(path, 1 << 20, "--data");
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = text.find('\n', i);
+    if (j == std::string::npos) j = text.size();
+    std::string line = text.substr(i, j - i);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) out.push_back(one_line(line));
+    i = j + 1;
+  }
+  if (int(out.size()) != classes) return {};
+  return out;
+}
+
+Dataset load_split(const std::vector<std::string>& files, bool hundred, bool fine, int64_t limit) {
+  if (limit < 0) throw Error("--limit: " + std::to_string(limit) + " is negative");
+  Dataset d;
+  d.rows = d.cols = kSide, d.channels = 3;
+  d.num_classes = hundred ? (fine ? 100 : 20) : 10;
+  for (const std::string& f : files) {
+    if (limit > 0 && d.count >= limit) break;
+    if (!present(f)) throw Error(quote_path(f) + ": missing (a CIFAR" + (hundred ? "-100" : "-10") + " data set has it)");
+    read_batch(d, f, hundred, fine, limit > 0 ? limit - d.count : -1);
+  }
+  return d;
+}
+
+}  // namespace
+
+bool is_cifar_dir(const std::string& dir) {
+  return present(dir + "/data_batch_1.bin") || present(dir + "/test_batch.bin") || present(dir + "/train.bin");
+}
+
+TrainTest load_cifar_dir(const std::string& dir, bool fine, int64_t limit_train, int64_t limit_test) {
+  const Layout l = layout(dir);
+  TrainTest t{load_split(l.train, l.hundred, fine, limit_train), load_split(l.test, l.hundred, fine, limit_test)};
+  const std::string meta = l.hundred ? (fine ? "/fine_label_names.txt" : "/coarse_label_names.txt") : "/batches.meta.txt";
+  t.train.class_names = t.test.class_names = names(dir + meta, t.train.num_classes);
+  return t;
+}
+
+}  // namespace ember
