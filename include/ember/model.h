@@ -61,6 +61,10 @@ struct Recipe {
   double l2 = 1e-4;                   // coupled L2 on weights (added to gradients)
   double weight_decay = 0.0;          // decoupled (AdamW-style) weight decay
   double momentum = 0.9;
+  // Augmentation (ember/loader.h; --crop, --pad, --flip, --resized-crop, --normalize).
+  int crop = 0, pad = 0;
+  bool flip = false, resized_crop = false;
+  std::string normalize = "none";
 };
 
 struct Model {

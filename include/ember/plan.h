@@ -116,7 +116,11 @@ class Plan {
   int32_t* labels();
   // Gathers n images by index from u8 [count, H*W*C] data into the input, scaled by 1/255, and
   // their labels. Indices must be < count (checked by the caller).
+  // With set_input_affine, channel c is u8 * scale[c] + shift[c] instead (per-channel mean/std
+  // normalisation folded in: scale = 1 / (255 std), shift = -mean / std).
   void gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n);
+  // Sets (or, with empty vectors, clears) that per-channel affine; one value per input channel.
+  void set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift);
 
   void forward(int n);
   // Mean loss over the first n samples; with grad, also d(loss)/d(output) for backward.

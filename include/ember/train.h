@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ember/data.h"
+#include "ember/loader.h"
 #include "ember/error.h"
 #include "ember/plan.h"
 
@@ -66,6 +67,11 @@ struct TrainConfig {
   // Called after every step with the state the next step starts from; returning false stops
   // training there (TrainResult::stopped). May be empty.
   std::function<bool(const TrainState& next)> after_step;
+  // Augmentation (ember/loader.h): when set, batches come from a BatchLoader that crops and flips
+  // on `loader_threads` background threads, `loader_depth` batches ahead of the step, and the
+  // test set goes through its deterministic path (centre crop). Null: images as they are.
+  const Augment* augment = nullptr;
+  int loader_threads = 1, loader_depth = 3;
 };
 
 struct EpochMetrics {
@@ -81,7 +87,8 @@ struct EvalResult {
 };
 
 // Evaluates the plan's model on all of `data` in batches of plan.batch().
-EvalResult evaluate(Plan& plan, const Dataset& data);
+// With an Augment, images go through its deterministic path (a centre crop) first.
+EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment = nullptr);
 
 // Trains for cfg.epochs (or until early stopping), evaluating on `test` after every epoch.
 // on_epoch is called after each epoch; returning false stops training.
@@ -98,6 +105,7 @@ TrainResult train(Plan& plan, const Dataset& train_set, const Dataset& test_set,
                   const TrainConfig& cfg, const std::function<bool(const EpochMetrics&)>& on_epoch);
 
 // Checks that a data set fits a plan's model (image size, classes); throws Error naming `what`.
-void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what);
+// With an Augment, the images' size is the augmented one (its crop).
+void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what, const Augment* augment = nullptr);
 
 }  // namespace ember

@@ -127,6 +127,7 @@ Model convnext_model(const std::string& name) {
   m.recipe.schedule = "constant";
   if (name == "convnext-seed") {
     m.in_c = 3, m.in_h = m.in_w = 64, m.num_classes = 200;  // TinyImageNet, native 64x64 RGB
+    m.recipe.pad = 4, m.recipe.flip = true;  // RandomCrop(64, padding=4), RandomHorizontalFlip
     const int blocks[4] = {3, 3, 9, 3}, widths[4] = {64, 96, 128, 256};
     study_convnext(m, blocks, widths);
   } else if (name == "convnext-fashion") {
@@ -138,6 +139,7 @@ Model convnext_model(const std::string& name) {
     study_convnext(m, blocks, widths);
   } else if (name == "convnext-atto") {
     m.in_c = 3, m.in_h = m.in_w = 64, m.num_classes = 200;
+    m.recipe.pad = 4, m.recipe.flip = true;
     m.init = Init::TruncNormal;  // torchvision's: trunc_normal_(std=0.02), biases 0
     const int blocks[4] = {2, 2, 6, 2}, widths[4] = {40, 80, 160, 320};
     torchvision_convnext(m, blocks, widths);

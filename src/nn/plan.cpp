@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <type_traits>
 
 #include "core/arena.h"
 #include "core/rng.h"
@@ -65,6 +66,7 @@ struct Plan::Impl {
   size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
   int state_count = 0;
   int64_t step = 0;
+  std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift
 
   template <class T> T* at(size_t off) const { return arena.at<T>(off); }
   ops::Exec exec() const { return {*k, *pool}; }
@@ -424,20 +426,38 @@ void Plan::init_params(uint64_t seed) {
   m.step = 0;
 }
 
+void Plan::set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift) {
+  Impl& m = *impl_;
+  const int C = m.model.in_c;
+  if ((!scale.empty() && int(scale.size()) != C) || scale.size() != shift.size())
+    throw Error("input normalisation: " + std::to_string(scale.size()) + " scales and " + std::to_string(shift.size()) +
+                " shifts for " + std::to_string(C) + " input channels");
+  m.in_scale = scale, m.in_shift = shift;
+}
+
 void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n) {
   Impl& m = *impl_;
   const size_t D = m.g.tensors[0].dims.size();
+  const int C = m.model.in_c;
+  const size_t plane = D / size_t(C);
   int32_t* lab = m.at<int32_t>(m.labels_off);
+  // Without an affine: x = u8 * (1/255) exactly as before (a multiply, no add).
+  auto convert = [&](auto* dst, const uint8_t* src) {
+    using T = std::remove_pointer_t<decltype(dst)>;
+    if (m.in_scale.empty()) {
+      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (T(1) / T(255));
+      return;
+    }
+    for (int c = 0; c < C; ++c) {
+      const T a = T(m.in_scale[size_t(c)]), b = T(m.in_shift[size_t(c)]);
+      for (size_t d = size_t(c) * plane; d < size_t(c + 1) * plane; ++d) dst[d] = src[d] * a + b;
+    }
+  };
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const uint8_t* src = images + size_t(index[i]) * D;
-      if (m.esz == 8) {
-        double* dst = m.at<double>(m.act[0]) + size_t(i) * D;
-        for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0 / 255.0);
-      } else {
-        float* dst = m.at<float>(m.act[0]) + size_t(i) * D;
-        for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0f / 255.0f);
-      }
+      if (m.esz == 8) convert(m.at<double>(m.act[0]) + size_t(i) * D, src);
+      else convert(m.at<float>(m.act[0]) + size_t(i) * D, src);
       lab[i] = labels[index[i]];
     }
   };

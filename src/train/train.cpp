@@ -4,6 +4,7 @@
 #include "ember/train.h"
 
 #include <chrono>
+#include <memory>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -24,8 +25,11 @@ double Schedule::at(int e) const {
   return lr;
 }
 
-void check_dataset_fits(const Plan& plan, const Dataset& d, const std::string& what) {
+void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what, const Augment* augment) {
   const Model& m = plan.model();
+  Dataset d;  // only the geometry
+  d.channels = data.channels, d.num_classes = data.num_classes, d.rows = data.rows, d.cols = data.cols;
+  if (augment) d.rows = d.cols = augmented_side(*augment, data.rows, data.cols, "--crop");
   const std::string model = m.source.empty() ? "model " + m.name : "model " + m.source;
   if (m.in_c != d.channels || m.in_h != d.rows || m.in_w != d.cols)
     throw Error(what + ": images are " + std::to_string(d.rows) + "x" + std::to_string(d.cols) + " with " +
@@ -37,7 +41,7 @@ void check_dataset_fits(const Plan& plan, const Dataset& d, const std::string& w
                 " outputs " + std::to_string(m.num_classes));
 }
 
-EvalResult evaluate(Plan& plan, const Dataset& data) {
+EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment) {
   const int B = plan.batch();
   struct EvalMode {  // stochastic depth off while evaluating; the plan's mode back after
     Plan& p;
@@ -45,14 +49,24 @@ EvalResult evaluate(Plan& plan, const Dataset& data) {
     explicit EvalMode(Plan& q) : p(q), was(q.train_mode()) { p.set_train_mode(false); }
     ~EvalMode() { p.set_train_mode(was); }
   } mode(plan);
-  std::vector<int64_t> index(B);
+  std::vector<int64_t> index(data.count);
+  std::iota(index.begin(), index.end(), int64_t(0));
+  std::unique_ptr<BatchLoader> loader;
+  if (augment) {
+    loader = std::make_unique<BatchLoader>(data, *augment, B, 1, 2, 0);
+    loader->start(index.data(), data.count, 0, 0, false);
+  }
   EvalResult r;
   double loss_sum = 0;
   int64_t correct = 0;
   for (int64_t start = 0; start < data.count; start += B) {
     const int n = int(std::min<int64_t>(B, data.count - start));
-    std::iota(index.begin(), index.begin() + n, start);
-    plan.gather_u8(data.images.data(), data.labels.data(), index.data(), n);
+    if (loader) {
+      const BatchLoader::Batch b = loader->next();
+      plan.gather_u8(b.images, b.labels, index.data(), n);  // the batch in order: index 0 .. n-1
+    } else {
+      plan.gather_u8(data.images.data(), data.labels.data(), index.data() + start, n);
+    }
     plan.forward(n);
     loss_sum += plan.loss(n, false) * n;
     correct += plan.correct(n);
@@ -72,8 +86,8 @@ std::string step_name(int64_t step, int epoch, int64_t batch, int64_t batches) {
 
 TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainConfig& cfg,
                   const std::function<bool(const EpochMetrics&)>& on_epoch) {
-  check_dataset_fits(plan, tr, "training set");
-  check_dataset_fits(plan, te, "test set");
+  check_dataset_fits(plan, tr, "training set", cfg.augment);
+  check_dataset_fits(plan, te, "test set", cfg.augment);
   using clock = std::chrono::steady_clock;
   const int B = plan.batch();
   const int64_t batches = (tr.count + B - 1) / B;
@@ -81,7 +95,10 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     throw Error("train: start position epoch " + std::to_string(cfg.start.epoch) + ", batch " +
                 std::to_string(cfg.start.batch) + " is outside the " + std::to_string(batches) +
                 " batches of an epoch");
-  std::vector<int64_t> order(tr.count);
+  std::vector<int64_t> order(tr.count), ident(static_cast<size_t>(B));
+  std::iota(ident.begin(), ident.end(), int64_t(0));
+  std::unique_ptr<BatchLoader> loader;
+  if (cfg.augment) loader = std::make_unique<BatchLoader>(tr, *cfg.augment, B, cfg.loader_threads, cfg.loader_depth, cfg.seed);
   TrainResult result;
   const auto t_start = clock::now();
   double prev_loss = cfg.start.prev_train_loss;
@@ -97,12 +114,17 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     }
     const double lr = cfg.schedule.at(epoch);
     Profiler* P = plan.profiler();
+    if (loader) loader->start(order.data(), tr.count, epoch, st.batch, true);
     for (; st.batch < batches; ++st.batch) {
       const int64_t start = st.batch * B;
       const int n = int(std::min<int64_t>(B, tr.count - start));
       const auto ts0 = clock::now();
       const int64_t ts = P ? P->now_ns() : 0;
-      timed(P, Phase::data, -1, [&] { plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n); });
+      timed(P, Phase::data, -1, [&] {  // with a loader: the wait for its batch, then the conversion
+        if (!loader) return plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
+        const BatchLoader::Batch b = loader->next();
+        plan.gather_u8(b.images, b.labels, ident.data(), b.n);
+      });
       plan.forward(n);
       double loss = 0;
       int correct = 0;
@@ -165,7 +187,7 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     if (cfg.evaluate) {
       const int64_t te0 = P ? P->now_ns() : 0;
       plan.set_profiler(nullptr);  // evaluation's forward passes are not training steps
-      ev = evaluate(plan, te);
+      ev = evaluate(plan, te, cfg.augment);
       plan.set_profiler(P);
       if (P) P->record(0, Phase::eval, -1, te0, P->now_ns());
     }

@@ -11,8 +11,10 @@
 #include <cstring>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <thread>
 
+#include "core/rng.h"
 #include "ember/data.h"
 #include "ember/error.h"
 #include "ember/files.h"
@@ -74,6 +76,12 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--image-size", a.image_size, "Image folders: resize every image to SIZE x SIZE (0: all must share one size)")
       ->capture_default_str();
   cmd->add_option("--label", a.label, "CIFAR-100: fine (100 classes) or coarse (20)")->capture_default_str();
+  cmd->add_option("--crop", a.crop, "Random crop to SIZE x SIZE while training, centre crop in evaluation (default: the recipe's; 0: none)");
+  cmd->add_option("--pad", a.pad, "Zero border added on each side before the crop (default: the recipe's)");
+  cmd->add_flag("--flip", a.flip, "Random horizontal flip while training");
+  cmd->add_flag("--resized-crop", a.resized_crop, "RandomResizedCrop to --crop SIZE (area 8-100 %, aspect 3/4-4/3) instead of a padded crop");
+  cmd->add_flag("--no-augment", a.no_augment, "No crop, padding or flip, whatever the recipe says");
+  cmd->add_option("--normalize", a.normalize, "Per-channel normalisation: none, imagenet, M,S or M1,M2,M3,S1,S2,S3 (default: the recipe's)");
   cmd->add_option("--batch-size", a.batch_size, "Mini-batch size (default: the model's recipe)")
       ->capture_default_str();
   cmd->add_option("--threads", a.threads, "Worker threads")->capture_default_str();
@@ -109,6 +117,8 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
       a.data_format != "cifar")
     bad(L("--data-format"), "auto, idx, folder, tinyimagenet or cifar", "'" + one_line(a.data_format) + "'");
   if (a.label != "fine" && a.label != "coarse") bad(L("--label"), "fine or coarse", "'" + one_line(a.label) + "'");
+  if (a.crop != -1) check_int(L("--crop"), a.crop, 0, 4096);
+  if (a.pad != -1) check_int(L("--pad"), a.pad, 0, 1024);
   resolve_isa(one_line(a.isa), L("--isa"));
 }
 
@@ -205,6 +215,7 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
   cmd->add_flag("--no-shuffle", a.no_shuffle, "Keep the data set's order every epoch");
   cmd->add_option("--metrics", a.metrics, "Write one JSON object per epoch to FILE.jsonl");
   cmd->add_option("--save", a.save, "Save the trained weights to FILE (safetensors)");
+  cmd->add_option("--show-batch", a.show_batch, "Write the first augmented training batch to FILE.png as a grid");
   cmd->add_option("--init", a.init, "Weight init: kaiming, xavier or torch (default: the model's)");
   cmd->add_option("--early-stop-tol", a.early_stop_tol,
                   "Stop when the train loss improves by less than this between epochs (0: off)")
@@ -302,14 +313,58 @@ int clamp_batch(int batch, int64_t count, const char* set) {
 
 TrainTest load_train_data(const TrainArgs& a) { return load_data(a.common, a.limit_train); }
 
-void fit_model_to_data(Model& m, const Dataset& d, bool fixed) {
-  if (fixed) return;
-  if (m.in_c != d.channels || m.in_h != d.rows || m.in_w != d.cols) {
-    std::fprintf(stderr, "ember: model %s: input [%d, %d, %d] set to the data's [%d, %d, %d]\n", one_line(m.name).c_str(),
-                 m.in_c, m.in_h, m.in_w, d.channels, d.rows, d.cols);
-    m.in_c = d.channels, m.in_h = d.rows, m.in_w = d.cols;
+void write_batch_grid(const std::string& path, const Dataset& d, const Augment& a, int batch, uint64_t seed, bool shuffle) {
+  const int n = int(std::min<int64_t>(batch, d.count));
+  std::vector<int64_t> order(size_t(d.count));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  Pcg32 rng(seed, 0x5eed0000ULL);  // epoch 0's shuffle, as train() draws it
+  for (int64_t i = d.count - 1; shuffle && i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+  BatchLoader loader(d, a, n, 1, 1, seed);
+  loader.start(order.data(), n, 0, 0, true);
+  const BatchLoader::Batch b = loader.next();
+  const int S = loader.side(), C = d.channels, cols = int(std::ceil(std::sqrt(double(n)))), rows = (n + cols - 1) / cols;
+  const int gap = 2, GW = cols * (S + gap) - gap, GH = rows * (S + gap) - gap;
+  std::vector<uint8_t> grid(size_t(C) * GH * GW, 128);
+  for (int i = 0; i < b.n; ++i)
+    for (int c = 0; c < C; ++c)
+      for (int y = 0; y < S; ++y)
+        std::memcpy(&grid[(size_t(c) * GH + (i / cols) * (S + gap) + y) * GW + (i % cols) * (S + gap)],
+                    b.images + ((size_t(i) * C + c) * S + y) * S, size_t(S));
+  const std::string png = encode_png(grid.data(), C, GH, GW, path);
+  write_file_atomic(path, {png});
+}
+
+void set_normalisation(Plan& plan, const Augment& a) {
+  std::vector<double> scale, shift;
+  input_affine(a, &scale, &shift);
+  plan.set_input_affine(scale, shift);
+}
+
+Augment augment_of(const CommonArgs& c, const Model& m, int channels, bool* active) {
+  const Recipe& r = m.recipe;
+  Augment a;
+  if (!c.no_augment) {
+    a.crop = c.crop >= 0 ? c.crop : r.crop;
+    a.pad = c.pad >= 0 ? c.pad : r.pad;
+    a.flip = c.flip || r.flip;
+    a.resized_crop = c.resized_crop || r.resized_crop;
   }
-  if (m.num_classes >= d.num_classes || m.layers.empty()) return;
+  if (a.resized_crop && a.crop <= 0) throw Error("--resized-crop: needs --crop SIZE");
+  parse_normalize(c.normalize.empty() ? r.normalize : c.normalize, channels, a, "--normalize");
+  *active = a.random() || !a.mean.empty();
+  return a;
+}
+
+void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed) {
+  if (fixed) return;
+  const int H = a ? augmented_side(*a, d.rows, d.cols, "--crop") : d.rows, W = a ? H : d.cols;
+  if (m.in_c != d.channels || m.in_h != H || m.in_w != W) {
+    std::fprintf(stderr, "ember: model %s: input [%d, %d, %d] set to the data's [%d, %d, %d]\n", one_line(m.name).c_str(),
+                 m.in_c, m.in_h, m.in_w, d.channels, H, W);
+    m.in_c = d.channels, m.in_h = H, m.in_w = W;
+  }
+  // Only a built-in model's head grows: a description file's class count is the user's choice.
+  if (!m.source.empty() || m.num_classes >= d.num_classes || m.layers.empty()) return;
   LayerSpec& last = m.layers.back();
   if (last.kind != LayerKind::Linear || last.out != m.num_classes) return;  // check_dataset_fits names it
   std::fprintf(stderr, "ember: model %s: %d outputs set to the data's %d classes\n", one_line(m.name).c_str(),
@@ -347,10 +402,13 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   po.threads = a.common.threads;
   po.isa = a.common.isa;
   po.optimizer.kind = OptimizerKind::SGD;
+  bool augmenting = false;
+  const Augment aug = augment_of(a.common, model, data.test.channels, &augmenting);
   Plan plan(model, po);
   load_weights(plan, a.weights);
-  check_dataset_fits(plan, data.test, "test set");
-  const EvalResult r = evaluate(plan, data.test);
+  set_normalisation(plan, aug);
+  check_dataset_fits(plan, data.test, "test set", augmenting ? &aug : nullptr);
+  const EvalResult r = evaluate(plan, data.test, augmenting ? &aug : nullptr);
   std::printf("ember eval: model %s, weights %s: test accuracy %.2f%% (loss %.4f) on %lld images\n",
               model.name.c_str(), one_line(a.weights).c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
   if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ember/data.h"
+#include "ember/loader.h"
 #include "ember/error.h"
 #include "ember/model.h"
 #include "ember/plan.h"
@@ -45,6 +46,10 @@ struct CommonArgs {
   std::string data_format = "auto";  // auto, idx, folder, tinyimagenet, cifar
   int image_size = 0;        // folders: resize every image to this square size (0: keep)
   std::string label = "fine";  // CIFAR-100: fine (100 classes) or coarse (20)
+  // Augmentation; -1 / "" take the model's recipe. --no-augment: none at all.
+  int crop = -1, pad = -1;
+  bool flip = false, resized_crop = false, no_augment = false;
+  std::string normalize;
 };
 
 struct TrainArgs {
@@ -64,6 +69,7 @@ struct TrainArgs {
   bool no_shuffle = false;
   std::string metrics;
   std::string save;
+  std::string show_batch;    // FILE.png: a grid of the first augmented training batch
   std::string init;
   double early_stop_tol = 0;
   int64_t limit_train = 0;
@@ -139,10 +145,18 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd);
 // The data set, reading only the first --limit-train / --limit-test samples.
 TrainTest load_train_data(const TrainArgs& a);
-// A new run's model takes its input [C, H, W] from the data, and a last Linear with fewer outputs
-// than the data's classes grows to them; each change is one line on stderr. `fixed` (resuming, or
+// A new run's model takes its input [C, H, W] from the data, and a built-in model's last Linear
+// with fewer outputs than the data's classes grows to them (a FILE.json model's does not); each change is one line on stderr. `fixed` (resuming, or
 // starting from --weights) keeps the model as saved: check_dataset_fits then names a mismatch.
-void fit_model_to_data(Model& m, const Dataset& d, bool fixed);
+void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed);
+// --show-batch: the first training batch as the loader makes it (epoch 1's order and
+// augmentation), as a PNG grid of its images, 2-pixel grey gaps between them.
+void write_batch_grid(const std::string& path, const Dataset& d, const Augment& a, int batch, uint64_t seed, bool shuffle);
+// The augmentation's mean/std as the plan's input affine.
+void set_normalisation(Plan& plan, const Augment& a);
+// The augmentation of a run: the flags given, else the model's recipe; normalisation checked
+// against the data's channels. `active` says whether any of it applies (else no loader runs).
+Augment augment_of(const CommonArgs& c, const Model& m, int channels, bool* active);
 // `batch`, or the set's count when smaller (with a note on stdout).
 int clamp_batch(int batch, int64_t count, const char* set);
 int default_threads();

@@ -56,10 +56,14 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   if (t.limit_train == 0 || t.limit_train > a.limit_samples) t.limit_train = a.limit_samples;  // decode only these
   TrainTest data = load_train_data(t);
   su.plan.batch = t.common.batch_size = clamp_batch(t.common.batch_size, data.train.count, "training set");
-  fit_model_to_data(su.model, data.train, !t.weights.empty());
+  bool augmenting = false;
+  const Augment aug = augment_of(t.common, su.model, data.train.channels, &augmenting);
+  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, !t.weights.empty());
+  if (augmenting) su.cfg.augment = &aug;
   if (!t.weights.empty()) check_weights_fit(su.model, t.weights);  // before the plan is built
   Plan plan(su.model, su.plan);
-  check_dataset_fits(plan, data.train, "training set");
+  set_normalisation(plan, aug);
+  check_dataset_fits(plan, data.train, "training set", su.cfg.augment);
   Dataset& train_set = data.train;  // already at most --limit-samples: the loader decoded no more
   auto init = [&] {
     plan.init_params(t.seed);

@@ -24,6 +24,8 @@ json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count
   const CommonArgs& c = a.common;
   return {{"command", a.command_line}, {"model", c.model}, {"data", c.data},
           {"data_format", c.data_format}, {"image_size", c.image_size}, {"label", c.label},
+          {"crop", c.crop}, {"pad", c.pad}, {"flip", c.flip}, {"resized_crop", c.resized_crop},
+          {"no_augment", c.no_augment}, {"normalize", c.normalize},
           {"batch_size", c.batch_size}, {"threads", c.threads}, {"isa", c.isa},
           {"limit_test", c.limit_test}, {"epochs", a.epochs}, {"lr", a.lr},
           {"optimizer", a.optimizer}, {"schedule", a.schedule}, {"lr_min", a.lr_min},
@@ -78,6 +80,12 @@ std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd
     r("data_format", "--data-format", c.data_format, true);
     r("image_size", "--image-size", c.image_size, false);
     r("label", "--label", c.label, false);
+    r("crop", "--crop", c.crop, false);
+    r("pad", "--pad", c.pad, false);
+    r("flip", "--flip", c.flip, false);
+    r("resized_crop", "--resized-crop", c.resized_crop, false);
+    r("no_augment", "--no-augment", c.no_augment, false);
+    r("normalize", "--normalize", c.normalize, false);
   }
   r("batch_size", "--batch-size", c.batch_size, false);
   r("threads", "--threads", c.threads, true);

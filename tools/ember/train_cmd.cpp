@@ -188,6 +188,8 @@ void check_outputs(TrainArgs& a, const std::string& resume_path) {
   }
   if (!a.metrics.empty()) check(a.metrics, "--metrics");
   if (!a.save.empty()) check(a.save, "--save");
+  if (!a.show_batch.empty()) check(a.show_batch, "--show-batch");
+  outs.push_back({"--show-batch", a.show_batch});
   outs.push_back({"--metrics", a.metrics});
   outs.push_back({"--save", a.save});
   check_distinct(outs, run_inputs(a, resume_path));
@@ -332,7 +334,10 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
 
   TrainTest data = load_train_data(a);
   if (!resuming) su.plan.batch = a.common.batch_size = clamp_batch(a.common.batch_size, data.train.count, "training set");
-  fit_model_to_data(su.model, data.train, resuming || !a.weights.empty());
+  bool augmenting = false;
+  const Augment aug = augment_of(a.common, su.model, data.train.channels, &augmenting);
+  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, resuming || !a.weights.empty());
+  if (augmenting) su.cfg.augment = &aug;
   const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
   if (resuming) {
@@ -343,7 +348,9 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
     check_weights_fit(su.model, a.weights);
   }
   Plan plan(su.model, su.plan);
-  check_dataset_fits(plan, data.train, "training set");
+  set_normalisation(plan, aug);
+  check_dataset_fits(plan, data.train, "training set", su.cfg.augment);
+  if (!a.show_batch.empty()) write_batch_grid(a.show_batch, data.train, aug, plan.batch(), a.seed, !a.no_shuffle);
   std::vector<std::string> kept_metrics;
   if (resuming) {
     load_checkpoint(plan, resumed.info.path);

@@ -1,0 +1,134 @@
+// Per-sample augmentation on u8 planar images: zero padding + random crop (torchvision's
+// RandomCrop(size, padding)), RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3, ten tries then the
+// centre, as torchvision), horizontal flip; the eval path's centre crop; --normalize parsing.
+// Randomness per sample from Pcg32(seed, stream of (epoch, index)): thread-count independent.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "ember/error.h"
+#include "ember/files.h"
+#include "ember/loader.h"
+
+namespace ember {
+
+void parse_normalize(const std::string& text, int channels, Augment& a, const std::string& flag) {
+  a.mean.clear(), a.std.clear();
+  if (text == "none") return;
+  if (text == "imagenet") {
+    if (channels != 3) throw Error(flag + ": imagenet needs 3 channels, the data has " + std::to_string(channels));
+    a.mean = {0.485, 0.456, 0.406}, a.std = {0.229, 0.224, 0.225};
+    return;
+  }
+  std::vector<double> v;
+  size_t i = 0;
+  while (i <= text.size()) {
+    const size_t j = std::min(text.find(',', i), text.size());
+    const std::string s = text.substr(i, j - i);
+    char* end = nullptr;
+    const double x = s.empty() ? NAN : std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(x))
+      throw Error(flag + ": expected none, imagenet, M,S or M1,..,S1,.. (one mean and std per channel), found '" +
+                  one_line(text) + "'");
+    v.push_back(x);
+    i = j + 1;
+  }
+  if (v.size() != 2 && v.size() != size_t(2 * channels))
+    throw Error(flag + ": " + std::to_string(v.size()) + " numbers for " + std::to_string(channels) +
+                " channels (expected 2 or " + std::to_string(2 * channels) + ")");
+  const size_t per = v.size() / 2;
+  for (int c = 0; c < channels; ++c) {
+    a.mean.push_back(v[per == 1 ? 0 : size_t(c)]);
+    a.std.push_back(v[per == 1 ? 1 : per + size_t(c)]);
+    if (!(a.std.back() > 0)) throw Error(flag + ": std must be > 0, found " + std::to_string(a.std.back()));
+  }
+}
+
+void input_affine(const Augment& a, std::vector<double>* scale, std::vector<double>* shift) {
+  scale->clear(), shift->clear();
+  for (size_t c = 0; c < a.mean.size(); ++c) {
+    scale->push_back(1.0 / (255.0 * a.std[c]));
+    shift->push_back(-a.mean[c] / a.std[c]);
+  }
+}
+
+int augmented_side(const Augment& a, int H, int W, const std::string& flag) {
+  const int S = a.crop > 0 ? a.crop : std::min(H, W);
+  if (a.crop == 0 && H != W)
+    throw Error(flag + ": images are " + std::to_string(W) + "x" + std::to_string(H) + ": give --crop SIZE (square)");
+  if (!a.resized_crop && (S > H + 2 * a.pad || S > W + 2 * a.pad))
+    throw Error(flag + ": crop " + std::to_string(S) + " is larger than the padded image " + std::to_string(W + 2 * a.pad) +
+                "x" + std::to_string(H + 2 * a.pad));
+  return S;
+}
+
+namespace {
+
+// dst[C, S, S] = the window at (y0, x0) of src padded by `pad` zeros, mirrored when flip.
+void crop(uint8_t* dst, const uint8_t* src, int C, int H, int W, int pad, int S, int y0, int x0, bool flip) {
+  for (int c = 0; c < C; ++c)
+    for (int y = 0; y < S; ++y) {
+      uint8_t* d = dst + (size_t(c) * S + y) * S;
+      const int sy = y0 + y - pad;
+      if (sy < 0 || sy >= H) {
+        std::memset(d, 0, size_t(S));
+        continue;
+      }
+      const uint8_t* row = src + (size_t(c) * H + sy) * W;
+      for (int x = 0; x < S; ++x) {
+        const int sx = x0 + (flip ? S - 1 - x : x) - pad;
+        d[x] = sx >= 0 && sx < W ? row[sx] : 0;
+      }
+    }
+}
+
+void mirror(uint8_t* img, int C, int S) {
+  for (int r = 0; r < C * S; ++r) std::reverse(img + size_t(r) * S, img + size_t(r + 1) * S);
+}
+
+// torchvision's RandomResizedCrop.get_params: (top, left, h, w).
+void resized_window(Pcg32& rng, int H, int W, int* y, int* x, int* h, int* w) {
+  const double area = double(H) * W, lr0 = std::log(3.0 / 4), lr1 = std::log(4.0 / 3);
+  for (int t = 0; t < 10; ++t) {
+    const double target = area * (0.08 + rng.uniform() * 0.92), ratio = std::exp(lr0 + rng.uniform() * (lr1 - lr0));
+    const int cw = int(std::lround(std::sqrt(target * ratio))), ch = int(std::lround(std::sqrt(target / ratio)));
+    if (cw > 0 && cw <= W && ch > 0 && ch <= H) {
+      *y = int(rng.below(uint32_t(H - ch + 1))), *x = int(rng.below(uint32_t(W - cw + 1))), *h = ch, *w = cw;
+      return;
+    }
+  }
+  const double in_ratio = double(W) / H;  // fallback: the centre, clamped to the ratio range
+  *w = W, *h = H;
+  if (in_ratio < 3.0 / 4) *h = int(std::lround(W / (3.0 / 4)));
+  else if (in_ratio > 4.0 / 3) *w = int(std::lround(H * (4.0 / 3)));
+  *y = (H - *h) / 2, *x = (W - *w) / 2;
+}
+
+}  // namespace
+
+void augment_sample(uint8_t* dst, const uint8_t* src, int C, int H, int W, const Augment& a, int S, bool train,
+                    uint64_t seed, int epoch, int64_t index) {
+  if (!train) {  // centre crop of the padded image
+    crop(dst, src, C, H, W, a.pad, S, (H + 2 * a.pad - S) / 2, (W + 2 * a.pad - S) / 2, false);
+    return;
+  }
+  Pcg32 rng(seed ^ 0xa5a5a5a5ULL, (uint64_t(uint32_t(epoch)) << 40) ^ uint64_t(index));
+  if (a.resized_crop) {
+    int y, x, h, w;
+    resized_window(rng, H, W, &y, &x, &h, &w);
+    std::vector<uint8_t> win(size_t(C) * h * w);
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < h; ++r)
+        std::memcpy(win.data() + (size_t(c) * h + r) * w, src + (size_t(c) * H + y + r) * W + x, size_t(w));
+    resize_image(dst, S, S, win.data(), C, h, w, false);
+    if (a.flip && rng.below(2)) mirror(dst, C, S);
+    return;
+  }
+  const int y0 = int(rng.below(uint32_t(H + 2 * a.pad - S + 1))), x0 = int(rng.below(uint32_t(W + 2 * a.pad - S + 1)));
+  crop(dst, src, C, H, W, a.pad, S, y0, x0, a.flip && rng.below(2));
+}
+
+}  // namespace ember

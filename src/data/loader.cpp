@@ -1,0 +1,109 @@
+// BatchLoader: background threads fill a ring of `depth` batch slots with augmented u8 samples,
+// batch b into slot b % depth, while the training step consumes them in order. A new epoch bumps
+// a generation number and waits out the fills in flight, so no slot is written twice at once.
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ember/error.h"
+#include "ember/loader.h"
+
+namespace ember {
+
+struct BatchLoader::Impl {
+  const Dataset& d;
+  Augment a;
+  int B, S, depth;
+  uint64_t seed;
+  size_t per;  // bytes per output sample
+  struct Slot {
+    std::vector<uint8_t> images, labels;
+    int n = 0;
+    int64_t ready = -1;  // the batch it holds, -1: none
+  };
+  std::vector<Slot> slots;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int64_t> order;
+  int64_t count = 0, nbatches = 0, fill = 0, consume = 0;  // batch numbers
+  int epoch = 0, busy = 0;
+  bool train = true, stop = false, consumed_one = false;
+  uint64_t generation = 0;
+  std::vector<std::thread> threads;
+
+  Impl(const Dataset& data, const Augment& aug, int batch, int workers, int dep, uint64_t sd)
+      : d(data), a(aug), B(batch), depth(std::max(dep, 1)), seed(sd) {
+    S = augmented_side(a, d.rows, d.cols, "--crop");
+    per = size_t(d.channels) * S * S;
+    slots.resize(size_t(depth));
+    for (Slot& s : slots) s.images.resize(per * size_t(B)), s.labels.resize(size_t(B));
+    for (int t = 0; t < std::max(workers, 1); ++t) threads.emplace_back([this] { work(); });
+  }
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : threads) t.join();
+  }
+  void work() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || (fill < nbatches && fill < consume + depth); });
+      if (stop) return;
+      const int64_t b = fill++;
+      const uint64_t gen = generation;
+      Slot& s = slots[size_t(b % depth)];
+      ++busy;
+      lock.unlock();
+      const int64_t start = b * B, n = std::min<int64_t>(B, count - start);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t idx = order[size_t(start + i)];
+        augment_sample(s.images.data() + size_t(i) * per, d.images.data() + size_t(idx) * d.image_elems(), d.channels,
+                       d.rows, d.cols, a, S, train, seed, epoch, idx);
+        s.labels[size_t(i)] = d.labels[size_t(idx)];
+      }
+      lock.lock();
+      --busy;
+      if (gen == generation) s.n = int(n), s.ready = b;
+      cv.notify_all();
+    }
+  }
+};
+
+BatchLoader::BatchLoader(const Dataset& d, const Augment& a, int batch, int workers, int depth, uint64_t seed)
+    : impl_(std::make_unique<Impl>(d, a, batch, workers, depth, seed)) {}
+BatchLoader::~BatchLoader() = default;
+int BatchLoader::side() const { return impl_->S; }
+
+void BatchLoader::start(const int64_t* order, int64_t count, int epoch, int64_t first, bool train) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  ++m.generation;
+  m.nbatches = 0;  // no new fills while the old ones finish
+  m.cv.wait(lock, [&] { return m.busy == 0; });
+  m.order.assign(order, order + count);
+  m.count = count, m.epoch = epoch, m.train = train;
+  m.nbatches = (count + m.B - 1) / m.B;
+  m.fill = m.consume = std::clamp<int64_t>(first, 0, m.nbatches);
+  m.consumed_one = false;
+  for (auto& s : m.slots) s.ready = -1;
+  m.cv.notify_all();
+}
+
+BatchLoader::Batch BatchLoader::next() {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  if (m.consumed_one) ++m.consume, m.consumed_one = false;  // the previous batch's slot is free again
+  m.cv.notify_all();
+  if (m.consume >= m.nbatches) return {};
+  const Impl::Slot& s = m.slots[size_t(m.consume % m.depth)];
+  m.cv.wait(lock, [&] { return s.ready == m.consume; });
+  m.consumed_one = true;
+  return {s.images.data(), s.labels.data(), s.n};
+}
+
+}  // namespace ember

@@ -1,0 +1,186 @@
+// `ember train` on generated image data sets: CIFAR-10 binary batches, a folder of grey PNGs, a
+// TinyImageNet-shaped tree of JPEGs with convnext-seed and its recipe's augmentation (and
+// --show-batch), a resume mid-epoch with augmentation that ends bit-identical, and the one-line
+// refusals of bad flags and bad files.
+#include <turbojpeg.h>
+
+#include "cli/cli_util.h"
+#include "ember/data.h"
+
+namespace {
+
+// Class c of n classes: a bright square at its own place on a dim noisy background.
+Bytes sample_image(int C, int H, int W, int cls, int n, uint32_t seed) {
+  Bytes b(size_t(C) * H * W);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& v : b) {
+    x = x * 1664525u + 1013904223u;
+    v = uint8_t(20 + (x >> 27));
+  }
+  const int side = std::max(2, H / 3), y0 = (cls * (H - side)) / std::max(1, n - 1), x0 = W - side - y0 * (W - side) / H;
+  for (int c = 0; c < C; ++c)
+    for (int y = y0; y < y0 + side && y < H; ++y)
+      for (int xx = std::max(0, x0); xx < x0 + side && xx < W; ++xx) b[(size_t(c) * H + y) * W + xx] = uint8_t(200 + 20 * c);
+  return b;
+}
+
+Bytes as_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+Bytes jpeg(const Bytes& planar, int C, int H, int W) {
+  Bytes inter(planar.size());
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < H * W; ++i) inter[size_t(i) * C + c] = planar[size_t(c) * H * W + i];
+  tjhandle h = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long len = 0;
+  EXPECT_EQ(tjCompress2(h, inter.data(), W, 0, H, C == 1 ? TJPF_GRAY : TJPF_RGB, &buf, &len, C == 1 ? TJSAMP_GRAY : TJSAMP_444, 92, 0), 0);
+  Bytes out(buf, buf + len);
+  tjFree(buf);
+  tjDestroy(h);
+  return out;
+}
+
+class ImageData : public Cli {
+ protected:
+  fs::path cifar10(int train, int test) {
+    const fs::path d = tmp_ / "cifar";
+    fs::create_directories(d);
+    auto batch = [&](int n, uint32_t seed) {
+      Bytes b;
+      for (int i = 0; i < n; ++i) {
+        const int cls = int((seed * 31 + uint32_t(i) * 7) % 10);
+        b.push_back(uint8_t(cls));
+        const Bytes px = sample_image(3, 32, 32, cls, 10, seed * 1000 + uint32_t(i));
+        b.insert(b.end(), px.begin(), px.end());
+      }
+      return b;
+    };
+    for (int k = 1; k <= 5; ++k) write_bytes(d / ("data_batch_" + std::to_string(k) + ".bin"), batch(train / 5, uint32_t(k)));
+    write_bytes(d / "test_batch.bin", batch(test, 99));
+    return d;
+  }
+  fs::path png_folder() {
+    const fs::path d = tmp_ / "pngs";
+    for (const char* split : {"train", "test"})
+      for (int c = 0; c < 3; ++c) {
+        const fs::path cd = d / split / ("class" + std::to_string(c));
+        fs::create_directories(cd);
+        for (int i = 0; i < (split[1] == 'r' ? 40 : 10); ++i) {
+          const int s = 18 + i % 5;  // sizes differ: --image-size makes them one
+          const Bytes px = sample_image(1, s, s, c, 3, uint32_t(i * 3 + c + (split[1] == 'r' ? 0 : 500)));
+          write_bytes(cd / (std::to_string(i) + ".png"), as_bytes(ember::encode_png(px.data(), 1, s, s, "t")));
+        }
+      }
+    return d;
+  }
+  fs::path tiny_tree(int classes, int per_class, int val) {
+    const fs::path d = tmp_ / "tiny";
+    std::string wnids, ann;
+    for (int c = 0; c < classes; ++c) {
+      const std::string w = "n0" + std::to_string(1000 + 37 * (classes - c));  // wnids.txt not sorted
+      wnids += w + "\n";
+      fs::create_directories(d / "train" / w / "images");
+      write_text(d / "train" / w / (w + "_boxes.txt"), "x\n");
+      for (int i = 0; i < per_class; ++i)
+        write_bytes(d / "train" / w / "images" / (w + "_" + std::to_string(i) + ".JPEG"),
+                    jpeg(sample_image(3, 64, 64, c, classes, uint32_t(c * 100 + i)), 3, 64, 64));
+      for (int i = 0; i < val; ++i) {
+        const std::string f = "val_" + std::to_string(c * val + i) + ".JPEG";
+        fs::create_directories(d / "val" / "images");
+        write_bytes(d / "val" / "images" / f, jpeg(sample_image(3, 64, 64, c, classes, uint32_t(7000 + c * 10 + i)), 3, 64, 64));
+        ann += f + "\t" + w + "\t0\t0\t63\t63\n";
+      }
+    }
+    write_text(d / "wnids.txt", wnids);
+    write_text(d / "val" / "val_annotations.txt", ann);
+    return d;
+  }
+};
+
+TEST_F(ImageData, TrainsOnCifar10) {
+  const fs::path d = cifar10(300, 60);
+  const Result r = run("train --model mnist-cnn --data " + quote(d.string()) + " --epochs 3 --threads 2");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("input [1, 28, 28] set to the data's [3, 32, 32]"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("(300 train / 60 test)"), std::string::npos) << r.out;
+  EXPECT_GT(final_accuracy(r.out, "final test accuracy "), 50.0) << r.out;  // chance: 10 %
+}
+
+TEST_F(ImageData, TrainsOnAFolderOfGreyPngs) {
+  const fs::path d = png_folder();
+  write_text(d / "train" / "class1" / "notes.txt", "not an image");
+  const Result r = run("train --model mnist-cnn --data " + quote(d.string()) + " --image-size 16 --epochs 4 --batch-size 16 --threads 2");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("skipped 1 train and 0 test files"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[1, 16, 16]"), std::string::npos) << r.err;
+  EXPECT_GT(final_accuracy(r.out, "final test accuracy "), 66.0) << r.out;  // chance: 33 %
+  // Without --image-size the differing sizes are refused, naming a file and the flag.
+  expect_one_line_error(run("train --model mnist-cnn --data " + quote(d.string()) + " --epochs 1"), {"pngs/train/class0/1.png", "--image-size"});
+}
+
+// convnext-seed from a TinyImageNet-shaped tree: its recipe pads by 4, crops 64 and flips; the
+// batch grid shows what it trains on.
+TEST_F(ImageData, ConvNextSeedOnATinyImageNetTree) {
+  const fs::path d = tiny_tree(4, 8, 2), grid = tmp_ / "grid.png";
+  const Result r = run("train --model convnext-seed --data " + quote(d.string()) + " --epochs 1 --batch-size 16 --threads 2 --show-batch " +
+                       quote(grid.string()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("(32 train / 8 test)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("final test accuracy"), std::string::npos) << r.out;
+  const Bytes png = read_bytes(grid);
+  const ember::Image im = ember::decode_image(png.data(), png.size(), grid.string());
+  EXPECT_EQ(im.width, 4 * 66 - 2);  // 16 images of 64x64 in a 4 x 4 grid, 2-pixel gaps
+  EXPECT_EQ(im.channels, 3);
+  // The padded crop shows: some image has a zero row or column at its border.
+  int zero_edges = 0;
+  for (int k = 0; k < 16; ++k) {
+    const int y0 = (k / 4) * 66, x0 = (k % 4) * 66;
+    bool top = true, left = true;
+    for (int t = 0; t < 64; ++t) {
+      top = top && im.pixels[size_t(y0) * im.width + x0 + t] == 0;
+      left = left && im.pixels[size_t(y0 + t) * im.width + x0] == 0;
+    }
+    zero_edges += top || left;
+  }
+  EXPECT_GT(zero_edges, 0);
+  const Result plain = run("train --model convnext-seed --data " + quote(d.string()) + " --epochs 1 --batch-size 16 --threads 2 --no-augment --show-batch " +
+                           quote(grid.string()));
+  ASSERT_EQ(plain.code, 0) << plain.err;
+}
+
+// Stopped mid-epoch and resumed, a run with crops and flips ends with the same weights, byte for
+// byte, as one never stopped: each sample's augmentation depends on (seed, epoch, sample) only.
+TEST_F(ImageData, ResumeWithAugmentationIsBitIdentical) {
+  const fs::path d = cifar10(200, 20), ref = tmp_ / "ref.safetensors", out = tmp_ / "out.safetensors";
+  const std::string ck = (tmp_ / "ck").string();
+  const std::string base = "train --model mnist-mlp --data " + quote(d.string()) + " --crop 28 --pad 2 --flip --normalize 0.5,0.25 --batch-size 16 --threads 2 --quiet";
+  ASSERT_EQ(run(base + " --epochs 2 --save " + quote(ref.string())).code, 0);
+  const Result first = run(base + " --epochs 1 --checkpoint-every 5 --checkpoint-dir " + quote(ck));
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Result fin = run("train --resume " + quote(ck) + " --epochs 2 --quiet --save " + quote(out.string()));
+  ASSERT_EQ(fin.code, 0) << fin.err;
+  EXPECT_EQ(read_text(out), read_text(ref)) << "resumed weights differ";
+  expect_one_line_error(run("train --resume " + quote(ck) + " --crop 24"), {"--crop", "cannot be changed"});
+}
+
+TEST_F(ImageData, BadFlagsAndFiles) {
+  const fs::path d = png_folder();
+  const std::string data = " --data " + quote(d.string()) + " --image-size 16 --epochs 1";
+  expect_one_line_error(run("train" + data + " --data-format bmp"), {"--data-format", "bmp"});
+  expect_one_line_error(run("train" + data + " --label medium"), {"--label", "medium"});
+  expect_one_line_error(run("train" + data + " --normalize 1,2,3"), {"--normalize", "3 numbers"});
+  expect_one_line_error(run("train" + data + " --normalize imagenet"), {"--normalize", "3 channels"});
+  expect_one_line_error(run("train" + data + " --crop 40"), {"--crop", "larger than the padded image"});
+  expect_one_line_error(run("train" + data + " --resized-crop"), {"--resized-crop", "--crop"});
+  expect_one_line_error(run("train" + data + " --data-format tinyimagenet"), {"wnids.txt"});
+  expect_one_line_error(run("train" + data + " --data-format cifar"), {"data_batch_1.bin", "missing"});
+  // A corrupt image: refused before anything is written, the run directory not made.
+  const Bytes good = read_bytes(d / "test" / "class2" / "3.png");
+  write_bytes(d / "test" / "class2" / "3.png", Bytes(good.begin(), good.begin() + long(good.size() / 2)));
+  const fs::path out = tmp_ / "run";
+  expect_one_line_error(run("train" + data + " --out " + quote(out.string())), {"pngs/test/class2/3.png", "PNG"});
+  EXPECT_FALSE(fs::exists(out));
+  expect_one_line_error(run("train" + data + " --show-batch /dev/null"), {"--show-batch", "/dev/null"});
+}
+
+}  // namespace
