@@ -16,6 +16,7 @@ struct BenchOptions {
   std::string isa;               // empty: the best the CPU has
   int64_t samples = 60000;       // training samples timed per training workload (after warm-up)
   std::vector<std::string> only; // workload names to run; empty: all
+  std::string data_folder;       // the data workloads' image folder; empty: a generated one
 };
 
 struct BenchMachine {
@@ -41,6 +42,11 @@ struct BenchResult {
 std::vector<std::string> bench_workloads();
 // The ConvNeXt workloads (random 64x64 inputs; 10-60 s each): run only when --workloads names them.
 std::vector<std::string> convnext_workloads();
+// The data-pipeline workloads (an image folder of JPEGs): run only when --workloads names them.
+// data-decode: images/s decoding the whole folder (train and test, 2 threads by default);
+// data-augment: images/s of training epochs from the decoded cache through the BatchLoader
+// (RandomCrop(S, padding=4), flip) and the conversion to normalised floats, as a step sees them.
+std::vector<std::string> data_workloads();
 BenchMachine measure_machine(const std::string& isa);
 // Runs the chosen workloads on `train` data (any MNIST-shaped set), calling on_result after each.
 // Throws ember::Error on a bad option (unknown workload name, bad ISA, threads or batch).

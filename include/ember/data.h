@@ -67,6 +67,8 @@ TrainTest load_mnist_dir(const std::string& dir, int64_t limit_train = 0, int64_
 // the records kept are read). Throws Error naming the file and the field.
 TrainTest load_cifar_dir(const std::string& dir, bool fine = true, int64_t limit_train = 0,
                          int64_t limit_test = 0);
+// One batch file's content from memory (the same checks and messages; `name` stands for the path).
+Dataset parse_cifar(const uint8_t* data, size_t size, bool hundred, bool fine, const std::string& name);
 // Whether dir holds CIFAR-10 or CIFAR-100 binary batches (by file name only).
 bool is_cifar_dir(const std::string& dir);
 
@@ -90,6 +92,8 @@ Image read_image_header(const uint8_t* data, size_t size, const std::string& nam
 void resize_image(uint8_t* dst, int oh, int ow, const uint8_t* src, int C, int H, int W, bool cubic = false);
 // A PNG file's bytes for planar u8 pixels [C, H, W], C 1 or 3.
 std::string encode_png(const uint8_t* planar, int C, int H, int W, const std::string& name);
+// A JPEG file's bytes (quality 1-100, 4:2:0 chroma for colour) for planar u8 pixels [C, H, W].
+std::string encode_jpeg(const uint8_t* planar, int C, int H, int W, int quality, const std::string& name);
 
 // Folders of PNG/JPEG images: DIR/train/<class>/... and DIR/test/<class>/... (or DIR/val/<class>),
 // class index = position of the folder name in the sorted list of train's class folders (as

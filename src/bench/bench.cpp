@@ -4,13 +4,22 @@
 // for the same number of threads.
 #include "ember/bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <thread>
 
 #include "core/thread_pool.h"
 #include "ember/error.h"
+#include "ember/files.h"
+#include "ember/loader.h"
 #include "ember/model.h"
 #include "core/rng.h"
 #include "ember/plan.h"
@@ -176,6 +185,73 @@ double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa) {
 }
 }  // namespace
 
+// A folder of 64x64 RGB JPEGs (quality 90) in 10 classes, 2,000 train and 500 test images, under
+// a new temporary directory; removed by the caller.
+std::string make_jpeg_folder() {
+  std::string dir = (std::filesystem::temp_directory_path() / "ember-bench-jpegs-XXXXXX").string();
+  if (!::mkdtemp(dir.data())) throw Error("bench: cannot make a temporary directory: " + std::string(std::strerror(errno)));
+  Pcg32 rng(11, 3);
+  std::vector<uint8_t> px(3 * 64 * 64);
+  for (const char* split : {"train", "test"})
+    for (int c = 0; c < 10; ++c) {
+      const std::string cd = dir + "/" + split + "/class" + std::to_string(c);
+      std::filesystem::create_directories(cd);
+      for (int i = 0; i < (split[1] == 'r' ? 200 : 50); ++i) {
+        const int fx = 1 + int(rng.below(6)), fy = 1 + int(rng.below(6)), tone = int(rng.below(200));
+        for (size_t k = 0; k < px.size(); ++k) {
+          const int x = int(k % 64), y = int(k / 64 % 64), ch = int(k / 4096);
+          px[k] = uint8_t(tone / 2 + 60 * (1 + std::sin(fx * x * 0.1 + fy * y * 0.07 + ch + c)) + rng.below(20));
+        }
+        write_file_atomic(cd + "/" + std::to_string(i) + ".jpg", {encode_jpeg(px.data(), 3, 64, 64, 90, cd)});
+      }
+    }
+  return dir;
+}
+
+// Images per second of data-decode or data-augment (best of 3 runs).
+double time_data(const std::string& name, const std::string& folder, int threads, int batch) {
+  FolderOptions fo;
+  fo.threads = threads;
+  double best = 0;
+  if (name == "data-decode") {
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      const TrainTest t = load_image_folder(folder, fo);
+      best = std::max(best, double(t.train.count + t.test.count) / since(t0));
+    }
+    return best;
+  }
+  const TrainTest t = load_image_folder(folder, fo);
+  Augment a;
+  a.pad = 4, a.flip = true;
+  a.mean = {0.485, 0.456, 0.406}, a.std = {0.229, 0.224, 0.225};
+  std::vector<double> scale, shift;
+  input_affine(a, &scale, &shift);
+  BatchLoader loader(t.train, a, batch, threads, 4, 1);
+  const int S = loader.side(), C = t.train.channels;
+  std::vector<float> x(size_t(batch) * C * S * S);
+  std::vector<int64_t> order(size_t(t.train.count));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    int64_t n = 0;
+    for (int epoch = 0; epoch < 5; ++epoch) {
+      loader.start(order.data(), t.train.count, epoch, 0, true);
+      for (BatchLoader::Batch b; (b = loader.next()).n > 0; n += b.n)  // the step's conversion (Plan::gather_u8)
+        for (int s = 0; s < b.n; ++s)
+          for (int c = 0; c < C; ++c) {
+            const float sc = float(scale[size_t(c)]), sh = float(shift[size_t(c)]);
+            const size_t o = (size_t(s) * C + c) * S * S;
+            for (size_t i = o; i < o + size_t(S) * S; ++i) x[i] = b.images[i] * sc + sh;
+          }
+    }
+    best = std::max(best, double(n) / since(t0));
+  }
+  return best;
+}
+
+std::vector<std::string> data_workloads() { return {"data-decode", "data-augment"}; }
+
 std::vector<std::string> convnext_workloads() {
   return {"convnext-train", "convnext-train-gelu-tanh", "convnext-train-fastswish", "convnext-infer-b1",
           "convnext-infer-b64", "atto-train"};
@@ -203,6 +279,7 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
   const Isa isa = resolve_isa(o.isa, "BenchOptions::isa");
   auto names = bench_workloads();
   for (const auto& n : convnext_workloads()) names.push_back(n);
+  for (const auto& n : data_workloads()) names.push_back(n);
   for (const auto& n : o.only)
     if (std::find(names.begin(), names.end(), n) == names.end())
       throw Error("BenchOptions::only: unknown workload '" + n + "' (bench_workloads() and convnext_workloads() list them)");
@@ -293,6 +370,25 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
   }
+  std::string folder;  // the data workloads' folder, generated once when none is given
+  for (const std::string& name : data_workloads()) {
+    if (!named(name)) continue;
+    if (folder.empty()) folder = o.data_folder.empty() ? make_jpeg_folder() : o.data_folder;
+    BenchResult r;
+    r.name = name;
+    r.what = name == "data-decode" ? "decode an image folder of JPEGs (train and test), images per second"
+                                   : "training epochs from the decoded cache: RandomCrop(padding 4), flip, normalise to float, images per second";
+    r.threads = threads_or(all), r.batch = batch_or(64);
+    try {
+      r.value = time_data(name, folder, r.threads, r.batch);
+    } catch (...) {
+      if (o.data_folder.empty()) std::filesystem::remove_all(folder);
+      throw;
+    }
+    r.unit = "images/s", r.samples_per_s = r.value;
+    emit(r);
+  }
+  if (!folder.empty() && o.data_folder.empty()) std::filesystem::remove_all(folder);
   struct Gemm { const char* name; const char* what; bool ta, tb; int M, N, K, threads; };
   const Gemm gemms[] = {
       {"sgemm-2048-1t", "SGEMM 2048^3, C = A B", false, false, 2048, 2048, 2048, 1},

@@ -67,8 +67,10 @@ int augmented_side(const Augment& a, int H, int W, const std::string& flag) {
 
 namespace {
 
-// dst[C, S, S] = the window at (y0, x0) of src padded by `pad` zeros, mirrored when flip.
+// dst[C, S, S] = the window at (y0, x0) of src padded by `pad` zeros, mirrored when flip. Each
+// row: zeros, a copy of the part inside the image, zeros.
 void crop(uint8_t* dst, const uint8_t* src, int C, int H, int W, int pad, int S, int y0, int x0, bool flip) {
+  const int xa = std::clamp(pad - x0, 0, S), xb = std::clamp(W + pad - x0, xa, S);  // inside: x in [xa, xb)
   for (int c = 0; c < C; ++c)
     for (int y = 0; y < S; ++y) {
       uint8_t* d = dst + (size_t(c) * S + y) * S;
@@ -77,11 +79,10 @@ void crop(uint8_t* dst, const uint8_t* src, int C, int H, int W, int pad, int S,
         std::memset(d, 0, size_t(S));
         continue;
       }
-      const uint8_t* row = src + (size_t(c) * H + sy) * W;
-      for (int x = 0; x < S; ++x) {
-        const int sx = x0 + (flip ? S - 1 - x : x) - pad;
-        d[x] = sx >= 0 && sx < W ? row[sx] : 0;
-      }
+      std::memset(d, 0, size_t(xa));
+      std::memcpy(d + xa, src + (size_t(c) * H + sy) * W + (x0 + xa - pad), size_t(xb - xa));
+      std::memset(d + xb, 0, size_t(S - xb));
+      if (flip) std::reverse(d, d + S);
     }
 }
 

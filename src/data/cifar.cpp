@@ -47,6 +47,40 @@ void read_at(int fd, uint8_t* dst, size_t n, uint64_t off, const std::string& pa
   }
 }
 
+// Appends the n records at buf (record size checked by the caller) to d.
+void append_records(Dataset& d, const uint8_t* buf, int64_t n, bool hundred, bool fine, const std::string& name) {
+  const size_t rec = size_t(hundred ? 2 : 1) + kImage;
+  const size_t base = size_t(d.count);
+  d.images.resize((base + size_t(n)) * kImage);
+  d.labels.resize(base + size_t(n));
+  const int label_byte = hundred && fine ? 1 : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* r = buf + size_t(i) * rec;
+    const int label = r[label_byte];
+    if (label >= d.num_classes)
+      throw Error(quote_path(name) + ": record " + std::to_string(i) + ": " +
+                  (hundred ? (fine ? "fine label " : "coarse label ") : "label ") + std::to_string(label) +
+                  " is not below " + std::to_string(d.num_classes));
+    d.labels[base + size_t(i)] = uint8_t(label);
+    std::memcpy(d.images.data() + (base + size_t(i)) * kImage, r + rec - kImage, kImage);
+  }
+  d.count += n;
+}
+
+void check_size(uint64_t size, bool hundred, const std::string& name) {
+  const size_t rec = size_t(hundred ? 2 : 1) + kImage;
+  if (size == 0 || size % rec != 0)
+    throw Error(quote_path(name) + ": size " + std::to_string(size) + " bytes is not a whole number of " +
+                std::to_string(rec) + "-byte CIFAR" + (hundred ? "-100" : "-10") + " records");
+}
+
+Dataset empty_set(bool hundred, bool fine) {
+  Dataset d;
+  d.rows = d.cols = kSide, d.channels = 3;
+  d.num_classes = hundred ? (fine ? 100 : 20) : 10;
+  return d;
+}
+
 // Appends the records of one file (at most `room` of them when room >= 0) to d.
 void read_batch(Dataset& d, const std::string& path, bool hundred, bool fine, int64_t room) {
   const size_t rec = size_t(hundred ? 2 : 1) + kImage;
@@ -56,28 +90,12 @@ void read_batch(Dataset& d, const std::string& path, bool hundred, bool fine, in
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  if (size == 0 || size % rec != 0)
-    throw Error(quote_path(path) + ": size " + std::to_string(size) + " bytes is not a whole number of " +
-                std::to_string(rec) + "-byte CIFAR" + (hundred ? "-100" : "-10") + " records");
+  check_size(size, hundred, path);
   int64_t n = int64_t(size / rec);
   if (room >= 0) n = std::min(n, room);
   std::vector<uint8_t> buf(size_t(n) * rec);
   read_at(fd, buf.data(), buf.size(), 0, path);
-  const size_t base = size_t(d.count);
-  d.images.resize((base + size_t(n)) * kImage);
-  d.labels.resize(base + size_t(n));
-  const int label_byte = hundred && fine ? 1 : 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* r = buf.data() + size_t(i) * rec;
-    const int label = r[label_byte];
-    if (label >= d.num_classes)
-      throw Error(quote_path(path) + ": record " + std::to_string(i) + ": " +
-                  (hundred ? (fine ? "fine label " : "coarse label ") : "label ") + std::to_string(label) +
-                  " is not below " + std::to_string(d.num_classes));
-    d.labels[base + size_t(i)] = uint8_t(label);
-    std::memcpy(d.images.data() + (base + size_t(i)) * kImage, r + rec - kImage, kImage);
-  }
-  d.count += n;
+  append_records(d, buf.data(), n, hundred, fine, path);
 }
 
 // Class names: one per line (blank lines ignored), used only when there is one per class.
@@ -100,9 +118,7 @@ std::vector<std::string> names(const std::string& path, int classes) {
 
 Dataset load_split(const std::vector<std::string>& files, bool hundred, bool fine, int64_t limit) {
   if (limit < 0) throw Error("--limit: " + std::to_string(limit) + " is negative");
-  Dataset d;
-  d.rows = d.cols = kSide, d.channels = 3;
-  d.num_classes = hundred ? (fine ? 100 : 20) : 10;
+  Dataset d = empty_set(hundred, fine);
   for (const std::string& f : files) {
     if (limit > 0 && d.count >= limit) break;
     if (!present(f)) throw Error(quote_path(f) + ": missing (a CIFAR" + (hundred ? "-100" : "-10") + " data set has it)");
@@ -112,6 +128,13 @@ Dataset load_split(const std::vector<std::string>& files, bool hundred, bool fin
 }
 
 }  // namespace
+
+Dataset parse_cifar(const uint8_t* data, size_t size, bool hundred, bool fine, const std::string& name) {
+  check_size(size, hundred, name);
+  Dataset d = empty_set(hundred, fine);
+  append_records(d, data, int64_t(size / (size_t(hundred ? 2 : 1) + kImage)), hundred, fine, name);
+  return d;
+}
 
 bool is_cifar_dir(const std::string& dir) {
   return present(dir + "/data_batch_1.bin") || present(dir + "/test_batch.bin") || present(dir + "/train.bin");

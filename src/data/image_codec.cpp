@@ -1,4 +1,4 @@
-// PNG (libspng) and JPEG (libjpeg-turbo's TurboJPEG API) decoding to planar u8, PNG encoding,
+// PNG (libspng) and JPEG (libjpeg-turbo's TurboJPEG API) decoding to planar u8, PNG and JPEG encoding,
 // and separable resampling (bilinear / bicubic with PIL's kernels, widened when shrinking so it
 // averages like PIL and torchvision do). Sizes come from the header and are checked against a
 // pixel cap before anything is allocated; any decoder complaint, warnings included, is an Error.
@@ -168,6 +168,26 @@ void resize_image(uint8_t* dst, int oh, int ow, const uint8_t* src, int C, int H
       }
     }
   }
+}
+
+std::string encode_jpeg(const uint8_t* planar, int C, int H, int W, int quality, const std::string& name) {
+  if (C != 1 && C != 3) fail(name, "JPEG: " + std::to_string(C) + " channels (1 or 3 can be written)");
+  std::vector<uint8_t> px(size_t(H) * W * C);
+  const size_t HW = size_t(H) * W;
+  for (int c = 0; c < C; ++c)
+    for (size_t i = 0; i < HW; ++i) px[i * C + c] = planar[c * HW + i];
+  struct Handle {
+    tjhandle h = tjInitCompress();
+    ~Handle() { if (h) tjDestroy(h); }
+  } tj;
+  unsigned char* buf = nullptr;
+  unsigned long len = 0;
+  if (!tj.h || tjCompress2(tj.h, px.data(), W, 0, H, C == 1 ? TJPF_GRAY : TJPF_RGB, &buf, &len, C == 1 ? TJSAMP_GRAY : TJSAMP_420,
+                           quality, 0) != 0)
+    fail(name, std::string("JPEG encoder: ") + (tj.h ? tjGetErrorStr2(tj.h) : "cannot start"));
+  std::string out(reinterpret_cast<const char*>(buf), len);
+  tjFree(buf);
+  return out;
 }
 
 std::string encode_png(const uint8_t* planar, int C, int H, int W, const std::string& name) {

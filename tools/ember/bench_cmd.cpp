@@ -24,6 +24,7 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
   cmd->add_option("--workloads", a.workloads, "Comma-separated workloads to run (default: all; see --list)")
       ->delimiter(',');
   cmd->add_option("--data", a.data, "MNIST-format directory to train on (default: Fashion-MNIST)");
+  cmd->add_option("--data-folder", a.data_folder, "Image folder for the data-* workloads (default: 2,500 generated 64x64 JPEGs)");
   cmd->add_flag("--json", a.json, "Print one JSON document instead of the table");
   cmd->add_flag("--list", a.list, "List the workloads and exit");
 }
@@ -32,23 +33,27 @@ int run_bench(const BenchArgs& a) {
   if (a.list) {
     for (const auto& n : bench_workloads()) std::printf("%s\n", n.c_str());
     for (const auto& n : convnext_workloads()) std::printf("%s (only when named)\n", n.c_str());
+    for (const auto& n : data_workloads()) std::printf("%s (only when named)\n", n.c_str());
     return 0;
   }
   BenchOptions o;
   o.threads = a.threads, o.batch = a.batch_size, o.isa = a.isa, o.samples = a.samples, o.only = a.workloads;
+  o.data_folder = a.data_folder;
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
   auto known = bench_workloads();
   for (const auto& n : convnext_workloads()) known.push_back(n);
+  for (const auto& n : data_workloads()) known.push_back(n);
   for (const auto& w : o.only)
     if (std::find(known.begin(), known.end(), w) == known.end())
       throw Error("--workloads: unknown workload '" + w + "' (ember bench --list shows them)");
   // The data set is read only for the mnist-cnn and MLP workloads (the ConvNeXt ones make random
   // inputs): a ConvNeXt-only run's peak RSS is the plan's, not the plan's plus 47 MB of images.
-  const auto convnext = convnext_workloads();
+  auto own_inputs = convnext_workloads();
+  for (const auto& n : data_workloads()) own_inputs.push_back(n);
   bool needs_data = o.only.empty();
-  for (const auto& w : o.only) needs_data = needs_data || std::find(convnext.begin(), convnext.end(), w) == convnext.end();
+  for (const auto& w : o.only) needs_data = needs_data || std::find(own_inputs.begin(), own_inputs.end(), w) == own_inputs.end();
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   const TrainTest data = needs_data ? load_mnist_dir(dir) : TrainTest{};
   const BenchMachine m = naming_flags({{"isa", "--isa"}}, [&] { return measure_machine(a.isa); });

@@ -108,6 +108,7 @@ struct BenchArgs {
   int64_t samples = 60000;
   std::vector<std::string> workloads;
   std::string data;
+  std::string data_folder;   // the data-* workloads' image folder (empty: generated)
   bool json = false;
   bool list = false;
 };
