@@ -4,10 +4,13 @@
 // only the first N items. Images stay u8 in memory, planar: [N, channels, rows, cols].
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace ember {
+
+struct ImageFiles;
 
 struct Dataset {
   int64_t count = 0;             // N
@@ -17,7 +20,25 @@ struct Dataset {
   std::vector<uint8_t> images;   // [N, C, H, W], row-major
   std::vector<uint8_t> labels;   // [N], each < num_classes
   std::vector<std::string> class_names;  // [num_classes] when the format names them, else empty
+  // Set when the images are read from their files as needed (they did not fit the cache): then
+  // `images` is empty and files->decode(i, dst) gives image i. Training and evaluation go through
+  // the BatchLoader (ember/loader.h), which decodes ahead of the step.
+  std::shared_ptr<const ImageFiles> files;
   size_t image_elems() const { return size_t(channels) * rows * cols; }
+  bool streamed() const { return files != nullptr; }
+  // Image i (< count): from memory, or decoded into scratch (image_elems() bytes) when streamed.
+  const uint8_t* image(int64_t i, uint8_t* scratch) const;
+};
+
+// The files of a streamed image set, all [channels, rows, cols] once decoded (and resized).
+struct ImageFiles {
+  std::vector<std::string> paths;  // [count]
+  int rows = 0, cols = 0, channels = 1;
+  bool resize = false, cubic = false;  // resize: every image to rows x cols; else each must be so
+  int64_t max_pixels = int64_t(1) << 26;
+  // dst[channels, rows, cols] = file i, grey replicated to 3 channels when channels is 3. Throws
+  // Error naming the file (it may have changed since it was listed).
+  void decode(int64_t i, uint8_t* dst) const;
 };
 
 // Reads an IDX file of unsigned bytes (magic 0x00000801 labels, 0x00000803 images), raw or
@@ -111,9 +132,13 @@ struct FolderOptions {
   int threads = 1;         // decoding threads (the result does not depend on them)
   int64_t limit_train = 0, limit_test = 0;  // the first N images by class then path (0: all)
   int64_t max_pixels = int64_t(1) << 26;     // per decoded image
+  // Decoded sets larger than this (train and test together) are streamed from their files
+  // (Dataset::files) instead of cached in memory; every file's header is then checked up front.
+  uint64_t cache_bytes = uint64_t(1) << 62;
 };
 struct FolderReport {
   int64_t skipped_train = 0, skipped_test = 0;  // files that are not .png/.jpg/.jpeg
+  bool streamed = false;                         // the set did not fit cache_bytes
 };
 TrainTest load_image_folder(const std::string& dir, const FolderOptions& o, FolderReport* report = nullptr);
 // Whether dir looks like an image folder (has train/ with a sub-folder) or TinyImageNet (wnids.txt).

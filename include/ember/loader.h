@@ -28,17 +28,21 @@ void parse_normalize(const std::string& text, int channels, Augment& a, const st
 // The per-channel affine Plan::set_input_affine takes for a's normalisation (empty: none).
 void input_affine(const Augment& a, std::vector<double>* scale, std::vector<double>* shift);
 
-// The output size [C, S, S] for images [C, H, W]; Error naming `flag` when the crop does not fit.
-int augmented_side(const Augment& a, int H, int W, const std::string& flag);
+// The output size: crop x crop, or the images' own H x W when crop is 0; Error naming `flag` when
+// the crop does not fit the padded image.
+struct Size2 {
+  int h = 0, w = 0;
+};
+Size2 augmented_size(const Augment& a, int H, int W, const std::string& flag);
 
-// One sample: dst[C, S, S] from src[C, H, W]. train: a's random crop (or resized crop) and flip
-// drawn from (seed, epoch, index); else the deterministic path: a centre crop of side S (after
-// the same zero padding), no flip.
-void augment_sample(uint8_t* dst, const uint8_t* src, int C, int H, int W, const Augment& a, int S, bool train,
+// One sample: dst[C, out.h, out.w] from src[C, H, W]. train: a's random crop (or resized crop)
+// and flip drawn from (seed, epoch, index); else the deterministic path: a centre crop (after the
+// same zero padding), no flip.
+void augment_sample(uint8_t* dst, const uint8_t* src, int C, int H, int W, const Augment& a, Size2 out, bool train,
                     uint64_t seed, int epoch, int64_t index);
 
 // Runs augment_sample over whole batches on `workers` background threads, at most `depth` batches
-// ahead of the consumer. A batch is u8 [n, C, S, S] plus labels [n], in the order given.
+// ahead of the consumer. A batch is u8 [n, C, size().h, size().w] plus labels [n], in order.
 class BatchLoader {
  public:
   struct Batch {
@@ -56,7 +60,7 @@ class BatchLoader {
   // The next batch (waits for it); valid until the following next() or start(). n == 0: the
   // epoch is over.
   Batch next();
-  int side() const;
+  Size2 size() const;  // of each image of a batch
 
  private:
   struct Impl;

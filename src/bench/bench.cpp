@@ -228,7 +228,7 @@ double time_data(const std::string& name, const std::string& folder, int threads
   std::vector<double> scale, shift;
   input_affine(a, &scale, &shift);
   BatchLoader loader(t.train, a, batch, threads, 4, 1);
-  const int S = loader.side(), C = t.train.channels;
+  const int S = loader.size().h, C = t.train.channels;  // square: 64 x 64
   std::vector<float> x(size_t(batch) * C * S * S);
   std::vector<int64_t> order(size_t(t.train.count));
   std::iota(order.begin(), order.end(), int64_t(0));

@@ -55,39 +55,37 @@ void input_affine(const Augment& a, std::vector<double>* scale, std::vector<doub
   }
 }
 
-int augmented_side(const Augment& a, int H, int W, const std::string& flag) {
-  const int S = a.crop > 0 ? a.crop : std::min(H, W);
-  if (a.crop == 0 && H != W)
-    throw Error(flag + ": images are " + std::to_string(W) + "x" + std::to_string(H) + ": give --crop SIZE (square)");
-  if (!a.resized_crop && (S > H + 2 * a.pad || S > W + 2 * a.pad))
-    throw Error(flag + ": crop " + std::to_string(S) + " is larger than the padded image " + std::to_string(W + 2 * a.pad) +
-                "x" + std::to_string(H + 2 * a.pad));
-  return S;
+Size2 augmented_size(const Augment& a, int H, int W, const std::string& flag) {
+  if (a.crop == 0) return {H, W};
+  if (!a.resized_crop && (a.crop > H + 2 * a.pad || a.crop > W + 2 * a.pad))
+    throw Error(flag + ": crop " + std::to_string(a.crop) + " is larger than the padded image " +
+                std::to_string(W + 2 * a.pad) + "x" + std::to_string(H + 2 * a.pad));
+  return {a.crop, a.crop};
 }
 
 namespace {
 
-// dst[C, S, S] = the window at (y0, x0) of src padded by `pad` zeros, mirrored when flip. Each
+// dst[C, OH, OW] = the window at (y0, x0) of src padded by `pad` zeros, mirrored when flip. Each
 // row: zeros, a copy of the part inside the image, zeros.
-void crop(uint8_t* dst, const uint8_t* src, int C, int H, int W, int pad, int S, int y0, int x0, bool flip) {
-  const int xa = std::clamp(pad - x0, 0, S), xb = std::clamp(W + pad - x0, xa, S);  // inside: x in [xa, xb)
+void crop(uint8_t* dst, const uint8_t* src, int C, int H, int W, int pad, Size2 o, int y0, int x0, bool flip) {
+  const int xa = std::clamp(pad - x0, 0, o.w), xb = std::clamp(W + pad - x0, xa, o.w);  // inside: x in [xa, xb)
   for (int c = 0; c < C; ++c)
-    for (int y = 0; y < S; ++y) {
-      uint8_t* d = dst + (size_t(c) * S + y) * S;
+    for (int y = 0; y < o.h; ++y) {
+      uint8_t* d = dst + (size_t(c) * o.h + y) * o.w;
       const int sy = y0 + y - pad;
       if (sy < 0 || sy >= H) {
-        std::memset(d, 0, size_t(S));
+        std::memset(d, 0, size_t(o.w));
         continue;
       }
       std::memset(d, 0, size_t(xa));
       std::memcpy(d + xa, src + (size_t(c) * H + sy) * W + (x0 + xa - pad), size_t(xb - xa));
-      std::memset(d + xb, 0, size_t(S - xb));
-      if (flip) std::reverse(d, d + S);
+      std::memset(d + xb, 0, size_t(o.w - xb));
+      if (flip) std::reverse(d, d + o.w);
     }
 }
 
-void mirror(uint8_t* img, int C, int S) {
-  for (int r = 0; r < C * S; ++r) std::reverse(img + size_t(r) * S, img + size_t(r + 1) * S);
+void mirror(uint8_t* img, int C, Size2 o) {
+  for (int r = 0; r < C * o.h; ++r) std::reverse(img + size_t(r) * o.w, img + size_t(r + 1) * o.w);
 }
 
 // torchvision's RandomResizedCrop.get_params: (top, left, h, w).
@@ -110,10 +108,10 @@ void resized_window(Pcg32& rng, int H, int W, int* y, int* x, int* h, int* w) {
 
 }  // namespace
 
-void augment_sample(uint8_t* dst, const uint8_t* src, int C, int H, int W, const Augment& a, int S, bool train,
+void augment_sample(uint8_t* dst, const uint8_t* src, int C, int H, int W, const Augment& a, Size2 o, bool train,
                     uint64_t seed, int epoch, int64_t index) {
   if (!train) {  // centre crop of the padded image
-    crop(dst, src, C, H, W, a.pad, S, (H + 2 * a.pad - S) / 2, (W + 2 * a.pad - S) / 2, false);
+    crop(dst, src, C, H, W, a.pad, o, (H + 2 * a.pad - o.h) / 2, (W + 2 * a.pad - o.w) / 2, false);
     return;
   }
   Pcg32 rng(seed ^ 0xa5a5a5a5ULL, (uint64_t(uint32_t(epoch)) << 40) ^ uint64_t(index));
@@ -124,12 +122,12 @@ void augment_sample(uint8_t* dst, const uint8_t* src, int C, int H, int W, const
     for (int c = 0; c < C; ++c)
       for (int r = 0; r < h; ++r)
         std::memcpy(win.data() + (size_t(c) * h + r) * w, src + (size_t(c) * H + y + r) * W + x, size_t(w));
-    resize_image(dst, S, S, win.data(), C, h, w, false);
-    if (a.flip && rng.below(2)) mirror(dst, C, S);
+    resize_image(dst, o.h, o.w, win.data(), C, h, w, false);
+    if (a.flip && rng.below(2)) mirror(dst, C, o);
     return;
   }
-  const int y0 = int(rng.below(uint32_t(H + 2 * a.pad - S + 1))), x0 = int(rng.below(uint32_t(W + 2 * a.pad - S + 1)));
-  crop(dst, src, C, H, W, a.pad, S, y0, x0, a.flip && rng.below(2));
+  const int y0 = int(rng.below(uint32_t(H + 2 * a.pad - o.h + 1))), x0 = int(rng.below(uint32_t(W + 2 * a.pad - o.w + 1)));
+  crop(dst, src, C, H, W, a.pad, o, y0, x0, a.flip && rng.below(2));
 }
 
 }  // namespace ember

@@ -139,25 +139,18 @@ Split tiny_val(const std::string& dir, const std::vector<std::string>& classes) 
   return s;
 }
 
-// Decodes items[i] for all i on `threads` threads, each resized to S x S (S 0: kept as is); the
-// first failing item (lowest index) is reported.
-std::vector<Image> decode_all(const std::vector<Item>& items, const FolderOptions& o) {
-  std::vector<Image> out(items.size());
+// Runs fn(i) for every item on `threads` threads; the first failing item (lowest index) is
+// reported.
+template <class Fn>
+void for_each_item(size_t n, int threads, Fn fn) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   size_t bad_at = SIZE_MAX;
   std::string bad_msg;
   auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < items.size();) {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
       try {
-        const std::string bytes = read_input(items[i].path, kMaxFile, "--data");
-        Image im = decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), items[i].path, o.max_pixels);
-        if (o.image_size > 0 && (im.width != o.image_size || im.height != o.image_size)) {
-          Image r{o.image_size, o.image_size, im.channels, std::vector<uint8_t>(size_t(im.channels) * o.image_size * o.image_size)};
-          resize_image(r.pixels.data(), o.image_size, o.image_size, im.pixels.data(), im.channels, im.height, im.width, o.cubic);
-          im = std::move(r);
-        }
-        out[i] = std::move(im);
+        fn(i);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
         if (i < bad_at) bad_at = i, bad_msg = e.what();
@@ -165,11 +158,38 @@ std::vector<Image> decode_all(const std::vector<Item>& items, const FolderOption
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < std::max(1, o.threads); ++t) pool.emplace_back(work);
+  for (int t = 1; t < std::max(1, threads); ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
   if (bad_at != SIZE_MAX) throw Error(bad_msg);
+}
+
+Image read_one(const std::string& path, const FolderOptions& o, bool header_only) {
+  const std::string bytes = read_input(path, kMaxFile, "--data");
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (header_only) return read_image_header(p, bytes.size(), path, o.max_pixels);
+  Image im = decode_image(p, bytes.size(), path, o.max_pixels);
+  if (o.image_size > 0 && (im.width != o.image_size || im.height != o.image_size)) {
+    Image r{o.image_size, o.image_size, im.channels, std::vector<uint8_t>(size_t(im.channels) * o.image_size * o.image_size)};
+    resize_image(r.pixels.data(), o.image_size, o.image_size, im.pixels.data(), im.channels, im.height, im.width, o.cubic);
+    im = std::move(r);
+  }
+  return im;
+}
+
+// Every item decoded (and resized), or only its header read.
+std::vector<Image> decode_all(const std::vector<Item>& items, const FolderOptions& o, bool header_only = false) {
+  std::vector<Image> out(items.size());
+  for_each_item(items.size(), o.threads, [&](size_t i) { out[i] = read_one(items[i].path, o, header_only); });
   return out;
+}
+
+// The size every image must have: --image-size, or the first one's.
+void check_same_size(const Item& it, const Image& im, const Item& first, int rows, int cols) {
+  if (im.width != cols || im.height != rows)
+    throw Error("--data " + quote_path(it.path) + ": image is " + std::to_string(im.width) + "x" +
+                std::to_string(im.height) + ", the first one " + quote_path(first.path) + " is " +
+                std::to_string(cols) + "x" + std::to_string(rows) + " (pass --image-size to resize all)");
 }
 
 Dataset pack(const std::vector<Item>& items, std::vector<Image> ims, int channels, int classes) {
@@ -182,15 +202,30 @@ Dataset pack(const std::vector<Item>& items, std::vector<Image> ims, int channel
   d.labels.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     const Image& im = ims[i];
-    if (im.width != d.cols || im.height != d.rows)
-      throw Error("--data " + quote_path(items[i].path) + ": image is " + std::to_string(im.width) + "x" +
-                  std::to_string(im.height) + ", the first one " + quote_path(items[0].path) + " is " +
-                  std::to_string(d.cols) + "x" + std::to_string(d.rows) + " (pass --image-size to resize all)");
+    check_same_size(items[i], im, items[0], d.rows, d.cols);
     for (int c = 0; c < channels; ++c)  // a grey image in a colour set: its plane three times
       std::memcpy(d.images.data() + per * i + plane * c, im.pixels.data() + plane * (im.channels == 1 ? 0 : c), plane);
     d.labels[i] = uint8_t(items[i].label);
     Image().pixels.swap(ims[i].pixels);  // free as we go
   }
+  return d;
+}
+
+// A streamed split: every header read and checked now, the pixels decoded as the loader needs.
+Dataset streamed(const std::vector<Item>& items, const std::vector<Image>& heads, const Item& first, int rows, int cols,
+                 int channels, int classes, const FolderOptions& o) {
+  auto files = std::make_shared<ImageFiles>();
+  files->rows = rows, files->cols = cols, files->channels = channels;
+  files->resize = o.image_size > 0, files->cubic = o.cubic, files->max_pixels = o.max_pixels;
+  Dataset d;
+  d.count = int64_t(items.size());
+  d.channels = channels, d.num_classes = classes, d.rows = rows, d.cols = cols;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!files->resize) check_same_size(items[i], heads[i], first, rows, cols);
+    files->paths.push_back(items[i].path);
+    d.labels.push_back(uint8_t(items[i].label));
+  }
+  d.files = std::move(files);
   return d;
 }
 
@@ -200,6 +235,23 @@ void keep_first(std::vector<Item>& v, int64_t limit) {
 }
 
 }  // namespace
+
+void ImageFiles::decode(int64_t i, uint8_t* dst) const {
+  FolderOptions o;
+  o.image_size = resize ? rows : 0, o.cubic = cubic, o.max_pixels = max_pixels;
+  const Image im = read_one(paths[size_t(i)], o, false);
+  if (im.width != cols || im.height != rows)
+    throw Error("--data " + quote_path(paths[size_t(i)]) + ": image is now " + std::to_string(im.width) + "x" +
+                std::to_string(im.height) + ", it was " + std::to_string(cols) + "x" + std::to_string(rows));
+  const size_t plane = size_t(rows) * cols;
+  for (int c = 0; c < channels; ++c) std::memcpy(dst + plane * c, im.pixels.data() + plane * (im.channels == 1 ? 0 : c), plane);
+}
+
+const uint8_t* Dataset::image(int64_t i, uint8_t* scratch) const {
+  if (!files) return images.data() + size_t(i) * image_elems();
+  files->decode(i, scratch);
+  return scratch;
+}
 
 bool is_image_folder(const std::string& dir) {
   if (is_dir(dir + "/train") && ::access((dir + "/wnids.txt").c_str(), F_OK) == 0) return true;
@@ -240,6 +292,21 @@ TrainTest load_image_folder(const std::string& dir, const FolderOptions& o, Fold
   keep_first(tr.items, o.limit_train);
   keep_first(te.items, o.limit_test);
   if (report) report->skipped_train = tr.skipped, report->skipped_test = te.skipped;
+  // Stream when the decoded set (at most 3 channels) would not fit the cache.
+  const Image first = read_one(tr.items[0].path, o, true);
+  const int rows = o.image_size > 0 ? o.image_size : first.height, cols = o.image_size > 0 ? o.image_size : first.width;
+  const uint64_t bytes = uint64_t(tr.items.size() + te.items.size()) * 3 * uint64_t(rows) * uint64_t(cols);
+  if (bytes > o.cache_bytes) {
+    const std::vector<Image> ha = decode_all(tr.items, o, true), hb = decode_all(te.items, o, true);
+    int channels = 1;
+    for (const auto* v : {&ha, &hb})
+      for (const Image& im : *v) channels = std::max(channels, im.channels);
+    TrainTest t{streamed(tr.items, ha, tr.items[0], rows, cols, channels, int(classes.size()), o),
+                streamed(te.items, hb, tr.items[0], rows, cols, channels, int(classes.size()), o)};
+    t.train.class_names = t.test.class_names = classes;
+    if (report) report->streamed = true;
+    return t;
+  }
   std::vector<Image> a = decode_all(tr.items, o), b = decode_all(te.items, o);
   int channels = 1;
   for (const auto* v : {&a, &b})

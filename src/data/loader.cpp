@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,13 +16,15 @@ namespace ember {
 struct BatchLoader::Impl {
   const Dataset& d;
   Augment a;
-  int B, S, depth;
+  int B, depth;
+  Size2 out;
   uint64_t seed;
   size_t per;  // bytes per output sample
   struct Slot {
     std::vector<uint8_t> images, labels;
     int n = 0;
     int64_t ready = -1;  // the batch it holds, -1: none
+    std::string error;   // why it could not be filled (a streamed file that no longer decodes)
   };
   std::vector<Slot> slots;
   std::mutex mu;
@@ -35,8 +38,8 @@ struct BatchLoader::Impl {
 
   Impl(const Dataset& data, const Augment& aug, int batch, int workers, int dep, uint64_t sd)
       : d(data), a(aug), B(batch), depth(std::max(dep, 1)), seed(sd) {
-    S = augmented_side(a, d.rows, d.cols, "--crop");
-    per = size_t(d.channels) * S * S;
+    out = augmented_size(a, d.rows, d.cols, "--crop");
+    per = size_t(d.channels) * out.h * out.w;
     slots.resize(size_t(depth));
     for (Slot& s : slots) s.images.resize(per * size_t(B)), s.labels.resize(size_t(B));
     for (int t = 0; t < std::max(workers, 1); ++t) threads.emplace_back([this] { work(); });
@@ -50,6 +53,7 @@ struct BatchLoader::Impl {
     for (auto& t : threads) t.join();
   }
   void work() {
+    std::vector<uint8_t> scratch(d.streamed() ? d.image_elems() : 0);  // a streamed image, decoded
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       cv.wait(lock, [&] { return stop || (fill < nbatches && fill < consume + depth); });
@@ -60,15 +64,20 @@ struct BatchLoader::Impl {
       ++busy;
       lock.unlock();
       const int64_t start = b * B, n = std::min<int64_t>(B, count - start);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t idx = order[size_t(start + i)];
-        augment_sample(s.images.data() + size_t(i) * per, d.images.data() + size_t(idx) * d.image_elems(), d.channels,
-                       d.rows, d.cols, a, S, train, seed, epoch, idx);
-        s.labels[size_t(i)] = d.labels[size_t(idx)];
+      std::string error;
+      try {
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t idx = order[size_t(start + i)];
+          augment_sample(s.images.data() + size_t(i) * per, d.image(idx, scratch.data()), d.channels, d.rows, d.cols, a,
+                         out, train, seed, epoch, idx);
+          s.labels[size_t(i)] = d.labels[size_t(idx)];
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
       }
       lock.lock();
       --busy;
-      if (gen == generation) s.n = int(n), s.ready = b;
+      if (gen == generation) s.n = int(n), s.ready = b, s.error = error;
       cv.notify_all();
     }
   }
@@ -77,7 +86,7 @@ struct BatchLoader::Impl {
 BatchLoader::BatchLoader(const Dataset& d, const Augment& a, int batch, int workers, int depth, uint64_t seed)
     : impl_(std::make_unique<Impl>(d, a, batch, workers, depth, seed)) {}
 BatchLoader::~BatchLoader() = default;
-int BatchLoader::side() const { return impl_->S; }
+Size2 BatchLoader::size() const { return impl_->out; }
 
 void BatchLoader::start(const int64_t* order, int64_t count, int epoch, int64_t first, bool train) {
   Impl& m = *impl_;
@@ -103,6 +112,7 @@ BatchLoader::Batch BatchLoader::next() {
   const Impl::Slot& s = m.slots[size_t(m.consume % m.depth)];
   m.cv.wait(lock, [&] { return s.ready == m.consume; });
   m.consumed_one = true;
+  if (!s.error.empty()) throw Error(s.error);
   return {s.images.data(), s.labels.data(), s.n};
 }
 

@@ -29,7 +29,10 @@ void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string
   const Model& m = plan.model();
   Dataset d;  // only the geometry
   d.channels = data.channels, d.num_classes = data.num_classes, d.rows = data.rows, d.cols = data.cols;
-  if (augment) d.rows = d.cols = augmented_side(*augment, data.rows, data.cols, "--crop");
+  if (augment) {
+    const Size2 o = augmented_size(*augment, data.rows, data.cols, "--crop");
+    d.rows = o.h, d.cols = o.w;
+  }
   const std::string model = m.source.empty() ? "model " + m.name : "model " + m.source;
   if (m.in_c != d.channels || m.in_h != d.rows || m.in_w != d.cols)
     throw Error(what + ": images are " + std::to_string(d.rows) + "x" + std::to_string(d.cols) + " with " +
@@ -52,8 +55,9 @@ EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment) {
   std::vector<int64_t> index(data.count);
   std::iota(index.begin(), index.end(), int64_t(0));
   std::unique_ptr<BatchLoader> loader;
-  if (augment) {
-    loader = std::make_unique<BatchLoader>(data, *augment, B, 1, 2, 0);
+  const Augment none;  // a streamed set without augmentation: the loader decodes, nothing else
+  if (augment || data.streamed()) {
+    loader = std::make_unique<BatchLoader>(data, augment ? *augment : none, B, data.streamed() ? 2 : 1, 3, 0);
     loader->start(index.data(), data.count, 0, 0, false);
   }
   EvalResult r;
@@ -98,7 +102,9 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
   std::vector<int64_t> order(tr.count), ident(static_cast<size_t>(B));
   std::iota(ident.begin(), ident.end(), int64_t(0));
   std::unique_ptr<BatchLoader> loader;
-  if (cfg.augment) loader = std::make_unique<BatchLoader>(tr, *cfg.augment, B, cfg.loader_threads, cfg.loader_depth, cfg.seed);
+  const Augment none;  // a streamed set without augmentation: the loader decodes, nothing else
+  if (cfg.augment || tr.streamed())
+    loader = std::make_unique<BatchLoader>(tr, cfg.augment ? *cfg.augment : none, B, cfg.loader_threads, cfg.loader_depth, cfg.seed);
   TrainResult result;
   const auto t_start = clock::now();
   double prev_loss = cfg.start.prev_train_loss;

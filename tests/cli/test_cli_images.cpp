@@ -114,6 +114,14 @@ TEST_F(ImageData, TrainsOnAFolderOfGreyPngs) {
   EXPECT_NE(r.err.find("skipped 1 train and 0 test files"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[1, 16, 16]"), std::string::npos) << r.err;
   EXPECT_GT(final_accuracy(r.out, "final test accuracy "), 66.0) << r.out;  // chance: 33 %
+  // Streamed from disk (--cache-mb 0), the same run gives the same weights, byte for byte.
+  const fs::path w1 = tmp_ / "cached.safetensors", w2 = tmp_ / "streamed.safetensors";
+  const std::string again = "train --model mnist-cnn --data " + quote(d.string()) + " --image-size 16 --epochs 1 --batch-size 16 --threads 2 --flip";
+  ASSERT_EQ(run(again + " --save " + quote(w1.string())).code, 0);
+  const Result s = run(again + " --cache-mb 0 --save " + quote(w2.string()));
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.err.find("read from disk"), std::string::npos) << s.err;
+  EXPECT_EQ(read_text(w1), read_text(w2));
   // Without --image-size the differing sizes are refused, naming a file and the flag.
   expect_one_line_error(run("train --model mnist-cnn --data " + quote(d.string()) + " --epochs 1"), {"pngs/train/class0/1.png", "--image-size"});
 }

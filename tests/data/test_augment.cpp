@@ -39,14 +39,14 @@ TEST(Augment, RandomCropIsAWindowOfThePaddedImage) {
   const ember::Dataset d = numbered(200, 2, 6, 7);
   Augment a;
   a.crop = 5, a.pad = 2, a.flip = true;
-  const int S = ember::augmented_side(a, 6, 7, "--crop");
+  const int S = ember::augmented_size(a, 6, 7, "--crop").h;
   ASSERT_EQ(S, 5);
   std::set<std::tuple<int, int, bool>> seen;
   for (int64_t i = 0; i < d.count; ++i) {
     Bytes out(size_t(2) * S * S), again(out.size());
     const uint8_t* src = d.images.data() + size_t(i) * d.image_elems();
-    ember::augment_sample(out.data(), src, 2, 6, 7, a, S, true, 42, 3, i);
-    ember::augment_sample(again.data(), src, 2, 6, 7, a, S, true, 42, 3, i);
+    ember::augment_sample(out.data(), src, 2, 6, 7, a, {S, S}, true, 42, 3, i);
+    ember::augment_sample(again.data(), src, 2, 6, 7, a, {S, S}, true, 42, 3, i);
     EXPECT_EQ(out, again);
     bool found = false;
     for (int y0 = 0; y0 <= 6 + 4 - S && !found; ++y0)
@@ -73,7 +73,7 @@ TEST(Augment, EvalIsTheCentreCrop) {
   Augment a;
   a.crop = 5, a.flip = true;
   Bytes out(3 * 25);
-  ember::augment_sample(out.data(), d.images.data(), 3, 9, 9, a, 5, false, 1, 0, 0);
+  ember::augment_sample(out.data(), d.images.data(), 3, 9, 9, a, {5, 5}, false, 1, 0, 0);
   for (int c = 0; c < 3; ++c)
     for (int y = 0; y < 5; ++y)
       for (int x = 0; x < 5; ++x) EXPECT_EQ(out[(size_t(c) * 5 + y) * 5 + x], padded_at(d, 0, c, y + 2, x + 2, 0));
@@ -86,7 +86,7 @@ TEST(Augment, ResizedCropStaysInsideAndVaries) {
   std::set<Bytes> distinct;
   for (int64_t i = 0; i < 64; ++i) {
     Bytes out(64);
-    ember::augment_sample(out.data(), d.images.data(), 1, 16, 16, a, 8, true, 5, 0, i);  // the same image each time
+    ember::augment_sample(out.data(), d.images.data(), 1, 16, 16, a, {8, 8}, true, 5, 0, i);  // the same image each time
     for (uint8_t v : out) EXPECT_GT(v, 0);  // no zero border: the window lies inside the image
     distinct.insert(out);
   }
@@ -96,9 +96,12 @@ TEST(Augment, ResizedCropStaysInsideAndVaries) {
 TEST(Augment, CropLargerThanThePaddedImageIsRefused) {
   Augment a;
   a.crop = 12, a.pad = 1;
-  EXPECT_THROW(ember::augmented_side(a, 9, 9, "--crop"), ember::Error);
-  a.crop = 0;
-  EXPECT_THROW(ember::augmented_side(a, 9, 8, "--crop"), ember::Error);  // not square: needs --crop
+  EXPECT_THROW(ember::augmented_size(a, 9, 9, "--crop"), ember::Error);
+  a.crop = 11;
+  EXPECT_EQ(ember::augmented_size(a, 9, 9, "--crop").w, 11);
+  a.crop = 0;  // the image's own size, padded crop or not
+  EXPECT_EQ(ember::augmented_size(a, 9, 8, "--crop").h, 9);
+  EXPECT_EQ(ember::augmented_size(a, 9, 8, "--crop").w, 8);
 }
 
 TEST(Augment, NormalizeParsing) {
@@ -147,7 +150,7 @@ TEST(BatchLoader, SameBitsForAnyThreadCountAndRestart) {
   EXPECT_EQ(one, run(3, 4, 0));
   EXPECT_EQ(one[4].size(), 6u * 109);
   Bytes want(108);
-  ember::augment_sample(want.data(), d.images.data() + size_t(order[17]) * 192, 3, 8, 8, a, 6, true, 7, 0, order[17]);
+  ember::augment_sample(want.data(), d.images.data() + size_t(order[17]) * 192, 3, 8, 8, a, {6, 6}, true, 7, 0, order[17]);
   EXPECT_TRUE(std::equal(want.begin(), want.end(), one[1].begin() + 108));
   EXPECT_EQ(one[1][16 * 108 + 1], d.labels[size_t(order[17])]);
   const auto late = run(2, 2, 2);

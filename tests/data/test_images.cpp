@@ -9,6 +9,7 @@
 #include <map>
 
 #include "data/idx_util.h"
+#include "ember/loader.h"
 
 namespace {
 
@@ -347,6 +348,45 @@ TEST_F(ImagesTest, FolderBadInput) {
     ::chmod(path("perm/train/a/0.png").c_str(), 0);
     expect_msg(err("perm"), {"perm/train/a/0.png"});
   }
+}
+
+// A set that does not fit the cache is streamed: headers checked up front, the same labels, and
+// each image decoded on demand equal to the cached one; a file spoiled after the listing is an
+// Error from the loader naming it, not a crash.
+TEST_F(ImagesTest, StreamedEqualsCached) {
+  small_folder("f");
+  put("f/train/b/9.png", png_of(smooth(12, 10, 1, 77)));  // grey among colour: replicated either way
+  for (int size : {0, 6}) {
+    ember::FolderOptions o;
+    o.image_size = size;
+    const ember::TrainTest cached = ember::load_image_folder(path("f"), o);
+    o.cache_bytes = 100;
+    ember::FolderReport rep;
+    const ember::TrainTest s = ember::load_image_folder(path("f"), o, &rep);
+    EXPECT_TRUE(rep.streamed);
+    ASSERT_TRUE(s.train.streamed());
+    EXPECT_FALSE(cached.train.streamed());
+    EXPECT_TRUE(s.train.images.empty());
+    EXPECT_EQ(s.train.labels, cached.train.labels);
+    EXPECT_EQ(s.test.count, cached.test.count);
+    EXPECT_EQ(s.train.channels, 3);
+    Bytes scratch(s.train.image_elems());
+    for (int64_t i = 0; i < s.train.count; ++i) {
+      const uint8_t* a = s.train.image(i, scratch.data());
+      EXPECT_TRUE(std::equal(a, a + scratch.size(), cached.train.images.begin() + i * int64_t(scratch.size()))) << i;
+    }
+  }
+  ember::FolderOptions o;
+  o.cache_bytes = 0;
+  const ember::TrainTest s = ember::load_image_folder(path("f"), o);
+  put("f/train/a/2.png", Bytes({'x'}));
+  ember::BatchLoader loader(s.train, {}, 4, 2, 2, 1);
+  std::vector<int64_t> order = {0, 1, 2, 3};
+  loader.start(order.data(), 4, 0, 0, true);
+  expect_msg(error_of([&] { loader.next(); }), {"f/train/a/2.png"});
+  // A file whose header lies is refused up front, before training starts.
+  put("f/train/a/2.png", png_header(100000, 100000));
+  expect_msg(error_of([&] { ember::load_image_folder(path("f"), o); }), {"f/train/a/2.png", "100000x100000"});
 }
 
 // TinyImageNet's layout, read as it comes: wnids.txt (any order; classes sorted as ImageFolder

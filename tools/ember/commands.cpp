@@ -80,6 +80,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--pad", a.pad, "Zero border added on each side before the crop (default: the recipe's)");
   cmd->add_flag("--flip", a.flip, "Random horizontal flip while training");
   cmd->add_flag("--resized-crop", a.resized_crop, "RandomResizedCrop to --crop SIZE (area 8-100 %, aspect 3/4-4/3) instead of a padded crop");
+  cmd->add_option("--cache-mb", a.cache_mb, "Image folders: keep the decoded images in memory up to this size, else read them from disk as needed (default: a quarter of RAM)");
   cmd->add_flag("--no-augment", a.no_augment, "No crop, padding or flip, whatever the recipe says");
   cmd->add_option("--normalize", a.normalize, "Per-channel normalisation: none, imagenet, M,S or M1,M2,M3,S1,S2,S3 (default: the recipe's)");
   cmd->add_option("--batch-size", a.batch_size, "Mini-batch size (default: the model's recipe)")
@@ -118,6 +119,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
     bad(L("--data-format"), "auto, idx, folder, tinyimagenet or cifar", "'" + one_line(a.data_format) + "'");
   if (a.label != "fine" && a.label != "coarse") bad(L("--label"), "fine or coarse", "'" + one_line(a.label) + "'");
   if (a.crop != -1) check_int(L("--crop"), a.crop, 0, 4096);
+  if (a.cache_mb != -1) check_int(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
   if (a.pad != -1) check_int(L("--pad"), a.pad, 0, 1024);
   resolve_isa(one_line(a.isa), L("--isa"));
 }
@@ -139,8 +141,13 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
         throw Error("--data " + quote_path(dir) + ": no wnids.txt (TinyImageNet's layout has it)");
       FolderOptions o;
       o.image_size = a.image_size, o.threads = a.threads, o.limit_train = limit_train, o.limit_test = a.limit_test;
+      const uint64_t ram = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
+      o.cache_bytes = a.cache_mb >= 0 ? uint64_t(a.cache_mb) << 20 : ram / 4;
       FolderReport rep;
       TrainTest t = load_image_folder(dir, o, &rep);
+      if (rep.streamed)
+        std::fprintf(stderr, "ember: --data %s: the decoded images would not fit --cache-mb %lld: read from disk as each batch needs them\n",
+                     quote_path(dir).c_str(), (long long)(o.cache_bytes >> 20));
       if (rep.skipped_train + rep.skipped_test > 0)
         std::fprintf(stderr, "ember: --data %s: skipped %lld train and %lld test files that are not .png/.jpg/.jpeg images\n",
                      quote_path(dir).c_str(), (long long)rep.skipped_train, (long long)rep.skipped_test);
@@ -322,14 +329,15 @@ void write_batch_grid(const std::string& path, const Dataset& d, const Augment& 
   BatchLoader loader(d, a, n, 1, 1, seed);
   loader.start(order.data(), n, 0, 0, true);
   const BatchLoader::Batch b = loader.next();
-  const int S = loader.side(), C = d.channels, cols = int(std::ceil(std::sqrt(double(n)))), rows = (n + cols - 1) / cols;
-  const int gap = 2, GW = cols * (S + gap) - gap, GH = rows * (S + gap) - gap;
+  const Size2 s = loader.size();
+  const int C = d.channels, cols = int(std::ceil(std::sqrt(double(n)))), rows = (n + cols - 1) / cols;
+  const int gap = 2, GW = cols * (s.w + gap) - gap, GH = rows * (s.h + gap) - gap;
   std::vector<uint8_t> grid(size_t(C) * GH * GW, 128);
   for (int i = 0; i < b.n; ++i)
     for (int c = 0; c < C; ++c)
-      for (int y = 0; y < S; ++y)
-        std::memcpy(&grid[(size_t(c) * GH + (i / cols) * (S + gap) + y) * GW + (i % cols) * (S + gap)],
-                    b.images + ((size_t(i) * C + c) * S + y) * S, size_t(S));
+      for (int y = 0; y < s.h; ++y)
+        std::memcpy(&grid[(size_t(c) * GH + (i / cols) * (s.h + gap) + y) * GW + (i % cols) * (s.w + gap)],
+                    b.images + ((size_t(i) * C + c) * s.h + y) * s.w, size_t(s.w));
   const std::string png = encode_png(grid.data(), C, GH, GW, path);
   write_file_atomic(path, {png});
 }
@@ -357,7 +365,8 @@ Augment augment_of(const CommonArgs& c, const Model& m, int channels, bool* acti
 
 void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed) {
   if (fixed) return;
-  const int H = a ? augmented_side(*a, d.rows, d.cols, "--crop") : d.rows, W = a ? H : d.cols;
+  const Size2 o = a ? augmented_size(*a, d.rows, d.cols, "--crop") : Size2{d.rows, d.cols};
+  const int H = o.h, W = o.w;
   if (m.in_c != d.channels || m.in_h != H || m.in_w != W) {
     std::fprintf(stderr, "ember: model %s: input [%d, %d, %d] set to the data's [%d, %d, %d]\n", one_line(m.name).c_str(),
                  m.in_c, m.in_h, m.in_w, d.channels, H, W);

@@ -50,6 +50,7 @@ struct CommonArgs {
   int crop = -1, pad = -1;
   bool flip = false, resized_crop = false, no_augment = false;
   std::string normalize;
+  int64_t cache_mb = -1;     // image folders: decoded sets above this stream from disk (-1: a quarter of RAM)
 };
 
 struct TrainArgs {

@@ -60,6 +60,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   const Augment aug = augment_of(t.common, su.model, data.train.channels, &augmenting);
   fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, !t.weights.empty());
   if (augmenting) su.cfg.augment = &aug;
+  if (data.train.streamed()) su.cfg.loader_threads = t.common.threads;
   if (!t.weights.empty()) check_weights_fit(su.model, t.weights);  // before the plan is built
   Plan plan(su.model, su.plan);
   set_normalisation(plan, aug);

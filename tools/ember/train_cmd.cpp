@@ -338,6 +338,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   const Augment aug = augment_of(a.common, su.model, data.train.channels, &augmenting);
   fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, resuming || !a.weights.empty());
   if (augmenting) su.cfg.augment = &aug;
+  if (data.train.streamed()) su.cfg.loader_threads = a.common.threads;  // decoding is the loader's work
   const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
   if (resuming) {
