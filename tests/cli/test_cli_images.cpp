@@ -110,6 +110,9 @@ TEST_F(ImageData, TrainsOnAFolderOfGreyPngs) {
   const fs::path d = png_folder();
   write_text(d / "train" / "class1" / "notes.txt", "not an image");
   const Result r = run("train --model mnist-cnn --data " + quote(d.string()) + " --image-size 16 --epochs 4 --batch-size 16 --threads 2");
+  const Result cubic = run("train --model mnist-cnn --data " + quote(d.string()) + " --image-size 16 --resize bicubic --epochs 4 --batch-size 16 --threads 2");
+  ASSERT_EQ(cubic.code, 0) << cubic.err;
+  EXPECT_NE(cubic.out, r.out);  // other pixels, another run
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("skipped 1 train and 0 test files"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[1, 16, 16]"), std::string::npos) << r.err;
@@ -176,6 +179,7 @@ TEST_F(ImageData, BadFlagsAndFiles) {
   const std::string data = " --data " + quote(d.string()) + " --image-size 16 --epochs 1";
   expect_one_line_error(run("train" + data + " --data-format bmp"), {"--data-format", "bmp"});
   expect_one_line_error(run("train" + data + " --label medium"), {"--label", "medium"});
+  expect_one_line_error(run("train" + data + " --resize lanczos"), {"--resize", "lanczos"});
   expect_one_line_error(run("train" + data + " --normalize 1,2,3"), {"--normalize", "3 numbers"});
   expect_one_line_error(run("train" + data + " --normalize imagenet"), {"--normalize", "3 channels"});
   expect_one_line_error(run("train" + data + " --crop 40"), {"--crop", "larger than the padded image"});

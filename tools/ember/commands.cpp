@@ -75,6 +75,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
       ->capture_default_str();
   cmd->add_option("--image-size", a.image_size, "Image folders: resize every image to SIZE x SIZE (0: all must share one size)")
       ->capture_default_str();
+  cmd->add_option("--resize", a.resize, "The --image-size filter: bilinear or bicubic (PIL's, antialiased when shrinking)")->capture_default_str();
   cmd->add_option("--label", a.label, "CIFAR-100: fine (100 classes) or coarse (20)")->capture_default_str();
   cmd->add_option("--crop", a.crop, "Random crop to SIZE x SIZE while training, centre crop in evaluation (default: the recipe's; 0: none)");
   cmd->add_option("--pad", a.pad, "Zero border added on each side before the crop (default: the recipe's)");
@@ -118,6 +119,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
       a.data_format != "cifar")
     bad(L("--data-format"), "auto, idx, folder, tinyimagenet or cifar", "'" + one_line(a.data_format) + "'");
   if (a.label != "fine" && a.label != "coarse") bad(L("--label"), "fine or coarse", "'" + one_line(a.label) + "'");
+  if (a.resize != "bilinear" && a.resize != "bicubic") bad(L("--resize"), "bilinear or bicubic", "'" + one_line(a.resize) + "'");
   if (a.crop != -1) check_int(L("--crop"), a.crop, 0, 4096);
   if (a.cache_mb != -1) check_int(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
   if (a.pad != -1) check_int(L("--pad"), a.pad, 0, 1024);
@@ -141,6 +143,7 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
         throw Error("--data " + quote_path(dir) + ": no wnids.txt (TinyImageNet's layout has it)");
       FolderOptions o;
       o.image_size = a.image_size, o.threads = a.threads, o.limit_train = limit_train, o.limit_test = a.limit_test;
+      o.cubic = a.resize == "bicubic";
       const uint64_t ram = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
       o.cache_bytes = a.cache_mb >= 0 ? uint64_t(a.cache_mb) << 20 : ram / 4;
       FolderReport rep;

@@ -45,6 +45,7 @@ struct CommonArgs {
   std::string act;           // --act: a ConvNeXt model's block activation; empty: the model's
   std::string data_format = "auto";  // auto, idx, folder, tinyimagenet, cifar
   int image_size = 0;        // folders: resize every image to this square size (0: keep)
+  std::string resize = "bilinear";  // its filter: bilinear or bicubic
   std::string label = "fine";  // CIFAR-100: fine (100 classes) or coarse (20)
   // Augmentation; -1 / "" take the model's recipe. --no-augment: none at all.
   int crop = -1, pad = -1;

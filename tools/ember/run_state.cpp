@@ -23,7 +23,7 @@ using nlohmann::json;
 json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count) {
   const CommonArgs& c = a.common;
   return {{"command", a.command_line}, {"model", c.model}, {"data", c.data},
-          {"data_format", c.data_format}, {"image_size", c.image_size}, {"label", c.label},
+          {"data_format", c.data_format}, {"image_size", c.image_size}, {"resize", c.resize}, {"label", c.label},
           {"crop", c.crop}, {"pad", c.pad}, {"flip", c.flip}, {"resized_crop", c.resized_crop},
           {"no_augment", c.no_augment}, {"normalize", c.normalize},
           {"batch_size", c.batch_size}, {"threads", c.threads}, {"isa", c.isa},
@@ -80,6 +80,7 @@ std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd
     r("data_format", "--data-format", c.data_format, true);
     r("image_size", "--image-size", c.image_size, false);
     r("label", "--label", c.label, false);
+    r("resize", "--resize", c.resize, false);
     r("crop", "--crop", c.crop, false);
     r("pad", "--pad", c.pad, false);
     r("flip", "--flip", c.flip, false);
