@@ -21,6 +21,9 @@ std::string one_line(const std::string& message);
 int open_input(const std::string& path, const std::string& what, uint64_t* size);
 // The whole content of a regular file of at most max_bytes (checked before allocating).
 std::string read_input(const std::string& path, uint64_t max_bytes, const std::string& what);
+// The lines of a text file of at most max_bytes (read_input), trailing spaces, tabs and CRs cut,
+// empty lines left out.
+std::vector<std::string> read_lines(const std::string& path, uint64_t max_bytes, const std::string& what);
 // The (device, inode) of an existing file, or {0, 0}; used to refuse an output that is an input.
 struct FileId {
   uint64_t dev = 0, ino = 0;

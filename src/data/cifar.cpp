@@ -101,17 +101,8 @@ void read_batch(Dataset& d, const std::string& path, bool hundred, bool fine, in
 // Class names: one per line (blank lines ignored), used only when there is one per class.
 std::vector<std::string> names(const std::string& path, int classes) {
   if (!present(path)) return {};
-  const std::string text = read_input(path, 1 << 20, "--data");
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t j = text.find('\n', i);
-    if (j == std::string::npos) j = text.size();
-    std::string line = text.substr(i, j - i);
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (!line.empty()) out.push_back(one_line(line));
-    i = j + 1;
-  }
+  std::vector<std::string> out = read_lines(path, 1 << 20, "--data");
+  for (std::string& l : out) l = one_line(l);
   if (int(out.size()) != classes) return {};
   return out;
 }

@@ -28,6 +28,15 @@ void check_size(int64_t w, int64_t h, int64_t max_pixels, const std::string& nam
                    std::to_string(max_pixels) + " pixels");
 }
 
+// Planar [C, H, W] to interleaved [H, W, C] (what the encoders take).
+std::vector<uint8_t> interleave(const uint8_t* planar, int C, int H, int W) {
+  std::vector<uint8_t> px(size_t(H) * W * C);
+  const size_t HW = size_t(H) * W;
+  for (int c = 0; c < C; ++c)
+    for (size_t i = 0; i < HW; ++i) px[i * C + c] = planar[c * HW + i];
+  return px;
+}
+
 // Interleaved [H, W, C] to planar [C, H, W], keeping the first `keep` of `C` channels.
 void to_planar(uint8_t* dst, const uint8_t* src, int H, int W, int C, int keep) {
   const size_t HW = size_t(H) * W;
@@ -172,10 +181,7 @@ void resize_image(uint8_t* dst, int oh, int ow, const uint8_t* src, int C, int H
 
 std::string encode_jpeg(const uint8_t* planar, int C, int H, int W, int quality, const std::string& name) {
   if (C != 1 && C != 3) fail(name, "JPEG: " + std::to_string(C) + " channels (1 or 3 can be written)");
-  std::vector<uint8_t> px(size_t(H) * W * C);
-  const size_t HW = size_t(H) * W;
-  for (int c = 0; c < C; ++c)
-    for (size_t i = 0; i < HW; ++i) px[i * C + c] = planar[c * HW + i];
+  std::vector<uint8_t> px = interleave(planar, C, H, W);
   struct Handle {
     tjhandle h = tjInitCompress();
     ~Handle() { if (h) tjDestroy(h); }
@@ -192,10 +198,7 @@ std::string encode_jpeg(const uint8_t* planar, int C, int H, int W, int quality,
 
 std::string encode_png(const uint8_t* planar, int C, int H, int W, const std::string& name) {
   if (C != 1 && C != 3) fail(name, "PNG: " + std::to_string(C) + " channels (1 or 3 can be written)");
-  std::vector<uint8_t> px(size_t(H) * W * C);
-  const size_t HW = size_t(H) * W;
-  for (int c = 0; c < C; ++c)
-    for (size_t i = 0; i < HW; ++i) px[i * C + c] = planar[c * HW + i];
+  std::vector<uint8_t> px = interleave(planar, C, H, W);
   struct Ctx {
     spng_ctx* c = spng_ctx_new(SPNG_CTX_ENCODER);
     ~Ctx() { spng_ctx_free(c); }

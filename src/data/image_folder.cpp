@@ -104,20 +104,7 @@ Split scan_classes(const std::string& root, const std::vector<std::string>& clas
   return s;
 }
 
-std::vector<std::string> lines(const std::string& path) {
-  const std::string text = read_input(path, uint64_t{1} << 26, "--data");
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t j = text.find('\n', i);
-    if (j == std::string::npos) j = text.size();
-    std::string l = text.substr(i, j - i);
-    while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) l.pop_back();
-    if (!l.empty()) out.push_back(l);
-    i = j + 1;
-  }
-  return out;
-}
+std::vector<std::string> lines(const std::string& path) { return read_lines(path, uint64_t{1} << 26, "--data"); }
 
 // TinyImageNet's validation set: val/images/<file>, labelled by val/val_annotations.txt.
 Split tiny_val(const std::string& dir, const std::vector<std::string>& classes) {

@@ -147,6 +147,19 @@ std::string read_input(const std::string& path, uint64_t max_bytes, const std::s
   return text;
 }
 
+std::vector<std::string> read_lines(const std::string& path, uint64_t max_bytes, const std::string& what) {
+  const std::string text = read_input(path, max_bytes, what);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const size_t j = std::min(text.find('\n', i), text.size());
+    std::string l = text.substr(i, j - i);
+    while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) l.pop_back();
+    if (!l.empty()) out.push_back(std::move(l));
+    i = j + 1;
+  }
+  return out;
+}
+
 FileId file_id(const std::string& path) {
   struct stat st;
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return {};
