@@ -1,0 +1,285 @@
+// The Python module `ember` (pybind11): models built in or from JSON, trained and run on numpy
+// arrays read in place through the buffer protocol (uint8 images scaled by 1/255, or float32 as
+// they are), with the GIL released while ember works and Ctrl-C checked between steps.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "ember/ember.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// A batch of samples [N, C, H, W] (or [N, H, W] for one channel) of uint8 or float32, C-contiguous;
+// and labels [N] of any integer type. Checked with ValueErrors naming the argument.
+struct Samples {
+  py::buffer_info buf;
+  bool u8 = false;
+  int64_t n = 0;
+  size_t per = 0;  // elements per sample
+};
+
+Samples samples_of(const py::buffer& b, const ember::Model& m, const char* arg) {
+  Samples s{b.request(), false, 0, 0};
+  const auto& f = s.buf.format;
+  s.u8 = f == py::format_descriptor<uint8_t>::format();
+  if (!s.u8 && f != py::format_descriptor<float>::format())
+    throw py::value_error(std::string(arg) + ": expected a uint8 or float32 array, found format '" + f + "'");
+  const std::vector<py::ssize_t> want = {m.in_c, m.in_h, m.in_w};
+  const bool grey3 = s.buf.ndim == 3 && m.in_c == 1;
+  if (s.buf.ndim != 4 && !grey3)
+    throw py::value_error(std::string(arg) + ": expected shape [N, C, H, W] (or [N, H, W] for one channel), found " +
+                          std::to_string(s.buf.ndim) + " dimensions");
+  for (int d = 1; d < s.buf.ndim; ++d) {
+    const py::ssize_t w = want[size_t(d - 1 + (grey3 ? 1 : 0))];
+    if (s.buf.shape[size_t(d)] != w)
+      throw py::value_error(std::string(arg) + ": dimension " + std::to_string(d) + " is " +
+                            std::to_string(s.buf.shape[size_t(d)]) + ", the model's input is [" + std::to_string(m.in_c) +
+                            ", " + std::to_string(m.in_h) + ", " + std::to_string(m.in_w) + "]");
+  }
+  py::ssize_t stride = s.buf.itemsize;  // C-contiguous: each stride the product of the later dims
+  for (int d = s.buf.ndim - 1; d >= 0; --d) {
+    if (s.buf.strides[size_t(d)] != stride)
+      throw py::value_error(std::string(arg) + ": the array is not C-contiguous (use numpy.ascontiguousarray)");
+    stride *= s.buf.shape[size_t(d)];
+  }
+  s.n = s.buf.shape[0];
+  s.per = size_t(m.in_c) * m.in_h * m.in_w;
+  if (s.n < 1) throw py::value_error(std::string(arg) + ": no samples");
+  return s;
+}
+
+std::vector<int32_t> labels_of(const py::array& y, int64_t n, int classes) {
+  if (y.ndim() != 1 || y.shape(0) != n)
+    throw py::value_error("y: expected shape [" + std::to_string(n) + "], found " + std::to_string(y.ndim()) + " dimensions");
+  if (y.dtype().kind() != 'i' && y.dtype().kind() != 'u') throw py::value_error("y: expected integer labels");
+  const py::array_t<int64_t, py::array::forcecast> v(y);  // labels are small: a copy is fine
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t l = v.at(i);
+    if (l < 0 || l >= classes)
+      throw py::value_error("y[" + std::to_string(i) + "]: label " + std::to_string(l) + " is outside [0, " +
+                            std::to_string(classes) + ")");
+    out[size_t(i)] = int32_t(l);
+  }
+  return out;
+}
+
+// Copies samples index[0 .. n) into the plan's input (u8: x / 255) and their labels.
+void load_batch(ember::Plan& plan, const Samples& s, const int32_t* labels, const int64_t* index, int n) {
+  float* in = static_cast<float*>(plan.input());
+  for (int i = 0; i < n; ++i) {
+    const size_t at = size_t(index[i]) * s.per;
+    if (s.u8) {
+      const uint8_t* src = static_cast<const uint8_t*>(s.buf.ptr) + at;
+      for (size_t d = 0; d < s.per; ++d) in[size_t(i) * s.per + d] = src[d] * (1.0f / 255.0f);
+    } else {
+      std::memcpy(in + size_t(i) * s.per, static_cast<const float*>(s.buf.ptr) + at, s.per * sizeof(float));
+    }
+    if (labels) plan.labels()[i] = labels[index[i]];
+  }
+}
+
+void check_signals() {  // with the GIL: Ctrl-C becomes KeyboardInterrupt here, between steps
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+ember::OptimizerKind optimizer_kind(const std::string& s) {
+  if (s == "sgd") return ember::OptimizerKind::SGD;
+  if (s == "momentum") return ember::OptimizerKind::Momentum;
+  if (s == "nesterov") return ember::OptimizerKind::Nesterov;
+  if (s == "adam") return ember::OptimizerKind::Adam;
+  if (s == "adamw") return ember::OptimizerKind::AdamW;
+  throw py::value_error("optimizer: expected sgd, momentum, nesterov, adam or adamw, found '" + s + "'");
+}
+
+// A model and, once trained or loaded, its plan (rebuilt, weights carried over, when fit asks
+// for another batch size, optimizer or thread count).
+class PyModel {
+ public:
+  explicit PyModel(ember::Model m) : model_(std::move(m)) {}
+  static PyModel builtin(const std::string& name) { return PyModel(ember::builtin_model(name)); }
+  static PyModel from_json(const std::string& path_or_text) {
+    const bool text = path_or_text.find('{') != std::string::npos;
+    return PyModel(text ? ember::parse_model_json(path_or_text, "<json>") : ember::load_model_file(path_or_text));
+  }
+  std::string name() const { return model_.name; }
+  std::string to_json() const { return ember::model_to_json(model_); }
+
+  py::list fit(const py::buffer& x, const py::array& y, int epochs, int batch_size, const std::string& optimizer, double lr,
+               int threads, uint64_t seed, const py::object& callback) {
+    const Samples s = samples_of(x, model_, "x");
+    const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
+    const int B = int(std::min<int64_t>(batch_size > 0 ? batch_size : model_.recipe.batch_size, s.n));
+    ensure_plan(B, optimizer.empty() ? model_.recipe.optimizer : optimizer, threads, seed);
+    const double rate = lr > 0 ? lr : model_.recipe.lr;
+    py::list history;
+    std::vector<int64_t> order(static_cast<size_t>(s.n));
+    for (int e = 0; e < epochs; ++e) {
+      double loss_sum = 0;
+      int64_t correct = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      {
+        py::gil_scoped_release nogil;
+        std::iota(order.begin(), order.end(), int64_t(0));
+        ember::Pcg32 rng(seed, 0x5eed0000ULL + uint64_t(epoch_ + e));
+        for (int64_t i = s.n - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+        for (int64_t start = 0; start < s.n; start += B) {
+          const int n = int(std::min<int64_t>(B, s.n - start));
+          load_batch(*plan_, s, labels.data(), order.data() + start, n);
+          plan_->forward(n);
+          const double loss = plan_->loss(n, true);
+          if (!std::isfinite(loss)) throw ember::Error("fit: the loss is " + std::to_string(loss) + " (lower lr?)");
+          correct += plan_->correct(n);
+          plan_->backward_step(n, rate);
+          loss_sum += loss * n;
+          check_signals();
+        }
+      }
+      py::dict m;
+      m["epoch"] = epoch_ + e + 1;
+      m["lr"] = rate;
+      m["train_loss"] = loss_sum / double(s.n);
+      m["train_acc"] = double(correct) / double(s.n);
+      m["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      m["samples_per_s"] = double(s.n) / std::max(1e-9, m["seconds"].cast<double>());
+      history.append(m);
+      if (!callback.is_none() && callback(m).is(py::bool_(false))) break;
+    }
+    epoch_ += epochs;
+    return history;
+  }
+
+  // Outputs [N, classes] (float32) of the model in evaluation mode.
+  py::array_t<float> predict(const py::buffer& x, int batch_size) {
+    const Samples s = samples_of(x, model_, "x");
+    if (!plan_) ensure_plan(int(std::min<int64_t>(batch_size > 0 ? batch_size : 64, s.n)), model_.recipe.optimizer, 0, 1);
+    py::array_t<float> out({py::ssize_t(s.n), py::ssize_t(model_.num_classes)});
+    float* o = out.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      EvalMode mode(*plan_);
+      const int B = plan_->batch();
+      std::vector<int64_t> index(static_cast<size_t>(B));
+      for (int64_t start = 0; start < s.n; start += B) {
+        const int n = int(std::min<int64_t>(B, s.n - start));
+        std::iota(index.begin(), index.begin() + n, start);
+        load_batch(*plan_, s, nullptr, index.data(), n);
+        plan_->forward(n);
+        const float* y = static_cast<const float*>(plan_->output());
+        std::memcpy(o + size_t(start) * model_.num_classes, y, size_t(n) * model_.num_classes * sizeof(float));
+        check_signals();
+      }
+    }
+    return out;
+  }
+
+  py::dict evaluate(const py::buffer& x, const py::array& y, int batch_size) {
+    const Samples s = samples_of(x, model_, "x");
+    const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
+    if (!plan_) ensure_plan(int(std::min<int64_t>(batch_size > 0 ? batch_size : 64, s.n)), model_.recipe.optimizer, 0, 1);
+    double loss_sum = 0;
+    int64_t correct = 0;
+    {
+      py::gil_scoped_release nogil;
+      EvalMode mode(*plan_);
+      const int B = plan_->batch();
+      std::vector<int64_t> index(static_cast<size_t>(B));
+      for (int64_t start = 0; start < s.n; start += B) {
+        const int n = int(std::min<int64_t>(B, s.n - start));
+        std::iota(index.begin(), index.begin() + n, start);
+        load_batch(*plan_, s, labels.data(), index.data(), n);
+        plan_->forward(n);
+        loss_sum += plan_->loss(n, false) * n;
+        correct += plan_->correct(n);
+        check_signals();
+      }
+    }
+    py::dict r;
+    r["loss"] = loss_sum / double(s.n);
+    r["accuracy"] = double(correct) / double(s.n);
+    return r;
+  }
+
+  void save(const std::string& path) {
+    if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
+    py::gil_scoped_release nogil;
+    ember::save_weights(*plan_, path);
+  }
+  void load(const std::string& path) {
+    if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
+    py::gil_scoped_release nogil;
+    ember::load_weights(*plan_, path);
+  }
+
+ private:
+  struct EvalMode {
+    ember::Plan& p;
+    bool was;
+    explicit EvalMode(ember::Plan& q) : p(q), was(q.train_mode()) { p.set_train_mode(false); }
+    ~EvalMode() { p.set_train_mode(was); }
+  };
+
+  void ensure_plan(int batch, const std::string& optimizer, int threads, uint64_t seed) {
+    ember::PlanOptions o;
+    o.batch = batch;
+    o.threads = threads > 0 ? threads : (plan_ ? plan_->threads() : 2);
+    o.optimizer.kind = optimizer_kind(optimizer);
+    o.optimizer.l2 = model_.recipe.l2, o.optimizer.weight_decay = model_.recipe.weight_decay;
+    o.optimizer.momentum = model_.recipe.momentum;
+    if (plan_ && plan_->batch() == o.batch && plan_->threads() == o.threads &&
+        plan_->options().optimizer.kind == o.optimizer.kind)
+      return;
+    auto next = std::make_unique<ember::Plan>(model_, o);
+    if (plan_) {  // the same model: the same flat parameter layout
+      std::memcpy(next->param_data(), plan_->param_data(), plan_->param_count() * sizeof(float));
+    } else {
+      next->init_params(seed);
+    }
+    plan_ = std::move(next);
+  }
+
+  ember::Model model_;
+  std::unique_ptr<ember::Plan> plan_;
+  int epoch_ = 0;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(ember, m) {
+  m.doc() = "ember: CPU neural-network training and inference (C++), on numpy arrays";
+  static py::exception<ember::Error> error(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ember::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+  py::class_<PyModel>(m, "Model", "A model: built in, from a JSON description, trained and run on numpy arrays")
+      .def_static("builtin", &PyModel::builtin, py::arg("name"), "A built-in model: mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto")
+      .def_static("from_json", &PyModel::from_json, py::arg("path_or_text"), "A model from a JSON description (a file path, or the text itself)")
+      .def_property_readonly("name", &PyModel::name)
+      .def("to_json", &PyModel::to_json, "The model's JSON description")
+      .def("fit", &PyModel::fit, py::arg("x"), py::arg("y"), py::arg("epochs") = 1, py::arg("batch_size") = 0,
+           py::arg("optimizer") = "", py::arg("lr") = 0.0, py::arg("threads") = 0, py::arg("seed") = 1,
+           py::arg("callback") = py::none(),
+           "Trains on x [N, C, H, W] (uint8 scaled by 1/255, or float32) and integer labels y [N]; returns one dict per epoch "
+           "(epoch, lr, train_loss, train_acc, seconds, samples_per_s). callback(metrics) returning False stops.")
+      .def("predict", &PyModel::predict, py::arg("x"), py::arg("batch_size") = 0, "Outputs [N, classes] (float32)")
+      .def("evaluate", &PyModel::evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size") = 0, "{'loss', 'accuracy'}")
+      .def("save", &PyModel::save, py::arg("path"), "Writes the weights (safetensors, PyTorch names)")
+      .def("load", &PyModel::load, py::arg("path"), "Reads weights written by save() or by PyTorch");
+}
