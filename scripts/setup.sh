@@ -9,6 +9,7 @@ pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-d
       clang libclang-rt-14-dev    # the tsan and fuzz presets (ThreadSanitizer, libFuzzer)
       pkg-config libspng-dev libturbojpeg0-dev python3-pil  # image folders (PNG, JPEG); PIL checks the decoding in tests
       libdnnl-dev ocl-icd-opencl-dev  # bench/bench_conv_onednn (oneDNN's CMake config needs OpenCL)
+      python3-dev python3-pybind11 python3-pytest  # the Python module and its pytest suite
       python3-torch python3-torchvision python3-numpy libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py (OpenBLAS)
 missing=()
 for p in "${pkgs[@]}"; do

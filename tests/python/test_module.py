@@ -76,3 +76,20 @@ def test_ember_errors_keep_their_one_line_text(tmp_path):
         m.load(str(tmp_path / "no-such.safetensors"))
     with pytest.raises(ember.Error):
         ember.Model.from_json('{"layers": [{"type": "nonsense"}]}')
+
+
+def test_ctrl_c_interrupts_fit_within_a_step_and_leaves_the_model_usable():
+    import os
+    import signal
+    import threading
+    import time
+    x, y = blocks(2000)
+    m = ember.Model.builtin("mnist-cnn")
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        m.fit(x, y, epochs=1000, batch_size=64, threads=2)
+    assert time.monotonic() - t0 < 10  # 1000 epochs would take minutes
+    assert m.predict(x[:4]).shape == (4, 10)
+    assert m.fit(x[:256], y[:256], epochs=1, threads=2)[0]["epoch"] >= 1
