@@ -165,48 +165,24 @@ class PyModel {
   // Outputs [N, classes] (float32) of the model in evaluation mode.
   py::array_t<float> predict(const py::buffer& x, int batch_size) {
     const Samples s = samples_of(x, model_, "x");
-    if (!plan_) ensure_plan(int(std::min<int64_t>(batch_size > 0 ? batch_size : 64, s.n)), model_.recipe.optimizer, 0, 1);
     py::array_t<float> out({py::ssize_t(s.n), py::ssize_t(model_.num_classes)});
     float* o = out.mutable_data();
-    {
-      py::gil_scoped_release nogil;
-      EvalMode mode(*plan_);
-      const int B = plan_->batch();
-      std::vector<int64_t> index(static_cast<size_t>(B));
-      for (int64_t start = 0; start < s.n; start += B) {
-        const int n = int(std::min<int64_t>(B, s.n - start));
-        std::iota(index.begin(), index.begin() + n, start);
-        load_batch(*plan_, s, nullptr, index.data(), n);
-        plan_->forward(n);
-        const float* y = static_cast<const float*>(plan_->output());
-        std::memcpy(o + size_t(start) * model_.num_classes, y, size_t(n) * model_.num_classes * sizeof(float));
-        check_signals();
-      }
-    }
+    in_eval_batches(s, nullptr, batch_size, [&](int64_t start, int n) {
+      const float* y = static_cast<const float*>(plan_->output());
+      std::memcpy(o + size_t(start) * model_.num_classes, y, size_t(n) * model_.num_classes * sizeof(float));
+    });
     return out;
   }
 
   py::dict evaluate(const py::buffer& x, const py::array& y, int batch_size) {
     const Samples s = samples_of(x, model_, "x");
     const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
-    if (!plan_) ensure_plan(int(std::min<int64_t>(batch_size > 0 ? batch_size : 64, s.n)), model_.recipe.optimizer, 0, 1);
     double loss_sum = 0;
     int64_t correct = 0;
-    {
-      py::gil_scoped_release nogil;
-      EvalMode mode(*plan_);
-      const int B = plan_->batch();
-      std::vector<int64_t> index(static_cast<size_t>(B));
-      for (int64_t start = 0; start < s.n; start += B) {
-        const int n = int(std::min<int64_t>(B, s.n - start));
-        std::iota(index.begin(), index.begin() + n, start);
-        load_batch(*plan_, s, labels.data(), index.data(), n);
-        plan_->forward(n);
-        loss_sum += plan_->loss(n, false) * n;
-        correct += plan_->correct(n);
-        check_signals();
-      }
-    }
+    in_eval_batches(s, labels.data(), batch_size, [&](int64_t, int n) {
+      loss_sum += plan_->loss(n, false) * n;
+      correct += plan_->correct(n);
+    });
     py::dict r;
     r["loss"] = loss_sum / double(s.n);
     r["accuracy"] = double(correct) / double(s.n);
@@ -231,6 +207,25 @@ class PyModel {
     explicit EvalMode(ember::Plan& q) : p(q), was(q.train_mode()) { p.set_train_mode(false); }
     ~EvalMode() { p.set_train_mode(was); }
   };
+
+  // Forward passes over s in order, in evaluation mode without the GIL; after each batch of n
+  // samples from `start`, fn(start, n) reads the plan.
+  template <class Fn>
+  void in_eval_batches(const Samples& s, const int32_t* labels, int batch_size, Fn fn) {
+    if (!plan_) ensure_plan(int(std::min<int64_t>(batch_size > 0 ? batch_size : 64, s.n)), model_.recipe.optimizer, 0, 1);
+    py::gil_scoped_release nogil;
+    EvalMode mode(*plan_);
+    const int B = plan_->batch();
+    std::vector<int64_t> index(static_cast<size_t>(B));
+    for (int64_t start = 0; start < s.n; start += B) {
+      const int n = int(std::min<int64_t>(B, s.n - start));
+      std::iota(index.begin(), index.begin() + n, start);
+      load_batch(*plan_, s, labels, index.data(), n);
+      plan_->forward(n);
+      fn(start, n);
+      check_signals();
+    }
+  }
 
   void ensure_plan(int batch, const std::string& optimizer, int threads, uint64_t seed) {
     ember::PlanOptions o;
