@@ -110,6 +110,22 @@ ember::OptimizerKind optimizer_kind(const std::string& s) {
 class PyModel {
  public:
   explicit PyModel(ember::Model m) : model_(std::move(m)) {}
+  // An empty model for the builder: input [C, H, W] and the class count.
+  PyModel(std::vector<int> input, int classes, const std::string& name) {
+    if (input.size() != 3 || input[0] < 1 || input[1] < 1 || input[2] < 1)
+      throw py::value_error("input: expected (C, H, W), each at least 1");
+    if (classes < 1) throw py::value_error("classes: expected at least 1");
+    model_.name = name;
+    model_.in_c = input[0], model_.in_h = input[1], model_.in_w = input[2], model_.num_classes = classes;
+    model_.init = ember::Init::Torch;
+  }
+  // Builder steps: each appends to the model (dropping any plan: the next fit builds a new one).
+  template <class F>
+  PyModel& build(F f) {
+    plan_.reset();
+    f(model_);
+    return *this;
+  }
   static PyModel builtin(const std::string& name) { return PyModel(ember::builtin_model(name)); }
   static PyModel from_json(const std::string& path_or_text) {
     const bool text = path_or_text.find('{') != std::string::npos;
@@ -266,6 +282,25 @@ PYBIND11_MODULE(ember, m) {
   py::class_<PyModel>(m, "Model", "A model: built in, from a JSON description, trained and run on numpy arrays")
       .def_static("builtin", &PyModel::builtin, py::arg("name"), "A built-in model: mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto")
       .def_static("from_json", &PyModel::from_json, py::arg("path_or_text"), "A model from a JSON description (a file path, or the text itself)")
+      .def(py::init<std::vector<int>, int, const std::string&>(), py::arg("input"), py::arg("classes"), py::arg("name") = "custom",
+           "An empty model for the builder methods: input (C, H, W), the class count")
+      .def("conv2d", [](PyModel& m, int k, int r, int s, int p, int g) -> PyModel& { return m.build([&](ember::Model& x) { x.conv2d(k, r, s, p, g); }); },
+           py::arg("out_channels"), py::arg("kernel"), py::arg("stride") = 1, py::arg("pad") = 0, py::arg("groups") = 1,
+           py::return_value_policy::reference_internal)
+      .def("linear", [](PyModel& m, int k) -> PyModel& { return m.build([&](ember::Model& x) { x.linear(k); }); },
+           py::arg("out_features"), py::return_value_policy::reference_internal)
+      .def("maxpool2d", [](PyModel& m, int k, int s, int p) -> PyModel& { return m.build([&](ember::Model& x) { x.maxpool2d(k, s, p); }); },
+           py::arg("kernel"), py::arg("stride") = 0, py::arg("pad") = 0, py::return_value_policy::reference_internal)
+      .def("avgpool2d", [](PyModel& m, int k, int s, int p) -> PyModel& { return m.build([&](ember::Model& x) { x.avgpool2d(k, s, p); }); },
+           py::arg("kernel"), py::arg("stride") = 0, py::arg("pad") = 0, py::return_value_policy::reference_internal)
+      .def("flatten", [](PyModel& m) -> PyModel& { return m.build([](ember::Model& x) { x.flatten(); }); },
+           py::return_value_policy::reference_internal)
+      .def("relu", [](PyModel& m) -> PyModel& { return m.build([](ember::Model& x) { x.relu(); }); },
+           py::return_value_policy::reference_internal)
+      .def("add", [](PyModel& m, std::vector<std::string> in) -> PyModel& { return m.build([&](ember::Model& x) { x.add(in); }); },
+           py::arg("inputs"), py::return_value_policy::reference_internal, "The residual sum of the named layers' outputs")
+      .def("named", [](PyModel& m, const std::string& n) -> PyModel& { return m.build([&](ember::Model& x) { x.named(n); }); },
+           py::arg("name"), py::return_value_policy::reference_internal, "Names the last layer (for add and its parameters)")
       .def_property_readonly("name", &PyModel::name)
       .def("to_json", &PyModel::to_json, "The model's JSON description")
       .def("fit", &PyModel::fit, py::arg("x"), py::arg("y"), py::arg("epochs") = 1, py::arg("batch_size") = 0,

@@ -93,3 +93,15 @@ def test_ctrl_c_interrupts_fit_within_a_step_and_leaves_the_model_usable():
     assert time.monotonic() - t0 < 10  # 1000 epochs would take minutes
     assert m.predict(x[:4]).shape == (4, 10)
     assert m.fit(x[:256], y[:256], epochs=1, threads=2)[0]["epoch"] >= 1
+
+
+def test_graph_builder_trains_a_residual_model():
+    x, y = blocks(600)
+    m = ember.Model(input=(1, 28, 28), classes=10, name="tiny-res")
+    m.conv2d(8, 3, pad=1).relu().named("a").conv2d(8, 3, pad=1).named("b").add(["a", "b"]).maxpool2d(4).flatten().linear(10)
+    assert '"add"' in m.to_json() and m.name == "tiny-res"
+    h = m.fit(x, y, epochs=4, batch_size=32, threads=2, lr=3e-3)
+    assert h[-1]["train_loss"] < h[0]["train_loss"]
+    assert m.evaluate(x, y)["accuracy"] > 0.5
+    with pytest.raises(ValueError, match="input"):
+        ember.Model(input=(1, 28), classes=10)
