@@ -335,6 +335,14 @@ TEST_F(ImagesTest, FolderBadInput) {
   small_folder("huge");
   put("huge/train/a/big.png", png_header(100000, 100000));
   expect_msg(err("huge"), {"huge/train/a/big.png", "100000x100000"});
+  small_folder("dev");  // a link to a device, named as an image: refused at once, never read
+  fs::create_symlink("/dev/zero", path("dev/train/a/z.png"));
+  expect_msg(err("dev"), {"dev/train/a/z.png"});
+  small_folder("fifo");  // a FIFO in a class folder is not a file: skipped and counted, never opened
+  ASSERT_EQ(::mkfifo(path("fifo/train/a/f.png").c_str(), 0600), 0);
+  ember::FolderReport rep;
+  EXPECT_EQ(ember::load_image_folder(path("fifo"), {}, &rep).train.count, 6);
+  EXPECT_EQ(rep.skipped_train, 1);
   small_folder("deep");
   std::string d = "deep/train/a";
   for (int i = 0; i < 10; ++i) d += "/n";
