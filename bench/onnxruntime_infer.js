@@ -1,6 +1,6 @@
-// Times ONNX Runtime (npm onnxruntime-node, CPU) on a model's forward pass: random input of the
-// model's shape at a given batch, N intra-op threads, all graph optimisations; prints one JSON
-// line {"ms": best-of-rounds mean per batch, ...}. The peer of ember's convnext-infer workloads.
+// Times ONNX Runtime (npm onnxruntime-node, CPU) on a model's forward pass: random input of the file's
+// input shape at a given batch, N intra-op threads, all graph optimisations; prints one JSON line
+// {"ms": best-of-rounds mean per batch, ...}. The peer of `ember bench --model FILE.onnx`.
 // Usage: node bench/onnxruntime_infer.js MODEL.onnx --batch B --threads T [--seconds S]
 //        (NODE_PATH or a node_modules above names where onnxruntime-node is installed)
 "use strict";
@@ -11,6 +11,20 @@ function arg(name, def) {
   return i > 0 ? Number(process.argv[i + 1]) : def;
 }
 
+// The first input's shape from the session's metadata (onnxruntime-node 1.30 has inputMetadata):
+// the leading dimension (symbolic when the batch is dynamic) becomes `batch`, the rest must be fixed.
+function inputDims(session, batch) {
+  const m = session.inputMetadata && session.inputMetadata[0];
+  if (!m || !m.isTensor || !Array.isArray(m.shape) || m.shape.length < 2)
+    throw new Error(`input '${session.inputNames[0]}': no tensor shape in the model's metadata`);
+  const rest = m.shape.slice(1);
+  if (!rest.every((d) => Number.isInteger(d) && d > 0))
+    throw new Error(`input '${m.name}': shape [${m.shape.join(", ")}] has symbolic dimensions after the batch`);
+  if (Number.isInteger(m.shape[0]) && m.shape[0] > 0 && m.shape[0] !== batch)
+    throw new Error(`input '${m.name}': fixed batch ${m.shape[0]}, asked for --batch ${batch}`);
+  return [batch, ...rest];
+}
+
 async function main() {
   const file = process.argv[2];
   const batch = arg("--batch", 1), threads = arg("--threads", 2), seconds = arg("--seconds", 2);
@@ -19,7 +33,7 @@ async function main() {
     graphOptimizationLevel: "all", executionProviders: ["cpu"],
   });
   const meta = session.inputNames[0];
-  const dims = file.includes("fashion") ? [batch, 1, 28, 28] : [batch, 3, 64, 64];
+  const dims = inputDims(session, batch);
   const n = dims.reduce((a, b) => a * b, 1);
   const data = new Float32Array(n);
   let s = 12345;
@@ -41,7 +55,7 @@ async function main() {
     }
     best = Math.min(best, ms / reps);
   }
-  console.log(JSON.stringify({ ms: best, batch, threads, onnxruntime: ort.env.versions.common }));
+  console.log(JSON.stringify({ ms: best, batch, threads, shape: dims, onnxruntime: ort.env.versions.common }));
 }
 
 main().catch((e) => {

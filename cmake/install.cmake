@@ -5,7 +5,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 set(EMBER_PARTS ember_kernels ember_fs ember_core ember_ops ember_nn ember_train ember_data ember_io
-    ember_bench ember_report ember_bitnet)
+    ember_onnx ember_bench ember_report ember_bitnet)
 set(EMBER_OBJECTS "")
 foreach(part IN LISTS EMBER_PARTS)
   list(APPEND EMBER_OBJECTS $<TARGET_OBJECTS:${part}>)
@@ -14,7 +14,8 @@ add_library(ember_static STATIC ${EMBER_OBJECTS})
 set_target_properties(ember_static PROPERTIES OUTPUT_NAME ember)
 add_library(ember_shared SHARED ${EMBER_OBJECTS})
 set_target_properties(ember_shared PROPERTIES OUTPUT_NAME ember VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
-target_link_libraries(ember_shared PRIVATE Threads::Threads ZLIB::ZLIB PkgConfig::SPNG PkgConfig::TURBOJPEG)
+target_link_libraries(ember_shared PRIVATE Threads::Threads ZLIB::ZLIB PkgConfig::SPNG PkgConfig::TURBOJPEG
+                      protobuf::libprotobuf-lite)
 
 install(TARGETS ember_static ember_shared
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -11,11 +11,15 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
+#include "ember/bench.h"
 #include "ember/ember.h"
+#include "ember/onnx.h"
+#include "ember/profile.h"
 
 namespace py = pybind11;
 
@@ -127,6 +131,17 @@ class PyModel {
     return *this;
   }
   static PyModel builtin(const std::string& name) { return PyModel(ember::builtin_model(name)); }
+  // A model imported from an ONNX file, with the file's weights (loaded into its first plan).
+  static PyModel from_onnx(const std::string& path) {
+    ember::OnnxImport im;
+    {
+      py::gil_scoped_release nogil;
+      im = ember::import_onnx(path);
+    }
+    PyModel m(im.model);
+    m.onnx_weights_ = std::make_shared<ember::OnnxImport>(std::move(im));
+    return m;
+  }
   static PyModel from_json(const std::string& path_or_text) {
     const bool text = path_or_text.find('{') != std::string::npos;
     return PyModel(text ? ember::parse_model_json(path_or_text, "<json>") : ember::load_model_file(path_or_text));
@@ -210,6 +225,57 @@ class PyModel {
     py::gil_scoped_release nogil;
     ember::save_weights(*plan_, path);
   }
+  void save_onnx(const std::string& path) {
+    if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
+    py::gil_scoped_release nogil;
+    ember::export_onnx(*plan_, path);
+  }
+
+  // `steps` training steps (as fit takes them, in order from the first sample) with the profiler
+  // on; returns `ember profile --json`'s object. The weights are put back afterwards; the
+  // optimizer's state (Adam moments, step count) moves on as after those steps.
+  py::object profile(const py::buffer& x, const py::array& y, int steps, int batch_size, int threads) {
+    const Samples s = samples_of(x, model_, "x");
+    const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
+    if (steps < 1 || steps > 1000000) throw py::value_error("steps: expected 1..1000000, found " + std::to_string(steps));
+    const int B = int(std::min<int64_t>(batch_size > 0 ? batch_size : model_.recipe.batch_size, s.n));
+    ensure_plan(B, model_.recipe.optimizer, threads, 1);
+    std::string json;
+    {
+      py::gil_scoped_release nogil;
+      ember::Plan& p = *plan_;
+      const float* w = static_cast<const float*>(std::as_const(p).param_data());
+      const std::vector<float> keep(w, w + p.param_count());
+      ember::Profiler prof(p.threads(), int(p.units().size()));
+      p.set_profiler(&prof);
+      std::vector<int64_t> index(static_cast<size_t>(B));
+      try {
+        for (int64_t step = 0, start = 0; step < steps; ++step, start = (start + B) % s.n) {
+          const int n = int(std::min<int64_t>(B, s.n - start));
+          const int64_t t0 = prof.now_ns();
+          std::iota(index.begin(), index.begin() + n, start);
+          load_batch(p, s, labels.data(), index.data(), n);
+          prof.record(0, ember::Phase::data, -1, t0, prof.now_ns());
+          p.forward(n);
+          p.loss(n, true);
+          p.backward_step(n, model_.recipe.lr);
+          prof.record(0, ember::Phase::step, -1, t0, prof.now_ns());
+          prof.end_step(n);
+          check_signals();
+        }
+      } catch (...) {
+        p.set_profiler(nullptr);
+        std::memcpy(p.param_data(), keep.data(), keep.size() * sizeof(float));
+        throw;
+      }
+      p.set_profiler(nullptr);
+      std::memcpy(p.param_data(), keep.data(), keep.size() * sizeof(float));
+      const double peak = ember::measure_machine(p.isa_name()).peak_gflops_1t * p.threads();
+      json = ember::profile_json(ember::summarize_profile(p, prof, peak));
+    }
+    return py::module_::import("json").attr("loads")(json);
+  }
+
   void load(const std::string& path) {
     if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
     py::gil_scoped_release nogil;
@@ -258,6 +324,7 @@ class PyModel {
       std::memcpy(next->param_data(), plan_->param_data(), plan_->param_count() * sizeof(float));
     } else {
       next->init_params(seed);
+      if (onnx_weights_) ember::load_onnx_weights(*next, *onnx_weights_);
     }
     plan_ = std::move(next);
   }
@@ -265,7 +332,16 @@ class PyModel {
   ember::Model model_;
   std::unique_ptr<ember::Plan> plan_;
   int epoch_ = 0;
+  std::shared_ptr<const ember::OnnxImport> onnx_weights_;  // from_onnx: the file's weights
 };
+
+// A parameter-free activation's kind from its model-format name ("relu", "gelu-tanh", ...).
+ember::LayerKind act_kind(const std::string& name) {
+  using K = ember::LayerKind;
+  for (K k : {K::ReLU, K::Sigmoid, K::Tanh, K::GELU, K::GELUTanh, K::HardSwish, K::SiLU, K::FastSwish})
+    if (name == ember::layer_kind_name(k)) return k;
+  throw py::value_error("act: expected relu, sigmoid, tanh, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + name + "'");
+}
 
 }  // namespace
 
@@ -297,6 +373,23 @@ PYBIND11_MODULE(ember, m) {
            py::return_value_policy::reference_internal)
       .def("relu", [](PyModel& m) -> PyModel& { return m.build([](ember::Model& x) { x.relu(); }); },
            py::return_value_policy::reference_internal)
+      .def("sigmoid", [](PyModel& m) -> PyModel& { return m.build([](ember::Model& x) { x.sigmoid(); }); },
+           py::return_value_policy::reference_internal)
+      .def("tanh", [](PyModel& m) -> PyModel& { return m.build([](ember::Model& x) { x.tanh(); }); },
+           py::return_value_policy::reference_internal)
+      .def("softmax", [](PyModel& m) -> PyModel& { return m.build([](ember::Model& x) { x.softmax(); }); },
+           py::return_value_policy::reference_internal)
+      .def("act", [](PyModel& m, const std::string& k) -> PyModel& {
+             const ember::LayerKind kind = act_kind(k);
+             return m.build([&](ember::Model& x) { x.act(kind); });
+           }, py::arg("kind"), py::return_value_policy::reference_internal,
+           "Appends an activation: relu, sigmoid, tanh, gelu, gelu-tanh, hardswish, silu or fastswish")
+      .def("drop_path", [](PyModel& m, double p) -> PyModel& { return m.build([&](ember::Model& x) { x.drop_path(p); }); },
+           py::arg("p"), py::return_value_policy::reference_internal, "Stochastic depth (off in predict/evaluate)")
+      .def("concat", [](PyModel& m, std::vector<std::string> in) -> PyModel& { return m.build([&](ember::Model& x) { x.concat(in); }); },
+           py::arg("inputs"), py::return_value_policy::reference_internal, "Concatenates named layers' outputs over channels")
+      .def("reads", [](PyModel& m, std::vector<std::string> in) -> PyModel& { return m.build([&](ember::Model& x) { x.reads(in); }); },
+           py::arg("inputs"), py::return_value_policy::reference_internal, "Sets the last layer's inputs (names, or \"input\")")
       .def("add", [](PyModel& m, std::vector<std::string> in) -> PyModel& { return m.build([&](ember::Model& x) { x.add(in); }); },
            py::arg("inputs"), py::return_value_policy::reference_internal, "The residual sum of the named layers' outputs")
       .def("named", [](PyModel& m, const std::string& n) -> PyModel& { return m.build([&](ember::Model& x) { x.named(n); }); },
@@ -311,5 +404,13 @@ PYBIND11_MODULE(ember, m) {
       .def("predict", &PyModel::predict, py::arg("x"), py::arg("batch_size") = 0, "Outputs [N, classes] (float32)")
       .def("evaluate", &PyModel::evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size") = 0, "{'loss', 'accuracy'}")
       .def("save", &PyModel::save, py::arg("path"), "Writes the weights (safetensors, PyTorch names)")
-      .def("load", &PyModel::load, py::arg("path"), "Reads weights written by save() or by PyTorch");
+      .def("load", &PyModel::load, py::arg("path"), "Reads weights written by save() or by PyTorch")
+      .def_static("from_onnx", &PyModel::from_onnx, py::arg("path"),
+                  "A model imported from an ONNX file (torch.onnx.export, ember export, ...) with its weights")
+      .def("save_onnx", &PyModel::save_onnx, py::arg("path"),
+           "Writes the model and its weights as ONNX (opset 17, dynamic batch; output: the logits)")
+      .def("profile", &PyModel::profile, py::arg("x"), py::arg("y"), py::arg("steps") = 20, py::arg("batch_size") = 0,
+           py::arg("threads") = 0,
+           "Profiles `steps` training steps; returns ember profile --json's dict (rows per layer and phase, "
+           "% of the FMA peak). The weights are restored afterwards; the optimizer state moves on");
 }

@@ -10,7 +10,9 @@ pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-d
       pkg-config libspng-dev libturbojpeg0-dev python3-pil  # image folders (PNG, JPEG); PIL checks the decoding in tests
       libdnnl-dev ocl-icd-opencl-dev  # bench/bench_conv_onednn (oneDNN's CMake config needs OpenCL)
       python3-dev python3-pybind11 python3-pytest  # the Python module and its pytest suite
+      libprotobuf-dev protobuf-compiler libonnx-dev python3-onnx  # ONNX files (schema: libonnx-dev); onnx.checker in tests
       python3-torch python3-torchvision python3-numpy libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py (OpenBLAS)
+command -v npm >/dev/null || pkgs+=(nodejs npm)  # ONNX Runtime (npm onnxruntime-node) is the tests' ONNX peer
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +23,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# ONNX Runtime 1.30 for the ONNX round-trip tests and bench/compare_onnxruntime.py. Its install
+# script fetches GPU extras from outside (and fails): --ignore-scripts; the CPU runtime ships inside.
+if [ ! -d build/npm/node_modules/onnxruntime-node ]; then
+  mkdir -p build/npm
+  npm install --ignore-scripts --no-audit --no-fund --prefix build/npm onnxruntime-node@1.30.0 >/dev/null
 fi
 cmake --preset "${EMBER_PRESET:-release}" >/dev/null
 cmake --build --preset "${EMBER_PRESET:-release}"

@@ -64,7 +64,7 @@ void write_bytes(const fs::path& p, const Bytes& b) {
   ASSERT_TRUE(f.good()) << "cannot write " << p;
 }
 
-void write_text(const fs::path& p, const std::string& s) {
+[[maybe_unused]] void write_text(const fs::path& p, const std::string& s) {
   std::ofstream f(p, std::ios::trunc);
   f << s;
 }

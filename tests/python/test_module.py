@@ -105,3 +105,29 @@ def test_graph_builder_trains_a_residual_model():
     assert m.evaluate(x, y)["accuracy"] > 0.5
     with pytest.raises(ValueError, match="input"):
         ember.Model(input=(1, 28), classes=10)
+
+
+def test_profile_returns_the_rows_and_keeps_the_weights():
+    x, y = blocks(256)
+    m = ember.Model.builtin("mnist-cnn")
+    before = m.predict(x[:8])
+    p = m.profile(x, y, steps=4, batch_size=32, threads=1)
+    assert p["steps"] == 4 and p["batch"] == 32
+    phases = {r["phase"] for r in p["rows"]}
+    assert {"forward", "backward", "optimizer"} <= phases
+    assert any(r["layer"].startswith("conv2d") and r["phase"] == "forward" and r["ms_per_step"] > 0 for r in p["rows"])
+    assert 0 < p["pct_peak"] < 200
+    # profiling does not train the model (4 Adam steps would move outputs by ~1e-3; another batch
+    # size only reorders sums)
+    np.testing.assert_allclose(m.predict(x[:8]), before, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="steps"):
+        m.profile(x, y, steps=0)
+
+
+def test_builder_activations_concat_and_reads():
+    m = (ember.Model((1, 8, 8), 4, "branches").conv2d(4, 3, pad=1).act("gelu-tanh").named("a")
+         .conv2d(4, 3, pad=1).reads(["a"]).named("b").concat(["a", "b"]).flatten().linear(4))
+    out = m.predict(np.zeros((2, 1, 8, 8), np.float32))
+    assert out.shape == (2, 4)
+    with pytest.raises(ValueError, match="act"):
+        ember.Model((1, 8, 8), 4).act("swish")

@@ -1,6 +1,8 @@
 // `ember bench`: runs the end-to-end workloads (ember/bench.h) and prints, per workload, time,
 // samples/s, GFLOP/s and % of the FMA peak measured at start; --json prints one JSON document.
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <cstdio>
 #include <sstream>
 
@@ -10,6 +12,9 @@
 #include "ember/bench.h"
 #include "ember/data.h"
 #include "ember/error.h"
+#include "ember/onnx.h"
+#include "ember/plan.h"
+#include "core/rng.h"
 #include "ember/version.h"
 
 namespace ember::cli {
@@ -25,9 +30,125 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
       ->delimiter(',');
   cmd->add_option("--data", a.data, "MNIST-format directory to train on (default: Fashion-MNIST)");
   cmd->add_option("--data-folder", a.data_folder, "Image folder for the data-* workloads (default: 2,500 generated 64x64 JPEGs)");
+  cmd->add_option("--model", a.model,
+                  "Time only this model's forward pass (a built-in name, FILE.json, or FILE.onnx with its weights) at "
+                  "--batch-size (default: 1 and 64): workloads model-infer-bB");
   cmd->add_flag("--json", a.json, "Print one JSON document instead of the table");
   cmd->add_flag("--list", a.list, "List the workloads and exit");
 }
+
+namespace {
+
+// Milliseconds per forward pass of `model` at `batch` on random inputs: an inference plan (frozen),
+// the ONNX file's weights or random ones, 3 untimed passes, then the best of 3 rounds' means
+// (each round at least 3 passes and `seconds` / 3), as bench/onnxruntime_infer.js times its side.
+double time_model(const Model& model, const OnnxImport* onnx, int batch, int threads, const std::string& isa,
+                  double seconds, double* flops) {
+  PlanOptions po;
+  po.batch = batch, po.threads = threads, po.isa = isa, po.training = false;
+  Plan plan(model, po);
+  if (onnx) load_onnx_weights(plan, *onnx);
+  else plan.init_params(1);
+  plan.freeze();
+  *flops = plan.flops_per_sample(false);
+  Pcg32 rng(12345, 1);
+  float* x = static_cast<float*>(plan.input());
+  for (size_t i = 0; i < size_t(batch) * model.in_c * model.in_h * model.in_w; ++i) x[i] = float(rng.uniform() * 2 - 1);
+  for (int i = 0; i < 3; ++i) plan.forward(batch);
+  double best = 1e300;
+  for (int round = 0; round < 3; ++round) {
+    int64_t reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double s = 0;
+    while (reps < 3 || s < seconds / 3) {
+      plan.forward(batch);
+      ++reps;
+      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    best = std::min(best, s / double(reps) * 1e3);
+  }
+  return best;
+}
+
+// Prints the table (or collects --json rows) for either kind of run.
+class Reporter {
+ public:
+  Reporter(const BenchArgs& a, const BenchMachine& m, const std::string& data) : a_(a), m_(m), data_(data) {
+    if (a.json) return;
+    std::printf("ember %s bench on %s (%d hardware threads), kernels %s, data %s\n", kVersion, m.cpu.c_str(),
+                m.hw_threads, m.isa.c_str(), data.c_str());
+    std::printf("FMA peak (measured): %.1f GFLOP/s on 1 thread, %.1f on %d\n\n", m.peak_gflops_1t,
+                m.peak_gflops, m.hw_threads);
+    std::printf("%-14s %7s %6s %12s %-10s %12s %9s %7s\n", "workload", "threads", "batch", "value", "unit",
+                "samples/s", "GFLOP/s", "% peak");
+    std::fflush(stdout);
+  }
+  void row(const BenchResult& r) {
+    if (a_.json) {
+      rows_.push_back({{"name", r.name}, {"what", r.what}, {"threads", r.threads}, {"batch", r.batch},
+                       {"value", r.value}, {"unit", r.unit}, {"samples_per_s", r.samples_per_s},
+                       {"gflops", r.gflops}, {"peak_pct", r.peak_pct}});
+      return;
+    }
+    auto num = [](double v, const char* fmt) {
+      char b[32];
+      if (v <= 0) return std::string("-");
+      std::snprintf(b, sizeof b, fmt, v);
+      return std::string(b);
+    };
+    std::printf("%-14s %7d %6s %12s %-10s %12s %9s %7s\n", r.name.c_str(), r.threads,
+                r.batch ? std::to_string(r.batch).c_str() : "-", num(r.value, "%.4g").c_str(), r.unit.c_str(),
+                num(r.samples_per_s, "%.0f").c_str(), num(r.gflops, "%.1f").c_str(),
+                num(r.peak_pct, "%.1f").c_str());
+    std::fflush(stdout);
+  }
+  void finish() {
+    if (!a_.json) return;
+    nlohmann::json doc;
+    doc["ember_version"] = kVersion;
+    doc["machine"] = {{"cpu", m_.cpu}, {"hw_threads", m_.hw_threads}, {"isa", m_.isa},
+                      {"peak_gflops_1t", m_.peak_gflops_1t}, {"peak_gflops", m_.peak_gflops}};
+    doc["data"] = data_;
+    doc["workloads"] = rows_;
+    std::printf("%s\n", doc.dump(2).c_str());
+  }
+
+ private:
+  const BenchArgs& a_;
+  const BenchMachine& m_;
+  std::string data_;
+  nlohmann::json rows_ = nlohmann::json::array();
+};
+
+// `ember bench --model M`: the forward pass of M (an ONNX file with its weights) at each batch.
+int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
+  std::optional<OnnxImport> onnx;
+  Model model;
+  if (is_onnx_path(a.model)) {
+    onnx = import_onnx(a.model);
+    model = onnx->model;
+  } else {
+    model = model_flag(a.model);
+  }
+  const BenchMachine m = naming_flags({{"isa", "--isa"}}, [&] { return measure_machine(a.isa); });
+  Reporter rep(a, m, "random");
+  const std::vector<int> batches = o.batch ? std::vector<int>{o.batch} : std::vector<int>{1, 64};
+  for (int b : batches) {
+    BenchResult r;
+    r.name = "model-infer-b" + std::to_string(b);
+    r.what = model.name + " forward pass of random inputs, milliseconds per batch";
+    r.threads = o.threads ? o.threads : m.hw_threads, r.batch = b;
+    double fps = 0;
+    r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, 2.0, &fps); });
+    r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
+    r.peak_pct = 100 * r.gflops / (r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops);
+    rep.row(r);
+  }
+  rep.finish();
+  return 0;
+}
+
+}  // namespace
 
 int run_bench(const BenchArgs& a) {
   if (a.list) {
@@ -42,6 +163,7 @@ int run_bench(const BenchArgs& a) {
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
+  if (!a.model.empty()) return run_model_bench(a, o);
   auto known = bench_workloads();
   for (const auto& n : convnext_workloads()) known.push_back(n);
   for (const auto& n : data_workloads()) known.push_back(n);
@@ -57,43 +179,9 @@ int run_bench(const BenchArgs& a) {
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   const TrainTest data = needs_data ? load_mnist_dir(dir) : TrainTest{};
   const BenchMachine m = naming_flags({{"isa", "--isa"}}, [&] { return measure_machine(a.isa); });
-  nlohmann::json doc, rows = nlohmann::json::array();
-  if (!a.json) {
-    std::printf("ember %s bench on %s (%d hardware threads), kernels %s, data %s\n", kVersion, m.cpu.c_str(),
-                m.hw_threads, m.isa.c_str(), needs_data ? dir.c_str() : "random");
-    std::printf("FMA peak (measured): %.1f GFLOP/s on 1 thread, %.1f on %d\n\n", m.peak_gflops_1t,
-                m.peak_gflops, m.hw_threads);
-    std::printf("%-14s %7s %6s %12s %-10s %12s %9s %7s\n", "workload", "threads", "batch", "value", "unit",
-                "samples/s", "GFLOP/s", "% peak");
-    std::fflush(stdout);
-  }
-  ember::run_bench(o, m, data.train, [&](const BenchResult& r) {
-    if (a.json) {
-      rows.push_back({{"name", r.name}, {"what", r.what}, {"threads", r.threads}, {"batch", r.batch},
-                      {"value", r.value}, {"unit", r.unit}, {"samples_per_s", r.samples_per_s},
-                      {"gflops", r.gflops}, {"peak_pct", r.peak_pct}});
-      return;
-    }
-    auto num = [](double v, const char* fmt) {
-      char b[32];
-      if (v <= 0) return std::string("-");
-      std::snprintf(b, sizeof b, fmt, v);
-      return std::string(b);
-    };
-    std::printf("%-14s %7d %6s %12s %-10s %12s %9s %7s\n", r.name.c_str(), r.threads,
-                r.batch ? std::to_string(r.batch).c_str() : "-", num(r.value, "%.4g").c_str(), r.unit.c_str(),
-                num(r.samples_per_s, "%.0f").c_str(), num(r.gflops, "%.1f").c_str(),
-                num(r.peak_pct, "%.1f").c_str());
-    std::fflush(stdout);
-  });
-  if (a.json) {
-    doc["ember_version"] = kVersion;
-    doc["machine"] = {{"cpu", m.cpu}, {"hw_threads", m.hw_threads}, {"isa", m.isa},
-                      {"peak_gflops_1t", m.peak_gflops_1t}, {"peak_gflops", m.peak_gflops}};
-    doc["data"] = dir;
-    doc["workloads"] = rows;
-    std::printf("%s\n", doc.dump(2).c_str());
-  }
+  Reporter rep(a, m, needs_data ? dir : "random");
+  ember::run_bench(o, m, data.train, [&](const BenchResult& r) { rep.row(r); });
+  rep.finish();
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "core/rng.h"
@@ -22,6 +23,7 @@
 #include "ember/model.h"
 #include "ember/plan.h"
 #include "ember/train.h"
+#include "ember/onnx.h"
 #include "ember/version.h"
 #include "kernels/kernels.h"
 
@@ -33,6 +35,7 @@ int default_threads() {
 }
 
 Model model_flag(const std::string& name) {
+  if (is_onnx_path(name)) return import_onnx(name).model;  // its structure; its weights: eval, bench
   try {
     return resolve_model(name);
   } catch (const Error& e) {
@@ -256,8 +259,8 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
 
 void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
   add_common(cmd, a.common);
-  cmd->add_option("--weights", a.weights, "Weights to evaluate (safetensors, from `ember train --save`)")
-      ->required();
+  cmd->add_option("--weights", a.weights,
+                  "Weights to evaluate (safetensors, from `ember train --save`); not needed for --model FILE.onnx");
 }
 
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
@@ -403,12 +406,17 @@ Model eval_model(const EvalArgs& a, const CLI::App& cmd) {
 }  // namespace
 
 int run_eval(EvalArgs a, const CLI::App& cmd) {
-  Model model = eval_model(a, cmd);
+  const bool onnx = a.weights.empty() && is_onnx_path(a.common.model);
+  if (a.weights.empty() && !onnx) throw Error("--weights: required (or --model FILE.onnx, which holds its weights)");
+  if (onnx && cmd.count("--act")) throw Error("--act: an ONNX model keeps its own activations");
+  std::optional<OnnxImport> imported;
+  if (onnx) imported = import_onnx(a.common.model);
+  Model model = onnx ? imported->model : eval_model(a, cmd);
   if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
   validate_common(a.common);
   TrainTest data = load_data(a.common, 1);  // the training set is not used: read as little as possible
   a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
-  check_weights_fit(model, a.weights);  // before a plan of a (maybe edited) model is built
+  if (!onnx) check_weights_fit(model, a.weights);  // before a plan of a (maybe edited) model is built
   PlanOptions po;
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
@@ -417,12 +425,13 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   bool augmenting = false;
   const Augment aug = augment_of(a.common, model, data.test.channels, &augmenting);
   Plan plan(model, po);
-  load_weights(plan, a.weights);
+  if (onnx) load_onnx_weights(plan, *imported);
+  else load_weights(plan, a.weights);
   set_normalisation(plan, aug);
   check_dataset_fits(plan, data.test, "test set", augmenting ? &aug : nullptr);
   const EvalResult r = evaluate(plan, data.test, augmenting ? &aug : nullptr);
   std::printf("ember eval: model %s, weights %s: test accuracy %.2f%% (loss %.4f) on %lld images\n",
-              model.name.c_str(), one_line(a.weights).c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
+              model.name.c_str(), one_line(onnx ? a.common.model : a.weights).c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
   if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");
   return 0;
 }

@@ -103,6 +103,13 @@ struct EvalArgs {
   std::string weights;
 };
 
+// `ember export WEIGHTS -o FILE.onnx [--model M]`.
+struct ExportArgs {
+  std::string weights, output, model;
+};
+void add_export_flags(CLI::App* cmd, ExportArgs& a);
+int run_export(const ExportArgs& a);
+
 struct BenchArgs {
   int threads = 0;             // 0: each workload's own
   int batch_size = 0;          // 0: each workload's own
@@ -111,6 +118,7 @@ struct BenchArgs {
   std::vector<std::string> workloads;
   std::string data;
   std::string data_folder;   // the data-* workloads' image folder (empty: generated)
+  std::string model;         // --model: time only this model's forward pass (model-infer-bB)
   bool json = false;
   bool list = false;
 };

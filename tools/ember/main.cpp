@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
   CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluate saved weights on the test set");
   ember::cli::add_eval_flags(eval_cmd, eval);
 
+  ember::cli::ExportArgs exp;
+  CLI::App* export_cmd = app.add_subcommand("export", "Write saved weights and their model as an ONNX file");
+  ember::cli::add_export_flags(export_cmd, exp);
+
   ember::cli::BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Time the end-to-end workloads against the machine's FMA peak");
   ember::cli::add_bench_flags(bench_cmd, bench);
@@ -114,6 +118,7 @@ int main(int argc, char** argv) {
     if (profile_cmd->parsed()) return ember::cli::run_profile(profile, *profile_cmd);
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
     if (info_cmd->parsed()) return ember::cli::run_info(info);
+    if (export_cmd->parsed()) return ember::cli::run_export(exp);
     if (bitbench_cmd->parsed()) return ember::cli::run_bitnet_bench(bitbench);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
     if (bittrain_cmd->parsed()) return ember::cli::run_bitnet_train(bittrain);

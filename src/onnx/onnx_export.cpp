@@ -1,0 +1,342 @@
+// ONNX export: walks the model's graph (after shape inference) and writes one or a few ONNX nodes
+// per ember node, opset 17, weights as initializers under their parameter names, a symbolic
+// batch dim. Tensors are [N, C, H, W] (rank 4) until a Flatten or Linear makes them [N, D].
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ember/error.h"
+#include "ember/files.h"
+#include "ember/onnx.h"
+#include "ember/version.h"
+#include "ember_onnx.pb.h"
+#include "nn/graph.h"
+
+namespace ember {
+namespace {
+
+namespace pb = ember_onnx;
+using nn::Dims;
+
+// One ONNX value per ember tensor: its name and rank (4: [N, C, H, W]; 2: [N, D]).
+struct Value {
+  std::string name;
+  int rank = 4;
+};
+
+class Writer {
+ public:
+  explicit Writer(pb::GraphProto* g) : g_(g) {}
+
+  std::string fresh(const std::string& base) { return base + "_" + std::to_string(next_++); }
+
+  pb::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                      const std::string& name) {
+    pb::NodeProto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_name(fresh(name));
+    for (auto& s : in) n->add_input(s);
+    for (auto& s : out) n->add_output(s);
+    return n;
+  }
+  // A one-output node whose output gets a fresh name; returns it.
+  std::string op(const std::string& op, std::vector<std::string> in, const std::string& name) {
+    const std::string out = fresh(name + "_" + op);
+    node(op, std::move(in), {out}, name);
+    return out;
+  }
+  std::string floats(const std::string& name, std::vector<int64_t> dims, const float* v, size_t n) {
+    pb::TensorProto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(pb::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(v), n * sizeof(float)));  // little-endian
+    return name;
+  }
+  std::string scalar(float v) {
+    auto it = scalars_.find(v);
+    if (it != scalars_.end()) return it->second;
+    return scalars_[v] = floats(fresh("const"), {}, &v, 1);
+  }
+  std::string ints(const std::string& base, const std::vector<int64_t>& v) {
+    pb::TensorProto* t = g_->add_initializer();
+    t->set_name(fresh(base));
+    t->set_data_type(pb::TensorProto::INT64);
+    t->add_dims(int64_t(v.size()));
+    for (int64_t x : v) t->add_int64_data(x);
+    return t->name();
+  }
+
+ private:
+  pb::GraphProto* g_;
+  int next_ = 0;
+  std::map<float, std::string> scalars_;
+};
+
+void attr(pb::NodeProto* n, const std::string& name, int64_t v) {
+  pb::AttributeProto* a = n->add_attribute();
+  a->set_name(name), a->set_type(pb::AttributeProto::INT), a->set_i(v);
+}
+void attr(pb::NodeProto* n, const std::string& name, float v) {
+  pb::AttributeProto* a = n->add_attribute();
+  a->set_name(name), a->set_type(pb::AttributeProto::FLOAT), a->set_f(v);
+}
+void attr(pb::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  pb::AttributeProto* a = n->add_attribute();
+  a->set_name(name), a->set_type(pb::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void value_info(pb::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims) {
+  v->set_name(name);
+  pb::TypeProto::Tensor* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(pb::TensorProto::FLOAT);
+  t->mutable_shape()->add_dim()->set_dim_param("batch");
+  for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+// Exports one graph; `weights` maps each parameter name to its data in the plan.
+class Exporter {
+ public:
+  Exporter(const nn::Graph& g, const std::map<std::string, const float*>& weights, pb::GraphProto* out)
+      : g_(g), w_(weights), W_(out) {}
+
+  void run() {
+    vals_.assign(g_.tensors.size(), {});
+    vals_[0] = {"input", 4};
+    for (size_t i = 0; i < g_.nodes.size(); ++i) vals_[i + 1] = node(int(i));
+    const Value& last = vals_.back();
+    std::string y = last.name;
+    if (last.rank == 4) y = W_.op("Flatten", {y}, "output");  // [N, classes]
+    W_.node("Identity", {y}, {"output"}, "output");
+  }
+
+ private:
+  const float* param(int i, const std::string& what) const {
+    auto it = w_.find(g_.nodes[size_t(i)].param_prefix + "." + what);
+    if (it == w_.end()) throw Error("export: " + g_.nodes[size_t(i)].label + ": no parameter " + what);
+    return it->second;
+  }
+  std::string init(int i, const std::string& what, std::vector<int64_t> dims) {
+    size_t n = 1;
+    for (int64_t d : dims) n *= size_t(d);
+    return W_.floats(g_.nodes[size_t(i)].param_prefix + "." + what, dims, param(i, what), n);
+  }
+  std::string flat(const Value& v, const std::string& name) {
+    return v.rank == 2 ? v.name : W_.op("Flatten", {v.name}, name);
+  }
+  Dims in_dims(int i, int k = 0) const { return g_.tensors[size_t(g_.nodes[size_t(i)].in[size_t(k)])].dims; }
+  Dims out_dims(int i) const { return g_.tensors[size_t(i) + 1].dims; }
+
+  Value node(int i) {
+    const nn::Node& nd = g_.nodes[size_t(i)];
+    const LayerSpec& s = *nd.spec;
+    const Value x = vals_[size_t(nd.in[0])];
+    const std::string nm = nd.param_prefix;
+    switch (s.kind) {
+      case LayerKind::Conv2d: return conv(i, x);
+      case LayerKind::Linear: return linear(i, x);
+      case LayerKind::MaxPool2d:
+      case LayerKind::AvgPool2d: {
+        const bool mx = s.kind == LayerKind::MaxPool2d;
+        std::string v = x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, nm) : x.name;
+        const std::string y = W_.fresh(nm + (mx ? "_maxpool" : "_avgpool"));
+        pb::NodeProto* n = W_.node(mx ? "MaxPool" : "AveragePool", {v}, {y}, nm);
+        attr(n, "kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w});
+        attr(n, "strides", std::vector<int64_t>{s.stride_h, s.stride_w});
+        attr(n, "pads", std::vector<int64_t>{s.pad_h, s.pad_w, s.pad_h, s.pad_w});
+        if (!mx) attr(n, "count_include_pad", int64_t(1));
+        return {y, 4};
+      }
+      case LayerKind::Flatten: return {flat(x, nm), 2};
+      case LayerKind::ReLU: return {W_.op("Relu", {x.name}, nm), x.rank};
+      case LayerKind::Sigmoid: return {W_.op("Sigmoid", {x.name}, nm), x.rank};
+      case LayerKind::Tanh: return {W_.op("Tanh", {x.name}, nm), x.rank};
+      case LayerKind::Softmax: {
+        pb::NodeProto* n = W_.node("Softmax", {flat(x, nm)}, {W_.fresh(nm + "_softmax")}, nm);
+        attr(n, "axis", int64_t(1));
+        return {n->output(0), 2};
+      }
+      case LayerKind::Add:
+      case LayerKind::Concat: return join(i);
+      case LayerKind::GELU: return {gelu(x.name, nm), x.rank};
+      case LayerKind::GELUTanh: return {gelu_tanh(x.name, nm), x.rank};
+      case LayerKind::HardSwish: return {W_.op("HardSwish", {x.name}, nm), x.rank};
+      case LayerKind::SiLU: return {W_.op("Mul", {x.name, W_.op("Sigmoid", {x.name}, nm)}, nm), x.rank};
+      case LayerKind::FastSwish: return {fastswish(x.name, nm), x.rank};
+      case LayerKind::LayerNorm: return layernorm(i, x);
+      case LayerKind::LayerNorm2d: return layernorm2d(i, x);
+      case LayerKind::GlobalAvgPool: return {W_.op("GlobalAveragePool", {x.name}, nm), 4};
+      case LayerKind::LayerScale: {
+        const int C = in_dims(i).c;
+        std::vector<int64_t> shape = x.rank == 4 ? std::vector<int64_t>{C, 1, 1} : std::vector<int64_t>{C};
+        const std::string w = W_.floats(nm + ".layer_scale", shape, param(i, "layer_scale"), size_t(C));
+        return {W_.op("Mul", {x.name, w}, nm), x.rank};
+      }
+      case LayerKind::ZeroPad2d: {
+        const std::string pads = W_.ints("pads", {0, 0, s.pad_h, s.pad_w, 0, 0, s.pad_h, s.pad_w});
+        return {W_.op("Pad", {x.name, pads}, nm), 4};
+      }
+      case LayerKind::DropPath: return {W_.op("Identity", {x.name}, nm), x.rank};  // eval mode
+    }
+    throw Error("export: " + nd.label + ": no ONNX mapping for " + layer_kind_name(s.kind));
+  }
+
+  Value conv(int i, const Value& x) {
+    const LayerSpec& s = *g_.nodes[size_t(i)].spec;
+    const Dims d = in_dims(i);
+    const std::string nm = g_.nodes[size_t(i)].param_prefix;
+    const std::string w = init(i, "weight", {s.out, d.c / s.groups, s.kernel_h, s.kernel_w});
+    std::vector<std::string> in{x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, nm) : x.name, w};
+    if (s.bias) in.push_back(init(i, "bias", {s.out}));
+    const int ph = s.same ? s.kernel_h / 2 : s.pad_h, pw = s.same ? s.kernel_w / 2 : s.pad_w;
+    pb::NodeProto* n = W_.node("Conv", in, {W_.fresh(nm + "_conv")}, nm);
+    attr(n, "kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w});
+    attr(n, "strides", std::vector<int64_t>{s.stride_h, s.stride_w});
+    attr(n, "pads", std::vector<int64_t>{ph, pw, ph, pw});
+    attr(n, "group", int64_t(s.groups));
+    return {n->output(0), 4};
+  }
+
+  // Linear: Gemm on [N, D]; over channels: a 1x1 Conv with the weight [K, C] seen as [K, C, 1, 1].
+  Value linear(int i, const Value& x) {
+    const LayerSpec& s = *g_.nodes[size_t(i)].spec;
+    const std::string nm = g_.nodes[size_t(i)].param_prefix;
+    const Dims d = in_dims(i);
+    if (s.over_channels) {
+      std::vector<std::string> in{x.name, init(i, "weight", {s.out, d.c, 1, 1})};
+      if (s.bias) in.push_back(init(i, "bias", {s.out}));
+      pb::NodeProto* n = W_.node("Conv", in, {W_.fresh(nm + "_linear")}, nm);
+      attr(n, "kernel_shape", std::vector<int64_t>{1, 1});
+      return {n->output(0), x.rank};
+    }
+    std::vector<std::string> in{flat(x, nm), init(i, "weight", {s.out, int64_t(d.size())})};
+    if (s.bias) in.push_back(init(i, "bias", {s.out}));
+    pb::NodeProto* n = W_.node("Gemm", in, {W_.fresh(nm + "_gemm")}, nm);
+    attr(n, "transB", int64_t(1));
+    return {n->output(0), 2};
+  }
+
+  Value join(int i) {
+    const nn::Node& nd = g_.nodes[size_t(i)];
+    int rank = 4;
+    for (int t : nd.in) rank = std::min(rank, vals_[size_t(t)].rank);
+    std::vector<std::string> in;
+    for (int t : nd.in) in.push_back(rank == 2 ? flat(vals_[size_t(t)], nd.param_prefix) : vals_[size_t(t)].name);
+    if (nd.spec->kind == LayerKind::Add) return {W_.op("Sum", in, nd.param_prefix), rank};
+    pb::NodeProto* n = W_.node("Concat", in, {W_.fresh(nd.param_prefix + "_concat")}, nd.param_prefix);
+    attr(n, "axis", int64_t(1));
+    return {n->output(0), rank};
+  }
+
+  // 0.5 x (1 + erf(x / sqrt 2)), as torch.onnx exports nn.GELU() (opset 20 has Gelu; 17 does not).
+  std::string gelu(const std::string& x, const std::string& nm) {
+    const std::string e = W_.op("Erf", {W_.op("Div", {x, W_.scalar(float(std::sqrt(2.0)))}, nm)}, nm);
+    return W_.op("Mul", {W_.op("Mul", {x, W_.op("Add", {e, W_.scalar(1)}, nm)}, nm), W_.scalar(0.5f)}, nm);
+  }
+  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+  std::string gelu_tanh(const std::string& x, const std::string& nm) {
+    const std::string x3 = W_.op("Mul", {W_.op("Mul", {x, x}, nm), x}, nm);
+    const std::string in = W_.op("Add", {x, W_.op("Mul", {x3, W_.scalar(0.044715f)}, nm)}, nm);
+    const std::string t = W_.op("Tanh", {W_.op("Mul", {in, W_.scalar(float(std::sqrt(2.0 / M_PI)))}, nm)}, nm);
+    return W_.op("Mul", {W_.op("Mul", {x, W_.op("Add", {t, W_.scalar(1)}, nm)}, nm), W_.scalar(0.5f)}, nm);
+  }
+  // The study's FastSwish: x (x + a) / (a + 3) on [-3, 3], x above 3, -1 / x^2 below -3.
+  std::string fastswish(const std::string& x, const std::string& nm) {
+    const float a = 3.2308f;
+    const std::string mid = W_.op("Div", {W_.op("Mul", {x, W_.op("Add", {x, W_.scalar(a)}, nm)}, nm), W_.scalar(a + 3)}, nm);
+    const std::string low = W_.op("Div", {W_.scalar(-1), W_.op("Mul", {x, x}, nm)}, nm);
+    const std::string lo = W_.op("Where", {W_.op("Less", {x, W_.scalar(-3)}, nm), low, mid}, nm);
+    return W_.op("Where", {W_.op("Greater", {x, W_.scalar(3)}, nm), x, lo}, nm);
+  }
+
+  // LayerNormalization over the trailing dims ember normalises; without an affine transform the
+  // scale is ones and the bias zeros.
+  std::string ln(int i, const std::string& x, int64_t axis, std::vector<int64_t> shape) {
+    const LayerSpec& s = *g_.nodes[size_t(i)].spec;
+    const std::string nm = g_.nodes[size_t(i)].param_prefix;
+    size_t n = 1;
+    for (int64_t d : shape) n *= size_t(d);
+    std::vector<std::string> in{x};
+    if (s.bias) {
+      in.push_back(init(i, "weight", shape)), in.push_back(init(i, "bias", shape));
+    } else {
+      const std::vector<float> one(n, 1.f), zero(n, 0.f);
+      in.push_back(W_.floats(W_.fresh(nm + ".ones"), shape, one.data(), n));
+      in.push_back(W_.floats(W_.fresh(nm + ".zeros"), shape, zero.data(), n));
+    }
+    pb::NodeProto* node = W_.node("LayerNormalization", in, {W_.fresh(nm + "_ln")}, nm);
+    attr(node, "axis", axis);
+    attr(node, "epsilon", float(s.eps));
+    return node->output(0);
+  }
+  Value layernorm(int i, const Value& x) {
+    const LayerSpec& s = *g_.nodes[size_t(i)].spec;
+    const Dims d = in_dims(i);
+    if (d.flat() && s.norm_dims != 3) return {ln(i, flat(x, g_.nodes[size_t(i)].param_prefix), 1, {d.c}), 2};
+    const int k = s.norm_dims ? s.norm_dims : 3;
+    const int64_t all[3] = {d.c, d.h, d.w};
+    std::string v = x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, g_.nodes[size_t(i)].param_prefix) : x.name;
+    return {ln(i, v, 4 - k, std::vector<int64_t>(all + 3 - k, all + 3)), 4};
+  }
+  // torchvision's LayerNorm2d: to channels-last, LayerNormalization over C, back.
+  Value layernorm2d(int i, const Value& x) {
+    const std::string nm = g_.nodes[size_t(i)].param_prefix;
+    std::string v = x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, nm) : x.name;
+    pb::NodeProto* t = W_.node("Transpose", {v}, {W_.fresh(nm + "_nhwc")}, nm);
+    attr(t, "perm", std::vector<int64_t>{0, 2, 3, 1});
+    const std::string y = ln(i, t->output(0), -1, {in_dims(i).c});
+    pb::NodeProto* b = W_.node("Transpose", {y}, {W_.fresh(nm + "_nchw")}, nm);
+    attr(b, "perm", std::vector<int64_t>{0, 3, 1, 2});
+    return {b->output(0), 4};
+  }
+
+  const nn::Graph& g_;
+  const std::map<std::string, const float*>& w_;
+  Writer W_;
+  std::vector<Value> vals_;
+};
+
+}  // namespace
+
+std::string onnx_export_bytes(const Plan& plan) {
+  if (plan.dtype() != DType::f32) throw Error("export: only f32 plans can be exported");
+  const Model& m = plan.model();
+  nn::Graph g = nn::resolve(m);
+  g.tensors[0].dims = {m.in_c, m.in_h, m.in_w};
+  nn::infer(g, DType::f32, 1);
+  std::map<std::string, const float*> weights;
+  const float* base = static_cast<const float*>(plan.param_data());
+  for (const ParamInfo& p : plan.params()) weights[p.name] = base + p.offset;
+
+  pb::ModelProto model;
+  model.set_ir_version(8);
+  model.set_producer_name("ember");
+  model.set_producer_version(kVersion);
+  model.set_doc_string("ember model " + m.name + ": outputs are the logits before the loss");
+  pb::OperatorSetIdProto* op = model.add_opset_import();
+  op->set_domain("");
+  op->set_version(kOnnxOpset);
+  pb::StringStringEntryProto* meta = model.add_metadata_props();
+  meta->set_key("ember_model");
+  meta->set_value(model_to_json(m));
+  pb::GraphProto* graph = model.mutable_graph();
+  graph->set_name(m.name);
+  value_info(graph->add_input(), "input", {m.in_c, m.in_h, m.in_w});
+  Exporter(g, weights, graph).run();
+  const nn::Dims out = g.tensors.back().dims;
+  value_info(graph->add_output(), "output", {int64_t(out.size())});
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) throw Error("export: the model is too large for one ONNX file (2 GiB)");
+  return bytes;
+}
+
+void export_onnx(const Plan& plan, const std::string& path) {
+  const std::string bytes = onnx_export_bytes(plan);
+  write_file_atomic(path, {bytes});
+}
+
+bool is_onnx_path(const std::string& path) { return path.size() > 5 && path.ends_with(".onnx"); }
+
+}  // namespace ember

@@ -1,0 +1,209 @@
+// ONNX import: maps an ONNX graph onto ember layers node by node. Each value is a constant or an
+// ember tensor seen in a layout: NCHW ([N, C, H, W]), NHWC (a Transpose of an NCHW tensor: no
+// copy, only a view, as torchvision's permutes around LayerNorm and Linear) or flat ([N, D]).
+// Known multi-node patterns (GELU's erf form, x * sigmoid(x), MatMul + bias Add) become one layer.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "ember/error.h"
+#include "ember/files.h"
+#include "ember/onnx.h"
+#include "nn/layers.h"
+#include "onnx/onnx_import_ops.h"
+
+namespace ember {
+
+namespace onnx {
+
+std::string Importer::where(int i) const {
+  const pb::NodeProto& n = g_.node(i);
+  return file_ + ": node " + std::to_string(i) + " '" + n.name() + "' (" + n.op_type() + ")";
+}
+
+const Val& Importer::val(int i, int k) const {
+  const pb::NodeProto& n = g_.node(i);
+  if (k >= n.input_size() || n.input(k).empty()) throw Error(where(i) + ": input " + std::to_string(k) + " is missing");
+  auto it = vals_.find(n.input(k));
+  if (it == vals_.end())
+    throw Error(where(i) + ": input '" + n.input(k) + "' is not a graph input, a weight or an earlier node's output");
+  return it->second;
+}
+
+const Const& Importer::constant(int i, int k) const {
+  const Val& v = val(i, k);
+  if (!v.is_const) throw Error(where(i) + ": input " + std::to_string(k) + " ('" + g_.node(i).input(k) + "') must be a constant");
+  return v.c;
+}
+
+Val& Importer::set(int i, int k, Val v) {
+  const pb::NodeProto& n = g_.node(i);
+  if (k >= n.output_size() || n.output(k).empty()) throw Error(where(i) + ": output " + std::to_string(k) + " is missing");
+  if (vals_.count(n.output(k))) throw Error(where(i) + ": output '" + n.output(k) + "' is already defined");
+  return vals_[n.output(k)] = std::move(v);
+}
+
+// A layer name from a weight's name ("stem.0.weight" -> "stem.0") when it is a valid, unused
+// node name; else "onnx_K".
+std::string Importer::name_for(const std::string& weight) {
+  std::string n = weight.substr(0, weight.rfind('.') == std::string::npos ? 0 : weight.rfind('.'));
+  bool ok = !n.empty() && n.size() <= 100 && n != "input";
+  for (char c : n) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
+  if (!ok || names_.count(n)) n = "onnx_" + std::to_string(names_.size());
+  while (names_.count(n)) n += "_";
+  names_.insert(n);
+  return n;
+}
+
+Val Importer::emit(LayerSpec s, const std::vector<const Val*>& in, const std::string& weight_name, nn::Dims out,
+                   Layout lay) {
+  s.name = name_for(weight_name);
+  for (const Val* v : in) s.inputs.push_back(v->ref);
+  out_.model.layers.push_back(s);
+  Val v;
+  v.ref = s.name, v.lay = lay, v.d = out;
+  return v;
+}
+
+void Importer::weight(const std::string& layer, const std::string& what, std::vector<float> data) {
+  out_.weights[layer + "." + what] = std::move(data);
+}
+
+// The nodes that read each value; a pattern may fold a node only into its value's one reader.
+void Importer::index_readers() {
+  for (int i = 0; i < g_.node_size(); ++i)
+    for (const std::string& in : g_.node(i).input()) readers_[in].push_back(i);
+  for (const pb::ValueInfoProto& o : g_.output()) readers_[o.name()].push_back(-1);
+}
+
+int Importer::only_reader(const std::string& value) const {
+  auto it = readers_.find(value);
+  if (it == readers_.end() || it->second.size() != 1) return -1;
+  return it->second[0];
+}
+
+// Nodes whose outputs reach the graph's output (others are ignored, not refused).
+void Importer::mark_live() {
+  std::map<std::string, int> producer;
+  for (int i = 0; i < g_.node_size(); ++i)
+    for (const std::string& o : g_.node(i).output()) producer[o] = i;
+  live_.assign(size_t(g_.node_size()), false);
+  std::vector<std::string> stack{g_.output(0).name()};
+  std::set<std::string> seen;
+  while (!stack.empty()) {
+    std::string v = stack.back();
+    stack.pop_back();
+    if (!seen.insert(v).second) continue;
+    auto it = producer.find(v);
+    if (it == producer.end() || live_[size_t(it->second)]) continue;
+    live_[size_t(it->second)] = true;
+    for (const std::string& in : g_.node(it->second).input()) stack.push_back(in);
+  }
+}
+
+void Importer::read_inputs() {
+  for (const pb::TensorProto& t : g_.initializer()) {
+    Val v;
+    v.is_const = true;
+    v.c = read_tensor(t, file_ + ": initializer '" + t.name() + "'");
+    v.weight_name = t.name();
+    if (!vals_.emplace(t.name(), std::move(v)).second) throw Error(file_ + ": initializer '" + t.name() + "' appears twice");
+  }
+  const pb::ValueInfoProto* input = nullptr;
+  for (const pb::ValueInfoProto& in : g_.input()) {
+    if (vals_.count(in.name())) continue;  // an initializer listed as an input too (IR < 4)
+    if (input) throw Error(file_ + ": graph inputs '" + input->name() + "' and '" + in.name() + "': ember models take one input");
+    input = &in;
+  }
+  if (!input) throw Error(file_ + ": the graph has no input");
+  const std::string w = file_ + ": input '" + input->name() + "'";
+  if (!input->type().has_tensor_type() || input->type().tensor_type().elem_type() != pb::TensorProto::FLOAT)
+    throw Error(w + ": expected a float tensor");
+  const auto& shape = input->type().tensor_type().shape();
+  if (shape.dim_size() != 4 && shape.dim_size() != 2)
+    throw Error(w + ": expected [N, C, H, W] or [N, D], found rank " + std::to_string(shape.dim_size()));
+  int d[4] = {1, 1, 1, 1};
+  for (int k = 1; k < shape.dim_size(); ++k) {
+    const auto& dim = shape.dim(k);
+    if (!dim.has_dim_value() || dim.dim_value() < 1 || dim.dim_value() > 65536)
+      throw Error(w + ": dim " + std::to_string(k) + " must be a number in 1..65536 (only the batch may be symbolic)");
+    d[k] = int(dim.dim_value());
+  }
+  Model& m = out_.model;
+  m.in_c = d[1], m.in_h = d[2], m.in_w = d[3];
+  Val v;
+  v.ref = "input", v.lay = shape.dim_size() == 4 ? Layout::NCHW : Layout::Flat, v.d = {d[1], d[2], d[3]};
+  vals_[input->name()] = v;
+  names_.insert("input");
+}
+
+void Importer::run() {
+  if (g_.output_size() != 1) throw Error(file_ + ": the graph has " + std::to_string(g_.output_size()) + " outputs; ember models have one");
+  read_inputs();
+  index_readers();
+  mark_live();
+  done_.assign(size_t(g_.node_size()), false);
+  for (int i = 0; i < g_.node_size(); ++i)  // Constants first: patterns look ahead at their values
+    if (g_.node(i).op_type() == "Constant" && g_.node(i).input_size() == 0) done_[size_t(i)] = true, constant_node(i);
+  for (int i = 0; i < g_.node_size(); ++i) {
+    if (done_[size_t(i)] || !live_[size_t(i)]) continue;
+    done_[size_t(i)] = true;
+    map_node(i);
+  }
+  auto it = vals_.find(g_.output(0).name());
+  if (it == vals_.end()) throw Error(file_ + ": output '" + g_.output(0).name() + "' is produced by no node");
+  const Val& y = it->second;
+  Model& m = out_.model;
+  if (y.is_const || m.layers.empty() || y.ref != m.layers.back().name)
+    throw Error(file_ + ": output '" + g_.output(0).name() + "' must be the last layer's output");
+  if (!y.d.flat()) throw Error(file_ + ": output '" + g_.output(0).name() + "' is an image; ember models end in [classes] scores");
+  m.num_classes = y.d.c;
+  // A graph that ends in Softmax outputs probabilities: ember's loss then takes their log only.
+  if (m.layers.back().kind == LayerKind::Softmax) m.loss = LossKind::CrossEntropy;
+}
+
+}  // namespace onnx
+
+OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::string& name) {
+  onnx::pb::ModelProto model;
+  if (n > size_t(INT32_MAX) || !model.ParseFromArray(bytes, int(n)))
+    throw Error(name + ": not an ONNX model (the protobuf does not parse)");
+  int64_t opset = 0;
+  for (const auto& op : model.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") opset = op.version();
+    else throw Error(name + ": opset_import: domain '" + op.domain() + "' is not supported");
+  if (model.opset_import_size() == 0) throw Error(name + ": no opset_import (is this an ONNX model?)");
+  if (opset < 7 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (7..21)");
+  if (!model.has_graph()) throw Error(name + ": no graph");
+  onnx::Importer im(model.graph(), name, int(opset));
+  im.run();
+  OnnxImport out = im.take();
+  std::string stem = name.substr(name.find_last_of('/') + 1);
+  if (stem.ends_with(".onnx")) stem.resize(stem.size() - 5);
+  out.model.name = stem.empty() ? "onnx" : stem;
+  // Through the JSON reader: the same limits and checks as a hand-written model description.
+  Model checked = parse_model_json(model_to_json(out.model), name);
+  checked.source = name;
+  out.model = std::move(checked);
+  return out;
+}
+
+OnnxImport import_onnx(const std::string& path) {
+  const std::string bytes = read_input(path, uint64_t(2) << 30, "ONNX model");
+  return import_onnx_from_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+}
+
+void load_onnx_weights(Plan& plan, const OnnxImport& m) {
+  if (plan.dtype() != DType::f32) throw Error(m.model.source + ": only f32 plans load weights");
+  float* dst = static_cast<float*>(plan.param_data());
+  for (const ParamInfo& p : plan.params()) {
+    auto it = m.weights.find(p.name);
+    if (it == m.weights.end()) throw Error(m.model.source + ": no weights for parameter '" + p.name + "'");
+    if (it->second.size() != p.size)
+      throw Error(m.model.source + ": parameter '" + p.name + "' has " + std::to_string(it->second.size()) +
+                  " values, the model needs " + std::to_string(p.size));
+    std::copy(it->second.begin(), it->second.end(), dst + p.offset);
+  }
+}
+
+}  // namespace ember

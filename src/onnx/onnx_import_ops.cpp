@@ -1,0 +1,486 @@
+// The ONNX importer's op mappers: one function per op (or pattern), each checking the node's
+// attributes and inputs against what the ember layer computes, then emitting the layer and
+// setting the node's output value. Anything else is refused with the node and op named.
+#include <cmath>
+
+#include "ember/error.h"
+#include "onnx/onnx_import_ops.h"
+
+namespace ember::onnx {
+
+namespace {
+
+std::string ints_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
+  return s + "]";
+}
+
+bool all_are(const std::vector<int64_t>& v, int64_t x) {
+  for (int64_t e : v)
+    if (e != x) return false;
+  return true;
+}
+
+// A scalar constant's value (any shape holding one value), or NaN.
+float scalar_of(const Val& v) { return v.is_const && v.c.count() == 1 ? v.c.f[0] : NAN; }
+
+std::vector<float> transpose2(const Const& c) {  // [R, C] -> [C, R]
+  const size_t R = size_t(c.dims[0]), C = size_t(c.dims[1]);
+  std::vector<float> t(R * C);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t q = 0; q < C; ++q) t[q * R + r] = c.f[r * C + q];
+  return t;
+}
+
+}  // namespace
+
+const Val& Importer::tensor(int i, int k) const {
+  const Val& v = val(i, k);
+  if (v.is_const) throw Error(where(i) + ": input " + std::to_string(k) + " is a constant; ember computes this op on tensors only");
+  return v;
+}
+
+void Importer::map_node(int i) {
+  const std::string& op = g_.node(i).op_type();
+  if (!g_.node(i).domain().empty() && g_.node(i).domain() != "ai.onnx")
+    throw Error(where(i) + ": domain '" + g_.node(i).domain() + "' is not supported");
+  if (op == "Constant") return constant_node(i);
+  if (fold(i)) return;
+  if (op == "Identity" || op == "Dropout") {
+    if (op == "Dropout" && g_.node(i).input_size() > 2 && !g_.node(i).input(2).empty())
+      throw Error(where(i) + ": training_mode input is not supported");
+    Val v = val(i, 0);
+    set(i, 0, v);
+    return;
+  }
+  if (op == "Conv") return conv(i);
+  if (op == "Gemm") return gemm(i);
+  if (op == "MatMul") return matmul(i);
+  if (op == "MaxPool" || op == "AveragePool") return pool(i, op == "MaxPool");
+  if (op == "GlobalAveragePool") return global_pool(i, {2, 3}, true);
+  if (op == "ReduceMean") {
+    Attrs a(g_.node(i), where(i));
+    a.only({"axes", "keepdims"});
+    std::vector<int64_t> axes = a.ints("axes", {});
+    if (g_.node(i).input_size() > 1) axes = constant(i, 1).i;
+    return global_pool(i, axes, a.i("keepdims", 1) != 0);
+  }
+  if (op == "LayerNormalization") return layernorm(i);
+  if (op == "Relu") return activation(i, LayerKind::ReLU);
+  if (op == "Tanh") return activation(i, LayerKind::Tanh);
+  if (op == "HardSwish") return activation(i, LayerKind::HardSwish);
+  if (op == "Sigmoid") return silu(i) ? void() : activation(i, LayerKind::Sigmoid);
+  if (op == "Gelu") {
+    Attrs a(g_.node(i), where(i));
+    a.only({"approximate"});
+    const std::string ap = a.s("approximate", "none");
+    if (ap != "none" && ap != "tanh") throw Error(where(i) + ": approximate '" + ap + "' is not supported");
+    return activation(i, ap == "tanh" ? LayerKind::GELUTanh : LayerKind::GELU);
+  }
+  if (op == "Div" && gelu_erf(i)) return;
+  if (op == "Add" || op == "Mul") return binary(i);
+  if (op == "Sum") return join(i, false);
+  if (op == "Concat") return join(i, true);
+  if (op == "Transpose") return transpose(i);
+  if (op == "Flatten" || op == "Reshape" || op == "Squeeze") return flatten(i);
+  if (op == "Pad") return pad(i);
+  if (op == "Softmax") return softmax(i);
+  throw Error(where(i) + ": op " + op + " is not supported by ember (docs/onnx.md lists the ops it imports)");
+}
+
+void Importer::constant_node(int i) {
+  Attrs a(g_.node(i), where(i));
+  a.only({"value", "value_float", "value_floats", "value_int", "value_ints"});
+  Val v;
+  v.is_const = true;
+  if (const pb::TensorProto* t = a.tensor("value")) v.c = read_tensor(*t, where(i) + ": value");
+  else if (a.has("value_float")) v.c.f = {a.f("value_float", 0)};
+  else if (a.has("value_int")) v.c.is_int = true, v.c.i = {a.i("value_int", 0)}, v.c.f = {float(v.c.i[0])};
+  else if (a.has("value_ints")) {
+    v.c.is_int = true, v.c.i = a.ints("value_ints", {});
+    for (int64_t x : v.c.i) v.c.f.push_back(float(x));
+    v.c.dims = {int64_t(v.c.i.size())};
+  } else throw Error(where(i) + ": no supported value attribute (value, value_float, value_int, value_ints)");
+  set(i, 0, std::move(v));
+}
+
+// Conv: [N, C, H, W] * W [K, C/G, R, S] (+ B [K]) -> [N, K, H', W']; symmetric pads, no dilation.
+void Importer::conv(int i) {
+  const Val& x = tensor(i, 0);
+  if (x.lay == Layout::NHWC) throw Error(where(i) + ": a convolution of a channels-last (transposed) tensor is not supported");
+  const Const& W = constant(i, 1);
+  if (W.dims.size() != 4) throw Error(where(i) + ": weight must be [K, C/G, R, S], found rank " + std::to_string(W.dims.size()));
+  Attrs a(g_.node(i), where(i));
+  a.only({"kernel_shape", "strides", "pads", "group", "dilations", "auto_pad"});
+  const int64_t G = a.i("group", 1), K = W.dims[0], R = W.dims[2], S = W.dims[3];
+  if (!all_are(a.ints("dilations", {1, 1}), 1)) throw Error(where(i) + ": dilations other than 1 are not supported");
+  if (a.ints("kernel_shape", {R, S}) != std::vector<int64_t>{R, S})
+    throw Error(where(i) + ": kernel_shape " + ints_str(a.ints("kernel_shape", {})) + " does not match the weight");
+  const auto st = a.ints("strides", {1, 1});
+  auto pads = a.ints("pads", {0, 0, 0, 0});
+  const std::string ap = a.s("auto_pad", "NOTSET");
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    if (!all_are(st, 1) || R % 2 == 0 || S % 2 == 0) throw Error(where(i) + ": auto_pad " + ap + " needs stride 1 and odd kernels");
+    pads = {R / 2, S / 2, R / 2, S / 2};
+  } else if (ap == "VALID") pads = {0, 0, 0, 0};
+  else if (ap != "NOTSET") throw Error(where(i) + ": auto_pad '" + ap + "' is not supported");
+  if (st.size() != 2 || pads.size() != 4) throw Error(where(i) + ": strides and pads must be 2-D");
+  if (pads[0] != pads[2] || pads[1] != pads[3]) throw Error(where(i) + ": asymmetric pads " + ints_str(pads) + " are not supported");
+  if (G < 1 || x.d.c % G || K % G || W.dims[1] * G != x.d.c)
+    throw Error(where(i) + ": weight " + ints_str(W.dims) + " with group " + std::to_string(G) + " does not fit " +
+                std::to_string(x.d.c) + " input channels");
+  for (int64_t v : {K, R, S, st[0], st[1], pads[0], pads[1], G})
+    if (v < 0 || v > 65536) throw Error(where(i) + ": a size, stride or pad outside 0..65536");
+  LayerSpec s;
+  s.kind = LayerKind::Conv2d, s.out = int(K), s.kernel_h = int(R), s.kernel_w = int(S);
+  s.stride_h = int(st[0]), s.stride_w = int(st[1]), s.pad_h = int(pads[0]), s.pad_w = int(pads[1]), s.groups = int(G);
+  const bool has_b = g_.node(i).input_size() > 2 && !g_.node(i).input(2).empty();
+  s.bias = has_b;
+  const int64_t Ho = (x.d.h + 2 * pads[0] - R) / std::max<int64_t>(st[0], 1) + 1, Wo = (x.d.w + 2 * pads[1] - S) / std::max<int64_t>(st[1], 1) + 1;
+  if (st[0] < 1 || st[1] < 1 || Ho < 1 || Wo < 1) throw Error(where(i) + ": the kernel does not fit the input");
+  Val y = emit(s, {&x}, val(i, 1).weight_name, {int(K), int(Ho), int(Wo)}, Layout::NCHW);
+  weight(y.ref, "weight", W.f);
+  if (has_b) {
+    const Const& B = constant(i, 2);
+    if (B.count() != size_t(K)) throw Error(where(i) + ": bias has " + std::to_string(B.count()) + " values, expected " + std::to_string(K));
+    weight(y.ref, "bias", B.f);
+  }
+  set(i, 0, std::move(y));
+}
+
+// The Add after a MatMul whose other input is a [K] constant: the Linear's bias (returns the node).
+int Importer::fold_bias(int i, const std::string& value, int K, std::vector<float>* bias, std::string* name) {
+  const int r = only_reader(value);
+  if (r < 0 || done_[size_t(r)] || !live_[size_t(r)] || g_.node(r).op_type() != "Add" || g_.node(r).input_size() != 2) return -1;
+  const int other = g_.node(r).input(0) == value ? 1 : 0;
+  auto it = vals_.find(g_.node(r).input(other));
+  if (it == vals_.end() || !it->second.is_const || it->second.c.count() != size_t(K)) return -1;
+  *bias = it->second.c.f, *name = it->second.weight_name;
+  done_[size_t(r)] = true;
+  return r;
+}
+
+// Gemm: A [N, D] x B (transB: [K, D], else [D, K]) + C [K]: a Linear, weight [K, D].
+void Importer::gemm(int i) {
+  const Val& x = tensor(i, 0);
+  if (!x.d.flat() || x.lay == Layout::NHWC) throw Error(where(i) + ": input must be [N, D] (flatten first)");
+  Attrs a(g_.node(i), where(i));
+  a.only({"alpha", "beta", "transA", "transB"});
+  if (a.f("alpha", 1) != 1 || a.f("beta", 1) != 1 || a.i("transA", 0) != 0)
+    throw Error(where(i) + ": only alpha 1, beta 1 and transA 0 are supported");
+  const Const& B = constant(i, 1);
+  if (B.dims.size() != 2) throw Error(where(i) + ": B must be 2-D");
+  const bool tb = a.i("transB", 0) != 0;
+  const int64_t K = tb ? B.dims[0] : B.dims[1], D = tb ? B.dims[1] : B.dims[0];
+  if (D != int64_t(x.d.c)) throw Error(where(i) + ": B " + ints_str(B.dims) + " does not fit the input's " + std::to_string(x.d.c) + " features");
+  LayerSpec s;
+  s.kind = LayerKind::Linear, s.out = int(K);
+  const bool has_c = g_.node(i).input_size() > 2 && !g_.node(i).input(2).empty();
+  s.bias = has_c;
+  std::string wname = val(i, 1).weight_name;
+  if (!tb && !has_c) wname.clear();
+  Val y = emit(s, {&x}, wname, {int(K), 1, 1}, Layout::Flat);
+  weight(y.ref, "weight", tb ? B.f : transpose2(B));
+  if (has_c) {
+    const Const& C = constant(i, 2);
+    if (C.count() != size_t(K)) throw Error(where(i) + ": C has " + std::to_string(C.count()) + " values, expected " + std::to_string(K));
+    weight(y.ref, "bias", C.f);
+  }
+  set(i, 0, std::move(y));
+}
+
+// MatMul: x [N, D] or channels-last [N, H, W, C] times a constant [D, K] (+ a following Add of a
+// [K] constant): a Linear, over channels for the channels-last view (torchvision's CNBlock).
+void Importer::matmul(int i) {
+  const Val& x = tensor(i, 0);
+  const Const& B = constant(i, 1);
+  if (B.dims.size() != 2) throw Error(where(i) + ": the weight must be 2-D");
+  const bool over = x.lay == Layout::NHWC;
+  if (!over && !(x.lay == Layout::Flat || x.d.flat())) throw Error(where(i) + ": input must be [N, D] or channels-last [N, H, W, C]");
+  const int64_t D = B.dims[0], K = B.dims[1];
+  if (D != (over ? x.d.c : int64_t(x.d.size())))
+    throw Error(where(i) + ": weight " + ints_str(B.dims) + " does not fit the input's " + std::to_string(over ? x.d.c : int64_t(x.d.size())) + " features");
+  std::vector<float> bias;
+  std::string bname;
+  const int add = fold_bias(i, g_.node(i).output(0), int(K), &bias, &bname);
+  LayerSpec s;
+  s.kind = LayerKind::Linear, s.out = int(K), s.over_channels = over, s.bias = add >= 0;
+  Val y = emit(s, {&x}, bname, {int(K), over ? x.d.h : 1, over ? x.d.w : 1}, over ? Layout::NHWC : Layout::Flat);
+  weight(y.ref, "weight", transpose2(B));
+  if (add >= 0) {
+    weight(y.ref, "bias", bias);
+    set(add, 0, std::move(y));
+  } else {
+    set(i, 0, std::move(y));
+  }
+}
+
+void Importer::pool(int i, bool max) {
+  const Val& x = tensor(i, 0);
+  if (x.lay == Layout::NHWC) throw Error(where(i) + ": pooling a channels-last (transposed) tensor is not supported");
+  Attrs a(g_.node(i), where(i));
+  a.only({"kernel_shape", "strides", "pads", "ceil_mode", "dilations", "auto_pad", "storage_order", "count_include_pad"});
+  const auto k = a.ints("kernel_shape", {}), st = a.ints("strides", {1, 1}), pads = a.ints("pads", {0, 0, 0, 0});
+  if (k.size() != 2 || st.size() != 2 || pads.size() != 4) throw Error(where(i) + ": kernel_shape, strides and pads must be 2-D");
+  if (a.i("ceil_mode", 0) || !all_are(a.ints("dilations", {1, 1}), 1) || a.s("auto_pad", "NOTSET") != "NOTSET" ||
+      a.i("storage_order", 0))
+    throw Error(where(i) + ": ceil_mode, dilations, auto_pad and storage_order are not supported");
+  if (pads[0] != pads[2] || pads[1] != pads[3]) throw Error(where(i) + ": asymmetric pads " + ints_str(pads) + " are not supported");
+  if (!max && pads[0] + pads[1] > 0 && a.i("count_include_pad", 0) == 0)
+    throw Error(where(i) + ": count_include_pad 0 with padding is not supported (ember counts the padding, as PyTorch)");
+  if (g_.node(i).output_size() > 1 && !g_.node(i).output(1).empty() && readers_.count(g_.node(i).output(1)))
+    throw Error(where(i) + ": the Indices output is not supported");
+  for (int64_t v : {k[0], k[1], st[0], st[1]})
+    if (v < 1 || v > 65536) throw Error(where(i) + ": kernel and strides must be in 1..65536");
+  if (pads[0] < 0 || pads[1] < 0 || pads[0] > 65536 || pads[1] > 65536) throw Error(where(i) + ": pads outside 0..65536");
+  LayerSpec s;
+  s.kind = max ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
+  s.kernel_h = int(k[0]), s.kernel_w = int(k[1]), s.stride_h = int(st[0]), s.stride_w = int(st[1]);
+  s.pad_h = int(pads[0]), s.pad_w = int(pads[1]);
+  const int64_t Ho = (x.d.h + 2 * pads[0] - k[0]) / st[0] + 1, Wo = (x.d.w + 2 * pads[1] - k[1]) / st[1] + 1;
+  if (Ho < 1 || Wo < 1) throw Error(where(i) + ": the window does not fit the input");
+  set(i, 0, emit(s, {&x}, "", {x.d.c, int(Ho), int(Wo)}, Layout::NCHW));
+}
+
+// GlobalAveragePool, or ReduceMean over the spatial axes: [N, C, H, W] -> [N, C, 1, 1] or [N, C].
+void Importer::global_pool(int i, const std::vector<int64_t>& axes_in, bool keep) {
+  const Val& x = tensor(i, 0);
+  std::vector<int64_t> axes;
+  for (int64_t a : axes_in) axes.push_back(a < 0 ? a + 4 : a);
+  std::sort(axes.begin(), axes.end());
+  const std::vector<int64_t> want = x.lay == Layout::NHWC ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 3};
+  if (x.lay == Layout::Flat || axes != want) throw Error(where(i) + ": only a mean over the spatial axes is supported, found axes " + ints_str(axes_in));
+  LayerSpec s;
+  s.kind = LayerKind::GlobalAvgPool;
+  set(i, 0, emit(s, {&x}, "", {x.d.c, 1, 1}, keep ? x.lay : Layout::Flat));
+}
+
+// LayerNormalization: over C of a channels-last view (LayerNorm2d), over the trailing 1-3 dims of
+// [N, C, H, W], or over D of [N, D].
+void Importer::layernorm(int i) {
+  const Val& x = tensor(i, 0);
+  Attrs a(g_.node(i), where(i));
+  a.only({"axis", "epsilon", "stash_type"});
+  for (int k = 1; k < g_.node(i).output_size(); ++k)
+    if (!g_.node(i).output(k).empty() && readers_.count(g_.node(i).output(k)))
+      throw Error(where(i) + ": the Mean and InvStdDev outputs are not supported");
+  const int rank = x.lay == Layout::Flat ? 2 : 4;
+  int64_t axis = a.i("axis", -1);
+  if (axis < 0) axis += rank;
+  LayerSpec s;
+  s.eps = a.f("epsilon", 1e-5f);
+  size_t count = 0;
+  if (x.lay == Layout::NHWC && axis == 3) s.kind = LayerKind::LayerNorm2d, count = size_t(x.d.c);
+  else if (x.lay == Layout::Flat && axis == 1) s.kind = LayerKind::LayerNorm, count = x.d.size();
+  else if (x.lay == Layout::NCHW && axis >= 1 && axis <= 3 && (!x.d.flat() || axis == 1)) {
+    s.kind = LayerKind::LayerNorm, s.norm_dims = int(4 - axis);
+    const int d3[3] = {x.d.c, x.d.h, x.d.w};
+    count = 1;
+    for (int k = int(axis) - 1; k < 3; ++k) count *= size_t(d3[k]);
+  } else throw Error(where(i) + ": axis " + std::to_string(a.i("axis", -1)) + " of this input is not supported");
+  const Const& scale = constant(i, 1);
+  if (scale.count() != count) throw Error(where(i) + ": scale has " + std::to_string(scale.count()) + " values, expected " + std::to_string(count));
+  std::vector<float> bias(count, 0.f);
+  if (g_.node(i).input_size() > 2 && !g_.node(i).input(2).empty()) {
+    const Const& B = constant(i, 2);
+    if (B.count() != count) throw Error(where(i) + ": bias has " + std::to_string(B.count()) + " values, expected " + std::to_string(count));
+    bias = B.f;
+  }
+  Val y = emit(s, {&x}, val(i, 1).weight_name, x.d, x.lay);
+  weight(y.ref, "weight", scale.f);
+  weight(y.ref, "bias", bias);
+  set(i, 0, std::move(y));
+}
+
+void Importer::activation(int i, LayerKind kind) {
+  const Val& x = tensor(i, 0);
+  LayerSpec s;
+  s.kind = kind;
+  set(i, 0, emit(s, {&x}, "", x.d, x.lay));
+}
+
+// Add of two tensors: a residual sum; Mul by a per-channel constant: a layer scale.
+void Importer::binary(int i) {
+  const pb::NodeProto& n = g_.node(i);
+  if (n.input_size() != 2) throw Error(where(i) + ": expected 2 inputs");
+  const Val &a = val(i, 0), &b = val(i, 1);
+  if (n.op_type() == "Add") {
+    if (a.is_const || b.is_const) throw Error(where(i) + ": adding a constant is supported only as the bias right after a MatMul");
+    return join(i, false);
+  }
+  if (a.is_const == b.is_const) throw Error(where(i) + ": only a tensor times a per-channel constant (a layer scale) is supported");
+  const Val& x = a.is_const ? b : a;
+  const Val& c = a.is_const ? a : b;
+  std::vector<int64_t> dims;
+  for (int64_t d : c.c.dims)
+    if (d != 1 || !dims.empty()) dims.push_back(d);  // drop leading 1s
+  const int64_t C = x.d.c;
+  const bool ok = x.lay == Layout::NCHW ? (dims == std::vector<int64_t>{C, 1, 1} || (x.d.flat() && dims == std::vector<int64_t>{C}))
+                                        : dims == std::vector<int64_t>{C};
+  if (!ok) throw Error(where(i) + ": constant " + ints_str(c.c.dims) + " is not one scale per channel of " + std::to_string(C));
+  LayerSpec s;
+  s.kind = LayerKind::LayerScale;
+  Val y = emit(s, {&x}, c.weight_name, x.d, x.lay);
+  weight(y.ref, "layer_scale", c.c.f);
+  set(i, 0, std::move(y));
+}
+
+// Sum / Add of 2-8 tensors, or Concat over channels: one layout, one height and width.
+void Importer::join(int i, bool concat) {
+  const pb::NodeProto& n = g_.node(i);
+  if (n.input_size() < 2 || n.input_size() > nn::kMaxInputs)
+    throw Error(where(i) + ": expected 2 to " + std::to_string(nn::kMaxInputs) + " inputs");
+  std::vector<const Val*> in;
+  nn::Dims d = tensor(i, 0).d;
+  int c = 0;
+  for (int k = 0; k < n.input_size(); ++k) {
+    const Val& v = tensor(i, k);
+    if (v.lay != tensor(i, 0).lay) throw Error(where(i) + ": inputs in different layouts");
+    if (v.d.h != d.h || v.d.w != d.w || (!concat && v.d.c != d.c)) throw Error(where(i) + ": inputs of different shapes");
+    c += v.d.c;
+    in.push_back(&v);
+  }
+  LayerSpec s;
+  s.kind = concat ? LayerKind::Concat : LayerKind::Add;
+  if (concat) {
+    Attrs a(n, where(i));
+    a.only({"axis"});
+    const int64_t axis = a.i("axis", 1), lay_axis = tensor(i, 0).lay == Layout::NHWC ? 3 : 1;
+    if (axis != lay_axis && axis != lay_axis - (tensor(i, 0).lay == Layout::Flat ? 2 : 4))
+      throw Error(where(i) + ": only concatenation over channels is supported, found axis " + std::to_string(axis));
+    d.c = c;
+  }
+  set(i, 0, emit(s, in, "", d, tensor(i, 0).lay));
+}
+
+void Importer::transpose(int i) {
+  const Val& x = tensor(i, 0);
+  Attrs a(g_.node(i), where(i));
+  a.only({"perm"});
+  const auto perm = a.ints("perm", {});
+  Val y = x;
+  if (x.lay == Layout::NCHW && perm == std::vector<int64_t>{0, 2, 3, 1}) y.lay = Layout::NHWC;
+  else if (x.lay == Layout::NHWC && perm == std::vector<int64_t>{0, 3, 1, 2}) y.lay = Layout::NCHW;
+  else if (!(x.lay == Layout::Flat && perm == std::vector<int64_t>{0, 1}))
+    throw Error(where(i) + ": perm " + ints_str(perm) + " is not supported (only NCHW <-> NHWC views)");
+  out_.notes.push_back(where(i) + ": read as a layout view, no copy");
+  set(i, 0, std::move(y));
+}
+
+// Flatten (axis 1), Reshape to [N, -1] and Squeeze of the 1x1 spatial axes: to [N, D].
+void Importer::flatten(int i) {
+  const pb::NodeProto& n = g_.node(i);
+  const Val& x = tensor(i, 0);
+  if (n.op_type() == "Flatten") {
+    Attrs a(n, where(i));
+    a.only({"axis"});
+    if (a.i("axis", 1) != 1) throw Error(where(i) + ": only axis 1 is supported");
+  } else if (n.op_type() == "Reshape") {
+    const Const& shape = constant(i, 1);
+    const int64_t D = int64_t(x.d.size());
+    if (shape.i.size() != 2 || !(shape.i[1] == -1 || shape.i[1] == D) || !(shape.i[0] == 0 || shape.i[0] == -1 || shape.i[0] > 0) ||
+        (shape.i[0] == -1 && shape.i[1] == -1))
+      throw Error(where(i) + ": only a reshape to [N, -1] is supported, found " + ints_str(shape.i));
+  } else {  // Squeeze
+    std::vector<int64_t> axes = n.input_size() > 1 ? constant(i, 1).i : Attrs(n, where(i)).ints("axes", {});
+    for (int64_t& v : axes) v = v < 0 ? v + 4 : v;
+    std::sort(axes.begin(), axes.end());
+    if (x.lay == Layout::Flat || !x.d.flat() || axes != std::vector<int64_t>{2, 3})
+      throw Error(where(i) + ": only squeezing the 1x1 spatial axes is supported");
+  }
+  if (x.lay == Layout::Flat || x.d.flat()) {  // already [D] in ember: a view
+    Val y = x;
+    y.lay = Layout::Flat;
+    set(i, 0, std::move(y));
+    return;
+  }
+  if (x.lay == Layout::NHWC) throw Error(where(i) + ": flattening a channels-last view of an image is not supported");
+  LayerSpec s;
+  s.kind = LayerKind::Flatten;
+  set(i, 0, emit(s, {&x}, "", {int(x.d.size()), 1, 1}, Layout::Flat));
+}
+
+// Pad with zeros on H and W, the same before and after: ZeroPad2d.
+void Importer::pad(int i) {
+  const pb::NodeProto& n = g_.node(i);
+  const Val& x = tensor(i, 0);
+  Attrs a(n, where(i));
+  a.only({"mode", "pads", "value"});
+  if (a.s("mode", "constant") != "constant") throw Error(where(i) + ": mode '" + a.s("mode", "") + "' is not supported");
+  std::vector<int64_t> pads = a.ints("pads", {});
+  float value = a.f("value", 0);
+  if (n.input_size() > 1 && !n.input(1).empty()) pads = constant(i, 1).i;
+  if (n.input_size() > 2 && !n.input(2).empty()) value = constant(i, 2).count() == 1 ? constant(i, 2).f[0] : NAN;
+  if (n.input_size() > 3 && !n.input(3).empty()) throw Error(where(i) + ": the axes input is not supported");
+  if (value != 0) throw Error(where(i) + ": only zero padding is supported");
+  if (x.lay != Layout::NCHW || pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] ||
+      pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0 || pads[2] > 65536 || pads[3] > 65536)
+    throw Error(where(i) + ": pads " + ints_str(pads) + ": only the same zero padding before and after H and W is supported");
+  LayerSpec s;
+  s.kind = LayerKind::ZeroPad2d, s.pad_h = int(pads[2]), s.pad_w = int(pads[3]);
+  set(i, 0, emit(s, {&x}, "", {x.d.c, x.d.h + 2 * s.pad_h, x.d.w + 2 * s.pad_w}, Layout::NCHW));
+}
+
+void Importer::softmax(int i) {
+  const Val& x = tensor(i, 0);
+  Attrs a(g_.node(i), where(i));
+  a.only({"axis"});
+  const int64_t axis = a.i("axis", opset_ >= 13 ? -1 : 1);
+  const bool ok = x.lay == Layout::Flat ? (axis == 1 || axis == -1) : (x.lay == Layout::NCHW && x.d.flat() && axis == 1);
+  if (!ok) throw Error(where(i) + ": only a softmax over the features of [N, D] is supported");
+  LayerSpec s;
+  s.kind = LayerKind::Softmax;
+  set(i, 0, emit(s, {&x}, "", x.d, x.lay));
+}
+
+// torch.onnx's GELU: Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5).
+bool Importer::gelu_erf(int i) {
+  const pb::NodeProto& n = g_.node(i);
+  if (n.input_size() != 2 || std::fabs(scalar_of(val(i, 1)) - float(std::sqrt(2.0))) > 1e-4f || val(i, 0).is_const) return false;
+  const std::string& x = n.input(0);
+  auto next = [&](const std::string& v, const char* op) {
+    const int r = only_reader(v);
+    return r >= 0 && live_[size_t(r)] && !done_[size_t(r)] && g_.node(r).op_type() == op ? r : -1;
+  };
+  auto other = [&](int r, const std::string& v) -> const Val* {
+    const pb::NodeProto& m = g_.node(r);
+    if (m.input_size() != 2) return nullptr;
+    auto it = vals_.find(m.input(m.input(0) == v ? 1 : 0));
+    return it == vals_.end() ? nullptr : &it->second;
+  };
+  const int erf = next(n.output(0), "Erf");
+  const int add = erf < 0 ? -1 : next(g_.node(erf).output(0), "Add");
+  if (add < 0 || !other(add, g_.node(erf).output(0)) || scalar_of(*other(add, g_.node(erf).output(0))) != 1.f) return false;
+  const int mx = next(g_.node(add).output(0), "Mul");
+  if (mx < 0 || g_.node(mx).input_size() != 2 ||
+      (g_.node(mx).input(0) != x && g_.node(mx).input(1) != x))
+    return false;
+  const int half = next(g_.node(mx).output(0), "Mul");
+  if (half < 0 || !other(half, g_.node(mx).output(0)) || scalar_of(*other(half, g_.node(mx).output(0))) != 0.5f) return false;
+  for (int r : {erf, add, mx, half}) done_[size_t(r)] = true;
+  LayerSpec s;
+  s.kind = LayerKind::GELU;
+  const Val& in = val(i, 0);
+  set(half, 0, emit(s, {&in}, "", in.d, in.lay));
+  return true;
+}
+
+// x * Sigmoid(x): SiLU.
+bool Importer::silu(int i) {
+  const pb::NodeProto& n = g_.node(i);
+  if (n.input_size() != 1) return false;
+  const int r = only_reader(n.output(0));
+  if (r < 0 || !live_[size_t(r)] || done_[size_t(r)] || g_.node(r).op_type() != "Mul" || g_.node(r).input_size() != 2) return false;
+  const pb::NodeProto& m = g_.node(r);
+  if (!((m.input(0) == n.input(0) && m.input(1) == n.output(0)) || (m.input(1) == n.input(0) && m.input(0) == n.output(0))))
+    return false;
+  done_[size_t(r)] = true;
+  const Val& x = tensor(i, 0);
+  LayerSpec s;
+  s.kind = LayerKind::SiLU;
+  set(r, 0, emit(s, {&x}, "", x.d, x.lay));
+  return true;
+}
+
+}  // namespace ember::onnx

@@ -1,0 +1,79 @@
+// The ONNX importer's state and its per-op mappers (onnx_import.cpp walks the graph;
+// onnx_import_ops.cpp maps each op). A value is a constant or an ember tensor in a layout.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ember/onnx.h"
+#include "nn/layers.h"
+#include "onnx/onnx_reader.h"
+
+namespace ember::onnx {
+
+// NCHW: [N, C, H, W]; NHWC: the same ember tensor seen through Transpose(0, 2, 3, 1); Flat: [N, D].
+enum class Layout { NCHW, NHWC, Flat };
+
+struct Val {
+  bool is_const = false;
+  Const c;                  // constants
+  std::string weight_name;  // an initializer's name (names the layer that takes it as weights)
+  std::string ref;          // tensors: the ember layer that makes it, or "input"
+  Layout lay = Layout::NCHW;
+  nn::Dims d;               // ember's per-sample dims [C, H, W] ([D, 1, 1] when flat)
+};
+
+class Importer {
+ public:
+  Importer(const pb::GraphProto& g, std::string file, int opset) : g_(g), file_(std::move(file)), opset_(opset) {}
+  void run();
+  OnnxImport take() { return std::move(out_); }
+
+ private:
+  // onnx_import.cpp: the walk.
+  std::string where(int i) const;
+  const Val& val(int i, int k) const;
+  const Const& constant(int i, int k) const;
+  Val& set(int i, int k, Val v);
+  std::string name_for(const std::string& weight);
+  Val emit(LayerSpec s, const std::vector<const Val*>& in, const std::string& weight_name, nn::Dims out, Layout lay);
+  void weight(const std::string& layer, const std::string& what, std::vector<float> data);
+  void index_readers();
+  int only_reader(const std::string& value) const;
+  void mark_live();
+  void read_inputs();
+
+  // onnx_import_ops.cpp: one mapper per op (each sets the node's outputs).
+  void map_node(int i);
+  bool fold(int i);                         // onnx_fold.cpp: all inputs constant: compute it
+  const Val& tensor(int i, int k) const;    // a non-constant input
+  void conv(int i);
+  void gemm(int i);
+  void matmul(int i);
+  void pool(int i, bool max);
+  void global_pool(int i, const std::vector<int64_t>& axes, bool keep);
+  void layernorm(int i);
+  void activation(int i, LayerKind kind);
+  void binary(int i);
+  void transpose(int i);
+  void flatten(int i);
+  void pad(int i);
+  void join(int i, bool concat);
+  void constant_node(int i);
+  void softmax(int i);
+  bool gelu_erf(int i);      // Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5
+  bool silu(int i);          // Sigmoid(x) -> Mul(x, .)
+  int fold_bias(int i, const std::string& value, int K, std::vector<float>* bias, std::string* name);
+
+  const pb::GraphProto& g_;
+  std::string file_;
+  int opset_;
+  OnnxImport out_;
+  std::map<std::string, Val> vals_;
+  std::map<std::string, std::vector<int>> readers_;
+  std::vector<bool> done_, live_;
+  std::set<std::string> names_;
+};
+
+}  // namespace ember::onnx

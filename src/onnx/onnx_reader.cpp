@@ -1,0 +1,142 @@
+// The ONNX tensor and attribute readers (onnx_reader.h): every dim, data type and payload size is
+// checked before values are copied, so a lying header cannot make ember allocate more than the
+// file holds or read past it.
+#include "onnx/onnx_reader.h"
+
+#include <cstring>
+
+#include "ember/error.h"
+
+namespace ember::onnx {
+
+namespace {
+
+constexpr uint64_t kMaxElems = uint64_t(1) << 31;  // one tensor: at most 2^31 elements (8 GiB f32)
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0 && man == 0) bits = sign;
+  else if (exp == 0) {  // subnormal: renormalise
+    int e = -1;
+    uint32_t m = man;
+    do ++e, m <<= 1; while (!(m & 0x400));
+    bits = sign | uint32_t(127 - 15 - e) << 23 | (m & 0x3ff) << 13;
+  } else if (exp == 31) bits = sign | 0x7f800000u | man << 13;
+  else bits = sign | (exp + 127 - 15) << 23 | man << 13;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+size_t elem_bytes(int type, const std::string& what) {
+  switch (type) {
+    case pb::TensorProto::FLOAT: case pb::TensorProto::INT32: return 4;
+    case pb::TensorProto::DOUBLE: case pb::TensorProto::INT64: return 8;
+    case pb::TensorProto::FLOAT16: return 2;
+    default: throw Error(what + ".data_type: " + std::to_string(type) + " is not supported (float, double, float16, int32, int64)");
+  }
+}
+
+}  // namespace
+
+Const read_tensor(const pb::TensorProto& t, const std::string& what) {
+  if (t.data_location() == pb::TensorProto::EXTERNAL || t.external_data_size() > 0)
+    throw Error(what + ": external data is not supported (save the model with its weights inside the file)");
+  if (t.has_segment()) throw Error(what + ".segment: segmented tensors are not supported");
+  const size_t esize = elem_bytes(t.data_type(), what);
+  Const c;
+  uint64_t n = 1;
+  for (int k = 0; k < t.dims_size(); ++k) {
+    const int64_t d = t.dims(k);
+    if (d < 0 || uint64_t(d) > kMaxElems || (n *= uint64_t(d)) > kMaxElems)
+      throw Error(what + ".dims[" + std::to_string(k) + "]: " + std::to_string(d) + " makes the tensor too large or negative");
+    c.dims.push_back(d);
+  }
+  if (t.dims_size() > 8) throw Error(what + ".dims: rank " + std::to_string(t.dims_size()) + " is more than 8");
+  const int type = t.data_type();
+  c.is_int = type == pb::TensorProto::INT32 || type == pb::TensorProto::INT64;
+  auto need = [&](uint64_t have, const char* field) {
+    if (have != n) throw Error(what + "." + field + ": holds " + std::to_string(have) + " values, dims say " + std::to_string(n));
+  };
+  if (t.has_raw_data()) {
+    const std::string& raw = t.raw_data();
+    need(raw.size() / esize, "raw_data");
+    if (raw.size() % esize) throw Error(what + ".raw_data: " + std::to_string(raw.size()) + " bytes is not a whole number of values");
+    c.f.resize(n);
+    if (c.is_int) c.i.resize(n);
+    const char* p = raw.data();
+    for (uint64_t k = 0; k < n; ++k, p += esize) {
+      if (type == pb::TensorProto::FLOAT) std::memcpy(&c.f[k], p, 4);
+      else if (type == pb::TensorProto::DOUBLE) { double d; std::memcpy(&d, p, 8); c.f[k] = float(d); }
+      else if (type == pb::TensorProto::FLOAT16) { uint16_t h; std::memcpy(&h, p, 2); c.f[k] = half_to_float(h); }
+      else if (type == pb::TensorProto::INT32) { int32_t v; std::memcpy(&v, p, 4); c.i[k] = v, c.f[k] = float(v); }
+      else { int64_t v; std::memcpy(&v, p, 8); c.i[k] = v, c.f[k] = float(v); }
+    }
+    return c;
+  }
+  switch (type) {
+    case pb::TensorProto::FLOAT:
+      need(uint64_t(t.float_data_size()), "float_data");
+      c.f.assign(t.float_data().begin(), t.float_data().end());
+      break;
+    case pb::TensorProto::DOUBLE:
+      need(uint64_t(t.double_data_size()), "double_data");
+      for (double d : t.double_data()) c.f.push_back(float(d));
+      break;
+    case pb::TensorProto::FLOAT16:  // stored in int32_data, one half per value
+      need(uint64_t(t.int32_data_size()), "int32_data");
+      for (int32_t v : t.int32_data()) c.f.push_back(half_to_float(uint16_t(v)));
+      break;
+    case pb::TensorProto::INT32:
+      need(uint64_t(t.int32_data_size()), "int32_data");
+      for (int32_t v : t.int32_data()) c.i.push_back(v), c.f.push_back(float(v));
+      break;
+    default:
+      need(uint64_t(t.int64_data_size()), "int64_data");
+      for (int64_t v : t.int64_data()) c.i.push_back(v), c.f.push_back(float(v));
+  }
+  return c;
+}
+
+Attrs::Attrs(const pb::NodeProto& n, std::string where) : where_(std::move(where)) {
+  for (const pb::AttributeProto& a : n.attribute()) {
+    if (!a_.emplace(a.name(), &a).second) throw Error(where_ + ": attribute '" + a.name() + "' appears twice");
+    if (a.has_ref_attr_name()) throw Error(where_ + ": attribute '" + a.name() + "' refers to a function attribute (not supported)");
+  }
+}
+
+const pb::AttributeProto& Attrs::get(const std::string& name, pb::AttributeProto::AttributeType t) const {
+  const pb::AttributeProto& a = *a_.at(name);
+  if (a.type() != t && !(a.type() == pb::AttributeProto::UNDEFINED))
+    throw Error(where_ + ": attribute '" + name + "' has type " + std::to_string(int(a.type())) + ", expected " +
+                std::to_string(int(t)));
+  return a;
+}
+
+int64_t Attrs::i(const std::string& name, int64_t def) const {
+  return has(name) ? get(name, pb::AttributeProto::INT).i() : def;
+}
+float Attrs::f(const std::string& name, float def) const {
+  return has(name) ? get(name, pb::AttributeProto::FLOAT).f() : def;
+}
+std::string Attrs::s(const std::string& name, const std::string& def) const {
+  return has(name) ? get(name, pb::AttributeProto::STRING).s() : def;
+}
+std::vector<int64_t> Attrs::ints(const std::string& name, std::vector<int64_t> def) const {
+  if (!has(name)) return def;
+  const auto& a = get(name, pb::AttributeProto::INTS);
+  return {a.ints().begin(), a.ints().end()};
+}
+const pb::TensorProto* Attrs::tensor(const std::string& name) const {
+  return has(name) ? &get(name, pb::AttributeProto::TENSOR).t() : nullptr;
+}
+void Attrs::only(std::initializer_list<const char*> known) const {
+  for (const auto& [name, a] : a_) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || name == k;
+    if (!ok) throw Error(where_ + ": attribute '" + name + "' is not supported");
+  }
+}
+
+}  // namespace ember::onnx

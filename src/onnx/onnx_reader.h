@@ -1,0 +1,50 @@
+// The checked view of an ONNX file that the importer maps: constant tensors (initializers and
+// Constant nodes) as f32 or i64 values after every field is checked against the bytes, and the
+// node attributes read with their types checked. Errors name the file and the field.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ember_onnx.pb.h"
+
+namespace ember::onnx {
+
+namespace pb = ember_onnx;
+
+// A constant: dims and its values as float (FLOAT, DOUBLE, FLOAT16 and integer types converted)
+// and, for integer types, as int64 too.
+struct Const {
+  std::vector<int64_t> dims;
+  std::vector<float> f;
+  std::vector<int64_t> i;   // integer tensors only
+  bool is_int = false;
+  size_t count() const { return f.size(); }
+};
+
+// Reads a TensorProto (`what` names it in errors); refuses external data and sizes that the
+// bytes do not hold.
+Const read_tensor(const pb::TensorProto& t, const std::string& what);
+
+// A node's attributes by name; each getter checks the type and names node and attribute.
+class Attrs {
+ public:
+  Attrs(const pb::NodeProto& n, std::string where);
+  bool has(const std::string& name) const { return a_.count(name) > 0; }
+  int64_t i(const std::string& name, int64_t def) const;
+  float f(const std::string& name, float def) const;
+  std::string s(const std::string& name, const std::string& def) const;
+  std::vector<int64_t> ints(const std::string& name, std::vector<int64_t> def) const;
+  const pb::TensorProto* tensor(const std::string& name) const;
+  // Throws for any attribute not in `known` ("attribute 'dilations' is not supported").
+  void only(std::initializer_list<const char*> known) const;
+  const std::string& where() const { return where_; }
+
+ private:
+  const pb::AttributeProto& get(const std::string& name, pb::AttributeProto::AttributeType t) const;
+  std::map<std::string, const pb::AttributeProto*> a_;
+  std::string where_;
+};
+
+}  // namespace ember::onnx

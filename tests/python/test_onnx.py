@@ -1,0 +1,325 @@
+"""pytest tests of ember's ONNX export and import (src/onnx, Model.save_onnx / Model.from_onnx):
+every built-in exports to a file onnx.checker accepts and ONNX Runtime (tests/onnx/ort_run.js) runs
+to ember's outputs; PyTorch's torch.onnx.export of the same six networks imports and predicts as
+PyTorch does; an op ember lacks, and truncated or garbage files, raise ember.Error."""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import ember
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ORT_RUN = os.path.join(REPO, "tests", "onnx", "ort_run.js")
+ORT_INSTALL = "npm install --ignore-scripts --prefix build/npm onnxruntime-node@1.30.0"
+
+if os.environ.get("EMBER_REQUIRE_ORT") == "1":  # CI: a missing peer fails, never skips
+    import onnx
+    import torch
+else:
+    onnx = pytest.importorskip("onnx", reason="the onnx package (Debian python3-onnx) is not installed")
+    torch = pytest.importorskip("torch", reason="PyTorch (Debian python3-torch) is not installed")
+from onnx import helper, numpy_helper, TensorProto  # noqa: E402
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import convnext_torch  # noqa: E402  (bench/: the ConvNeXt modules, state_dict names = ember's)
+import pytorch_eval  # noqa: E402  (examples/: nn.Sequential from an ember model description)
+
+BUILTINS = ["mnist-cnn", "mnist-mlp", "mxnet-mlp", "convnext-seed", "convnext-fashion", "convnext-atto"]
+INPUT = {"mnist-cnn": (1, 28, 28), "mnist-mlp": (1, 28, 28), "mxnet-mlp": (1, 28, 28),
+         "convnext-fashion": (1, 28, 28), "convnext-seed": (3, 64, 64), "convnext-atto": (3, 64, 64)}
+# The Sequential built-ins as ember describes them (src/nn/model.cpp, docs/models.md).
+SEQUENTIAL = {
+    "mnist-cnn": [{"type": "conv2d", "out_channels": 32, "kernel": 5, "stride": 1, "padding": 2}, {"type": "relu"},
+                  {"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 128},
+                  {"type": "relu"}, {"type": "linear", "out_features": 10}],
+    "mnist-mlp": [{"type": "flatten"}, {"type": "linear", "out_features": 128}, {"type": "relu"},
+                  {"type": "linear", "out_features": 10}],
+    "mxnet-mlp": [{"type": "flatten"}, {"type": "linear", "out_features": 128}, {"type": "relu"},
+                  {"type": "linear", "out_features": 64}, {"type": "relu"}, {"type": "linear", "out_features": 10}],
+}
+
+
+def batch(name, n, seed):
+    return np.random.default_rng(seed).standard_normal((n,) + INPUT[name]).astype(np.float32)
+
+
+def rel_diff(got, want):
+    """max |got - want| / max |want| (shapes must agree)."""
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+
+
+def check_outputs(out, n, what):
+    """Outputs worth comparing: [n, classes], finite, not all zero, not the same for every sample."""
+    assert out.ndim == 2 and out.shape[0] == n, f"{what}: shape {out.shape}"
+    assert np.isfinite(out).all(), f"{what}: non-finite outputs"
+    assert np.abs(out).max() > 0, f"{what}: all outputs are zero"
+    if n > 1:
+        assert np.abs(out[0] - out[1]).max() > 0, f"{what}: every sample gives the same output"
+
+
+# ---- ember -> ONNX -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ember_export(tmp_path_factory):
+    """name -> (path, {n: (x, ember's outputs)}): each built-in exported once for this module."""
+    done = {}
+    tmp = tmp_path_factory.mktemp("ember-onnx")
+
+    def get(name):
+        if name not in done:
+            m = ember.Model.builtin(name)
+            runs = {}
+            for n, seed in ((3, 11), (1, 12)):
+                x = batch(name, n, seed)
+                out = m.predict(x)
+                assert out.dtype == np.float32
+                check_outputs(out, n, f"{name} ember")
+                runs[n] = (x, out)
+            path = str(tmp / f"{name}.onnx")
+            m.save_onnx(path)
+            done[name] = (path, runs)
+        return done[name]
+    return get
+
+
+def dim_values(vi):
+    """A value_info's dims: an int for a fixed size, a str for a symbolic one (None when neither)."""
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_export_passes_the_checker_with_the_stated_interface(name, ember_export):
+    path, runs = ember_export(name)
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)  # raises on any fault, shape inference included
+    assert any(o.domain in ("", "ai.onnx") and o.version == 17 for o in model.opset_import), \
+        [(o.domain, o.version) for o in model.opset_import]
+    g = model.graph
+    weights = {t.name for t in g.initializer}
+    inputs = [i for i in g.input if i.name not in weights]
+    assert [i.name for i in inputs] == ["input"]
+    assert [o.name for o in g.output] == ["output"]
+    assert inputs[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert g.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    din, dout = dim_values(inputs[0]), dim_values(g.output[0])
+    classes = runs[3][1].shape[1]
+    assert isinstance(din[0], str), f"input batch dimension is not symbolic: {din}"
+    assert din[1:] == list(INPUT[name]), din
+    assert dout == [din[0], classes], (din, dout)
+    assert len(g.initializer) > 0 and len(g.node) > 0
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_export_imports_back_to_the_same_outputs(name, ember_export):
+    path, runs = ember_export(name)
+    back = ember.Model.from_onnx(path)
+    for n, (x, want) in runs.items():
+        got = back.predict(x)
+        assert got.dtype == np.float32
+        assert rel_diff(got, want) <= 1e-5, f"{name} batch {n}"
+
+
+def ort_node_modules():
+    """The node_modules holding onnxruntime-node (EMBER_ORT_NODE_MODULES); skips when absent, or
+    fails when EMBER_REQUIRE_ORT=1."""
+    nm = os.environ.get("EMBER_ORT_NODE_MODULES", "")
+    if nm and not os.path.isabs(nm) and not os.path.isdir(nm):  # ctest runs in the build folder
+        nm = os.path.join(REPO, nm)
+    why = None
+    if not nm:
+        why = "EMBER_ORT_NODE_MODULES is not set"
+    elif not os.path.isdir(os.path.join(nm, "onnxruntime-node")):
+        why = f"EMBER_ORT_NODE_MODULES={nm}: no onnxruntime-node in it"
+    elif shutil.which("node") is None:
+        why = "node (Node.js) is not on PATH"
+    if why:
+        msg = (f"ONNX Runtime check not run: {why}; install it with `{ORT_INSTALL}` and set "
+               "EMBER_ORT_NODE_MODULES=build/npm/node_modules")
+        if os.environ.get("EMBER_REQUIRE_ORT") == "1":
+            pytest.fail(msg + " (EMBER_REQUIRE_ORT=1)")
+        pytest.skip(msg)
+    return os.path.abspath(nm)
+
+
+def run_ort(node_modules, model, x, tmp):
+    """ONNX Runtime's output for input x (ort_run.js, CPU provider, one thread)."""
+    xin, yout = tmp / "ort_in.f32", tmp / "ort_out.f32"
+    x.astype("<f4").tofile(xin)
+    r = subprocess.run(["node", ORT_RUN, model, str(xin), str(yout), "--shape", ",".join(map(str, x.shape)),
+                        "--threads", "1"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, NODE_PATH=node_modules))
+    assert r.returncode == 0, f"ort_run.js failed ({r.returncode}): {r.stderr.strip()}"
+    dims = json.loads(r.stdout.strip().splitlines()[-1])["dims"]
+    out = np.fromfile(yout, dtype="<f4")
+    assert out.size == int(np.prod(dims)), (out.size, dims)
+    return out.reshape(dims)
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_export_runs_in_onnxruntime_as_in_ember(name, ember_export, tmp_path):
+    node_modules = ort_node_modules()
+    path, runs = ember_export(name)
+    for n, (x, want) in runs.items():  # batch 3 and batch 1: the file's batch dimension is dynamic
+        got = run_ort(node_modules, path, x, tmp_path)
+        assert got.shape == want.shape, f"{name} batch {n}: ORT {got.shape}, ember {want.shape}"
+        err = float(np.abs(got.astype(np.float64) - want).max())
+        assert err <= 1e-5 * float(np.abs(want).max()) + 1e-7, \
+            f"{name} batch {n}: max |ORT - ember| = {err:.3g}, max |ember| = {float(np.abs(want).max()):.3g}"
+
+
+# The fuzz seeds (fuzz/make_onnx_corpus.py): hand-made graphs covering the ops and patterns that
+# neither ember's nor PyTorch's exports of the built-ins use (AveragePool, x * sigmoid(x),
+# HardSwish, Concat, Softmax, pads folded from ConstantOfShape/Slice/Transpose, a MatMul without
+# bias, LayerNormalization over [C, H, W]).
+CORPUS = sorted(glob.glob(os.path.join(REPO, "fuzz", "corpus", "onnx", "*.onnx")))
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[os.path.basename(p) for p in CORPUS])
+def test_hand_made_graphs_import_as_onnxruntime_runs_them(path, tmp_path):
+    node_modules = ort_node_modules()
+    shape = [d.dim_value for d in onnx.load(path).graph.input[0].type.tensor_type.shape.dim[1:]]
+    x = np.random.default_rng(3).standard_normal((2, *shape)).astype(np.float32)
+    got = ember.Model.from_onnx(path).predict(x)
+    want = run_ort(node_modules, path, x, tmp_path)
+    assert rel_diff(got, want) <= 1e-5, os.path.basename(path)
+
+
+def test_the_corpus_is_there():
+    assert len(CORPUS) >= 4, "fuzz/corpus/onnx: run /usr/bin/python3 fuzz/make_onnx_corpus.py"
+
+
+# ---- PyTorch -> ONNX -> ember --------------------------------------------------------------------
+
+def torch_module(name):
+    """PyTorch's module for a built-in, eval mode, seeded weights."""
+    torch.manual_seed(7)
+    if name in SEQUENTIAL:
+        return pytorch_eval.build({"input": list(INPUT[name]), "layers": SEQUENTIAL[name]}).eval()
+    model = convnext_torch.build(name).eval()
+    for m in model.modules():  # torch 1.13 cannot export padding="same"; odd kernels: k // 2 (as its export)
+        if isinstance(m, torch.nn.Conv2d) and m.padding == "same":
+            m.padding = tuple(k // 2 for k in m.kernel_size)
+    with torch.no_grad():  # as its roundtrip: layer scale starts at 1e-6 in convnext-atto; make the blocks matter
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+@pytest.fixture(scope="module")
+def torch_export(tmp_path_factory):
+    """name -> (path, module, x [2, C, H, W], PyTorch's outputs): exported once at batch 1 with a
+    dynamic batch, so ember reads it at batch 2."""
+    done = {}
+    tmp = tmp_path_factory.mktemp("torch-onnx")
+
+    def get(name):
+        if name not in done:
+            torch.set_num_threads(1)
+            model = torch_module(name)
+            x = batch(name, 2, 21)
+            with torch.no_grad():
+                want = model(torch.from_numpy(x)).numpy()
+            check_outputs(want, 2, f"{name} torch")
+            path = str(tmp / f"{name}.onnx")
+            with warnings.catch_warnings():  # torch.onnx's shape-inference chatter
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, torch.from_numpy(x[:1]), path, opset_version=17, input_names=["x"],
+                                  output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+            done[name] = (path, model, x, want)
+        return done[name]
+    return get
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_pytorch_export_imports_and_predicts_as_pytorch(name, torch_export):
+    path, _, x, want = torch_export(name)
+    m = ember.Model.from_onnx(path)
+    got = m.predict(x)
+    assert got.dtype == np.float32
+    tol = 1e-5 if name in SEQUENTIAL else 1e-4
+    assert rel_diff(got, want) <= tol, f"{name}: max |ember - torch| / max |torch| = {rel_diff(got, want):.3g}"
+    assert rel_diff(m.predict(x[1:]), want[1:]) <= tol, f"{name} at batch 1"
+
+
+@pytest.mark.parametrize("name", list(SEQUENTIAL))
+def test_pytorch_import_keeps_state_dict_names(name, torch_export, tmp_path):
+    """include/ember/onnx.h: imported parameters keep PyTorch's state_dict names, so the weights
+    ember saves load strictly into the same PyTorch module and give its outputs."""
+    path, model, x, want = torch_export(name)
+    m = ember.Model.from_onnx(path)
+    saved = str(tmp_path / "w.safetensors")
+    m.save(saved)
+    tensors, _ = pytorch_eval.read_safetensors(saved)
+    fresh = pytorch_eval.build({"input": list(INPUT[name]), "layers": SEQUENTIAL[name]}).eval()
+    fresh.load_state_dict({k: v for k, v in tensors.items() if not k.startswith("optimizer.")}, strict=True)
+    with torch.no_grad():
+        got = fresh(torch.from_numpy(x)).numpy()
+    assert rel_diff(got, want) <= 1e-6
+
+
+# ---- files ember must refuse ---------------------------------------------------------------------
+
+def conv_then(op_node, out_shape):
+    """A small valid model: input [batch, 1, 8, 8] -> Conv (4 channels, 3x3, pad 1) -> op_node(s) -> output."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "conv.weight"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "conv.bias")]
+    conv = helper.make_node("Conv", ["input", "conv.weight", "conv.bias"], ["c"], name="conv0",
+                            kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([conv] + op_node, "hostile",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, out_shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_onnx")
+    onnx.checker.check_model(model, full_check=True)  # valid ONNX: ember refuses the op, not the file
+    return model
+
+
+HOSTILE = {
+    "LpNormalization": lambda node: conv_then(
+        [helper.make_node("LpNormalization", ["c"], ["n"], name=node, axis=1, p=2),
+         helper.make_node("GlobalAveragePool", ["n"], ["p"], name="gap"),
+         helper.make_node("Flatten", ["p"], ["output"], name="flat", axis=1)], ["batch", 4]),
+    "Einsum": lambda node: conv_then(
+        [helper.make_node("Einsum", ["c"], ["output"], name=node, equation="nchw->nc")], ["batch", 4]),
+}
+
+
+@pytest.mark.parametrize("op", list(HOSTILE))
+def test_an_op_ember_lacks_is_refused_naming_node_and_op(op, tmp_path):
+    node = f"odd_{op.lower()}_node_7"
+    path = str(tmp_path / "hostile.onnx")
+    onnx.save(HOSTILE[op](node), path)
+    with pytest.raises(ember.Error) as e:
+        ember.Model.from_onnx(path)
+    assert op in str(e.value) and node in str(e.value), str(e.value)
+
+
+def test_truncated_and_garbage_files_raise_ember_errors(torch_export, tmp_path):
+    path = torch_export("mnist-mlp")[0]
+    ember.Model.from_onnx(path)  # the whole file imports
+    with open(path, "rb") as f:
+        good = f.read()
+    bad = {"empty": b"", "text": b"this is not an onnx model\n",
+           "random": np.random.default_rng(5).integers(0, 256, 4096, dtype=np.uint8).tobytes()}
+    for f in (0.05, 0.5, 0.95):  # cuts inside the graph, which holds the weights
+        bad[f"cut-{f}"] = good[:int(len(good) * f)]
+    for what, data in bad.items():
+        if data:  # protobuf itself refuses these (an empty message parses, as a model without a graph)
+            with pytest.raises(Exception):
+                onnx.load_model_from_string(data)
+        path = tmp_path / f"{what}.onnx"
+        path.write_bytes(data)
+        with pytest.raises(ember.Error):
+            ember.Model.from_onnx(str(path))
+    missing = str(tmp_path / "no-such.onnx")
+    with pytest.raises(ember.Error, match="no-such.onnx"):
+        ember.Model.from_onnx(missing)
