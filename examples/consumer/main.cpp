@@ -1,10 +1,15 @@
 // A program outside ember's tree: builds a small residual graph model with the C++ builder, trains
-// it for a few steps on a learnable random problem through the Plan API, and saves its weights.
+// it for a few steps on a learnable random problem through the Plan API, saves its weights and
+// exports it as ONNX, then imports that file back and checks it predicts the same.
 //   consumer OUT.safetensors   (prints the loss before and after; exits 1 if it did not fall)
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <string>
 #include <random>
 
 #include "ember/ember.h"
+#include "ember/onnx.h"
 
 int main(int argc, char** argv) try {
   if (argc != 2) {
@@ -43,7 +48,25 @@ int main(int argc, char** argv) try {
     last = loss;
   }
   ember::save_weights(plan, argv[1]);
-  std::printf("consumer: loss %.4f -> %.4f, weights in %s\n", first, last, argv[1]);
+  // ONNX out and back in: the imported model with the file's weights gives the same logits.
+  const std::string onnx = std::string(argv[1]) + ".onnx";
+  ember::export_onnx(plan, onnx);
+  const ember::OnnxImport imported = ember::import_onnx(onnx);
+  ember::PlanOptions one;
+  one.batch = 32, one.training = false;
+  ember::Plan back(imported.model, one);
+  ember::load_onnx_weights(back, imported);
+  std::copy_n(static_cast<const float*>(plan.input()), 32 * 64, static_cast<float*>(back.input()));
+  plan.forward(32);
+  back.forward(32);
+  const float* a = static_cast<const float*>(plan.output());
+  const float* b = static_cast<const float*>(back.output());
+  for (int i = 0; i < 32 * 2; ++i)
+    if (std::fabs(a[i] - b[i]) > 1e-5f * (1 + std::fabs(a[i]))) {
+      std::fprintf(stderr, "consumer: the ONNX round trip changed output %d: %g -> %g\n", i, a[i], b[i]);
+      return 1;
+    }
+  std::printf("consumer: loss %.4f -> %.4f, weights in %s, ONNX round trip in %s\n", first, last, argv[1], onnx.c_str());
   return last < first * 0.5 ? 0 : 1;
 } catch (const ember::Error& e) {
   std::fprintf(stderr, "consumer: error: %s\n", e.what());

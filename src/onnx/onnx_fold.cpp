@@ -3,6 +3,7 @@
 // ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast). Results are
 // capped at kMaxFolded elements, so a lying shape cannot make the importer allocate much.
 #include <algorithm>
+#include <cmath>
 
 #include "ember/error.h"
 #include "onnx/onnx_import_ops.h"
@@ -54,8 +55,9 @@ void each_index(const std::vector<int64_t>& dims, F f) {
 }
 
 int64_t norm_axis(int64_t a, size_t rank, const std::string& where) {
+  if (a < -int64_t(rank) || a >= int64_t(rank)) throw Error(where + ": axis " + std::to_string(a) + " out of range");
   if (a < 0) a += int64_t(rank);
-  if (a < 0 || a >= int64_t(std::max<size_t>(rank, 1))) throw Error(where + ": axis " + std::to_string(a) + " out of range");
+  if (a < 0 || a >= int64_t(rank)) throw Error(where + ": axis " + std::to_string(a) + " out of range");
   return a;
 }
 
@@ -67,10 +69,10 @@ Const reshape(const Const& c, const std::vector<int64_t>& shape, const std::stri
     if (d == -1) {
       if (minus >= 0) throw Error(where + ": two -1 dims");
       minus = int64_t(k);
-    } else if (d < 0) {
-      throw Error(where + ": dim " + std::to_string(d));
-    } else {
-      known *= std::max<int64_t>(d, 1);
+    } else if (d < 0 || uint64_t(d) > kMaxFolded) {
+      throw Error(where + ": dim " + std::to_string(d) + " is negative or too large");
+    } else if ((known *= std::max<int64_t>(d, 1)) > int64_t(kMaxFolded)) {
+      throw Error(where + ": the shape is too large");
     }
     dims.push_back(d);
   }
@@ -86,9 +88,13 @@ Const slice(const Const& c, const std::vector<const Const*>& in, const std::stri
   std::vector<int64_t> start(rank, 0), step(rank, 1), dims = c.dims;
   const size_t n = in[1]->i.size();
   if (in[2]->i.size() != n) throw Error(where + ": starts and ends differ in length");
+  const bool has_axes = in.size() > 3 && in[3], has_steps = in.size() > 4 && in[4];
+  if (n > rank || (has_axes && in[3]->i.size() != n) || (has_steps && in[4]->i.size() != n))
+    throw Error(where + ": starts, ends, axes and steps must have one value per sliced axis");
   for (size_t k = 0; k < n; ++k) {
-    const int64_t a = in.size() > 3 && in[3] ? norm_axis(in[3]->i.at(k), rank, where) : int64_t(k);
-    const int64_t s = in.size() > 4 && in[4] ? in[4]->i.at(k) : 1, d = c.dims.at(size_t(a));
+    const int64_t a = has_axes ? norm_axis(in[3]->i[k], rank, where) : int64_t(k), d = c.dims[size_t(a)];
+    // A step longer than the axis takes at most one value: clamping it keeps the arithmetic small.
+    const int64_t s = std::clamp<int64_t>(has_steps ? in[4]->i[k] : 1, -(d + 1), d + 1);
     if (s == 0) throw Error(where + ": step 0");
     auto adj = [&](int64_t v) { return v < 0 ? v + d : v; };
     int64_t b = adj(in[1]->i[k]), e = adj(in[2]->i[k]);
@@ -187,7 +193,10 @@ bool Importer::fold(int i) {
     if (out.c.is_int) {
       if (c.is_int) out.c.i = c.i;
       else
-        for (float f : c.f) out.c.i.push_back(int64_t(f));
+        for (float f : c.f) {
+          if (!(std::fabs(f) < 9.2e18f)) throw Error(w + ": " + std::to_string(f) + " does not fit an integer");
+          out.c.i.push_back(int64_t(f));
+        }
     }
   } else if (op == "Unsqueeze" || op == "Squeeze") {
     std::vector<int64_t> axes = in.size() > 1 && in[1] ? in[1]->i : a.ints("axes", {});

@@ -18,7 +18,7 @@ namespace onnx {
 
 std::string Importer::where(int i) const {
   const pb::NodeProto& n = g_.node(i);
-  return file_ + ": node " + std::to_string(i) + " '" + n.name() + "' (" + n.op_type() + ")";
+  return file_ + ": node " + std::to_string(i) + " '" + shown(n.name()) + "' (" + shown(n.op_type()) + ")";
 }
 
 const Val& Importer::val(int i, int k) const {
@@ -26,13 +26,13 @@ const Val& Importer::val(int i, int k) const {
   if (k >= n.input_size() || n.input(k).empty()) throw Error(where(i) + ": input " + std::to_string(k) + " is missing");
   auto it = vals_.find(n.input(k));
   if (it == vals_.end())
-    throw Error(where(i) + ": input '" + n.input(k) + "' is not a graph input, a weight or an earlier node's output");
+    throw Error(where(i) + ": input '" + shown(n.input(k)) + "' is not a graph input, a weight or an earlier node's output");
   return it->second;
 }
 
 const Const& Importer::constant(int i, int k) const {
   const Val& v = val(i, k);
-  if (!v.is_const) throw Error(where(i) + ": input " + std::to_string(k) + " ('" + g_.node(i).input(k) + "') must be a constant");
+  if (!v.is_const) throw Error(where(i) + ": input " + std::to_string(k) + " ('" + shown(g_.node(i).input(k)) + "') must be a constant");
   return v.c;
 }
 
@@ -105,18 +105,18 @@ void Importer::read_inputs() {
   for (const pb::TensorProto& t : g_.initializer()) {
     Val v;
     v.is_const = true;
-    v.c = read_tensor(t, file_ + ": initializer '" + t.name() + "'");
+    v.c = read_tensor(t, file_ + ": initializer '" + shown(t.name()) + "'");
     v.weight_name = t.name();
-    if (!vals_.emplace(t.name(), std::move(v)).second) throw Error(file_ + ": initializer '" + t.name() + "' appears twice");
+    if (!vals_.emplace(t.name(), std::move(v)).second) throw Error(file_ + ": initializer '" + shown(t.name()) + "' appears twice");
   }
   const pb::ValueInfoProto* input = nullptr;
   for (const pb::ValueInfoProto& in : g_.input()) {
     if (vals_.count(in.name())) continue;  // an initializer listed as an input too (IR < 4)
-    if (input) throw Error(file_ + ": graph inputs '" + input->name() + "' and '" + in.name() + "': ember models take one input");
+    if (input) throw Error(file_ + ": graph inputs '" + shown(input->name()) + "' and '" + shown(in.name()) + "': ember models take one input");
     input = &in;
   }
   if (!input) throw Error(file_ + ": the graph has no input");
-  const std::string w = file_ + ": input '" + input->name() + "'";
+  const std::string w = file_ + ": input '" + shown(input->name()) + "'";
   if (!input->type().has_tensor_type() || input->type().tensor_type().elem_type() != pb::TensorProto::FLOAT)
     throw Error(w + ": expected a float tensor");
   const auto& shape = input->type().tensor_type().shape();
@@ -151,12 +151,12 @@ void Importer::run() {
     map_node(i);
   }
   auto it = vals_.find(g_.output(0).name());
-  if (it == vals_.end()) throw Error(file_ + ": output '" + g_.output(0).name() + "' is produced by no node");
+  if (it == vals_.end()) throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is produced by no node");
   const Val& y = it->second;
   Model& m = out_.model;
   if (y.is_const || m.layers.empty() || y.ref != m.layers.back().name)
-    throw Error(file_ + ": output '" + g_.output(0).name() + "' must be the last layer's output");
-  if (!y.d.flat()) throw Error(file_ + ": output '" + g_.output(0).name() + "' is an image; ember models end in [classes] scores");
+    throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' must be the last layer's output");
+  if (!y.d.flat()) throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is an image; ember models end in [classes] scores");
   m.num_classes = y.d.c;
   // A graph that ends in Softmax outputs probabilities: ember's loss then takes their log only.
   if (m.layers.back().kind == LayerKind::Softmax) m.loss = LossKind::CrossEntropy;
@@ -176,7 +176,11 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
   if (opset < 7 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (7..21)");
   if (!model.has_graph()) throw Error(name + ": no graph");
   onnx::Importer im(model.graph(), name, int(opset));
-  im.run();
+  try {
+    im.run();
+  } catch (const Error& e) {  // names from the file may hold newlines or control bytes
+    throw Error(one_line(e.what()));
+  }
   OnnxImport out = im.take();
   std::string stem = name.substr(name.find_last_of('/') + 1);
   if (stem.ends_with(".onnx")) stem.resize(stem.size() - 5);

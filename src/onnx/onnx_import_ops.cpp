@@ -173,6 +173,7 @@ void Importer::gemm(int i) {
   if (B.dims.size() != 2) throw Error(where(i) + ": B must be 2-D");
   const bool tb = a.i("transB", 0) != 0;
   const int64_t K = tb ? B.dims[0] : B.dims[1], D = tb ? B.dims[1] : B.dims[0];
+  if (K < 1 || K > (1 << 24)) throw Error(where(i) + ": " + std::to_string(K) + " outputs is outside 1..2^24");
   if (D != int64_t(x.d.c)) throw Error(where(i) + ": B " + ints_str(B.dims) + " does not fit the input's " + std::to_string(x.d.c) + " features");
   LayerSpec s;
   s.kind = LayerKind::Linear, s.out = int(K);
@@ -199,6 +200,7 @@ void Importer::matmul(int i) {
   const bool over = x.lay == Layout::NHWC;
   if (!over && !(x.lay == Layout::Flat || x.d.flat())) throw Error(where(i) + ": input must be [N, D] or channels-last [N, H, W, C]");
   const int64_t D = B.dims[0], K = B.dims[1];
+  if (K < 1 || K > (1 << 24)) throw Error(where(i) + ": " + std::to_string(K) + " outputs is outside 1..2^24");
   if (D != (over ? x.d.c : int64_t(x.d.size())))
     throw Error(where(i) + ": weight " + ints_str(B.dims) + " does not fit the input's " + std::to_string(over ? x.d.c : int64_t(x.d.size())) + " features");
   std::vector<float> bias;

@@ -40,6 +40,8 @@ size_t elem_bytes(int type, const std::string& what) {
 
 }  // namespace
 
+std::string shown(const std::string& s) { return s.size() <= 120 ? s : s.substr(0, 120) + "..."; }
+
 Const read_tensor(const pb::TensorProto& t, const std::string& what) {
   if (t.data_location() == pb::TensorProto::EXTERNAL || t.external_data_size() > 0)
     throw Error(what + ": external data is not supported (save the model with its weights inside the file)");
@@ -101,15 +103,15 @@ Const read_tensor(const pb::TensorProto& t, const std::string& what) {
 
 Attrs::Attrs(const pb::NodeProto& n, std::string where) : where_(std::move(where)) {
   for (const pb::AttributeProto& a : n.attribute()) {
-    if (!a_.emplace(a.name(), &a).second) throw Error(where_ + ": attribute '" + a.name() + "' appears twice");
-    if (a.has_ref_attr_name()) throw Error(where_ + ": attribute '" + a.name() + "' refers to a function attribute (not supported)");
+    if (!a_.emplace(a.name(), &a).second) throw Error(where_ + ": attribute '" + shown(a.name()) + "' appears twice");
+    if (a.has_ref_attr_name()) throw Error(where_ + ": attribute '" + shown(a.name()) + "' refers to a function attribute (not supported)");
   }
 }
 
 const pb::AttributeProto& Attrs::get(const std::string& name, pb::AttributeProto::AttributeType t) const {
   const pb::AttributeProto& a = *a_.at(name);
   if (a.type() != t && !(a.type() == pb::AttributeProto::UNDEFINED))
-    throw Error(where_ + ": attribute '" + name + "' has type " + std::to_string(int(a.type())) + ", expected " +
+    throw Error(where_ + ": attribute '" + shown(name) + "' has type " + std::to_string(int(a.type())) + ", expected " +
                 std::to_string(int(t)));
   return a;
 }
@@ -135,7 +137,7 @@ void Attrs::only(std::initializer_list<const char*> known) const {
   for (const auto& [name, a] : a_) {
     bool ok = false;
     for (const char* k : known) ok = ok || name == k;
-    if (!ok) throw Error(where_ + ": attribute '" + name + "' is not supported");
+    if (!ok) throw Error(where_ + ": attribute '" + shown(name) + "' is not supported");
   }
 }
 

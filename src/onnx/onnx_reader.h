@@ -13,6 +13,9 @@ namespace ember::onnx {
 
 namespace pb = ember_onnx;
 
+// A name from the file as messages show it: cut to 120 characters (import_onnx makes it one line).
+std::string shown(const std::string& s);
+
 // A constant: dims and its values as float (FLOAT, DOUBLE, FLOAT16 and integer types converted)
 // and, for integer types, as int64 too.
 struct Const {

@@ -33,6 +33,19 @@ TEST_F(Onnx, ExportedModelEvaluatesAsItsWeights) {
   EXPECT_EQ(from_onnx, from_weights);  // "test accuracy X% (loss Y) on N images": the same numbers
 }
 
+// Training an imported graph starts from the file's weights: at a negligible rate, its first
+// epoch's test accuracy is the file's own (from fresh weights it would be near chance).
+TEST_F(Onnx, TrainingAnOnnxModelStartsFromItsWeights) {
+  const fs::path m = exported(trained_weights());
+  const std::string own = eval_line("--model " + quote(m.string()));
+  const Result r = run("train --data " + quote(data_.string()) + " --model " + quote(m.string()) +
+                       " --epochs 1 --batch-size 32 --threads 1 --optimizer sgd --lr 1e-12 --l2 0");
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  const double acc = final_accuracy(r.out, "final test accuracy ");
+  ASSERT_GT(acc, 0) << r.out;
+  EXPECT_NEAR(acc, std::atof(own.c_str() + std::string("test accuracy ").size()), 1e-9) << own << "\n" << r.out;
+}
+
 TEST_F(Onnx, BenchTimesTheOnnxModel) {
   const fs::path m = exported(trained_weights());
   const Result r = run("bench --json --model " + quote(m.string()) + " --batch-size 2 --threads 1");

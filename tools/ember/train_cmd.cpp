@@ -20,6 +20,7 @@
 #include "ember/files.h"
 #include "fs/json_read.h"
 #include "ember/io.h"
+#include "ember/onnx.h"
 #include "ember/profile.h"
 #include "ember/version.h"
 #include "progress.h"
@@ -336,7 +337,9 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   if (!resuming) su.plan.batch = a.common.batch_size = clamp_batch(a.common.batch_size, data.train.count, "training set");
   bool augmenting = false;
   const Augment aug = augment_of(a.common, su.model, data.train.channels, &augmenting);
-  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, resuming || !a.weights.empty());
+  // --model FILE.onnx: the graph starts from the file's weights (unless --weights says otherwise).
+  const bool onnx_weights = !resuming && a.weights.empty() && is_onnx_path(a.common.model);
+  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, resuming || !a.weights.empty() || onnx_weights);
   if (augmenting) su.cfg.augment = &aug;
   if (data.train.streamed()) su.cfg.loader_threads = a.common.threads;  // decoding is the loader's work
   const uint32_t crc = dataset_crc(data.train);
@@ -361,6 +364,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   } else {
     plan.init_params(a.seed);
     if (!a.weights.empty()) load_weights(plan, a.weights);
+    if (onnx_weights) load_onnx_weights(plan, import_onnx(a.common.model));
   }
   ckpts.set_config(train_args_json(a, crc, data.train.count));
   for (const std::string& l : kept_metrics) ckpts.add_metrics(l);
