@@ -131,13 +131,16 @@ class Linear final : public Layer {
   int fan_out() const override { return spec_.out; }
   double flops_per_sample() const override { return 2.0 * in_.c * spec_.out; }
   bool backward_reads_output() const override { return false; }
-  size_t workspace_elems(int batch, int) const override { return ops::linear_fwd_workspace(batch, spec_.out); }
+  size_t workspace_elems(int batch, int) const override {
+    const size_t t1 = in_.c >= ops::kLinearT1SplitRows ? 2 * size_t(spec_.out) : 0;  // batch 1, frozen
+    return std::max(ops::linear_fwd_workspace(batch, spec_.out), t1);
+  }
   size_t saved_bytes(int batch, int threads, DType dt) const override {
     return dt == DType::f32 ? ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads) : 0;
   }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     if (b.wt && n == 1 && b.dt == DType::f32) {  // frozen: read only the rows non-zero inputs select
-      ops::linear_fwd_t1(e, p<float>(b.y), p<float>(b.x), b.wt, p<float>(b.b), in_.c, spec_.out);
+      ops::linear_fwd_t1(e, p<float>(b.y), p<float>(b.x), b.wt, p<float>(b.b), in_.c, spec_.out, p<float>(b.ws));
       return;
     }
     if (b.saved) {  // f32, large enough: sparse where the input is mostly zero

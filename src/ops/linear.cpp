@@ -46,8 +46,24 @@ void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
 // One sample, y[K] = x[C] w^T + b, from the weight stored transposed, wt[C, K]: threads take
 // 16-aligned column ranges; each output is one accumulation in a fixed order (bit-identical).
 void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, const float* b, int C,
-                   int K) {
+                   int K, float* ws) {
   const int T = e.pool.size();
+  if (ws && C >= kLinearT1SplitRows) {
+    const int C0 = (C / 2) & ~15;
+    auto half = [&](int h) {
+      const int c0 = h ? C0 : 0, n = h ? C - C0 : C0;
+      e.k.linear_t1(ws + size_t(h) * size_t(K), x + c0, wt + size_t(c0) * size_t(K), size_t(K), nullptr, n, K);
+    };
+    if (T == 1) {
+      half(0), half(1);
+    } else {
+      e.pool.run([&](int t) {
+        if (t < 2) half(t);
+      });
+    }
+    for (int k = 0; k < K; ++k) y[k] = (ws[k] + ws[K + k]) + (b ? b[k] : 0.f);
+    return;
+  }
   if (T == 1 || K < 32) {
     e.k.linear_t1(y, x, wt, size_t(K), b, C, K);
     return;

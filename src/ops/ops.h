@@ -43,9 +43,13 @@ template <class T>
 void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K,
                 T* ws = nullptr);
 // One sample from the transposed weight wt[C,K], reading only the rows of non-zero inputs
-// (kernels.h, LinearT1Fn); threads split K. A frozen plan's batch-1 forward (Plan::freeze).
+// (kernels.h, LinearT1Fn). A frozen plan's batch-1 forward (Plan::freeze). With C >= 1024 and
+// ws (2K elements) the rows go in two fixed halves, one per thread (in turn on one thread), each
+// summed alone, y = (h0 + h1) + b: the same bits for any thread count, and each core streams only
+// half the weight (fc1 at batch 1 is bound by the bandwidth of reading it). Else threads split K.
 void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, const float* b, int C,
-                   int K);
+                   int K, float* ws = nullptr);
+constexpr int kLinearT1SplitRows = 1024;
 // Sparse-input Linear (f32): x's columns in fixed chunks (linear_sp_layout); the forward counts
 // each chunk's non-zero inputs and runs the sparse kernels (kernels.h, LinearSp*Fn) on a chunk
 // whose share is at most the table's threshold, the dense GEMM on the others, or the dense path

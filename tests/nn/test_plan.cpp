@@ -436,7 +436,8 @@ std::vector<float> train_weights(int threads, uint64_t seed, const Dataset& tr, 
 // batch 4 but not batch 1. Parameter writes throw until thaw(); a new freeze() follows new weights.
 TEST(Plan, FrozenBatchOneMatchesUnfrozen) {
   const Dataset d = synthetic(4, 5);
-  for (Isa isa : isas())
+  for (Isa isa : isas()) {
+    std::vector<std::vector<float>> per_threads;  // frozen batch 1: the same bits for 1 and 2 threads
     for (int threads : {1, 2}) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads));
       PlanOptions o;
@@ -461,6 +462,7 @@ TEST(Plan, FrozenBatchOneMatchesUnfrozen) {
       EXPECT_TRUE(plan.frozen());
       const auto frozen1 = run(1);
       expect_near(frozen1, dense1);
+      per_threads.push_back(frozen1);
       EXPECT_EQ(run(4), dense4);
       EXPECT_THROW(plan.param_data(), Error);
       EXPECT_THROW(plan.init_params(1), Error);
@@ -479,6 +481,8 @@ TEST(Plan, FrozenBatchOneMatchesUnfrozen) {
       plan.freeze();
       expect_near(run(1), dense1b);
     }
+    EXPECT_EQ(per_threads[0], per_threads[1]) << isa_name(isa) << ": fc1's row halves are summed in one order";
+  }
 }
 
 TEST(Plan, SameSeedAndThreadsGiveBitIdenticalWeights) {
