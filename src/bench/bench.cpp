@@ -160,15 +160,20 @@ double convnext_run(const Model& model, int batch, int threads, Isa isa, bool tr
   return training ? batch / s : s * 1e3;
 }
 
-// GFLOP/s of C[M,N] = op(A) op(B) split over `threads`, best of several timed runs.
-double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa) {
+// GFLOP/s of C[M,N] = op(A) op(B) split over `threads`, best of several timed runs; with bf16,
+// A and B hold bf16 values (the table's sbgemm).
+double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa, bool bf16 = false) {
   std::vector<float> A(size_t(M) * K, 0.5f), B(size_t(K) * N, 0.25f), C(size_t(M) * N);
   for (size_t i = 0; i < A.size(); ++i) A[i] = float(i % 13) * 0.01f;
+  std::vector<uint16_t> Ah(bf16 ? A.size() : 0), Bh(bf16 ? B.size() : 0);
   ThreadPool pool(threads);
   const ops::Exec e{kernels_for(isa), pool};
+  if (bf16) e.k.cvt_f32_bf16(Ah.data(), A.data(), A.size()), e.k.cvt_f32_bf16(Bh.data(), B.data(), B.size());
   auto run = [&] {
-    ops::parallel_sgemm(e, ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f,
-                        C.data(), N);
+    if (bf16)
+      ops::parallel_sbgemm(e, ta, tb, M, N, K, 1.f, Ah.data(), ta ? M : K, Bh.data(), tb ? K : N, 0.f, C.data(), N);
+    else
+      ops::parallel_sgemm(e, ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
   };
   run();
   double best = 1e30;
@@ -260,7 +265,7 @@ std::vector<std::string> convnext_workloads() {
 std::vector<std::string> bench_workloads() {
   return {"cnn-train",    "cnn-train-1t", "peak-rss",     "mlp-train",     "cnn-infer-b1",
           "cnn-infer-b64", "sgemm-2048-1t", "sgemm-2048", "sgemm-fc1-fwd", "sgemm-fc1-dx",
-          "sgemm-fc1-dw"};
+          "sgemm-fc1-dw", "sbgemm-2048-1t", "sbgemm-2048"};
 }
 
 BenchMachine measure_machine(const std::string& isa_text) {
@@ -296,7 +301,9 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
   auto batch_or = [&](int b) { return o.batch > 0 ? o.batch : b; };
   auto peak = [&](int t) { return t == 1 ? machine.peak_gflops_1t : machine.peak_gflops_1t * t; };
   auto emit = [&](BenchResult r) {
-    if (r.gflops > 0) r.peak_pct = 100.0 * r.gflops / peak(r.threads);
+    // bf16 rows: against the bf16 peak (the FMA peak times the table's bf16 rate: 2 with VDPBF16PS)
+    const double rate = r.name.rfind("sbgemm", 0) == 0 ? kernels_for(isa).bf16_rate : 1;
+    if (r.gflops > 0) r.peak_pct = 100.0 * r.gflops / (rate * peak(r.threads));
     on_result(r);
   };
   const Model cnn = builtin_model("mnist-cnn"), mlp = builtin_model("mxnet-mlp");
@@ -389,8 +396,10 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     emit(r);
   }
   if (!folder.empty() && o.data_folder.empty()) std::filesystem::remove_all(folder);
-  struct Gemm { const char* name; const char* what; bool ta, tb; int M, N, K, threads; };
+  struct Gemm { const char* name; const char* what; bool ta, tb; int M, N, K, threads; bool bf16 = false; };
   const Gemm gemms[] = {
+      {"sbgemm-2048-1t", "bf16 GEMM 2048^3 (fp32 C), C = A B", false, false, 2048, 2048, 2048, 1, true},
+      {"sbgemm-2048", "bf16 GEMM 2048^3 (fp32 C), C = A B", false, false, 2048, 2048, 2048, all, true},
       {"sgemm-2048-1t", "SGEMM 2048^3, C = A B", false, false, 2048, 2048, 2048, 1},
       {"sgemm-2048", "SGEMM 2048^3, C = A B", false, false, 2048, 2048, 2048, all},
       {"sgemm-fc1-fwd", "fc1 forward y[64,128] = x[64,6272] w[128,6272]^T", false, true, 64, 128, 6272, all},
@@ -401,7 +410,7 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     BenchResult r;
     r.name = g.name, r.what = g.what;
     r.threads = threads_or(g.threads);
-    r.gflops = time_sgemm(g.ta, g.tb, g.M, g.N, g.K, r.threads, isa);
+    r.gflops = time_sgemm(g.ta, g.tb, g.M, g.N, g.K, r.threads, isa, g.bf16);
     r.value = r.gflops, r.unit = "GFLOP/s";
     emit(r);
   }

@@ -33,6 +33,7 @@ void linear_sp_dgrad_f32(float* dx, const float* dy, const float* x, size_t ldx,
                          int N, int K, int c0, int c1);
 size_t count_nonzero_f32(const float* x, size_t ldx, int N, int c0, int c1);
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh);
 size_t count_nonfinite_f32(const float* x, size_t n);
 }  // namespace ref
 
@@ -119,9 +120,33 @@ Kernels scalar_table() {
   k.channel_axpy = ref::channel_axpy_f32;
   k.channel_dot = ref::channel_dot_f32;
   k.adam = ref::adam_f32;
+  k.adam_bf16 = ref::adam_bf16_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
   k.fma_loop = ref::fma_loop;
+  k.sbgemm = sbgemm_ref;
+  k.cvt_f32_bf16 = cvt_f32_bf16_ref;
+  k.cvt_bf16_f32 = cvt_bf16_f32_ref;
+  k.bf16_path = "scalar reference (fp32 sums of exact bf16 products)";
+  k.bf16_rate = 1;
   return k;
+}
+// The bf16 entries of a fast table: VDPBF16PS only on an avx512 table of a CPU with AVX512_BF16.
+void set_bf16(Kernels& k) {
+  if (k.isa == Isa::avx512 && cpu_has_avx512_bf16()) {
+    k.sbgemm = sbgemm_avx512bf16;
+    k.cvt_f32_bf16 = cvt_f32_bf16_avx512bf16;
+    k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
+    k.bf16_path = "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)";
+    k.bf16_rate = 2;
+  } else if (k.isa == Isa::avx512) {
+    k.sbgemm = sbgemm_f32_avx512;
+    k.cvt_f32_bf16 = cvt_f32_bf16_avx512;
+    k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
+    k.bf16_path = "emulated (no AVX512_BF16: bf16 widened to fp32, AVX-512 FMA)";
+  } else {
+    k.sbgemm = sbgemm_f32_avx2;
+    k.bf16_path = "emulated (bf16 widened to fp32, AVX2 FMA)";
+  }
 }
 // A fast table: the ISA's own kernels where it has them, the scalar references elsewhere.
 Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
@@ -157,8 +182,10 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.channel_axpy = fast.channel_axpy;
   k.channel_dot = fast.channel_dot;
   k.adam = fast.adam;
+  k.adam_bf16 = fast.adam_bf16;
   k.count_nonfinite = fast.count_nonfinite;
   k.fma_loop = fast.fma_loop;
+  set_bf16(k);
   return k;
 }
 }  // namespace

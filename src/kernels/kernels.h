@@ -32,6 +32,16 @@ using SgemmFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float 
                          const float* A, int lda, const float* B, int ldb, float beta, float* C,
                          int ldc);
 
+// bfloat16 (kernels/bf16.h holds the scalar rounding): dst[i] = f32_to_bf16(src[i]), and back.
+using CvtF32Bf16Fn = void (*)(uint16_t* dst, const float* src, size_t n);
+using CvtBf16F32Fn = void (*)(float* dst, const uint16_t* src, size_t n);
+// C[M,N] (fp32) = alpha * op(A) * op(B) + beta * C as SgemmFn, with A and B in bf16: the products
+// are exact in fp32 and summed in fp32 (the order is the kernel's), so every kernel equals the
+// fp32 GEMM of the bf16 values within fp32 rounding of the sums. Odd K is fine.
+using SbgemmFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                          const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
+                          float* C, int ldc);
+
 // Convolution geometry shared by the conv kernels (one sample, one group at a time for im2col).
 struct ConvShape {
   int N, C, H, W;   // input  [N, C, H, W]
@@ -196,6 +206,10 @@ struct AdamArgs {
   float lr, beta1, beta2, eps, l2, wd, bias1, bias2;  // bias_i = 1 - beta_i^t
 };
 using AdamFn = size_t (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+// The same update, also writing the new weights' bf16 copy wh[i] = f32_to_bf16(w[i]) in the same
+// pass (bf16 training: the matrix products read wh; w, m, v stay the fp32 masters).
+using AdamBf16Fn = size_t (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a,
+                              uint16_t* wh);
 
 // The number of non-finite values (NaN, +-Inf) among x[0..n).
 using CountNonfiniteFn = size_t (*)(const float* x, size_t n);
@@ -207,6 +221,14 @@ using FmaLoopFn = double (*)(int64_t iters, float* sink);
 struct Kernels {
   Isa isa;
   SgemmFn sgemm;
+  // bf16: VDPBF16PS (two bf16 products per fp32 lane: twice the fp32 FMA rate) where the CPU has
+  // AVX512_BF16 and the table is avx512; elsewhere bf16 blocks converted to fp32 for this table's
+  // sgemm. bf16_path names the choice (ember info); bf16_rate: products per fp32 FMA (2 or 1).
+  SbgemmFn sbgemm;
+  CvtF32Bf16Fn cvt_f32_bf16;
+  CvtBf16F32Fn cvt_bf16_f32;
+  const char* bf16_path;
+  int bf16_rate;
   Im2colFn im2col;
   Col2imFn col2im;
   ReluFwdFn relu_fwd;
@@ -241,6 +263,7 @@ struct Kernels {
   ChannelAxpyFn channel_axpy;
   ChannelDotFn channel_dot;
   AdamFn adam;
+  AdamBf16Fn adam_bf16;
   CountNonfiniteFn count_nonfinite;
   FmaLoopFn fma_loop;
 };
@@ -255,6 +278,26 @@ void sgemm_avx2(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
                 int lda, const float* B, int ldb, float beta, float* C, int ldc);
 void sgemm_avx512(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                   int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// bf16 entry points: the scalar references (sbgemm_ref sums in k order in fp32), the
+// converting fallbacks of each table (bf16 -> fp32 blocks, then that table's sgemm), the
+// AVX-512F conversions (integer rounding) and the AVX512_BF16 kernels (VDPBF16PS, VCVTNEPS2BF16).
+bool cpu_has_avx512_bf16();
+void sbgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void sbgemm_f32_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                    const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void sbgemm_f32_avx2(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                     const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void sbgemm_f32_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                       const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                       const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void cvt_f32_bf16_ref(uint16_t* dst, const float* src, size_t n);
+void cvt_bf16_f32_ref(float* dst, const uint16_t* src, size_t n);
+void cvt_f32_bf16_avx512(uint16_t* dst, const float* src, size_t n);
+void cvt_bf16_f32_avx512(float* dst, const uint16_t* src, size_t n);
+void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n);
+
 // The remaining fast kernels of one ISA, as a table whose isa, sgemm, im2col, col2im and bias
 // entries are left null (dispatch.cpp fills them).
 Kernels fast_kernels_avx2();

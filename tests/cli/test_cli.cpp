@@ -440,6 +440,9 @@ TEST_F(Cli, InfoNamesKernelSet) {
   Result r = run("info");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("chosen kernel set: (scalar|avx2|avx512)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("bf16 matrix products: (avx512_bf16|emulated)"))) << r.out;
+  const Result scalar = run("info", "EMBER_ISA=scalar");
+  EXPECT_NE(scalar.out.find("bf16 matrix products: scalar reference"), std::string::npos) << scalar.out;
 }
 
 TEST_F(Cli, BenchJsonHasEveryField) {

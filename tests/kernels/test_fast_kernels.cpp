@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "gradcheck.h"
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "kernels/ref/ref_convnext.h"
@@ -333,6 +334,25 @@ TEST(FastKernels, AdamAndRelu) {
       expect_close(w, wr, 4, "w");
       expect_close(m, mr, 4, "m");
       expect_close(v, vr, 4, "v");
+      // With the bf16 copy: the same fp32 update bit for bit, and the copy rounds the new weights
+      // as kernels/bf16.h (the reference does it in a second pass). NaN in a weight stays NaN.
+      auto w2 = wr, m2 = mr, v2 = vr, w3 = wr, m3 = mr, v3 = vr;
+      if (n > 5) w2[5] = w3[5] = NAN;
+      std::vector<uint16_t> wh(n + 1, 0xabcd), whr(n);
+      EXPECT_EQ(k.adam_bf16(w2.data(), m2.data(), v2.data(), g.data(), n, a, wh.data()), 0u);
+      ref::adam_bf16_f32(w3.data(), m3.data(), v3.data(), g.data(), n, a, whr.data());
+      auto w4 = wr, m4 = mr, v4 = vr;
+      if (n > 5) w4[5] = NAN;
+      k.adam(w4.data(), m4.data(), v4.data(), g.data(), n, a);
+      EXPECT_EQ(std::memcmp(w2.data(), w4.data(), n * 4), 0);
+      EXPECT_EQ(std::memcmp(m2.data(), m4.data(), n * 4), 0);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(wh[i], f32_to_bf16(w2[i])) << i;
+      EXPECT_EQ(wh[n], 0xabcd);
+      if (n > 5) {
+        EXPECT_TRUE(std::isnan(w2[5]) && std::isnan(w3[5]) && (wh[5] & 0x7fc0) == 0x7fc0);
+        w2[5] = w3[5] = 0.f;
+      }
+      expect_close(w2, w3, 4, "w (bf16 copy)");
       std::vector<float> y(n), yr(n), dx(n), dxr(n);
       k.relu_fwd(y.data(), g.data(), n);
       ref::relu_fwd<float>(yr.data(), g.data(), n);

@@ -479,6 +479,9 @@ int run_info(const InfoArgs& a) {
   std::printf("\nchosen kernel set: %s%s%s (override with --isa or EMBER_ISA)\n",
               env && *env ? env : isa_name(best_isa()), env && *env ? ", from EMBER_ISA; best: " : "",
               env && *env ? isa_name(best_isa()) : "");
+  Isa chosen = best_isa();  // a bad EMBER_ISA is named by the commands that use it, not here
+  if (env && *env && parse_isa(env, &chosen) && !isa_supported(chosen)) chosen = best_isa();
+  std::printf("bf16 matrix products: %s\n", kernels_for(chosen).bf16_path);
   std::printf("threads: %d hardware threads (default --threads %d)\n",
               int(std::thread::hardware_concurrency()), default_threads());
   if (!a.model.empty()) print_plans(a);

@@ -2,6 +2,8 @@
 // (and the fallbacks every other table uses where it has no fast version of its own).
 #include "kernels/ref/ref.h"
 
+#include "kernels/bf16.h"
+
 #include <cmath>
 
 namespace ember {
@@ -91,6 +93,11 @@ void channel_dot_f32(float* out, const float* w, size_t ldw, const float* u, con
 }
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
   return adam<float>(w, m, v, g, n, a);
+}
+size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh) {
+  const size_t nonfinite = adam<float>(w, m, v, g, n, a);
+  for (size_t i = 0; i < n; ++i) wh[i] = f32_to_bf16(w[i]);  // a reference: two passes
+  return nonfinite;
 }
 size_t count_nonfinite_f32(const float* x, size_t n) {
   size_t c = 0;

@@ -279,8 +279,11 @@ void conv_pool_wgrad(float* dw, float* db, const float* dy, const int8_t* code, 
   conv_s1_wgrad<S>(dw, db, ws, xp, d);
 }
 
-size_t adam_simd(float* __restrict w, float* __restrict m, float* __restrict v,
-                 const float* __restrict g, size_t n, const AdamArgs& a) {
+// Adam; with kCopy also the bf16 copy of the new weights, rounded as kernels/bf16.h (branchless
+// selects, so the loop stays vectorized).
+template <bool kCopy>
+size_t adam_loop(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+                 size_t n, const AdamArgs& a, uint16_t* __restrict wh) {
   const float step = a.lr / a.bias1, inv_sqrt_b2 = 1.f / std::sqrt(a.bias2);
   const float decay = 1.f - a.lr * a.wd, b1 = a.beta1, b2 = a.beta2, c1 = 1.f - b1, c2 = 1.f - b2;
   const float l2 = a.l2, eps = a.eps;
@@ -295,9 +298,25 @@ size_t adam_simd(float* __restrict w, float* __restrict m, float* __restrict v,
     const float vi = b2 * v[i] + c2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    w[i] = w[i] * decay - step * mi / (std::sqrt(vi) * inv_sqrt_b2 + eps);
+    const float wn = w[i] * decay - step * mi / (std::sqrt(vi) * inv_sqrt_b2 + eps);
+    w[i] = wn;
+    if constexpr (kCopy) {
+      uint32_t u;
+      std::memcpy(&u, &wn, 4);
+      const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      const uint32_t nan = (u >> 16) | 0x40u, zero = (u >> 16) & 0x8000u;
+      const uint32_t out = (u & 0x7fffffffu) > 0x7f800000u ? nan : (u & 0x7f800000u) == 0 ? zero : rounded;
+      wh[i] = uint16_t(out);
+    }
   }
   return nonfinite;
+}
+
+size_t adam_simd(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
+  return adam_loop<false>(w, m, v, g, n, a, nullptr);
+}
+size_t adam_bf16_simd(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh) {
+  return adam_loop<true>(w, m, v, g, n, a, wh);
 }
 
 size_t count_nonfinite_simd(const float* __restrict x, size_t n) {
@@ -522,6 +541,7 @@ Kernels fast_table() {
   k.channel_axpy = channel_axpy<S>;
   k.channel_dot = channel_dot<S>;
   k.adam = adam_simd;
+  k.adam_bf16 = adam_bf16_simd;
   k.count_nonfinite = count_nonfinite_simd;
   k.fma_loop = fma_loop<S>;
   return k;

@@ -1,0 +1,205 @@
+// bf16 GEMM for AVX512_BF16 (fp32 results): the SGEMM's Goto blocking with operands packed as
+// pairs along k, one uint32 = (bf16 at k, bf16 at k + 1). VDPBF16PS then adds two exact products
+// per fp32 lane: an 8x32 micro-tile (16 zmm accumulators) does 32 bf16 multiply-adds per
+// instruction, twice an fp32 FMA. Also VCVTNEPS2BF16 for the fp32 -> bf16 conversion.
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace ember {
+namespace {
+
+constexpr int MR = 8;    // micro-tile rows
+constexpr int NR = 32;   // micro-tile columns (two zmm)
+constexpr int KC = 384;  // bf16 depth of a block (192 pairs): a B micro-panel is 24 KiB (L1)
+constexpr int MC = 128;  // rows of a packed A block: 96 KiB
+constexpr int NC = 512;  // columns of a packed B block: 384 KiB (L2)
+
+int min_int(int a, int b) { return a < b ? a : b; }
+
+int block_step(int n, int max_step, int unit) {
+  const int blocks = (n + max_step - 1) / max_step;
+  const int step = (n + blocks - 1) / blocks;
+  const int rounded = (step + unit - 1) / unit * unit;
+  return rounded < max_step ? rounded : max_step;
+}
+
+__mmask16 lane_mask(int n) {
+  if (n <= 0) return 0;
+  if (n >= 16) return 0xFFFF;
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+
+uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+
+// op(A)[i0 : i0+mc, p0 : p0+kc] as micro-panels of MR rows, kc2 = ceil(kc / 2) pairs each:
+// panel ir at dst + ir * kc2, pair (i, kp) at [kp * MR + i]. Rows past mc and k past kc are zero.
+void pack_a(bool ta, const uint16_t* A, size_t lda, int i0, int mc, int p0, int kc, uint32_t* dst) {
+  const int kc2 = (kc + 1) / 2, even = kc / 2;
+  for (int ir = 0; ir < mc; ir += MR) {
+    const int mr = min_int(MR, mc - ir);
+    uint32_t* d = dst + (size_t)ir * kc2;
+    if (mr < MR)
+      for (int kp = 0; kp < kc2; ++kp)
+        for (int i = mr; i < MR; ++i) d[kp * MR + i] = 0;
+    if (!ta) {  // a row's pairs are contiguous
+      for (int i = 0; i < mr; ++i) {
+        const uint16_t* s = A + (size_t)(i0 + ir + i) * lda + p0;
+        for (int kp = 0; kp < even; ++kp) std::memcpy(d + kp * MR + i, s + 2 * kp, 4);
+        if (kc & 1) d[even * MR + i] = pair(s[kc - 1], 0);
+      }
+    } else {  // rows k and k + 1 interleaved along i
+      for (int kp = 0; kp < kc2; ++kp) {
+        const uint16_t* s0 = A + (size_t)(p0 + 2 * kp) * lda + i0 + ir;
+        const uint16_t* s1 = 2 * kp + 1 < kc ? s0 + lda : nullptr;
+        for (int i = 0; i < mr; ++i) d[kp * MR + i] = pair(s0[i], s1 ? s1[i] : 0);
+      }
+    }
+  }
+}
+
+// op(B)[p0 : p0+kc, j0 : j0+nc] as micro-panels of NR columns: panel jr at dst + jr * kc2, pair
+// (kp, j) at [kp * NR + j]. Columns past nc and k past kc are zero.
+void pack_b(bool tb, const uint16_t* B, size_t ldb, int p0, int kc, int j0, int nc, uint32_t* dst) {
+  const int kc2 = (kc + 1) / 2, even = kc / 2;
+  for (int jr = 0; jr < nc; jr += NR) {
+    const int nr = min_int(NR, nc - jr);
+    uint32_t* d = dst + (size_t)jr * kc2;
+    if (nr < NR)
+      for (int kp = 0; kp < kc2; ++kp)
+        for (int j = nr; j < NR; ++j) d[kp * NR + j] = 0;
+    if (!tb) {  // rows k and k + 1 interleaved along j: 16 columns per unpack
+      for (int kp = 0; kp < kc2; ++kp) {
+        const uint16_t* s0 = B + (size_t)(p0 + 2 * kp) * ldb + j0 + jr;
+        const bool odd = 2 * kp + 1 < kc;
+        int j = 0;
+        for (; odd && j + 16 <= nr; j += 16) {
+          const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + j));
+          const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + ldb + j));
+          const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + kp * NR + j), _mm256_permute2x128_si256(lo, hi, 0x20));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + kp * NR + j + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+        for (; j < nr; ++j) d[kp * NR + j] = pair(s0[j], odd ? s0[ldb + j] : 0);
+      }
+    } else {  // a column's pairs are contiguous in B's row j
+      for (int j = 0; j < nr; ++j) {
+        const uint16_t* s = B + (size_t)(j0 + jr + j) * ldb + p0;
+        for (int kp = 0; kp < even; ++kp) std::memcpy(d + kp * NR + j, s + 2 * kp, 4);
+        if (kc & 1) d[even * NR + j] = pair(s[kc - 1], 0);
+      }
+    }
+  }
+}
+
+// C[R, 32] (columns masked by m0/m1) = alpha * a_panel * b_panel + beta * C over kc2 pairs.
+template <int R>
+void micro_kernel(int kc2, const uint32_t* a, const uint32_t* b, float* C, size_t ldc, float alpha, float beta,
+                  __mmask16 m0, __mmask16 m1) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    __builtin_prefetch(C + i * ldc, 1);
+    __builtin_prefetch(C + i * ldc + NR - 1, 1);
+  }
+  __m512 c0[R], c1[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int kp = 0; kp < kc2; ++kp) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[i]));
+      c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);
+      c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);
+    }
+    a += MR;
+    b += NR;
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    float* c = C + i * ldc;
+    __m512 o0 = _mm512_mul_ps(c0[i], va), o1 = _mm512_mul_ps(c1[i], va);
+    if (beta != 0.0f) {  // beta == 0: C is write-only (stale NaN/Inf must not leak)
+      o0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, c), vb, o0);
+      o1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, c + 16), vb, o1);
+    }
+    _mm512_mask_storeu_ps(c, m0, o0);
+    _mm512_mask_storeu_ps(c + 16, m1, o1);
+  }
+}
+
+void macro_kernel(int mc, int nc, int kc, const uint32_t* Ap, const uint32_t* Bp, float* C, size_t ldc, float alpha,
+                  float beta) {
+  const int kc2 = (kc + 1) / 2;
+  for (int jr = 0; jr < nc; jr += NR) {
+    const int nr = min_int(NR, nc - jr);
+    const __mmask16 m0 = lane_mask(nr), m1 = lane_mask(nr - 16);
+    const uint32_t* b = Bp + (size_t)jr * kc2;
+    for (int ir = 0; ir < mc; ir += MR) {
+      const uint32_t* a = Ap + (size_t)ir * kc2;
+      float* c = C + ir * ldc + jr;
+      switch (min_int(MR, mc - ir)) {
+        case 8: micro_kernel<8>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+        case 7: micro_kernel<7>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+        case 6: micro_kernel<6>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+        case 5: micro_kernel<5>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+        case 4: micro_kernel<4>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+        case 3: micro_kernel<3>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+        case 2: micro_kernel<2>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+        default: micro_kernel<1>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                       const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  const size_t la = (size_t)lda, lb = (size_t)ldb, lc = (size_t)ldc;
+  if (K <= 0) {  // C = beta * C
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) C[i * lc + j] = beta == 0.f ? 0.f : beta * C[i * lc + j];
+    return;
+  }
+  alignas(64) uint32_t Ap[MC * KC / 2];
+  alignas(64) uint32_t Bp[KC / 2 * NC];
+  const int kc_step = block_step(K, KC, 8), mc_step = block_step(M, MC, MR);
+  for (int jc = 0; jc < N; jc += NC) {
+    const int nc = min_int(NC, N - jc);
+    for (int pc = 0; pc < K; pc += kc_step) {
+      const int kc = min_int(kc_step, K - pc);
+      const float b = pc == 0 ? beta : 1.0f;
+      pack_b(tb, B, lb, pc, kc, jc, nc, Bp);
+      for (int ic = 0; ic < M; ic += mc_step) {
+        const int mc = min_int(mc_step, M - ic);
+        pack_a(ta, A, la, ic, mc, pc, kc, Ap);
+        macro_kernel(mc, nc, kc, Ap, Bp, C + ic * lc + jc, lc, alpha, b);
+      }
+    }
+  }
+}
+
+void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)h);
+  }
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+    _mm256_mask_storeu_epi16(dst + i, m, (__m256i)h);
+  }
+}
+
+}  // namespace ember
