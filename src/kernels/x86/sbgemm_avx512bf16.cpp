@@ -38,23 +38,65 @@ __mmask16 lane_mask(int n) {
 
 uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
+// Transposes 8 rows of 8 pairs (32-bit, moved as floats: shuffles keep the bits) into
+// dst[c * ds + r] = row r, pair c.
+void transpose8_store(const __m256 (&r)[8], uint32_t* dst, size_t ds) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  float* d = reinterpret_cast<float*>(dst);
+  _mm256_storeu_ps(d + 0 * ds, _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(d + 1 * ds, _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(d + 2 * ds, _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(d + 3 * ds, _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(d + 4 * ds, _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(d + 5 * ds, _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(d + 6 * ds, _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(d + 7 * ds, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+
+// `rows` (<= 8) bf16 rows of length kc, src[r * ld + k], as pairs along k in columns:
+// dst[kp * ds + r] for r < 8 (rows past `rows` zero; an odd kc's last pair has a zero high half).
+void pack_pairs_transposed(const uint16_t* src, size_t ld, int rows, int kc, uint32_t* dst, size_t ds) {
+  const int even = kc / 2, kc2 = (kc + 1) / 2;
+  int kp = 0;
+  for (; kp + 8 <= even; kp += 8) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = i < rows ? _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * ld + 2 * kp)) : _mm256_setzero_ps();
+    transpose8_store(r, dst + (size_t)kp * ds, ds);
+  }
+  for (; kp < kc2; ++kp)
+    for (int i = 0; i < 8; ++i) {
+      const uint16_t* s = src + i * ld + 2 * kp;
+      dst[(size_t)kp * ds + i] = i < rows ? pair(s[0], 2 * kp + 1 < kc ? s[1] : 0) : 0;
+    }
+}
+
 // op(A)[i0 : i0+mc, p0 : p0+kc] as micro-panels of MR rows, kc2 = ceil(kc / 2) pairs each:
 // panel ir at dst + ir * kc2, pair (i, kp) at [kp * MR + i]. Rows past mc and k past kc are zero.
 void pack_a(bool ta, const uint16_t* A, size_t lda, int i0, int mc, int p0, int kc, uint32_t* dst) {
-  const int kc2 = (kc + 1) / 2, even = kc / 2;
+  const int kc2 = (kc + 1) / 2;
   for (int ir = 0; ir < mc; ir += MR) {
     const int mr = min_int(MR, mc - ir);
     uint32_t* d = dst + (size_t)ir * kc2;
+    if (!ta) {  // a row's pairs are contiguous: 8x8 transposes of pairs
+      pack_pairs_transposed(A + (size_t)(i0 + ir) * lda + p0, lda, mr, kc, d, MR);
+      continue;
+    }
     if (mr < MR)
       for (int kp = 0; kp < kc2; ++kp)
         for (int i = mr; i < MR; ++i) d[kp * MR + i] = 0;
-    if (!ta) {  // a row's pairs are contiguous
-      for (int i = 0; i < mr; ++i) {
-        const uint16_t* s = A + (size_t)(i0 + ir + i) * lda + p0;
-        for (int kp = 0; kp < even; ++kp) std::memcpy(d + kp * MR + i, s + 2 * kp, 4);
-        if (kc & 1) d[even * MR + i] = pair(s[kc - 1], 0);
-      }
-    } else {  // rows k and k + 1 interleaved along i
+    {  // rows k and k + 1 interleaved along i
       for (int kp = 0; kp < kc2; ++kp) {
         const uint16_t* s0 = A + (size_t)(p0 + 2 * kp) * lda + i0 + ir;
         const uint16_t* s1 = 2 * kp + 1 < kc ? s0 + lda : nullptr;
@@ -67,7 +109,7 @@ void pack_a(bool ta, const uint16_t* A, size_t lda, int i0, int mc, int p0, int 
 // op(B)[p0 : p0+kc, j0 : j0+nc] as micro-panels of NR columns: panel jr at dst + jr * kc2, pair
 // (kp, j) at [kp * NR + j]. Columns past nc and k past kc are zero.
 void pack_b(bool tb, const uint16_t* B, size_t ldb, int p0, int kc, int j0, int nc, uint32_t* dst) {
-  const int kc2 = (kc + 1) / 2, even = kc / 2;
+  const int kc2 = (kc + 1) / 2;
   for (int jr = 0; jr < nc; jr += NR) {
     const int nr = min_int(NR, nc - jr);
     uint32_t* d = dst + (size_t)jr * kc2;
@@ -88,12 +130,9 @@ void pack_b(bool tb, const uint16_t* B, size_t ldb, int p0, int kc, int j0, int 
         }
         for (; j < nr; ++j) d[kp * NR + j] = pair(s0[j], odd ? s0[ldb + j] : 0);
       }
-    } else {  // a column's pairs are contiguous in B's row j
-      for (int j = 0; j < nr; ++j) {
-        const uint16_t* s = B + (size_t)(j0 + jr + j) * ldb + p0;
-        for (int kp = 0; kp < even; ++kp) std::memcpy(d + kp * NR + j, s + 2 * kp, 4);
-        if (kc & 1) d[even * NR + j] = pair(s[kc - 1], 0);
-      }
+    } else {  // a column's pairs are contiguous in B's row j: four groups of 8 columns
+      for (int g = 0; g < NR / 8 && g * 8 < nr; ++g)
+        pack_pairs_transposed(B + (size_t)(j0 + jr + g * 8) * ldb + p0, ldb, min_int(8, nr - g * 8), kc, d + g * 8, NR);
     }
   }
 }
