@@ -265,7 +265,8 @@ std::vector<std::string> convnext_workloads() {
 std::vector<std::string> bench_workloads() {
   return {"cnn-train",    "cnn-train-1t", "peak-rss",     "mlp-train",     "cnn-infer-b1",
           "cnn-infer-b64", "sgemm-2048-1t", "sgemm-2048", "sgemm-fc1-fwd", "sgemm-fc1-dx",
-          "sgemm-fc1-dw", "sbgemm-2048-1t", "sbgemm-2048"};
+          "sgemm-fc1-dw", "sbgemm-2048-1t", "sbgemm-2048", "sbgemm-fc1-fwd", "sbgemm-fc1-dx", "sbgemm-fc1-dw",
+          "sgemm-cx-1x1", "sbgemm-cx-1x1"};
 }
 
 BenchMachine measure_machine(const std::string& isa_text) {
@@ -404,7 +405,12 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
       {"sgemm-2048", "SGEMM 2048^3, C = A B", false, false, 2048, 2048, 2048, all},
       {"sgemm-fc1-fwd", "fc1 forward y[64,128] = x[64,6272] w[128,6272]^T", false, true, 64, 128, 6272, all},
       {"sgemm-fc1-dx", "fc1 input gradient dx[64,6272] = dy[64,128] w[128,6272]", false, false, 64, 6272, 128, all},
-      {"sgemm-fc1-dw", "fc1 weight gradient dw[128,6272] = dy[64,128]^T x[64,6272]", true, false, 128, 6272, 64, all}};
+      {"sgemm-fc1-dw", "fc1 weight gradient dw[128,6272] = dy[64,128]^T x[64,6272]", true, false, 128, 6272, 64, all},
+      {"sbgemm-fc1-fwd", "bf16 fc1 forward y[64,128] = x[64,6272] w[128,6272]^T", false, true, 64, 128, 6272, all, true},
+      {"sbgemm-fc1-dx", "bf16 fc1 input gradient dx[64,6272] = dy[64,128] w[128,6272]", false, false, 64, 6272, 128, all, true},
+      {"sbgemm-fc1-dw", "bf16 fc1 weight gradient dw[128,6272] = dy[64,128]^T x[64,6272]", true, false, 128, 6272, 64, all, true},
+      {"sgemm-cx-1x1", "convnext-seed stage 1 1x1 conv, one sample: y[256,256] = w[256,256] x[256,256]", false, false, 256, 256, 256, all},
+      {"sbgemm-cx-1x1", "bf16 convnext-seed stage 1 1x1 conv, one sample: y[256,256] = w[256,256] x[256,256]", false, false, 256, 256, 256, all, true}};
   for (const Gemm& g : gemms) {
     if (!wants(g.name)) continue;
     BenchResult r;
