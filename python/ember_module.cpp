@@ -220,10 +220,11 @@ class PyModel {
     return r;
   }
 
-  void save(const std::string& path) {
+  void save(const std::string& path, const std::string& dtype) {
+    if (dtype != "fp32" && dtype != "bf16") throw py::value_error("dtype: expected 'fp32' or 'bf16', found '" + dtype + "'");
     if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
     py::gil_scoped_release nogil;
-    ember::save_weights(*plan_, path);
+    ember::save_weights(*plan_, path, dtype == "bf16" ? ember::WeightDtype::bf16 : ember::WeightDtype::f32);
   }
   void save_onnx(const std::string& path) {
     if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
@@ -403,7 +404,8 @@ PYBIND11_MODULE(ember, m) {
            "(epoch, lr, train_loss, train_acc, seconds, samples_per_s). callback(metrics) returning False stops.")
       .def("predict", &PyModel::predict, py::arg("x"), py::arg("batch_size") = 0, "Outputs [N, classes] (float32)")
       .def("evaluate", &PyModel::evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size") = 0, "{'loss', 'accuracy'}")
-      .def("save", &PyModel::save, py::arg("path"), "Writes the weights (safetensors, PyTorch names)")
+      .def("save", &PyModel::save, py::arg("path"), py::arg("dtype") = "fp32",
+           "Writes the weights (safetensors, PyTorch names); dtype 'bf16' rounds them to nearest even")
       .def("load", &PyModel::load, py::arg("path"), "Reads weights written by save() or by PyTorch")
       .def_static("from_onnx", &PyModel::from_onnx, py::arg("path"),
                   "A model imported from an ONNX file (torch.onnx.export, ember export, ...) with its weights")

@@ -39,8 +39,10 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n, uint6
                                            const std::string& file);
 
 // Weights: the plan's parameters under their PyTorch names and shapes (Linear [K, C], Conv2d
-// [K, C/G, R, S]) as F32, with the model description and ember's version in __metadata__.
-void save_weights(Plan& plan, const std::string& path);
+// [K, C/G, R, S]) as F32 (or BF16: rounded to nearest even, half the bytes; PyTorch loads
+// either), with the model description and ember's version in __metadata__.
+enum class WeightDtype { f32, bf16 };
+void save_weights(Plan& plan, const std::string& path, WeightDtype dtype = WeightDtype::f32);
 // Loads weights whose names and shapes match the plan's parameters (F32, F64, F16 or BF16,
 // converted to f32). Tensors named "optimizer.*" (a checkpoint's) are ignored; any other extra
 // tensor or missing one is an error naming it.

@@ -12,6 +12,7 @@
 #include "ember/model.h"
 #include "ember/version.h"
 #include "io/source.h"
+#include "kernels/bf16.h"
 
 namespace ember {
 
@@ -243,8 +244,9 @@ std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
   json header = json::object();
   uint64_t offset = 0;
   for (const TensorOut& t : tensors) {
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.count * 4}}};
-    offset += t.count * 4;
+    const uint64_t bytes = t.count * (t.bf16 ? 2 : 4);
+    header[t.name] = {{"dtype", t.bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   header["__metadata__"] = metadata;
   std::string h = header.dump();
@@ -258,8 +260,17 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
                        const std::map<std::string, std::string>& metadata) {
   const std::string header = safetensors_header_bytes(tensors, metadata);
   std::vector<std::string_view> parts{header};
-  for (const TensorOut& t : tensors)
-    parts.emplace_back(reinterpret_cast<const char*>(t.data), t.count * 4);
+  std::vector<std::vector<uint16_t>> rounded;  // the BF16 tensors' bytes
+  rounded.reserve(tensors.size());
+  for (const TensorOut& t : tensors) {
+    if (!t.bf16) {
+      parts.emplace_back(reinterpret_cast<const char*>(t.data), t.count * 4);
+      continue;
+    }
+    std::vector<uint16_t>& h = rounded.emplace_back(t.count);
+    for (size_t i = 0; i < t.count; ++i) h[i] = f32_to_bf16(t.data[i]);  // little-endian host
+    parts.emplace_back(reinterpret_cast<const char*>(h.data()), t.count * 2);
+  }
   write_file_atomic(path, parts);
 }
 
@@ -278,8 +289,10 @@ std::map<std::string, std::string> weight_metadata(const Plan& plan) {
 
 }  // namespace io
 
-void save_weights(Plan& plan, const std::string& path) {
-  io::write_safetensors(path, io::weight_tensors(plan), io::weight_metadata(plan));
+void save_weights(Plan& plan, const std::string& path, WeightDtype dtype) {
+  std::vector<io::TensorOut> tensors = io::weight_tensors(plan);
+  for (io::TensorOut& t : tensors) t.bf16 = dtype == WeightDtype::bf16;
+  io::write_safetensors(path, tensors, io::weight_metadata(plan));
 }
 
 void load_weights(Plan& plan, const std::string& path) {

@@ -68,6 +68,7 @@ struct TensorOut {
   std::vector<int64_t> shape;
   const float* data;
   size_t count;
+  bool bf16 = false;  // written as BF16 (rounded to nearest even, kernels/bf16.h), else F32
 };
 std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
                                      const std::map<std::string, std::string>& metadata);

@@ -504,3 +504,23 @@ TEST_F(Cli, RealMnistIfPresent) {
 }
 
 }  // namespace
+
+// --save-dtype bf16 writes every tensor as BF16 (half the bytes of fp32's file), which ember
+// evaluates; an unknown dtype is refused before any training.
+TEST_F(Cli, SaveDtypeBf16HalvesTheWeightsFile) {
+  const fs::path w32 = tmp_ / "w32.safetensors", w16 = tmp_ / "w16.safetensors";
+  Result r = run(train_args("--save " + quote(w32.string())));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run(train_args("--save " + quote(w16.string()) + " --save-dtype bf16"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string head = read_text(w16).substr(0, 400);
+  EXPECT_NE(head.find("\"BF16\""), std::string::npos) << head;
+  EXPECT_EQ(head.find("\"F32\""), std::string::npos) << head;
+  EXPECT_LT(fs::file_size(w16), fs::file_size(w32) * 55 / 100);
+  r = run("eval --data " + quote(data_.string()) + " --weights " + quote(w16.string()));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("test accuracy"), std::string::npos);
+  expect_one_line_error(run(train_args("--save " + quote((tmp_ / "x.safetensors").string()) + " --save-dtype fp16")),
+                        {"--save-dtype", "fp16"});
+  EXPECT_FALSE(fs::exists(tmp_ / "x.safetensors"));
+}

@@ -25,6 +25,18 @@ std::vector<uint8_t> file_of(const std::string& header, const std::vector<uint8_
   return std::vector<uint8_t>(f.begin(), f.end());
 }
 
+// The nearest bf16 of v (ties cannot occur for the values used with it), computed apart from
+// ember's rounding: of the two bf16 neighbours, the closer one.
+float bf16_round_trip(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  float lo, hi;
+  const uint32_t a = u & 0xffff0000u, b = a + 0x10000u;
+  std::memcpy(&lo, &a, 4);
+  std::memcpy(&hi, &b, 4);
+  return std::fabs(double(v) - lo) <= std::fabs(double(hi) - v) ? lo : hi;
+}
+
 Model tiny() {  // flatten, then linear: parameters "1.weight" [3, 4] and "1.bias" [3]
   Model m;
   m.name = "tiny";
@@ -190,3 +202,39 @@ TEST(Safetensors, WriterHeaderFollowsTheFormat) {
 }
 
 }  // namespace
+
+// --save-dtype bf16: every tensor BF16, rounded to nearest even (kernels/bf16.h), 2 bytes each;
+// loading it back gives exactly the rounded values.
+TEST(Safetensors, Bf16WeightsAreRoundedToNearestEvenAndLoadBack) {
+  Plan p(tiny(), opts());
+  float* w = static_cast<float*>(p.param_data());
+  const float values[] = {1.0f, 1.00390625f, 1.01171875f, -2.5e-3f, 3.3e38f, 1e-39f, 0.1f, -0.3f, 7.0f, 1.0039063f,
+                          -65504.f, 1e-20f, 0.5f, -1.f, 2.f};
+  for (size_t i = 0; i < p.param_count(); ++i) w[i] = values[i % 15];
+  const std::string path = ::testing::TempDir() + "/ember-bf16.safetensors";
+  save_weights(p, path, WeightDtype::bf16);
+  const auto meta = read_weights_metadata(path);
+  EXPECT_TRUE(meta.count("model"));
+  std::FILE* fp = std::fopen(path.c_str(), "rb");
+  ASSERT_NE(fp, nullptr);
+  std::vector<uint8_t> f(1 << 16);
+  f.resize(std::fread(f.data(), 1, f.size(), fp));
+  std::fclose(fp);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(f[size_t(i)]) << (8 * i);
+  ASSERT_EQ(f.size(), 8 + n + 2 * p.param_count());
+  const json h = json::parse(std::string(f.begin() + 8, f.begin() + 8 + long(n)));
+  EXPECT_EQ(h["1.weight"]["dtype"], "BF16");
+  EXPECT_EQ(h["1.bias"]["dtype"], "BF16");
+  Plan q(tiny(), opts());
+  load_weights(q, path);
+  std::remove(path.c_str());
+  const float* r = static_cast<const float*>(std::as_const(q).param_data());
+  // The expected values, rounded by hand: ties to even (1 + 2^-8 -> 1, 1 + 3 * 2^-8 -> 1 + 2^-6),
+  // 3.3e38 -> the nearest bf16 (3.2996e38), the fp32 denormal 1e-39 -> 0.
+  for (size_t i = 0; i < p.param_count(); ++i) {
+    const float v = values[i % 15];
+    const float want = v == 1.00390625f ? 1.0f : v == 1.01171875f ? 1.015625f : v == 1e-39f ? 0.f : bf16_round_trip(v);
+    EXPECT_EQ(r[i], want) << i << " from " << v;
+  }
+}

@@ -228,6 +228,10 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
   cmd->add_flag("--no-shuffle", a.no_shuffle, "Keep the data set's order every epoch");
   cmd->add_option("--metrics", a.metrics, "Write one JSON object per epoch to FILE.jsonl");
   cmd->add_option("--save", a.save, "Save the trained weights to FILE (safetensors)");
+  cmd->add_option("--save-dtype", a.save_dtype,
+                  "fp32 or bf16: the dtype of --save's tensors (bf16: rounded to nearest even, half the size; "
+                  "PyTorch loads either; checkpoints keep fp32)")
+      ->capture_default_str();
   cmd->add_option("--show-batch", a.show_batch, "Write the first augmented training batch to FILE.png as a grid");
   cmd->add_option("--init", a.init, "Weight init: kaiming, xavier or torch (default: the model's)");
   cmd->add_option("--early-stop-tol", a.early_stop_tol,

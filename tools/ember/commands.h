@@ -71,6 +71,7 @@ struct TrainArgs {
   bool no_shuffle = false;
   std::string metrics;
   std::string save;
+  std::string save_dtype = "fp32";  // --save-dtype: fp32 or bf16 (checkpoints stay fp32)
   std::string show_batch;    // FILE.png: a grid of the first augmented training batch
   std::string init;
   double early_stop_tol = 0;

@@ -33,6 +33,7 @@ json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count
           {"weight_decay", a.weight_decay}, {"momentum", a.momentum}, {"seed", a.seed},
           {"no_shuffle", a.no_shuffle}, {"init", a.init}, {"early_stop_tol", a.early_stop_tol},
           {"limit_train", a.limit_train}, {"metrics", a.metrics}, {"save", a.save},
+          {"save_dtype", a.save_dtype},
           {"out", a.out}, {"profile", a.profile}, {"quiet", a.quiet},
           {"checkpoint_every", a.checkpoint_every}, {"checkpoint_dir", a.checkpoint_dir},
           {"keep_checkpoints", a.keep_checkpoints}, {"on_nonfinite", a.on_nonfinite},
@@ -111,7 +112,7 @@ std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd
   r("checkpoint_every", "--checkpoint-every", a.checkpoint_every, true);
   r("keep_checkpoints", "--keep-checkpoints", a.keep_checkpoints, true);
   r("on_nonfinite", "--on-nonfinite", a.on_nonfinite, true);
-  // Outputs (--metrics, --save, --out, --profile, --checkpoint-dir) are never taken from the
+  // Outputs (--metrics, --save, --save-dtype, --out, --profile, --checkpoint-dir) are never taken from the
   // checkpoint: a resume writes only where its own command line says, and checkpoints go to the
   // directory it resumes from unless --checkpoint-dir is given.
   return taken;

@@ -189,6 +189,8 @@ void check_outputs(TrainArgs& a, const std::string& resume_path) {
   }
   if (!a.metrics.empty()) check(a.metrics, "--metrics");
   if (!a.save.empty()) check(a.save, "--save");
+  if (a.save_dtype != "fp32" && a.save_dtype != "bf16")
+    throw Error("--save-dtype: expected fp32 or bf16, found '" + one_line(a.save_dtype.substr(0, 40)) + "'");
   if (!a.show_batch.empty()) check(a.show_batch, "--show-batch");
   outs.push_back({"--show-batch", a.show_batch});
   outs.push_back({"--metrics", a.metrics});
@@ -199,9 +201,9 @@ void check_outputs(TrainArgs& a, const std::string& resume_path) {
 // --save at the end: if the named file cannot be written after all, the weights go to a new file
 // beside it (or in the temporary directory), created exclusively (never through a planted
 // link), and the error names both.
-void save_final_weights(Plan& plan, const std::string& path) {
+void save_final_weights(Plan& plan, const std::string& path, WeightDtype dtype) {
   try {
-    save_weights(plan, path);
+    save_weights(plan, path, dtype);
     std::printf("weights saved to %s\n", one_line(path).c_str());
     return;
   } catch (const Error& e) {
@@ -214,7 +216,7 @@ void save_final_weights(Plan& plan, const std::string& path) {
       if (fd < 0) continue;
       ::close(fd);
       try {
-        save_weights(plan, name);
+        save_weights(plan, name, dtype);
       } catch (const Error&) {
         ::unlink(name.c_str());
         continue;
@@ -311,6 +313,7 @@ std::string resume_hint(const TrainArgs& a, const std::string& dir) {
   std::string h = "ember train --resume " + (plain ? dir : sh(dir));
   if (!a.metrics.empty()) h += " --metrics " + sh(a.metrics);
   if (!a.save.empty()) h += " --save " + sh(a.save);
+  if (!a.save.empty() && a.save_dtype == "bf16") h += " --save-dtype bf16";
   if (!a.out.empty()) h += " --out " + sh(a.out);
   if (a.profile) h += " --profile";
   return one_line(h);
@@ -481,7 +484,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
       write_text_file(a.out + "/trace.json", chrome_trace_json(plan, *prof), "--out");
     }
   }
-  if (!a.save.empty()) save_final_weights(plan, a.save);
+  if (!a.save.empty()) save_final_weights(plan, a.save, a.save_dtype == "bf16" ? WeightDtype::bf16 : WeightDtype::f32);
   if (!a.out.empty())
     std::printf("run directory %s (ember report %s -o report.html)\n", one_line(a.out).c_str(), one_line(a.out).c_str());
   return 0;
