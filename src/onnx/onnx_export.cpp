@@ -126,6 +126,10 @@ class Exporter {
   std::string flat(const Value& v, const std::string& name) {
     return v.rank == 2 ? v.name : W_.op("Flatten", {v.name}, name);
   }
+  // [N, D] as the image [N, D, 1, 1] that ember sees (for ops that need rank 4).
+  std::string img(const Value& v, const std::string& name) {
+    return v.rank == 4 ? v.name : W_.op("Unsqueeze", {v.name, W_.ints("axes", {2, 3})}, name);
+  }
   Dims in_dims(int i, int k = 0) const { return g_.tensors[size_t(g_.nodes[size_t(i)].in[size_t(k)])].dims; }
   Dims out_dims(int i) const { return g_.tensors[size_t(i) + 1].dims; }
 
@@ -140,7 +144,7 @@ class Exporter {
       case LayerKind::MaxPool2d:
       case LayerKind::AvgPool2d: {
         const bool mx = s.kind == LayerKind::MaxPool2d;
-        std::string v = x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, nm) : x.name;
+        const std::string v = img(x, nm);
         const std::string y = W_.fresh(nm + (mx ? "_maxpool" : "_avgpool"));
         pb::NodeProto* n = W_.node(mx ? "MaxPool" : "AveragePool", {v}, {y}, nm);
         attr(n, "kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w});
@@ -167,7 +171,7 @@ class Exporter {
       case LayerKind::FastSwish: return {fastswish(x.name, nm), x.rank};
       case LayerKind::LayerNorm: return layernorm(i, x);
       case LayerKind::LayerNorm2d: return layernorm2d(i, x);
-      case LayerKind::GlobalAvgPool: return {W_.op("GlobalAveragePool", {x.name}, nm), 4};
+      case LayerKind::GlobalAvgPool: return {W_.op("GlobalAveragePool", {img(x, nm)}, nm), 4};
       case LayerKind::LayerScale: {
         const int C = in_dims(i).c;
         std::vector<int64_t> shape = x.rank == 4 ? std::vector<int64_t>{C, 1, 1} : std::vector<int64_t>{C};
@@ -176,7 +180,7 @@ class Exporter {
       }
       case LayerKind::ZeroPad2d: {
         const std::string pads = W_.ints("pads", {0, 0, s.pad_h, s.pad_w, 0, 0, s.pad_h, s.pad_w});
-        return {W_.op("Pad", {x.name, pads}, nm), 4};
+        return {W_.op("Pad", {img(x, nm), pads}, nm), 4};
       }
       case LayerKind::DropPath: return {W_.op("Identity", {x.name}, nm), x.rank};  // eval mode
     }
@@ -188,7 +192,7 @@ class Exporter {
     const Dims d = in_dims(i);
     const std::string nm = g_.nodes[size_t(i)].param_prefix;
     const std::string w = init(i, "weight", {s.out, d.c / s.groups, s.kernel_h, s.kernel_w});
-    std::vector<std::string> in{x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, nm) : x.name, w};
+    std::vector<std::string> in{img(x, nm), w};
     if (s.bias) in.push_back(init(i, "bias", {s.out}));
     const int ph = s.same ? s.kernel_h / 2 : s.pad_h, pw = s.same ? s.kernel_w / 2 : s.pad_w;
     pb::NodeProto* n = W_.node("Conv", in, {W_.fresh(nm + "_conv")}, nm);
@@ -205,11 +209,11 @@ class Exporter {
     const std::string nm = g_.nodes[size_t(i)].param_prefix;
     const Dims d = in_dims(i);
     if (s.over_channels) {
-      std::vector<std::string> in{x.name, init(i, "weight", {s.out, d.c, 1, 1})};
+      std::vector<std::string> in{img(x, nm), init(i, "weight", {s.out, d.c, 1, 1})};
       if (s.bias) in.push_back(init(i, "bias", {s.out}));
       pb::NodeProto* n = W_.node("Conv", in, {W_.fresh(nm + "_linear")}, nm);
       attr(n, "kernel_shape", std::vector<int64_t>{1, 1});
-      return {n->output(0), x.rank};
+      return {n->output(0), 4};
     }
     std::vector<std::string> in{flat(x, nm), init(i, "weight", {s.out, int64_t(d.size())})};
     if (s.bias) in.push_back(init(i, "bias", {s.out}));
@@ -277,13 +281,13 @@ class Exporter {
     if (d.flat() && s.norm_dims != 3) return {ln(i, flat(x, g_.nodes[size_t(i)].param_prefix), 1, {d.c}), 2};
     const int k = s.norm_dims ? s.norm_dims : 3;
     const int64_t all[3] = {d.c, d.h, d.w};
-    std::string v = x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, g_.nodes[size_t(i)].param_prefix) : x.name;
+    const std::string v = img(x, g_.nodes[size_t(i)].param_prefix);
     return {ln(i, v, 4 - k, std::vector<int64_t>(all + 3 - k, all + 3)), 4};
   }
   // torchvision's LayerNorm2d: to channels-last, LayerNormalization over C, back.
   Value layernorm2d(int i, const Value& x) {
     const std::string nm = g_.nodes[size_t(i)].param_prefix;
-    std::string v = x.rank == 2 ? W_.op("Unsqueeze", {x.name, W_.ints("axes", {2, 3})}, nm) : x.name;
+    const std::string v = img(x, nm);
     pb::NodeProto* t = W_.node("Transpose", {v}, {W_.fresh(nm + "_nhwc")}, nm);
     attr(t, "perm", std::vector<int64_t>{0, 2, 3, 1});
     const std::string y = ln(i, t->output(0), -1, {in_dims(i).c});

@@ -3,6 +3,7 @@
 // ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast). Results are
 // capped at kMaxFolded elements, so a lying shape cannot make the importer allocate much.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "ember/error.h"
@@ -12,7 +13,12 @@ namespace ember::onnx {
 
 namespace {
 
-constexpr size_t kMaxFolded = size_t(1) << 22;
+constexpr size_t kMaxFolded = size_t(1) << 22;  // elements of one folded value
+constexpr size_t kMaxRank = 8;
+
+void check_rank(size_t rank, const std::string& where) {
+  if (rank > kMaxRank) throw Error(where + ": a folded constant of rank " + std::to_string(rank) + " (at most 8)");
+}
 
 size_t count_of(const std::vector<int64_t>& dims, const std::string& where) {
   size_t n = 1;
@@ -62,6 +68,7 @@ int64_t norm_axis(int64_t a, size_t rank, const std::string& where) {
 }
 
 Const reshape(const Const& c, const std::vector<int64_t>& shape, const std::string& where) {
+  check_rank(shape.size(), where);
   std::vector<int64_t> dims;
   int64_t known = 1, minus = -1;
   for (size_t k = 0; k < shape.size(); ++k) {
@@ -96,6 +103,10 @@ Const slice(const Const& c, const std::vector<const Const*>& in, const std::stri
     // A step longer than the axis takes at most one value: clamping it keeps the arithmetic small.
     const int64_t s = std::clamp<int64_t>(has_steps ? in[4]->i[k] : 1, -(d + 1), d + 1);
     if (s == 0) throw Error(where + ": step 0");
+    if (d == 0) {  // nothing to take (and no valid clamp range for a negative step)
+      dims[size_t(a)] = 0;
+      continue;
+    }
     auto adj = [&](int64_t v) { return v < 0 ? v + d : v; };
     int64_t b = adj(in[1]->i[k]), e = adj(in[2]->i[k]);
     if (s > 0) b = std::clamp<int64_t>(b, 0, d), e = std::clamp<int64_t>(e, 0, d);
@@ -117,6 +128,7 @@ Const transpose_const(const Const& c, std::vector<int64_t> perm, const std::stri
   const size_t rank = c.dims.size();
   if (perm.empty())
     for (size_t a = rank; a-- > 0;) perm.push_back(int64_t(a));
+  if (perm.size() != rank) throw Error(where + ": perm has " + std::to_string(perm.size()) + " axes, the constant " + std::to_string(rank));
   std::vector<int64_t> sorted = perm, dims;
   std::sort(sorted.begin(), sorted.end());
   for (size_t a = 0; a < rank; ++a)
@@ -157,6 +169,7 @@ bool Importer::fold(int i) {
   if (op == "ConstantOfShape") {
     Const o;
     o.dims = c.i;
+    check_rank(o.dims.size(), w);
     const size_t count = count_of(o.dims, w);
     Const v = a.tensor("value") ? read_tensor(*a.tensor("value"), w + ": value") : Const{{1}, {0.f}, {}, false};
     if (v.count() != 1) throw Error(w + ": value must hold one value");
@@ -165,8 +178,13 @@ bool Importer::fold(int i) {
     if (v.is_int) o.i.assign(count, v.i[0]);
     out.c = std::move(o);
   } else if (op == "Concat") {  // of 1-D (or scalar) constants
+    a.only({"axis"});
+    if (a.i("axis", 0) != 0 && a.i("axis", 0) != -1) throw Error(w + ": only axis 0 of 1-D constants is folded");
     Const o;
     o.is_int = true;
+    size_t total = 0;
+    for (const Const* p : in) total += p ? p->count() : 0;
+    if (total > kMaxFolded) throw Error(w + ": a folded constant of " + std::to_string(total) + " elements is too large");
     for (const Const* p : in) {
       if (!p || p->dims.size() > 1) throw Error(w + ": only 1-D constants are folded");
       o.is_int = o.is_int && p->is_int;
@@ -187,6 +205,9 @@ bool Importer::fold(int i) {
     out.c = transpose_const(c, a.ints("perm", {}), w);
   } else if (op == "Cast") {
     const int64_t to = a.i("to", 1);
+    if (to != pb::TensorProto::FLOAT && to != pb::TensorProto::DOUBLE && to != pb::TensorProto::INT32 &&
+        to != pb::TensorProto::INT64)
+      throw Error(w + ": Cast to type " + std::to_string(to) + " is not folded (float, double, int32, int64)");
     out.c = c;
     out.c.is_int = to == pb::TensorProto::INT64 || to == pb::TensorProto::INT32;
     out.c.i.clear();
@@ -210,8 +231,10 @@ bool Importer::fold(int i) {
       out.c.dims = dims;
     } else {
       const size_t rank = c.dims.size() + axes.size();
+      check_rank(rank, w);
       for (int64_t& x : axes) x = norm_axis(x, rank, w);
       std::sort(axes.begin(), axes.end());
+      if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) throw Error(w + ": repeated axes");
       for (int64_t x : axes) out.c.dims.insert(out.c.dims.begin() + x, 1);
     }
   } else if (op == "Identity") {
@@ -219,8 +242,13 @@ bool Importer::fold(int i) {
   } else {  // Neg
     out.c = c;
     for (float& f : out.c.f) f = -f;
-    for (int64_t& x : out.c.i) x = -x;
+    for (int64_t& x : out.c.i) {
+      if (x == INT64_MIN) throw Error(w + ": the negation of " + std::to_string(x) + " overflows");
+      x = -x;
+    }
   }
+  if ((folded_ += out.c.count()) > kMaxFoldedTotal)
+    throw Error(w + ": the folded constants hold more than " + std::to_string(kMaxFoldedTotal) + " elements in all");
   out.weight_name = n.output(0);
   set(i, 0, std::move(out));
   return true;

@@ -66,6 +66,9 @@ Val Importer::emit(LayerSpec s, const std::vector<const Val*>& in, const std::st
 }
 
 void Importer::weight(const std::string& layer, const std::string& what, std::vector<float> data) {
+  if ((weights_ += data.size()) > weight_budget_)
+    throw Error(file_ + ": the weights' copies would hold more values than the file has bytes (a weight read by "
+                "too many nodes?)");
   out_.weights[layer + "." + what] = std::move(data);
 }
 
@@ -143,8 +146,9 @@ void Importer::run() {
   index_readers();
   mark_live();
   done_.assign(size_t(g_.node_size()), false);
-  for (int i = 0; i < g_.node_size(); ++i)  // Constants first: patterns look ahead at their values
-    if (g_.node(i).op_type() == "Constant" && g_.node(i).input_size() == 0) done_[size_t(i)] = true, constant_node(i);
+  for (int i = 0; i < g_.node_size(); ++i)  // live Constants first: patterns look ahead at their values
+    if (live_[size_t(i)] && g_.node(i).op_type() == "Constant" && g_.node(i).input_size() == 0)
+      done_[size_t(i)] = true, constant_node(i);
   for (int i = 0; i < g_.node_size(); ++i) {
     if (done_[size_t(i)] || !live_[size_t(i)]) continue;
     done_[size_t(i)] = true;
@@ -171,11 +175,11 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
   int64_t opset = 0;
   for (const auto& op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx") opset = op.version();
-    else throw Error(name + ": opset_import: domain '" + op.domain() + "' is not supported");
+    else throw Error(name + ": opset_import: domain '" + one_line(onnx::shown(op.domain())) + "' is not supported");
   if (model.opset_import_size() == 0) throw Error(name + ": no opset_import (is this an ONNX model?)");
   if (opset < 7 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (7..21)");
   if (!model.has_graph()) throw Error(name + ": no graph");
-  onnx::Importer im(model.graph(), name, int(opset));
+  onnx::Importer im(model.graph(), name, int(opset), n);
   try {
     im.run();
   } catch (const Error& e) {  // names from the file may hold newlines or control bytes

@@ -23,7 +23,7 @@ bool all_are(const std::vector<int64_t>& v, int64_t x) {
 }
 
 // A scalar constant's value (any shape holding one value), or NaN.
-float scalar_of(const Val& v) { return v.is_const && v.c.count() == 1 ? v.c.f[0] : NAN; }
+float scalar_of(const Val& v) { return v.is_const && v.c.count() == 1 && v.c.dims.size() <= 1 ? v.c.f[0] : NAN; }
 
 std::vector<float> transpose2(const Const& c) {  // [R, C] -> [C, R]
   const size_t R = size_t(c.dims[0]), C = size_t(c.dims[1]);
@@ -108,7 +108,7 @@ void Importer::constant_node(int i) {
 // Conv: [N, C, H, W] * W [K, C/G, R, S] (+ B [K]) -> [N, K, H', W']; symmetric pads, no dilation.
 void Importer::conv(int i) {
   const Val& x = tensor(i, 0);
-  if (x.lay == Layout::NHWC) throw Error(where(i) + ": a convolution of a channels-last (transposed) tensor is not supported");
+  if (x.lay != Layout::NCHW) throw Error(where(i) + ": expected an [N, C, H, W] input (not channels-last, not [N, D])");
   const Const& W = constant(i, 1);
   if (W.dims.size() != 4) throw Error(where(i) + ": weight must be [K, C/G, R, S], found rank " + std::to_string(W.dims.size()));
   Attrs a(g_.node(i), where(i));
@@ -150,12 +150,14 @@ void Importer::conv(int i) {
 }
 
 // The Add after a MatMul whose other input is a [K] constant: the Linear's bias (returns the node).
-int Importer::fold_bias(int i, const std::string& value, int K, std::vector<float>* bias, std::string* name) {
+int Importer::fold_bias(int i, const std::string& value, int K, int rank, std::vector<float>* bias, std::string* name) {
   const int r = only_reader(value);
   if (r < 0 || done_[size_t(r)] || !live_[size_t(r)] || g_.node(r).op_type() != "Add" || g_.node(r).input_size() != 2) return -1;
   const int other = g_.node(r).input(0) == value ? 1 : 0;
   auto it = vals_.find(g_.node(r).input(other));
   if (it == vals_.end() || !it->second.is_const || it->second.c.count() != size_t(K)) return -1;
+  const std::vector<int64_t>& bd = it->second.c.dims;  // [K], or [1, ..., K] no longer than the output
+  if (bd.size() > size_t(rank) || (!bd.empty() && bd.back() != K)) return -1;
   *bias = it->second.c.f, *name = it->second.weight_name;
   done_[size_t(r)] = true;
   return r;
@@ -164,7 +166,7 @@ int Importer::fold_bias(int i, const std::string& value, int K, std::vector<floa
 // Gemm: A [N, D] x B (transB: [K, D], else [D, K]) + C [K]: a Linear, weight [K, D].
 void Importer::gemm(int i) {
   const Val& x = tensor(i, 0);
-  if (!x.d.flat() || x.lay == Layout::NHWC) throw Error(where(i) + ": input must be [N, D] (flatten first)");
+  if (x.lay != Layout::Flat) throw Error(where(i) + ": input must be [N, D] (flatten first)");
   Attrs a(g_.node(i), where(i));
   a.only({"alpha", "beta", "transA", "transB"});
   if (a.f("alpha", 1) != 1 || a.f("beta", 1) != 1 || a.i("transA", 0) != 0)
@@ -185,7 +187,8 @@ void Importer::gemm(int i) {
   weight(y.ref, "weight", tb ? B.f : transpose2(B));
   if (has_c) {
     const Const& C = constant(i, 2);
-    if (C.count() != size_t(K)) throw Error(where(i) + ": C has " + std::to_string(C.count()) + " values, expected " + std::to_string(K));
+    if (C.count() != size_t(K) || (C.dims.size() == 2 && C.dims[0] != 1) || C.dims.size() > 2)
+      throw Error(where(i) + ": C must be [K] or [1, K] with K = " + std::to_string(K));
     weight(y.ref, "bias", C.f);
   }
   set(i, 0, std::move(y));
@@ -198,14 +201,14 @@ void Importer::matmul(int i) {
   const Const& B = constant(i, 1);
   if (B.dims.size() != 2) throw Error(where(i) + ": the weight must be 2-D");
   const bool over = x.lay == Layout::NHWC;
-  if (!over && !(x.lay == Layout::Flat || x.d.flat())) throw Error(where(i) + ": input must be [N, D] or channels-last [N, H, W, C]");
+  if (!over && x.lay != Layout::Flat) throw Error(where(i) + ": input must be [N, D] or channels-last [N, H, W, C]");
   const int64_t D = B.dims[0], K = B.dims[1];
   if (K < 1 || K > (1 << 24)) throw Error(where(i) + ": " + std::to_string(K) + " outputs is outside 1..2^24");
   if (D != (over ? x.d.c : int64_t(x.d.size())))
     throw Error(where(i) + ": weight " + ints_str(B.dims) + " does not fit the input's " + std::to_string(over ? x.d.c : int64_t(x.d.size())) + " features");
   std::vector<float> bias;
   std::string bname;
-  const int add = fold_bias(i, g_.node(i).output(0), int(K), &bias, &bname);
+  const int add = fold_bias(i, g_.node(i).output(0), int(K), over ? 4 : 2, &bias, &bname);
   LayerSpec s;
   s.kind = LayerKind::Linear, s.out = int(K), s.over_channels = over, s.bias = add >= 0;
   Val y = emit(s, {&x}, bname, {int(K), over ? x.d.h : 1, over ? x.d.w : 1}, over ? Layout::NHWC : Layout::Flat);
@@ -220,7 +223,7 @@ void Importer::matmul(int i) {
 
 void Importer::pool(int i, bool max) {
   const Val& x = tensor(i, 0);
-  if (x.lay == Layout::NHWC) throw Error(where(i) + ": pooling a channels-last (transposed) tensor is not supported");
+  if (x.lay != Layout::NCHW) throw Error(where(i) + ": expected an [N, C, H, W] input (not channels-last, not [N, D])");
   Attrs a(g_.node(i), where(i));
   a.only({"kernel_shape", "strides", "pads", "ceil_mode", "dilations", "auto_pad", "storage_order", "count_include_pad"});
   const auto k = a.ints("kernel_shape", {}), st = a.ints("strides", {1, 1}), pads = a.ints("pads", {0, 0, 0, 0});
@@ -229,6 +232,7 @@ void Importer::pool(int i, bool max) {
       a.i("storage_order", 0))
     throw Error(where(i) + ": ceil_mode, dilations, auto_pad and storage_order are not supported");
   if (pads[0] != pads[2] || pads[1] != pads[3]) throw Error(where(i) + ": asymmetric pads " + ints_str(pads) + " are not supported");
+  if (pads[0] < 0 || pads[1] < 0 || pads[0] > 65536 || pads[1] > 65536) throw Error(where(i) + ": pads outside 0..65536");
   if (!max && pads[0] + pads[1] > 0 && a.i("count_include_pad", 0) == 0)
     throw Error(where(i) + ": count_include_pad 0 with padding is not supported (ember counts the padding, as PyTorch)");
   if (g_.node(i).output_size() > 1 && !g_.node(i).output(1).empty() && readers_.count(g_.node(i).output(1)))
@@ -314,12 +318,13 @@ void Importer::binary(int i) {
   if (a.is_const == b.is_const) throw Error(where(i) + ": only a tensor times a per-channel constant (a layer scale) is supported");
   const Val& x = a.is_const ? b : a;
   const Val& c = a.is_const ? a : b;
+  const size_t rank = x.lay == Layout::Flat ? 2 : 4;
   std::vector<int64_t> dims;
   for (int64_t d : c.c.dims)
-    if (d != 1 || !dims.empty()) dims.push_back(d);  // drop leading 1s
+    if (d != 1 || !dims.empty()) dims.push_back(d);  // drop leading 1s (broadcast, if no longer than x)
   const int64_t C = x.d.c;
-  const bool ok = x.lay == Layout::NCHW ? (dims == std::vector<int64_t>{C, 1, 1} || (x.d.flat() && dims == std::vector<int64_t>{C}))
-                                        : dims == std::vector<int64_t>{C};
+  const bool ok = c.c.dims.size() <= rank && (x.lay == Layout::NCHW ? dims == std::vector<int64_t>{C, 1, 1}
+                                                                    : dims == std::vector<int64_t>{C});
   if (!ok) throw Error(where(i) + ": constant " + ints_str(c.c.dims) + " is not one scale per channel of " + std::to_string(C));
   LayerSpec s;
   s.kind = LayerKind::LayerScale;
@@ -335,7 +340,7 @@ void Importer::join(int i, bool concat) {
     throw Error(where(i) + ": expected 2 to " + std::to_string(nn::kMaxInputs) + " inputs");
   std::vector<const Val*> in;
   nn::Dims d = tensor(i, 0).d;
-  int c = 0;
+  int64_t c = 0;
   for (int k = 0; k < n.input_size(); ++k) {
     const Val& v = tensor(i, k);
     if (v.lay != tensor(i, 0).lay) throw Error(where(i) + ": inputs in different layouts");
@@ -351,7 +356,8 @@ void Importer::join(int i, bool concat) {
     const int64_t axis = a.i("axis", 1), lay_axis = tensor(i, 0).lay == Layout::NHWC ? 3 : 1;
     if (axis != lay_axis && axis != lay_axis - (tensor(i, 0).lay == Layout::Flat ? 2 : 4))
       throw Error(where(i) + ": only concatenation over channels is supported, found axis " + std::to_string(axis));
-    d.c = c;
+    if (c > 65536 * 64) throw Error(where(i) + ": " + std::to_string(c) + " channels in all is too many");
+    d.c = int(c);
   }
   set(i, 0, emit(s, in, "", d, tensor(i, 0).lay));
 }
@@ -379,13 +385,19 @@ void Importer::flatten(int i) {
     a.only({"axis"});
     if (a.i("axis", 1) != 1) throw Error(where(i) + ": only axis 1 is supported");
   } else if (n.op_type() == "Reshape") {
+    Attrs a(n, where(i));
+    a.only({"allowzero"});
     const Const& shape = constant(i, 1);
     const int64_t D = int64_t(x.d.size());
-    if (shape.i.size() != 2 || !(shape.i[1] == -1 || shape.i[1] == D) || !(shape.i[0] == 0 || shape.i[0] == -1 || shape.i[0] > 0) ||
-        (shape.i[0] == -1 && shape.i[1] == -1))
-      throw Error(where(i) + ": only a reshape to [N, -1] is supported, found " + ints_str(shape.i));
+    // [0 or -1, -1 or D]: the batch kept, the rest flattened (a fixed batch size is not: the
+    // importer does not know N).
+    const bool ok = shape.i.size() == 2 && (shape.i[0] == 0 || shape.i[0] == -1) && (shape.i[1] == -1 || shape.i[1] == D) &&
+                    !(shape.i[0] == -1 && shape.i[1] == -1) && !(a.i("allowzero", 0) && shape.i[0] == 0);
+    if (!ok) throw Error(where(i) + ": only a reshape to [N, -1] (shape [0, -1] or [-1, D]) is supported, found " + ints_str(shape.i));
   } else {  // Squeeze
-    std::vector<int64_t> axes = n.input_size() > 1 ? constant(i, 1).i : Attrs(n, where(i)).ints("axes", {});
+    Attrs a(n, where(i));
+    a.only({"axes"});
+    std::vector<int64_t> axes = n.input_size() > 1 ? constant(i, 1).i : a.ints("axes", {});
     for (int64_t& v : axes) v = v < 0 ? v + 4 : v;
     std::sort(axes.begin(), axes.end());
     if (x.lay == Layout::Flat || !x.d.flat() || axes != std::vector<int64_t>{2, 3})
@@ -419,6 +431,7 @@ void Importer::pad(int i) {
   if (x.lay != Layout::NCHW || pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] ||
       pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0 || pads[2] > 65536 || pads[3] > 65536)
     throw Error(where(i) + ": pads " + ints_str(pads) + ": only the same zero padding before and after H and W is supported");
+  if (x.d.h + 2 * pads[2] > 65536 || x.d.w + 2 * pads[3] > 65536) throw Error(where(i) + ": the padded image is larger than 65536");
   LayerSpec s;
   s.kind = LayerKind::ZeroPad2d, s.pad_h = int(pads[2]), s.pad_w = int(pads[3]);
   set(i, 0, emit(s, {&x}, "", {x.d.c, x.d.h + 2 * s.pad_h, x.d.w + 2 * s.pad_w}, Layout::NCHW));

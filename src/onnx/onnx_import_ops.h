@@ -26,7 +26,11 @@ struct Val {
 
 class Importer {
  public:
-  Importer(const pb::GraphProto& g, std::string file, int opset) : g_(g), file_(std::move(file)), opset_(opset) {}
+  // bytes: the file's size; the weights copied out of it may hold at most that many floats
+  // (weights used by two nodes are copied twice), the folded constants kMaxFoldedTotal elements.
+  Importer(const pb::GraphProto& g, std::string file, int opset, size_t bytes)
+      : g_(g), file_(std::move(file)), opset_(opset), weight_budget_(bytes + (size_t(1) << 20)) {}
+  static constexpr size_t kMaxFoldedTotal = size_t(1) << 24;
   void run();
   OnnxImport take() { return std::move(out_); }
 
@@ -64,7 +68,7 @@ class Importer {
   void softmax(int i);
   bool gelu_erf(int i);      // Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5
   bool silu(int i);          // Sigmoid(x) -> Mul(x, .)
-  int fold_bias(int i, const std::string& value, int K, std::vector<float>* bias, std::string* name);
+  int fold_bias(int i, const std::string& value, int K, int rank, std::vector<float>* bias, std::string* name);
 
   const pb::GraphProto& g_;
   std::string file_;
@@ -74,6 +78,7 @@ class Importer {
   std::map<std::string, std::vector<int>> readers_;
   std::vector<bool> done_, live_;
   std::set<std::string> names_;
+  size_t folded_ = 0, weights_ = 0, weight_budget_;
 };
 
 }  // namespace ember::onnx

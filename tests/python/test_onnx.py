@@ -323,3 +323,64 @@ def test_truncated_and_garbage_files_raise_ember_errors(torch_export, tmp_path):
     missing = str(tmp_path / "no-such.onnx")
     with pytest.raises(ember.Error, match="no-such.onnx"):
         ember.Model.from_onnx(missing)
+
+
+# ---- review findings (2026-11-26): each a graph that once crashed, over-allocated or imported
+# with a result different from ONNX Runtime's; now refused with one line, or exported validly ----
+
+def one_node_model(nodes, inits, in_shape, out_shape, opset=13):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *in_shape])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *out_shape])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def scale_by(const_nodes, const_inits, const_name, in_shape=(4,)):
+    """x [N, 4] times a constant computed by const_nodes (a layer scale if ember took it)."""
+    return one_node_model(const_nodes + [helper.make_node("Mul", ["x", const_name], ["y"])], const_inits, in_shape, in_shape)
+
+
+FOLD_HOSTILE = {
+    "transpose of a scalar": scale_by([helper.make_node("Constant", [], ["c"], value_float=2.0),
+                                       helper.make_node("Transpose", ["c"], ["t"], perm=[0])], [], "t"),
+    "unsqueeze with repeated axes": scale_by([helper.make_node("Constant", [], ["c"], value_float=2.0),
+                                              helper.make_node("Unsqueeze", ["c", "ax"], ["t"])],
+                                             [numpy_helper.from_array(np.array([1, 1], np.int64), "ax")], "t"),
+    "concat of 4M x 300": scale_by([helper.make_node("ConstantOfShape", ["s"], ["z"],
+                                                     value=numpy_helper.from_array(np.array([1], np.int64))),
+                                    helper.make_node("Concat", ["z"] * 300, ["t"], axis=0)],
+                                   [numpy_helper.from_array(np.array([1 << 22], np.int64), "s")], "t"),
+    "cast to bool": scale_by([helper.make_node("Cast", ["c"], ["b"], to=TensorProto.BOOL),
+                              helper.make_node("Cast", ["b"], ["t"], to=TensorProto.FLOAT)],
+                             [numpy_helper.from_array(np.full((4,), 2.0, np.float32), "c")], "t"),
+    "per-channel [C] times [N, C, 1, 1]": one_node_model(
+        [helper.make_node("GlobalAveragePool", ["x"], ["p"]), helper.make_node("Mul", ["p", "s"], ["m"]),
+         helper.make_node("ReduceMean", ["m"], ["y"], axes=[2, 3], keepdims=0)],
+        [numpy_helper.from_array(np.arange(1, 5, dtype=np.float32), "s")], (4, 8, 8), (4,)),
+    "reshape to a fixed [2, -1]": one_node_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
+        [numpy_helper.from_array(np.array([2, -1], np.int64), "shape")], (4,), (2,)),
+}
+
+
+@pytest.mark.parametrize("case", list(FOLD_HOSTILE))
+def test_review_findings_are_refused_with_one_line(case, tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(FOLD_HOSTILE[case].SerializeToString())
+    with pytest.raises(ember.Error) as e:
+        ember.Model.from_onnx(str(path))
+    assert "\n" not in str(e.value) and "m.onnx" in str(e.value), str(e.value)
+
+
+def test_flat_inputs_of_image_layers_export_validly(tmp_path):
+    """A flatten, then layers ember runs on the flat [D, 1, 1] as an image (zero padding, global
+    average pooling, a Linear over channels): the export unsqueezes to [N, D, 1, 1] first."""
+    desc = {"input": [2, 3, 3], "classes": 5, "layers": [
+        {"type": "flatten"}, {"type": "zeropad2d", "padding": 1}, {"type": "linear", "out_features": 6, "over": "channels"},
+        {"type": "globalavgpool"}, {"type": "linear", "out_features": 5}]}
+    m = ember.Model.from_json(json.dumps(desc))
+    x = np.random.default_rng(2).standard_normal((3, 2, 3, 3)).astype(np.float32)
+    want = m.predict(x)
+    path = str(tmp_path / "flat.onnx")
+    m.save_onnx(path)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    assert rel_diff(run_ort(ort_node_modules(), path, x, tmp_path), want) <= 1e-5
