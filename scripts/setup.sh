@@ -28,7 +28,10 @@ fi
 # script fetches GPU extras from outside (and fails): --ignore-scripts; the CPU runtime ships inside.
 if [ ! -d build/npm/node_modules/onnxruntime-node ]; then
   mkdir -p build/npm
-  npm install --ignore-scripts --no-audit --no-fund --prefix build/npm onnxruntime-node@1.30.0 >/dev/null
+  # Offline, ember still builds and trains: only the ONNX Runtime tests need it (they fail in CI,
+  # where EMBER_REQUIRE_ORT=1, and skip with this hint elsewhere).
+  npm install --ignore-scripts --no-audit --no-fund --prefix build/npm onnxruntime-node@1.30.0 >/dev/null ||
+    echo "setup: could not install onnxruntime-node from npm; the ONNX Runtime round-trip tests will not run" >&2
 fi
 cmake --preset "${EMBER_PRESET:-release}" >/dev/null
 cmake --build --preset "${EMBER_PRESET:-release}"
