@@ -79,6 +79,7 @@ void Importer::map_node(int i) {
     return activation(i, ap == "tanh" ? LayerKind::GELUTanh : LayerKind::GELU);
   }
   if (op == "Div" && gelu_erf(i)) return;
+  if (op == "Mul" && gelu_tanh(i)) return;
   if (op == "Add" || op == "Mul") return binary(i);
   if (op == "Sum") return join(i, false);
   if (op == "Concat") return join(i, true);
@@ -478,6 +479,53 @@ bool Importer::gelu_erf(int i) {
   s.kind = LayerKind::GELU;
   const Val& in = val(i, 0);
   set(half, 0, emit(s, {&in}, "", in.d, in.lay));
+  return true;
+}
+
+int Importer::reader_op(const std::string& value, const char* op) const {
+  const int r = only_reader(value);
+  return r >= 0 && live_[size_t(r)] && !done_[size_t(r)] && g_.node(r).op_type() == op && g_.node(r).input_size() == 2 ? r : -1;
+}
+
+// GELU's tanh form, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as torch.onnx and ember
+// export it (operands of each Mul and Add in either order): x2 = x*x, x3 = x*x2, c*x3, x + ., k*.,
+// Tanh, 1 + ., x*., 0.5*. Every inner value has exactly one reader.
+bool Importer::gelu_tanh(int i) {
+  const pb::NodeProto& n = g_.node(i);
+  if (n.input_size() != 2 || n.input(0) != n.input(1) || val(i, 0).is_const) return false;
+  const std::string& x = n.input(0);
+  // The reader of `v` of kind `op` whose other input is `other` (a value name), or a scalar
+  // constant near `c` when `other` is empty.
+  auto step = [&](const std::string& v, const char* op, const std::string& other, float c) {
+    const int r = reader_op(v, op);
+    if (r < 0) return -1;
+    const std::string& o = g_.node(r).input(g_.node(r).input(0) == v ? 1 : 0);
+    if (!other.empty()) return o == other ? r : -1;
+    auto it = vals_.find(o);
+    return it != vals_.end() && std::fabs(scalar_of(it->second) - c) <= 1e-6f * std::fabs(c) ? r : -1;
+  };
+  std::vector<int> chain;
+  std::string v = n.output(0);
+  const struct { const char* op; bool with_x; float c; } steps[] = {
+      {"Mul", true, 0}, {"Mul", false, 0.044715f}, {"Add", true, 0}, {"Mul", false, 0.7978845608f},
+      {"Tanh", false, 0}, {"Add", false, 1.f}, {"Mul", true, 0}, {"Mul", false, 0.5f}};
+  for (const auto& st : steps) {
+    int r;
+    if (std::string(st.op) == "Tanh") {
+      r = only_reader(v);
+      if (r < 0 || !live_[size_t(r)] || done_[size_t(r)] || g_.node(r).op_type() != "Tanh") return false;
+    } else {
+      r = step(v, st.op, st.with_x ? x : std::string(), st.c);
+      if (r < 0) return false;
+    }
+    chain.push_back(r);
+    v = g_.node(r).output(0);
+  }
+  for (int r : chain) done_[size_t(r)] = true;
+  const Val& in = val(i, 0);
+  LayerSpec s;
+  s.kind = LayerKind::GELUTanh;
+  set(chain.back(), 0, emit(s, {&in}, "", in.d, in.lay));
   return true;
 }
 

@@ -384,3 +384,31 @@ def test_flat_inputs_of_image_layers_export_validly(tmp_path):
     m.save_onnx(path)
     onnx.checker.check_model(onnx.load(path), full_check=True)
     assert rel_diff(run_ort(ort_node_modules(), path, x, tmp_path), want) <= 1e-5
+
+
+def test_gelu_tanh_imports_from_ember_and_from_pytorch(tmp_path):
+    """GELU's tanh form as ember exports it and as torch.onnx does (operands in the other order)
+    becomes one gelu-tanh layer that predicts as the exporter did."""
+    desc = {"input": [2, 5, 5], "classes": 3, "layers": [
+        {"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1}, {"type": "gelu-tanh"},
+        {"type": "flatten"}, {"type": "linear", "out_features": 3}]}
+    m = ember.Model.from_json(json.dumps(desc))
+    x = np.random.default_rng(5).standard_normal((4, 2, 5, 5)).astype(np.float32)
+    path = str(tmp_path / "ember-gelu-tanh.onnx")
+    m.save_onnx(path)
+    back = ember.Model.from_onnx(path)
+    assert '"gelu-tanh"' in back.to_json()
+    assert rel_diff(back.predict(x), m.predict(x)) <= 1e-5
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(50, 16), torch.nn.GELU(approximate="tanh"),
+                              torch.nn.Linear(16, 3)).eval()
+    tpath = str(tmp_path / "torch-gelu-tanh.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, torch.from_numpy(x[:1]), tpath, opset_version=17, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    imported = ember.Model.from_onnx(tpath)
+    assert '"gelu-tanh"' in imported.to_json()
+    assert rel_diff(imported.predict(x), want) <= 1e-5
