@@ -74,8 +74,10 @@ void Importer::weight(const std::string& layer, const std::string& what, std::ve
 
 // The nodes that read each value; a pattern may fold a node only into its value's one reader.
 void Importer::index_readers() {
-  for (int i = 0; i < g_.node_size(); ++i)
+  for (int i = 0; i < g_.node_size(); ++i) {
     for (const std::string& in : g_.node(i).input()) readers_[in].push_back(i);
+    for (const std::string& out : g_.node(i).output()) producer_[out] = i;
+  }
   for (const pb::ValueInfoProto& o : g_.output()) readers_[o.name()].push_back(-1);
 }
 

@@ -80,6 +80,7 @@ void Importer::map_node(int i) {
   }
   if (op == "Div" && gelu_erf(i)) return;
   if (op == "Mul" && gelu_tanh(i)) return;
+  if (op == "Add" && fastswish(i)) return;
   if (op == "Add" || op == "Mul") return binary(i);
   if (op == "Sum") return join(i, false);
   if (op == "Concat") return join(i, true);
@@ -526,6 +527,68 @@ bool Importer::gelu_tanh(int i) {
   LayerSpec s;
   s.kind = LayerKind::GELUTanh;
   set(chain.back(), 0, emit(s, {&in}, "", in.d, in.lay));
+  return true;
+}
+
+// The seed study's FastSwish as ember and bench/convnext_torch.py export it: mid = x (x + a) / (a + 3)
+// (a = 3.2308), low = -1 / (x * x), Where(x > 3, x, Where(x < -3, low, mid)). Matched from the
+// Add(x, a) it starts with; every inner value has exactly one reader.
+bool Importer::fastswish(int i) {
+  const pb::NodeProto& n = g_.node(i);
+  if (n.input_size() != 2) return false;
+  const float a = 3.2308f;
+  auto near = [&](const std::string& v, float c) {
+    auto it = vals_.find(v);
+    return it != vals_.end() && std::fabs(scalar_of(it->second) - c) <= 1e-6f * std::fabs(c);
+  };
+  const int xi = near(n.input(1), a) ? 0 : near(n.input(0), a) ? 1 : -1;
+  if (xi < 0 || !vals_.count(n.input(xi)) || vals_.at(n.input(xi)).is_const) return false;
+  const std::string& x = n.input(xi);
+  auto producer = [&](const std::string& v, const char* op) {
+    auto it = producer_.find(v);
+    const int p = it == producer_.end() ? -1 : it->second;
+    return p >= 0 && !done_[size_t(p)] && g_.node(p).op_type() == op && only_reader(v) >= 0 ? p : -1;
+  };
+  auto is = [&](int node, const std::string& in0, const std::string& in1) {
+    return node >= 0 && g_.node(node).input_size() == 2 && g_.node(node).input(0) == in0 && g_.node(node).input(1) == in1;
+  };
+  const int mul = reader_op(n.output(0), "Mul");
+  if (mul < 0 || (g_.node(mul).input(0) != x && g_.node(mul).input(1) != x)) return false;
+  const int div = reader_op(g_.node(mul).output(0), "Div");
+  if (div < 0 || g_.node(div).input(0) != g_.node(mul).output(0) || !near(g_.node(div).input(1), a + 3)) return false;
+  const int inner = only_reader(g_.node(div).output(0));
+  if (inner < 0 || g_.node(inner).op_type() != "Where" || g_.node(inner).input_size() != 3 ||
+      g_.node(inner).input(2) != g_.node(div).output(0))
+    return false;
+  const int less = producer(g_.node(inner).input(0), "Less");
+  if (!is(less, x, g_.node(less < 0 ? i : less).input(1)) || !near(g_.node(less).input(1), -3.f)) return false;
+  // low: Div(-1, x*x) (ember), or Mul(Reciprocal(x*x), -1) in either order (torch.onnx): the same bits
+  int low = producer(g_.node(inner).input(1), "Div"), recip = -1;
+  std::string xx_value;
+  if (low >= 0 && g_.node(low).input_size() == 2 && near(g_.node(low).input(0), -1.f)) {
+    xx_value = g_.node(low).input(1);
+  } else if ((low = producer(g_.node(inner).input(1), "Mul")) >= 0 && g_.node(low).input_size() == 2) {
+    const int k = near(g_.node(low).input(1), -1.f) ? 0 : near(g_.node(low).input(0), -1.f) ? 1 : -1;
+    recip = k < 0 ? -1 : producer(g_.node(low).input(k), "Reciprocal");
+    if (recip < 0 || g_.node(recip).input_size() != 1) return false;
+    xx_value = g_.node(recip).input(0);
+  } else {
+    return false;
+  }
+  const int xx = producer(xx_value, "Mul");
+  if (!is(xx, x, x)) return false;
+  const int outer = only_reader(g_.node(inner).output(0));
+  if (outer < 0 || g_.node(outer).op_type() != "Where" || g_.node(outer).input_size() != 3 || g_.node(outer).input(1) != x ||
+      g_.node(outer).input(2) != g_.node(inner).output(0))
+    return false;
+  const int greater = producer(g_.node(outer).input(0), "Greater");
+  if (!is(greater, x, g_.node(greater < 0 ? i : greater).input(1)) || !near(g_.node(greater).input(1), 3.f)) return false;
+  for (int r : {mul, div, inner, less, low, xx, outer, greater}) done_[size_t(r)] = true;
+  if (recip >= 0) done_[size_t(recip)] = true;
+  const Val& in = vals_.at(x);
+  LayerSpec s;
+  s.kind = LayerKind::FastSwish;
+  set(outer, 0, emit(s, {&in}, "", in.d, in.lay));
   return true;
 }
 

@@ -69,6 +69,7 @@ class Importer {
   bool gelu_erf(int i);      // Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5
   bool silu(int i);          // Sigmoid(x) -> Mul(x, .)
   bool gelu_tanh(int i);     // Mul(x, x) -> ... -> Tanh -> ... -> Mul 0.5 (torch's and ember's exports)
+  bool fastswish(int i);     // Add(x, a) -> ... -> Where(x > 3, x, Where(x < -3, -1 / x^2, mid))
   int reader_op(const std::string& value, const char* op) const;  // its one live reader if of `op`, or -1
   int fold_bias(int i, const std::string& value, int K, int rank, std::vector<float>* bias, std::string* name);
 
@@ -78,6 +79,7 @@ class Importer {
   OnnxImport out_;
   std::map<std::string, Val> vals_;
   std::map<std::string, std::vector<int>> readers_;
+  std::map<std::string, int> producer_;  // value -> the node that outputs it
   std::vector<bool> done_, live_;
   std::set<std::string> names_;
   size_t folded_ = 0, weights_ = 0, weight_budget_;

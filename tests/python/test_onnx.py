@@ -412,3 +412,35 @@ def test_gelu_tanh_imports_from_ember_and_from_pytorch(tmp_path):
     imported = ember.Model.from_onnx(tpath)
     assert '"gelu-tanh"' in imported.to_json()
     assert rel_diff(imported.predict(x), want) <= 1e-5
+
+
+def test_fastswish_exports_runs_in_onnxruntime_and_imports_back(tmp_path):
+    """The study's FastSwish: ember's export (a Where tree) runs in ONNX Runtime as in ember and
+    imports back as one fastswish layer; bench/convnext_torch.py's FastSwish exported by PyTorch
+    imports too. Inputs span all three pieces (below -3, between, above 3)."""
+    desc = {"input": [3, 4, 4], "classes": 4, "layers": [
+        {"type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1}, {"type": "fastswish"},
+        {"type": "flatten"}, {"type": "linear", "out_features": 4}]}
+    m = ember.Model.from_json(json.dumps(desc))
+    x = (np.random.default_rng(6).standard_normal((5, 3, 4, 4)) * 4).astype(np.float32)
+    path = str(tmp_path / "fastswish.onnx")
+    m.save_onnx(path)
+    want = m.predict(x)
+    assert rel_diff(run_ort(ort_node_modules(), path, x, tmp_path), want) <= 1e-5
+    back = ember.Model.from_onnx(path)
+    assert '"fastswish"' in back.to_json()
+    assert rel_diff(back.predict(x), want) <= 1e-5
+    torch.manual_seed(4)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, padding=1), convnext_torch.FastSwish(), torch.nn.Flatten(),
+                              torch.nn.Linear(96, 4)).eval()
+    with torch.no_grad():
+        net[0].weight.mul_(8)  # reach both outer pieces
+        tw = net(torch.from_numpy(x)).numpy()
+    tpath = str(tmp_path / "torch-fastswish.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, torch.from_numpy(x[:1]), tpath, opset_version=17, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "b"}, "y": {0: "b"}})
+    imported = ember.Model.from_onnx(tpath)
+    assert '"fastswish"' in imported.to_json()
+    assert rel_diff(imported.predict(x), tw) <= 1e-5
