@@ -444,3 +444,23 @@ def test_fastswish_exports_runs_in_onnxruntime_and_imports_back(tmp_path):
     imported = ember.Model.from_onnx(tpath)
     assert '"fastswish"' in imported.to_json()
     assert rel_diff(imported.predict(x), tw) <= 1e-5
+
+
+ACTS = ["relu", "sigmoid", "tanh", "gelu", "gelu-tanh", "hardswish", "silu", "fastswish"]
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_every_activation_exports_as_onnxruntime_runs_it_and_imports_back(act, tmp_path):
+    desc = {"input": [2, 4, 4], "classes": 3, "layers": [
+        {"type": "conv2d", "out_channels": 5, "kernel": 3, "padding": 1}, {"type": act},
+        {"type": "flatten"}, {"type": "linear", "out_features": 3}]}
+    m = ember.Model.from_json(json.dumps(desc))
+    x = (np.random.default_rng(8).standard_normal((4, 2, 4, 4)) * 3).astype(np.float32)
+    want = m.predict(x)
+    path = str(tmp_path / f"{act}.onnx")
+    m.save_onnx(path)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    assert rel_diff(run_ort(ort_node_modules(), path, x, tmp_path), want) <= 1e-5, act
+    back = ember.Model.from_onnx(path)
+    assert f'"{act}"' in back.to_json()
+    assert rel_diff(back.predict(x), want) <= 1e-5, act
