@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/gemm_util.h"
 
 namespace ember {
 namespace {
@@ -21,48 +22,7 @@ constexpr int KC = 384;  // bf16 depth of a block (192 pairs): a B micro-panel i
 constexpr int MC = 128;  // rows of a packed A block: 96 KiB
 constexpr int NC = 512;  // columns of a packed B block: 384 KiB (L2)
 
-int min_int(int a, int b) { return a < b ? a : b; }
-
-int block_step(int n, int max_step, int unit) {
-  const int blocks = (n + max_step - 1) / max_step;
-  const int step = (n + blocks - 1) / blocks;
-  const int rounded = (step + unit - 1) / unit * unit;
-  return rounded < max_step ? rounded : max_step;
-}
-
-__mmask16 lane_mask(int n) {
-  if (n <= 0) return 0;
-  if (n >= 16) return 0xFFFF;
-  return static_cast<__mmask16>((1u << n) - 1);
-}
-
 uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
-
-// Transposes 8 rows of 8 pairs (32-bit, moved as floats: shuffles keep the bits) into
-// dst[c * ds + r] = row r, pair c.
-void transpose8_store(const __m256 (&r)[8], uint32_t* dst, size_t ds) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  float* d = reinterpret_cast<float*>(dst);
-  _mm256_storeu_ps(d + 0 * ds, _mm256_permute2f128_ps(s0, s4, 0x20));
-  _mm256_storeu_ps(d + 1 * ds, _mm256_permute2f128_ps(s1, s5, 0x20));
-  _mm256_storeu_ps(d + 2 * ds, _mm256_permute2f128_ps(s2, s6, 0x20));
-  _mm256_storeu_ps(d + 3 * ds, _mm256_permute2f128_ps(s3, s7, 0x20));
-  _mm256_storeu_ps(d + 4 * ds, _mm256_permute2f128_ps(s0, s4, 0x31));
-  _mm256_storeu_ps(d + 5 * ds, _mm256_permute2f128_ps(s1, s5, 0x31));
-  _mm256_storeu_ps(d + 6 * ds, _mm256_permute2f128_ps(s2, s6, 0x31));
-  _mm256_storeu_ps(d + 7 * ds, _mm256_permute2f128_ps(s3, s7, 0x31));
-}
 
 // `rows` (<= 8) bf16 rows of length kc, src[r * ld + k], as pairs along k in columns:
 // dst[kp * ds + r] for r < 8 (rows past `rows` zero; an odd kc's last pair has a zero high half).
@@ -73,7 +33,7 @@ void pack_pairs_transposed(const uint16_t* src, size_t ld, int rows, int kc, uin
     __m256 r[8];
     for (int i = 0; i < 8; ++i)
       r[i] = i < rows ? _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * ld + 2 * kp)) : _mm256_setzero_ps();
-    transpose8_store(r, dst + (size_t)kp * ds, ds);
+    transpose8_store(r, reinterpret_cast<float*>(dst + (size_t)kp * ds), ds);  // pairs as 32-bit lanes
   }
   for (; kp < kc2; ++kp)
     for (int i = 0; i < 8; ++i) {

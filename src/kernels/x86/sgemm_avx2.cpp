@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/gemm_util.h"
 #include "kernels/x86/gemm_small.h"
 
 namespace ember {
@@ -17,40 +18,6 @@ constexpr int NR = 16;   // micro-tile columns (two ymm of op(B))
 constexpr int KC = 256;  // depth of a packed block: one B micro-panel is 16 KiB (L1)
 constexpr int MC = 132;  // rows of a packed A block (22 micro-panels): 132 KiB (L2)
 constexpr int NC = 256;  // columns of a packed B block: 256 KiB (L2)
-
-int min_int(int a, int b) { return a < b ? a : b; }
-
-// Splits n into ceil(n / max_step) near-equal blocks, each rounded up to a multiple of unit.
-int block_step(int n, int max_step, int unit) {
-  const int blocks = (n + max_step - 1) / max_step;
-  const int step = (n + blocks - 1) / blocks;
-  const int rounded = (step + unit - 1) / unit * unit;
-  return rounded < max_step ? rounded : max_step;
-}
-
-// Transposes 8 rows of 8 floats into out[c] = column c (element r = row r).
-void transpose8(const __m256 (&r)[8], __m256 (&out)[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  out[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  out[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  out[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  out[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  out[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  out[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  out[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  out[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
 
 // Loads 8 floats of each of `rows` (<= 8) strided rows at column k; missing rows are zero.
 void load_rows(const float* src, size_t ld, int rows, int k, __m256 (&r)[8]) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/gemm_util.h"
 #include "kernels/x86/gemm_small.h"
 
 namespace ember {
@@ -21,46 +22,6 @@ constexpr int NR = 32;   // micro-tile columns (two zmm of op(B))
 constexpr int KC = 256;  // depth of a packed block: one B micro-panel is 32 KiB (L1)
 constexpr int MC = 128;  // rows of a packed A block: 128 KiB (L2)
 constexpr int NC = 512;  // columns of a packed B block: 512 KiB (L2)
-
-int min_int(int a, int b) { return a < b ? a : b; }
-
-// Splits n into ceil(n / max_step) near-equal blocks, each rounded up to a multiple of unit.
-int block_step(int n, int max_step, int unit) {
-  const int blocks = (n + max_step - 1) / max_step;
-  const int step = (n + blocks - 1) / blocks;
-  const int rounded = (step + unit - 1) / unit * unit;
-  return rounded < max_step ? rounded : max_step;
-}
-
-__mmask16 lane_mask(int n) {  // the low min(max(n, 0), 16) lanes
-  if (n <= 0) return 0;
-  if (n >= 16) return 0xFFFF;
-  return static_cast<__mmask16>((1u << n) - 1);
-}
-
-// Transposes 8 rows of 8 floats: dst[c * ds + r] = row r, element c.
-void transpose8_store(const __m256 (&r)[8], float* dst, size_t ds) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  _mm256_storeu_ps(dst + 0 * ds, _mm256_permute2f128_ps(s0, s4, 0x20));
-  _mm256_storeu_ps(dst + 1 * ds, _mm256_permute2f128_ps(s1, s5, 0x20));
-  _mm256_storeu_ps(dst + 2 * ds, _mm256_permute2f128_ps(s2, s6, 0x20));
-  _mm256_storeu_ps(dst + 3 * ds, _mm256_permute2f128_ps(s3, s7, 0x20));
-  _mm256_storeu_ps(dst + 4 * ds, _mm256_permute2f128_ps(s0, s4, 0x31));
-  _mm256_storeu_ps(dst + 5 * ds, _mm256_permute2f128_ps(s1, s5, 0x31));
-  _mm256_storeu_ps(dst + 6 * ds, _mm256_permute2f128_ps(s2, s6, 0x31));
-  _mm256_storeu_ps(dst + 7 * ds, _mm256_permute2f128_ps(s3, s7, 0x31));
-}
 
 // Packs `rows` (<= 8) strided rows of length kc, src[r * ld + k], as columns:
 // dst[k * ds + r] for r < 8 (rows >= `rows` are zero). Used for op(A) = A and op(B) = B^T.

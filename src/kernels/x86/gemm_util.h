@@ -1,0 +1,62 @@
+// Shared by the GEMM kernels (sgemm_avx2.cpp, sgemm_avx512.cpp, sbgemm_avx512bf16.cpp): block
+// sizing, an 8x8 transpose of 32-bit lanes in AVX registers and, for AVX-512, an edge's lane mask.
+// Internal linkage on purpose: each includer compiles these with its own ISA flags, and a copy
+// built for AVX-512 must never be the one an AVX2-only CPU runs.
+#pragma once
+#include <immintrin.h>
+
+namespace ember {
+namespace {
+
+int min_int(int a, int b) { return a < b ? a : b; }
+
+// Splits n into ceil(n / max_step) near-equal blocks, each rounded up to a multiple of unit.
+int block_step(int n, int max_step, int unit) {
+  const int blocks = (n + max_step - 1) / max_step;
+  const int step = (n + blocks - 1) / blocks;
+  const int rounded = (step + unit - 1) / unit * unit;
+  return rounded < max_step ? rounded : max_step;
+}
+
+// Transposes 8 rows of 8 floats (or any 32-bit lanes: shuffles keep the bits) into out[c] =
+// column c (element r = row r).
+[[maybe_unused]] void transpose8(const __m256 (&r)[8], __m256 (&out)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  out[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  out[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  out[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  out[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  out[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  out[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  out[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  out[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// The same, stored: dst[c * ds + r] = row r, element c.
+[[maybe_unused]] void transpose8_store(const __m256 (&r)[8], float* dst, size_t ds) {
+  __m256 out[8];
+  transpose8(r, out);
+  for (int c = 0; c < 8; ++c) _mm256_storeu_ps(dst + c * ds, out[c]);
+}
+
+#ifdef __AVX512F__
+__mmask16 lane_mask(int n) {  // the low min(max(n, 0), 16) lanes
+  if (n <= 0) return 0;
+  if (n >= 16) return 0xFFFF;
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+#endif
+
+}  // namespace
+}  // namespace ember
