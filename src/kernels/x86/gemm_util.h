@@ -1,17 +1,20 @@
-// Shared by the GEMM kernels (sgemm_avx2.cpp, sgemm_avx512.cpp, sbgemm_avx512bf16.cpp): block
-// sizing, an 8x8 transpose of 32-bit lanes in AVX registers and, for AVX-512, an edge's lane mask.
+// Shared by the GEMM kernels (sgemm_avx2.cpp, sgemm_avx512.cpp, sbgemm_avx512bf16.cpp) and the
+// AVX2 traits (simd.h): block sizing, an 8x8 transpose of 32-bit lanes in AVX registers and, for
+// AVX-512, an edge's lane mask.
 // Internal linkage on purpose: each includer compiles these with its own ISA flags, and a copy
 // built for AVX-512 must never be the one an AVX2-only CPU runs.
 #pragma once
 #include <immintrin.h>
 
+#include <cstddef>
+
 namespace ember {
 namespace {
 
-int min_int(int a, int b) { return a < b ? a : b; }
+[[maybe_unused]] int min_int(int a, int b) { return a < b ? a : b; }
 
 // Splits n into ceil(n / max_step) near-equal blocks, each rounded up to a multiple of unit.
-int block_step(int n, int max_step, int unit) {
+[[maybe_unused]] int block_step(int n, int max_step, int unit) {
   const int blocks = (n + max_step - 1) / max_step;
   const int step = (n + blocks - 1) / blocks;
   const int rounded = (step + unit - 1) / unit * unit;
@@ -19,8 +22,8 @@ int block_step(int n, int max_step, int unit) {
 }
 
 // Transposes 8 rows of 8 floats (or any 32-bit lanes: shuffles keep the bits) into out[c] =
-// column c (element r = row r).
-[[maybe_unused]] void transpose8(const __m256 (&r)[8], __m256 (&out)[8]) {
+// column c (element r = row r). out may be r (every row is read before any is written).
+[[maybe_unused]] void transpose8(const __m256* r, __m256* out) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
   const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
@@ -51,7 +54,7 @@ int block_step(int n, int max_step, int unit) {
 }
 
 #ifdef __AVX512F__
-__mmask16 lane_mask(int n) {  // the low min(max(n, 0), 16) lanes
+[[maybe_unused]] __mmask16 lane_mask(int n) {  // the low min(max(n, 0), 16) lanes
   if (n <= 0) return 0;
   if (n >= 16) return 0xFFFF;
   return static_cast<__mmask16>((1u << n) - 1);

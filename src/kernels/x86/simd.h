@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/x86/gemm_util.h"
+
 namespace ember {
 namespace {
 
@@ -152,24 +154,7 @@ struct Avx2 {
     }
   }
   // r[0..W) (rows of W floats) transposed in place: r[t] becomes column t.
-  static void transpose(V* r) {
-    const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 b0 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 b1 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 b2 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 b3 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 b4 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 b5 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 b6 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 b7 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(3, 2, 3, 2));
-    r[0] = _mm256_permute2f128_ps(b0, b4, 0x20), r[4] = _mm256_permute2f128_ps(b0, b4, 0x31);
-    r[1] = _mm256_permute2f128_ps(b1, b5, 0x20), r[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
-    r[2] = _mm256_permute2f128_ps(b2, b6, 0x20), r[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
-    r[3] = _mm256_permute2f128_ps(b3, b7, 0x20), r[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
-  }
+  static void transpose(V* r) { transpose8(r, r); }
 };
 #endif
 
