@@ -101,11 +101,7 @@ void pack_b(bool tb, const uint16_t* B, size_t ldb, int p0, int kc, int j0, int 
 template <int R>
 void micro_kernel(int kc2, const uint32_t* a, const uint32_t* b, float* C, size_t ldc, float alpha, float beta,
                   __mmask16 m0, __mmask16 m1) {
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    __builtin_prefetch(C + i * ldc, 1);
-    __builtin_prefetch(C + i * ldc + NR - 1, 1);
-  }
+  prefetch_tile<R>(C, ldc, NR);
   __m512 c0[R], c1[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
@@ -121,18 +117,7 @@ void micro_kernel(int kc2, const uint32_t* a, const uint32_t* b, float* C, size_
     a += MR;
     b += NR;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    float* c = C + i * ldc;
-    __m512 o0 = _mm512_mul_ps(c0[i], va), o1 = _mm512_mul_ps(c1[i], va);
-    if (beta != 0.0f) {  // beta == 0: C is write-only (stale NaN/Inf must not leak)
-      o0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, c), vb, o0);
-      o1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, c + 16), vb, o1);
-    }
-    _mm512_mask_storeu_ps(c, m0, o0);
-    _mm512_mask_storeu_ps(c + 16, m1, o1);
-  }
+  store_tile<R>(C, ldc, c0, c1, alpha, beta, m0, m1);
 }
 
 void macro_kernel(int mc, int nc, int kc, const uint32_t* Ap, const uint32_t* Bp, float* C, size_t ldc, float alpha,

@@ -103,12 +103,7 @@ template <int R, bool kDirectA>
 void micro_kernel(int kc, const float* a, size_t lda, const float* b, float* C, size_t ldc,
                   int nr, float alpha, float beta) {
   const size_t a_row = kDirectA ? lda : 1, a_step = kDirectA ? 1 : MR;
-  // Fetch the C tile's lines now so that their misses hide under the k loop (see sgemm_avx512).
-#pragma GCC unroll 6
-  for (int i = 0; i < R; ++i) {
-    __builtin_prefetch(C + i * ldc, 1);
-    __builtin_prefetch(C + i * ldc + nr - 1, 1);
-  }
+  prefetch_tile<R>(C, ldc, nr);  // the C tile's misses hide under the k loop
   __m256 c0[R], c1[R];
 #pragma GCC unroll 6
   for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
