@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Writes the seed corpus of fuzz_onnx (fuzz/corpus/onnx/): tiny ONNX models made with onnx.helper
 that cover each op and pattern the importer maps (Conv, Gemm, MatMul + bias over a channels-last
-view, LayerNormalization, GELU's erf chain, x * sigmoid(x), pools, Pad with folded pads, Sum,
-Concat, Softmax) in a few hundred bytes each. Run: /usr/bin/python3 fuzz/make_onnx_corpus.py"""
+view, LayerNormalization, GELU's erf and tanh chains, FastSwish, x * sigmoid(x), pools, Pad with
+folded pads, Sum, Concat, Softmax) in a few hundred bytes each. Run: /usr/bin/python3 fuzz/make_onnx_corpus.py"""
 import os
 
 import numpy as np
@@ -66,6 +66,20 @@ def main():
                  N("Concat", ["hs", "t"], ["cc"], axis=1), N("Gemm", ["cc", "b"], ["z"]),
                  N("Softmax", ["z"], ["y"], axis=-1)],
          [w("a.weight", 4, 6), w("a.bias", 4), w("b", 8, 3)], [1, 2, 3], 3)
+    x = "h"  # GELU's tanh form in torch.onnx's operand order, then the study's FastSwish (torch's Reciprocal form)
+    gelu_tanh = [N("Mul", [x, x], ["g1"]), N("Mul", [x, "g1"], ["g2"]), N("Mul", ["k1", "g2"], ["g3"]),
+                 N("Add", [x, "g3"], ["g4"]), N("Mul", ["k2", "g4"], ["g5"]), N("Tanh", ["g5"], ["g6"]),
+                 N("Add", ["one", "g6"], ["g7"]), N("Mul", [x, "g7"], ["g8"]), N("Mul", ["half", "g8"], ["g"])]
+    fastswish = [N("Add", ["g", "a"], ["f1"]), N("Mul", ["g", "f1"], ["f2"]), N("Div", ["f2", "a3"], ["mid"]),
+                 N("Greater", ["g", "three"], ["gt"]), N("Less", ["g", "mthree"], ["lt"]), N("Mul", ["g", "g"], ["sq"]),
+                 N("Reciprocal", ["sq"], ["rc"]), N("Mul", ["rc", "mone"], ["low"]),
+                 N("Where", ["lt", "low", "mid"], ["w1"]), N("Where", ["gt", "g", "w1"], ["f"])]
+    scalar = lambda name, v: c(name, v, np.float32)  # noqa: E731
+    save("acts", [N("Flatten", ["x"], ["fl"]), N("Gemm", ["fl", "a.weight", "a.bias"], [x], transB=1)] + gelu_tanh + fastswish +
+         [N("Gemm", ["f", "b.weight", "b.bias"], ["y"], transB=1)],
+         [w("a.weight", 6, 4), w("a.bias", 6), w("b.weight", 3, 6), w("b.bias", 3), scalar("k1", 0.044715),
+          scalar("k2", 0.7978845608), scalar("one", 1.0), scalar("half", 0.5), scalar("a", 3.2308), scalar("a3", 6.2308),
+          scalar("three", 3.0), scalar("mthree", -3.0), scalar("mone", -1.0)], [1, 2, 2], 3)
     print(f"wrote {len(os.listdir(OUT))} models to {OUT}")
 
 

@@ -326,6 +326,7 @@ class PyModel {
     } else {
       next->init_params(seed);
       if (onnx_weights_) ember::load_onnx_weights(*next, *onnx_weights_);
+      onnx_weights_.reset();  // later plans copy from this one: the file's copy is not needed again
     }
     plan_ = std::move(next);
   }

@@ -464,3 +464,42 @@ def test_every_activation_exports_as_onnxruntime_runs_it_and_imports_back(act, t
     back = ember.Model.from_onnx(path)
     assert f'"{act}"' in back.to_json()
     assert rel_diff(back.predict(x), want) <= 1e-5, act
+
+
+def test_a_tensor_whose_dims_lie_about_its_bytes_is_refused(tmp_path):
+    """An initializer claiming [1000, 1000] floats with 16 bytes of data: refused before anything of
+    that size is allocated, naming the initializer and the field."""
+    t = TensorProto()
+    t.name, t.data_type = "fc.weight", TensorProto.FLOAT
+    t.dims.extend([1000, 1000])
+    t.raw_data = b"\0" * 16
+    m = one_node_model([helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("Gemm", ["f", "fc.weight"], ["y"], transB=1)],
+                       [t], (1, 2, 2), (1000,))
+    path = tmp_path / "lying.onnx"
+    path.write_bytes(m.SerializeToString())
+    with pytest.raises(ember.Error, match=r"fc\.weight.*raw_data.*dims say 1000000"):
+        ember.Model.from_onnx(str(path))
+
+
+def test_protobuf_nested_100000_deep_is_refused_without_recursion(tmp_path):
+    """A graph attribute holding a graph holding a node ... 100,000 levels deep (ModelProto.graph =
+    7, GraphProto.node = 1, NodeProto.attribute = 5, AttributeProto.g = 6): the parser's depth limit
+    refuses it; no stack overflow."""
+    def varint(n):
+        out = bytearray()
+        while True:
+            b = n & 0x7F
+            n >>= 7
+            out.append(b | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+    inner = b""
+    for _ in range(100000 // 3):  # graph { node { attribute { g { ... } } } }
+        inner = bytes([0x32]) + varint(len(inner)) + inner        # AttributeProto.g (6)
+        inner = bytes([0x2A]) + varint(len(inner)) + inner        # NodeProto.attribute (5)
+        inner = bytes([0x0A]) + varint(len(inner)) + inner        # GraphProto.node (1)
+    data = bytes([0x3A]) + varint(len(inner)) + inner             # ModelProto.graph (7)
+    path = tmp_path / "deep.onnx"
+    path.write_bytes(data)
+    with pytest.raises(ember.Error, match="does not parse"):
+        ember.Model.from_onnx(str(path))
