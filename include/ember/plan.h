@@ -15,6 +15,15 @@ namespace ember {
 
 enum class DType { f32, f64 };  // f64 runs the scalar reference kernels (gradient checks)
 
+// The arithmetic of the matrix products (convolutions through the GEMM, Linear): fp32, or bf16
+// products summed in fp32 (operands rounded to nearest even as the GEMM packs them; on CPUs with
+// AVX512_BF16, VDPBF16PS at twice the fp32 FMA rate). Everything else (LayerNorm, activations,
+// the loss, reductions, the optimizer, the fp32 master weights and their state) stays fp32.
+enum class Precision { fp32, bf16 };
+const char* precision_name(Precision p);  // "fp32", "bf16"
+// "fp32" or "bf16"; anything else throws Error starting "WHAT: ".
+Precision parse_precision(const std::string& text, const std::string& what);
+
 enum class OptimizerKind { SGD, Momentum, Nesterov, Adam, AdamW };
 
 struct OptimizerConfig {
@@ -28,6 +37,7 @@ struct OptimizerConfig {
 struct PlanOptions {
   int batch = 64;
   DType dtype = DType::f32;
+  Precision precision = Precision::fp32;  // bf16: f32 plans only
   std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
   int threads = 1;
   OptimizerConfig optimizer;    // decides how much optimizer state the arena holds
@@ -89,6 +99,7 @@ class Plan {
   int batch() const;
   int threads() const;
   DType dtype() const;
+  Precision precision() const;
   const char* isa_name() const;
   const Model& model() const;
   const PlanOptions& options() const;

@@ -19,14 +19,21 @@ void cvt_bf16_f32_ref(float* dst, const uint16_t* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-void sbgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-                const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+namespace {
+
+// An operand's value as the bf16 GEMMs multiply it: a bf16, or an fp32 rounded to bf16.
+float widen(uint16_t h) { return bf16_to_f32(h); }
+float widen(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+template <class S>
+void gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const S* A, int lda, const S* B, int ldb,
+                   float beta, float* C, int ldc) {
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       float acc = 0;
       for (int k = 0; k < K; ++k) {
-        const float a = bf16_to_f32(ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k]);
-        const float b = bf16_to_f32(tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j]);
+        const float a = widen(ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k]);
+        const float b = widen(tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j]);
         acc += a * b;  // exact product (8-bit significands), one fp32 rounding per sum
       }
       float* c = C + size_t(i) * ldc + j;
@@ -34,13 +41,12 @@ void sbgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16
     }
 }
 
-namespace {
-
 constexpr int kMB = 128, kKB = 256, kNB = 256;  // 128 + 256 KiB of fp32 blocks on the stack
 
 // C (+)= op(A) op(B) through `sgemm`, kKB deep and kNB wide at a time.
-void sbgemm_via_f32(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A,
-                    int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+template <class S>
+void sbgemm_via_f32(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float alpha, const S* A, int lda,
+                    const S* B, int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     sgemm(false, false, M, N, 0, alpha, nullptr, 1, nullptr, 1, beta, C, ldc);
@@ -55,12 +61,12 @@ void sbgemm_via_f32(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float 
       const int nb = std::min(kNB, N - jc);
       for (int k = 0; k < kb; ++k)  // Bf[k, j] = op(B)[pc + k, jc + j]
         for (int j = 0; j < nb; ++j)
-          Bf[k * nb + j] = bf16_to_f32(tb ? B[size_t(jc + j) * ldb + pc + k] : B[size_t(pc + k) * ldb + jc + j]);
+          Bf[k * nb + j] = widen(tb ? B[size_t(jc + j) * ldb + pc + k] : B[size_t(pc + k) * ldb + jc + j]);
       for (int ic = 0; ic < M; ic += kMB) {
         const int mb = std::min(kMB, M - ic);
         for (int i = 0; i < mb; ++i)  // Af[i, k] = op(A)[ic + i, pc + k]
           for (int k = 0; k < kb; ++k)
-            Af[i * kb + k] = bf16_to_f32(ta ? A[size_t(pc + k) * lda + ic + i] : A[size_t(ic + i) * lda + pc + k]);
+            Af[i * kb + k] = widen(ta ? A[size_t(pc + k) * lda + ic + i] : A[size_t(ic + i) * lda + pc + k]);
         sgemm(false, false, mb, nb, kb, alpha, Af, kb, Bf, nb, b, C + size_t(ic) * ldc + jc, ldc);
       }
     }
@@ -68,6 +74,23 @@ void sbgemm_via_f32(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float 
 }
 
 }  // namespace
+
+void sbgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  gemm_bf16_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void sgemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc) {
+  gemm_bf16_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void sgemm_bf16_f32_avx2(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                         const float* B, int ldb, float beta, float* C, int ldc) {
+  sbgemm_via_f32(sgemm_avx2, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void sgemm_bf16_f32_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                           const float* B, int ldb, float beta, float* C, int ldc) {
+  sbgemm_via_f32(sgemm_avx512, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 void sbgemm_f32_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
                     const uint16_t* B, int ldb, float beta, float* C, int ldc) {

@@ -225,6 +225,9 @@ struct Kernels {
   // AVX512_BF16 and the table is avx512; elsewhere bf16 blocks converted to fp32 for this table's
   // sgemm. bf16_path names the choice (ember info); bf16_rate: products per fp32 FMA (2 or 1).
   SbgemmFn sbgemm;
+  // The same products from fp32 operands rounded to bf16 (nearest even) as the kernel packs them:
+  // equal to sbgemm on cvt_f32_bf16 copies of A and B, without the copies. A bf16 plan's GEMMs.
+  SgemmFn sgemm_bf16;
   CvtF32Bf16Fn cvt_f32_bf16;
   CvtBf16F32Fn cvt_bf16_f32;
   const char* bf16_path;
@@ -292,6 +295,14 @@ void sbgemm_f32_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const
                        const uint16_t* B, int ldb, float beta, float* C, int ldc);
 void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
                        const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void sgemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc);
+void sgemm_bf16_f32_avx2(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                         const float* B, int ldb, float beta, float* C, int ldc);
+void sgemm_bf16_f32_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                           const float* B, int ldb, float beta, float* C, int ldc);
+void sgemm_bf16_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                           const float* B, int ldb, float beta, float* C, int ldc);
 void cvt_f32_bf16_ref(uint16_t* dst, const float* src, size_t n);
 void cvt_bf16_f32_ref(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512(uint16_t* dst, const float* src, size_t n);

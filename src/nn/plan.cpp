@@ -69,7 +69,9 @@ struct Plan::Impl {
   std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift
 
   template <class T> T* at(size_t off) const { return arena.at<T>(off); }
-  ops::Exec exec() const { return {*k, *pool}; }
+  ops::Exec exec(const ops::SideWork* side = nullptr) const {
+    return {*k, *pool, side, opt.precision == Precision::bf16};
+  }
   size_t out_tensor() const { return g.tensors.size() - 1; }
   size_t tensor_bytes(size_t t) const { return size_t(opt.batch) * g.tensors[t].dims.size() * esz; }
 };
@@ -250,6 +252,8 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     throw Error("batch size: expected an integer in [1, 1048576], found " + std::to_string(opt.batch));
   if (opt.threads < 1 || opt.threads > 256)
     throw Error("threads: expected an integer in [1, 256], found " + std::to_string(opt.threads));
+  if (opt.precision == Precision::bf16 && opt.dtype != DType::f32)
+    throw Error("precision: bf16 needs an f32 plan (f64 plans run the scalar references in double)");
   m.k = &choose_kernels(opt);
   m.esz = opt.dtype == DType::f64 ? 8 : 4;
   m.g = compiled_graph(m.model, opt.dtype, opt.batch);          // passes 1-2
@@ -313,6 +317,15 @@ Plan& Plan::operator=(Plan&&) noexcept = default;
 int Plan::batch() const { return impl_->opt.batch; }
 int Plan::threads() const { return impl_->pool->size(); }
 DType Plan::dtype() const { return impl_->opt.dtype; }
+Precision Plan::precision() const { return impl_->opt.precision; }
+
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+
+Precision parse_precision(const std::string& text, const std::string& what) {
+  if (text == "fp32") return Precision::fp32;
+  if (text == "bf16") return Precision::bf16;
+  throw Error(what + ": expected fp32 or bf16, found '" + text + "'");
+}
 const char* Plan::isa_name() const { return ember::isa_name(impl_->k->isa); }
 const Model& Plan::model() const { return impl_->model; }
 size_t Plan::arena_bytes() const { return impl_->arena.size(); }
@@ -590,7 +603,7 @@ namespace {
 // be null): work the side unit's backward takes when a thread is free, the rest run after it.
 void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, const ops::SideWork* side) {
   check_training(m, "backward");
-  const ops::Exec e = m.exec(), es{*m.k, *m.pool, side};
+  const ops::Exec e = m.exec(), es = m.exec(side);
   for (size_t i = m.us.size(); i-- > 0;) {
     if (!m.us[i].backward) continue;
     const bool side_here = side && int(i) == m.side_unit;

@@ -312,7 +312,7 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
       ref::pad_image<float>(xp, x + n * in, s.C, s.H, s.W, s.pad_h, s.pad_w, d.Hp, d.Wp);
       e.k.conv_s1_wgrad(dwt, dbt, dy + n * out, xp, d);
       if (!dx) continue;
-      e.k.sgemm(true, false, CRS, PQ, s.K, 1.f, w, CRS, dy + n * out, PQ, 0.f, col, PQ);
+      e.gemm()(true, false, CRS, PQ, s.K, 1.f, w, CRS, dy + n * out, PQ, 0.f, col, PQ);
       col2im_ld(dx + n * in, col, size_t(PQ), s);
     }
   });
@@ -358,7 +358,7 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
             else e.k.im2col(col, xg, Cg, s);
             B = col;
           }
-          e.k.sgemm(false, false, Kg, PQ, CRS, 1.f, w + (size_t)g * Kg * CRS, CRS, B, PQ, 0.f,
+          e.gemm()(false, false, Kg, PQ, CRS, 1.f, w + (size_t)g * Kg * CRS, CRS, B, PQ, 0.f,
                     y + (n * s.K + g * Kg) * PQ, PQ);
         }
       if (b && r.end > r.begin)
@@ -413,7 +413,7 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
             else e.k.im2col(col, xg, Cg, s);
             B = col;
           }
-          e.k.sgemm(false, true, Kg, CRS, PQ, 1.f, dyg, PQ, B, PQ, n == r.begin ? 0.f : 1.f,
+          e.gemm()(false, true, Kg, CRS, PQ, 1.f, dyg, PQ, B, PQ, n == r.begin ? 0.f : 1.f,
                     dwt + (size_t)g * Kg * CRS, CRS);
           if (dbt)
             for (int k = 0; k < Kg; ++k) {
@@ -424,10 +424,10 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
           if (dx) {
             float* dxg = dx + (n * s.C + g * Cg) * HW;
             if (is_pointwise(s)) {
-              e.k.sgemm(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
+              e.gemm()(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
                         0.f, dxg, PQ);
             } else {
-              e.k.sgemm(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
+              e.gemm()(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
                         0.f, col, PQ);
               if (G == 1) {
                 col2im_ld(dxg, col, size_t(PQ), s);

@@ -153,7 +153,7 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
         T* dxg = dx + (n * s.C + gi * g.Cg) * HW;
         const int CRS = g.Cg * s.R * s.S;
         if constexpr (std::is_same_v<T, float>) {
-          e.k.sgemm(true, false, CRS, int(PQ), g.Kg, 1.f, w + gi * wg, CRS, dog, int(PQ), 0.f, col, int(PQ));
+          e.gemm()(true, false, CRS, int(PQ), g.Kg, 1.f, w + gi * wg, CRS, dog, int(PQ), 0.f, col, int(PQ));
           std::memset(dxg, 0, size_t(g.Cg) * HW * sizeof(T));
           e.k.col2im(dxg, col, g.Cg, s);
         } else {

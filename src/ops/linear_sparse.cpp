@@ -89,7 +89,7 @@ void linear_fwd_sp(const Exec& e, float* y, void* saved, const float* x, const f
     else if (flags[c] != kDense)
       e.k.linear_sp_fwd(part, wt + size_t(c0) * K, x, size_t(C), w, size_t(C), N, K, c0, c1);
     else
-      e.k.sgemm(false, true, N, K, c1 - c0, 1.f, x + c0, C, w + c0, C, 0.f, part, K);
+      e.gemm()(false, true, N, K, c1 - c0, 1.f, x + c0, C, w + c0, C, 0.f, part, K);
   };
   each_chunk(e, l.chunks, run);
   add_partials<float>(e, y, size_t(N) * K, parts, size_t(N) * K, l.chunks - 1);
@@ -110,12 +110,12 @@ void linear_bwd_sp(const Exec& e, float* dx, float* dw, float* db, const float* 
   auto run = [&](int c) {
     const int c0 = c * l.width, c1 = std::min(C, c0 + l.width), cw = c1 - c0;
     if (flags[c] != kDense) e.k.linear_sp_wgrad(dw, size_t(C), dy, x, size_t(C), N, K, c0, c1);
-    else e.k.sgemm(true, false, K, cw, N, 1.f, dy, K, x + c0, C, 0.f, dw + c0, C);
+    else e.gemm()(true, false, K, cw, N, 1.f, dy, K, x + c0, C, 0.f, dw + c0, C);
     if (!dx) return;
     if (flags[c] == kSparseDgrad && dx_unused_at_zero)
       e.k.linear_sp_dgrad(dx, dy, x, size_t(C), wt + size_t(c0) * K, N, K, c0, c1);
     else
-      e.k.sgemm(false, false, N, cw, K, 1.f, dy, K, w + c0, C, 0.f, dx + c0, C);
+      e.gemm()(false, false, N, cw, K, 1.f, dy, K, w + c0, C, 0.f, dx + c0, C);
   };
   each_chunk(e, l.chunks, run);
   if (db) bias_grad(db, dy, N, K);

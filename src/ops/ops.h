@@ -34,6 +34,10 @@ struct Exec {
   const Kernels& k;
   ThreadPool& pool;
   const SideWork* side = nullptr;  // optional; ops that can overlap it take chunks of it
+  bool bf16 = false;               // a bf16 plan: matrix products multiply bf16-rounded operands
+  // The GEMM of the layers' matrix products (convolutions, Linear): fp32, or bf16 products
+  // summed in fp32 (Kernels::sgemm_bf16) in a bf16 plan.
+  SgemmFn gemm() const { return bf16 ? k.sgemm_bf16 : k.sgemm; }
 };
 
 // Linear: y[N,K] = x[N,C] w[K,C]^T + b[K]. ws (may be null: then not used): at least

@@ -1,6 +1,7 @@
 // A GEMM split across the pool by blocks of output columns (or rows when C is tall), so each
 // output element is computed by one thread in one fixed order: bit-identical for a thread count.
-// fp32 operands (sgemm) or bf16 ones (sbgemm), fp32 C either way.
+// fp32 operands (Exec::gemm: fp32 or bf16 products by the plan's precision) or bf16 ones (sbgemm),
+// fp32 C either way.
 #pragma once
 #include <cstdint>
 
@@ -36,7 +37,7 @@ void parallel_gemm(const Exec& e, Gemm gemm, bool ta, bool tb, int M, int N, int
 inline void parallel_sgemm(const Exec& e, bool ta, bool tb, int M, int N, int K, float alpha,
                            const float* A, int lda, const float* B, int ldb, float beta, float* C,
                            int ldc) {
-  parallel_gemm<float>(e, e.k.sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  parallel_gemm<float>(e, e.gemm(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 inline void parallel_sbgemm(const Exec& e, bool ta, bool tb, int M, int N, int K, float alpha,

@@ -174,6 +174,43 @@ TEST(Bf16, ZeroDepthScalesC) {
   }
 }
 
+// fp32 operands rounded while packed (SgemmFn sgemm_bf16): ties, denormals and ordinary values.
+std::vector<float> awkward_floats(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  const uint32_t odd[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x00000001u, 0x807fffffu, 0x3f807fffu, 0x3f808001u};
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = i % 7 == 3 ? from_bits(odd[(i / 7) % 7]) : nd(rng);
+  return v;
+}
+
+TEST(Bf16, FloatOperandGemmsEqualTheBf16GemmOfTheRoundedCopies) {
+  struct F { std::string name; SgemmFn f; SbgemmFn same; };  // same: the bf16 GEMM it must equal
+  std::vector<F> fs{{"ref", sgemm_bf16_ref, sbgemm_ref}};
+  if (isa_supported(Isa::avx2)) fs.push_back({"f32_avx2", sgemm_bf16_f32_avx2, sbgemm_f32_avx2});
+  if (isa_supported(Isa::avx512)) fs.push_back({"f32_avx512", sgemm_bf16_f32_avx512, sbgemm_f32_avx512});
+  if (cpu_has_avx512_bf16()) fs.push_back({"avx512bf16", sgemm_bf16_avx512bf16, sbgemm_avx512bf16});
+  const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {9, 33, 3}, {17, 1, 300}, {2, 47, 129}, {130, 70, 385}, {33, 530, 17}};
+  std::mt19937 rng(5);
+  for (const F& f : fs)
+    for (auto& sh : shapes)
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        const int M = sh[0], N = sh[1], K = sh[2];
+        SCOPED_TRACE(f.name + " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " M " + std::to_string(M) +
+                     " N " + std::to_string(N) + " K " + std::to_string(K));
+        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+        const std::vector<float> A = awkward_floats(size_t(ta ? K : M) * lda, rng), B = awkward_floats(size_t(tb ? N : K) * ldb, rng);
+        std::vector<uint16_t> Ah(A.size()), Bh(B.size());
+        cvt_f32_bf16_ref(Ah.data(), A.data(), A.size());
+        cvt_f32_bf16_ref(Bh.data(), B.data(), B.size());
+        std::vector<float> C(size_t(M) * ldc, NAN), want(C.size(), NAN);
+        f.f(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, 0.f, C.data(), ldc);
+        f.same(ta, tb, M, N, K, 0.75f, Ah.data(), lda, Bh.data(), ldb, 0.f, want.data(), ldc);
+        for (size_t i = 0; i < C.size(); ++i)  // same kernel, same order: bit for bit (padding NaN too)
+          ASSERT_EQ(bits(C[i]), bits(want[i])) << "at " << i / ldc << ", " << i % ldc;
+      }
+}
+
 TEST(Bf16, TheTableNamesItsPath) {
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
     if (!isa_supported(isa)) continue;
@@ -182,6 +219,8 @@ TEST(Bf16, TheTableNamesItsPath) {
     ASSERT_NE(k.bf16_path, nullptr);
     const bool native = isa == Isa::avx512 && cpu_has_avx512_bf16();
     EXPECT_EQ(k.sbgemm == sbgemm_avx512bf16, native) << isa_name(isa);
+    EXPECT_EQ(k.sgemm_bf16 == sgemm_bf16_avx512bf16, native) << isa_name(isa);
+    ASSERT_NE(k.sgemm_bf16, nullptr);
     EXPECT_EQ(k.bf16_rate, native ? 2 : 1);
   }
 }

@@ -1,7 +1,8 @@
 // bf16 GEMM for AVX512_BF16 (fp32 results): the SGEMM's Goto blocking with operands packed as
 // pairs along k, one uint32 = (bf16 at k, bf16 at k + 1). VDPBF16PS then adds two exact products
 // per fp32 lane: an 8x32 micro-tile (16 zmm accumulators) does 32 bf16 multiply-adds per
-// instruction, twice an fp32 FMA. Also VCVTNEPS2BF16 for the fp32 -> bf16 conversion.
+// instruction, twice an fp32 FMA. sgemm_bf16 rounds fp32 operands to bf16 as it packs them.
+// Also VCVTNEPS2BF16 for the fp32 -> bf16 conversion.
 #ifndef __clang__
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 #include "kernels/x86/gemm_util.h"
 
@@ -24,27 +26,51 @@ constexpr int NC = 512;  // columns of a packed B block: 384 KiB (L2)
 
 uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
-// `rows` (<= 8) bf16 rows of length kc, src[r * ld + k], as pairs along k in columns:
+// The operands come as bf16 (sbgemm) or as fp32 rounded to bf16 here, while packing (sgemm_bf16):
+// VCVTNEPS2BF16 rounds to nearest even and flushes denormals, as f32_to_bf16 (kernels/bf16.h).
+uint16_t to_bf16(uint16_t h) { return h; }
+uint16_t to_bf16(float f) { return f32_to_bf16(f); }
+
+// 16 consecutive values along k as 8 pairs (32-bit lanes).
+__m256 load_pairs(const uint16_t* s) { return _mm256_loadu_ps(reinterpret_cast<const float*>(s)); }
+__m256 load_pairs(const float* s) { return (__m256)(__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s)); }
+
+// 16 columns of rows k (s0) and k + 1 (s1) as 16 pairs d[j] = (s0[j], s1[j]).
+void interleave16(const uint16_t* s0, const uint16_t* s1, uint32_t* d) {
+  const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0));
+  const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1));
+  const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute2x128_si256(lo, hi, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+void interleave16(const float* s0, const float* s1, uint32_t* d) {
+  const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s0)));
+  const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s1)));
+  _mm512_storeu_si512(d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+}
+
+// `rows` (<= 8) rows of length kc, src[r * ld + k], as pairs along k in columns:
 // dst[kp * ds + r] for r < 8 (rows past `rows` zero; an odd kc's last pair has a zero high half).
-void pack_pairs_transposed(const uint16_t* src, size_t ld, int rows, int kc, uint32_t* dst, size_t ds) {
+template <class S>
+void pack_pairs_transposed(const S* src, size_t ld, int rows, int kc, uint32_t* dst, size_t ds) {
   const int even = kc / 2, kc2 = (kc + 1) / 2;
   int kp = 0;
   for (; kp + 8 <= even; kp += 8) {
     __m256 r[8];
-    for (int i = 0; i < 8; ++i)
-      r[i] = i < rows ? _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * ld + 2 * kp)) : _mm256_setzero_ps();
+    for (int i = 0; i < 8; ++i) r[i] = i < rows ? load_pairs(src + i * ld + 2 * kp) : _mm256_setzero_ps();
     transpose8_store(r, reinterpret_cast<float*>(dst + (size_t)kp * ds), ds);  // pairs as 32-bit lanes
   }
   for (; kp < kc2; ++kp)
     for (int i = 0; i < 8; ++i) {
-      const uint16_t* s = src + i * ld + 2 * kp;
-      dst[(size_t)kp * ds + i] = i < rows ? pair(s[0], 2 * kp + 1 < kc ? s[1] : 0) : 0;
+      const S* s = src + i * ld + 2 * kp;
+      dst[(size_t)kp * ds + i] = i < rows ? pair(to_bf16(s[0]), 2 * kp + 1 < kc ? to_bf16(s[1]) : 0) : 0;
     }
 }
 
 // op(A)[i0 : i0+mc, p0 : p0+kc] as micro-panels of MR rows, kc2 = ceil(kc / 2) pairs each:
 // panel ir at dst + ir * kc2, pair (i, kp) at [kp * MR + i]. Rows past mc and k past kc are zero.
-void pack_a(bool ta, const uint16_t* A, size_t lda, int i0, int mc, int p0, int kc, uint32_t* dst) {
+template <class S>
+void pack_a(bool ta, const S* A, size_t lda, int i0, int mc, int p0, int kc, uint32_t* dst) {
   const int kc2 = (kc + 1) / 2;
   for (int ir = 0; ir < mc; ir += MR) {
     const int mr = min_int(MR, mc - ir);
@@ -56,19 +82,18 @@ void pack_a(bool ta, const uint16_t* A, size_t lda, int i0, int mc, int p0, int 
     if (mr < MR)
       for (int kp = 0; kp < kc2; ++kp)
         for (int i = mr; i < MR; ++i) d[kp * MR + i] = 0;
-    {  // rows k and k + 1 interleaved along i
-      for (int kp = 0; kp < kc2; ++kp) {
-        const uint16_t* s0 = A + (size_t)(p0 + 2 * kp) * lda + i0 + ir;
-        const uint16_t* s1 = 2 * kp + 1 < kc ? s0 + lda : nullptr;
-        for (int i = 0; i < mr; ++i) d[kp * MR + i] = pair(s0[i], s1 ? s1[i] : 0);
-      }
+    for (int kp = 0; kp < kc2; ++kp) {  // rows k and k + 1 interleaved along i
+      const S* s0 = A + (size_t)(p0 + 2 * kp) * lda + i0 + ir;
+      const S* s1 = 2 * kp + 1 < kc ? s0 + lda : nullptr;
+      for (int i = 0; i < mr; ++i) d[kp * MR + i] = pair(to_bf16(s0[i]), s1 ? to_bf16(s1[i]) : 0);
     }
   }
 }
 
 // op(B)[p0 : p0+kc, j0 : j0+nc] as micro-panels of NR columns: panel jr at dst + jr * kc2, pair
 // (kp, j) at [kp * NR + j]. Columns past nc and k past kc are zero.
-void pack_b(bool tb, const uint16_t* B, size_t ldb, int p0, int kc, int j0, int nc, uint32_t* dst) {
+template <class S>
+void pack_b(bool tb, const S* B, size_t ldb, int p0, int kc, int j0, int nc, uint32_t* dst) {
   const int kc2 = (kc + 1) / 2;
   for (int jr = 0; jr < nc; jr += NR) {
     const int nr = min_int(NR, nc - jr);
@@ -76,19 +101,13 @@ void pack_b(bool tb, const uint16_t* B, size_t ldb, int p0, int kc, int j0, int 
     if (nr < NR)
       for (int kp = 0; kp < kc2; ++kp)
         for (int j = nr; j < NR; ++j) d[kp * NR + j] = 0;
-    if (!tb) {  // rows k and k + 1 interleaved along j: 16 columns per unpack
+    if (!tb) {  // rows k and k + 1 interleaved along j: 16 columns at a time
       for (int kp = 0; kp < kc2; ++kp) {
-        const uint16_t* s0 = B + (size_t)(p0 + 2 * kp) * ldb + j0 + jr;
+        const S* s0 = B + (size_t)(p0 + 2 * kp) * ldb + j0 + jr;
         const bool odd = 2 * kp + 1 < kc;
         int j = 0;
-        for (; odd && j + 16 <= nr; j += 16) {
-          const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + j));
-          const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + ldb + j));
-          const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + kp * NR + j), _mm256_permute2x128_si256(lo, hi, 0x20));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + kp * NR + j + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
-        }
-        for (; j < nr; ++j) d[kp * NR + j] = pair(s0[j], odd ? s0[ldb + j] : 0);
+        for (; odd && j + 16 <= nr; j += 16) interleave16(s0 + j, s0 + ldb + j, d + kp * NR + j);
+        for (; j < nr; ++j) d[kp * NR + j] = pair(to_bf16(s0[j]), odd ? to_bf16(s0[ldb + j]) : 0);
       }
     } else {  // a column's pairs are contiguous in B's row j: four groups of 8 columns
       for (int g = 0; g < NR / 8 && g * 8 < nr; ++g)
@@ -144,10 +163,9 @@ void macro_kernel(int mc, int nc, int kc, const uint32_t* Ap, const uint32_t* Bp
   }
 }
 
-}  // namespace
-
-void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-                       const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+template <class S>
+void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const S* A, int lda, const S* B, int ldb,
+               float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   const size_t la = (size_t)lda, lb = (size_t)ldb, lc = (size_t)ldc;
   if (K <= 0) {  // C = beta * C
@@ -171,6 +189,18 @@ void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const
       }
     }
   }
+}
+
+}  // namespace
+
+void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                       const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void sgemm_bf16_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                           const float* B, int ldb, float beta, float* C, int ldc) {
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n) {
