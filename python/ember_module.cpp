@@ -283,6 +283,15 @@ class PyModel {
     ember::load_weights(*plan_, path);
   }
 
+  std::string precision() const { return ember::precision_name(precision_); }
+  void set_precision(const std::string& p) {
+    try {
+      precision_ = ember::parse_precision(p, "precision");
+    } catch (const ember::Error& e) {
+      throw py::value_error(e.what());
+    }
+  }
+
  private:
   struct EvalMode {
     ember::Plan& p;
@@ -317,8 +326,9 @@ class PyModel {
     o.optimizer.kind = optimizer_kind(optimizer);
     o.optimizer.l2 = model_.recipe.l2, o.optimizer.weight_decay = model_.recipe.weight_decay;
     o.optimizer.momentum = model_.recipe.momentum;
+    o.precision = precision_;
     if (plan_ && plan_->batch() == o.batch && plan_->threads() == o.threads &&
-        plan_->options().optimizer.kind == o.optimizer.kind)
+        plan_->options().optimizer.kind == o.optimizer.kind && plan_->precision() == o.precision)
       return;
     auto next = std::make_unique<ember::Plan>(model_, o);
     if (plan_) {  // the same model: the same flat parameter layout
@@ -332,6 +342,7 @@ class PyModel {
   }
 
   ember::Model model_;
+  ember::Precision precision_ = ember::Precision::fp32;  // the next plan's (Model.precision)
   std::unique_ptr<ember::Plan> plan_;
   int epoch_ = 0;
   std::shared_ptr<const ember::OnnxImport> onnx_weights_;  // from_onnx: the file's weights
@@ -397,6 +408,9 @@ PYBIND11_MODULE(ember, m) {
       .def("named", [](PyModel& m, const std::string& n) -> PyModel& { return m.build([&](ember::Model& x) { x.named(n); }); },
            py::arg("name"), py::return_value_policy::reference_internal, "Names the last layer (for add and its parameters)")
       .def_property_readonly("name", &PyModel::name)
+      .def_property("precision", &PyModel::precision, &PyModel::set_precision,
+                    "'fp32' or 'bf16': the matrix products' arithmetic for fit, predict, evaluate and profile "
+                    "(bf16: operands rounded to bf16, products summed in fp32; weights stay fp32)")
       .def("to_json", &PyModel::to_json, "The model's JSON description")
       .def("fit", &PyModel::fit, py::arg("x"), py::arg("y"), py::arg("epochs") = 1, py::arg("batch_size") = 0,
            py::arg("optimizer") = "", py::arg("lr") = 0.0, py::arg("threads") = 0, py::arg("seed") = 1,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ember/data.h"
+#include "ember/plan.h"
 
 namespace ember {
 
@@ -17,6 +18,9 @@ struct BenchOptions {
   int64_t samples = 60000;       // training samples timed per training workload (after warm-up)
   std::vector<std::string> only; // workload names to run; empty: all
   std::string data_folder;       // the data workloads' image folder; empty: a generated one
+  // The model workloads' plans run in each precision in turn (fp32 then bf16: side by side, one
+  // workload at a time); the GEMM rows have their own fp32 (sgemm-*) and bf16 (sbgemm-*) names.
+  std::vector<Precision> precisions{Precision::fp32};
 };
 
 struct BenchMachine {
@@ -35,7 +39,9 @@ struct BenchResult {
   std::string unit;              // "s/epoch", "ms", "GFLOP/s", "MB", "samples/s"
   double samples_per_s = 0;      // 0 where it does not apply
   double gflops = 0;             // 0 where it does not apply
-  double peak_pct = 0;           // gflops against the FMA peak of `threads` threads
+  double peak_pct = 0;           // gflops against the peak of `threads` threads: the FMA peak, or
+                                 // for bf16 (sbgemm rows, bf16 plans) that times the table's bf16_rate
+  std::string precision = "fp32";  // the plan's precision (fp32 or bf16); the GEMM rows': their operands'
 };
 
 // The names run_bench knows, in the order it runs them.

@@ -86,10 +86,10 @@ OptimizerConfig optimizer_of(const Recipe& r) {
 }
 
 // Seconds for `samples` training samples (after `warm` untimed steps) of `model`.
-double time_training(const Model& model, const Dataset& d, int batch, int threads, Isa isa,
+double time_training(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
                      int64_t samples, double* flops_per_sample) {
   PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa_name(isa);
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec;
   po.optimizer = optimizer_of(model.recipe);
   Plan plan(model, po);
   plan.init_params(1);
@@ -110,10 +110,10 @@ double time_training(const Model& model, const Dataset& d, int batch, int thread
 }
 
 // Milliseconds per forward pass of a batch (the inference path: no loss, no backward).
-double time_inference(const Model& model, const Dataset& d, int batch, int threads, Isa isa,
+double time_inference(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
                       double* flops_per_sample) {
   PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa_name(isa);
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec;
   po.optimizer.kind = OptimizerKind::SGD;
   Plan plan(model, po);
   plan.init_params(1);
@@ -135,9 +135,9 @@ double time_inference(const Model& model, const Dataset& d, int batch, int threa
 // The ConvNeXt workloads: random inputs [batch, C, H, W] and labels, no data set. Training:
 // samples per second over whole steps (forward, loss, backward, AdamW) after 2 untimed ones, timed
 // for at least 3 steps and 4 s; inference: milliseconds per forward of an inference plan.
-double convnext_run(const Model& model, int batch, int threads, Isa isa, bool training, double* flops) {
+double convnext_run(const Model& model, int batch, int threads, Isa isa, Precision prec, bool training, double* flops) {
   PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.training = training;
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.training = training, po.precision = prec;
   po.optimizer = optimizer_of(model.recipe);
   Plan plan(model, po);
   plan.init_params(1);
@@ -280,30 +280,20 @@ BenchMachine measure_machine(const std::string& isa_text) {
   return m;
 }
 
-void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,
-               const std::function<void(const BenchResult&)>& on_result) {
-  const Isa isa = resolve_isa(o.isa, "BenchOptions::isa");
-  auto names = bench_workloads();
-  for (const auto& n : convnext_workloads()) names.push_back(n);
-  for (const auto& n : data_workloads()) names.push_back(n);
-  for (const auto& n : o.only)
-    if (std::find(names.begin(), names.end(), n) == names.end())
-      throw Error("BenchOptions::only: unknown workload '" + n + "' (bench_workloads() and convnext_workloads() list them)");
-  if (o.threads < 0 || o.threads > 256) throw Error("BenchOptions::threads: expected 0..256, found " + std::to_string(o.threads));
-  if (o.batch < 0 || o.batch > 65536) throw Error("BenchOptions::batch: expected 0..65536, found " + std::to_string(o.batch));
-  if (o.samples < 1) throw Error("BenchOptions::samples: expected at least 1, found " + std::to_string(o.samples));
+namespace {
+// One workload in one precision (o.data_folder: the data workloads' folder, already made).
+void run_one(const std::string& name, Precision prec, const BenchOptions& o, const BenchMachine& machine,
+             const Dataset& train, Isa isa, const std::function<void(const BenchResult&)>& on_result) {
   const int all = machine.hw_threads;
-  auto wants = [&](const std::string& n) { return o.only.empty() || std::find(o.only.begin(), o.only.end(), n) != o.only.end(); };
-  bool needs_data = false;  // the ConvNeXt workloads make their own random inputs
-  for (const auto& n : bench_workloads()) needs_data = needs_data || wants(n);
-  if (needs_data && (train.count < 1 || train.rows != 28 || train.cols != 28))
-    throw Error("bench: the data set must hold 28x28 images");
+  auto wants = [&](const std::string& n) { return n == name; };
   auto threads_or = [&](int t) { return o.threads > 0 ? o.threads : t; };
   auto batch_or = [&](int b) { return o.batch > 0 ? o.batch : b; };
   auto peak = [&](int t) { return t == 1 ? machine.peak_gflops_1t : machine.peak_gflops_1t * t; };
   auto emit = [&](BenchResult r) {
+    r.precision = precision_name(prec);
     // bf16 rows: against the bf16 peak (the FMA peak times the table's bf16 rate: 2 with VDPBF16PS)
-    const double rate = r.name.rfind("sbgemm", 0) == 0 ? kernels_for(isa).bf16_rate : 1;
+    if (r.name.rfind("sbgemm", 0) == 0) r.precision = "bf16";
+    const double rate = r.precision == "bf16" ? kernels_for(isa).bf16_rate : 1;
     if (r.gflops > 0) r.peak_pct = 100.0 * r.gflops / (rate * peak(r.threads));
     on_result(r);
   };
@@ -315,7 +305,7 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     r.name = name, r.what = "mnist-cnn training (original recipe), seconds per 60000-sample epoch";
     r.threads = threads_or(std::string(name) == "cnn-train" ? all : 1), r.batch = batch_or(64);
     double fps = 0;
-    const double s = time_training(cnn, train, r.batch, r.threads, isa, o.samples, &fps);
+    const double s = time_training(cnn, train, r.batch, r.threads, isa, prec, o.samples, &fps);
     r.value = s * 60000.0 / double(o.samples), r.unit = "s/epoch";
     r.samples_per_s = double(o.samples) / s, r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
@@ -325,7 +315,7 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     r.name = "peak-rss", r.what = "peak resident memory while training mnist-cnn (data set, plan)";
     r.threads = threads_or(all), r.batch = batch_or(64);
     double fps = 0;
-    time_training(cnn, train, r.batch, r.threads, isa, std::min<int64_t>(o.samples, 6400), &fps);
+    time_training(cnn, train, r.batch, r.threads, isa, prec, std::min<int64_t>(o.samples, 6400), &fps);
     r.value = peak_rss_mb(), r.unit = "MB";
     emit(r);
   }
@@ -337,7 +327,7 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     for (int b : batches) {
       double fps = 0;
       const int64_t samples = std::max<int64_t>(o.samples, 20 * b);
-      const double s = time_training(mlp, train, b, r.threads, isa, samples, &fps);
+      const double s = time_training(mlp, train, b, r.threads, isa, prec, samples, &fps);
       if (samples / s > r.samples_per_s) {
         r.samples_per_s = samples / s, r.batch = b, r.gflops = fps * r.samples_per_s / 1e9;
       }
@@ -352,12 +342,12 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     r.name = name, r.what = "mnist-cnn forward pass, milliseconds per batch";
     r.threads = threads_or(b1 ? 1 : all), r.batch = batch_or(b1 ? 1 : 64);
     double fps = 0;
-    r.value = time_inference(cnn, train, r.batch, r.threads, isa, &fps), r.unit = "ms";
+    r.value = time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps), r.unit = "ms";
     r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
   }
   // ConvNeXt workloads run only when named (--workloads): each takes 10-60 s.
-  auto named = [&](const std::string& n) { return std::find(o.only.begin(), o.only.end(), n) != o.only.end(); };
+  auto named = wants;
   for (const std::string& name : convnext_workloads()) {
     if (!named(name)) continue;
     const bool atto = name == "atto-train", infer = name.rfind("convnext-infer", 0) == 0;
@@ -372,31 +362,23 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     const bool b1 = name == "convnext-infer-b1";
     r.threads = threads_or(all), r.batch = batch_or(b1 ? 1 : 64);
     double fps = 0;
-    r.value = convnext_run(m, r.batch, r.threads, isa, !infer, &fps);
+    r.value = convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps);
     r.unit = infer ? "ms" : "samples/s";
     r.samples_per_s = infer ? r.batch / (r.value / 1e3) : r.value;
     r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
   }
-  std::string folder;  // the data workloads' folder, generated once when none is given
   for (const std::string& name : data_workloads()) {
     if (!named(name)) continue;
-    if (folder.empty()) folder = o.data_folder.empty() ? make_jpeg_folder() : o.data_folder;
     BenchResult r;
     r.name = name;
     r.what = name == "data-decode" ? "decode an image folder of JPEGs (train and test), images per second"
                                    : "training epochs from the decoded cache: RandomCrop(padding 4), flip, normalise to float, images per second";
     r.threads = threads_or(all), r.batch = batch_or(64);
-    try {
-      r.value = time_data(name, folder, r.threads, r.batch);
-    } catch (...) {
-      if (o.data_folder.empty()) std::filesystem::remove_all(folder);
-      throw;
-    }
+    r.value = time_data(name, o.data_folder, r.threads, r.batch);
     r.unit = "images/s", r.samples_per_s = r.value;
     emit(r);
   }
-  if (!folder.empty() && o.data_folder.empty()) std::filesystem::remove_all(folder);
   struct Gemm { const char* name; const char* what; bool ta, tb; int M, N, K, threads; bool bf16 = false; };
   const Gemm gemms[] = {
       {"sbgemm-2048-1t", "bf16 GEMM 2048^3 (fp32 C), C = A B", false, false, 2048, 2048, 2048, 1, true},
@@ -420,6 +402,49 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
     r.value = r.gflops, r.unit = "GFLOP/s";
     emit(r);
   }
+}
+
+bool runs_a_plan(const std::string& name) {
+  return name.find("gemm") == std::string::npos && name.rfind("data-", 0) != 0;
+}
+}  // namespace
+
+void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,
+               const std::function<void(const BenchResult&)>& on_result) {
+  const Isa isa = resolve_isa(o.isa, "BenchOptions::isa");
+  auto names = bench_workloads();
+  for (const auto& n : convnext_workloads()) names.push_back(n);
+  for (const auto& n : data_workloads()) names.push_back(n);
+  for (const auto& n : o.only)
+    if (std::find(names.begin(), names.end(), n) == names.end())
+      throw Error("BenchOptions::only: unknown workload '" + n + "' (bench_workloads() and convnext_workloads() list them)");
+  if (o.threads < 0 || o.threads > 256) throw Error("BenchOptions::threads: expected 0..256, found " + std::to_string(o.threads));
+  if (o.batch < 0 || o.batch > 65536) throw Error("BenchOptions::batch: expected 0..65536, found " + std::to_string(o.batch));
+  if (o.samples < 1) throw Error("BenchOptions::samples: expected at least 1, found " + std::to_string(o.samples));
+  auto wants = [&](const std::string& n) { return o.only.empty() || std::find(o.only.begin(), o.only.end(), n) != o.only.end(); };
+  bool needs_data = false;  // the ConvNeXt workloads make their own random inputs
+  for (const auto& n : bench_workloads()) needs_data = needs_data || wants(n);
+  if (needs_data && (train.count < 1 || train.rows != 28 || train.cols != 28))
+    throw Error("bench: the data set must hold 28x28 images");
+  if (o.precisions.empty()) throw Error("BenchOptions::precisions: expected fp32, bf16 or both, found none");
+  BenchOptions run = o;
+  bool data_named = false;
+  for (const auto& n : data_workloads()) data_named = data_named || std::find(o.only.begin(), o.only.end(), n) != o.only.end();
+  if (data_named && o.data_folder.empty()) run.data_folder = make_jpeg_folder();  // removed below
+  try {
+    for (const std::string& name : names) {
+      const bool selected = std::find(o.only.begin(), o.only.end(), name) != o.only.end();
+      const auto base = bench_workloads();  // what runs when no workload is named
+      const bool by_default = o.only.empty() && std::find(base.begin(), base.end(), name) != base.end();
+      if (!selected && !by_default) continue;
+      for (Precision p : runs_a_plan(name) ? o.precisions : std::vector<Precision>{Precision::fp32})
+        run_one(name, p, run, machine, train, isa, on_result);
+    }
+  } catch (...) {
+    if (data_named && o.data_folder.empty()) std::filesystem::remove_all(run.data_folder);
+    throw;
+  }
+  if (data_named && o.data_folder.empty()) std::filesystem::remove_all(run.data_folder);
 }
 
 }  // namespace ember

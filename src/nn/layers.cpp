@@ -139,11 +139,12 @@ class Linear final : public Layer {
     return dt == DType::f32 ? ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads) : 0;
   }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
-    if (b.wt && n == 1 && b.dt == DType::f32) {  // frozen: read only the rows non-zero inputs select
+    // bf16 plans run every Linear as the bf16 GEMM: the sparse-input and frozen batch-1 kernels are fp32
+    if (b.wt && n == 1 && b.dt == DType::f32 && !e.bf16) {  // frozen: read only the rows non-zero inputs select
       ops::linear_fwd_t1(e, p<float>(b.y), p<float>(b.x), b.wt, p<float>(b.b), in_.c, spec_.out, p<float>(b.ws));
       return;
     }
-    if (b.saved) {  // f32, large enough: sparse where the input is mostly zero
+    if (b.saved && !e.bf16) {  // f32, large enough: sparse where the input is mostly zero
       ops::linear_fwd_sp(e, p<float>(b.y), b.saved, p<float>(b.x), p<float>(b.w), p<float>(b.b), n,
                          in_.c, spec_.out, p<float>(b.ws), b.wt);
       if (b.bg) ops::linear_bg_fwd(e, p<float>(b.y), *b.bg, p<float>(b.w), n, spec_.out);
@@ -155,7 +156,7 @@ class Linear final : public Layer {
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
-    if (b.saved) {
+    if (b.saved && !e.bf16) {
       ops::linear_bwd_sp(e, p<float>(b.dx), p<float>(b.dw), p<float>(b.db), p<float>(b.dy),
                          p<float>(b.x), p<float>(b.w), b.saved, b.dx_unused_at_zero, n, in_.c, spec_.out);
       if (b.bg) ops::linear_bg_bwd(e, p<float>(b.dw), *b.bg, p<float>(b.dy), p<float>(b.w), n, spec_.out);

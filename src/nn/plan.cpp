@@ -181,12 +181,12 @@ void place_buffers(Plan::Impl& m, const std::vector<bool>& needs_grad) {
 
 // The background link, found by its pattern: unit 0 a fused conv that needs no input gradient,
 // whose output only unit 1, a Flatten, reads, whose output only unit 2, a Linear that may run
-// sparse, reads (f32; a kernel table that takes the sparse path: not AVX2's).
+// sparse, reads (f32 plans of fp32 precision; a kernel table that takes the sparse path: not AVX2's).
 size_t link_background(Plan::Impl& m, size_t* value, size_t* grad, size_t* fold) {
   m.bg_unit.assign(m.us.size(), false);
   const auto& u = m.us;
   auto only_reader = [&](size_t t, int node) { return m.g.tensors[t].readers == std::vector<int>{node}; };
-  if (!m.opt.split_background || m.opt.dtype != DType::f32 || u.size() < 3 || !u[0].layer->can_split_background() ||
+  if (!m.opt.split_background || m.opt.dtype != DType::f32 || m.opt.precision != Precision::fp32 || u.size() < 3 || !u[0].layer->can_split_background() ||
       m.grad[size_t(u[0].in[0])] != kNone || !u[1].layer->aliases_input() || !only_reader(size_t(u[0].out), u[1].first) ||
       m.g.nodes[size_t(u[2].first)].spec->kind != LayerKind::Linear || m.g.nodes[size_t(u[2].first)].spec->over_channels ||
       !only_reader(size_t(u[1].out), u[2].first) ||
@@ -324,7 +324,9 @@ const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" :
 Precision parse_precision(const std::string& text, const std::string& what) {
   if (text == "fp32") return Precision::fp32;
   if (text == "bf16") return Precision::bf16;
-  throw Error(what + ": expected fp32 or bf16, found '" + text + "'");
+  std::string shown;  // one line, however hostile the text
+  for (char c : text.substr(0, 40)) shown += (c >= 32 && c < 127) ? c : '?';
+  throw Error(what + ": expected fp32 or bf16, found '" + shown + (text.size() > 40 ? "...'" : "'"));
 }
 const char* Plan::isa_name() const { return ember::isa_name(impl_->k->isa); }
 const Model& Plan::model() const { return impl_->model; }

@@ -15,6 +15,7 @@
 #include "ember/onnx.h"
 #include "ember/plan.h"
 #include "core/rng.h"
+#include "kernels/kernels.h"
 #include "ember/version.h"
 
 namespace ember::cli {
@@ -25,6 +26,11 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
   cmd->add_option("--batch-size", a.batch_size, "Batch size for every workload (default: each workload's own)")
       ->capture_default_str();
   cmd->add_option("--isa", a.isa, "Kernel set: scalar, avx2 or avx512 (default: the best the CPU has)");
+  cmd->add_option("--precision", a.precisions,
+                  "fp32, bf16 or fp32,bf16: the model workloads' precision; with both, each runs in fp32 then bf16 "
+                  "(side by side); the GEMM rows name theirs (sgemm-*, sbgemm-*)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--samples", a.samples, "Training samples timed per training workload")->capture_default_str();
   cmd->add_option("--workloads", a.workloads, "Comma-separated workloads to run (default: all; see --list)")
       ->delimiter(',');
@@ -43,9 +49,9 @@ namespace {
 // the ONNX file's weights or random ones, 3 untimed passes, then the best of 3 rounds' means
 // (each round at least 3 passes and `seconds` / 3), as bench/onnxruntime_infer.js times its side.
 double time_model(const Model& model, const OnnxImport* onnx, int batch, int threads, const std::string& isa,
-                  double seconds, double* flops) {
+                  Precision prec, double seconds, double* flops) {
   PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa, po.training = false;
+  po.batch = batch, po.threads = threads, po.isa = isa, po.training = false, po.precision = prec;
   Plan plan(model, po);
   if (onnx) load_onnx_weights(plan, *onnx);
   else plan.init_params(1);
@@ -79,7 +85,7 @@ class Reporter {
                 m.hw_threads, m.isa.c_str(), data.c_str());
     std::printf("FMA peak (measured): %.1f GFLOP/s on 1 thread, %.1f on %d\n\n", m.peak_gflops_1t,
                 m.peak_gflops, m.hw_threads);
-    std::printf("%-14s %7s %6s %12s %-10s %12s %9s %7s\n", "workload", "threads", "batch", "value", "unit",
+    std::printf("%-14s %5s %7s %6s %12s %-10s %12s %9s %7s\n", "workload", "prec", "threads", "batch", "value", "unit",
                 "samples/s", "GFLOP/s", "% peak");
     std::fflush(stdout);
   }
@@ -87,7 +93,7 @@ class Reporter {
     if (a_.json) {
       rows_.push_back({{"name", r.name}, {"what", r.what}, {"threads", r.threads}, {"batch", r.batch},
                        {"value", r.value}, {"unit", r.unit}, {"samples_per_s", r.samples_per_s},
-                       {"gflops", r.gflops}, {"peak_pct", r.peak_pct}});
+                       {"gflops", r.gflops}, {"peak_pct", r.peak_pct}, {"precision", r.precision}});
       return;
     }
     auto num = [](double v, const char* fmt) {
@@ -96,7 +102,7 @@ class Reporter {
       std::snprintf(b, sizeof b, fmt, v);
       return std::string(b);
     };
-    std::printf("%-14s %7d %6s %12s %-10s %12s %9s %7s\n", r.name.c_str(), r.threads,
+    std::printf("%-14s %5s %7d %6s %12s %-10s %12s %9s %7s\n", r.name.c_str(), r.precision.c_str(), r.threads,
                 r.batch ? std::to_string(r.batch).c_str() : "-", num(r.value, "%.4g").c_str(), r.unit.c_str(),
                 num(r.samples_per_s, "%.0f").c_str(), num(r.gflops, "%.1f").c_str(),
                 num(r.peak_pct, "%.1f").c_str());
@@ -133,16 +139,20 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
   const BenchMachine m = naming_flags({{"isa", "--isa"}}, [&] { return measure_machine(a.isa); });
   Reporter rep(a, m, "random");
   const std::vector<int> batches = o.batch ? std::vector<int>{o.batch} : std::vector<int>{1, 64};
+  const int rate = kernels_for(resolve_isa(m.isa, "--isa")).bf16_rate;
   for (int b : batches) {
-    BenchResult r;
-    r.name = "model-infer-b" + std::to_string(b);
-    r.what = model.name + " forward pass of random inputs, milliseconds per batch";
-    r.threads = o.threads ? o.threads : m.hw_threads, r.batch = b;
-    double fps = 0;
-    r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, 2.0, &fps); });
-    r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
-    r.peak_pct = 100 * r.gflops / (r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops);
-    rep.row(r);
+    for (Precision prec : o.precisions) {
+      BenchResult r;
+      r.precision = precision_name(prec);
+      r.name = "model-infer-b" + std::to_string(b);
+      r.what = model.name + " forward pass of random inputs, milliseconds per batch";
+      r.threads = o.threads ? o.threads : m.hw_threads, r.batch = b;
+      double fps = 0;
+      r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps); });
+      r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
+      r.peak_pct = 100 * r.gflops / ((prec == Precision::bf16 ? rate : 1) * (r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops));
+      rep.row(r);
+    }
   }
   rep.finish();
   return 0;
@@ -160,6 +170,11 @@ int run_bench(const BenchArgs& a) {
   BenchOptions o;
   o.threads = a.threads, o.batch = a.batch_size, o.isa = a.isa, o.samples = a.samples, o.only = a.workloads;
   o.data_folder = a.data_folder;
+  o.precisions.clear();
+  for (const std::string& p : a.precisions) {
+    const Precision prec = parse_precision(p, "--precision");
+    if (std::find(o.precisions.begin(), o.precisions.end(), prec) == o.precisions.end()) o.precisions.push_back(prec);
+  }
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));

@@ -91,6 +91,10 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
       ->capture_default_str();
   cmd->add_option("--threads", a.threads, "Worker threads")->capture_default_str();
   cmd->add_option("--isa", a.isa, "Force a kernel set: scalar, avx2 or avx512 (default: best the CPU has; env EMBER_ISA)");
+  cmd->add_option("--precision", a.precision,
+                  "fp32 or bf16: the matrix products' arithmetic (bf16: operands rounded to bf16, products summed "
+                  "in fp32; LayerNorm, activations, the loss and the optimizer stay fp32)")
+      ->capture_default_str();
   cmd->add_option("--limit-test", a.limit_test, "Use only the first N test images (0: all)")
       ->capture_default_str();
 }
@@ -127,6 +131,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   if (a.cache_mb != -1) check_int(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
   if (a.pad != -1) check_int(L("--pad"), a.pad, 0, 1024);
   resolve_isa(one_line(a.isa), L("--isa"));
+  parse_precision(one_line(a.precision), L("--precision"));
 }
 
 std::string data_format(const CommonArgs& a, const std::string& dir) {
@@ -306,6 +311,7 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
   po.isa = a.common.isa;
+  po.precision = parse_precision(a.common.precision, L("--precision"));
   po.seed = a.seed;  // stochastic depth's masks
   po.optimizer.kind = parse_optimizer(a.optimizer, L("--optimizer"));
   po.optimizer.l2 = a.l2;
@@ -425,6 +431,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
   po.isa = a.common.isa;
+  po.precision = parse_precision(a.common.precision, "--precision");
   po.optimizer.kind = OptimizerKind::SGD;
   bool augmenting = false;
   const Augment aug = augment_of(a.common, model, data.test.channels, &augmenting);

@@ -41,6 +41,7 @@ struct CommonArgs {
   int batch_size = 64;
   int threads = 0;           // 0 is rejected; the default is set from the CPU in add_*_flags
   std::string isa;
+  std::string precision = "fp32";  // --precision: fp32 or bf16 (the matrix products)
   int64_t limit_test = 0;    // 0: all
   std::string act;           // --act: a ConvNeXt model's block activation; empty: the model's
   std::string data_format = "auto";  // auto, idx, folder, tinyimagenet, cifar
@@ -120,6 +121,7 @@ struct BenchArgs {
   std::string data;
   std::string data_folder;   // the data-* workloads' image folder (empty: generated)
   std::string model;         // --model: time only this model's forward pass (model-infer-bB)
+  std::vector<std::string> precisions{"fp32"};  // --precision fp32,bf16: each model workload in each
   bool json = false;
   bool list = false;
 };

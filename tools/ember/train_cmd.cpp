@@ -397,9 +397,9 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   std::printf("ember train: model %s, %zu parameters, data %s (%lld train / %lld test)\n",
               su.model.name.c_str(), plan.param_count(), one_line(data_dir).c_str(),
               (long long)data.train.count, (long long)data.test.count);
-  std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, seed %llu\n",
+  std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, precision %s, seed %llu\n",
               a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, su.plan.batch, a.epochs,
-              plan.threads(), plan.isa_name(), (unsigned long long)a.seed);
+              plan.threads(), plan.isa_name(), precision_name(plan.precision()), (unsigned long long)a.seed);
   const int64_t batches = (data.train.count + plan.batch() - 1) / plan.batch();
   if (resuming) {
     std::printf("  resumed from %s: epoch %d, batch %lld of %lld, optimizer step %lld\n", one_line(resumed.info.path).c_str(),

@@ -49,6 +49,19 @@ void interleave16(const float* s0, const float* s1, uint32_t* d) {
   _mm512_storeu_si512(d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
 }
 
+// 8 columns of rows k (s0) and k + 1 (s1) as 8 pairs.
+void interleave8(const uint16_t* s0, const uint16_t* s1, uint32_t* d) {
+  const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0));
+  const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi16(r0, r1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 4), _mm_unpackhi_epi16(r0, r1));
+}
+void interleave8(const float* s0, const float* s1, uint32_t* d) {
+  const __m256i lo = _mm256_cvtepu16_epi32((__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(s0)));
+  const __m256i hi = _mm256_cvtepu16_epi32((__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(s1)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16)));
+}
+
 // `rows` (<= 8) rows of length kc, src[r * ld + k], as pairs along k in columns:
 // dst[kp * ds + r] for r < 8 (rows past `rows` zero; an odd kc's last pair has a zero high half).
 template <class S>
@@ -85,6 +98,10 @@ void pack_a(bool ta, const S* A, size_t lda, int i0, int mc, int p0, int kc, uin
     for (int kp = 0; kp < kc2; ++kp) {  // rows k and k + 1 interleaved along i
       const S* s0 = A + (size_t)(p0 + 2 * kp) * lda + i0 + ir;
       const S* s1 = 2 * kp + 1 < kc ? s0 + lda : nullptr;
+      if (mr == MR && s1) {
+        interleave8(s0, s1, d + kp * MR);
+        continue;
+      }
       for (int i = 0; i < mr; ++i) d[kp * MR + i] = pair(to_bf16(s0[i]), s1 ? to_bf16(s1[i]) : 0);
     }
   }

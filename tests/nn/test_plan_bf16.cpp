@@ -1,0 +1,171 @@
+// bf16 plans (PlanOptions::precision): gradients against an f64 plan within bf16's tolerance and
+// measurably not fp32's (the bf16 products really run), the fast tables against the scalar
+// reference table (the same rounded operands, other summation orders), a training run's loss
+// curve against fp32's (close, not equal), and what a bf16 plan refuses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ember/ember.h"
+#include "kernels/kernels.h"
+#include "plan_util.h"
+
+namespace ember::test {
+namespace {
+
+Model small_cnn() {
+  Model m;
+  m.name = "small-cnn";
+  m.conv2d(8, 3, 1, 1).relu().maxpool2d(2).conv2d(16, 3, 1, 1).relu().flatten().linear(32).relu().linear(10);
+  return m;
+}
+
+// Synthetic data set: class c lights a 4x4 block at a class-dependent place, plus noise.
+Dataset synthetic(int count, uint32_t seed) {
+  Dataset d;
+  d.count = count, d.rows = 28, d.cols = 28;
+  d.images.resize(size_t(count) * 784);
+  d.labels.resize(count);
+  std::mt19937 g(seed);
+  for (int i = 0; i < count; ++i) {
+    const int c = int(g() % 10);
+    d.labels[i] = uint8_t(c);
+    uint8_t* img = d.images.data() + size_t(i) * 784;
+    for (int p = 0; p < 784; ++p) img[p] = uint8_t(g() % 40);
+    const int r0 = 2 + (c / 5) * 12, c0 = 2 + (c % 5) * 5;
+    for (int r = r0; r < r0 + 4; ++r)
+      for (int q = c0; q < c0 + 4; ++q) img[r * 28 + q] = 200;
+  }
+  return d;
+}
+
+Plan make_plan(const Model& m, int batch, Precision prec, DType dt = DType::f32, const char* isa = "") {
+  PlanOptions o;
+  o.batch = batch, o.threads = 2, o.precision = prec, o.dtype = dt, o.isa = isa;
+  Plan p(m, o);
+  p.init_params(1);
+  return p;
+}
+
+// Per parameter tensor, ||a - b|| / ||ref|| (L2 over the tensor's gradient); the worst tensor's.
+// b null: ref itself (f64).
+double grad_gap(const Plan& a, const Plan* b, const Plan& ref) {
+  const float* ga = static_cast<const float*>(const_cast<Plan&>(a).grad_data());
+  const float* gb = b ? static_cast<const float*>(const_cast<Plan*>(b)->grad_data()) : nullptr;
+  const double* gr = static_cast<const double*>(const_cast<Plan&>(ref).grad_data());
+  double worst = 0;
+  for (const ParamInfo& p : ref.params()) {
+    double norm = 0, diff = 0;
+    for (size_t i = p.offset; i < p.offset + p.size; ++i) {
+      const double d = double(ga[i]) - (gb ? double(gb[i]) : gr[i]);
+      norm += gr[i] * gr[i], diff += d * d;
+    }
+    EXPECT_GT(norm, 0) << p.name;
+    if (norm > 0) worst = std::max(worst, std::sqrt(diff / norm));
+  }
+  return worst;
+}
+
+// The three plans of one model on the same batch: fp32, bf16 and the f64 reference.
+struct Trio {
+  Plan p32, pbf, p64;
+  double loss32, lossbf, loss64;
+};
+Trio run_trio(const Model& m, int n, const char* isa = "") {
+  Trio t{make_plan(m, n, Precision::fp32, DType::f32, isa), make_plan(m, n, Precision::bf16, DType::f32, isa),
+         make_plan(m, n, Precision::fp32, DType::f64), 0, 0, 0};
+  t.loss32 = pass(t.p32, n, 5);
+  t.lossbf = pass(t.pbf, n, 5);
+  t.loss64 = pass(t.p64, n, 5);
+  return t;
+}
+
+// bf16 rounds each operand by up to 2^-9 of itself; a gradient passes several such products per
+// layer, so the error grows with depth: a few percent for the CNNs, about 10 % (relative L2, the
+// worst tensor) through convnext-seed's 24 blocks at initialisation, against 1e-6 for fp32.
+TEST(PlanBf16, GradientsAreWithinBf16ToleranceOfF64AndNotFp32s) {
+  Model cx = builtin_model("convnext-seed");
+  cx.in_h = cx.in_w = 32;  // the same layers on a smaller image
+  const double tol[] = {0.03, 0.03, 0.25};
+  int k = 0;
+  for (const Model& m : {builtin_model("mnist-cnn"), small_cnn(), cx}) {
+    SCOPED_TRACE(m.name);
+    Trio t = run_trio(m, 3);
+    EXPECT_EQ(t.pbf.precision(), Precision::bf16);
+    EXPECT_NEAR(t.lossbf, t.loss64, 1e-2 * std::abs(t.loss64));
+    const double gap_bf = grad_gap(t.pbf, nullptr, t.p64), gap_32 = grad_gap(t.p32, nullptr, t.p64);
+    EXPECT_LT(gap_bf, tol[k++]);
+    EXPECT_LT(gap_32, 1e-5);
+    EXPECT_GT(gap_bf, 100 * gap_32) << "the bf16 plan's products are not rounded to bf16";
+  }
+}
+
+// The scalar table multiplies the same bf16-rounded operands (sgemm_bf16_ref): a fast table's bf16
+// plan differs from it by summation order only, far below the gap to fp32.
+TEST(PlanBf16, FastTablesAgreeWithTheScalarReferenceTable) {
+  for (const char* isa : {"avx2", "avx512"}) {
+    if (!isa_supported(isa == std::string("avx2") ? Isa::avx2 : Isa::avx512)) continue;
+    SCOPED_TRACE(isa);
+    Trio fast = run_trio(small_cnn(), 4, isa), ref = run_trio(small_cnn(), 4, "scalar");
+    const double gap_tables = grad_gap(fast.pbf, &ref.pbf, ref.p64), gap_prec = grad_gap(ref.pbf, &ref.p32, ref.p64);
+    EXPECT_LT(gap_tables, 1e-4);
+    EXPECT_GT(gap_prec, 20 * gap_tables);
+    EXPECT_NEAR(fast.lossbf, ref.lossbf, 1e-5);
+  }
+}
+
+// Three epochs of the same run in both precisions: the bf16 curve follows fp32's within a few
+// percent, differs from it (not the same arithmetic), and learns.
+TEST(PlanBf16, LossCurveFollowsFp32) {
+  const Dataset tr = synthetic(640, 11), te = synthetic(200, 12);
+  std::vector<double> curve[2];
+  double acc[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    Plan plan = make_plan(small_cnn(), 32, k ? Precision::bf16 : Precision::fp32);
+    TrainConfig cfg;
+    cfg.epochs = 3;
+    const TrainResult r = train(plan, tr, te, cfg, [&](const EpochMetrics& m) {
+      curve[k].push_back(m.train_loss);
+      return true;
+    });
+    acc[k] = r.last.test_acc;
+  }
+  ASSERT_EQ(curve[0].size(), 3u);
+  ASSERT_EQ(curve[1].size(), 3u);
+  bool differs = false;
+  for (size_t e = 0; e < 3; ++e) {
+    EXPECT_NEAR(curve[1][e], curve[0][e], 0.05 + 0.1 * curve[0][e]) << "epoch " << e + 1;
+    differs = differs || curve[1][e] != curve[0][e];
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_LT(curve[1].back(), curve[1].front());
+  EXPECT_GT(acc[1], 0.9);
+  EXPECT_NEAR(acc[1], acc[0], 0.05);
+}
+
+TEST(PlanBf16, RefusesF64AndNamesBadText) {
+  PlanOptions o;
+  o.dtype = DType::f64, o.precision = Precision::bf16;
+  try {
+    Plan p(builtin_model("mxnet-mlp"), o);
+    FAIL() << "an f64 bf16 plan was built";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("precision"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(parse_precision("bf16", "x"), Precision::bf16);
+  EXPECT_EQ(parse_precision("fp32", "x"), Precision::fp32);
+  try {
+    parse_precision("fp16\nrm -rf", "--precision");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("--precision: ", 0), 0u) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace ember::test
