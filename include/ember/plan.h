@@ -77,6 +77,10 @@ struct UnitInfo {
   int first_layer = 0, last_layer = 0;
   double flops_fwd = 0;          // per sample, a multiply-add counted as 2
   double flops_bwd = 0;          // per sample: the weight and input gradients this plan computes
+  // The arithmetic of the unit's matrix products: bf16 in a bf16 plan where the unit runs them
+  // through the bf16 GEMM (convolutions by GEMM, Linear); fp32 elsewhere (depthwise and direct
+  // convolutions, normalisation, activations, pools) and in fp32 plans.
+  Precision precision = Precision::fp32;
 };
 
 struct BufferInfo {
@@ -167,6 +171,17 @@ class Plan {
   void freeze();
   void thaw();
   bool frozen() const;
+  // bf16 plans: while on, each backward pass counts the output gradients of the units whose
+  // products are bf16 (UnitInfo::precision) that rounding to bf16 flushes to zero (non-zero, below
+  // 2^-126: bf16 keeps fp32's exponent range, so only fp32's subnormals flush, and no loss scaling
+  // is needed while this stays 0), and how many values it checked. One more read of those
+  // gradients: training counts one step in kFlushCheckEvery (train.h). Off by default.
+  struct FlushCount {
+    int64_t flushed = 0, checked = 0;
+  };
+  void set_flush_counting(bool on);
+  FlushCount flush_count() const;  // since the plan was built or reset_flush_count()
+  void reset_flush_count();
   // Optimizer state, for checkpoints: state_count() flat blocks shaped like the parameters
   // (Adam: PyTorch's "exp_avg" and "exp_avg_sq"; momentum: "momentum_buffer"; SGD: none), and
   // the number of updates done (Adam's bias correction uses it).

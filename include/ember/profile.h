@@ -16,7 +16,8 @@ struct ProfileRow {
   std::string phase;             // data | forward | loss | backward | optimizer | other
   int64_t calls = 0;
   double total_ms = 0, ms_per_step = 0, pct_step = 0;
-  double gflops = 0, pct_peak = 0;  // 0 where the phase does no counted FLOPs
+  double gflops = 0, pct_peak = 0;  // 0 where the phase does no counted FLOPs; bf16 rows against the bf16 peak
+  std::string precision;         // a unit's matrix products: "fp32" or "bf16"; empty for other rows
 };
 
 struct ProfileSummary {
@@ -25,7 +26,11 @@ struct ProfileSummary {
   int64_t steps = 0, samples = 0;
   double step_ms = 0;            // mean wall time of a step
   double peak_gflops = 0;        // FMA peak of `threads` threads (0: not measured)
-  double gflops = 0, pct_peak = 0;  // whole steps
+  std::string precision;         // the plan's: fp32 or bf16
+  int bf16_rate = 1;             // bf16 products per fp32 FMA (2 with VDPBF16PS): the bf16 peak's factor
+  // Whole steps; pct_peak against the peak of the step's mix: each unit's FLOPs at its own
+  // precision's peak (a bf16 plan's depthwise convolutions still count against the fp32 one).
+  double gflops = 0, pct_peak = 0;
   std::vector<ProfileRow> rows;  // in step order; an "other" row holds what no span covers
   std::vector<double> busy_pct;  // per thread: share of step time spent in units' work
   std::vector<BufferInfo> buffers;  // largest first

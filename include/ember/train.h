@@ -79,7 +79,11 @@ struct EpochMetrics {
   double lr = 0, train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
   double seconds = 0, samples_per_s = 0;
   int64_t skipped = 0;  // steps skipped for NaN/Inf (policy skip)
+  // bf16 plans (-1 in fp32 ones): gradient values flushed to zero by the rounding to bf16, and
+  // values checked, over the epoch's sampled steps (one in kFlushCheckEvery; Plan::flush_count).
+  int64_t bf16_flushed = -1, bf16_checked = 0;
 };
+constexpr int kFlushCheckEvery = 16;
 
 struct EvalResult {
   double loss = 0, accuracy = 0;

@@ -35,6 +35,7 @@ size_t count_nonzero_f32(const float* x, size_t ldx, int N, int c0, int c1);
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh);
 size_t count_nonfinite_f32(const float* x, size_t n);
+size_t count_subnormal_f32(const float* x, size_t n);
 }  // namespace ref
 
 const char* isa_name(Isa isa) {
@@ -122,6 +123,7 @@ Kernels scalar_table() {
   k.adam = ref::adam_f32;
   k.adam_bf16 = ref::adam_bf16_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
+  k.count_subnormal = ref::count_subnormal_f32;
   k.fma_loop = ref::fma_loop;
   k.sbgemm = sbgemm_ref;
   k.sgemm_bf16 = sgemm_bf16_ref;
@@ -188,6 +190,7 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.adam = fast.adam;
   k.adam_bf16 = fast.adam_bf16;
   k.count_nonfinite = fast.count_nonfinite;
+  k.count_subnormal = fast.count_subnormal;
   k.fma_loop = fast.fma_loop;
   set_bf16(k);
   return k;

@@ -268,6 +268,9 @@ struct Kernels {
   AdamFn adam;
   AdamBf16Fn adam_bf16;
   CountNonfiniteFn count_nonfinite;
+  // Non-zero values of magnitude below 2^-126 (fp32 subnormals): what rounding to bf16 flushes to
+  // a zero (kernels/bf16.h). A bf16 plan's flush count (Plan::flush_count).
+  CountNonfiniteFn count_subnormal;
   FmaLoopFn fma_loop;
 };
 

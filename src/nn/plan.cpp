@@ -66,6 +66,8 @@ struct Plan::Impl {
   size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
   int state_count = 0;
   int64_t step = 0;
+  bool count_flush = false;                      // Plan::set_flush_counting
+  Plan::FlushCount flush;
   std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift
 
   template <class T> T* at(size_t off) const { return arena.at<T>(off); }
@@ -233,6 +235,7 @@ void describe_units(Plan::Impl& m) {
     info.name = u.kinds + " (" + std::to_string(u.first) + (u.last > u.first ? "-" + std::to_string(u.last) : "") + ")";
     const double fw = u.layer->flops_per_sample();  // already 2 per multiply-add
     info.flops_fwd = fw;
+    if (m.opt.precision == Precision::bf16 && u.layer->gemm_products()) info.precision = Precision::bf16;
     if (u.backward) {
       bool any_dx = false;
       for (size_t j = 0; j < u.in.size(); ++j) any_dx = any_dx || u.dx[j];
@@ -601,6 +604,23 @@ int Plan::correct(int n) const {
 }
 
 namespace {
+// Adds to m.flush the values of unit i's output gradient (what its bf16 products read) that
+// rounding to bf16 flushes to zero: non-zero, below 2^-126. Each thread counts a fixed slice.
+void count_flush(Plan::Impl& m, size_t i, int n) {
+  if (m.units[i].precision != Precision::bf16) return;
+  const size_t t = size_t(m.us[i].out);
+  if (m.grad[t] == kNone) return;
+  const float* g = m.at<float>(m.grad[t]);
+  const size_t count = size_t(n) * m.g.tensors[t].dims.size();
+  std::atomic<int64_t> flushed{0};
+  m.pool->run([&](int th) {
+    const Range r = split_range(int64_t(count), th, m.pool->size());
+    if (r.end > r.begin) flushed += int64_t(m.k->count_subnormal(g + r.begin, size_t(r.end - r.begin)));
+  });
+  m.flush.flushed += flushed.load();
+  m.flush.checked += int64_t(count);
+}
+
 // Backward in reverse unit order, calling on_final after each unit with parameters. side (may
 // be null): work the side unit's backward takes when a thread is free, the rest run after it.
 void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, const ops::SideWork* side) {
@@ -609,6 +629,7 @@ void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, co
   for (size_t i = m.us.size(); i-- > 0;) {
     if (!m.us[i].backward) continue;
     const bool side_here = side && int(i) == m.side_unit;
+    if (m.count_flush) count_flush(m, i, n);
     timed(m.prof, Phase::backward, int(i), [&] { unit_backward(m, side_here ? es : e, i, n); });
     if (side_here) m.pool->run([&](int) { while (side->take()) {} });  // what its op did not take
     if (on_final && m.first_param[i] >= 0) {
@@ -622,6 +643,10 @@ void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, co
 }  // namespace
 
 void Plan::backward(int n, GradsFinal on_final, void* ctx) { run_backward(*impl_, n, on_final, ctx, nullptr); }
+
+void Plan::set_flush_counting(bool on) { impl_->count_flush = on; }
+Plan::FlushCount Plan::flush_count() const { return impl_->flush; }
+void Plan::reset_flush_count() { impl_->flush = {}; }
 
 namespace {
 ops::AdamArgs adam_args(const OptimizerConfig& o, const ParamInfo& p, double lr, int64_t step) {

@@ -323,6 +323,10 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
 }
 }  // namespace
 
+bool conv2d_uses_gemm(const ConvShape& s) {
+  return batched_pointwise(s) || batched_im2col(s) || !(direct_s1(s) || depthwise(s));
+}
+
 size_t conv2d_workspace(const ConvShape& s, int threads) {
   const size_t im2col = threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
   if (batched_im2col(s)) return batched_im2col_elems(s);

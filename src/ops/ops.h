@@ -91,6 +91,9 @@ void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
 // Conv2d. Workspace: conv2d_workspace(s, threads) elements (im2col columns per thread and the
 // per-thread partial weight gradients that are summed in a fixed order).
 size_t conv2d_workspace(const ConvShape& s, int threads);
+// Whether conv2d_fwd/bwd run the shape's products through the GEMM (Exec::gemm); false for the
+// depthwise and short-reduction direct kernels, which are fp32 whatever the plan's precision.
+bool conv2d_uses_gemm(const ConvShape& s);
 template <class T>
 void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws);
 template <class T>

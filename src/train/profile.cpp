@@ -8,6 +8,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "kernels/kernels.h"
+
 namespace ember {
 
 namespace {
@@ -35,11 +37,13 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
   s.steps = prof.steps();
   s.samples = prof.samples();
   s.peak_gflops = peak_gflops;
+  s.precision = precision_name(plan.precision());
+  s.bf16_rate = kernels_for(resolve_isa(plan.isa_name(), "isa")).bf16_rate;
   const int64_t step_ns = prof.total(0, Phase::step, -1).ns;
   s.step_ms = s.steps ? ms(step_ns) / double(s.steps) : 0;
   const auto& units = plan.units();
   int64_t covered = 0;
-  double flops = 0;
+  double flops = 0, at_peak_ns = 0;  // the step's FLOPs, and their time at each one's peak
   auto add = [&](Phase ph, int unit, std::string layer, double flops_per_sample) {
     const Profiler::Total& t = prof.total(0, ph, unit);
     if (t.calls == 0) return;
@@ -50,10 +54,14 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
     r.total_ms = ms(t.ns);
     r.ms_per_step = s.steps ? r.total_ms / double(s.steps) : 0;
     r.pct_step = step_ns ? 100.0 * double(t.ns) / double(step_ns) : 0;
+    const bool bf16 = unit >= 0 && units[size_t(unit)].precision == Precision::bf16;
+    if (unit >= 0 && ph != Phase::optimizer) r.precision = bf16 ? "bf16" : "fp32";
+    const double peak = peak_gflops * (bf16 ? s.bf16_rate : 1);
     if (flops_per_sample > 0 && t.ns > 0) {
       r.gflops = flops_per_sample * double(s.samples) / double(t.ns);
-      r.pct_peak = peak_gflops > 0 ? 100 * r.gflops / peak_gflops : 0;
+      r.pct_peak = peak > 0 ? 100 * r.gflops / peak : 0;
       flops += flops_per_sample * double(s.samples);
+      if (peak > 0) at_peak_ns += flops_per_sample * double(s.samples) / peak;
     }
     covered += t.ns;
     s.rows.push_back(std::move(r));
@@ -74,7 +82,7 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
     r.pct_step = 100.0 * r.total_ms / ms(step_ns);
     s.rows.push_back(r);
     s.gflops = flops / double(step_ns);
-    s.pct_peak = peak_gflops > 0 ? 100 * s.gflops / peak_gflops : 0;
+    s.pct_peak = 100 * at_peak_ns / double(step_ns);
   }
   for (int t = 0; t < prof.threads(); ++t) {
     int64_t busy = 0;
@@ -90,22 +98,23 @@ std::string format_profile(const ProfileSummary& s, int max_buffers) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "profile of %s: %" PRId64 " steps of batch %d (%" PRId64 " samples), %d threads, kernels %s\n"
-                "step: %.3f ms mean, %.1f GFLOP/s, %.1f%% of the %.0f GFLOP/s FMA peak\n\n",
-                s.model.c_str(), s.steps, s.batch, s.samples, s.threads, s.isa.c_str(), s.step_ms,
-                s.gflops, s.pct_peak, s.peak_gflops);
+                "profile of %s: %" PRId64 " steps of batch %d (%" PRId64 " samples), %d threads, kernels %s, precision %s\n"
+                "step: %.3f ms mean, %.1f GFLOP/s, %.1f%% of the %.0f GFLOP/s FMA peak%s\n\n",
+                s.model.c_str(), s.steps, s.batch, s.samples, s.threads, s.isa.c_str(), s.precision.c_str(),
+                s.step_ms, s.gflops, s.pct_peak, s.peak_gflops,
+                s.precision == "bf16" ? (s.bf16_rate == 2 ? " (bf16 rows: of twice it, VDPBF16PS)" : " (bf16 rows: emulated, of it)") : "");
   out += line;
   size_t w = 5;
   for (const auto& r : s.rows) w = std::max(w, r.layer.size());
-  std::snprintf(line, sizeof line, "%-*s  %-9s %7s %10s %9s %7s %9s %7s\n", int(w), "layer", "phase",
+  std::snprintf(line, sizeof line, "%-*s  %-9s %-4s %7s %10s %9s %7s %9s %7s\n", int(w), "layer", "phase", "prec",
                 "calls", "total ms", "ms/step", "% step", "GFLOP/s", "% peak");
   out += line;
   for (const auto& r : s.rows) {
     char gf[32] = "-", pk[32] = "-";
     if (r.gflops > 0) std::snprintf(gf, sizeof gf, "%.1f", r.gflops);
     if (r.pct_peak > 0) std::snprintf(pk, sizeof pk, "%.1f", r.pct_peak);
-    std::snprintf(line, sizeof line, "%-*s  %-9s %7" PRId64 " %10.2f %9.4f %7.1f %9s %7s\n", int(w),
-                  r.layer.c_str(), r.phase.c_str(), r.calls, r.total_ms, r.ms_per_step, r.pct_step, gf, pk);
+    std::snprintf(line, sizeof line, "%-*s  %-9s %-4s %7" PRId64 " %10.2f %9.4f %7.1f %9s %7s\n", int(w),
+                  r.layer.c_str(), r.phase.c_str(), r.precision.empty() ? "-" : r.precision.c_str(), r.calls, r.total_ms, r.ms_per_step, r.pct_step, gf, pk);
     out += line;
   }
   out += "\nthreads busy in layer work (% of step time):";
@@ -127,12 +136,13 @@ std::string profile_json(const ProfileSummary& s) {
   json j = {{"model", s.model},   {"batch", s.batch},     {"threads", s.threads},
             {"isa", s.isa},       {"steps", s.steps},     {"samples", s.samples},
             {"step_ms", s.step_ms}, {"peak_gflops", s.peak_gflops}, {"gflops", s.gflops},
-            {"pct_peak", s.pct_peak}, {"busy_pct", s.busy_pct}};
+            {"pct_peak", s.pct_peak}, {"busy_pct", s.busy_pct}, {"precision", s.precision},
+            {"bf16_rate", s.bf16_rate}};
   json rows = json::array();
   for (const auto& r : s.rows)
     rows.push_back({{"layer", r.layer}, {"phase", r.phase}, {"calls", r.calls}, {"total_ms", r.total_ms},
                     {"ms_per_step", r.ms_per_step}, {"pct_step", r.pct_step}, {"gflops", r.gflops},
-                    {"pct_peak", r.pct_peak}});
+                    {"pct_peak", r.pct_peak}, {"precision", r.precision}});
   j["rows"] = rows;
   json bufs = json::array();
   for (const auto& b : s.buffers) bufs.push_back({{"name", b.name}, {"bytes", b.bytes}});

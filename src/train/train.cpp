@@ -121,6 +121,8 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     const double lr = cfg.schedule.at(epoch);
     Profiler* P = plan.profiler();
     if (loader) loader->start(order.data(), tr.count, epoch, st.batch, true);
+    const bool bf16 = plan.precision() == Precision::bf16;
+    plan.reset_flush_count();
     for (; st.batch < batches; ++st.batch) {
       const int64_t start = st.batch * B;
       const int n = int(std::min<int64_t>(B, tr.count - start));
@@ -144,6 +146,7 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
         return "non-finite gradient of " + p.name + " (" + plan.layers()[size_t(p.layer)].kind + ", layer " +
                std::to_string(p.layer) + ") at " + step_name(step, epoch, st.batch, batches);
       };
+      if (bf16) plan.set_flush_counting(st.batch % kFlushCheckEvery == 0);
       std::string bad;
       int updated = -2;  // -2: not updated yet; else what the update returned
       if (!std::isfinite(loss)) {
@@ -208,6 +211,10 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     m.seconds = (resumed ? cfg.start.seconds : 0) + std::chrono::duration<double>(clock::now() - t0).count();
     m.samples_per_s = train_seconds > 0 ? double(tr.count) / train_seconds : 0;
     m.skipped = st.skipped;
+    if (bf16) {
+      plan.set_flush_counting(false);
+      m.bf16_flushed = plan.flush_count().flushed, m.bf16_checked = plan.flush_count().checked;
+    }
     result.epochs_run = epoch + 1;
     result.last = m;
     result.state = TrainState{epoch + 1};

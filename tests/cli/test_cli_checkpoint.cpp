@@ -193,6 +193,32 @@ TEST_F(Ckpt, ResumeRulesAndBadCheckpoints) {
   EXPECT_EQ(ev.code, 0) << ev.out << ev.err;
 }
 
+// A bf16 run (fp32 masters and Adam state in the checkpoint, bf16 products) stopped after its
+// first epoch and resumed ends with the same bytes as one never stopped, and differs from the
+// fp32 run; the resume keeps the checkpoint's precision and refuses another.
+TEST_F(Ckpt, Bf16RunResumesBitIdentically) {
+  const fs::path ref = tmp_ / "ref.safetensors", out = tmp_ / "out.safetensors", f32 = tmp_ / "f32.safetensors";
+  const std::string dir = (tmp_ / "ck").string();
+  const std::string base = "train --data " + quote(data_.string()) + " --model mnist-cnn --batch-size 16 --threads 2 --quiet";
+  ASSERT_EQ(run(base + " --precision bf16 --epochs 2 --save " + quote(ref.string())).code, 0);
+  ASSERT_EQ(run(base + " --epochs 2 --save " + quote(f32.string())).code, 0);
+  const Result first = run(base + " --precision bf16 --epochs 1 --checkpoint-every 4 --checkpoint-dir " + quote(dir));
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Result fin = run("train --resume " + quote(dir) + " --epochs 2 --save " + quote(out.string()));
+  ASSERT_EQ(fin.code, 0) << fin.out << fin.err;
+  EXPECT_NE(fin.out.find("precision bf16"), std::string::npos) << fin.out;
+  EXPECT_EQ(read_text(out), read_text(ref)) << "the resumed bf16 run differs";
+  EXPECT_NE(read_text(ref), read_text(f32)) << "bf16 and fp32 runs gave the same weights";
+  expect_one_line_error(run("train --resume " + quote(dir) + " --precision fp32"),
+                        {"--precision", "cannot be changed when resuming", "bf16"});
+  expect_one_line_error(run(base + " --precision fp16 --epochs 1"), {"--precision", "fp32 or bf16", "fp16"});
+  expect_one_line_error(run("eval --data " + quote(data_.string()) + " --model mnist-cnn --precision half --weights " +
+                            quote(ref.string())), {"--precision", "half"});
+  const Result ev = run("eval --data " + quote(data_.string()) + " --model mnist-cnn --threads 1 --precision bf16 --weights " +
+                        quote(ref.string()));
+  EXPECT_EQ(ev.code, 0) << ev.out << ev.err;
+}
+
 TEST_F(Ckpt, NanWeightsStopTheRunNamingStepAndLayer) {
   // Weights whose last layer's first row is all 3e38: that logit overflows to Inf and the loss
   // is NaN, named with its layer. (NaN itself in a weights file is refused when loading.)

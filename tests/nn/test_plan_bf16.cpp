@@ -146,6 +146,54 @@ TEST(PlanBf16, LossCurveFollowsFp32) {
   EXPECT_NEAR(acc[1], acc[0], 0.05);
 }
 
+// count_subnormal: every table against the reference, on the edges of the subnormal range.
+TEST(PlanBf16, SubnormalCountsMatchTheReference) {
+  std::vector<float> x(1000);
+  std::mt19937 g(3);
+  const float edge[] = {0.f, -0.f, 1.17549435e-38f, -1.17549435e-38f, 1.1754942e-38f, 1e-45f, -1e-45f, 1e-40f,
+                        INFINITY, NAN, 1.f, -3e-39f};
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 3 ? edge[g() % 12] : std::ldexp(float(g() % 1000) - 500, -int(g() % 160));
+  size_t want = 0;
+  for (float v : x) want += std::fpclassify(v) == FP_SUBNORMAL;
+  ASSERT_GT(want, 100u);
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (!isa_supported(isa)) continue;
+    for (size_t n : {size_t(0), size_t(1), size_t(17), x.size()}) {
+      size_t w = 0;
+      for (size_t i = 0; i < n; ++i) w += std::fpclassify(x[i]) == FP_SUBNORMAL;
+      EXPECT_EQ(kernels_for(isa).count_subnormal(x.data(), n), w) << isa_name(isa) << " n " << n;
+    }
+  }
+}
+
+// The flush counter: a last Linear with weights near 2^-126 makes the gradient reaching the
+// Linear before it subnormal (the scalar table's products keep subnormals; VDPBF16PS would flush
+// them itself), which the count sees; with ordinary weights it counts none.
+TEST(PlanBf16, FlushCountSeesSubnormalGradients) {
+  Model m;
+  m.name = "mlp";
+  m.in_c = 1, m.in_h = 4, m.in_w = 4, m.num_classes = 10;
+  m.flatten().linear(32).relu().linear(16).relu().linear(10);
+  Plan p = make_plan(m, 8, Precision::bf16, DType::f32, "scalar");
+  p.set_flush_counting(true);
+  pass(p, 8, 3);
+  const Plan::FlushCount normal = p.flush_count();
+  EXPECT_EQ(normal.flushed, 0);
+  EXPECT_EQ(normal.checked, 8 * (32 + 16 + 10));  // each Linear's output gradient
+  p.reset_flush_count();
+  const ParamInfo& w3 = p.params()[4];
+  ASSERT_EQ(w3.name, "5.weight");
+  float* w = static_cast<float*>(p.param_data()) + w3.offset;
+  for (size_t i = 0; i < w3.size; ++i) w[i] = (i % 2 ? 1 : -1) * 3e-38f;
+  pass(p, 8, 3);
+  EXPECT_GT(p.flush_count().flushed, 0);
+  EXPECT_LE(p.flush_count().flushed, 8 * 32);
+  p.set_flush_counting(false);
+  p.reset_flush_count();
+  pass(p, 8, 3);
+  EXPECT_EQ(p.flush_count().checked, 0) << "counting is off";
+}
+
 TEST(PlanBf16, RefusesF64AndNamesBadText) {
   PlanOptions o;
   o.dtype = DType::f64, o.precision = Precision::bf16;

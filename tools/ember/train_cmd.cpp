@@ -123,12 +123,15 @@ CheckpointInfo resolve_resume(const std::string& arg) {
 }
 
 std::string metrics_line(const EpochMetrics& m) {
-  char line[512];
+  char line[640];
+  const std::string bf16 = m.bf16_flushed < 0 ? "" : ", \"bf16_flushed_grads\": " + std::to_string(m.bf16_flushed) +
+                                                     ", \"bf16_grads_checked\": " + std::to_string(m.bf16_checked);
   std::snprintf(line, sizeof line,
                 "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %.9g, \"train_acc\": %.9g, "
-                "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f%s}",
+                "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f%s%s}",
                 m.epoch, m.lr, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.seconds,
-                m.samples_per_s, m.skipped ? (", \"skipped_steps\": " + std::to_string(m.skipped)).c_str() : "");
+                m.samples_per_s, m.skipped ? (", \"skipped_steps\": " + std::to_string(m.skipped)).c_str() : "",
+                bf16.c_str());
   return line;
 }
 
@@ -436,6 +439,9 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
                     m.epoch, a.epochs, m.lr, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc,
                     m.seconds, m.samples_per_s,
                     m.skipped ? ("  (" + std::to_string(m.skipped) + " steps skipped: NaN/Inf)").c_str() : "");
+        if (m.bf16_flushed > 0)  // a user should see it: bf16 would then need loss scaling
+          std::printf("  bf16: %lld of %lld sampled gradient values flushed to zero (below 2^-126)\n",
+                      (long long)m.bf16_flushed, (long long)m.bf16_checked);
         std::fflush(stdout);
       }
       const std::string line = metrics_line(m);

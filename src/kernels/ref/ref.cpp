@@ -104,6 +104,11 @@ size_t count_nonfinite_f32(const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) c += !std::isfinite(x[i]);
   return c;
 }
+size_t count_subnormal_f32(const float* x, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; ++i) c += std::fpclassify(x[i]) == FP_SUBNORMAL;
+  return c;
+}
 }  // namespace ref
 
 }  // namespace ember

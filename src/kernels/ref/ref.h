@@ -622,6 +622,8 @@ inline double fma_loop(int64_t iters, float* sink) {
 size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh);
 // The number of NaN and +-Inf values among x[0..n) (the scalar table's count_nonfinite).
 size_t count_nonfinite_f32(const float* x, size_t n);
+// The number of non-zero values of magnitude below 2^-126 among x[0..n) (count_subnormal).
+size_t count_subnormal_f32(const float* x, size_t n);
 void channel_sum_f32(float* out, const float* w, size_t ldw, const float* v, int C, int P, int K);
 void channel_axpy_f32(float* dw, size_t ldw, const float* u, const float* v, int C, int P, int K);
 void channel_dot_f32(float* out, const float* w, size_t ldw, const float* u, const float* v, int P,

@@ -330,6 +330,21 @@ size_t count_nonfinite_simd(const float* __restrict x, size_t n) {
   return total;
 }
 
+size_t count_subnormal_simd(const float* __restrict x, size_t n) {
+  size_t total = 0;
+  for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 30)) {  // u32 lane counters cannot overflow
+    const size_t e = std::min(n, i0 + (size_t(1) << 30));
+    uint32_t c = 0;
+    for (size_t i = i0; i < e; ++i) {  // on the bits: a DAZ setting cannot hide them
+      uint32_t u;
+      std::memcpy(&u, x + i, 4);
+      c += (u & 0x7fffffffu) - 1u < 0x007fffffu;  // 1 .. 0x007fffff: non-zero, exponent 0
+    }
+    total += c;
+  }
+  return total;
+}
+
 void relu_fwd_simd(float* y, const float* x, size_t n) {  // y may be x (in place)
   for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
 }
@@ -543,6 +558,7 @@ Kernels fast_table() {
   k.adam = adam_simd;
   k.adam_bf16 = adam_bf16_simd;
   k.count_nonfinite = count_nonfinite_simd;
+  k.count_subnormal = count_subnormal_simd;
   k.fma_loop = fma_loop<S>;
   return k;
 }
