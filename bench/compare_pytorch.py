@@ -6,12 +6,18 @@
 #
 #   /usr/bin/python3 bench/compare_pytorch.py [--ember build/release/ember] [--data DIR]
 #       [--threads N] [--samples N] [--workloads a,b] [--repeat R] [--full] [--json FILE]
+#       [--precision fp32,bf16] [--torch-bf16]
+#
+# --precision fp32,bf16 runs each workload in ember at both precisions (ember bench --precision),
+# with PyTorch fp32 beside them and, with --torch-bf16, PyTorch under CPU autocast to bfloat16
+# (or the first line of the error where autocast cannot run the model), all alternating.
 #
 # On a shared, noisy host use --repeat: each workload runs R times, the two sides alternating, and
 # each side's best (fastest) run is compared, with the range of its runs shown beside it.
 #
 # Needs: sudo apt-get install python3-torch libopenblas0-openmp
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -98,7 +104,13 @@ def param_groups(model, l2):
     return [{"params": weights, "weight_decay": l2}, {"params": biases, "weight_decay": 0.0}]
 
 
-def time_training(model, opt, images, labels, batch, samples):
+def autocast(a):
+    """CPU autocast to bfloat16 (--autocast) or nothing."""
+    import torch
+    return torch.autocast("cpu", dtype=torch.bfloat16) if getattr(a, "autocast", False) else contextlib.nullcontext()
+
+
+def time_training(model, opt, images, labels, batch, samples, a=None):
     import torch
     import torch.nn.functional as F
     count = images.shape[0]
@@ -110,7 +122,8 @@ def time_training(model, opt, images, labels, batch, samples):
         x = images[idx].float().div_(255.0)
         y = labels[idx]
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with autocast(a):
+            loss = F.cross_entropy(model(x).float(), y)
         loss.backward()
         opt.step()
 
@@ -125,9 +138,9 @@ def time_training(model, opt, images, labels, batch, samples):
     return time.perf_counter() - t0
 
 
-def time_forward(model, x):
+def time_forward(model, x, a=None):
     import torch
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(a):
         for _ in range(20):
             model(x)
         reps, t0 = 0, time.perf_counter()
@@ -177,8 +190,10 @@ def convnext_worker(a, w):
         except Exception:  # noqa: BLE001  (scripting may not take every module)
             pass
         best = None
+        if getattr(a, "autocast", False):
+            candidates = candidates[:1]  # eager under autocast
         for note, fn in candidates:
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast(a):
                 for _ in range(2):
                     fn(x)
                 reps, t0 = 0, time.perf_counter()
@@ -193,7 +208,9 @@ def convnext_worker(a, w):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(m(x), y).backward()
+        with autocast(a):
+            loss = F.cross_entropy(m(x).float(), y)
+        loss.backward()
         opt.step()
 
     for _ in range(2):
@@ -217,7 +234,7 @@ def torch_worker(a):
         images, labels = load(a.data, "train")
         m = cnn()
         opt = torch.optim.Adam(param_groups(m, 1e-4), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
-        s = time_training(m, opt, images, labels, a.batch, a.samples)
+        s = time_training(m, opt, images, labels, a.batch, a.samples, a)
         if w == "peak-rss":
             r.update(value=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, unit="MB")
         else:
@@ -239,7 +256,8 @@ def torch_worker(a):
         # module with its inference passes (oneDNN layouts, fusions). The faster of it and eager.
         with torch.no_grad():
             frozen = torch.jit.optimize_for_inference(torch.jit.script(m))
-        ms_eager, ms_frozen = time_forward(m, x), time_forward(frozen, x)
+        ms_eager = time_forward(m, x, a)
+        ms_frozen = ms_eager * 2 if a.autocast else time_forward(frozen, x)  # autocast: eager only
         ms = min(ms_eager, ms_frozen)
         r.update(value=ms, unit="ms", samples_per_s=a.batch / (ms / 1e3),
                  note="jit.optimize_for_inference" if ms_frozen < ms_eager else "eager")
@@ -296,9 +314,9 @@ DEFAULT_THREADS = {"cnn-train-1t": 1, "cnn-infer-b1": 1, "sgemm-2048-1t": 1}
 DEFAULT_BATCH = {"cnn-infer-b1": 1, "convnext-infer-b1": 1}
 
 
-def run_ember(a, w, threads):
+def run_ember(a, w, threads, precision="fp32"):
     cmd = [a.ember, "bench", "--json", "--workloads", w, "--samples", str(a.samples), "--data", a.data,
-           "--threads", str(threads)]
+           "--threads", str(threads), "--precision", precision]
     if a.batch:
         cmd += ["--batch-size", str(a.batch)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -306,13 +324,68 @@ def run_ember(a, w, threads):
     return doc["workloads"][0], doc["machine"]
 
 
-def run_torch(a, w, threads, batch):
+def run_torch(a, w, threads, batch, bf16=False):
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", w, "--threads", str(threads),
            "--batch", str(batch), "--samples", str(a.samples), "--data", a.data]
     if a.batch:
         cmd.append("--batch-given")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=torch_env(threads)).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    if bf16:
+        cmd.append("--autocast")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=torch_env(threads))
+    if done.returncode != 0:
+        if not bf16:
+            sys.exit(f"compare_pytorch: the PyTorch worker failed on {w}:\n{done.stderr}")
+        lines = [l for l in done.stderr.strip().splitlines() if l.strip()]
+        return {"error": lines[-1][:160] if lines else f"exit {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def precision_table(a, names, hw):
+    """ember fp32 and bf16 (and each precision given), PyTorch fp32 (and autocast bf16), alternating;
+    each side's best of --repeat runs."""
+    precisions = [p for p in a.precision.split(",") if p]
+    cols = [f"ember {p}" for p in precisions] + ["pytorch fp32"] + (["pytorch bf16"] if a.torch_bf16 else [])
+    print(f"{'workload':26} {'thr':>3} {'batch':>5} {'unit':10} " + " ".join(f"{c:>13}" for c in cols))
+    rows, machine = [], None
+    for w in names:
+        threads = a.threads or DEFAULT_THREADS.get(w, hw)
+        batch = a.batch or DEFAULT_BATCH.get(w, 64)
+        runs = {c: [] for c in cols}
+        for _ in range(a.repeat):
+            for p in precisions:
+                e, machine = run_ember(a, w, threads, p)
+                runs[f"ember {p}"].append(e)
+            runs["pytorch fp32"].append(run_torch(a, w, threads, batch))
+            if a.torch_bf16:
+                runs["pytorch bf16"].append(run_torch(a, w, threads, batch, bf16=True))
+        unit = runs[cols[0]][0]["unit"]
+        best = max if unit in HIGHER_IS_BETTER else min
+        row = {"workload": w, "threads": threads, "batch": batch, "unit": unit}
+        cells = []
+        for c in cols:
+            ok = [r for r in runs[c] if "error" not in r]
+            if not ok:
+                row[c] = None
+                row[c + " error"] = runs[c][0]["error"]
+                cells.append(f"{'fails':>13}")
+                continue
+            b = best(ok, key=lambda r: r["value"])
+            row[c] = b["value"]
+            row[c + " all"] = [r["value"] for r in ok]
+            if c.startswith("ember"):
+                row[c + " peak_pct"] = b.get("peak_pct")
+            cells.append(f"{b['value']:13.4g}")
+        rows.append(row)
+        print(f"{w:26} {threads:3d} {batch:5d} {unit:10} " + " ".join(cells), flush=True)
+    for r in rows:
+        for c in cols:
+            if r.get(c + " error"):
+                print(f"  {r['workload']}, {c}: {r[c + ' error']}")
+    print(f"\nMachine: {machine['cpu'] if machine else '?'}, {hw} threads, FMA peak "
+          f"{machine['peak_gflops_1t']:.0f} GFLOP/s per thread (ember's FMA loop).")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"machine": machine, "rows": rows}, f, indent=2)
 
 
 def main():
@@ -329,6 +402,9 @@ def main():
     p.add_argument("--full", action="store_true", help="also the 10-epoch run of the original recipe (slow)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--torch-worker", help=argparse.SUPPRESS)
+    p.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--precision", default="fp32", help="ember's precisions, e.g. fp32,bf16 (a column each)")
+    p.add_argument("--torch-bf16", action="store_true", help="also PyTorch under CPU autocast to bfloat16")
     a = p.parse_args()
     if a.torch_worker:
         a.workload = a.torch_worker
@@ -352,6 +428,8 @@ def main():
     for w in names:
         if w not in WORKLOADS + CONVNEXT_WORKLOADS:
             sys.exit(f"compare_pytorch: --workloads: unknown workload '{w}'")
+    if a.precision != "fp32" or a.torch_bf16:
+        return precision_table(a, names, hw)
     print(f"{'workload':14} {'thr':>3} {'batch':>5} {'unit':10} {'ember':>12} {'pytorch':>12} {'ember/pytorch':>14}")
     for w in names:
         threads = a.threads or DEFAULT_THREADS.get(w, hw)

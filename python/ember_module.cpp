@@ -284,12 +284,24 @@ class PyModel {
   }
 
   std::string precision() const { return ember::precision_name(precision_); }
+  // A plan already built is rebuilt at once in the new precision, with the same weights and
+  // optimizer state (same layout), so predict and evaluate use it too.
   void set_precision(const std::string& p) {
     try {
       precision_ = ember::parse_precision(p, "precision");
     } catch (const ember::Error& e) {
       throw py::value_error(e.what());
     }
+    if (!plan_ || plan_->precision() == precision_) return;
+    ember::PlanOptions o = plan_->options();
+    o.precision = precision_;
+    auto next = std::make_unique<ember::Plan>(model_, o);
+    std::memcpy(next->param_data(), std::as_const(*plan_).param_data(), plan_->param_count() * sizeof(float));
+    for (int s = 0; s < plan_->state_count(); ++s)
+      std::memcpy(next->state_data(s), plan_->state_data(s), plan_->param_count() * sizeof(float));
+    next->set_optimizer_steps(plan_->optimizer_steps());
+    next->set_train_mode(plan_->train_mode());
+    plan_ = std::move(next);
   }
 
  private:
