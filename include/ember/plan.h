@@ -37,7 +37,11 @@ struct OptimizerConfig {
 struct PlanOptions {
   int batch = 64;
   DType dtype = DType::f32;
-  Precision precision = Precision::fp32;  // bf16: f32 plans only
+  // bf16: f32 plans only. A bf16 plan also keeps every parameter rounded to bf16 (half the
+  // parameters' bytes): the GEMMs read the weights from it; each optimizer update rewrites it in
+  // the same pass (Adam's kernel writes both); init_params and the non-const param_data() mark it
+  // stale, and the next forward or backward rounds it again from the fp32 masters.
+  Precision precision = Precision::fp32;
   std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
   int threads = 1;
   OptimizerConfig optimizer;    // decides how much optimizer state the arena holds

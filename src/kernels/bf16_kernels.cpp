@@ -25,8 +25,8 @@ namespace {
 float widen(uint16_t h) { return bf16_to_f32(h); }
 float widen(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
-template <class S>
-void gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const S* A, int lda, const S* B, int ldb,
+template <class SA, class SB>
+void gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const SA* A, int lda, const SB* B, int ldb,
                    float beta, float* C, int ldc) {
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
@@ -44,9 +44,9 @@ void gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const S* 
 constexpr int kMB = 128, kKB = 256, kNB = 256;  // 128 + 256 KiB of fp32 blocks on the stack
 
 // C (+)= op(A) op(B) through `sgemm`, kKB deep and kNB wide at a time.
-template <class S>
-void sbgemm_via_f32(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float alpha, const S* A, int lda,
-                    const S* B, int ldb, float beta, float* C, int ldc) {
+template <class SA, class SB>
+void sbgemm_via_f32(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float alpha, const SA* A, int lda,
+                    const SB* B, int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     sgemm(false, false, M, N, 0, alpha, nullptr, 1, nullptr, 1, beta, C, ldc);
@@ -83,6 +83,30 @@ void sgemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const fl
                     const float* B, int ldb, float beta, float* C, int ldc) {
   gemm_bf16_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+namespace {
+// The four operand combinations of a Bf16Operand pair through `run(A, B)`.
+template <class Run>
+void by_operands(Bf16Operand A, Bf16Operand B, Run run) {
+  if (A.h && B.h) run(A.h, B.h);
+  else if (A.h) run(A.h, B.f);
+  else if (B.h) run(A.f, B.h);
+  else run(A.f, B.f);
+}
+}  // namespace
+
+void gemm_bf16_mixed_ref(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                         Bf16Operand B, int ldb, float beta, float* C, int ldc) {
+  by_operands(A, B, [&](auto a, auto b) { gemm_bf16_ref(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });
+}
+void gemm_bf16_mixed_f32_avx2(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                              Bf16Operand B, int ldb, float beta, float* C, int ldc) {
+  by_operands(A, B, [&](auto a, auto b) { sbgemm_via_f32(sgemm_avx2, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });
+}
+void gemm_bf16_mixed_f32_avx512(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                                Bf16Operand B, int ldb, float beta, float* C, int ldc) {
+  by_operands(A, B, [&](auto a, auto b) { sbgemm_via_f32(sgemm_avx512, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });
+}
+
 void sgemm_bf16_f32_avx2(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                          const float* B, int ldb, float beta, float* C, int ldc) {
   sbgemm_via_f32(sgemm_avx2, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

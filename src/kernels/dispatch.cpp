@@ -127,6 +127,7 @@ Kernels scalar_table() {
   k.fma_loop = ref::fma_loop;
   k.sbgemm = sbgemm_ref;
   k.sgemm_bf16 = sgemm_bf16_ref;
+  k.gemm_bf16_mixed = gemm_bf16_mixed_ref;
   k.cvt_f32_bf16 = cvt_f32_bf16_ref;
   k.cvt_bf16_f32 = cvt_bf16_f32_ref;
   k.bf16_path = "scalar reference (fp32 sums of exact bf16 products)";
@@ -138,6 +139,7 @@ void set_bf16(Kernels& k) {
   if (k.isa == Isa::avx512 && cpu_has_avx512_bf16()) {
     k.sbgemm = sbgemm_avx512bf16;
     k.sgemm_bf16 = sgemm_bf16_avx512bf16;
+    k.gemm_bf16_mixed = gemm_bf16_mixed_avx512bf16;
     k.cvt_f32_bf16 = cvt_f32_bf16_avx512bf16;
     k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
     k.bf16_path = "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)";
@@ -145,12 +147,14 @@ void set_bf16(Kernels& k) {
   } else if (k.isa == Isa::avx512) {
     k.sbgemm = sbgemm_f32_avx512;
     k.sgemm_bf16 = sgemm_bf16_f32_avx512;
+    k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx512;
     k.cvt_f32_bf16 = cvt_f32_bf16_avx512;
     k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
     k.bf16_path = "emulated (no AVX512_BF16: bf16 widened to fp32, AVX-512 FMA)";
   } else {
     k.sbgemm = sbgemm_f32_avx2;
     k.sgemm_bf16 = sgemm_bf16_f32_avx2;
+    k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx2;
     k.bf16_path = "emulated (bf16 widened to fp32, AVX2 FMA)";
   }
 }

@@ -42,6 +42,17 @@ using SbgemmFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float
                           const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
                           float* C, int ldc);
 
+// An operand of the bf16 GEMMs given both ways: `f` the fp32 values (rounded to bf16 as packed),
+// and `h`, when not null, the same values already rounded (a bf16 plan's weight copy), read instead.
+struct Bf16Operand {
+  const float* f = nullptr;
+  const uint16_t* h = nullptr;
+};
+// sgemm_bf16 with each operand from its bf16 copy where it has one: the same results (the copy
+// holds exactly the rounding packing would do), half the bytes read for that operand.
+using GemmBf16MixedFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Bf16Operand A,
+                                 int lda, Bf16Operand B, int ldb, float beta, float* C, int ldc);
+
 // Convolution geometry shared by the conv kernels (one sample, one group at a time for im2col).
 struct ConvShape {
   int N, C, H, W;   // input  [N, C, H, W]
@@ -228,6 +239,7 @@ struct Kernels {
   // The same products from fp32 operands rounded to bf16 (nearest even) as the kernel packs them:
   // equal to sbgemm on cvt_f32_bf16 copies of A and B, without the copies. A bf16 plan's GEMMs.
   SgemmFn sgemm_bf16;
+  GemmBf16MixedFn gemm_bf16_mixed;
   CvtF32Bf16Fn cvt_f32_bf16;
   CvtBf16F32Fn cvt_bf16_f32;
   const char* bf16_path;
@@ -306,6 +318,14 @@ void sgemm_bf16_f32_avx512(bool ta, bool tb, int M, int N, int K, float alpha, c
                            const float* B, int ldb, float beta, float* C, int ldc);
 void sgemm_bf16_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                            const float* B, int ldb, float beta, float* C, int ldc);
+void gemm_bf16_mixed_ref(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                         Bf16Operand B, int ldb, float beta, float* C, int ldc);
+void gemm_bf16_mixed_f32_avx2(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                              Bf16Operand B, int ldb, float beta, float* C, int ldc);
+void gemm_bf16_mixed_f32_avx512(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                                Bf16Operand B, int ldb, float beta, float* C, int ldc);
+void gemm_bf16_mixed_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                                Bf16Operand B, int ldb, float beta, float* C, int ldc);
 void cvt_f32_bf16_ref(uint16_t* dst, const float* src, size_t n);
 void cvt_bf16_f32_ref(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512(uint16_t* dst, const float* src, size_t n);

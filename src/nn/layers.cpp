@@ -99,14 +99,14 @@ class Conv2d final : public Layer {
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::conv2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws));
+      ops::conv2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       ops::conv2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
-                         shape(n), p<T>(b.ws));
+                         shape(n), p<T>(b.ws), b.wh);
     });
   }
 };
@@ -154,7 +154,7 @@ class Linear final : public Layer {
     }
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::linear_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), n, in_.c, spec_.out, p<T>(b.ws));
+      ops::linear_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), n, in_.c, spec_.out, p<T>(b.ws), b.wh);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
@@ -167,7 +167,7 @@ class Linear final : public Layer {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       ops::linear_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
-                         n, in_.c, spec_.out);
+                         n, in_.c, spec_.out, b.wh);
     });
   }
 };

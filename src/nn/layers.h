@@ -42,6 +42,8 @@ struct Bufs {
   const void* b2;
   void* dw2;
   void* db2;
+  const uint16_t* wh;   // a bf16 plan's copy of w (and of w2) rounded to bf16, or null (Plan: weight copy)
+  const uint16_t* wh2;
   void* ws;        // shared scratch, workspace_elems() of dt
   int32_t* idx;    // saved indices (max-pool argmax), index_elems()
   void* saved;     // the layer's own state from forward to backward, saved_bytes(), or null

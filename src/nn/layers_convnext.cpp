@@ -262,12 +262,14 @@ class NormConv final : public Layer {
     nb->y = mid;
     nb->ws = inner;
     nb->w2 = nb->b2 = nullptr, nb->dw2 = nb->db2 = nullptr;
+    nb->wh = nb->wh2 = nullptr;
     *cb = b;
     cb->nin = 1;
     cb->x = cb->xs[0] = mid;
     cb->dx = cb->dxs[0] = dmid;
     cb->w = b.w2, cb->b = b.b2, cb->dw = b.dw2, cb->db = b.db2;
     cb->w2 = cb->b2 = nullptr, cb->dw2 = cb->db2 = nullptr;
+    cb->wh = b.wh2, cb->wh2 = nullptr;
     cb->ws = inner;
     cb->saved = nullptr;
     cb->idx = nullptr;

@@ -66,6 +66,11 @@ struct Plan::Impl {
   size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
   int state_count = 0;
   int64_t step = 0;
+  // bf16 plans: every parameter rounded to bf16 (the GEMMs read the weights' copies), rewritten by
+  // each optimizer update in its own pass, and from the masters before a forward or backward after
+  // anything else may have written them (init_params, the non-const param_data()).
+  size_t wh_off = SIZE_MAX;
+  bool wh_stale = true;
   bool count_flush = false;                      // Plan::set_flush_counting
   Plan::FlushCount flush;
   std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift
@@ -147,6 +152,7 @@ void place_buffers(Plan::Impl& m, const std::vector<bool>& needs_grad) {
   m.grad_off = a.reserve(m.nparams * m.esz);
   for (int s = 0; s < m.state_count; ++s) m.state_off[s] = a.reserve(m.nparams * m.esz);
   m.labels_off = a.reserve(size_t(N) * sizeof(int32_t));
+  if (m.opt.precision == Precision::bf16) m.wh_off = a.reserve(m.nparams * sizeof(uint16_t));
   nn::Lifetimes lt = nn::lifetimes(m.g, m.us, needs_grad, m.opt.training, N, m.esz);
   const size_t T = m.g.tensors.size();
   std::vector<nn::Block> blocks;
@@ -353,6 +359,7 @@ std::vector<BufferInfo> Plan::buffers() const {
   for (int s = 0; s < m.state_count; ++s)
     out.push_back({std::string("optimizer state ") + (s == 0 ? "1" : "2"), m.nparams * m.esz});
   out.push_back({"labels", N * sizeof(int32_t)});
+  if (m.wh_off != kNone) out.push_back({"bf16 copy of the parameters", m.nparams * sizeof(uint16_t)});
   auto of = [&](size_t t) {
     return t == 0 ? std::string(" (input batch)") : " (" + m.units[size_t(m.layer_unit[t - 1])].name + " output)";
   };
@@ -388,6 +395,7 @@ void* Plan::input() { return impl_->at<std::byte>(impl_->act[0]); }
 int32_t* Plan::labels() { return impl_->at<int32_t>(impl_->labels_off); }
 void* Plan::param_data() {
   check_thawed(*impl_, "param_data");
+  impl_->wh_stale = true;  // the caller may write the masters: round them again before the next pass
   return impl_->at<std::byte>(impl_->param_off);
 }
 const void* Plan::param_data() const { return impl_->at<std::byte>(impl_->param_off); }
@@ -442,6 +450,7 @@ void Plan::init_params(uint64_t seed) {
   }
   for (int s = 0; s < m.state_count; ++s) std::memset(m.at<std::byte>(m.state_off[s]), 0, m.nparams * m.esz);
   m.step = 0;
+  m.wh_stale = true;
 }
 
 void Plan::set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift) {
@@ -521,6 +530,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
     void*& d = second ? (bias ? b.db2 : b.dw2) : (bias ? b.db : b.dw);
     v = base + m.param_off + q.offset * m.esz;
     d = base + m.grad_off + q.offset * m.esz;
+    if (!bias && m.wh_off != kNone) (second ? b.wh2 : b.wh) = m.at<uint16_t>(m.wh_off) + q.offset;
   }
   b.wt = m.frozen && !m.packed[i].empty() ? m.packed[i].data() : nullptr;
   b.ws = base + m.ws_off;
@@ -553,6 +563,18 @@ void unit_backward(const Plan::Impl& m, const ops::Exec& e, size_t i, int n) {
   }
 }
 
+// The bf16 weight copy from the masters, when something may have written them since.
+void refresh_copy(Plan::Impl& m) {
+  if (m.wh_off == kNone || !m.wh_stale) return;
+  const float* w = m.at<float>(m.param_off);
+  uint16_t* wh = m.at<uint16_t>(m.wh_off);
+  m.pool->run([&](int t) {
+    const Range r = split_range(int64_t(m.nparams), t, m.pool->size());
+    if (r.end > r.begin) m.k->cvt_f32_bf16(wh + r.begin, w + r.begin, size_t(r.end - r.begin));
+  });
+  m.wh_stale = false;
+}
+
 void check_training(const Plan::Impl& m, const char* what) {
   if (!m.opt.training) throw Error(std::string(what) + ": an inference plan (PlanOptions::training false) has no gradients");
 }
@@ -560,6 +582,7 @@ void check_training(const Plan::Impl& m, const char* what) {
 
 void Plan::forward(int n) {
   Impl& m = *impl_;
+  refresh_copy(m);
   const ops::Exec e = m.exec();
   for (size_t i = 0; i < m.us.size(); ++i)
     timed(m.prof, Phase::forward, int(i), [&] { m.us[i].layer->forward(e, bind(m, i), n); });
@@ -625,6 +648,7 @@ void count_flush(Plan::Impl& m, size_t i, int n) {
 // be null): work the side unit's backward takes when a thread is free, the rest run after it.
 void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, const ops::SideWork* side) {
   check_training(m, "backward");
+  refresh_copy(m);
   const ops::Exec e = m.exec(), es = m.exec(side);
   for (size_t i = m.us.size(); i-- > 0;) {
     if (!m.us[i].backward) continue;
@@ -671,6 +695,7 @@ int Plan::backward_step(int n, double lr) {
   float* g = m.at<float>(m.grad_off);
   float* s0 = m.at<float>(m.state_off[0]);
   float* s1 = m.at<float>(m.state_off[1]);
+  uint16_t* wh = m.wh_off != kNone ? m.at<uint16_t>(m.wh_off) : nullptr;
   std::atomic<int> first_bad{INT_MAX};
   auto note_bad = [&](int t) {
     for (int cur = first_bad.load(); t < cur && !first_bad.compare_exchange_weak(cur, t);) {}
@@ -679,7 +704,10 @@ int Plan::backward_step(int n, double lr) {
     const Impl::UpdateChunk& ch = m.side_chunks[size_t(c)];
     const ParamInfo& p = m.params[size_t(ch.param)];
     const size_t off = p.offset + ch.begin, len = ch.end - ch.begin;
-    if (m.k->adam(w + off, s0 + off, s1 + off, g + off, len, adam_args(o, p, lr, m.step)) != 0) note_bad(ch.param);
+    const ops::AdamArgs args = adam_args(o, p, lr, m.step);
+    const size_t bad = wh ? m.k->adam_bf16(w + off, s0 + off, s1 + off, g + off, len, args, wh + off)
+                          : m.k->adam(w + off, s0 + off, s1 + off, g + off, len, args);
+    if (bad != 0) note_bad(ch.param);
   };
   using RunChunk = decltype(run_chunk);
   std::atomic<int> next{0};
@@ -703,7 +731,7 @@ int Plan::backward_step(int n, double lr) {
     const ParamInfo& p = m.params[t];
     if (m.layer_unit[size_t(p.layer)] > m.side_unit) continue;
     if (ops::adam_step(e, w + p.offset, s0 + p.offset, s1 + p.offset, g + p.offset, p.size,
-                       adam_args(o, p, lr, m.step)) != 0)
+                       adam_args(o, p, lr, m.step), wh ? wh + p.offset : nullptr) != 0)
       note_bad(int(t));
   }
   return first_bad.load() == INT_MAX ? -1 : first_bad.load();
@@ -720,6 +748,7 @@ int Plan::optimizer_step(double lr) {
   float* g = m.at<float>(m.grad_off);
   float* s0 = m.state_count > 0 ? m.at<float>(m.state_off[0]) : nullptr;
   float* s1 = m.state_count > 1 ? m.at<float>(m.state_off[1]) : nullptr;
+  uint16_t* wh = m.wh_off != kNone ? m.at<uint16_t>(m.wh_off) : nullptr;
   int first_bad = -1;
   for (size_t t = 0; t < m.params.size(); ++t) timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
     const ParamInfo& p = m.params[t];
@@ -727,11 +756,12 @@ int Plan::optimizer_step(double lr) {
     const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
     const size_t off = p.offset;
     if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW) {
-      bad = ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, adam_args(o, p, lr, m.step));
+      bad = ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, adam_args(o, p, lr, m.step),
+                           wh ? wh + off : nullptr);
     } else {
       const ops::SgdArgs args{float(lr), float(o.momentum), l2, wd, o.kind == OptimizerKind::Nesterov,
                               o.kind != OptimizerKind::SGD};
-      bad = ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args);
+      bad = ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args, wh ? wh + off : nullptr);
     }
     if (bad != 0 && first_bad < 0) first_bad = int(t);
   });

@@ -48,30 +48,31 @@ void transpose_samples(float* to, const float* from, int N, int rows, int cols) 
       for (int j = 0; j < cols; ++j)
         to[(size_t(n) * cols + j) * rows + i] = from[(size_t(n) * rows + i) * cols + j];
 }
-void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s, float* ws) {
+void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s, float* ws,
+                 const uint16_t* wh) {
   const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
   if (PQ == 1) {  // y[N, K] = x[N, C] w[K, C]^T
-    parallel_sgemm(e, false, true, s.N, s.K, s.C, 1.f, x, s.C, w, s.C, 0.f, y, s.K);
+    parallel_gemm_w(e, false, true, s.N, s.K, s.C, 1.f, {x}, s.C, {w, wh}, s.C, 0.f, y, s.K);
   } else if (NP <= 4) {  // a few pixels in all (batch-1 inference): yr[NP, K] = xr[NP, C] w^T, a
                          // GEMV-like GEMM that streams w once instead of packing it for 4 columns
     float *xr = ws, *yr = ws + size_t(s.C) * NP;
     transpose_samples(xr, x, s.N, s.C, PQ);
-    parallel_sgemm(e, false, true, NP, s.K, s.C, 1.f, xr, s.C, w, s.C, 0.f, yr, s.K);
+    parallel_gemm_w(e, false, true, NP, s.K, s.C, 1.f, {xr}, s.C, {w, wh}, s.C, 0.f, yr, s.K);
     transpose_samples(y, yr, s.N, PQ, s.K);
   } else {
     float *xt = ws, *yt = ws + size_t(s.C) * NP;
     regroup(e, xt, x, s.N, s.C, PQ, true);
-    parallel_sgemm(e, false, false, s.K, NP, s.C, 1.f, w, s.C, xt, NP, 0.f, yt, NP);
+    parallel_gemm_w(e, false, false, s.K, NP, s.C, 1.f, {w, wh}, s.C, {xt}, NP, 0.f, yt, NP);
     regroup(e, y, yt, s.N, s.K, PQ, false);
   }
   if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
 }
 void batched_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                 const ConvShape& s, float* ws) {
+                 const ConvShape& s, float* ws, const uint16_t* wh) {
   const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
   if (PQ == 1) {  // dw[K, C] = dy^T x; dx[N, C] = dy w; db = column sums of dy [N, K]
     parallel_sgemm(e, true, false, s.K, s.C, s.N, 1.f, dy, s.K, x, s.C, 0.f, dw, s.C);
-    if (dx) parallel_sgemm(e, false, false, s.N, s.C, s.K, 1.f, dy, s.K, w, s.C, 0.f, dx, s.C);
+    if (dx) parallel_gemm_w(e, false, false, s.N, s.C, s.K, 1.f, {dy}, s.K, {w, wh}, s.C, 0.f, dx, s.C);
     if (db) bias_grad<float>(db, dy, s.N, s.K);
     return;
   }
@@ -85,7 +86,7 @@ void batched_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy
     db[k] = acc;
   }
   if (!dx) return;
-  parallel_sgemm(e, true, false, s.C, NP, s.K, 1.f, w, s.C, dyt, NP, 0.f, dxt, NP);
+  parallel_gemm_w(e, true, false, s.C, NP, s.K, 1.f, {w, wh}, s.C, {dyt}, NP, 0.f, dxt, NP);
   regroup(e, dx, dxt, s.N, s.C, PQ, false);
 }
 // A convolution with few output pixels per sample (the ConvNeXt stems' 16x16, the 2x2/2
@@ -179,19 +180,19 @@ void im2col_chunk_run(const Exec& e, float* col, const float* x, int64_t n0, int
   });
 }
 void batched_im2col_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                        float* ws) {
+                        float* ws, const uint16_t* wh) {
   const int CRS = s.C * s.R * s.S, PQ = s.P * s.Q, nbmax = im2col_chunk(s);
   for (int64_t n0 = 0; n0 < s.N; n0 += nbmax) {
     const int nb = int(std::min<int64_t>(nbmax, s.N - n0)), NP = nb * PQ;
     float *col = ws, *yt = ws + size_t(CRS) * NP;
     im2col_chunk_run(e, col, x, n0, nb, s);
-    parallel_sgemm(e, false, false, s.K, NP, CRS, 1.f, w, CRS, col, NP, 0.f, yt, NP);
+    parallel_gemm_w(e, false, false, s.K, NP, CRS, 1.f, {w, wh}, CRS, {col}, NP, 0.f, yt, NP);
     regroup(e, y + n0 * s.K * PQ, yt, nb, s.K, PQ, false);
   }
   if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
 }
 void batched_im2col_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x,
-                        const float* w, const ConvShape& s, float* ws) {
+                        const float* w, const ConvShape& s, float* ws, const uint16_t* wh) {
   const int CRS = s.C * s.R * s.S, PQ = s.P * s.Q, nbmax = im2col_chunk(s);
   const size_t in = size_t(s.C) * s.H * s.W;
   if (db) std::fill(db, db + s.K, 0.f);
@@ -207,7 +208,7 @@ void batched_im2col_bwd(const Exec& e, float* dx, float* dw, float* db, const fl
       db[k] += acc;
     }
     if (!dx) continue;
-    parallel_sgemm(e, true, false, CRS, NP, s.K, 1.f, w, CRS, dyt, NP, 0.f, col, NP);
+    parallel_gemm_w(e, true, false, CRS, NP, s.K, 1.f, {w, wh}, CRS, {dyt}, NP, 0.f, col, NP);
     e.pool.run([&](int t) {
       const Range r = split_range(nb, t, e.pool.size());
       for (int64_t i = r.begin; i < r.end; ++i) {
@@ -295,7 +296,7 @@ void direct_s1_fwd(const Exec& e, float* y, const float* x, const float* w, cons
 // Each thread sums its samples' gradients into its own partial (thread 0: dw and db themselves),
 // added in thread order; dx by GEMM + col2im as in the general path.
 void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x,
-                   const float* w, const ConvShape& s, float* ws) {
+                   const float* w, const ConvShape& s, float* ws, const uint16_t* wh) {
   const ConvS1 d = s1_geo(s);
   const int T_ = e.pool.size(), CRS = s.C * s.R * s.S, PQ = s.P * s.Q;
   const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * PQ, Kw = size_t(s.K) * CRS;
@@ -312,7 +313,7 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
       ref::pad_image<float>(xp, x + n * in, s.C, s.H, s.W, s.pad_h, s.pad_w, d.Hp, d.Wp);
       e.k.conv_s1_wgrad(dwt, dbt, dy + n * out, xp, d);
       if (!dx) continue;
-      e.gemm()(true, false, CRS, PQ, s.K, 1.f, w, CRS, dy + n * out, PQ, 0.f, col, PQ);
+      gemm_w(e, true, false, CRS, PQ, s.K, 1.f, {w, wh}, CRS, {dy + n * out}, PQ, 0.f, col, PQ);
       col2im_ld(dx + n * in, col, size_t(PQ), s);
     }
   });
@@ -336,13 +337,13 @@ size_t conv2d_workspace(const ConvShape& s, int threads) {
 
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
 template <class T>
-void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws) {
+void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws, const uint16_t* wh) {
   if constexpr (std::is_same_v<T, double>) {
     ref::conv2d_fwd<T>(y, x, w, b, s);
   } else if (batched_pointwise(s)) {
-    batched_fwd(e, y, x, w, b, s, ws);
+    batched_fwd(e, y, x, w, b, s, ws, wh);
   } else if (batched_im2col(s)) {
-    batched_im2col_fwd(e, y, x, w, b, s, ws);
+    batched_im2col_fwd(e, y, x, w, b, s, ws, wh);
   } else if (direct_s1(s)) {
     direct_s1_fwd(e, y, x, w, b, s, ws);
   } else if (depthwise(s)) {
@@ -362,8 +363,9 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
             else e.k.im2col(col, xg, Cg, s);
             B = col;
           }
-          e.gemm()(false, false, Kg, PQ, CRS, 1.f, w + (size_t)g * Kg * CRS, CRS, B, PQ, 0.f,
-                    y + (n * s.K + g * Kg) * PQ, PQ);
+          const size_t wo = (size_t)g * Kg * CRS;
+          gemm_w(e, false, false, Kg, PQ, CRS, 1.f, {w + wo, wh ? wh + wo : nullptr}, CRS, {B}, PQ, 0.f,
+                 y + (n * s.K + g * Kg) * PQ, PQ);
         }
       if (b && r.end > r.begin)
         e.k.bias_channels(y + r.begin * s.K * PQ, b, int(r.end - r.begin), s.K, PQ);
@@ -374,16 +376,16 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
 // dx[N,C,H,W] (skipped when null), dw[K,C/G,R,S], db[K] (skipped when null), all overwritten.
 template <class T>
 void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
-                const ConvShape& s, T* ws) {
+                const ConvShape& s, T* ws, const uint16_t* wh) {
   if constexpr (std::is_same_v<T, double>) {
     if (dx) ref::conv2d_bwd_data<T>(dx, dy, w, s);
     ref::conv2d_bwd_filter<T>(dw, db, dy, x, s);
   } else if (batched_pointwise(s)) {
-    batched_bwd(e, dx, dw, db, dy, x, w, s, ws);
+    batched_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
   } else if (batched_im2col(s)) {
-    batched_im2col_bwd(e, dx, dw, db, dy, x, w, s, ws);
+    batched_im2col_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
   } else if (direct_s1(s)) {
-    direct_s1_bwd(e, dx, dw, db, dy, x, w, s, ws);
+    direct_s1_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
   } else if (depthwise(s)) {
     float* partials = ws;  // threads - 1 partials, then each thread's planes
     depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials, ws + size_t(e.pool.size()) * wgrad_elems(s));
@@ -427,12 +429,12 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
             }
           if (dx) {
             float* dxg = dx + (n * s.C + g * Cg) * HW;
+            const size_t wo = (size_t)g * Kg * CRS;
+            const Bf16Operand wg{w + wo, wh ? wh + wo : nullptr};
             if (is_pointwise(s)) {
-              e.gemm()(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
-                        0.f, dxg, PQ);
+              gemm_w(e, true, false, CRS, PQ, Kg, 1.f, wg, CRS, {dyg}, PQ, 0.f, dxg, PQ);
             } else {
-              e.gemm()(true, false, CRS, PQ, Kg, 1.f, w + (size_t)g * Kg * CRS, CRS, dyg, PQ,
-                        0.f, col, PQ);
+              gemm_w(e, true, false, CRS, PQ, Kg, 1.f, wg, CRS, {dyg}, PQ, 0.f, col, PQ);
               if (G == 1) {
                 col2im_ld(dxg, col, size_t(PQ), s);
               } else {
@@ -450,9 +452,9 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
   }
 }
 
-template void conv2d_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*);
-template void conv2d_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&, double*);
-template void conv2d_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, const ConvShape&, float*);
-template void conv2d_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, const ConvShape&, double*);
+template void conv2d_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*, const uint16_t*);
+template void conv2d_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&, double*, const uint16_t*);
+template void conv2d_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, const ConvShape&, float*, const uint16_t*);
+template void conv2d_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, const ConvShape&, double*, const uint16_t*);
 
 }  // namespace ember::ops

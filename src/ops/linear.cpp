@@ -15,17 +15,18 @@ size_t linear_fwd_workspace(int N, int K) { return N <= 128 && N < K ? size_t(N)
 // (fc1 at batch 64, one thread: 567 -> 525 us warm, 660 -> 582 us cold). Not with threads: the
 // split of w's rows then has every thread pack all of x (fc1 forward 0.35 -> 0.41 ms at 2).
 template <class T>
-void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K, T* ws) {
+void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K, T* ws,
+                const uint16_t* wh) {
   if constexpr (std::is_same_v<T, double>) {
     ref::linear_fwd<T>(y, x, w, b, N, C, K);
   } else {
     if (ws && e.pool.size() == 1 && linear_fwd_workspace(N, K)) {
-      parallel_sgemm(e, false, true, K, N, C, 1.f, w, C, x, C, 0.f, ws, N);  // ws[K, N] = y^T
+      parallel_gemm_w(e, false, true, K, N, C, 1.f, {w, wh}, C, {x}, C, 0.f, ws, N);  // ws[K, N] = y^T
       for (int n = 0; n < N; ++n)
         for (int k = 0; k < K; ++k) y[size_t(n) * K + k] = ws[size_t(k) * N + n] + (b ? b[k] : 0.f);
       return;
     }
-    parallel_sgemm(e, false, true, N, K, C, 1.f, x, C, w, C, 0.f, y, K);
+    parallel_gemm_w(e, false, true, N, K, C, 1.f, {x}, C, {w, wh}, C, 0.f, y, K);
     if (b) e.k.bias_rows(y, b, N, K);
   }
 }
@@ -33,12 +34,12 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
 // dx[N,C] = dy[N,K] w[K,C]; dw[K,C] = dy^T x; db[K] = sum over N of dy.
 template <class T>
 void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,
-                int C, int K) {
+                int C, int K, const uint16_t* wh) {
   if constexpr (std::is_same_v<T, double>) {
     ref::linear_bwd<T>(dx, dw, db, dy, x, w, N, C, K);
   } else {
     parallel_sgemm(e, true, false, K, C, N, 1.f, dy, K, x, C, 0.f, dw, C);
-    if (dx) parallel_sgemm(e, false, false, N, C, K, 1.f, dy, K, w, C, 0.f, dx, C);
+    if (dx) parallel_gemm_w(e, false, false, N, C, K, 1.f, {dy}, K, {w, wh}, C, 0.f, dx, C);
     if (db) bias_grad(db, dy, N, K);
   }
 }
@@ -76,9 +77,9 @@ void linear_fwd_t1(const Exec& e, float* y, const float* x, const float* wt, con
   });
 }
 
-template void linear_fwd<float>(const Exec&, float*, const float*, const float*, const float*, int, int, int, float*);
-template void linear_fwd<double>(const Exec&, double*, const double*, const double*, const double*, int, int, int, double*);
-template void linear_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, int, int, int);
-template void linear_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, int, int, int);
+template void linear_fwd<float>(const Exec&, float*, const float*, const float*, const float*, int, int, int, float*, const uint16_t*);
+template void linear_fwd<double>(const Exec&, double*, const double*, const double*, const double*, int, int, int, double*, const uint16_t*);
+template void linear_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, int, int, int, const uint16_t*);
+template void linear_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, int, int, int, const uint16_t*);
 
 }  // namespace ember::ops

@@ -40,12 +40,14 @@ struct Exec {
   SgemmFn gemm() const { return bf16 ? k.sgemm_bf16 : k.sgemm; }
 };
 
+// wh (linear, conv2d; may be null): a bf16 plan's copy of w rounded to bf16 (Plan: the weight
+// copy), which the bf16 GEMMs read instead of rounding w as they pack it (the same products).
 // Linear: y[N,K] = x[N,C] w[K,C]^T + b[K]. ws (may be null: then not used): at least
 // linear_fwd_workspace(N, K) elements, which lets a small batch run as y^T = w x^T.
 size_t linear_fwd_workspace(int N, int K);
 template <class T>
 void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K,
-                T* ws = nullptr);
+                T* ws = nullptr, const uint16_t* wh = nullptr);
 // One sample from the transposed weight wt[C,K], reading only the rows of non-zero inputs
 // (kernels.h, LinearT1Fn). A frozen plan's batch-1 forward (Plan::freeze). With C >= 1024 and
 // ws (2K elements) the rows go in two fixed halves, one per thread (in turn on one thread), each
@@ -86,7 +88,7 @@ void bias_grad(T* db, const T* dy, int N, int K) {
 // dx[N,C] = dy w (skipped when dx is null); dw[K,C] = dy^T x; db[K] = sum_n dy.
 template <class T>
 void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,
-                int C, int K);
+                int C, int K, const uint16_t* wh = nullptr);
 
 // Conv2d. Workspace: conv2d_workspace(s, threads) elements (im2col columns per thread and the
 // per-thread partial weight gradients that are summed in a fixed order).
@@ -95,10 +97,11 @@ size_t conv2d_workspace(const ConvShape& s, int threads);
 // depthwise and short-reduction direct kernels, which are fp32 whatever the plan's precision.
 bool conv2d_uses_gemm(const ConvShape& s);
 template <class T>
-void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws);
+void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
+                const uint16_t* wh = nullptr);
 template <class T>
 void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
-                const ConvShape& s, T* ws);
+                const ConvShape& s, T* ws, const uint16_t* wh = nullptr);
 
 // The background of a fused Conv2d + ReLU + MaxPool unit whose output a Linear reads (through a
 // Flatten), linked by the plan when the conv needs no input gradient (a first layer): a pooled
@@ -188,9 +191,13 @@ void concat_bwd(const Exec& e, T* const* dxs, const T* dy, const size_t* sizes, 
 // Optimizer updates over one parameter tensor of n elements (f32). State buffers as named.
 struct SgdArgs { float lr, momentum, l2, wd; bool nesterov, use_momentum; };
 // Both return how many g[i] are NaN or Inf (the update is applied regardless).
-size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a);
+// wh (sgd_step, adam_step; may be null): a bf16 plan's weight copy, rewritten from the updated w
+// in the same pass (Adam: the fused kernel; SGD: each range converted while it is in cache).
+size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a,
+                uint16_t* wh = nullptr);
 using ember::AdamArgs;  // see kernels.h
-size_t adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
+size_t adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a,
+                 uint16_t* wh = nullptr);
 // NaN and Inf values among x[0..n), split over the pool like the optimizer updates.
 size_t count_nonfinite(const Exec& e, const float* x, size_t n);
 

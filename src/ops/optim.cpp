@@ -23,7 +23,7 @@ void over(const Exec& e, size_t n, F&& fn) {
 
 // buf = momentum * buf + g'; step = nesterov ? g' + momentum * buf : buf; w -= lr * step,
 // where g' = g + l2 * w; plain SGD when !use_momentum.
-size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a) {
+size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, const SgdArgs& a, uint16_t* wh) {
   std::atomic<size_t> nonfinite{0};
   over(e, n, [&](size_t b, size_t end) {
     size_t bad = 0;
@@ -37,6 +37,7 @@ size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, c
       }
       w[i] -= a.lr * gi;
     }
+    if (wh) e.k.cvt_f32_bf16(wh + b, w + b, end - b);
     nonfinite += bad;
   });
   return nonfinite.load();
@@ -44,9 +45,12 @@ size_t sgd_step(const Exec& e, float* w, float* buf, const float* g, size_t n, c
 
 // Adam / AdamW (formulas in kernels.h, AdamFn), through the kernel table.
 size_t adam_step(const Exec& e, float* w, float* m, float* v, const float* g, size_t n,
-                 const AdamArgs& a) {
+                 const AdamArgs& a, uint16_t* wh) {
   std::atomic<size_t> nonfinite{0};
-  over(e, n, [&](size_t b, size_t end) { nonfinite += e.k.adam(w + b, m + b, v + b, g + b, end - b, a); });
+  over(e, n, [&](size_t b, size_t end) {
+    nonfinite += wh ? e.k.adam_bf16(w + b, m + b, v + b, g + b, end - b, a, wh + b)
+                    : e.k.adam(w + b, m + b, v + b, g + b, end - b, a);
+  });
   return nonfinite.load();
 }
 

@@ -9,9 +9,13 @@
 
 namespace ember::ops {
 
-template <class E, class Gemm>
-void parallel_gemm(const Exec& e, Gemm gemm, bool ta, bool tb, int M, int N, int K, float alpha, const E* A,
-                   int lda, const E* B, int ldb, float beta, float* C, int ldc) {
+// An operand offset by n elements (both its fp32 values and its bf16 copy).
+inline Bf16Operand operator+(Bf16Operand o, size_t n) { return {o.f ? o.f + n : nullptr, o.h ? o.h + n : nullptr}; }
+
+// PA, PB: element pointers (const float*, const uint16_t*) or Bf16Operand.
+template <class PA, class PB, class Gemm>
+void parallel_gemm(const Exec& e, Gemm gemm, bool ta, bool tb, int M, int N, int K, float alpha, PA A,
+                   int lda, PB B, int ldb, float beta, float* C, int ldc) {
   const int T = e.pool.size();
   const double flops = 2.0 * M * N * K;
   if (T == 1 || flops < 2e5) {
@@ -23,12 +27,12 @@ void parallel_gemm(const Exec& e, Gemm gemm, bool ta, bool tb, int M, int N, int
     if (by_cols) {
       const Range r = split_range_aligned(N, t, T, 16);
       if (r.end <= r.begin) return;
-      const E* Bt = tb ? B + r.begin * (size_t)ldb : B + r.begin;
+      const PB Bt = tb ? B + size_t(r.begin) * ldb : B + size_t(r.begin);
       gemm(ta, tb, M, int(r.end - r.begin), K, alpha, A, lda, Bt, ldb, beta, C + r.begin, ldc);
     } else {
       const Range r = split_range_aligned(M, t, T, 8);
       if (r.end <= r.begin) return;
-      const E* At = ta ? A + r.begin : A + r.begin * (size_t)lda;
+      const PA At = ta ? A + size_t(r.begin) : A + size_t(r.begin) * lda;
       gemm(ta, tb, int(r.end - r.begin), N, K, alpha, At, lda, B, ldb, beta, C + r.begin * (size_t)ldc, ldc);
     }
   });
@@ -37,13 +41,31 @@ void parallel_gemm(const Exec& e, Gemm gemm, bool ta, bool tb, int M, int N, int
 inline void parallel_sgemm(const Exec& e, bool ta, bool tb, int M, int N, int K, float alpha,
                            const float* A, int lda, const float* B, int ldb, float beta, float* C,
                            int ldc) {
-  parallel_gemm<float>(e, e.gemm(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  parallel_gemm(e, e.gemm(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 inline void parallel_sbgemm(const Exec& e, bool ta, bool tb, int M, int N, int K, float alpha,
                             const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
                             int ldc) {
-  parallel_gemm<uint16_t>(e, e.k.sbgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  parallel_gemm(e, e.k.sbgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace ember::ops
+
+namespace ember::ops {
+
+// Layers' GEMMs whose weight operand may come with the plan's bf16 copy (Bf16Operand::h): in a bf16
+// plan the mixed bf16 GEMM reads the copy (the same products, half the weight bytes); otherwise
+// Exec::gemm on the fp32 values. gemm_w runs on the calling thread, parallel_gemm_w over the pool.
+inline void gemm_w(const Exec& e, bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                   Bf16Operand B, int ldb, float beta, float* C, int ldc) {
+  if (e.bf16 && (A.h || B.h)) e.k.gemm_bf16_mixed(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else e.gemm()(ta, tb, M, N, K, alpha, A.f, lda, B.f, ldb, beta, C, ldc);
+}
+inline void parallel_gemm_w(const Exec& e, bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A,
+                            int lda, Bf16Operand B, int ldb, float beta, float* C, int ldc) {
+  if (e.bf16 && (A.h || B.h)) parallel_gemm(e, e.k.gemm_bf16_mixed, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else parallel_gemm(e, e.gemm(), ta, tb, M, N, K, alpha, A.f, lda, B.f, ldb, beta, C, ldc);
 }
 
 }  // namespace ember::ops

@@ -183,12 +183,15 @@ std::vector<float> awkward_floats(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// ... and the mixed entry (Kernels::gemm_bf16_mixed), each operand from its copy or rounded in packing.
 TEST(Bf16, FloatOperandGemmsEqualTheBf16GemmOfTheRoundedCopies) {
-  struct F { std::string name; SgemmFn f; SbgemmFn same; };  // same: the bf16 GEMM it must equal
-  std::vector<F> fs{{"ref", sgemm_bf16_ref, sbgemm_ref}};
-  if (isa_supported(Isa::avx2)) fs.push_back({"f32_avx2", sgemm_bf16_f32_avx2, sbgemm_f32_avx2});
-  if (isa_supported(Isa::avx512)) fs.push_back({"f32_avx512", sgemm_bf16_f32_avx512, sbgemm_f32_avx512});
-  if (cpu_has_avx512_bf16()) fs.push_back({"avx512bf16", sgemm_bf16_avx512bf16, sbgemm_avx512bf16});
+  struct F { std::string name; SgemmFn f; SbgemmFn same; GemmBf16MixedFn mixed; };  // same: the bf16 GEMM it must equal
+  std::vector<F> fs{{"ref", sgemm_bf16_ref, sbgemm_ref, gemm_bf16_mixed_ref}};
+  if (isa_supported(Isa::avx2)) fs.push_back({"f32_avx2", sgemm_bf16_f32_avx2, sbgemm_f32_avx2, gemm_bf16_mixed_f32_avx2});
+  if (isa_supported(Isa::avx512))
+    fs.push_back({"f32_avx512", sgemm_bf16_f32_avx512, sbgemm_f32_avx512, gemm_bf16_mixed_f32_avx512});
+  if (cpu_has_avx512_bf16())
+    fs.push_back({"avx512bf16", sgemm_bf16_avx512bf16, sbgemm_avx512bf16, gemm_bf16_mixed_avx512bf16});
   const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {9, 33, 3}, {17, 1, 300}, {2, 47, 129}, {130, 70, 385}, {33, 530, 17}};
   std::mt19937 rng(5);
   for (const F& f : fs)
@@ -208,6 +211,13 @@ TEST(Bf16, FloatOperandGemmsEqualTheBf16GemmOfTheRoundedCopies) {
         f.same(ta, tb, M, N, K, 0.75f, Ah.data(), lda, Bh.data(), ldb, 0.f, want.data(), ldc);
         for (size_t i = 0; i < C.size(); ++i)  // same kernel, same order: bit for bit (padding NaN too)
           ASSERT_EQ(bits(C[i]), bits(want[i])) << "at " << i / ldc << ", " << i % ldc;
+        for (int ab = 0; ab < 4; ++ab) {  // the mixed entry: each operand from its copy or not
+          const Bf16Operand a{A.data(), ab & 1 ? Ah.data() : nullptr}, b{B.data(), ab & 2 ? Bh.data() : nullptr};
+          std::vector<float> Cm(C.size(), NAN);
+          f.mixed(ta, tb, M, N, K, 0.75f, a, lda, b, ldb, 0.f, Cm.data(), ldc);
+          for (size_t i = 0; i < C.size(); ++i)
+            ASSERT_EQ(bits(Cm[i]), bits(want[i])) << "copies " << ab << " at " << i / ldc << ", " << i % ldc;
+        }
       }
 }
 

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -192,6 +194,37 @@ TEST(PlanBf16, FlushCountSeesSubnormalGradients) {
   p.reset_flush_count();
   pass(p, 8, 3);
   EXPECT_EQ(p.flush_count().checked, 0) << "counting is off";
+}
+
+// The bf16 weight copy follows the masters: after training steps (the optimizer rewrites it) and
+// after weights written through param_data() (rounded again before the next pass), a plan's
+// outputs equal those of a fresh plan given the same fp32 weights, bit for bit.
+TEST(PlanBf16, WeightCopyFollowsTheMasters) {
+  for (OptimizerKind kind : {OptimizerKind::Adam, OptimizerKind::Momentum}) {
+    PlanOptions o;
+    o.batch = 8, o.threads = 2, o.precision = Precision::bf16, o.optimizer.kind = kind;
+    Plan a(small_cnn(), o), b(small_cnn(), o);
+    a.init_params(1);
+    for (int s = 0; s < 3; ++s) {
+      pass(a, 8, 10 + s);
+      a.optimizer_step(0.01);
+    }
+    auto same_outputs = [&](const char* when) {
+      const size_t P = a.param_count();
+      std::memcpy(b.param_data(), std::as_const(a).param_data(), P * sizeof(float));
+      const double la = pass(a, 8, 99), lb = pass(b, 8, 99);
+      EXPECT_EQ(la, lb) << when;
+      const float* ya = static_cast<const float*>(a.output());
+      const float* yb = static_cast<const float*>(b.output());
+      EXPECT_EQ(0, std::memcmp(ya, yb, 8 * 10 * sizeof(float))) << when;
+    };
+    same_outputs("after optimizer steps");
+    float* w = static_cast<float*>(a.param_data());
+    for (size_t i = 0; i < a.param_count(); i += 3) w[i] *= -1.5f;
+    same_outputs("after writing the weights");
+    a.init_params(7);
+    same_outputs("after init_params");
+  }
 }
 
 TEST(PlanBf16, RefusesF64AndNamesBadText) {

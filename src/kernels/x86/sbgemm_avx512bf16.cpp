@@ -180,8 +180,8 @@ void macro_kernel(int mc, int nc, int kc, const uint32_t* Ap, const uint32_t* Bp
   }
 }
 
-template <class S>
-void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const S* A, int lda, const S* B, int ldb,
+template <class SA, class SB>
+void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const SA* A, int lda, const SB* B, int ldb,
                float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   const size_t la = (size_t)lda, lb = (size_t)ldb, lc = (size_t)ldc;
@@ -218,6 +218,14 @@ void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const
 void sgemm_bf16_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                            const float* B, int ldb, float beta, float* C, int ldc) {
   gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16_mixed_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
+                                Bf16Operand B, int ldb, float beta, float* C, int ldc) {
+  if (A.h && B.h) gemm_bf16(ta, tb, M, N, K, alpha, A.h, lda, B.h, ldb, beta, C, ldc);
+  else if (A.h) gemm_bf16(ta, tb, M, N, K, alpha, A.h, lda, B.f, ldb, beta, C, ldc);
+  else if (B.h) gemm_bf16(ta, tb, M, N, K, alpha, A.f, lda, B.h, ldb, beta, C, ldc);
+  else gemm_bf16(ta, tb, M, N, K, alpha, A.f, lda, B.f, ldb, beta, C, ldc);
 }
 
 void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n) {
