@@ -133,9 +133,10 @@ class Linear final : public Layer {
   double flops_per_sample() const override { return 2.0 * in_.c * spec_.out; }
   bool gemm_products() const override { return true; }
   bool backward_reads_output() const override { return false; }
-  size_t workspace_elems(int batch, int) const override {
+  size_t workspace_elems(int batch, int threads) const override {
     const size_t t1 = in_.c >= ops::kLinearT1SplitRows ? 2 * size_t(spec_.out) : 0;  // batch 1, frozen
-    return std::max(ops::linear_fwd_workspace(batch, spec_.out), t1);
+    return std::max({ops::linear_fwd_workspace(batch, spec_.out), t1,
+                     ops::linear_fwd_split_workspace(batch, in_.c, spec_.out, threads)});
   }
   size_t saved_bytes(int batch, int threads, DType dt) const override {
     return dt == DType::f32 ? ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads) : 0;

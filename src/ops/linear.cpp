@@ -1,5 +1,6 @@
 // Linear (fully connected) forward and backward: f32 through the threaded GEMM of the kernel
 // table, f64 through the scalar reference. Weight layout is PyTorch's: w[K, C].
+#include <algorithm>
 #include <type_traits>
 
 #include "ops/ops.h"
@@ -8,6 +9,16 @@
 namespace ember::ops {
 
 size_t linear_fwd_workspace(int N, int K) { return N <= 128 && N < K ? size_t(N) * K : 0; }
+
+namespace {
+bool split_depth(int N, int C, int K, int threads) {
+  return threads > 1 && C >= 2048 && C >= 8 * std::max(N, K) && C >= 64 * threads;
+}
+}  // namespace
+
+size_t linear_fwd_split_workspace(int N, int C, int K, int threads) {
+  return split_depth(N, C, K, threads) ? size_t(threads - 1) * N * K : 0;
+}
 
 // y[N,K] = x[N,C] w[K,C]^T + b[K]. Both operands have C contiguous, so the GEMM packs (transposes)
 // one of them: with a batch smaller than K (and at most 128 rows, where the GEMM reads op(A) in
@@ -20,7 +31,30 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
   if constexpr (std::is_same_v<T, double>) {
     ref::linear_fwd<T>(y, x, w, b, N, C, K);
   } else {
-    if (ws && e.pool.size() == 1 && linear_fwd_workspace(N, K)) {
+    const int P = e.pool.size();
+    if (ws && split_depth(N, C, K, P)) {  // y = sum over threads of x[:, r] w[:, r]^T, in thread order
+      e.pool.run([&](int t) {
+        const Range r = split_range_aligned(C, t, P, 16);
+        float* out = t == 0 ? y : ws + size_t(t - 1) * N * K;
+        if (r.end <= r.begin) {
+          std::fill(out, out + size_t(N) * K, 0.f);
+          return;
+        }
+        gemm_w(e, false, true, N, K, int(r.end - r.begin), 1.f, {x + r.begin}, C,
+               {w + r.begin, wh ? wh + r.begin : nullptr}, C, 0.f, out, K);
+      });
+      e.pool.run([&](int t) {  // rows split; each element adds the partials in thread order
+        const Range r = split_range(N, t, P);
+        for (int64_t n = r.begin; n < r.end; ++n)
+          for (int q = 0; q < P - 1; ++q) {
+            const float* part = ws + size_t(q) * N * K + size_t(n) * K;
+            for (int k = 0; k < K; ++k) y[size_t(n) * K + k] += part[k];
+          }
+      });
+      if (b) e.k.bias_rows(y, b, N, K);
+      return;
+    }
+    if (ws && P == 1 && linear_fwd_workspace(N, K)) {
       parallel_gemm_w(e, false, true, K, N, C, 1.f, {w, wh}, C, {x}, C, 0.f, ws, N);  // ws[K, N] = y^T
       for (int n = 0; n < N; ++n)
         for (int k = 0; k < K; ++k) y[size_t(n) * K + k] = ws[size_t(k) * N + n] + (b ? b[k] : 0.f);

@@ -43,8 +43,14 @@ struct Exec {
 // wh (linear, conv2d; may be null): a bf16 plan's copy of w rounded to bf16 (Plan: the weight
 // copy), which the bf16 GEMMs read instead of rounding w as they pack it (the same products).
 // Linear: y[N,K] = x[N,C] w[K,C]^T + b[K]. ws (may be null: then not used): at least
-// linear_fwd_workspace(N, K) elements, which lets a small batch run as y^T = w x^T.
+// linear_fwd_workspace(N, K) elements, which lets a small batch run as y^T = w x^T, and at least
+// linear_fwd_split_workspace(N, C, K, threads) (below).
 size_t linear_fwd_workspace(int N, int K);
+// With threads, a deep product (C >= 2048 and at least 8 times N and K: fc1 at batch 64) splits C
+// instead, each thread a fixed range into its own partial [N, K] (thread 0 into y), added in thread
+// order: every thread then packs only its share of x, where a split of the outputs has each pack all
+// of it. ws then needs (threads - 1) * N * K elements: this, or 0 when the shape does not split.
+size_t linear_fwd_split_workspace(int N, int C, int K, int threads);
 template <class T>
 void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K,
                 T* ws = nullptr, const uint16_t* wh = nullptr);

@@ -106,7 +106,8 @@ TEST(FastVsRef, Linear) {
         std::vector<float> y(size_t(N) * K, NAN), dx(size_t(N) * C, NAN), dw(size_t(K) * C, NAN), db(K, NAN);
         ops::linear_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), N, C, K);
         // With scratch, a batch below K (<= 128) runs as y^T = w x^T: the same to rounding.
-        std::vector<float> ws(ops::linear_fwd_workspace(N, K) + 1, NAN), yt(size_t(N) * K, NAN);
+        std::vector<float> ws(std::max(ops::linear_fwd_workspace(N, K), ops::linear_fwd_split_workspace(N, C, K, threads)) + 1, NAN),
+            yt(size_t(N) * K, NAN);
         ops::linear_fwd<float>(e, yt.data(), x.data(), w.data(), b.data(), N, C, K, ws.data());
         ops::linear_bwd<float>(e, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, C, K);
         ref::linear_fwd<double>(yr.data(), xd.data(), wd.data(), bd.data(), N, C, K);
@@ -157,7 +158,7 @@ TEST(FastVsRef, LinearSparseInput) {
             ref::linear_bwd<double>(dxr.data(), dwr.data(), dbr.data(), gd.data(), xd.data(), wd.data(), n, C, K);
             std::vector<uint8_t> saved(bytes + 64);
             void* sv = saved.data() + (64 - reinterpret_cast<uintptr_t>(saved.data()) % 64) % 64;
-            std::vector<float> ws(ops::linear_fwd_workspace(N, K) + 1);
+            std::vector<float> ws(std::max(ops::linear_fwd_workspace(N, K), ops::linear_fwd_split_workspace(N, C, K, e.pool.size())) + 1);
             std::vector<float> y(size_t(n) * K, NAN), dx(size_t(n) * C, NAN), dw(size_t(K) * C, NAN), db(K, NAN);
             ops::linear_fwd_sp(e, y.data(), sv, x.data(), w.data(), b.data(), n, C, K, ws.data());
             ops::linear_bwd_sp(e, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), sv, masked, n, C, K);
