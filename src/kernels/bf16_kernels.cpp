@@ -83,17 +83,6 @@ void sgemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const fl
                     const float* B, int ldb, float beta, float* C, int ldc) {
   gemm_bf16_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-namespace {
-// The four operand combinations of a Bf16Operand pair through `run(A, B)`.
-template <class Run>
-void by_operands(Bf16Operand A, Bf16Operand B, Run run) {
-  if (A.h && B.h) run(A.h, B.h);
-  else if (A.h) run(A.h, B.f);
-  else if (B.h) run(A.f, B.h);
-  else run(A.f, B.f);
-}
-}  // namespace
-
 void gemm_bf16_mixed_ref(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
                          Bf16Operand B, int ldb, float beta, float* C, int ldc) {
   by_operands(A, B, [&](auto a, auto b) { gemm_bf16_ref(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });

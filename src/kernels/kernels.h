@@ -52,6 +52,15 @@ struct Bf16Operand {
 // holds exactly the rounding packing would do), half the bytes read for that operand.
 using GemmBf16MixedFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Bf16Operand A,
                                  int lda, Bf16Operand B, int ldb, float beta, float* C, int ldc);
+// Calls run(a, b) with each operand's copy where it has one, else its fp32 values (four typed
+// combinations, for the templated GEMMs behind GemmBf16MixedFn).
+template <class Run>
+void by_operands(Bf16Operand A, Bf16Operand B, Run run) {
+  if (A.h && B.h) run(A.h, B.h);
+  else if (A.h) run(A.h, B.f);
+  else if (B.h) run(A.f, B.h);
+  else run(A.f, B.f);
+}
 
 // Convolution geometry shared by the conv kernels (one sample, one group at a time for im2col).
 struct ConvShape {

@@ -463,6 +463,21 @@ TEST_F(Cli, BenchJsonHasEveryField) {
   EXPECT_EQ(doc["workloads"][1]["batch"], 1);
 }
 
+// --precision fp32,bf16: each model workload in fp32 then bf16 (side by side); the GEMM rows once,
+// under their own precision; the bf16 rows rated against the bf16 peak.
+TEST_F(Cli, BenchRunsEachWorkloadInEachPrecision) {
+  Result r = run("bench --json --data " + quote(data_) +
+                 " --workloads cnn-infer-b64,sgemm-fc1-fwd,sbgemm-fc1-fwd --samples 128 --threads 1 --precision fp32,bf16");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  std::vector<std::string> got;
+  for (const auto& w : doc["workloads"]) got.push_back(w["name"].get<std::string>() + "/" + w["precision"].get<std::string>());
+  EXPECT_EQ(got, (std::vector<std::string>{"cnn-infer-b64/fp32", "cnn-infer-b64/bf16", "sgemm-fc1-fwd/fp32",
+                                            "sbgemm-fc1-fwd/bf16"}));
+  expect_one_line_error(run("bench --data " + quote(data_) + " --workloads cnn-train --precision fp16"),
+                        {"--precision", "fp32 or bf16", "fp16"});
+}
+
 TEST_F(Cli, BenchBadFlags) {
   expect_one_line_error(run("bench --data " + quote(data_) + " --workloads cnn-train,nosuch"),
                         {"--workloads", "nosuch"});

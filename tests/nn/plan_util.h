@@ -1,14 +1,34 @@
-// Helpers of the graph and ConvNeXt plan tests: one training pass on random input, and the check
-// that an f32 plan's parameter gradients match an f64 plan's.
+// Helpers of the plan, graph and ConvNeXt tests: a synthetic 28x28 data set, one training pass on
+// random input, and the check that an f32 plan's parameter gradients match an f64 plan's.
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "ember/ember.h"
 #include "gradcheck.h"
 
 namespace ember::test {
+
+// Synthetic data set: class c lights a 4x4 block at a class-dependent place, plus noise.
+inline Dataset synthetic(int count, uint32_t seed) {
+  Dataset d;
+  d.count = count, d.rows = 28, d.cols = 28;
+  d.images.resize(size_t(count) * 784);
+  d.labels.resize(count);
+  std::mt19937 g(seed);
+  for (int i = 0; i < count; ++i) {
+    const int c = int(g() % 10);
+    d.labels[i] = uint8_t(c);
+    uint8_t* img = d.images.data() + size_t(i) * 784;
+    for (int p = 0; p < 784; ++p) img[p] = uint8_t(g() % 40);
+    const int r0 = 2 + (c / 5) * 12, c0 = 2 + (c % 5) * 5;
+    for (int r = r0; r < r0 + 4; ++r)
+      for (int q = c0; q < c0 + 4; ++q) img[r * 28 + q] = 200;
+  }
+  return d;
+}
 
 // Forward, loss and backward of the first n samples of random input (seed); labels
 // (i * mul + add) % 10. Returns the loss.

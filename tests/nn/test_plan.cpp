@@ -10,6 +10,7 @@
 #include "alloc_hook.h"
 #include "ember/ember.h"
 #include "gradcheck.h"
+#include "plan_util.h"
 
 // Counts every heap allocation in this test binary (all threads).
 static std::atomic<long> g_allocs{0};
@@ -26,25 +27,6 @@ Model small_cnn() {
   m.name = "small-cnn";
   m.conv2d(4, 3, 1, 1).relu().maxpool2d(2).flatten().linear(16).tanh().linear(10);
   return m;
-}
-
-// Synthetic data set: class c lights a 4x4 block at a class-dependent place, plus noise.
-Dataset synthetic(int count, uint32_t seed) {
-  Dataset d;
-  d.count = count, d.rows = 28, d.cols = 28;
-  d.images.resize(size_t(count) * 784);
-  d.labels.resize(count);
-  std::mt19937 g(seed);
-  for (int i = 0; i < count; ++i) {
-    const int c = int(g() % 10);
-    d.labels[i] = uint8_t(c);
-    uint8_t* img = d.images.data() + size_t(i) * 784;
-    for (int p = 0; p < 784; ++p) img[p] = uint8_t(g() % 40);
-    const int r0 = 2 + (c / 5) * 12, c0 = 2 + (c % 5) * 5;
-    for (int r = r0; r < r0 + 4; ++r)
-      for (int q = c0; q < c0 + 4; ++q) img[r * 28 + q] = 200;
-  }
-  return d;
 }
 
 // One training pass of the first n images of d (gather, forward, loss, backward).

@@ -222,10 +222,7 @@ void sgemm_bf16_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, c
 
 void gemm_bf16_mixed_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
                                 Bf16Operand B, int ldb, float beta, float* C, int ldc) {
-  if (A.h && B.h) gemm_bf16(ta, tb, M, N, K, alpha, A.h, lda, B.h, ldb, beta, C, ldc);
-  else if (A.h) gemm_bf16(ta, tb, M, N, K, alpha, A.h, lda, B.f, ldb, beta, C, ldc);
-  else if (B.h) gemm_bf16(ta, tb, M, N, K, alpha, A.f, lda, B.h, ldb, beta, C, ldc);
-  else gemm_bf16(ta, tb, M, N, K, alpha, A.f, lda, B.f, ldb, beta, C, ldc);
+  by_operands(A, B, [&](auto a, auto b) { gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });
 }
 
 void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n) {
