@@ -263,6 +263,79 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
     }
   });
 }
+// Depthwise on small planes (P*Q <= 16 and H*W <= 16: ConvNeXt's late stages, 4x4 down to 1x1,
+// where most of a 7x7 window falls in the padding): each group's M output planes are a dense map of
+// its input plane, T_g[M*PQ, HW] (the taps that land inside, zeros elsewhere), so the layer is one
+// GEMM per group over the whole batch: y[n, gM.., :] = x[n, g, :] T_g^T, dx[n, g, :] = dy[n, gM.., :] T_g,
+// dT_g = dy^T x, whose entries go back to their taps. Through Exec::gemm: bf16 products in a bf16
+// plan. Groups split over the pool; each group's T_g, dw and db belong to one thread (bit-identical).
+bool dw_dense(const ConvShape& s) { return depthwise(s) && s.P * s.Q <= 16 && s.H * s.W <= 16; }
+size_t dw_dense_group(const ConvShape& s) { return size_t(s.K / s.C) * s.P * s.Q * s.H * s.W; }
+size_t dw_dense_ws(const ConvShape& s, int threads) { return size_t(threads) * 2 * dw_dense_group(s); }
+// Calls f(m, pq, hw, tap) for each output m*PQ + pq of group g and input hw it reads through tap.
+template <class F>
+void dw_dense_taps(const ConvShape& s, F&& f) {
+  const int M = s.K / s.C;
+  for (int m = 0; m < M; ++m)
+    for (int p = 0; p < s.P; ++p)
+      for (int r = 0; r < s.R; ++r) {
+        const int h = p + r - s.pad_h;
+        if (h < 0 || h >= s.H) continue;
+        for (int q = 0; q < s.Q; ++q)
+          for (int t = 0; t < s.S; ++t) {
+            const int c = q + t - s.pad_w;
+            if (c >= 0 && c < s.W) f(m, p * s.Q + q, h * s.W + c, r * s.S + t);
+          }
+      }
+}
+// T_g[M*PQ, HW] of group g from w[K, R*S].
+void dw_dense_matrix(float* T, const float* w, int g, const ConvShape& s) {
+  const int M = s.K / s.C, PQ = s.P * s.Q, HW = s.H * s.W, RS = s.R * s.S;
+  std::fill(T, T + dw_dense_group(s), 0.f);
+  dw_dense_taps(s, [&](int m, int pq, int hw, int tap) {
+    T[size_t(m * PQ + pq) * HW + hw] = w[size_t(g * M + m) * RS + tap];
+  });
+}
+void dw_dense_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                  float* ws) {
+  const int M = s.K / s.C, PQ = s.P * s.Q, HW = s.H * s.W;
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.C, t, e.pool.size());
+    float* T = ws + size_t(t) * 2 * dw_dense_group(s);
+    for (int64_t g = r.begin; g < r.end; ++g) {
+      dw_dense_matrix(T, w, int(g), s);
+      e.gemm()(false, true, s.N, M * PQ, HW, 1.f, x + g * HW, s.C * HW, T, HW, 0.f, y + g * M * PQ, s.K * PQ);
+    }
+  });
+  if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
+}
+void dw_dense_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                  const ConvShape& s, float* ws) {
+  const int M = s.K / s.C, PQ = s.P * s.Q, HW = s.H * s.W, RS = s.R * s.S;
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.C, t, e.pool.size());
+    float* T = ws + size_t(t) * 2 * dw_dense_group(s);
+    float* dT = T + dw_dense_group(s);
+    for (int64_t g = r.begin; g < r.end; ++g) {
+      const float* dyg = dy + g * M * PQ;  // rows n, stride K*PQ
+      if (dx) {
+        dw_dense_matrix(T, w, int(g), s);
+        e.gemm()(false, false, s.N, HW, M * PQ, 1.f, dyg, s.K * PQ, T, HW, 0.f, dx + g * HW, s.C * HW);
+      }
+      e.gemm()(true, false, M * PQ, HW, s.N, 1.f, dyg, s.K * PQ, x + g * HW, s.C * HW, 0.f, dT, HW);
+      float* dwg = dw + size_t(g) * M * RS;
+      std::fill(dwg, dwg + size_t(M) * RS, 0.f);
+      dw_dense_taps(s, [&](int m, int pq, int hw, int tap) { dwg[m * RS + tap] += dT[size_t(m * PQ + pq) * HW + hw]; });
+      for (int m = 0; db && m < M; ++m) {
+        float acc = 0;
+        for (int n = 0; n < s.N; ++n)
+          for (int i = 0; i < PQ; ++i) acc += dyg[size_t(n) * s.K * PQ + size_t(m) * PQ + i];
+        db[g * M + m] = acc;
+      }
+    }
+  });
+}
+
 // A stride-1 groups-1 conv with a short reduction (C*R*S <= 75: the seed CNN's first conv, C 1
 // and 5x5) runs the table's direct kernels (conv_s1_fwd, conv_s1_wgrad) on a zero-padded copy of
 // each sample: im2col would feed the GEMM a reduction too short to pay for its copy.
@@ -325,13 +398,14 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
 }  // namespace
 
 bool conv2d_uses_gemm(const ConvShape& s) {
-  return batched_pointwise(s) || batched_im2col(s) || !(direct_s1(s) || depthwise(s));
+  return batched_pointwise(s) || batched_im2col(s) || dw_dense(s) || !(direct_s1(s) || depthwise(s));
 }
 
 size_t conv2d_workspace(const ConvShape& s, int threads) {
   const size_t im2col = threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
   if (batched_im2col(s)) return batched_im2col_elems(s);
   if (direct_s1(s)) return direct_s1_ws(s, threads);
+  if (dw_dense(s)) return dw_dense_ws(s, threads);
   return std::max(im2col, batched_pointwise(s) ? batched_elems(s) : depthwise(s) ? depthwise_ws(s, threads) : 0);
 }
 
@@ -346,6 +420,8 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
     batched_im2col_fwd(e, y, x, w, b, s, ws, wh);
   } else if (direct_s1(s)) {
     direct_s1_fwd(e, y, x, w, b, s, ws);
+  } else if (dw_dense(s)) {
+    dw_dense_fwd(e, y, x, w, b, s, ws);
   } else if (depthwise(s)) {
     depthwise_fwd(e, y, x, w, b, s, ws);
   } else {
@@ -386,6 +462,8 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
     batched_im2col_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
   } else if (direct_s1(s)) {
     direct_s1_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
+  } else if (dw_dense(s)) {
+    dw_dense_bwd(e, dx, dw, db, dy, x, w, s, ws);
   } else if (depthwise(s)) {
     float* partials = ws;  // threads - 1 partials, then each thread's planes
     depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials, ws + size_t(e.pool.size()) * wgrad_elems(s));
