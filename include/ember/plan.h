@@ -162,7 +162,7 @@ class Plan {
   // exactly backward + optimizer_step. Returns what optimizer_step returns.
   int backward_step(int n, double lr);
 
-  // Inference from here on: copies each Linear weight (f32 plans) transposed to [in, out], so that
+  // Inference from here on: copies each Linear weight (fp32-precision f32 plans) transposed to [in, out], so that
   // a batch-1 forward reads only the weight rows its non-zero inputs select (after ReLU and
   // max-pool most are zero: mnist-cnn's fc1 then reads about a quarter of its 3.2 MB). Batches of
   // 2 or more give the same bits as before (the same values up to summation order where the

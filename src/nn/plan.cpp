@@ -403,7 +403,7 @@ const void* Plan::param_data() const { return impl_->at<std::byte>(impl_->param_
 void Plan::freeze() {
   Impl& m = *impl_;
   m.packed.assign(m.us.size(), {});
-  if (m.esz == 4)
+  if (m.esz == 4 && m.opt.precision == Precision::fp32)  // a bf16 plan's Linear runs the bf16 GEMM instead
     for (size_t i = 0; i < m.us.size(); ++i) {
       const LayerSpec& s = *m.g.nodes[size_t(m.us[i].first)].spec;
       if (s.kind != LayerKind::Linear || s.over_channels || m.first_param[i] < 0) continue;
