@@ -431,10 +431,10 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
   bool data_named = false;
   for (const auto& n : data_workloads()) data_named = data_named || std::find(o.only.begin(), o.only.end(), n) != o.only.end();
   if (data_named && o.data_folder.empty()) run.data_folder = make_jpeg_folder();  // removed below
+  const auto base = bench_workloads();  // what runs when no workload is named
   try {
     for (const std::string& name : names) {
       const bool selected = std::find(o.only.begin(), o.only.end(), name) != o.only.end();
-      const auto base = bench_workloads();  // what runs when no workload is named
       const bool by_default = o.only.empty() && std::find(base.begin(), base.end(), name) != base.end();
       if (!selected && !by_default) continue;
       for (Precision p : runs_a_plan(name) ? o.precisions : std::vector<Precision>{Precision::fp32})
