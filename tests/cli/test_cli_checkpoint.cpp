@@ -217,6 +217,15 @@ TEST_F(Ckpt, Bf16RunResumesBitIdentically) {
   const Result ev = run("eval --data " + quote(data_.string()) + " --model mnist-cnn --threads 1 --precision bf16 --weights " +
                         quote(ref.string()));
   EXPECT_EQ(ev.code, 0) << ev.out << ev.err;
+  // A checkpoint whose stored precision is neither: refused in one line naming the file and field.
+  const std::string stored = "precision\\\":\\\"bf16", lie = "precision\\\":\\\"fp8x";
+  for (const std::string& f : ember::list_checkpoints(dir)) {
+    std::string bytes = read_text(f);
+    const size_t at = bytes.find(stored);
+    ASSERT_NE(at, std::string::npos) << f;
+    write_text(f, bytes.replace(at, stored.size(), lie));
+  }
+  expect_one_line_error(run("train --resume " + quote(dir)), {"config.precision", "fp32 or bf16", "fp8x"});
 }
 
 TEST_F(Ckpt, NanWeightsStopTheRunNamingStepAndLayer) {
