@@ -96,6 +96,8 @@ Kernels scalar_table() {
   k.conv_s1_fwd = ref::conv_s1_fwd_f32;
   k.dw_fwd = dw_fwd_loops;
   k.dw_bwd = dw_bwd_loops;
+  k.dw_fwd_bf16 = dw_fwd_loops<true>;
+  k.dw_bwd_bf16 = dw_bwd_loops<true>;
   k.gelu_fwd = ref::gelu_fwd<float>;
   k.gelu_bwd = ref::gelu_bwd<float>;
   k.gelu_tanh_fwd = ref::gelu_tanh_fwd<float>;
@@ -142,6 +144,8 @@ void set_bf16(Kernels& k) {
     k.gemm_bf16_mixed = gemm_bf16_mixed_avx512bf16;
     k.cvt_f32_bf16 = cvt_f32_bf16_avx512bf16;
     k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
+    k.dw_fwd_bf16 = dw_fwd_bf16_avx512bf16;
+    k.dw_bwd_bf16 = dw_bwd_bf16_avx512bf16;
     k.bf16_path = "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)";
     k.bf16_rate = 2;
   } else if (k.isa == Isa::avx512) {
@@ -168,6 +172,8 @@ Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
   k.conv_s1_fwd = fast.conv_s1_fwd;
   k.dw_fwd = fast.dw_fwd;
   k.dw_bwd = fast.dw_bwd;
+  k.dw_fwd_bf16 = fast.dw_fwd_bf16;
+  k.dw_bwd_bf16 = fast.dw_bwd_bf16;
   k.gelu_fwd = fast.gelu_fwd;
   k.gelu_bwd = fast.gelu_bwd;
   k.gelu_tanh_fwd = fast.gelu_tanh_fwd;

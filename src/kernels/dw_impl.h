@@ -4,16 +4,25 @@
 // feeds 4 FMAs); the input gradient is the same kernel on the padded dy with flipped weights, the
 // weight gradient one row of taps at a time in 7-ish vector accumulators. Smaller planes (a late
 // stage: 2x2, 1x1) use direct loops that skip the taps falling outside. GCC vector extensions,
-// compiled with each kernel set's flags (baseline, AVX2, AVX-512). TU-local.
+// compiled with each kernel set's flags (baseline, AVX2, AVX-512). TU-local. With kBf16 the same
+// loops multiply x, w and dy rounded to bf16 (nearest even) as they are copied: the bf16 products
+// summed in fp32, Kernels::dw_fwd_bf16 / dw_bwd_bf16 where the CPU lacks AVX512_BF16.
 #pragma once
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 #include "kernels/vec8.h"
 
 namespace ember {
 namespace {
+
+// A value as the kernels multiply it: itself, or rounded to bf16 (kernels/bf16.h).
+template <bool kBf16>
+inline float dw_rd(float v) {
+  return kBf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+}
 
 
 // ---- Direct loops (planes of under 16 pixels) ----
@@ -41,19 +50,21 @@ void dw_tap_runs(const DwShape& d, F&& f) {
       }
     }
 }
+template <bool kBf16>
 void dw_fwd_direct(float* y, const float* x, const float* w, const float* b, const DwShape& d) {
   const int K = d.G * d.M, RS = d.R * d.S;
   const size_t PQ = size_t(d.P) * d.Q, HW = size_t(d.H) * d.W;
   for (int k = 0; k < K; ++k) std::fill(y + k * PQ, y + (k + 1) * PQ, b ? b[k] : 0.f);
   dw_tap_runs(d, [&](int p, int r, int s, int q0, int q1, size_t xo) {
     for (int k = 0; k < K; ++k) {
-      const float wv = w[size_t(k) * RS + r * d.S + s];
+      const float wv = dw_rd<kBf16>(w[size_t(k) * RS + r * d.S + s]);
       const float* xs = x + size_t(k / d.M) * HW + xo;
       float* yr = y + k * PQ + size_t(p) * d.Q;
-      for (int q = q0; q < q1; ++q) yr[q] += wv * xs[q - q0];
+      for (int q = q0; q < q1; ++q) yr[q] += wv * dw_rd<kBf16>(xs[q - q0]);
     }
   });
 }
+template <bool kBf16>
 void dw_bwd_direct(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d) {
   const int K = d.G * d.M, RS = d.R * d.S;
   const size_t PQ = size_t(d.P) * d.Q, HW = size_t(d.H) * d.W;
@@ -63,11 +74,11 @@ void dw_bwd_direct(float* dx, float* dw, const float* dy, const float* x, const 
       const float* gr = dy + k * PQ + size_t(p) * d.Q;
       const size_t off = size_t(k / d.M) * HW + xo;
       float acc = 0.f;
-      for (int q = q0; q < q1; ++q) acc += gr[q] * x[off + (q - q0)];
+      for (int q = q0; q < q1; ++q) acc += dw_rd<kBf16>(gr[q]) * dw_rd<kBf16>(x[off + (q - q0)]);
       dw[size_t(k) * RS + r * d.S + s] += acc;
       if (dx) {
-        const float wv = w[size_t(k) * RS + r * d.S + s];
-        for (int q = q0; q < q1; ++q) dx[off + (q - q0)] += wv * gr[q];
+        const float wv = dw_rd<kBf16>(w[size_t(k) * RS + r * d.S + s]);
+        for (int q = q0; q < q1; ++q) dx[off + (q - q0)] += wv * dw_rd<kBf16>(gr[q]);
       }
     }
   });
@@ -104,10 +115,23 @@ void dw_plane(float* out, int os, const float* in, int is, const float* wk, int 
     }
 }
 
-// plane [Hp, Wp] = src [rows, cols] at (top, left); the border outside stays as it was (zeroed
-// once per call with dw_zero: every channel is placed at the same spot).
+// plane [Hp, Wp] = src [rows, cols] at (top, left) (rounded to bf16 with kBf16); the border
+// outside stays as it was (zeroed once per call with dw_zero: every channel is placed at the same spot).
+template <bool kBf16>
 inline void dw_place(float* plane, int Wp, const float* src, int rows, int cols, int top, int left) {
-  for (int h = 0; h < rows; ++h) std::memcpy(plane + size_t(h + top) * Wp + left, src + size_t(h) * cols, sizeof(float) * cols);
+  for (int h = 0; h < rows; ++h) {
+    float* d = plane + size_t(h + top) * Wp + left;
+    const float* sr = src + size_t(h) * cols;
+    if (kBf16)
+      for (int c = 0; c < cols; ++c) d[c] = dw_rd<true>(sr[c]);
+    else
+      std::memcpy(d, sr, sizeof(float) * cols);
+  }
+}
+// out[i] = w[i] (rounded with kBf16), or w[n - 1 - i] flipped.
+template <bool kBf16>
+inline void dw_weights(float* out, const float* w, int n, bool flip) {
+  for (int i = 0; i < n; ++i) out[i] = dw_rd<kBf16>(w[flip ? n - 1 - i : i]);
 }
 inline void dw_zero(float* plane, int Hp, int Wp) { std::memset(plane, 0, sizeof(float) * size_t(Hp) * Wp); }
 
@@ -117,26 +141,31 @@ inline bool dw_tiny(const DwShape& d) {
   return d.P * d.Q < 16 || d.H * d.W < 16 || d.pad_h >= d.R || d.pad_w >= d.S;
 }
 
+template <bool kBf16 = false>
 void dw_fwd_loops(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch) {
-  if (dw_tiny(d)) return dw_fwd_direct(y, x, w, b, d);
+  if (dw_tiny(d)) return dw_fwd_direct<kBf16>(y, x, w, b, d);
   const int Hp = dw_padded_h(d), Wp = dw_padded_w(d), P4 = dw_rows(d), Q8 = dw_cols(d);
   float* xp = scratch;
   float* yp = xp + size_t(Hp) * Wp;
+  float* wr = xp + 4 * size_t(Hp) * Wp;  // one output channel's weights, rounded
   dw_zero(xp, Hp, Wp);
   for (int g = 0; g < d.G; ++g) {
-    dw_place(xp, Wp, x + size_t(g) * d.H * d.W, d.H, d.W, d.pad_h, d.pad_w);
+    dw_place<kBf16>(xp, Wp, x + size_t(g) * d.H * d.W, d.H, d.W, d.pad_h, d.pad_w);
     for (int m = 0; m < d.M; ++m) {
       const int k = g * d.M + m;
-      dw_plane(yp, Q8, xp, Wp, w + size_t(k) * d.R * d.S, d.R, d.S, P4, Q8, b ? b[k] : 0.f, false);
+      const float* wk = w + size_t(k) * d.R * d.S;
+      if (kBf16) dw_weights<true>(wr, wk, d.R * d.S, false), wk = wr;
+      dw_plane(yp, Q8, xp, Wp, wk, d.R, d.S, P4, Q8, b ? b[k] : 0.f, false);
       float* yk = y + size_t(k) * d.P * d.Q;
       for (int p = 0; p < d.P; ++p) std::memcpy(yk + size_t(p) * d.Q, yp + size_t(p) * Q8, sizeof(float) * d.Q);
     }
   }
 }
 
+template <bool kBf16 = false>
 void dw_bwd_loops(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
                   float* scratch) {
-  if (dw_tiny(d)) return dw_bwd_direct(dx, dw, dy, x, w, d);
+  if (dw_tiny(d)) return dw_bwd_direct<kBf16>(dx, dw, dy, x, w, d);
   const int Hp = dw_padded_h(d), Wp = dw_padded_w(d), H4 = (d.H + 3) / 4 * 4, W8 = (d.W + 7) / 8 * 8;
   float* xp = scratch;                          // x, padded as in forward
   float* gp = xp + size_t(Hp) * Wp;             // dy with R-1-pad_h rows and S-1-pad_w columns before it
@@ -148,7 +177,7 @@ void dw_bwd_loops(float* dx, float* dw, const float* dy, const float* x, const f
   dw_zero(xp, Hp, Wp);
   dw_zero(gp, Hp, Wp);
   for (int g = 0; g < d.G; ++g) {
-    dw_place(xp, Wp, x + size_t(g) * d.H * d.W, d.H, d.W, d.pad_h, d.pad_w);
+    dw_place<kBf16>(xp, Wp, x + size_t(g) * d.H * d.W, d.H, d.W, d.pad_h, d.pad_w);
     for (int m = 0; m < d.M; ++m) {
       const int k = g * d.M + m;
       const float* gk = dy + size_t(k) * d.P * d.Q;
@@ -157,7 +186,7 @@ void dw_bwd_loops(float* dx, float* dw, const float* dy, const float* x, const f
       // dw[r, s] += sum over p, q of dy[p, q] xp[p + r, q + s]: per r, one vector accumulator per
       // s, over dy rows zero-padded to Q8 columns (the extra products are 0).
       for (int p = 0; p < d.P; ++p) {
-        std::memcpy(gz + size_t(p) * Q8, gk + size_t(p) * d.Q, sizeof(float) * d.Q);
+        dw_place<kBf16>(gz, Q8, gk + size_t(p) * d.Q, 1, d.Q, p, 0);
         std::memset(gz + size_t(p) * Q8 + d.Q, 0, sizeof(float) * (Q8 - d.Q));
       }
       for (int r = 0; r < d.R; ++r)
@@ -179,8 +208,8 @@ void dw_bwd_loops(float* dx, float* dw, const float* dy, const float* x, const f
         }
       if (!dx) continue;
       // dx[h, w] += sum over r, s of w[R-1-r, S-1-s] gp[h + r, w + s] (gp: dy placed at top, left).
-      dw_place(gp, Wp, gk, d.P, d.Q, top, left);
-      for (int i = 0; i < d.R * d.S; ++i) wf[i] = wk[d.R * d.S - 1 - i];
+      dw_place<kBf16>(gp, Wp, gk, d.P, d.Q, top, left);
+      dw_weights<kBf16>(wf, wk, d.R * d.S, true);
       dw_plane(dxp, W8, gp, Wp, wf, d.R, d.S, H4, W8, 0.f, m > 0);
     }
     if (dx)

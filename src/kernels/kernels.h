@@ -103,8 +103,20 @@ inline int dw_padded_w(const DwShape& d) {
   const int a = d.W + 2 * d.pad_w, b = dw_cols(d) + d.S - 1, c = (d.W + 7) / 8 * 8 + d.S - 1;
   return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
+// The AVX512_BF16 kernels' planes (x86/dw_avx512bf16.cpp): bf16 copies of one channel of x and
+// of dy, Hb x Wb with the zero border, pairs of their rows, and an fp32 output plane.
+inline int dw_bf16_rows(const DwShape& d) {
+  const int p = dw_rows(d), h = (d.H + 3) / 4 * 4;
+  return (p > h ? p : h) + d.R;
+}
+inline int dw_bf16_cols(const DwShape& d) {
+  const int q = dw_cols(d), w = (d.W + 7) / 8 * 8;
+  return (q > w ? q : w) + d.S + 3;
+}
 inline size_t dw_scratch_elems(const DwShape& d) {
-  return 4 * size_t(dw_padded_h(d)) * dw_padded_w(d) + 2 * size_t(d.R) * d.S;
+  const size_t f32 = 4 * size_t(dw_padded_h(d)) * dw_padded_w(d) + 2 * size_t(d.R) * d.S;
+  const size_t bf16 = 5 * size_t(dw_bf16_rows(d)) * dw_bf16_cols(d) + 2 * size_t(d.R) * (d.S + 1);
+  return f32 > bf16 ? f32 : bf16;
 }
 
 // Pointwise activations over n elements whose backward reads the input x: GELU (erf), GELU (tanh).
@@ -262,6 +274,11 @@ struct Kernels {
   ConvS1FwdFn conv_s1_fwd;
   DwFwdFn dw_fwd;
   DwBwdFn dw_bwd;
+  // The same with bf16 products (x, w and dy rounded to bf16, nearest even; sums in fp32): a bf16
+  // plan's depthwise. VDPBF16PS on two taps per lane with AVX512_BF16, the loops above on rounded
+  // copies elsewhere; equal to the fp32 kernels on rounded inputs within fp32 rounding of the sums.
+  DwFwdFn dw_fwd_bf16;
+  DwBwdFn dw_bwd_bf16;
   PointwiseFn gelu_fwd, gelu_tanh_fwd;
   PointwiseBwdFn gelu_bwd, gelu_tanh_bwd;
   LnRowsFwdFn ln_fwd;
@@ -340,6 +357,15 @@ void cvt_bf16_f32_ref(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512(uint16_t* dst, const float* src, size_t n);
 void cvt_bf16_f32_avx512(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n);
+// Depthwise with bf16 products: the AVX-512 table's rounding loops (dw_impl.h), and VDPBF16PS
+// (7x7, 5x5, 3x3 on planes of 16 pixels or more; the loops elsewhere).
+void dw_fwd_bf16_avx512(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch);
+void dw_bwd_bf16_avx512(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
+                        float* scratch);
+void dw_fwd_bf16_avx512bf16(float* y, const float* x, const float* w, const float* b, const DwShape& d,
+                            float* scratch);
+void dw_bwd_bf16_avx512bf16(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                            const DwShape& d, float* scratch);
 
 // The remaining fast kernels of one ISA, as a table whose isa, sgemm, im2col, col2im and bias
 // entries are left null (dispatch.cpp fills them).

@@ -94,7 +94,7 @@ class Conv2d final : public Layer {
     return ops::conv2d_workspace(shape(batch), threads);
   }
   double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
-  bool gemm_products() const override { return ops::conv2d_uses_gemm(shape(1)); }
+  bool bf16_products() const override { return ops::conv2d_bf16_products(shape(1)); }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
@@ -131,7 +131,7 @@ class Linear final : public Layer {
   int fan_in() const override { return in_.c; }
   int fan_out() const override { return spec_.out; }
   double flops_per_sample() const override { return 2.0 * in_.c * spec_.out; }
-  bool gemm_products() const override { return true; }
+  bool bf16_products() const override { return true; }
   bool backward_reads_output() const override { return false; }
   size_t workspace_elems(int batch, int threads) const override {
     const size_t t1 = in_.c >= ops::kLinearT1SplitRows ? 2 * size_t(spec_.out) : 0;  // batch 1, frozen
@@ -191,7 +191,7 @@ class ChannelLinear final : public Layer {
   int fan_out() const override { return conv_.fan_out(); }
   size_t workspace_elems(int batch, int threads) const override { return conv_.workspace_elems(batch, threads); }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }
-  bool gemm_products() const override { return true; }
+  bool bf16_products() const override { return true; }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override { conv_.forward(e, b, n); }
   void backward(const ops::Exec& e, const Bufs& b, int n) override { conv_.backward(e, b, n); }

@@ -103,8 +103,9 @@ class Layer {
   // A fused conv unit whose background windows a link (ops::Background) can carry.
   virtual bool can_split_background() const { return false; }
   virtual double flops_per_sample() const { return 0; }
-  // Whether the layer's matrix products run through the plan's GEMM (Exec::gemm): bf16 in a bf16 plan.
-  virtual bool gemm_products() const { return false; }
+  // Whether the layer's products multiply bf16 operands in a bf16 plan (the GEMM, Exec::gemm, or
+  // the depthwise kernels).
+  virtual bool bf16_products() const { return false; }
 
   virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;
   virtual void backward(const ops::Exec& e, const Bufs& b, int n) = 0;

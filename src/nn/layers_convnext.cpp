@@ -229,7 +229,7 @@ class NormConv final : public Layer {
   int fan_in() const override { return conv_->fan_in(); }
   int fan_out() const override { return conv_->fan_out(); }
   double flops_per_sample() const override { return conv_->flops_per_sample(); }
-  bool gemm_products() const override { return conv_->gemm_products(); }
+  bool bf16_products() const override { return conv_->bf16_products(); }
   // [normalised: N x mid][its gradient: N x mid][the norm's or the conv's own scratch]
   size_t workspace_elems(int batch, int threads) const override {
     return 2 * mid_elems(batch) + std::max(norm_->workspace_elems(batch, threads), conv_->workspace_elems(batch, threads));

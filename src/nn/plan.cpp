@@ -241,7 +241,7 @@ void describe_units(Plan::Impl& m) {
     info.name = u.kinds + " (" + std::to_string(u.first) + (u.last > u.first ? "-" + std::to_string(u.last) : "") + ")";
     const double fw = u.layer->flops_per_sample();  // already 2 per multiply-add
     info.flops_fwd = fw;
-    if (m.opt.precision == Precision::bf16 && u.layer->gemm_products()) info.precision = Precision::bf16;
+    if (m.opt.precision == Precision::bf16 && u.layer->bf16_products()) info.precision = Precision::bf16;
     if (u.backward) {
       bool any_dx = false;
       for (size_t j = 0; j < u.in.size(); ++j) any_dx = any_dx || u.dx[j];

@@ -33,12 +33,12 @@ void regroup(const Exec& e, float* to, const float* from, int N, int C, int PQ, 
   e.pool.run([&](int t) {
     const Range r = split_range(C, t, e.pool.size());
     for (int64_t c = r.begin; c < r.end; ++c)
-      for (int n = 0; n < N; ++n)
-        for (int i = 0; i < PQ; ++i) {
-          const size_t a = (size_t(c) * N + n) * PQ + i, b = (size_t(n) * C + c) * PQ + i;
-          if (gather) to[a] = from[b];
-          else to[b] = from[a];
-        }
+      for (int n = 0; n < N; ++n) {
+        const size_t a = (size_t(c) * N + n) * PQ, b = (size_t(n) * C + c) * PQ;
+        float* dst = to + (gather ? a : b);
+        const float* src = from + (gather ? b : a);
+        for (int i = 0; i < PQ; ++i) dst[i] = src[i];
+      }
   });
 }
 // to[n][j][i] = from[n][i][j] for each of N [rows, cols] matrices (tiny: a few pixels per sample).
@@ -236,7 +236,8 @@ void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, cons
   e.pool.run([&](int t) {
     const Range r = split_range(s.N, t, e.pool.size());
     float* scratch = ws + size_t(t) * dw_scratch_elems(d);
-    for (int64_t n = r.begin; n < r.end; ++n) e.k.dw_fwd(y + n * out, x + n * in, w, b, d, scratch);
+    const DwFwdFn f = e.bf16 ? e.k.dw_fwd_bf16 : e.k.dw_fwd;  // bf16 products in a bf16 plan
+    for (int64_t n = r.begin; n < r.end; ++n) f(y + n * out, x + n * in, w, b, d, scratch);
   });
 }
 // Each thread sums its samples' weight and bias gradients into its own partial (thread 0: dw and
@@ -253,8 +254,9 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
     std::memset(dwt, 0, Kw * sizeof(float));
     if (dbt) std::memset(dbt, 0, s.K * sizeof(float));
     float* scratch = planes + size_t(t) * dw_scratch_elems(d);
+    const DwBwdFn f = e.bf16 ? e.k.dw_bwd_bf16 : e.k.dw_bwd;
     for (int64_t n = r.begin; n < r.end; ++n) {
-      e.k.dw_bwd(dx ? dx + n * in : nullptr, dwt, dy + n * out, x + n * in, w, d, scratch);
+      f(dx ? dx + n * in : nullptr, dwt, dy + n * out, x + n * in, w, d, scratch);
       for (int k = 0; dbt && k < s.K; ++k) {
         float acc = 0;
         for (int i = 0; i < PQ; ++i) acc += dy[n * out + size_t(k) * PQ + i];
@@ -397,8 +399,8 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
 }
 }  // namespace
 
-bool conv2d_uses_gemm(const ConvShape& s) {
-  return batched_pointwise(s) || batched_im2col(s) || dw_dense(s) || !(direct_s1(s) || depthwise(s));
+bool conv2d_bf16_products(const ConvShape& s) {
+  return batched_pointwise(s) || batched_im2col(s) || dw_dense(s) || depthwise(s) || !direct_s1(s);
 }
 
 size_t conv2d_workspace(const ConvShape& s, int threads) {

@@ -99,9 +99,10 @@ void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
 // Conv2d. Workspace: conv2d_workspace(s, threads) elements (im2col columns per thread and the
 // per-thread partial weight gradients that are summed in a fixed order).
 size_t conv2d_workspace(const ConvShape& s, int threads);
-// Whether conv2d_fwd/bwd run the shape's products through the GEMM (Exec::gemm); false for the
-// depthwise and short-reduction direct kernels, which are fp32 whatever the plan's precision.
-bool conv2d_uses_gemm(const ConvShape& s);
+// Whether conv2d_fwd/bwd multiply bf16 operands in a bf16 plan: through the GEMM (Exec::gemm) or
+// the depthwise kernels (Kernels::dw_fwd_bf16); false for the short-reduction direct kernels
+// (the seed CNN's first convolution), which are fp32 whatever the plan's precision.
+bool conv2d_bf16_products(const ConvShape& s);
 template <class T>
 void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
                 const uint16_t* wh = nullptr);

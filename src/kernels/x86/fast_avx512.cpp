@@ -15,4 +15,11 @@ Kernels fast_kernels_avx512() {
   k.conv_s1_fwd = conv_s1_fwd_avx512;
   return k;
 }
+void dw_fwd_bf16_avx512(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch) {
+  dw_fwd_loops<true>(y, x, w, b, d, scratch);
+}
+void dw_bwd_bf16_avx512(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
+                        float* scratch) {
+  dw_bwd_loops<true>(dx, dw, dy, x, w, d, scratch);
+}
 }  // namespace ember

@@ -526,6 +526,8 @@ Kernels fast_table() {
   k.relu_bwd = relu_bwd_simd;
   k.dw_fwd = dw_fwd_loops;  // dw_impl.h, compiled with this set's flags
   k.dw_bwd = dw_bwd_loops;
+  k.dw_fwd_bf16 = dw_fwd_loops<true>;
+  k.dw_bwd_bf16 = dw_bwd_loops<true>;
   k.gelu_fwd = gelu_fwd_v8;  // act_impl.h
   k.gelu_bwd = gelu_bwd_v8;
   k.gelu_tanh_fwd = gelu_tanh_fwd_v8;
