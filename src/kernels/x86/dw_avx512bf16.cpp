@@ -75,19 +75,36 @@ void cvt_row(uint16_t* dst, const float* src, int n) {
 void place(uint16_t* plane, int Wb, const float* src, int rows, int cols, int top, int left) {
   for (int h = 0; h < rows; ++h) cvt_row(plane + size_t(h + top) * Wb + left, src + size_t(h) * cols, cols);
 }
-// wp[r * S2 + sp] = (w[r, 2sp], w[r, 2sp + 1]) in bf16, 0 past S; flip: w[R-1-r, S-1-s] instead.
-// Each row goes through VCVTNEPS2BF16 into a row of S + 1 bf16 (the last 0), read as pairs.
-void weight_pairs(uint32_t* wp, const float* w, int R, int S, bool flip) {
+// Where each weight pair's two halves come from: 64 16-bit indexes into a channel's R*S bf16
+// weights (index 63, past them, reads a zero), element 2j the low half of pair j = r * S2 + sp
+// (tap w[r, 2sp]) and 2j + 1 the high (w[r, 2sp + 1], or 0 past S); flip: w[R-1-r, S-1-s].
+struct PairIndex {
+  __m512i lo, hi;  // for pairs [0, 16) and [16, 32)
+};
+PairIndex pair_index(int R, int S, bool flip) {
+  alignas(64) uint16_t idx[64];
   const int S2 = (S + 1) / 2;
-  float row[16];
-  uint16_t h[18] = {};
-  for (int r = 0; r < R; ++r) {
-    const float* src = w + (flip ? R - 1 - r : r) * S;
-    for (int s = 0; s < S; ++s) row[s] = src[flip ? S - 1 - s : s];
-    cvt_row(h, row, S);
-    h[S] = 0;
-    for (int sp = 0; sp < S2; ++sp) wp[r * S2 + sp] = pair(h[2 * sp], h[2 * sp + 1]);
+  for (int j = 0; j < 32; ++j)
+    for (int half = 0; half < 2; ++half) {
+      const int r = j / S2, s = 2 * (j % S2) + half;
+      uint16_t v = 63;
+      if (r < R && s < S) v = uint16_t(flip ? (R - 1 - r) * S + (S - 1 - s) : r * S + s);
+      idx[2 * j + half] = v;
+    }
+  return {_mm512_load_si512(idx), _mm512_load_si512(idx + 32)};
+}
+// wp[r * S2 + sp] = the bf16 pair of taps (2sp, 2sp + 1) of row r (32 pairs written; R*S <= 63):
+// the channel's weights through VCVTNE2PS2BF16, then two word permutes.
+void weight_pairs(uint32_t* wp, const float* w, int RS, const PairIndex& ix) {
+  __m512 a[4];
+  for (int i = 0; i < 4; ++i) {
+    const int n = RS - 16 * i;
+    const __mmask16 m = n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+    a[i] = _mm512_maskz_loadu_ps(m, w + 16 * i);
   }
+  const __m512i h0 = (__m512i)_mm512_cvtne2ps_pbh(a[1], a[0]), h1 = (__m512i)_mm512_cvtne2ps_pbh(a[3], a[2]);
+  _mm512_storeu_si512(wp, _mm512_permutex2var_epi16(h0, ix.lo, h1));
+  _mm512_storeu_si512(wp + 16, _mm512_permutex2var_epi16(h0, ix.hi, h1));
 }
 
 // out[i][0, L) for i < RB (row stride os) = init (or += with acc) + sum over r < R, sp < S2 of
@@ -187,7 +204,7 @@ struct Planes {
   uint32_t *x2, *dy2;   // x2[h][c] = (xb[h][c], xb[h+1][c]) (or xb's column pairs); dy2[p][q] =
                         // (dy[2p][q], dy[2p+1][q]) (or gb's column pairs)
   float* out;           // an fp32 output plane (y or dx)
-  uint32_t *wp, *wf;    // a channel's weight pairs, and its flipped ones
+  uint32_t *wp, *wf;    // a channel's weight pairs, and its flipped ones (32 each)
 };
 Planes planes(const DwShape& d, float* scratch) {
   Planes p;
@@ -199,7 +216,7 @@ Planes planes(const DwShape& d, float* scratch) {
   p.dy2 = reinterpret_cast<uint32_t*>(scratch + 3 * n);
   p.out = scratch + 4 * n;
   p.wp = reinterpret_cast<uint32_t*>(scratch + 5 * n);
-  p.wf = p.wp + size_t(d.R) * (d.S + 1);
+  p.wf = p.wp + 32;
   return p;
 }
 
@@ -207,13 +224,14 @@ template <int R>
 void fwd(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch) {
   const Planes pl = planes(d, scratch);
   const int P4 = dw_rows(d), Q8 = dw_cols(d), S2 = (d.S + 1) / 2;
+  const PairIndex ix = pair_index(R, d.S, false);
   std::memset(pl.xb, 0, sizeof(uint16_t) * size_t(pl.Hb) * pl.Wb);
   for (int g = 0; g < d.G; ++g) {
     place(pl.xb, pl.Wb, x + size_t(g) * d.H * d.W, d.H, d.W, d.pad_h, d.pad_w);
     column_pairs(pl.x2, pl.xb, pl.Wb, P4 + R - 1);
     for (int m = 0; m < d.M; ++m) {
       const int k = g * d.M + m;
-      weight_pairs(pl.wp, w + size_t(k) * R * d.S, R, d.S, false);
+      weight_pairs(pl.wp, w + size_t(k) * R * d.S, R * d.S, ix);
       conv_plane<R>(pl.out, Q8, P4, Q8, pl.x2, pl.Wb, pl.wp, S2, b ? b[k] : 0.f, false);
       float* yk = y + size_t(k) * d.P * d.Q;
       for (int p = 0; p < d.P; ++p) std::memcpy(yk + size_t(p) * d.Q, pl.out + size_t(p) * Q8, sizeof(float) * d.Q);
@@ -238,6 +256,7 @@ void bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, 
   const int Q8 = dw_cols(d), S2 = (d.S + 1) / 2, np = (d.P + 1) / 2;
   const int H4 = (d.H + 3) / 4 * 4, W8 = (d.W + 7) / 8 * 8, z16 = Q8 / 16 * 16;
   const int top = R - 1 - d.pad_h, left = d.S - 1 - d.pad_w;
+  const PairIndex ix = pair_index(R, d.S, true);
   std::memset(pl.xb, 0, sizeof(uint16_t) * size_t(pl.Hb) * pl.Wb);
   std::memset(pl.gb, 0, sizeof(uint16_t) * size_t(pl.Hb) * pl.Wb);
   for (int g = 0; g < d.G; ++g) {
@@ -263,7 +282,7 @@ void bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, 
       std::memset(pl.gb, 0, sizeof(uint16_t) * size_t(pl.Hb) * pl.Wb);  // dy_pairs used it
       place(pl.gb, pl.Wb, gk, d.P, d.Q, top, left);
       column_pairs(pl.dy2, pl.gb, pl.Wb, H4 + R - 1);
-      weight_pairs(pl.wf, w + size_t(k) * R * d.S, R, d.S, true);
+      weight_pairs(pl.wf, w + size_t(k) * R * d.S, R * d.S, ix);
       conv_plane<R>(pl.out, W8, H4, W8, pl.dy2, pl.Wb, pl.wf, S2, 0.f, m > 0);
     }
     if (dx)
@@ -272,7 +291,7 @@ void bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, 
   }
 }
 
-// VDPBF16PS for 3x3, 5x5 and 7x7 kernels of at most 8 columns, off the tiny planes dw_impl.h
+// VDPBF16PS for 3x3, 5x5 and 7x7 kernels of at most 8 columns (at most 32 pairs), off the tiny planes dw_impl.h
 // runs as direct loops (dw_tiny).
 bool fast_shape(const DwShape& d) {
   const bool tiny = d.P * d.Q < 16 || d.H * d.W < 16 || d.pad_h >= d.R || d.pad_w >= d.S;
