@@ -95,18 +95,19 @@ class Conv2d final : public Layer {
   }
   double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
   bool bf16_products() const override { return ops::conv2d_bf16_products(shape(1)); }
+  bool reads_bf16_input() const override { return ops::conv2d_reads_bf16_input(shape(1)); }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::conv2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh);
+      ops::conv2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       ops::conv2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
-                         shape(n), p<T>(b.ws), b.wh);
+                         shape(n), p<T>(b.ws), b.wh, b.xh);
     });
   }
 };
@@ -138,6 +139,7 @@ class Linear final : public Layer {
     return std::max({ops::linear_fwd_workspace(batch, spec_.out), t1,
                      ops::linear_fwd_split_workspace(batch, in_.c, spec_.out, threads)});
   }
+  std::string saved_what() const override { return "sparse-input state"; }
   size_t saved_bytes(int batch, int threads, DType dt) const override {
     return dt == DType::f32 ? ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads) : 0;
   }

@@ -44,6 +44,8 @@ struct Bufs {
   void* db2;
   const uint16_t* wh;   // a bf16 plan's copy of w (and of w2) rounded to bf16, or null (Plan: weight copy)
   const uint16_t* wh2;
+  const uint16_t* xh;   // the input in bf16 (a bf16 plan's fused LayerNorm -> 1x1 conv), or null;
+                        // where set, x is null (reads_bf16_input)
   void* ws;        // shared scratch, workspace_elems() of dt
   int32_t* idx;    // saved indices (max-pool argmax), index_elems()
   void* saved;     // the layer's own state from forward to backward, saved_bytes(), or null
@@ -106,6 +108,19 @@ class Layer {
   // Whether the layer's products multiply bf16 operands in a bf16 plan (the GEMM, Exec::gemm, or
   // the depthwise kernels).
   virtual bool bf16_products() const { return false; }
+  // bf16 activation storage (a bf16 plan's LayerNorm -> 1x1 conv unit, NormConv): whether the
+  // layer can take its input as Bufs::xh alone, and write its output in bf16 (forward_bf16: yh
+  // instead of b.y; rows: scratch of threads x the output's per-sample size).
+  virtual bool reads_bf16_input() const { return false; }
+  virtual bool writes_bf16_output() const { return false; }
+  virtual void forward_bf16(const ops::Exec& e, const Bufs& b, int n, uint16_t* yh, float* rows) {
+    throw Error("internal: forward_bf16 on a layer that does not write bf16");
+  }
+  // Called by the plan before it sizes buffers: the plan's precision, and whether this unit's
+  // backward runs (a layer may then keep more from forward to backward).
+  virtual void set_precision(Precision p, bool backward) {}
+  // What the saved buffer (saved_bytes) holds, for the plan's memory report.
+  virtual std::string saved_what() const { return "saved state"; }
 
   virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;
   virtual void backward(const ops::Exec& e, const Bufs& b, int n) = 0;

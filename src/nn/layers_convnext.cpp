@@ -39,7 +39,14 @@ class LayerNorm final : public Layer {
   bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
   size_t workspace_elems(int, int threads) const override { return ops::layernorm_workspace(D_, threads); }
   size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * lead_ * esize(dt); }
+  std::string saved_what() const override { return "mean and rstd"; }
   bool backward_reads_output() const override { return false; }
+  bool writes_bf16_output() const override { return true; }
+  void forward_bf16(const ops::Exec& e, const Bufs& b, int n, uint16_t* yh, float* rows) override {
+    float* mean = p<float>(b.saved);
+    ops::layernorm_fwd_bf16(e, yh, mean, mean + rows_max(b), p<float>(b.x), p<float>(b.w), p<float>(b.b), n * lead_,
+                            D_, float(spec_.eps), rows);
+  }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     const int R = n * lead_, Rmax = rows_max(b);
     dispatch(b.dt, [&](auto tag) {
@@ -76,6 +83,7 @@ class LayerNorm2d final : public Layer {
   bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
   size_t workspace_elems(int, int threads) const override { return ops::layernorm_workspace(in_.c, threads); }
   size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * in_.h * in_.w * esize(dt); }
+  std::string saved_what() const override { return "mean and rstd"; }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     const size_t half = size_t(b.batch) * in_.h * in_.w;
@@ -159,6 +167,7 @@ class DropPath final : public Layer {
     return in_ = out_ = in;
   }
   size_t saved_bytes(int batch, int, DType dt) const override { return size_t(batch) * esize(dt); }
+  std::string saved_what() const override { return "sample scales"; }
   bool backward_reads_inputs() const override { return false; }
   bool backward_reads_output() const override { return false; }
   bool runs_in_place() const override { return true; }
@@ -207,11 +216,15 @@ class ZeroPad2d final : public Layer {
 };
 
 // LayerNorm (either kind) -> a convolution that alone reads its output, as one unit that never
-// stores the normalised tensor [N, C, H, W]: forward writes it to scratch and convolves it;
+// stores the normalised tensor [N, C, H, W] in fp32: forward writes it to scratch and convolves it;
 // backward recomputes it (the norm's forward again: the same bits, its mean and rstd rewritten
 // with the same values) and runs the conv's backward, then the norm's, through scratch. The
 // results are those of the two units; a training plan keeps one activation less per ConvNeXt
 // block (16 MiB per stage-1 block of convnext-seed at batch 64) for one more pass over x.
+// In a bf16 plan, where the norm writes bf16 and the conv reads it (LayerNorm over rows -> 1x1
+// conv), the normalised tensor is stored in bf16 instead (half the bytes, kept in the saved
+// buffer from forward to backward): the conv's GEMMs read it as their bf16 operand, and backward
+// needs no recompute. The products are the same (the GEMMs round x to those bf16 values anyway).
 class NormConv final : public Layer {
  public:
   NormConv(std::unique_ptr<Layer> norm, std::unique_ptr<Layer> conv)
@@ -230,22 +243,45 @@ class NormConv final : public Layer {
   int fan_out() const override { return conv_->fan_out(); }
   double flops_per_sample() const override { return conv_->flops_per_sample(); }
   bool bf16_products() const override { return conv_->bf16_products(); }
-  // [normalised: N x mid][its gradient: N x mid][the norm's or the conv's own scratch]
-  size_t workspace_elems(int batch, int threads) const override {
-    return 2 * mid_elems(batch) + std::max(norm_->workspace_elems(batch, threads), conv_->workspace_elems(batch, threads));
+  void set_precision(Precision p, bool backward) override {
+    bf16_ = p == Precision::bf16 && norm_->writes_bf16_output() && conv_->reads_bf16_input();
+    keep_ = bf16_ && backward;
   }
-  size_t saved_bytes(int batch, int threads, DType dt) const override { return norm_->saved_bytes(batch, threads, dt); }
+  // [normalised: N x mid][its gradient: N x mid][the norm's or the conv's own scratch; in bf16,
+  // also the norm's rows]. bf16 without backward: the bf16 tensor in the gradient's place.
+  size_t workspace_elems(int batch, int threads) const override {
+    size_t inner = std::max(norm_->workspace_elems(batch, threads), conv_->workspace_elems(batch, threads));
+    if (bf16_) inner = std::max(inner, size_t(threads) * mid_.size());
+    return 2 * mid_elems(batch) + inner;
+  }
+  // The norm's own (mean and rstd), then in a bf16 training plan the bf16 normalised tensor.
+  size_t saved_bytes(int batch, int threads, DType dt) const override {
+    const size_t own = norm_->saved_bytes(batch, threads, dt);
+    return keep_ ? mid_bf16_at(own) + mid_elems(batch) * sizeof(uint16_t) : own;
+  }
+  std::string saved_what() const override { return keep_ ? "bf16 normalised input, mean and rstd" : "mean and rstd"; }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     Bufs nb, cb;
     split(b, &nb, &cb);
-    norm_->forward(e, nb, n);
+    if (bf16_ && e.bf16) {
+      cb.xh = mid_bf16(b);
+      cb.x = cb.xs[0] = nullptr;
+      norm_->forward_bf16(e, nb, n, const_cast<uint16_t*>(cb.xh), static_cast<float*>(nb.ws));
+    } else {
+      norm_->forward(e, nb, n);
+    }
     conv_->forward(e, cb, n);
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     Bufs nb, cb;
     split(b, &nb, &cb);
-    norm_->forward(e, nb, n);  // the normalised tensor again, for the conv's weight gradient
+    if (keep_ && e.bf16) {
+      cb.xh = mid_bf16(b);
+      cb.x = cb.xs[0] = nullptr;
+    } else {
+      norm_->forward(e, nb, n);  // the normalised tensor again, for the conv's weight gradient
+    }
     conv_->backward(e, cb, n);
     nb.dy = cb.dx;
     norm_->backward(e, nb, n);
@@ -253,6 +289,13 @@ class NormConv final : public Layer {
 
  private:
   size_t mid_elems(int batch) const { return (size_t(batch) * mid_.size() + 15) / 16 * 16; }  // 64-byte steps
+  static size_t mid_bf16_at(size_t own) { return (own + 63) / 64 * 64; }
+  // Where the bf16 normalised tensor lives: the saved buffer (training), else the gradient's scratch.
+  uint16_t* mid_bf16(const Bufs& b) const {
+    if (keep_) return reinterpret_cast<uint16_t*>(static_cast<std::byte*>(b.saved) +
+                                                  mid_bf16_at(norm_->saved_bytes(b.batch, 1, b.dt)));
+    return reinterpret_cast<uint16_t*>(static_cast<std::byte*>(b.ws) + mid_elems(b.batch) * esize(b.dt));
+  }
   // The norm's and the conv's views of the unit's buffers.
   void split(const Bufs& b, Bufs* nb, Bufs* cb) const {
     std::byte* mid = static_cast<std::byte*>(b.ws);
@@ -263,9 +306,11 @@ class NormConv final : public Layer {
     nb->ws = inner;
     nb->w2 = nb->b2 = nullptr, nb->dw2 = nb->db2 = nullptr;
     nb->wh = nb->wh2 = nullptr;
+    nb->xh = nullptr;
     *cb = b;
     cb->nin = 1;
     cb->x = cb->xs[0] = mid;
+    cb->xh = nullptr;
     cb->dx = cb->dxs[0] = dmid;
     cb->w = b.w2, cb->b = b.b2, cb->dw = b.dw2, cb->db = b.db2;
     cb->w2 = cb->b2 = nullptr, cb->dw2 = cb->db2 = nullptr;
@@ -275,6 +320,7 @@ class NormConv final : public Layer {
     cb->idx = nullptr;
     cb->dx_unused_at_zero = false;
   }
+  bool bf16_ = false, keep_ = false;
   std::unique_ptr<Layer> norm_, conv_;
   Dims mid_;
 };

@@ -278,6 +278,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     for (nn::Unit& u : m.us) u.backward = false, u.dx.assign(u.in.size(), false);
     needs_grad.assign(needs_grad.size(), false);
   }
+  for (nn::Unit& u : m.us) u.layer->set_precision(opt.precision, u.backward);
   m.first_param.assign(m.us.size(), -1);
   for (size_t t = m.params.size(); t-- > 0;) m.first_param[size_t(m.layer_unit[size_t(m.params[t].layer)])] = int(t);
   const OptimizerKind ok = opt.optimizer.kind;
@@ -380,7 +381,7 @@ std::vector<BufferInfo> Plan::buffers() const {
     if (size_t n = m.us[i].layer->index_elems(int(N)))
       out.push_back({"saved indices of " + m.units[i].name, n * sizeof(int32_t)});
     if (size_t n = m.us[i].layer->saved_bytes(int(N), m.opt.threads, m.opt.dtype))
-      out.push_back({"sparse-input state of " + m.units[i].name, n});
+      out.push_back({m.us[i].layer->saved_what() + " of " + m.units[i].name, n});
   }
   if (m.bg.mask) {
     const size_t K = size_t(m.g.tensors[size_t(m.us[2].out)].dims.c), P2 = size_t(m.bg.positions);

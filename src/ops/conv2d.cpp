@@ -39,57 +39,78 @@ size_t batched_elems(const ConvShape& s) {
   return s.P * s.Q == 1 ? 0 : size_t(s.N) * s.P * s.Q * (2 * size_t(s.C) + s.K);
 }
 // to[c, n*PQ + i] = from[n, c, i] (gather) or the reverse (scatter), rows split over the pool.
-void regroup(const Exec& e, float* to, const float* from, int N, int C, int PQ, bool gather) {
+template <class T>
+void regroup(const Exec& e, T* to, const T* from, int N, int C, int PQ, bool gather) {
   e.pool.run([&](int t) {
     const Range r = split_range(C, t, e.pool.size());
     for (int64_t c = r.begin; c < r.end; ++c)
       for (int n = 0; n < N; ++n) {
         const size_t a = (size_t(c) * N + n) * PQ, b = (size_t(n) * C + c) * PQ;
-        float* dst = to + (gather ? a : b);
-        const float* src = from + (gather ? b : a);
+        T* dst = to + (gather ? a : b);
+        const T* src = from + (gather ? b : a);
         for (int i = 0; i < PQ; ++i) dst[i] = src[i];
       }
   });
 }
 // to[n][j][i] = from[n][i][j] for each of N [rows, cols] matrices (tiny: a few pixels per sample).
-void transpose_samples(float* to, const float* from, int N, int rows, int cols) {
+template <class T>
+void transpose_samples(T* to, const T* from, int N, int rows, int cols) {
   for (int n = 0; n < N; ++n)
     for (int i = 0; i < rows; ++i)
       for (int j = 0; j < cols; ++j)
         to[(size_t(n) * cols + j) * rows + i] = from[(size_t(n) * rows + i) * cols + j];
 }
+// x gathered to [C, N*PQ] (regroup) as the GEMMs' operand: from x, or from its bf16 version xh
+// into ws as bf16 (half the bytes); ws: C * N*PQ floats either way.
+Bf16Operand gathered(const Exec& e, float* ws, const float* x, const uint16_t* xh, const ConvShape& s) {
+  const int PQ = s.P * s.Q;
+  if (!xh) {
+    regroup(e, ws, x, s.N, s.C, PQ, true);
+    return {ws};
+  }
+  uint16_t* xt = reinterpret_cast<uint16_t*>(ws);
+  regroup(e, xt, xh, s.N, s.C, PQ, true);
+  return {nullptr, xt};
+}
 void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s, float* ws,
-                 const uint16_t* wh) {
+                 const uint16_t* wh, const uint16_t* xh) {
   const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
   if (PQ == 1) {  // y[N, K] = x[N, C] w[K, C]^T
-    parallel_gemm_w(e, false, true, s.N, s.K, s.C, 1.f, {x}, s.C, {w, wh}, s.C, 0.f, y, s.K);
+    parallel_gemm_w(e, false, true, s.N, s.K, s.C, 1.f, {x, xh}, s.C, {w, wh}, s.C, 0.f, y, s.K);
   } else if (NP <= 4) {  // a few pixels in all (batch-1 inference): yr[NP, K] = xr[NP, C] w^T, a
                          // GEMV-like GEMM that streams w once instead of packing it for 4 columns
     float *xr = ws, *yr = ws + size_t(s.C) * NP;
-    transpose_samples(xr, x, s.N, s.C, PQ);
-    parallel_gemm_w(e, false, true, NP, s.K, s.C, 1.f, {xr}, s.C, {w, wh}, s.C, 0.f, yr, s.K);
+    Bf16Operand xo{xr};
+    if (xh) {
+      uint16_t* xr16 = reinterpret_cast<uint16_t*>(xr);
+      transpose_samples(xr16, xh, s.N, s.C, PQ);
+      xo = {nullptr, xr16};
+    } else {
+      transpose_samples(xr, x, s.N, s.C, PQ);
+    }
+    parallel_gemm_w(e, false, true, NP, s.K, s.C, 1.f, xo, s.C, {w, wh}, s.C, 0.f, yr, s.K);
     transpose_samples(y, yr, s.N, PQ, s.K);
   } else {
-    float *xt = ws, *yt = ws + size_t(s.C) * NP;
-    regroup(e, xt, x, s.N, s.C, PQ, true);
-    parallel_gemm_w(e, false, false, s.K, NP, s.C, 1.f, {w, wh}, s.C, {xt}, NP, 0.f, yt, NP);
+    float* yt = ws + size_t(s.C) * NP;
+    const Bf16Operand xt = gathered(e, ws, x, xh, s);
+    parallel_gemm_w(e, false, false, s.K, NP, s.C, 1.f, {w, wh}, s.C, xt, NP, 0.f, yt, NP);
     regroup(e, y, yt, s.N, s.K, PQ, false);
   }
   if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
 }
 void batched_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                 const ConvShape& s, float* ws, const uint16_t* wh) {
+                 const ConvShape& s, float* ws, const uint16_t* wh, const uint16_t* xh) {
   const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
   if (PQ == 1) {  // dw[K, C] = dy^T x; dx[N, C] = dy w; db = column sums of dy [N, K]
-    parallel_sgemm(e, true, false, s.K, s.C, s.N, 1.f, dy, s.K, x, s.C, 0.f, dw, s.C);
+    parallel_gemm_w(e, true, false, s.K, s.C, s.N, 1.f, {dy}, s.K, {x, xh}, s.C, 0.f, dw, s.C);
     if (dx) parallel_gemm_w(e, false, false, s.N, s.C, s.K, 1.f, {dy}, s.K, {w, wh}, s.C, 0.f, dx, s.C);
     if (db) bias_grad<float>(db, dy, s.N, s.K);
     return;
   }
-  float *xt = ws, *dyt = ws + size_t(s.C) * NP, *dxt = dyt + size_t(s.K) * NP;
-  regroup(e, xt, x, s.N, s.C, PQ, true);
+  float *dyt = ws + size_t(s.C) * NP, *dxt = dyt + size_t(s.K) * NP;
+  const Bf16Operand xt = gathered(e, ws, x, xh, s);
   regroup(e, dyt, dy, s.N, s.K, PQ, true);
-  parallel_sgemm(e, false, true, s.K, s.C, NP, 1.f, dyt, NP, xt, NP, 0.f, dw, s.C);
+  parallel_gemm_w(e, false, true, s.K, s.C, NP, 1.f, {dyt}, NP, xt, NP, 0.f, dw, s.C);
   for (int k = 0; db && k < s.K; ++k) db[k] = sum_floats(dyt + size_t(k) * NP, NP);
   if (!dx) return;
   parallel_gemm_w(e, true, false, s.C, NP, s.K, 1.f, {w, wh}, s.C, {dyt}, NP, 0.f, dxt, NP);
@@ -396,6 +417,8 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
 }
 }  // namespace
 
+bool conv2d_reads_bf16_input(const ConvShape& s) { return is_pointwise(s) && s.groups == 1; }
+
 bool conv2d_bf16_products(const ConvShape& s) {
   return batched_pointwise(s) || batched_im2col(s) || dw_dense(s) || depthwise(s) || !direct_s1(s);
 }
@@ -410,11 +433,12 @@ size_t conv2d_workspace(const ConvShape& s, int threads) {
 
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
 template <class T>
-void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws, const uint16_t* wh) {
+void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws, const uint16_t* wh,
+                const uint16_t* xh) {
   if constexpr (std::is_same_v<T, double>) {
     ref::conv2d_fwd<T>(y, x, w, b, s);
   } else if (batched_pointwise(s)) {
-    batched_fwd(e, y, x, w, b, s, ws, wh);
+    batched_fwd(e, y, x, w, b, s, ws, wh, xh);
   } else if (batched_im2col(s)) {
     batched_im2col_fwd(e, y, x, w, b, s, ws, wh);
   } else if (direct_s1(s)) {
@@ -431,15 +455,16 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
       float* col = ws + t * col_elems(s);
       for (int64_t n = r.begin; n < r.end; ++n)
         for (int g = 0; g < G; ++g) {
-          const float* xg = x + (n * s.C + g * Cg) * HW;
-          const float* B = xg;
+          const size_t xo = (n * s.C + g * Cg) * HW;
+          const float* xg = x ? x + xo : nullptr;
+          Bf16Operand B{xg, xh ? xh + xo : nullptr};  // pointwise: x itself
           if (!is_pointwise(s)) {
             if (G == 1) im2col_ld(col, size_t(PQ), xg, s);
             else e.k.im2col(col, xg, Cg, s);
-            B = col;
+            B = {col};
           }
           const size_t wo = (size_t)g * Kg * CRS;
-          gemm_w(e, false, false, Kg, PQ, CRS, 1.f, {w + wo, wh ? wh + wo : nullptr}, CRS, {B}, PQ, 0.f,
+          gemm_w(e, false, false, Kg, PQ, CRS, 1.f, {w + wo, wh ? wh + wo : nullptr}, CRS, B, PQ, 0.f,
                  y + (n * s.K + g * Kg) * PQ, PQ);
         }
       if (b && r.end > r.begin)
@@ -451,12 +476,12 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
 // dx[N,C,H,W] (skipped when null), dw[K,C/G,R,S], db[K] (skipped when null), all overwritten.
 template <class T>
 void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
-                const ConvShape& s, T* ws, const uint16_t* wh) {
+                const ConvShape& s, T* ws, const uint16_t* wh, const uint16_t* xh) {
   if constexpr (std::is_same_v<T, double>) {
     if (dx) ref::conv2d_bwd_data<T>(dx, dy, w, s);
     ref::conv2d_bwd_filter<T>(dw, db, dy, x, s);
   } else if (batched_pointwise(s)) {
-    batched_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
+    batched_bwd(e, dx, dw, db, dy, x, w, s, ws, wh, xh);
   } else if (batched_im2col(s)) {
     batched_im2col_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
   } else if (direct_s1(s)) {
@@ -488,16 +513,17 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
       if (dbt) std::memset(dbt, 0, s.K * sizeof(float));
       for (int64_t n = r.begin; n < r.end; ++n)
         for (int g = 0; g < G; ++g) {
-          const float* xg = x + (n * s.C + g * Cg) * HW;
+          const size_t xo = (n * s.C + g * Cg) * HW;
+          const float* xg = x ? x + xo : nullptr;
           const float* dyg = dy + (n * s.K + g * Kg) * PQ;
-          const float* B = xg;
+          Bf16Operand B{xg, xh ? xh + xo : nullptr};  // pointwise: x itself
           if (!is_pointwise(s)) {
             if (G == 1) im2col_ld(col, size_t(PQ), xg, s);
             else e.k.im2col(col, xg, Cg, s);
-            B = col;
+            B = {col};
           }
-          e.gemm()(false, true, Kg, CRS, PQ, 1.f, dyg, PQ, B, PQ, n == r.begin ? 0.f : 1.f,
-                    dwt + (size_t)g * Kg * CRS, CRS);
+          gemm_w(e, false, true, Kg, CRS, PQ, 1.f, {dyg}, PQ, B, PQ, n == r.begin ? 0.f : 1.f,
+                 dwt + (size_t)g * Kg * CRS, CRS);
           if (dbt)
             for (int k = 0; k < Kg; ++k) dbt[g * Kg + k] += sum_floats(dyg + size_t(k) * PQ, PQ);
           if (dx) {
@@ -525,9 +551,13 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
   }
 }
 
-template void conv2d_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*, const uint16_t*);
-template void conv2d_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&, double*, const uint16_t*);
-template void conv2d_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*, const ConvShape&, float*, const uint16_t*);
-template void conv2d_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*, const ConvShape&, double*, const uint16_t*);
+template void conv2d_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*,
+                                const uint16_t*, const uint16_t*);
+template void conv2d_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&,
+                                 double*, const uint16_t*, const uint16_t*);
+template void conv2d_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*,
+                                const ConvShape&, float*, const uint16_t*, const uint16_t*);
+template void conv2d_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*,
+                                 const ConvShape&, double*, const uint16_t*, const uint16_t*);
 
 }  // namespace ember::ops

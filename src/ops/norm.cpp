@@ -48,6 +48,16 @@ void layernorm_fwd(const Exec& e, T* y, T* mean, T* rstd, const T* x, const T* g
       (*kernel_or_ref<T>(e.k.ln_fwd, ref::layernorm_fwd<T>))(y + r0 * D, mean + r0, rstd + r0, x + r0 * D, gamma, beta, int(n), D, eps);
   });
 }
+void layernorm_fwd_bf16(const Exec& e, uint16_t* yh, float* mean, float* rstd, const float* x, const float* gamma,
+                        const float* beta, int R, int D, float eps, float* rows) {
+  shares(e, R, false, [&](int t, int64_t r0, int64_t n) {
+    float* row = rows + size_t(t) * D;
+    for (int64_t r = r0; r < r0 + n; ++r) {
+      e.k.ln_fwd(row, mean + r, rstd + r, x + r * D, gamma, beta, 1, D, eps);
+      e.k.cvt_f32_bf16(yh + r * D, row, size_t(D));
+    }
+  });
+}
 template <class T>
 void layernorm_bwd(const Exec& e, T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
                    const T* rstd, const T* gamma, int R, int D, T* ws) {

@@ -13,6 +13,11 @@ namespace ember::ops {
 size_t layernorm_workspace(int D, int threads);
 template <class T>
 void layernorm_fwd(const Exec& e, T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, int R, int D, T eps);
+// The same with y written in bf16 (yh [R, D], rounded to nearest even: a bf16 plan's LayerNorm
+// that feeds a 1x1 convolution): each row normalised into rows (threads x D floats of scratch,
+// in cache) and converted from there. The same fp32 values as layernorm_fwd before rounding.
+void layernorm_fwd_bf16(const Exec& e, uint16_t* yh, float* mean, float* rstd, const float* x, const float* gamma,
+                        const float* beta, int R, int D, float eps, float* rows);
 // dx [R, D] (may be null); dgamma, dbeta [D] overwritten (may be null).
 template <class T>
 void layernorm_bwd(const Exec& e, T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,

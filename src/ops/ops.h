@@ -103,12 +103,17 @@ size_t conv2d_workspace(const ConvShape& s, int threads);
 // the depthwise kernels (Kernels::dw_fwd_bf16); false for the short-reduction direct kernels
 // (the seed CNN's first convolution), which are fp32 whatever the plan's precision.
 bool conv2d_bf16_products(const ConvShape& s);
+// Whether conv2d_fwd/bwd can read their input as bf16 only (xh, x null): a 1x1 convolution at
+// stride 1 without groups, in a bf16 plan (its GEMMs take x as a bf16 operand).
+bool conv2d_reads_bf16_input(const ConvShape& s);
+// xh (bf16 plans; may be null): the input in bf16, which the GEMMs read instead of rounding x;
+// with xh, x may be null where conv2d_reads_bf16_input(s).
 template <class T>
 void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
-                const uint16_t* wh = nullptr);
+                const uint16_t* wh = nullptr, const uint16_t* xh = nullptr);
 template <class T>
 void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
-                const ConvShape& s, T* ws, const uint16_t* wh = nullptr);
+                const ConvShape& s, T* ws, const uint16_t* wh = nullptr, const uint16_t* xh = nullptr);
 
 // The background of a fused Conv2d + ReLU + MaxPool unit whose output a Linear reads (through a
 // Flatten), linked by the plan when the conv needs no input gradient (a first layer): a pooled

@@ -208,6 +208,61 @@ TEST(PlanBf16, WeightCopyFollowsTheMasters) {
   }
 }
 
+// conv -> LayerNorm([C, H, W]) -> 1x1 conv (fused into one unit) -> ReLU -> Linear, at hw x hw:
+// 8x8 runs the 1x1 conv as per-sample GEMMs, 4x4 as one GEMM over the batch, 1x1 as [N, C].
+Model norm_conv(int hw) {
+  Model m;
+  m.name = "norm-conv";
+  m.in_c = 3, m.in_h = m.in_w = hw;
+  m.conv2d(12, 1).named("a");
+  LayerSpec ln;
+  ln.kind = LayerKind::LayerNorm, ln.name = "n", ln.norm_dims = 3;
+  m.layers.push_back(ln);
+  m.conv2d(10, 1).named("b").relu().flatten().linear(10);
+  return m;
+}
+
+// A bf16 plan's fused LayerNorm -> 1x1 conv stores the normalised tensor in bf16 (no recompute in
+// backward) and its GEMMs read it: the same products as the unfused units (the norm's fp32 output,
+// rounded as the GEMM packs it), so weights after training steps and inference outputs match the
+// unfused plan bit for bit; the memory report names the bf16 tensor.
+TEST(PlanBf16, FusedNormConvStoresTheNormalisedTensorInBf16) {
+  for (int hw : {8, 4, 1}) {
+    SCOPED_TRACE("hw " + std::to_string(hw));
+    PlanOptions o;
+    o.batch = 6, o.threads = 2, o.precision = Precision::bf16, o.optimizer.kind = OptimizerKind::Adam;
+    PlanOptions u = o;
+    u.fuse = false;
+    Plan a(norm_conv(hw), o), b(norm_conv(hw), u);
+    a.init_params(3), b.init_params(3);
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(pass(a, 6, 20 + s), pass(b, 6, 20 + s));
+      a.optimizer_step(0.01), b.optimizer_step(0.01);
+    }
+    const size_t P = a.param_count();
+    ASSERT_EQ(P, b.param_count());
+    EXPECT_EQ(0, std::memcmp(std::as_const(a).param_data(), std::as_const(b).param_data(), P * sizeof(float)));
+    bool named = false;
+    for (const BufferInfo& bi : a.buffers()) named |= bi.name.rfind("bf16 normalised input", 0) == 0;
+    EXPECT_TRUE(named);
+    PlanOptions i = o, iu = u;  // inference plans: the bf16 tensor in scratch
+    i.training = iu.training = false;
+    Plan c(norm_conv(hw), i), d(norm_conv(hw), iu);
+    std::memcpy(c.param_data(), std::as_const(a).param_data(), P * sizeof(float));
+    std::memcpy(d.param_data(), std::as_const(a).param_data(), P * sizeof(float));
+    auto x = randn(size_t(6) * 3 * hw * hw, 77);
+    for (Plan* p : {&c, &d}) {
+      for (size_t k = 0; k < x.size(); ++k) static_cast<float*>(p->input())[k] = float(x[k]);
+      p->forward(6);
+    }
+    EXPECT_EQ(0, std::memcmp(c.output(), d.output(), 6 * 10 * sizeof(float)));
+  }
+  PlanOptions f;  // an fp32 plan recomputes instead
+  f.batch = 6, f.threads = 2;
+  Plan p(norm_conv(8), f);
+  for (const BufferInfo& bi : p.buffers()) EXPECT_EQ(bi.name.find("bf16 normalised"), std::string::npos) << bi.name;
+}
+
 TEST(PlanBf16, RefusesF64AndNamesBadText) {
   PlanOptions o;
   o.dtype = DType::f64, o.precision = Precision::bf16;
