@@ -81,10 +81,12 @@ struct UnitInfo {
   int first_layer = 0, last_layer = 0;
   double flops_fwd = 0;          // per sample, a multiply-add counted as 2
   double flops_bwd = 0;          // per sample: the weight and input gradients this plan computes
-  // The arithmetic of the unit's matrix products: bf16 in a bf16 plan where the unit runs them
-  // through the bf16 GEMM (convolutions by GEMM, Linear); fp32 elsewhere (depthwise and direct
-  // convolutions, normalisation, activations, pools) and in fp32 plans.
+  // The arithmetic of the unit's products in forward: bf16 in a bf16 plan where the unit runs
+  // bf16 kernels (convolutions, Linear); fp32 elsewhere (normalisation, activations, pools) and in
+  // fp32 plans. precision_bwd: the same for its backward (the seed CNN's fused first convolution
+  // multiplies bf16 in forward, fp32 in its weight gradient).
   Precision precision = Precision::fp32;
+  Precision precision_bwd = Precision::fp32;
 };
 
 struct BufferInfo {

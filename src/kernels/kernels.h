@@ -289,6 +289,9 @@ struct Kernels {
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   ConvS1ReluPoolFn conv_s1_relu_pool;
+  // The same with bf16 products (xp and w rounded to bf16, sums in fp32): VDPBF16PS with AVX512_BF16;
+  // null elsewhere, where the op rounds its padded input and weights and runs conv_s1_relu_pool.
+  ConvS1ReluPoolFn conv_s1_relu_pool_bf16;
   ConvS1PoolWgradFn conv_s1_pool_wgrad;
   ConvPoolBackgroundFn conv_pool_background;
   LinearT1Fn linear_t1;
@@ -362,6 +365,8 @@ void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n);
 void dw_fwd_bf16_avx512(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch);
 void dw_bwd_bf16_avx512(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
                         float* scratch);
+void conv_relu_pool_avx512bf16(float* y, int8_t* code, const float* xp, const float* w, const float* b,
+                               const ConvS1& d, float* ws);
 void dw_fwd_bf16_avx512bf16(float* y, const float* x, const float* w, const float* b, const DwShape& d,
                             float* scratch);
 void dw_bwd_bf16_avx512bf16(float* dx, float* dw, const float* dy, const float* x, const float* w,

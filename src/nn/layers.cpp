@@ -380,6 +380,10 @@ class ConvReluPool final : public Layer {
   }
   std::vector<std::vector<int>> param_shapes() const override { return conv_.param_shapes(); }
   bool grad_unused_at_zero_output(bool) const override { return true; }  // code -1: no gradient
+  // bf16 products in forward (Kernels::conv_s1_relu_pool_bf16); the weight gradient from the
+  // pooled gradient stays fp32 (C = 1: shape-bound, see docs/bf16.md).
+  bool bf16_products() const override { return true; }
+  bool bf16_backward_products() const override { return conv_.bf16_products(); }
   int fan_in() const override { return conv_.fan_in(); }
   int fan_out() const override { return conv_.fan_out(); }
   size_t workspace_elems(int batch, int threads) const override {

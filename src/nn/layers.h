@@ -108,6 +108,8 @@ class Layer {
   // Whether the layer's products multiply bf16 operands in a bf16 plan (the GEMM, Exec::gemm, or
   // the depthwise kernels).
   virtual bool bf16_products() const { return false; }
+  // The same for its backward (by default as forward).
+  virtual bool bf16_backward_products() const { return bf16_products(); }
   // bf16 activation storage (a bf16 plan's LayerNorm -> 1x1 conv unit, NormConv): whether the
   // layer can take its input as Bufs::xh alone, and write its output in bf16 (forward_bf16: yh
   // instead of b.y; rows: scratch of threads x the output's per-sample size).

@@ -242,6 +242,7 @@ void describe_units(Plan::Impl& m) {
     const double fw = u.layer->flops_per_sample();  // already 2 per multiply-add
     info.flops_fwd = fw;
     if (m.opt.precision == Precision::bf16 && u.layer->bf16_products()) info.precision = Precision::bf16;
+    if (m.opt.precision == Precision::bf16 && u.layer->bf16_backward_products()) info.precision_bwd = Precision::bf16;
     if (u.backward) {
       bool any_dx = false;
       for (size_t j = 0; j < u.in.size(); ++j) any_dx = any_dx || u.dx[j];
@@ -631,7 +632,7 @@ namespace {
 // Adds to m.flush the values of unit i's output gradient (what its bf16 products read) that
 // rounding to bf16 flushes to zero: non-zero, below 2^-126. Each thread counts a fixed slice.
 void count_flush(Plan::Impl& m, size_t i, int n) {
-  if (m.units[i].precision != Precision::bf16) return;
+  if (m.units[i].precision_bwd != Precision::bf16) return;
   const size_t t = size_t(m.us[i].out);
   if (m.grad[t] == kNone) return;
   const float* g = m.at<float>(m.grad[t]);

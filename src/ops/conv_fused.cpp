@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/bf16.h"
 #include "ops/ops.h"
 
 namespace ember::ops {
@@ -43,7 +44,7 @@ int chunks(int64_t N, int threads) { return threads == 1 ? 1 : int(N < 4 * threa
 
 size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
   const Geo g = geo(s);
-  return threads * per_thread(g) + (chunks(s.N, threads) - 1) * g.wgrad;
+  return threads * per_thread(g) + (chunks(s.N, threads) - 1) * g.wgrad + g.wgrad;  // + rounded w (bf16)
 }
 
 // y[N, K, P/2, Q/2], code[N, K, P/2, Q/2] from x[N, C, H, W], w[K, C/G, R, S], b[K] (may be null).
@@ -65,16 +66,32 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* 
       std::fill(link->value, link->value + s.K, 0.f);
       if (!(split_ok && active > 0 && 16 * active >= s.K)) link = nullptr;
     }
+  // A bf16 plan: the table's bf16 kernel, or where it has none the fp32 one on xp and w rounded here.
+  ConvS1ReluPoolFn kernel = nullptr;
+  const T* wk = w;
+  bool round_xp = false;
+  if constexpr (std::is_same_v<T, float>) {
+    kernel = e.k.conv_s1_relu_pool;
+    if (e.bf16 && e.k.conv_s1_relu_pool_bf16) {
+      kernel = e.k.conv_s1_relu_pool_bf16;
+    } else if (e.bf16) {
+      float* wr = ws + size_t(e.pool.size()) * per_thread(g) + (chunks(s.N, e.pool.size()) - 1) * g.wgrad;
+      for (size_t i = 0; i < size_t(g.G) * wg; ++i) wr[i] = bf16_to_f32(f32_to_bf16(w[i]));
+      wk = wr, round_xp = true;
+    }
+  }
   auto body = [&](int64_t n0, int64_t n1, T* scratch) {
     T* xp = scratch;
     T* kws = xp + g.xp;  // the kernel's scratch
     for (int64_t n = n0; n < n1; ++n) {
       ref::pad_image<T>(xp, x + n * s.C * HW, s.C, s.H, s.W, s.pad_h, s.pad_w, g.Hp, g.Wp);
+      if constexpr (std::is_same_v<T, float>)
+        for (size_t i = 0; round_xp && i < size_t(s.C) * g.Hp * g.Wp; ++i) xp[i] = bf16_to_f32(f32_to_bf16(xp[i]));
       for (int gi = 0; gi < g.G; ++gi) {  // conv + ReLU + pool of group gi's channels
         const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
         const size_t o = (n * s.K + size_t(gi) * g.Kg) * YQ;
         const T* bg = b ? b + gi * g.Kg : nullptr;
-        if constexpr (std::is_same_v<T, float>) e.k.conv_s1_relu_pool(y + o, code + o, xpg, w + gi * wg, bg, d, kws);
+        if constexpr (std::is_same_v<T, float>) kernel(y + o, code + o, xpg, wk + gi * wg, bg, d, kws);
         else ref::conv_s1_relu_pool<T>(y + o, code + o, xpg, w + gi * wg, bg, d);
       }
       if constexpr (std::is_same_v<T, float>)  // mark the empty windows

@@ -54,7 +54,9 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
     r.total_ms = ms(t.ns);
     r.ms_per_step = s.steps ? r.total_ms / double(s.steps) : 0;
     r.pct_step = step_ns ? 100.0 * double(t.ns) / double(step_ns) : 0;
-    const bool bf16 = unit >= 0 && units[size_t(unit)].precision == Precision::bf16;
+    const Precision prec = unit < 0 ? Precision::fp32
+                           : ph == Phase::backward ? units[size_t(unit)].precision_bwd : units[size_t(unit)].precision;
+    const bool bf16 = prec == Precision::bf16;
     if (unit >= 0 && ph != Phase::optimizer) r.precision = bf16 ? "bf16" : "fp32";
     const double peak = peak_gflops * (bf16 ? s.bf16_rate : 1);
     if (flops_per_sample > 0 && t.ns > 0) {

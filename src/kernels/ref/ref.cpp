@@ -26,11 +26,12 @@ size_t conv_pool_wgrad_scratch(const ConvS1& d) {
 // Room for the AVX-512 fused forward: the weights as [C, R, S, K rounded up to 16], the bias,
 // the pooled output channel-last [P/2 * Q/2, K rounded up to 16] before its transpose, and for its
 // sparse-input path the weights with a zero border [C, R+2, S+2, Kp] and a 64-bit mask per input
-// row [C, Hp] (two floats each).
+// row [C, Hp] (two floats each); for the AVX512_BF16 kernel the input's column pairs [C, Hp, Wp].
 size_t conv_relu_pool_scratch(const ConvS1& d) {
   const size_t Kp = size_t(d.K + 15) / 16 * 16;
   return Kp * (size_t(d.C) * d.R * d.S + 1 + size_t(d.P / 2) * (d.Q / 2) +
-               size_t(d.C) * (d.R + 2) * (d.S + 2)) + 2 * size_t(d.C) * d.Hp + 16;
+               size_t(d.C) * (d.R + 2) * (d.S + 2)) + 2 * size_t(d.C) * d.Hp + 16 +
+         size_t(d.C) * d.Hp * d.Wp;  // the bf16 kernel's column pairs
 }
 
 namespace ref {
