@@ -145,6 +145,7 @@ void set_bf16(Kernels& k) {
     k.cvt_f32_bf16 = cvt_f32_bf16_avx512bf16;
     k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
     k.conv_s1_relu_pool_bf16 = conv_relu_pool_avx512bf16;
+    k.gemv_bf16 = gemv_bf16_avx512bf16;
     k.dw_fwd_bf16 = dw_fwd_bf16_avx512bf16;
     k.dw_bwd_bf16 = dw_bwd_bf16_avx512bf16;
     k.bf16_path = "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)";

@@ -48,6 +48,8 @@ struct Bf16Operand {
   const float* f = nullptr;
   const uint16_t* h = nullptr;
 };
+using GemvBf16Fn = void (*)(float* y, int ldy, const float* x, int ldx, const uint16_t* wh, int ldw, int N, int C,
+                            int K);
 // sgemm_bf16 with each operand from its bf16 copy where it has one: the same results (the copy
 // holds exactly the rounding packing would do), half the bytes read for that operand.
 using GemmBf16MixedFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Bf16Operand A,
@@ -261,6 +263,10 @@ struct Kernels {
   // equal to sbgemm on cvt_f32_bf16 copies of A and B, without the copies. A bf16 plan's GEMMs.
   SgemmFn sgemm_bf16;
   GemmBf16MixedFn gemm_bf16_mixed;
+  // y[n, k] (row stride ldy) = sum over c of bf16(x[n, c]) * wh[k, c] (x fp32, row stride ldx;
+  // wh the bf16 weight copy [K, C], row stride ldw): a small batch's Linear reading the weights in
+  // place instead of packing them. VDPBF16PS; null where the table has none (then the GEMM).
+  GemvBf16Fn gemv_bf16;
   CvtF32Bf16Fn cvt_f32_bf16;
   CvtBf16F32Fn cvt_bf16_f32;
   const char* bf16_path;
@@ -360,6 +366,8 @@ void cvt_bf16_f32_ref(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512(uint16_t* dst, const float* src, size_t n);
 void cvt_bf16_f32_avx512(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n);
+void gemv_bf16_avx512bf16(float* y, int ldy, const float* x, int ldx, const uint16_t* wh, int ldw, int N, int C,
+                          int K);
 // Depthwise with bf16 products: the AVX-512 table's rounding loops (dw_impl.h), and VDPBF16PS
 // (7x7, 5x5, 3x3 on planes of 16 pixels or more; the loops elsewhere).
 void dw_fwd_bf16_avx512(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch);

@@ -247,12 +247,12 @@ class NormConv final : public Layer {
     bf16_ = p == Precision::bf16 && norm_->writes_bf16_output() && conv_->reads_bf16_input();
     keep_ = bf16_ && backward;
   }
-  // [normalised: N x mid][its gradient: N x mid][the norm's or the conv's own scratch; in bf16,
-  // also the norm's rows]. bf16 without backward: the bf16 tensor in the gradient's place.
+  // [normalised: N x mid, fp32 only][its gradient: N x mid][the norm's or the conv's own scratch;
+  // in bf16, also the norm's rows]. bf16 without backward: the bf16 tensor in the gradient's place.
   size_t workspace_elems(int batch, int threads) const override {
     size_t inner = std::max(norm_->workspace_elems(batch, threads), conv_->workspace_elems(batch, threads));
     if (bf16_) inner = std::max(inner, size_t(threads) * mid_.size());
-    return 2 * mid_elems(batch) + inner;
+    return mid_f32_elems(batch) + mid_elems(batch) + inner;
   }
   // The norm's own (mean and rstd), then in a bf16 training plan the bf16 normalised tensor.
   size_t saved_bytes(int batch, int threads, DType dt) const override {
@@ -264,7 +264,7 @@ class NormConv final : public Layer {
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     Bufs nb, cb;
     split(b, &nb, &cb);
-    if (bf16_ && e.bf16) {
+    if (bf16_) {  // set by the plan: a bf16 plan (Exec::bf16)
       cb.xh = mid_bf16(b);
       cb.x = cb.xs[0] = nullptr;
       norm_->forward_bf16(e, nb, n, const_cast<uint16_t*>(cb.xh), static_cast<float*>(nb.ws));
@@ -276,7 +276,7 @@ class NormConv final : public Layer {
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     Bufs nb, cb;
     split(b, &nb, &cb);
-    if (keep_ && e.bf16) {
+    if (keep_) {
       cb.xh = mid_bf16(b);
       cb.x = cb.xs[0] = nullptr;
     } else {
@@ -289,27 +289,28 @@ class NormConv final : public Layer {
 
  private:
   size_t mid_elems(int batch) const { return (size_t(batch) * mid_.size() + 15) / 16 * 16; }  // 64-byte steps
+  size_t mid_f32_elems(int batch) const { return bf16_ ? 0 : mid_elems(batch); }
   static size_t mid_bf16_at(size_t own) { return (own + 63) / 64 * 64; }
   // Where the bf16 normalised tensor lives: the saved buffer (training), else the gradient's scratch.
   uint16_t* mid_bf16(const Bufs& b) const {
     if (keep_) return reinterpret_cast<uint16_t*>(static_cast<std::byte*>(b.saved) +
                                                   mid_bf16_at(norm_->saved_bytes(b.batch, 1, b.dt)));
-    return reinterpret_cast<uint16_t*>(static_cast<std::byte*>(b.ws) + mid_elems(b.batch) * esize(b.dt));
+    return reinterpret_cast<uint16_t*>(static_cast<std::byte*>(b.ws) + mid_f32_elems(b.batch) * esize(b.dt));
   }
   // The norm's and the conv's views of the unit's buffers.
   void split(const Bufs& b, Bufs* nb, Bufs* cb) const {
     std::byte* mid = static_cast<std::byte*>(b.ws);
-    std::byte* dmid = mid + mid_elems(b.batch) * esize(b.dt);
+    std::byte* dmid = mid + mid_f32_elems(b.batch) * esize(b.dt);
     std::byte* inner = dmid + mid_elems(b.batch) * esize(b.dt);
     *nb = b;
-    nb->y = mid;
+    nb->y = bf16_ ? nullptr : mid;
     nb->ws = inner;
     nb->w2 = nb->b2 = nullptr, nb->dw2 = nb->db2 = nullptr;
     nb->wh = nb->wh2 = nullptr;
     nb->xh = nullptr;
     *cb = b;
     cb->nin = 1;
-    cb->x = cb->xs[0] = mid;
+    cb->x = cb->xs[0] = bf16_ ? nullptr : mid;
     cb->xh = nullptr;
     cb->dx = cb->dxs[0] = dmid;
     cb->w = b.w2, cb->b = b.b2, cb->dw = b.dw2, cb->db = b.db2;

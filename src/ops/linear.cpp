@@ -11,6 +11,9 @@ namespace ember::ops {
 size_t linear_fwd_workspace(int N, int K) { return N <= 128 && N < K ? size_t(N) * K : 0; }
 
 namespace {
+// Batches of at most this many rows run a bf16 plan's Linear as Kernels::gemv_bf16 (batch-1
+// inference: the GEMM would pack all of w for one row).
+constexpr int kGemvRows = 4;
 bool split_depth(int N, int C, int K, int threads) {
   return threads > 1 && C >= 2048 && C >= 8 * std::max(N, K) && C >= 64 * threads;
 }
@@ -32,6 +35,15 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
     ref::linear_fwd<T>(y, x, w, b, N, C, K);
   } else {
     const int P = e.pool.size();
+    if (e.bf16 && wh && N <= kGemvRows && e.k.gemv_bf16) {  // a small batch: the weight copy in place
+      e.pool.run([&](int t) {
+        const Range r = split_range_aligned(K, t, P, 4);
+        if (r.end > r.begin)
+          e.k.gemv_bf16(y + r.begin, K, x, C, wh + size_t(r.begin) * C, C, N, C, int(r.end - r.begin));
+      });
+      if (b) e.k.bias_rows(y, b, N, K);
+      return;
+    }
     if (ws && split_depth(N, C, K, P)) {  // y = sum over threads of x[:, r] w[:, r]^T, in thread order
       e.pool.run([&](int t) {
         const Range r = split_range_aligned(C, t, P, 16);

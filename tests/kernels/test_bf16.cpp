@@ -221,6 +221,39 @@ TEST(Bf16, FloatOperandGemmsEqualTheBf16GemmOfTheRoundedCopies) {
       }
 }
 
+// Kernels::gemv_bf16 (a small batch's Linear reading the bf16 weight copy in place) against the
+// double sum of the same bf16 products, on row counts past its block of 4, chunk tails of C and
+// row-block tails of K, with padded strides; the columns past K are not written.
+TEST(Bf16, GemvMatchesTheDoubleReference) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 on this CPU (no gemv_bf16: the GEMM runs)";
+  std::mt19937 rng(9);
+  for (int N : {1, 2, 3, 4, 5, 7})
+    for (int C : {1, 17, 32, 33, 100, 6272})
+      for (int K : {1, 3, 4, 6, 130}) {
+        SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " K " + std::to_string(K));
+        const int ldx = C + 3, ldw = C + 5, ldy = K + 2;
+        const std::vector<float> x = awkward_floats(size_t(N) * ldx, rng), wf = awkward_floats(size_t(K) * ldw, rng);
+        std::vector<uint16_t> wh(wf.size());
+        cvt_f32_bf16_ref(wh.data(), wf.data(), wf.size());
+        std::vector<float> y(size_t(N) * ldy, NAN);
+        gemv_bf16_avx512bf16(y.data(), ldy, x.data(), ldx, wh.data(), ldw, N, C, K);
+        for (int n = 0; n < N; ++n)
+          for (int k = 0; k < ldy; ++k) {
+            if (k >= K) {
+              ASSERT_TRUE(std::isnan(y[size_t(n) * ldy + k])) << "wrote past K at " << n << ", " << k;
+              continue;
+            }
+            double want = 0, mag = 0;
+            for (int c = 0; c < C; ++c) {
+              const double t = double(bf16_to_f32(f32_to_bf16(x[size_t(n) * ldx + c]))) * bf16_to_f32(wh[size_t(k) * ldw + c]);
+              want += t, mag += std::fabs(t);
+            }
+            ASSERT_NEAR(y[size_t(n) * ldy + k], want, 1e-6 * mag + 1e-30) << "at " << n << ", " << k;
+          }
+      }
+  EXPECT_EQ(kernels_for(Isa::avx512).gemv_bf16, gemv_bf16_avx512bf16);
+}
+
 TEST(Bf16, TheTableNamesItsPath) {
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
     if (!isa_supported(isa)) continue;

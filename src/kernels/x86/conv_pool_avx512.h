@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/kernels.h"
 #include "kernels/x86/simd.h"
@@ -312,6 +313,39 @@ inline bool sparse_rows(uint64_t* rows, const float* xp, const ConvS1& d) {
   return !bad && 3 * nonzero <= size_t(d.C) * d.Hp * d.Wp;
 }
 
+// The dense forward's loop over rows of windows: block(WB, KV, i, j0, k0) (WB and KV as
+// std::integral_constant) over pairs of windows and pairs of 16-channel vectors, then y[K, PQ2] =
+// yT^T. The outputs are cold (3 MB per batch of mnist-cnn, evicted since the last step): they are
+// requested for writing ahead of time, a few lines per row of windows, so the misses overlap the
+// products.
+template <class Block>
+void conv_pool_dense(float* y, int8_t* code, const float* yT, const ConvS1& d, int Kp, Block&& block) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2;
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  const size_t ylines = (size_t(d.K) * PQ2 * 4 + 63) / 64, clines = (size_t(d.K) * PQ2 + 63) / 64;
+  const char* yb = reinterpret_cast<const char*>(y);
+  const char* cb = reinterpret_cast<const char*>(code);
+  for (int i = 0; i < P2; ++i) {
+    for (size_t l = ylines * i / P2; l < ylines * (i + 1) / P2; ++l) {
+      __builtin_prefetch(yb + 64 * l, 1, 3);
+      if (l < clines) __builtin_prefetch(cb + 64 * l, 1, 3);
+    }
+    int k0 = 0;
+    for (; k0 + 32 <= Kp; k0 += 32) {
+      int j0 = 0;
+      for (; j0 + 2 <= Q2; j0 += 2) block(Two{}, Two{}, i, j0, k0);
+      if (j0 < Q2) block(One{}, Two{}, i, j0, k0);
+    }
+    if (k0 < Kp) {
+      int j0 = 0;
+      for (; j0 + 2 <= Q2; j0 += 2) block(Two{}, One{}, i, j0, k0);
+      if (j0 < Q2) block(One{}, One{}, i, j0, k0);
+    }
+  }
+  transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);
+}
+
 void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float* w, const float* b,
                            const ConvS1& d, float* ws) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + 15) / 16 * 16, CRS = d.C * d.R * d.S;
@@ -355,29 +389,9 @@ void conv_relu_pool_avx512(float* y, int8_t* code, const float* xp, const float*
     transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);
     return;
   }
-  // The outputs are cold (3 MB per batch of mnist-cnn, evicted since the last step): request them
-  // for writing ahead of time, a few lines per row of windows, so the misses overlap the FMAs.
-  const size_t ylines = (size_t(d.K) * PQ2 * 4 + 63) / 64, clines = (size_t(d.K) * PQ2 + 63) / 64;
-  const char* yb = reinterpret_cast<const char*>(y);
-  const char* cb = reinterpret_cast<const char*>(code);
-  for (int i = 0; i < P2; ++i) {
-    for (size_t l = ylines * i / P2; l < ylines * (i + 1) / P2; ++l) {
-      __builtin_prefetch(yb + 64 * l, 1, 3);
-      if (l < clines) __builtin_prefetch(cb + 64 * l, 1, 3);
-    }
-    int k0 = 0;
-    for (; k0 + 32 <= Kp; k0 += 32) {
-      int j0 = 0;
-      for (; j0 + 2 <= Q2; j0 += 2) conv_pool_cl_block<2, 2>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
-      if (j0 < Q2) conv_pool_cl_block<1, 2>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
-    }
-    if (k0 < Kp) {
-      int j0 = 0;
-      for (; j0 + 2 <= Q2; j0 += 2) conv_pool_cl_block<2, 1>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
-      if (j0 < Q2) conv_pool_cl_block<1, 1>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
-    }
-  }
-  transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);  // y[K, PQ2] = yT^T
+  conv_pool_dense(y, code, yT, d, Kp, [&](auto wb, auto kv, int i, int j0, int k0) {
+    conv_pool_cl_block<decltype(wb)::value, decltype(kv)::value>(yT, code, xp, wT, bT, d, Kp, i, j0, k0);
+  });
 }
 
 // One output row p of the plain stride-1 conv, lanes along output channels: WB pixels x KV

@@ -101,29 +101,9 @@ void conv_relu_pool_avx512bf16(float* y, int8_t* code, const float* xp, const fl
   pack_weights(wT, bT, w, b, d.K, Kp, CRS);
   weight_pairs(wT2, wT, d, Kp);
   column_pairs(ph, xp, d);
-  // The outputs are cold: requested for writing a few lines per row of windows ahead of the
-  // transpose, as the fp32 kernel does, so the misses overlap the products.
-  const size_t ylines = (size_t(d.K) * PQ2 * 4 + 63) / 64, clines = (size_t(d.K) * PQ2 + 63) / 64;
-  const char* yb = reinterpret_cast<const char*>(y);
-  const char* cb = reinterpret_cast<const char*>(code);
-  for (int i = 0; i < P2; ++i) {
-    for (size_t l = ylines * i / P2; l < ylines * (i + 1) / P2; ++l) {
-      __builtin_prefetch(yb + 64 * l, 1, 3);
-      if (l < clines) __builtin_prefetch(cb + 64 * l, 1, 3);
-    }
-    int k0 = 0;
-    for (; k0 + 32 <= Kp; k0 += 32) {
-      int j0 = 0;
-      for (; j0 + 2 <= Q2; j0 += 2) block_bf16<2, 2>(yT, code, ph, wT2, bT, d, Kp, i, j0, k0);
-      if (j0 < Q2) block_bf16<1, 2>(yT, code, ph, wT2, bT, d, Kp, i, j0, k0);
-    }
-    if (k0 < Kp) {
-      int j0 = 0;
-      for (; j0 + 2 <= Q2; j0 += 2) block_bf16<2, 1>(yT, code, ph, wT2, bT, d, Kp, i, j0, k0);
-      if (j0 < Q2) block_bf16<1, 1>(yT, code, ph, wT2, bT, d, Kp, i, j0, k0);
-    }
-  }
-  transpose(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);  // y[K, PQ2] = yT^T
+  conv_pool_dense(y, code, yT, d, Kp, [&](auto wb, auto kv, int i, int j0, int k0) {
+    block_bf16<decltype(wb)::value, decltype(kv)::value>(yT, code, ph, wT2, bT, d, Kp, i, j0, k0);
+  });
 }
 
 }  // namespace ember

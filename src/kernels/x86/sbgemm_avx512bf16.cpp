@@ -225,6 +225,52 @@ void gemm_bf16_mixed_avx512bf16(bool ta, bool tb, int M, int N, int K, float alp
   by_operands(A, B, [&](auto a, auto b) { gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });
 }
 
+namespace {
+__mmask16 first16(int n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); }
+__mmask32 first32(int n) { return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1); }
+
+// gemv_bf16 for N rows of x: four weight rows at a time against each 32-value chunk of x, rounded
+// once per chunk and row block; N x 4 accumulators, their lanes summed at the end.
+template <int N>
+void gemv_rows(float* y, int ldy, const float* x, int ldx, const uint16_t* wh, int ldw, int C, int K) {
+  for (int k0 = 0; k0 < K; k0 += 4) {
+    const int kb = K - k0 < 4 ? K - k0 : 4;
+    __m512 acc[N][4];
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < 4; ++j) acc[n][j] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c += 32) {
+      const int left = C - c;
+      __m512bh xv[N];
+      for (int n = 0; n < N; ++n) {
+        const float* xr = x + size_t(n) * ldx + c;
+        xv[n] = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(first16(left - 16), xr + 16),
+                                    _mm512_maskz_loadu_ps(first16(left), xr));
+      }
+      for (int j = 0; j < 4; ++j) {
+        const __mmask32 m = j < kb ? first32(left) : __mmask32(0);
+        const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, wh + size_t(k0 + (j < kb ? j : 0)) * ldw + c);
+        for (int n = 0; n < N; ++n) acc[n][j] = _mm512_dpbf16_ps(acc[n][j], xv[n], wv);
+      }
+    }
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < kb; ++j) y[size_t(n) * ldy + k0 + j] = _mm512_reduce_add_ps(acc[n][j]);
+  }
+}
+}  // namespace
+
+void gemv_bf16_avx512bf16(float* y, int ldy, const float* x, int ldx, const uint16_t* wh, int ldw, int N, int C,
+                          int K) {
+  for (int n0 = 0; n0 < N; n0 += 4) {
+    const int nb = N - n0 < 4 ? N - n0 : 4;
+    float* yn = y + size_t(n0) * ldy;
+    const float* xn = x + size_t(n0) * ldx;
+    if (nb == 4) gemv_rows<4>(yn, ldy, xn, ldx, wh, ldw, C, K);
+    else if (nb == 3) gemv_rows<3>(yn, ldy, xn, ldx, wh, ldw, C, K);
+    else if (nb == 2) gemv_rows<2>(yn, ldy, xn, ldx, wh, ldw, C, K);
+    else gemv_rows<1>(yn, ldy, xn, ldx, wh, ldw, C, K);
+  }
+}
+
 void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
