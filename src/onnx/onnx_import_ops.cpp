@@ -552,6 +552,9 @@ bool Importer::fastswish(int i) {
   auto is = [&](int node, const std::string& in0, const std::string& in1) {
     return node >= 0 && g_.node(node).input_size() == 2 && g_.node(node).input(0) == in0 && g_.node(node).input(1) == in1;
   };
+  auto second = [&](int node) {  // a two-input node's second input, else "" (a hostile file's Less(x))
+    return node >= 0 && g_.node(node).input_size() == 2 ? g_.node(node).input(1) : std::string();
+  };
   const int mul = reader_op(n.output(0), "Mul");
   if (mul < 0 || (g_.node(mul).input(0) != x && g_.node(mul).input(1) != x)) return false;
   const int div = reader_op(g_.node(mul).output(0), "Div");
@@ -561,7 +564,7 @@ bool Importer::fastswish(int i) {
       g_.node(inner).input(2) != g_.node(div).output(0))
     return false;
   const int less = producer(g_.node(inner).input(0), "Less");
-  if (!is(less, x, g_.node(less < 0 ? i : less).input(1)) || !near(g_.node(less).input(1), -3.f)) return false;
+  if (!is(less, x, second(less)) || !near(second(less), -3.f)) return false;
   // low: Div(-1, x*x) (ember), or Mul(Reciprocal(x*x), -1) in either order (torch.onnx): the same bits
   int low = producer(g_.node(inner).input(1), "Div"), recip = -1;
   std::string xx_value;
@@ -582,7 +585,7 @@ bool Importer::fastswish(int i) {
       g_.node(outer).input(2) != g_.node(inner).output(0))
     return false;
   const int greater = producer(g_.node(outer).input(0), "Greater");
-  if (!is(greater, x, g_.node(greater < 0 ? i : greater).input(1)) || !near(g_.node(greater).input(1), 3.f)) return false;
+  if (!is(greater, x, second(greater)) || !near(second(greater), 3.f)) return false;
   for (int r : {mul, div, inner, less, low, xx, outer, greater}) done_[size_t(r)] = true;
   if (recip >= 0) done_[size_t(recip)] = true;
   const Val& in = vals_.at(x);
