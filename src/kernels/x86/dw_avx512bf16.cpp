@@ -239,15 +239,26 @@ void fwd(float* y, const float* x, const float* w, const float* b, const DwShape
   }
 }
 
-// x2 rows [0, rows) from xb; dy2 [pairs, Q8] from one dy plane [P, Q] (zeros past P and Q).
+// x2 rows [0, rows) from xb; dy2 [pairs, Q8] straight from one fp32 dy plane [P, Q] (zeros past P
+// and Q). gb keeps its zero border from the call's one memset: every channel lands on the same spot.
 void row_pairs(uint32_t* x2, const uint16_t* xb, int Wb, int rows) {
   for (int h = 0; h < rows; ++h) pairs(x2 + size_t(h) * Wb, xb + size_t(h) * Wb, xb + size_t(h + 1) * Wb, Wb);
 }
-void dy_pairs(uint32_t* dy2, uint16_t* tmp, const float* gk, const DwShape& d, int Q8) {
-  const int np = (d.P + 1) / 2;
-  std::memset(tmp, 0, sizeof(uint16_t) * 2 * np * Q8);
-  for (int p = 0; p < d.P; ++p) cvt_row(tmp + size_t(p) * Q8, gk + size_t(p) * d.Q, d.Q);
-  for (int p = 0; p < np; ++p) pairs(dy2 + size_t(p) * Q8, tmp + size_t(2 * p) * Q8, tmp + size_t(2 * p + 1) * Q8, Q8);
+void dy_pairs(uint32_t* dy2, const float* gk, const DwShape& d, int Q8) {
+  for (int p = 0; 2 * p < d.P; ++p) {
+    const float* lo = gk + size_t(2 * p) * d.Q;
+    const float* hi = 2 * p + 1 < d.P ? lo + d.Q : nullptr;
+    for (int q = 0; q < Q8; q += 16) {
+      const int n = d.Q - q;
+      const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+      const __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, lo + q)));
+      const __m512i b = hi ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, hi + q)))
+                           : _mm512_setzero_si512();
+      const int left = Q8 - q;
+      _mm512_mask_storeu_epi32(dy2 + size_t(p) * Q8 + q, left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1),
+                               _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+    }
+  }
 }
 
 template <int R>
@@ -266,7 +277,7 @@ void bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, 
       const int k = g * d.M + m;
       const float* gk = dy + size_t(k) * d.P * d.Q;
       // dw[r, s] += sum over p, q of dy[p, q] x[p + r, q + s], two rows of p per lane.
-      dy_pairs(pl.dy2, pl.gb, gk, d, Q8);
+      dy_pairs(pl.dy2, gk, d, Q8);
       float* dwk = dw + size_t(k) * R * d.S;
       for (int s = 0; s < d.S; ++s) {
         __m256 sums[R];
@@ -279,7 +290,6 @@ void bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, 
       }
       if (!dx) continue;
       // dx[h, w] += sum over r, s of w[R-1-r, S-1-s] gpad[h + r, w + s] (dy placed at top, left).
-      std::memset(pl.gb, 0, sizeof(uint16_t) * size_t(pl.Hb) * pl.Wb);  // dy_pairs used it
       place(pl.gb, pl.Wb, gk, d.P, d.Q, top, left);
       column_pairs(pl.dy2, pl.gb, pl.Wb, H4 + R - 1);
       weight_pairs(pl.wf, w + size_t(k) * R * d.S, R * d.S, ix);
