@@ -1,0 +1,92 @@
+// The plan's private state (Plan::Impl), shared by plan.cpp (compiling a model: passes, buffer
+// placement, binding) and plan_run.cpp (running it: forward, loss, backward, optimizer steps).
+#pragma once
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/thread_pool.h"
+#include "ember/error.h"
+#include "ember/plan.h"
+#include "nn/graph.h"
+#include "nn/layers.h"
+
+namespace ember {
+
+namespace plan_impl {
+constexpr size_t kNone = SIZE_MAX;  // an arena offset that is not there
+}  // namespace plan_impl
+
+struct Plan::Impl {
+  Model model;
+  PlanOptions opt;
+  const Kernels* k = nullptr;
+  std::unique_ptr<ThreadPool> pool;
+  Arena arena;
+  size_t esz = 4;  // bytes per element
+  nn::Graph g;                                   // nodes point into `model`
+  std::vector<nn::Unit> us;                      // execution units, in order
+  std::vector<size_t> act, grad;                 // per tensor, arena offsets (grad: plan_impl::kNone = none)
+  std::vector<int> first_param;                  // per unit, index into params or -1
+  std::vector<size_t> idx_off;                   // per unit, saved indices offset
+  std::vector<size_t> saved_off;                 // per unit, its forward-to-backward state
+  std::vector<bool> unused_at_zero;              // per tensor: its gradient is unused wherever it
+                                                 // is 0 (and it has one reader)
+  // Per unit and input: -1 writes the input's gradient directly (its first writer in backward
+  // order), k >= 0 writes gradient scratch k, then adds it (a tensor read by several nodes).
+  std::vector<std::vector<int>> dx_via;
+  std::vector<size_t> dx_tmp;                    // gradient scratch offsets
+  std::vector<ParamInfo> params;
+  std::vector<LayerInfo> infos;
+  std::vector<UnitInfo> units;
+  std::vector<int> layer_unit;                   // per node, its unit
+  // The background link (ops::Background) of a first conv unit and the Linear after its Flatten:
+  // bg_unit[i] says whether unit i takes part (the conv and the Linear), both bound to `bg`.
+  std::vector<bool> bg_unit;
+  ops::Background bg{};
+  // backward_step's overlap (Adam): the unit whose backward runs last takes, as side work, the
+  // updates of every parameter of the later units, in chunks built once, in backward order.
+  struct UpdateChunk {
+    int param;
+    size_t begin, end;
+  };
+  std::vector<UpdateChunk> side_chunks;
+  int side_unit = -1;
+  Profiler* prof = nullptr;
+  // Plan::freeze: per unit, a Linear weight transposed to [in, out] (empty for other units).
+  bool frozen = false;
+  bool train_mode = true;                        // set from opt.training; Plan::set_train_mode
+  std::vector<std::vector<float>> packed;
+  size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
+  size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
+  int state_count = 0;
+  int64_t step = 0;
+  // bf16 plans: every parameter rounded to bf16 (the GEMMs read the weights' copies), rewritten by
+  // each optimizer update in its own pass, and from the masters before a forward or backward after
+  // anything else may have written them (init_params, the non-const param_data()).
+  size_t wh_off = SIZE_MAX;
+  bool wh_stale = true;
+  bool count_flush = false;                      // Plan::set_flush_counting
+  Plan::FlushCount flush;
+  std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift
+
+  template <class T> T* at(size_t off) const { return arena.at<T>(off); }
+  ops::Exec exec(const ops::SideWork* side = nullptr) const {
+    return {*k, *pool, side, opt.precision == Precision::bf16};
+  }
+  size_t out_tensor() const { return g.tensors.size() - 1; }
+  size_t tensor_bytes(size_t t) const { return size_t(opt.batch) * g.tensors[t].dims.size() * esz; }
+};
+
+namespace plan_impl {
+inline void check_thawed(const Plan::Impl& m, const char* what) {
+  if (m.frozen)
+    throw Error(std::string(what) + ": the plan is frozen for inference (Plan::freeze); thaw() it "
+                "before changing its parameters");
+}
+}  // namespace plan_impl
+
+}  // namespace ember
