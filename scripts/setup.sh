@@ -11,6 +11,7 @@ pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-d
       libdnnl-dev ocl-icd-opencl-dev  # bench/bench_conv_onednn (oneDNN's CMake config needs OpenCL)
       python3-dev python3-pybind11 python3-pytest  # the Python module and its pytest suite
       libprotobuf-dev protobuf-compiler libonnx-dev python3-onnx  # ONNX files (schema: libonnx-dev); onnx.checker in tests
+      openmpi-bin libopenmpi-dev  # data-parallel training (mpirun; the mpirun tests)
       python3-torch python3-torchvision python3-numpy libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py (OpenBLAS)
 command -v npm >/dev/null || pkgs+=(nodejs npm)  # ONNX Runtime (npm onnxruntime-node) is the tests' ONNX peer
 missing=()

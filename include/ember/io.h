@@ -77,7 +77,8 @@ void save_checkpoint(Plan& plan, const TrainState& state, const std::string& con
 CheckpointInfo read_checkpoint_info(const std::string& path);
 // Restores the weights, the optimizer state and its step count into `plan` (built for the same
 // model and optimizer; everything is checked first) and returns the header's information.
-CheckpointInfo load_checkpoint(Plan& plan, const std::string& path);
+// batch: the run's batch size when it is not the plan's (gradient blocks: the plan holds one block).
+CheckpointInfo load_checkpoint(Plan& plan, const std::string& path, int batch = 0);
 CheckpointInfo load_checkpoint_from_memory(Plan& plan, const uint8_t* bytes, size_t n,
                                            const std::string& name);
 

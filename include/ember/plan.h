@@ -144,8 +144,13 @@ class Plan {
   void set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift);
 
   void forward(int n);
-  // Mean loss over the first n samples; with grad, also d(loss)/d(output) for backward.
-  double loss(int n, bool grad);
+  // Mean loss over the first n samples; with grad, also d(loss)/d(output) for backward, divided
+  // by mean_over (0: n). Data-parallel training runs a batch of M samples as blocks and passes M,
+  // so that the blocks' gradients sum to the whole batch's mean.
+  double loss(int n, bool grad, int mean_over = 0);
+  // Where this batch starts inside a larger one that is run in blocks: stochastic depth then
+  // draws sample i's mask as that batch's sample offset + i (0, the default: a whole batch).
+  void set_sample_offset(int64_t offset);
   // Number of the first n samples whose arg-max output equals the label.
   int correct(int n) const;
   // Called by backward each time some parameters' gradients are final (nothing later in this
@@ -163,6 +168,12 @@ class Plan {
   // interleaved with compute-bound chunks). Without a profiler attached; with one, or for SGD,
   // exactly backward + optimizer_step. Returns what optimizer_step returns.
   int backward_step(int n, double lr);
+  // optimizer_step(lr) in parts, for data-parallel training's buckets: update_params applies the
+  // update optimizer_step would make to params()[first, first + count) only (same bits), with the
+  // step count it would use; finish_step() then counts the step. Call update_params once for every
+  // parameter between two finish_step() calls. Returns as optimizer_step does (or -1).
+  int update_params(double lr, int first, int count);
+  void finish_step();
 
   // Inference from here on: copies each Linear weight (fp32-precision f32 plans) transposed to [in, out], so that
   // a batch-1 forward reads only the weight rows its non-zero inputs select (after ReLU and

@@ -34,6 +34,7 @@ struct ProfileSummary {
   std::vector<ProfileRow> rows;  // in step order; an "other" row holds what no span covers
   std::vector<double> busy_pct;  // per thread: share of step time spent in units' work
   std::vector<BufferInfo> buffers;  // largest first
+  int64_t comm_bytes = 0;        // data-parallel: bytes this rank sent in all-reduces
 };
 
 ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double peak_gflops);

@@ -10,8 +10,10 @@
 
 namespace ember {
 
-enum class Phase : uint8_t { step, data, forward, loss, backward, optimizer, eval };
-constexpr int kPhases = 7;
+// comm: data-parallel training's all-reduce work (posting, testing, summing received halves);
+// comm_wait: blocked until other ranks' data arrives. Both on the communication track.
+enum class Phase : uint8_t { step, data, forward, loss, backward, optimizer, eval, comm, comm_wait };
+constexpr int kPhases = 9;
 const char* phase_name(Phase p);
 
 struct Span {
@@ -43,6 +45,9 @@ class Profiler {
     samples_ += samples;
   }
   int64_t steps() const { return step_; }
+  // Bytes this rank sent in data-parallel all-reduces (written by the communication track).
+  void add_comm_bytes(int64_t b) { comm_bytes_ += b; }
+  int64_t comm_bytes() const { return comm_bytes_; }
   int64_t samples() const { return samples_; }
 
   struct Total {
@@ -64,7 +69,7 @@ class Profiler {
   int threads_, units_;
   size_t capacity_;
   int64_t origin_ns_;
-  int64_t step_ = 0, samples_ = 0;
+  int64_t step_ = 0, samples_ = 0, comm_bytes_ = 0;
   Phase ctx_phase_ = Phase::forward;
   int ctx_unit_ = -1;
   std::vector<Total> totals_;

@@ -14,6 +14,26 @@ namespace ember {
 
 enum class ScheduleKind { Constant, Step, Exp, Cosine };
 
+// Data-parallel training's communication, as the training loop drives it (src/dist implements
+// it over MPI; a test may fake it). N processes ("ranks") each run their share of every batch;
+// their gradients are summed in buckets while backward runs; every rank applies the same update.
+class GradReducer {
+ public:
+  virtual ~GradReducer() = default;
+  virtual int rank() const = 0;
+  virtual int ranks() const = 0;
+  // A step's gradients, in the plan's gradient block: params()[first, first + count) are final
+  // (called in backward order, at least once for every parameter); each bucket whose parameters
+  // are all final starts its sum across ranks, and started ones progress.
+  virtual void grads_final(int first, int count) = 0;
+  // Waits for every bucket (all were started), calling update(first, count) for each one's
+  // parameters as its sum arrives: the gradient block then holds the sum over all ranks.
+  virtual void finish(const std::function<void(int first, int count)>& update) = 0;
+  // Sums v[0, n) over ranks in place, non-blocking: start, then wait (progressing buckets too).
+  virtual void start_sum(double* v, int n) = 0;
+  virtual void wait_sum() = 0;
+};
+
 struct Schedule {
   ScheduleKind kind = ScheduleKind::Cosine;
   double lr = 1e-3;        // initial
@@ -64,14 +84,29 @@ struct TrainConfig {
   // update (policy stop), or by one pass before it (policy skip, ~1-2 % of a mnist-cnn step).
   bool check_gradients = true;
   NonfinitePolicy on_nonfinite = NonfinitePolicy::stop;
-  // Called after every step with the state the next step starts from; returning false stops
-  // training there (TrainResult::stopped). May be empty.
-  std::function<bool(const TrainState& next)> after_step;
+  // Called after every step with the state the next step starts from and what poll_stop said
+  // (0 without one); returning false stops training there (TrainResult::stopped). May be empty.
+  std::function<bool(const TrainState& next, int stop_signal)> after_step;
   // Augmentation (ember/loader.h): when set, batches come from a BatchLoader that crops and flips
   // on `loader_threads` background threads, `loader_depth` batches ahead of the step, and the
   // test set goes through its deterministic path (centre crop). Null: images as they are.
   const Augment* augment = nullptr;
   int loader_threads = 1, loader_depth = 3;
+  // Polled once per step for a request to stop (a signal number; 0: none): after_step is then
+  // called with it. In data-parallel training every rank's answers are combined first, so all
+  // ranks stop after the same step.
+  std::function<int()> poll_stop;
+  // Gradient blocks (0: off). With K > 0 each batch of `batch` samples is split into K fixed
+  // blocks (block j: samples [j n / K, (j + 1) n / K) of a batch of n); each block's gradient is
+  // computed on its own and the K are summed in one fixed binary tree ((b0 + b1) + (b2 + b3)):
+  // the result does not depend on how the blocks are spread over ranks. The plan's batch must
+  // hold a block. `reducer` (null: one process) sums across N ranks: rank r runs blocks
+  // [r K / N, (r + 1) K / N) and sums them in the tree's lower levels; the upper levels are the
+  // reducer's (src/dist's deterministic reducer adds rank partials in that same tree; MPI's own
+  // all-reduce promises no order). batch: the global batch size (0: the plan's).
+  int blocks = 0;
+  int batch = 0;
+  GradReducer* reducer = nullptr;
 };
 
 struct EpochMetrics {
@@ -92,7 +127,8 @@ struct EvalResult {
 
 // Evaluates the plan's model on all of `data` in batches of plan.batch().
 // With an Augment, images go through its deterministic path (a centre crop) first.
-EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment = nullptr);
+// With a reducer (data-parallel training), each rank evaluates its share and the sums are combined.
+EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment = nullptr, GradReducer* reducer = nullptr);
 
 // Trains for cfg.epochs (or until early stopping), evaluating on `test` after every epoch.
 // on_epoch is called after each epoch; returning false stops training.

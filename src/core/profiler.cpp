@@ -15,6 +15,8 @@ const char* phase_name(Phase p) {
     case Phase::backward: return "backward";
     case Phase::optimizer: return "optimizer";
     case Phase::eval: return "eval";
+    case Phase::comm: return "all-reduce";
+    case Phase::comm_wait: return "waiting";
   }
   return "?";
 }

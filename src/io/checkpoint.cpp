@@ -102,10 +102,10 @@ void check_counters(const TrainState& s, int64_t batch, const std::string& file)
     throw Error(f + ".seconds: expected a finite number >= 0, found " + std::to_string(s.seconds));
 }
 
-CheckpointInfo load(Plan& plan, const io::ByteSource& src) {
+CheckpointInfo load(Plan& plan, const io::ByteSource& src, int batch) {
   const SafetensorsHeader h = io::read_safetensors_header(src);
   CheckpointInfo c = parse_info(h, src.name());
-  check_counters(c.state, plan.batch(), src.name());
+  check_counters(c.state, batch > 0 ? batch : plan.batch(), src.name());
   const std::vector<std::string> names = state_names(plan);
   // Everything is checked before a byte is copied: the state tensors here, the weights in load_params.
   for (const SafetensorsEntry& e : h.tensors) {
@@ -179,15 +179,15 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   return parse_info(io::read_safetensors_header(src), path);
 }
 
-CheckpointInfo load_checkpoint(Plan& plan, const std::string& path) {
+CheckpointInfo load_checkpoint(Plan& plan, const std::string& path, int batch) {
   const io::FileSource src(path);
-  return load(plan, src);
+  return load(plan, src, batch);
 }
 
 CheckpointInfo load_checkpoint_from_memory(Plan& plan, const uint8_t* bytes, size_t n,
                                            const std::string& name) {
   const io::MemorySource src(bytes, n, name);
-  return load(plan, src);
+  return load(plan, src, 0);
 }
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {

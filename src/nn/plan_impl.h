@@ -64,6 +64,7 @@ struct Plan::Impl {
   size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
   int state_count = 0;
   int64_t step = 0;
+  int64_t sample0 = 0;                           // Plan::set_sample_offset
   // bf16 plans: every parameter rounded to bf16 (the GEMMs read the weights' copies), rewritten by
   // each optimizer update in its own pass, and from the masters before a forward or backward after
   // anything else may have written them (init_params, the non-const param_data()).

@@ -65,7 +65,9 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   // The unit's random stream for this step: a hash of (seed, optimizer steps done, its first node).
   uint64_t z = m.opt.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(m.step) + 1) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t(u.first) + 1) * 0x165667B19E3779F9ull;
   z = (z ^ (z >> 33)) * 0xFF51AFD7ED558CCDull;
-  b.noise = z ^ (z >> 33);
+  // Sample i of this batch draws as sample sample0 + i of a whole batch would
+  // (ref::drop_path_uniform hashes noise + golden * (i + 1)).
+  b.noise = (z ^ (z >> 33)) + 0x9E3779B97F4A7C15ull * uint64_t(m.sample0);
   return b;
 }
 
@@ -107,9 +109,12 @@ void Plan::forward(int n) {
     timed(m.prof, Phase::forward, int(i), [&] { m.us[i].layer->forward(e, bind(m, i), n); });
 }
 
-double Plan::loss(int n, bool grad) {
+double Plan::loss(int n, bool grad, int mean_over) {
   Impl& m = *impl_;
   if (grad) check_training(m, "loss");
+  if (mean_over != 0 && mean_over < n)
+    throw Error("loss: mean_over " + std::to_string(mean_over) + " is below the batch's " + std::to_string(n) + " samples");
+  const int N = mean_over != 0 ? mean_over : n;  // the gradient's divisor
   const int D = m.model.num_classes;
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {
@@ -117,9 +122,9 @@ double Plan::loss(int n, bool grad) {
     const T* x = m.at<T>(m.act.back());
     T* dx = grad ? m.at<T>(m.grad.back()) : nullptr;  // [n, classes]
     switch (m.model.loss) {
-      case LossKind::SoftmaxCrossEntropy: return ref::softmax_xent<T>(dx, x, lab, n, D);
-      case LossKind::CrossEntropy: return ref::xent<T>(dx, x, lab, n, D);
-      case LossKind::MSE: return ref::mse<T>(dx, x, lab, n, D);
+      case LossKind::SoftmaxCrossEntropy: return ref::softmax_xent<T>(dx, x, lab, n, D, N);
+      case LossKind::CrossEntropy: return ref::xent<T>(dx, x, lab, n, D, N);
+      case LossKind::MSE: return ref::mse<T>(dx, x, lab, n, D, N);
     }
     return 0.0;
   };
@@ -256,36 +261,63 @@ int Plan::backward_step(int n, double lr) {
   return first_bad.load() == INT_MAX ? -1 : first_bad.load();
 }
 
-int Plan::optimizer_step(double lr) {
-  Impl& m = *impl_;
-  if (m.esz != 4) throw Error("optimizer_step: only f32 plans train (f64 plans are for gradient checks)");
-  check_thawed(m, "optimizer_step");
+namespace {
+// One parameter's update at optimizer step `step` (1-based); non-zero when its gradient held NaN/Inf.
+size_t update_param(Plan::Impl& m, const ops::Exec& e, size_t t, double lr, int64_t step) {
   const OptimizerConfig& o = m.opt.optimizer;
-  const ops::Exec e = m.exec();
-  ++m.step;
   float* w = m.at<float>(m.param_off);
   float* g = m.at<float>(m.grad_off);
   float* s0 = m.state_count > 0 ? m.at<float>(m.state_off[0]) : nullptr;
   float* s1 = m.state_count > 1 ? m.at<float>(m.state_off[1]) : nullptr;
   uint16_t* wh = m.wh_off != kNone ? m.at<uint16_t>(m.wh_off) : nullptr;
+  const ParamInfo& p = m.params[t];
+  const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
+  const size_t off = p.offset;
+  if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW)
+    return ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, adam_args(o, p, lr, step),
+                          wh ? wh + off : nullptr);
+  const ops::SgdArgs args{float(lr), float(o.momentum), l2, wd, o.kind == OptimizerKind::Nesterov,
+                          o.kind != OptimizerKind::SGD};
+  return ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args, wh ? wh + off : nullptr);
+}
+
+void check_updatable(const Plan::Impl& m, const char* what) {
+  if (m.esz != 4) throw Error(std::string(what) + ": only f32 plans train (f64 plans are for gradient checks)");
+  check_thawed(m, what);
+}
+}  // namespace
+
+int Plan::optimizer_step(double lr) {
+  Impl& m = *impl_;
+  check_updatable(m, "optimizer_step");
+  const ops::Exec e = m.exec();
+  ++m.step;
   int first_bad = -1;
-  for (size_t t = 0; t < m.params.size(); ++t) timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
-    const ParamInfo& p = m.params[t];
-    size_t bad;
-    const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
-    const size_t off = p.offset;
-    if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW) {
-      bad = ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, adam_args(o, p, lr, m.step),
-                           wh ? wh + off : nullptr);
-    } else {
-      const ops::SgdArgs args{float(lr), float(o.momentum), l2, wd, o.kind == OptimizerKind::Nesterov,
-                              o.kind != OptimizerKind::SGD};
-      bad = ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args, wh ? wh + off : nullptr);
-    }
-    if (bad != 0 && first_bad < 0) first_bad = int(t);
-  });
+  for (size_t t = 0; t < m.params.size(); ++t)
+    timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
+      if (update_param(m, e, t, lr, m.step) != 0 && first_bad < 0) first_bad = int(t);
+    });
   return first_bad;
 }
+
+int Plan::update_params(double lr, int first, int count) {
+  Impl& m = *impl_;
+  check_updatable(m, "update_params");
+  if (first < 0 || count < 0 || size_t(first) + size_t(count) > m.params.size())
+    throw Error("update_params: parameters [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                ") are outside the plan's " + std::to_string(m.params.size()));
+  const ops::Exec e = m.exec();
+  int first_bad = -1;
+  for (size_t t = size_t(first); t < size_t(first + count); ++t)
+    timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
+      if (update_param(m, e, t, lr, m.step + 1) != 0 && first_bad < 0) first_bad = int(t);
+    });
+  return first_bad;
+}
+
+void Plan::finish_step() { ++impl_->step; }
+
+void Plan::set_sample_offset(int64_t offset) { impl_->sample0 = offset; }
 
 const PlanOptions& Plan::options() const { return impl_->opt; }
 int Plan::state_count() const { return impl_->state_count; }

@@ -74,6 +74,28 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
   for (size_t i = units.size(); i-- > 0;) add(Phase::backward, int(i), units[i].name, units[i].flops_bwd);
   add(Phase::optimizer, -1, "NaN/Inf check", 0);  // of every gradient, before the update
   for (size_t i = 0; i < units.size(); ++i) add(Phase::optimizer, int(i), units[i].name, 0);
+  // Data-parallel training: the communication track (the last, past the pool's threads) holds
+  // the all-reduce work and the waits, both on the main thread between the spans above.
+  if (prof.threads() > plan.threads()) {
+    const int tc = prof.threads() - 1;
+    for (Phase ph : {Phase::comm, Phase::comm_wait}) {
+      const Profiler::Total& t = prof.total(tc, ph, -1);
+      if (t.calls == 0) continue;
+      ProfileRow r;
+      char name[96];
+      std::snprintf(name, sizeof name, ph == Phase::comm ? "gradient all-reduce (%.2f MB sent/step)" : "waiting for other ranks",
+                    s.steps ? double(prof.comm_bytes()) / 1e6 / double(s.steps) : 0.0);
+      r.layer = name;
+      r.phase = phase_name(ph);
+      r.calls = t.calls;
+      r.total_ms = ms(t.ns);
+      r.ms_per_step = s.steps ? r.total_ms / double(s.steps) : 0;
+      r.pct_step = step_ns ? 100.0 * double(t.ns) / double(step_ns) : 0;
+      covered += t.ns;
+      s.rows.push_back(std::move(r));
+    }
+    s.comm_bytes = prof.comm_bytes();
+  }
   if (step_ns > 0) {
     ProfileRow r;
     r.layer = "(between spans)";
@@ -86,7 +108,7 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
     s.gflops = flops / double(step_ns);
     s.pct_peak = 100 * at_peak_ns / double(step_ns);
   }
-  for (int t = 0; t < prof.threads(); ++t) {
+  for (int t = 0; t < plan.threads(); ++t) {
     int64_t busy = 0;
     for (Phase ph : {Phase::forward, Phase::backward, Phase::optimizer})
       for (int u = -1; u < int(units.size()); ++u) busy += prof.total(t, ph, u).ns;
@@ -139,7 +161,7 @@ std::string profile_json(const ProfileSummary& s) {
             {"isa", s.isa},       {"steps", s.steps},     {"samples", s.samples},
             {"step_ms", s.step_ms}, {"peak_gflops", s.peak_gflops}, {"gflops", s.gflops},
             {"pct_peak", s.pct_peak}, {"busy_pct", s.busy_pct}, {"precision", s.precision},
-            {"bf16_rate", s.bf16_rate}};
+            {"bf16_rate", s.bf16_rate}, {"comm_bytes", s.comm_bytes}};
   json rows = json::array();
   for (const auto& r : s.rows)
     rows.push_back({{"layer", r.layer}, {"phase", r.phase}, {"calls", r.calls}, {"total_ms", r.total_ms},
@@ -159,7 +181,9 @@ std::string chrome_trace_json(const Plan& plan, const Profiler& prof) {
                 {"args", {{"name", "ember " + plan.model().name}}}});
   for (int t = 0; t < prof.threads(); ++t)
     ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t},
-                  {"args", {{"name", t == 0 ? std::string("main (pool thread 0)") : "pool thread " + std::to_string(t)}}}});
+                  {"args", {{"name", t == 0 ? std::string("main (pool thread 0)")
+                                     : t >= plan.threads() ? std::string("communication (MPI, on the main thread)")
+                                                           : "pool thread " + std::to_string(t)}}}});
   for (int t = 0; t < prof.threads(); ++t)
     for (const Span& s : prof.spans(t))
       ev.push_back({{"name", span_name(plan, s)}, {"cat", phase_name(s.phase)}, {"ph", "X"},

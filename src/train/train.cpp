@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "ember/error.h"
+#include "train/blocks.h"
 
 namespace ember {
 
@@ -44,36 +45,47 @@ void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string
                 " outputs " + std::to_string(m.num_classes));
 }
 
-EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment) {
+EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment, GradReducer* reducer) {
   const int B = plan.batch();
+  // Data-parallel: rank r evaluates its contiguous share; the sums are combined.
+  const int R = reducer ? reducer->ranks() : 1, rank = reducer ? reducer->rank() : 0;
+  const int64_t first = data.count * rank / R, end = data.count * (rank + 1) / R;
   struct EvalMode {  // stochastic depth off while evaluating; the plan's mode back after
     Plan& p;
     bool was;
     explicit EvalMode(Plan& q) : p(q), was(q.train_mode()) { p.set_train_mode(false); }
     ~EvalMode() { p.set_train_mode(was); }
   } mode(plan);
-  std::vector<int64_t> index(data.count);
-  std::iota(index.begin(), index.end(), int64_t(0));
+  std::vector<int64_t> index(size_t(end - first));
+  std::iota(index.begin(), index.end(), first);
+  std::vector<int64_t> ident(static_cast<size_t>(B));
+  std::iota(ident.begin(), ident.end(), int64_t(0));
   std::unique_ptr<BatchLoader> loader;
   const Augment none;  // a streamed set without augmentation: the loader decodes, nothing else
   if (augment || data.streamed()) {
     loader = std::make_unique<BatchLoader>(data, augment ? *augment : none, B, data.streamed() ? 2 : 1, 3, 0);
-    loader->start(index.data(), data.count, 0, 0, false);
+    loader->start(index.data(), end - first, 0, 0, false);
   }
   EvalResult r;
   double loss_sum = 0;
   int64_t correct = 0;
-  for (int64_t start = 0; start < data.count; start += B) {
-    const int n = int(std::min<int64_t>(B, data.count - start));
+  for (int64_t start = 0; start < end - first; start += B) {
+    const int n = int(std::min<int64_t>(B, end - first - start));
     if (loader) {
       const BatchLoader::Batch b = loader->next();
-      plan.gather_u8(b.images, b.labels, index.data(), n);  // the batch in order: index 0 .. n-1
+      plan.gather_u8(b.images, b.labels, ident.data(), n);  // the batch in order: index 0 .. n-1
     } else {
       plan.gather_u8(data.images.data(), data.labels.data(), index.data() + start, n);
     }
     plan.forward(n);
     loss_sum += plan.loss(n, false) * n;
     correct += plan.correct(n);
+  }
+  if (reducer) {
+    double v[2] = {loss_sum, double(correct)};
+    reducer->start_sum(v, 2);
+    reducer->wait_sum();
+    loss_sum = v[0], correct = int64_t(std::llround(v[1]));
   }
   r.count = data.count;
   r.loss = loss_sum / double(data.count);
@@ -86,6 +98,107 @@ std::string step_name(int64_t step, int epoch, int64_t batch, int64_t batches) {
   return "step " + std::to_string(step) + " (epoch " + std::to_string(epoch + 1) + ", batch " +
          std::to_string(batch + 1) + " of " + std::to_string(batches) + ")";
 }
+
+std::string nonfinite_grad_message(const Plan& plan, int t, const std::string& where) {
+  const ParamInfo& p = plan.params()[size_t(t)];
+  return "non-finite gradient of " + p.name + " (" + plan.layers()[size_t(p.layer)].kind + ", layer " +
+         std::to_string(p.layer) + ") at " + where;
+}
+
+// What one training step needs to know, and what it did.
+struct StepCtx {
+  Plan& plan;
+  const TrainConfig& cfg;
+  double lr;
+  int n;  // samples in the batch
+  int64_t step;
+  int epoch;
+  int64_t batch, batches;
+  Profiler* P;
+  std::string where() const { return step_name(step, epoch, batch, batches); }  // only on errors
+};
+struct StepOutcome {
+  double loss_sum = 0;  // over the batch's samples
+  int64_t correct = 0;
+  bool skipped = false;  // policy skip met NaN/Inf: no update
+  int stop_signal = 0;   // what poll_stop said (combined over ranks)
+  int local = 0;         // samples this process ran (its share of the batch)
+};
+
+// Throws for policy stop; else the outcome of a step that met `bad` (skipped).
+StepOutcome nonfinite(const StepCtx& c, const std::string& bad) {
+  if (c.cfg.on_nonfinite == NonfinitePolicy::stop) throw NonfiniteError(bad + " (stopped before its update)");
+  StepOutcome o;
+  o.skipped = true;
+  return o;
+}
+
+// The whole batch in one pass: forward, loss, backward with the update overlapped (backward_step).
+template <class Gather>
+StepOutcome one_pass_step(const StepCtx& c, Gather&& gather) {
+  Plan& plan = c.plan;
+  StepOutcome o;
+  o.stop_signal = c.cfg.poll_stop ? c.cfg.poll_stop() : 0;
+  timed(c.P, Phase::data, -1, gather);  // with a loader: the wait for its batch, then the conversion
+  plan.forward(c.n);
+  double loss = 0;
+  timed(c.P, Phase::loss, -1, [&] {
+    loss = plan.loss(c.n, true);
+    o.correct = plan.correct(c.n);
+  });
+  int updated = -2;  // -2: not updated yet; else what the update returned
+  if (!std::isfinite(loss)) {
+    const int u = plan.first_nonfinite_output(c.n);
+    StepOutcome s = nonfinite(c, "non-finite loss (" + std::to_string(loss) + ") at " + c.where() +
+                                     (u >= 0 ? ": first non-finite output is that of " + plan.units()[size_t(u)].name
+                                             : ": every layer's output is finite, the loss itself overflowed"));
+    s.stop_signal = o.stop_signal;
+    s.local = c.n;
+    return s;
+  }
+  if (c.cfg.check_gradients && c.cfg.on_nonfinite == NonfinitePolicy::skip) {
+    // Skipping needs to know before the update (one pass over the gradients); stopping does
+    // not: the update reads every gradient anyway and reports what it met.
+    plan.backward(c.n);
+    int t = -1;
+    timed(c.P, Phase::optimizer, -1, [&] { t = plan.first_nonfinite_grad(); });
+    if (t >= 0) {
+      StepOutcome s = nonfinite(c, nonfinite_grad_message(plan, t, c.where()));
+      s.stop_signal = o.stop_signal;
+      s.local = c.n;
+      return s;
+    }
+  } else {
+    updated = plan.backward_step(c.n, c.lr);  // the update overlapped with the first layer's backward
+  }
+  const int t = updated != -2 ? updated : plan.optimizer_step(c.lr);
+  if (t >= 0 && c.cfg.check_gradients)
+    throw NonfiniteError(nonfinite_grad_message(plan, t, c.where()) + " (stopped after its update, which that gradient spoiled)");
+  o.loss_sum = loss * c.n;
+  o.local = c.n;
+  return o;
+}
+
+// The batch in gradient blocks (BlockStepper), summed across ranks when there is a reducer.
+template <class Gather>
+StepOutcome block_step(const StepCtx& c, train_impl::BlockStepper& stepper, Gather&& gather) {
+  const train_impl::BlockStepper::Result br = stepper.run(
+      c.n, [&](int first, int count) { timed(c.P, Phase::data, -1, [&] { gather(first, count); }); },
+      c.cfg.poll_stop ? c.cfg.poll_stop() : 0);
+  const bool check = c.cfg.check_gradients && c.cfg.on_nonfinite == NonfinitePolicy::skip;
+  const int t = stepper.apply(c.lr, check && br.finite, !br.finite);
+  StepOutcome o;
+  if (!br.finite) o = nonfinite(c, "non-finite loss (" + std::to_string(br.loss_sum / c.n) + ") at " + c.where());
+  else if (t >= 0 && check) o = nonfinite(c, nonfinite_grad_message(c.plan, t, c.where()));
+  else if (t >= 0 && c.cfg.check_gradients)
+    throw NonfiniteError(nonfinite_grad_message(c.plan, t, c.where()) + " (stopped after its update, which that gradient spoiled)");
+  o.stop_signal = br.stop_signal;
+  o.local = br.local;
+  if (o.skipped) return o;
+  o.loss_sum = br.loss_sum;
+  o.correct = br.correct;
+  return o;
+}
 }  // namespace
 
 TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainConfig& cfg,
@@ -93,7 +206,11 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
   check_dataset_fits(plan, tr, "training set", cfg.augment);
   check_dataset_fits(plan, te, "test set", cfg.augment);
   using clock = std::chrono::steady_clock;
-  const int B = plan.batch();
+  const int B = cfg.batch > 0 ? cfg.batch : plan.batch();  // the (global) batch
+  if (cfg.blocks == 0 && (cfg.reducer || B != plan.batch()))
+    throw Error("train: a reducer, or a batch other than the plan's, needs gradient blocks (TrainConfig::blocks)");
+  std::unique_ptr<train_impl::BlockStepper> stepper;
+  if (cfg.blocks > 0) stepper = std::make_unique<train_impl::BlockStepper>(plan, cfg.blocks, B, cfg.reducer);
   const int64_t batches = (tr.count + B - 1) / B;
   if (cfg.start.epoch < 0 || cfg.start.batch < 0 || cfg.start.batch > batches)
     throw Error("train: start position epoch " + std::to_string(cfg.start.epoch) + ", batch " +
@@ -128,62 +245,36 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
       const int n = int(std::min<int64_t>(B, tr.count - start));
       const auto ts0 = clock::now();
       const int64_t ts = P ? P->now_ns() : 0;
-      timed(P, Phase::data, -1, [&] {  // with a loader: the wait for its batch, then the conversion
+      const int64_t step = epoch * batches + st.batch + 1;
+      if (bf16) plan.set_flush_counting(st.batch % kFlushCheckEvery == 0);
+      BatchLoader::Batch lb;  // blocks: the loader's whole batch, gathered block by block
+      if (stepper && loader) timed(P, Phase::data, -1, [&] { lb = loader->next(); });
+      const StepCtx c{plan, cfg, lr, n, step, epoch, st.batch, batches, P};
+      const StepOutcome o = stepper ? block_step(c, *stepper, [&](int first, int count) {
+        if (!loader) return plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start + first, count);
+        plan.gather_u8(lb.images, lb.labels, ident.data() + first, count);
+      }) : one_pass_step(c, [&] {
         if (!loader) return plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
         const BatchLoader::Batch b = loader->next();
         plan.gather_u8(b.images, b.labels, ident.data(), b.n);
       });
-      plan.forward(n);
-      double loss = 0;
-      int correct = 0;
-      timed(P, Phase::loss, -1, [&] {
-        loss = plan.loss(n, true);
-        correct = plan.correct(n);
-      });
-      const int64_t step = epoch * batches + st.batch + 1;
-      auto grad_message = [&](int t) {
-        const ParamInfo& p = plan.params()[size_t(t)];
-        return "non-finite gradient of " + p.name + " (" + plan.layers()[size_t(p.layer)].kind + ", layer " +
-               std::to_string(p.layer) + ") at " + step_name(step, epoch, st.batch, batches);
-      };
-      if (bf16) plan.set_flush_counting(st.batch % kFlushCheckEvery == 0);
-      std::string bad;
-      int updated = -2;  // -2: not updated yet; else what the update returned
-      if (!std::isfinite(loss)) {
-        const int u = plan.first_nonfinite_output(n);
-        bad = "non-finite loss (" + std::to_string(loss) + ") at " + step_name(step, epoch, st.batch, batches) +
-              (u >= 0 ? ": first non-finite output is that of " + plan.units()[size_t(u)].name
-                      : ": every layer's output is finite, the loss itself overflowed");
-      } else if (cfg.check_gradients && cfg.on_nonfinite == NonfinitePolicy::skip) {
-        // Skipping needs to know before the update (one pass over the gradients); stopping does
-        // not: the update reads every gradient anyway and reports what it met.
-        plan.backward(n);
-        int t = -1;
-        timed(P, Phase::optimizer, -1, [&] { t = plan.first_nonfinite_grad(); });
-        if (t >= 0) bad = grad_message(t);
-      } else {
-        updated = plan.backward_step(n, lr);  // the update overlapped with the first layer's backward
-      }
-      if (!bad.empty()) {
-        if (cfg.on_nonfinite == NonfinitePolicy::stop) throw NonfiniteError(bad + " (stopped before its update)");
+      const int stop_signal = o.stop_signal;
+      if (o.skipped) {
         ++st.skipped;  // skip: no update, the batch counts for nothing
       } else {
-        const int t = updated != -2 ? updated : plan.optimizer_step(lr);
-        if (t >= 0 && cfg.check_gradients)
-          throw NonfiniteError(grad_message(t) + " (stopped after its update, which that gradient spoiled)");
-        st.loss_sum += loss * n;
-        st.correct += correct;
+        st.loss_sum += o.loss_sum;
+        st.correct += o.correct;
       }
       if (P) {
         P->record(0, Phase::step, -1, ts, P->now_ns());
-        P->end_step(n);
+        P->end_step(o.local);  // GFLOP/s: the samples this process computed
       }
       st.seconds += std::chrono::duration<double>(clock::now() - ts0).count();
       if (cfg.on_step) cfg.on_step(epoch + 1, start + n, tr.count);
       if (cfg.after_step) {
         TrainState next = st;
         ++next.batch;
-        if (!cfg.after_step(next)) {
+        if (!cfg.after_step(next, stop_signal)) {
           result.stopped = true;
           result.state = next;
           result.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
@@ -196,7 +287,7 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     if (cfg.evaluate) {
       const int64_t te0 = P ? P->now_ns() : 0;
       plan.set_profiler(nullptr);  // evaluation's forward passes are not training steps
-      ev = evaluate(plan, te, cfg.augment);
+      ev = evaluate(plan, te, cfg.augment, cfg.reducer);
       plan.set_profiler(P);
       if (P) P->record(0, Phase::eval, -1, te0, P->now_ns());
     }

@@ -203,7 +203,7 @@ class Cli : public ::testing::Test {
 
 // The contract for bad input: non-zero exit that is not a crash or timeout, nothing on stdout
 // about training, and stderr is exactly one line containing "error" and every `needles` string.
-void expect_one_line_error(const Result& r, const std::vector<std::string>& needles) {
+[[maybe_unused]] void expect_one_line_error(const Result& r, const std::vector<std::string>& needles) {
   if (std::getenv("EMBER_CLI_TEST_SHOW"))  // print every error line, to review the wording
     std::fprintf(stderr, "  [%d] %s", r.code, r.err.c_str());
   SCOPED_TRACE(r.cmd);

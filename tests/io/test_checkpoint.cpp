@@ -103,7 +103,7 @@ TEST_P(Resume, StoppedAnywhereEndsWithTheSameBytes) {
     a.init_params(7);
     TrainConfig c1 = cfg;
     int64_t steps = 0;
-    c1.after_step = [&](const TrainState&) { return ++steps < stop_at; };
+    c1.after_step = [&](const TrainState&, int) { return ++steps < stop_at; };
     const TrainResult r1 = train(a, tr, te, c1, nullptr);
     ASSERT_TRUE(r1.stopped);
     const std::string path = (dir.path / ("c" + std::to_string(stop_at) + ".safetensors")).string();

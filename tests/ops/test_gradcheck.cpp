@@ -112,7 +112,7 @@ TEST(GradCheck, Softmax) {
 TEST(GradCheck, Losses) {
   const int N = 4, D = 6;
   std::vector<int32_t> label{0, 5, 2, 2};
-  using Loss = double (*)(double*, const double*, const int32_t*, int, int);
+  using Loss = double (*)(double*, const double*, const int32_t*, int, int, int);
   const struct { const char* name; Loss f; bool probs; } losses[] = {
       {"softmax_xent", ref::softmax_xent<double>, false},
       {"xent", ref::xent<double>, true},
@@ -128,18 +128,18 @@ TEST(GradCheck, Losses) {
       }
     }
     std::vector<double> dx(N * D);
-    l.f(dx.data(), x.data(), label.data(), N, D);
-    expect_gradient(l.name, x, dx, [&] { return l.f(nullptr, x.data(), label.data(), N, D); });
+    l.f(dx.data(), x.data(), label.data(), N, D, N);
+    expect_gradient(l.name, x, dx, [&] { return l.f(nullptr, x.data(), label.data(), N, D, N); });
   }
 }
 
 TEST(Losses, SoftmaxXentIsStableForHugeLogits) {
   std::vector<float> x{1e30f, -1e30f, 0.f, 88.f, 89.f, 90.f}, dx(6);
   std::vector<int32_t> label{1, 2};
-  const double l = ref::softmax_xent<float>(dx.data(), x.data(), label.data(), 2, 3);
+  const double l = ref::softmax_xent<float>(dx.data(), x.data(), label.data(), 2, 3, 2);
   EXPECT_TRUE(std::isfinite(l));
   for (float v : dx) EXPECT_TRUE(std::isfinite(v));
-  EXPECT_NEAR(ref::softmax_xent<float>(nullptr, x.data() + 3, label.data() + 1, 1, 3),
+  EXPECT_NEAR(ref::softmax_xent<float>(nullptr, x.data() + 3, label.data() + 1, 1, 3, 1),
               std::log(std::exp(-2.0) + std::exp(-1.0) + 1.0), 1e-5);
 }
 
@@ -149,8 +149,8 @@ TEST(Losses, SoftmaxThenXentEqualsFused) {
   std::vector<int32_t> label{0, 1, 2, 3, 0};
   std::vector<double> p(N * D), d_fused(N * D), d_p(N * D), d_two(N * D);
   ref::softmax_fwd<double>(p.data(), x.data(), N, D);
-  const double fused = ref::softmax_xent<double>(d_fused.data(), x.data(), label.data(), N, D);
-  const double two = ref::xent<double>(d_p.data(), p.data(), label.data(), N, D);
+  const double fused = ref::softmax_xent<double>(d_fused.data(), x.data(), label.data(), N, D, N);
+  const double two = ref::xent<double>(d_p.data(), p.data(), label.data(), N, D, N);
   ref::softmax_bwd<double>(d_two.data(), d_p.data(), p.data(), N, D);
   EXPECT_NEAR(fused, two, 1e-12);
   EXPECT_LT(max_rel_diff(d_two, d_fused), 1e-12);

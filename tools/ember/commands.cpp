@@ -264,6 +264,16 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
   cmd->add_option("--on-nonfinite", a.on_nonfinite,
                   "NaN/Inf in the loss or a gradient: stop (keep the last checkpoint) or skip the step")
       ->capture_default_str();
+  cmd->add_flag("--deterministic,!--no-deterministic", a.deterministic,
+                "Sum gradients over fixed blocks of each batch in a fixed tree: the same weights bit for bit for "
+                "1, 2 or 4 ranks (default: on under mpirun/srun, off for one process)");
+  cmd->add_option("--grad-blocks", a.grad_blocks,
+                  "--deterministic: blocks per batch (a power of two, a multiple of the ranks; 0: max(4, ranks))")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", a.bucket_mb, "Data-parallel: gradient all-reduce bucket size in MiB")->capture_default_str();
+  cmd->add_option("--comm-timeout", a.comm_timeout,
+                  "Data-parallel: seconds a rank waits for the others before it stops the job with an error")
+      ->capture_default_str();
 }
 
 void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
@@ -297,6 +307,9 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   check_int(L("--limit-train"), a.limit_train, 0, int64_t(1) << 40);
   check_int(L("--checkpoint-every"), a.checkpoint_every, 0, int64_t(1) << 40);
   check_int(L("--keep-checkpoints"), a.keep_checkpoints, 1, 1000000);
+  check_int(L("--grad-blocks"), a.grad_blocks, 0, 65536);
+  check_real(L("--bucket-mb"), a.bucket_mb, 0, 1 << 20, true);
+  check_real(L("--comm-timeout"), a.comm_timeout, 0, 1e6, true);
   if (a.on_nonfinite != "stop" && a.on_nonfinite != "skip")
     bad(L("--on-nonfinite"), "stop or skip", "'" + one_line(a.on_nonfinite) + "'");
   if (!a.resume.empty() && !a.weights.empty())

@@ -87,6 +87,13 @@ struct TrainArgs {
   int keep_checkpoints = 3;
   std::string resume;            // checkpoint file, or a directory (its newest)
   std::string on_nonfinite = "stop";  // stop | skip
+  // Data-parallel training (mpirun/srun; docs/distributed.md). deterministic: gradients summed in
+  // `grad_blocks` fixed blocks (0: max(4, ranks)) in a fixed tree, bit-identical for any number of
+  // ranks that divides them; the default under a launcher, off for one process without one.
+  bool deterministic = false;
+  int grad_blocks = 0;
+  double bucket_mb = 4;         // gradient all-reduce bucket size
+  double comm_timeout = 60;     // seconds a rank waits for the others before it gives up
 };
 
 // `ember profile`: training on a few samples with the profiler on.

@@ -37,7 +37,8 @@ json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count
           {"out", a.out}, {"profile", a.profile}, {"quiet", a.quiet},
           {"checkpoint_every", a.checkpoint_every}, {"checkpoint_dir", a.checkpoint_dir},
           {"keep_checkpoints", a.keep_checkpoints}, {"on_nonfinite", a.on_nonfinite},
-          {"weights", a.weights}, {"train_crc32", train_crc}, {"train_count", train_count}};
+          {"weights", a.weights}, {"train_crc32", train_crc}, {"train_count", train_count},
+          {"deterministic", a.deterministic}, {"grad_blocks", a.grad_blocks}, {"bucket_mb", a.bucket_mb}};
 }
 
 namespace {
@@ -113,6 +114,12 @@ std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd
   r("checkpoint_every", "--checkpoint-every", a.checkpoint_every, true);
   r("keep_checkpoints", "--keep-checkpoints", a.keep_checkpoints, true);
   r("on_nonfinite", "--on-nonfinite", a.on_nonfinite, true);
+  if (j.contains("deterministic")) {  // written since data-parallel training came
+    // A deterministic run goes on deterministic (any number of ranks), unless told otherwise.
+    r("deterministic", "--deterministic", a.deterministic, true);
+    r("grad_blocks", "--grad-blocks", a.grad_blocks, true);
+    r("bucket_mb", "--bucket-mb", a.bucket_mb, true);
+  }
   // Outputs (--metrics, --save, --save-dtype, --out, --profile, --checkpoint-dir) are never taken from the
   // checkpoint: a resume writes only where its own command line says, and checkpoints go to the
   // directory it resumes from unless --checkpoint-dir is given.

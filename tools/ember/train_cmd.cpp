@@ -2,9 +2,11 @@
 // a run directory (config.json, model.json, metrics.jsonl; with --profile also profile.json,
 // profile.folded and trace.json) that `ember report` turns into one HTML page.
 #include <fcntl.h>
+#include <zlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "dist/dist.h"
 #include "ember/bench.h"
 #include "ember/error.h"
 #include "ember/files.h"
@@ -81,7 +84,7 @@ std::string config_json(const TrainArgs& a, const Plan& plan, const std::string&
   std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   nlohmann::json j = {
       {"ember_version", kVersion}, {"command", a.command_line}, {"model", plan.model().name},
-      {"data", data_dir},         {"epochs", a.epochs},        {"batch_size", plan.batch()},
+      {"data", data_dir},         {"epochs", a.epochs},        {"batch_size", a.common.batch_size},
       {"optimizer", a.optimizer}, {"lr", a.lr},                {"schedule", a.schedule},
       {"lr_min", a.lr_min},       {"t_max", a.t_max},          {"l2", a.l2},
       {"weight_decay", a.weight_decay}, {"threads", plan.threads()}, {"isa", plan.isa_name()},
@@ -322,10 +325,57 @@ std::string resume_hint(const TrainArgs& a, const std::string& dir) {
   return one_line(h);
 }
 
-int run_train(TrainArgs a, const CLI::App& cmd) {
+namespace {
+// Data-parallel settings from the world and the flags (before the plan is built): threads per
+// rank, who writes, and the gradient blocks.
+struct Parallel {
+  int ranks = 1, rank = 0;
+  bool writer = true;        // rank 0: prints and writes every output
+  bool deterministic = false;
+  int blocks = 0;            // TrainConfig::blocks
+};
+
+// restored: flags a resume took from its checkpoint (--deterministic among them, or not).
+Parallel parallel_setup(const dist::World& world, TrainArgs& a, const CLI::App& cmd,
+                        const std::map<std::string, std::string>& restored) {
+  Parallel p;
+  p.ranks = world.size(), p.rank = world.rank(), p.writer = world.rank() == 0;
+  const bool given = cmd.get_option("--deterministic")->count() > 0 || restored.count("--deterministic") > 0;
+  p.deterministic = given ? a.deterministic : world.mpi();
+  if (p.ranks > 1 && cmd.count("--threads") == 0)  // the node's cores shared among its ranks
+    a.common.threads = std::max(1, default_threads() / std::max(1, world.local_size()));
+  if (!p.deterministic) {
+    if (cmd.count("--grad-blocks") > 0) throw Error("--grad-blocks: needs --deterministic");
+    p.blocks = p.ranks > 1 ? p.ranks : 0;
+  } else {
+    int k = 4;
+    while (k < p.ranks) k *= 2;
+    p.blocks = a.grad_blocks > 0 ? a.grad_blocks : k;
+  }
+  a.deterministic = p.deterministic;  // as run: what a checkpoint records
+  if (p.deterministic) a.grad_blocks = p.blocks;
+  if (!p.writer) {  // only rank 0 prints and writes
+    a.out.clear(), a.metrics.clear(), a.save.clear(), a.show_batch.clear();
+    a.quiet = true, a.profile = false;
+  }
+  return p;
+}
+
+// Every rank must start from the same weights and settings: a hash of them, compared.
+uint64_t start_hash(const Plan& plan, int batch, int blocks) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, static_cast<const Bytef*>(plan.param_data()), uInt(plan.param_count() * sizeof(float)));
+  const int64_t v[3] = {batch, blocks, int64_t(plan.param_count())};
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(v), sizeof v);
+  return crc;
+}
+}  // namespace
+
+int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   const bool resuming = !a.resume.empty();
   Resumed resumed;
   if (resuming) resumed = read_resume(a, cmd);
+  const Parallel par = parallel_setup(world, a, cmd, resumed.taken);
   const Label label = [&](const char* flag) {
     const auto it = resumed.taken.find(flag);
     return it == resumed.taken.end() ? std::string(flag) : it->second;
@@ -341,6 +391,10 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
 
   TrainTest data = load_train_data(a);
   if (!resuming) su.plan.batch = a.common.batch_size = clamp_batch(a.common.batch_size, data.train.count, "training set");
+  if (par.blocks > 0) {  // the plan holds one block of the (global) batch
+    su.cfg.batch = a.common.batch_size, su.cfg.blocks = par.blocks;
+    su.plan.batch = (a.common.batch_size + par.blocks - 1) / par.blocks;
+  }
   bool augmenting = false;
   const Augment aug = augment_of(a.common, su.model, data.train.channels, &augmenting);
   // --model FILE.onnx: the graph starts from the file's weights (unless --weights says otherwise).
@@ -352,7 +406,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
   if (resuming) {
     check_same_data(resumed, data.train, crc, data_dir);
-    check_position(resumed.info, data.train.count, su.plan.batch);
+    check_position(resumed.info, data.train.count, a.common.batch_size);
     check_weights_fit(su.model, resumed.info.path);  // before a plan of a (maybe edited) model is built
   } else if (!a.weights.empty()) {
     check_weights_fit(su.model, a.weights);
@@ -360,10 +414,10 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   Plan plan(su.model, su.plan);
   set_normalisation(plan, aug);
   check_dataset_fits(plan, data.train, "training set", su.cfg.augment);
-  if (!a.show_batch.empty()) write_batch_grid(a.show_batch, data.train, aug, plan.batch(), a.seed, !a.no_shuffle);
+  if (!a.show_batch.empty()) write_batch_grid(a.show_batch, data.train, aug, a.common.batch_size, a.seed, !a.no_shuffle);
   std::vector<std::string> kept_metrics;
   if (resuming) {
-    load_checkpoint(plan, resumed.info.path);
+    load_checkpoint(plan, resumed.info.path, a.common.batch_size);
     su.cfg.start = resumed.info.state;
     kept_metrics = metrics_so_far(resumed.info);
     ckpts.set_last(resumed.info.path);
@@ -378,7 +432,10 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   // Every input is read and checked: from here signals are polled (a stop writes nothing half),
   // and the outputs may be written.
   SignalStop signals;
-  if (resuming || a.checkpoint_every > 0) ckpts.lock(resuming ? resumed.info.path : "", !resuming);
+  if (par.writer && (resuming || a.checkpoint_every > 0)) ckpts.lock(resuming ? resumed.info.path : "", !resuming);
+  if (!world.same_everywhere(start_hash(plan, a.common.batch_size, par.blocks), a.comm_timeout))
+    throw Error("data-parallel training: the ranks do not start from the same weights and batch (a rank read "
+                "another --resume, --weights or --batch-size?)");
   if (!a.out.empty()) {
     make_run_dir(a.out);
     if (a.metrics.empty()) a.metrics = a.out + "/metrics.jsonl";
@@ -393,18 +450,36 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   MetricsFile metrics(a.metrics, kept_metrics);
   std::unique_ptr<Profiler> prof;
   if (a.profile) {  // a whole run's spans are aggregated; the trace keeps the first ones
-    prof = std::make_unique<Profiler>(plan.threads(), int(plan.units().size()), size_t(1) << 14);
+    // Data-parallel: one more track, the communication's.
+    prof = std::make_unique<Profiler>(plan.threads() + (par.ranks > 1), int(plan.units().size()), size_t(1) << 14);
     plan.set_profiler(prof.get());
   }
+  std::unique_ptr<GradReducer> reducer;
+  if (par.ranks > 1) {
+    dist::ReducerOptions ro;
+    ro.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
+    ro.deterministic = par.deterministic, ro.timeout_s = a.comm_timeout;
+    ro.profiler = prof.get(), ro.track = plan.threads();
+    reducer = dist::make_reducer(world, plan, ro);
+    su.cfg.reducer = reducer.get();
+  }
 
+  if (par.writer) {
   std::printf("ember train: model %s, %zu parameters, data %s (%lld train / %lld test)\n",
               su.model.name.c_str(), plan.param_count(), one_line(data_dir).c_str(),
               (long long)data.train.count, (long long)data.test.count);
   std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, precision %s, seed %llu\n",
-              a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, su.plan.batch, a.epochs,
+              a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, a.common.batch_size, a.epochs,
               plan.threads(), plan.isa_name(), precision_name(plan.precision()), (unsigned long long)a.seed);
-  const int64_t batches = (data.train.count + plan.batch() - 1) / plan.batch();
-  if (resuming) {
+  if (par.ranks > 1 || par.deterministic)
+    std::printf("  data-parallel: %d ranks x %d threads, %s%s\n", par.ranks, plan.threads(),
+                par.deterministic ? ("deterministic: gradients of " + std::to_string(par.blocks) +
+                                     " fixed blocks of the batch summed in a fixed tree").c_str()
+                                  : "not deterministic: MPI_Iallreduce sums",
+                par.ranks > 1 ? (", buckets of " + std::to_string(a.bucket_mb) + " MiB").c_str() : "");
+  }
+  const int64_t batches = (data.train.count + a.common.batch_size - 1) / a.common.batch_size;
+  if (resuming && par.writer) {
     std::printf("  resumed from %s: epoch %d, batch %lld of %lld, optimizer step %lld\n", one_line(resumed.info.path).c_str(),
                 resumed.info.state.epoch + 1, (long long)resumed.info.state.batch, (long long)batches,
                 (long long)plan.optimizer_steps());
@@ -416,11 +491,12 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   Progress progress(stdout, isatty(fileno(stdout)) != 0, a.epochs);
   if (!a.quiet) su.cfg.on_step = [&](int e, int64_t done, int64_t total) { progress.step(e, done, total); };
   int stop_signal = 0;
-  su.cfg.after_step = [&](const TrainState& next) {
+  su.cfg.poll_stop = [&] { return signals.taken(); };
+  su.cfg.after_step = [&](const TrainState& next, int sig) {
     const int64_t step = next.epoch * batches + next.batch;
-    ckpts.maybe_save(plan, next, step);
-    if ((stop_signal = signals.taken()) == 0) return true;
-    if (ckpts.last() == checkpoint_path(ckpts.dir(), step)) return false;
+    if (par.writer) ckpts.maybe_save(plan, next, step);
+    if ((stop_signal = sig) == 0) return true;
+    if (!par.writer || ckpts.last() == checkpoint_path(ckpts.dir(), step)) return false;
     try {
       ckpts.save(plan, next, step);
     } catch (const Error& e) {
@@ -457,7 +533,12 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
                                             " (resume with --resume and a lower --lr, or --on-nonfinite skip)"));
   }
   progress.clear();
+  if (r.stopped && !par.writer) {  // rank 0 writes the checkpoint; the job ends when it has
+    world.barrier(a.comm_timeout, "after the stop");
+    return 128 + stop_signal;
+  }
   if (r.stopped) {
+    world.barrier(a.comm_timeout, "after the stop");
     std::fflush(stdout);
     std::fprintf(stderr, "ember: %s at step %lld (epoch %d, batch %lld of %lld): checkpoint %s\n"
                  "resume with: %s\n",
@@ -468,6 +549,7 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
     return 128 + stop_signal;
   }
   metrics.finish();
+  if (!par.writer) return 0;
   if (r.epochs_run == 0)
     std::printf("nothing to train: the run is at the end of epoch %d of %d (raise --epochs to train on)\n",
                 su.cfg.start.epoch, a.epochs);
@@ -494,6 +576,23 @@ int run_train(TrainArgs a, const CLI::App& cmd) {
   if (!a.out.empty())
     std::printf("run directory %s (ember report %s -o report.html)\n", one_line(a.out).c_str(), one_line(a.out).c_str());
   return 0;
+}
+
+int run_train(TrainArgs a, const CLI::App& cmd) {
+  dist::World world;
+  if (!world.mpi() || world.size() < 2) return run_train_on(world, std::move(a), cmd);
+  try {
+    return run_train_on(world, std::move(a), cmd);
+  } catch (const std::exception& e) {
+    // One rank's error ends the whole job. The other ranks usually meet the same error: rank 0
+    // says it, the others wait a moment to be ended by its abort before they say theirs.
+    std::fflush(stdout);
+    if (world.rank() != 0) ::usleep(1500000);
+    std::fprintf(stderr, "ember: error: %s%s\n", world.rank() == 0 ? "" : ("rank " + std::to_string(world.rank()) + ": ").c_str(),
+                 one_line(e.what()).substr(0, 2000).c_str());
+    std::fflush(stderr);
+    world.abort(2);
+  }
 }
 
 }  // namespace ember::cli

@@ -313,9 +313,10 @@ template <class T> void softmax_bwd(T* dx, const T* dy, const T* y, int N, int D
 }
 
 // Losses: mean over the batch of a per-sample loss; each returns the loss and writes
-// dx = d(loss)/dx (already divided by N). Labels are class indices in [0, D).
+// dx = d(loss)/dx (already divided by M, the samples the mean is over: N, or a whole batch's
+// count when these N are one block of it). Labels are class indices in [0, D).
 // Fused softmax cross-entropy on logits x[N,D]: loss = mean(logsumexp(x) - x[label]).
-template <class T> double softmax_xent(T* dx, const T* x, const int32_t* label, int N, int D) {
+template <class T> double softmax_xent(T* dx, const T* x, const int32_t* label, int N, int D, int M) {
   double total = 0;
   for (int n = 0; n < N; ++n) {
     const T* xr = x + (size_t)n * D;
@@ -327,13 +328,13 @@ template <class T> double softmax_xent(T* dx, const T* x, const int32_t* label, 
     total += double(lse - xr[label[n]]);
     if (dx)
       for (int d = 0; d < D; ++d)
-        dx[(size_t)n * D + d] = (std::exp(xr[d] - lse) - T(d == label[n])) / T(N);
+        dx[(size_t)n * D + d] = (std::exp(xr[d] - lse) - T(d == label[n])) / T(M);
   }
   return total / N;
 }
 // Cross-entropy on probabilities x[N,D] (after a Softmax layer): loss = mean(-log x[label]).
 // Probabilities are clamped to 1e-12 (float) / 1e-300 (double) so log stays finite.
-template <class T> double xent(T* dx, const T* x, const int32_t* label, int N, int D) {
+template <class T> double xent(T* dx, const T* x, const int32_t* label, int N, int D, int M) {
   const T eps = std::is_same_v<T, float> ? T(1e-12) : T(1e-300);
   double total = 0;
   for (int n = 0; n < N; ++n) {
@@ -342,20 +343,20 @@ template <class T> double xent(T* dx, const T* x, const int32_t* label, int N, i
     total -= std::log(double(pc));
     if (dx) {
       for (int d = 0; d < D; ++d) dx[(size_t)n * D + d] = 0;
-      dx[(size_t)n * D + label[n]] = p > eps ? -T(1) / (pc * T(N)) : T(0);
+      dx[(size_t)n * D + label[n]] = p > eps ? -T(1) / (pc * T(M)) : T(0);
     }
   }
   return total / N;
 }
 // Mean squared error against one-hot targets: loss = mean_n sum_d (x - onehot)^2 / D,
 // i.e. PyTorch's MSELoss(reduction='mean') over all N*D elements.
-template <class T> double mse(T* dx, const T* x, const int32_t* label, int N, int D) {
+template <class T> double mse(T* dx, const T* x, const int32_t* label, int N, int D, int M) {
   double total = 0;
   for (int n = 0; n < N; ++n)
     for (int d = 0; d < D; ++d) {
       const T diff = x[(size_t)n * D + d] - T(d == label[n]);
       total += double(diff) * double(diff);
-      if (dx) dx[(size_t)n * D + d] = T(2) * diff / T(N * D);
+      if (dx) dx[(size_t)n * D + d] = T(2) * diff / T(M * D);
     }
   return total / ((double)N * D);
 }
