@@ -44,9 +44,10 @@ class World {
 
 struct ReducerOptions {
   size_t bucket_bytes = size_t(4) << 20;  // --bucket-mb
-  // true: recursive halving then doubling, adding rank partials pairwise in the fixed binary
-  // tree (needs a power-of-two number of ranks); false: MPI_Iallreduce (any number of ranks).
+  // A power-of-two number of ranks sums by recursive halving then doubling, adding rank partials
+  // pairwise in the fixed binary tree; other counts use MPI_Iallreduce, which deterministic refuses.
   bool deterministic = true;
+  bool mpi_allreduce = false;             // MPI_Iallreduce for any count (bench_allreduce compares)
   double timeout_s = 60;                  // --comm-timeout: the longest wait for another rank
   // Communication on its own track `track` of the profiler (all-reduce, waiting, bytes).
   Profiler* profiler = nullptr;
