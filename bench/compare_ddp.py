@@ -107,7 +107,7 @@ def run_torch(a, model, config):
 
 # ---------------------------------------------------------------- the table
 CONFIGS = [("1 x 1", (1, 1, [])), ("1 x 2 threads", (1, 2, [])), ("2 ranks x 1", (2, 1, [])),
-           ("2 ranks x 1, not deterministic", (2, 1, ["--no-deterministic"]))]
+           ("2 ranks x 1, --deterministic", (2, 1, ["--deterministic"]))]
 
 
 def main():
@@ -136,7 +136,7 @@ def main():
             for name, cfg in CONFIGS:
                 for side, fn in (("ember", run_ember), ("pytorch", run_torch)):
                     if side == "pytorch" and cfg[2]:
-                        continue  # DDP has no deterministic mode to switch off
+                        continue  # DDP has no such mode
                     v = fn(a, model, cfg)
                     best[(side, name)] = max(best.get((side, name), 0), v)
         base = {s: best[(s, "1 x 1")] for s in ("ember", "pytorch")}

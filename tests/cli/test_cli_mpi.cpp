@@ -124,7 +124,7 @@ TEST_F(Mpi, DeterministicWeightsAreBitIdenticalFor1_2And4Ranks) {
 TEST_F(Mpi, ACheckpointResumesWithAnotherNumberOfRanks) {
   const std::string ck = (tmp_ / "ck").string();
   const fs::path full = tmp_ / "full.safetensors";
-  const std::string common = "--epochs 2 --checkpoint-every 4 --keep-checkpoints 50 ";
+  const std::string common = "--epochs 2 --deterministic --checkpoint-every 4 --keep-checkpoints 50 ";
   Result r = mpirun(2, train(common + "--checkpoint-dir " + quote(ck) + " --save " + quote(full.string())));
   ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
   const std::string want = read_text(full);
@@ -142,8 +142,8 @@ TEST_F(Mpi, ACheckpointResumesWithAnotherNumberOfRanks) {
 
 TEST_F(Mpi, SigtermToOneRankStopsEveryRankAtOneStepWithOneCheckpoint) {
   const fs::path data = big_data(), metrics = tmp_ / "m.jsonl", ck = tmp_ / "ck";
-  const pid_t job = spawn(2, train("--epochs 400 --metrics " + quote(metrics.string()) + " --checkpoint-dir " +
-                                   quote(ck.string()), data));
+  const pid_t job = spawn(2, train("--epochs 400 --deterministic --metrics " + quote(metrics.string()) +
+                                   " --checkpoint-dir " + quote(ck.string()), data));
   const pid_t r1 = running_rank(job, metrics, 1);
   if (r1 > 0) ::kill(r1, SIGTERM);
   const int code = wait_exit(job, 60);
@@ -200,11 +200,11 @@ TEST_F(Mpi, AStoppedRankMakesTheOthersGiveUpAfterTheCommTimeout) {
 }
 
 TEST_F(Mpi, ThreeRanksAreRefusedWhenDeterministicAndRunWithout) {
-  const Result r = mpirun(3, train("--epochs 1"));
+  const Result r = mpirun(3, train("--epochs 1 --deterministic"));
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("ember: error: --deterministic: needs a power-of-two number of ranks"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("rank 1:"), std::string::npos) << "rank 0 says it, the others are ended first:\n" << r.err;
-  const Result nd = mpirun(3, train("--epochs 1 --no-deterministic"));  // MPI's own sums: any number
+  const Result nd = mpirun(3, train("--epochs 1"));  // MPI_Iallreduce: any number of ranks
   EXPECT_EQ(nd.code, 0) << nd.cmd << "\n" << nd.out << nd.err;
 }
 

@@ -266,7 +266,7 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
       ->capture_default_str();
   cmd->add_flag("--deterministic,!--no-deterministic", a.deterministic,
                 "Sum gradients over fixed blocks of each batch in a fixed tree: the same weights bit for bit for "
-                "1, 2 or 4 ranks (default: on under mpirun/srun, off for one process)");
+                "1, 2 or 4 ranks at the same --threads (costs 9-23 % at 2 ranks; off by default)");
   cmd->add_option("--grad-blocks", a.grad_blocks,
                   "--deterministic: blocks per batch (a power of two, a multiple of the ranks; 0: max(4, ranks))")
       ->capture_default_str();
