@@ -60,7 +60,7 @@ int run(int argc, char** argv) {
   if (world.rank() == 0)
     std::printf("%d ranks; best of %d; bus bandwidth = 2 (N-1)/N x bytes / time\n%12s %14s %10s %14s %10s\n", world.size(),
                 reps, "bytes", "ember (tree)", "GB/s", "MPI_Iallreduce", "GB/s");
-  for (size_t bytes = 4; bytes <= size_t(max_mb * (1 << 20)); bytes *= 4) {
+  for (size_t bytes = 16; bytes <= size_t(max_mb * (1 << 20)); bytes *= 4) {
     Plan plan = plan_of(std::max<size_t>(bytes / 4, 2));
     const double b = double(plan.param_count() * 4), bus = 2.0 * (world.size() - 1) / world.size() * b;
     double t[2];
