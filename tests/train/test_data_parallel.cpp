@@ -10,35 +10,14 @@
 #include <vector>
 
 #include "ember/ember.h"
+#include "train/toy.h"
 
 using namespace ember;
 
 namespace {
 
-Dataset toy(int n, uint32_t seed) {  // class c lights a 4x4 block at its own place, 12x12
-  Dataset d;
-  d.count = n, d.rows = 12, d.cols = 12;
-  uint32_t x = seed * 747796405u + 1;
-  auto rnd = [&] { return (x = x * 1664525u + 1013904223u) >> 24; };
-  for (int i = 0; i < n; ++i) {
-    const int c = int(rnd() % 10);
-    d.labels.push_back(uint8_t(c));
-    for (int r = 0; r < 12; ++r)
-      for (int q = 0; q < 12; ++q) {
-        const bool on = r >= (c / 4) * 4 && r < (c / 4) * 4 + 4 && q >= (c % 4) * 3 && q < (c % 4) * 3 + 4;
-        d.images.push_back(uint8_t(on ? 180 + rnd() % 70 : rnd() % 50));
-      }
-  }
-  return d;
-}
-
-Model small_cnn() {
-  Model m;
-  m.name = "toy-cnn";
-  m.in_h = m.in_w = 12;
-  m.conv2d(4, 3, 1, 1).relu().maxpool2d(2).flatten().linear(16).relu().linear(10);
-  return m;
-}
+Dataset toy(int n, uint32_t seed) { return toy::dataset(n, seed); }
+using toy::small_cnn;
 
 // N ranks' shared state: each rank's gradient block and stats, met at barriers.
 struct Group {
