@@ -32,7 +32,7 @@ double time_reduce(GradReducer& r, const Plan& plan, int reps) {
   const int params = int(plan.params().size());
   auto once = [&] {
     r.grads_final(0, params);
-    r.finish([](int, int) {});
+    r.finish([](size_t, size_t) {});
   };
   once();
   double best = 1e30;

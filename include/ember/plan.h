@@ -173,6 +173,9 @@ class Plan {
   // step count it would use; finish_step() then counts the step. Call update_params once for every
   // parameter between two finish_step() calls. Returns as optimizer_step does (or -1).
   int update_params(double lr, int first, int count);
+  // The same for the elements [begin, end) of the flat parameter block (a sharded update: each
+  // rank of a data-parallel run updates its own share of every bucket).
+  int update_elements(double lr, size_t begin, size_t end);
   void finish_step();
 
   // Inference from here on: copies each Linear weight (fp32-precision f32 plans) transposed to [in, out], so that

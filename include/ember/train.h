@@ -26,9 +26,17 @@ class GradReducer {
   // (called in backward order, at least once for every parameter); each bucket whose parameters
   // are all final starts its sum across ranks, and started ones progress.
   virtual void grads_final(int first, int count) = 0;
-  // Waits for every bucket (all were started), calling update(first, count) for each one's
-  // parameters as its sum arrives: the gradient block then holds the sum over all ranks.
-  virtual void finish(const std::function<void(int first, int count)>& update) = 0;
+  // Waits for every bucket (all were started), calling update(begin, end) for ranges of the
+  // gradient block's elements as their sums arrive; the caller updates those elements' weights.
+  // Not sharded: every rank gets every element. sharded(): each rank gets only its own share
+  // (every element goes to exactly one rank), and the reducer then sends the updated weights of
+  // each share to the other ranks before it returns: 1/N of the update per rank, the same bytes.
+  virtual void finish(const std::function<void(size_t begin, size_t end)>& update) = 0;
+  virtual bool sharded() const { return false; }
+  // Sharded: optimizer state is current only in this rank's shares; sync_state fills in the other
+  // ranks' shares of one state block (shaped like the gradients), on every rank. Call it on all
+  // ranks between steps, before a checkpoint is written.
+  virtual void sync_state(float* state) { (void)state; }
   // Sums v[0, n) over ranks in place, non-blocking: start, then wait (progressing buckets too).
   virtual void start_sum(double* v, int n) = 0;
   virtual void wait_sum() = 0;

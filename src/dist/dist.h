@@ -47,6 +47,9 @@ struct ReducerOptions {
   // A power-of-two number of ranks sums by recursive halving then doubling, adding rank partials
   // pairwise in the fixed binary tree; other counts use MPI_Iallreduce, which deterministic refuses.
   bool deterministic = true;
+  // Tree only: each rank updates its share of every bucket and the doubling sends the updated
+  // weights instead of the summed gradients (1/N of the optimizer's work; GradReducer::sharded).
+  bool shard_update = false;
   bool mpi_allreduce = false;             // MPI_Iallreduce for any count (bench_allreduce compares)
   double timeout_s = 60;                  // --comm-timeout: the longest wait for another rank
   // Communication on its own track `track` of the profiler (all-reduce, waiting, bytes).

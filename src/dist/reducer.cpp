@@ -32,16 +32,22 @@ bool signal_pending() {
   return sigpending(&p) == 0 && (sigismember(&p, SIGTERM) || sigismember(&p, SIGINT));
 }
 
+// A bucket's stages in a step. Tree: Scatter (recursive halving: this rank ends up owning the
+// sum of its share) -> Owned -> Gather (recursive doubling: of the summed gradients, or, sharded,
+// of the weights this rank updated) -> Summed (not sharded: every element's sum is here) -> Done.
+// MPI_Iallreduce: Allreduce -> Summed -> Done.
+enum class Stage { Idle, Scatter, Owned, Gather, Allreduce, Summed, Done };
+
 struct Bucket {
   int p_lo = 0, p_hi = 0;      // params()[p_lo, p_hi)
   size_t e_lo = 0, e_hi = 0;   // their elements in the gradient block
   int pending = 0;             // parameters not yet final this step
-  bool started = false, done = false, handed = false;
-  // Deterministic: level of the reduce-scatter (0 .. levels) or all-gather (counting down).
-  int level = 0;
-  bool gathering = false;
-  size_t seg_lo[32] = {}, seg_hi[32] = {};  // the segment held before splitting at each level
-  size_t lo = 0, hi = 0;                    // the segment held now
+  Stage stage = Stage::Idle;
+  int level = 0;               // of the halving (counting up) or doubling (counting down)
+  float* base = nullptr;       // what the doubling sends and fills: gradients, weights or state
+  // This rank's segment before the split at level i (seg[0] the whole bucket); seg[levels] is its
+  // share. Fixed by the rank and the number of ranks: the same every step.
+  size_t seg_lo[33] = {}, seg_hi[33] = {};
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
@@ -55,6 +61,7 @@ class MpiReducer final : public GradReducer {
     if (o_.deterministic && !tree_)
       throw Error("--deterministic: needs a power-of-two number of ranks (the fixed summation tree), found " +
                   std::to_string(size_) + " (use --no-deterministic)");
+    shard_ = tree_ && o.shard_update;
     scratch_.resize(plan.param_count());
     build_buckets();
   }
@@ -62,6 +69,7 @@ class MpiReducer final : public GradReducer {
 
   int rank() const override { return rank_; }
   int ranks() const override { return size_; }
+  bool sharded() const override { return shard_; }
 
   void grads_final(int first, int count) override {
     const int64_t t0 = now();
@@ -71,29 +79,50 @@ class MpiReducer final : public GradReducer {
     record(Phase::comm, t0);
   }
 
-  void finish(const std::function<void(int, int)>& update) override {
-    size_t handed = 0;
+  void finish(const std::function<void(size_t, size_t)>& update) override {
+    if (next_ < buckets_.size()) throw Error("data-parallel training: a bucket's gradients were never final");
     const auto t0 = std::chrono::steady_clock::now();
-    while (handed < buckets_.size()) {
-      if (next_ < buckets_.size()) throw Error("data-parallel training: a bucket's gradients were never final");
-      const int64_t w0 = now();
+    float* w = shard_ ? static_cast<float*>(plan_.param_data()) : nullptr;  // (marks a bf16 copy stale)
+    for (size_t left = buckets_.size(); left > 0;) {
       bool any = false;
       for (Bucket& b : buckets_) {
-        if (!b.done || b.handed) continue;
-        b.handed = any = true;
-        ++handed;
-        update(b.p_lo, b.p_hi - b.p_lo);
+        if (b.stage == Stage::Owned && shard_) {  // update this rank's share, then send its weights
+          update(b.seg_lo[levels_], b.seg_hi[levels_]);
+          start_gather(b, w);
+          any = true;
+        } else if (b.stage == Stage::Summed) {
+          update(b.e_lo, b.e_hi);
+          b.stage = Stage::Done, b.pending = -1;  // counted
+          --left, any = true;
+        } else if (b.stage == Stage::Done && b.pending >= 0) {  // a sharded gather just ended
+          b.pending = -1;
+          --left;
+        }
       }
-      if (any || handed == buckets_.size()) continue;
+      if (any) continue;
+      const int64_t w0 = now();
       progress();
-      if (!any_done()) {
-        check_time(t0, "the gradient sums");
-        sched_yield();
-      }
+      check_time(t0, "the gradient sums");
+      sched_yield();
       record(Phase::comm_wait, w0);
     }
-    for (Bucket& b : buckets_) b.pending = b.p_hi - b.p_lo, b.started = b.done = b.handed = false;
+    for (Bucket& b : buckets_) b.pending = b.p_hi - b.p_lo, b.stage = Stage::Idle;
     next_ = 0;
+  }
+
+  void sync_state(float* state) override {
+    if (!shard_) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Bucket& b : buckets_) start_gather(b, state);
+    for (;;) {
+      progress();
+      bool all = true;
+      for (const Bucket& b : buckets_) all = all && b.stage == Stage::Done;
+      if (all) break;
+      check_time(t0, "the optimizer state (before a checkpoint)");
+      sched_yield();
+    }
+    for (Bucket& b : buckets_) b.stage = Stage::Idle;
   }
 
   void start_sum(double* v, int n) override {
@@ -144,6 +173,12 @@ class MpiReducer final : public GradReducer {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       Bucket& k = buckets_[b];
       k.pending = k.p_hi - k.p_lo;
+      k.seg_lo[0] = k.e_lo, k.seg_hi[0] = k.e_hi;
+      for (int i = 0; i < levels_; ++i) {  // halves: the lower to the rank whose bit i is 0
+        const size_t lo = k.seg_lo[i], hi = k.seg_hi[i], mid = lo + (hi - lo) / 2;
+        const bool low = (rank_ & (1 << i)) == 0;
+        k.seg_lo[i + 1] = low ? lo : mid, k.seg_hi[i + 1] = low ? mid : hi;
+      }
       for (int t = k.p_lo; t < k.p_hi; ++t) {
         if (bucket_of_[size_t(t)] >= 0) throw Error("data-parallel training: parameter " + ps[size_t(t)].name + " is in two buckets");
         bucket_of_[size_t(t)] = int(b);
@@ -155,80 +190,75 @@ class MpiReducer final : public GradReducer {
 
   int tag(const Bucket& b, int phase) const { return int((&b - buckets_.data()) % 1024) * 64 + phase * 32 + b.level; }
 
-  void exchange(Bucket& b, size_t send_lo, size_t send_hi, float* recv, size_t recv_lo, size_t recv_hi, int partner, int t) {
-    MPI_Irecv(recv + recv_lo, int(recv_hi - recv_lo), MPI_FLOAT, partner, t, comm_, &b.req[0]);
-    MPI_Isend(g_ + send_lo, int(send_hi - send_lo), MPI_FLOAT, partner, t, comm_, &b.req[1]);
-    if (o_.profiler) o_.profiler->add_comm_bytes(int64_t((send_hi - send_lo) * sizeof(float)));
+  void exchange(Bucket& b, float* send, size_t s_lo, size_t s_hi, float* recv, size_t r_lo, size_t r_hi, int partner, int t) {
+    MPI_Irecv(recv + r_lo, int(r_hi - r_lo), MPI_FLOAT, partner, t, comm_, &b.req[0]);
+    MPI_Isend(send + s_lo, int(s_hi - s_lo), MPI_FLOAT, partner, t, comm_, &b.req[1]);
+    if (o_.profiler) o_.profiler->add_comm_bytes(int64_t((s_hi - s_lo) * sizeof(float)));
   }
 
+
   void start(Bucket& b) {
-    b.started = true;
-    b.done = false;
     if (!tree_) {
+      b.stage = Stage::Allreduce;
       MPI_Iallreduce(MPI_IN_PLACE, g_ + b.e_lo, int(b.e_hi - b.e_lo), MPI_FLOAT, MPI_SUM, comm_, &b.req[0]);
       b.req[1] = MPI_REQUEST_NULL;
       if (o_.profiler) o_.profiler->add_comm_bytes(int64_t(2 * (b.e_hi - b.e_lo) * sizeof(float)) * (size_ - 1) / size_);
       return;
     }
-    b.level = 0, b.gathering = false, b.lo = b.e_lo, b.hi = b.e_hi;
-    post_level(b);
+    b.stage = Stage::Scatter, b.level = 0;
+    post(b);
   }
 
-  // Posts the exchange of bucket b's current level.
-  void post_level(Bucket& b) {
-    const int d = 1 << b.level, partner = rank_ ^ d;
-    if (!b.gathering) {  // reduce-scatter: keep one half, send the other, receive the partner's copy of ours
-      b.seg_lo[b.level] = b.lo, b.seg_hi[b.level] = b.hi;
-      const size_t mid = b.lo + (b.hi - b.lo) / 2;
-      const bool low = (rank_ & d) == 0;
-      const size_t keep_lo = low ? b.lo : mid, keep_hi = low ? mid : b.hi;
-      exchange(b, low ? mid : b.lo, low ? b.hi : mid, scratch_.data(), keep_lo, keep_hi, partner, tag(b, 0));
-      b.lo = keep_lo, b.hi = keep_hi;
-    } else {  // all-gather: send ours, receive the partner's half of the level's segment
-      const size_t s_lo = b.seg_lo[b.level], s_hi = b.seg_hi[b.level];
-      const size_t o_lo = b.lo == s_lo ? b.hi : s_lo, o_hi = b.lo == s_lo ? s_hi : b.lo;
-      exchange(b, b.lo, b.hi, g_, o_lo, o_hi, partner, tag(b, 1));
-    }
+  void start_gather(Bucket& b, float* base) {
+    b.stage = Stage::Gather, b.base = base, b.level = levels_ - 1;
+    post(b);
   }
 
-  // One level of bucket b has arrived: add (reduce-scatter) or widen (all-gather), post the next.
+  // The other half of the segment split at level i: what the partner holds.
+  void other_half(const Bucket& b, int i, size_t* lo, size_t* hi) const {
+    const bool first = b.seg_lo[i + 1] == b.seg_lo[i];
+    *lo = first ? b.seg_hi[i + 1] : b.seg_lo[i];
+    *hi = first ? b.seg_hi[i] : b.seg_lo[i + 1];
+  }
+
+  // Posts bucket b's exchange at its level: halving sends the partner's half of the gradients and
+  // receives the partner's copy of ours; doubling sends our segment and receives the partner's.
+  void post(Bucket& b) {
+    const int i = b.level, partner = rank_ ^ (1 << i);
+    size_t o_lo, o_hi;
+    other_half(b, i, &o_lo, &o_hi);
+    const size_t m_lo = b.seg_lo[i + 1], m_hi = b.seg_hi[i + 1];
+    if (b.stage == Stage::Scatter) exchange(b, g_, o_lo, o_hi, scratch_.data(), m_lo, m_hi, partner, tag(b, 0));
+    else exchange(b, b.base, m_lo, m_hi, b.base, o_lo, o_hi, partner, tag(b, 1));
+  }
+
+  // Bucket b's exchange at its level has arrived: add (halving) or go on down (doubling).
   void advance(Bucket& b) {
-    if (!tree_) {
-      b.done = true;
+    if (b.stage == Stage::Allreduce) {
+      b.stage = Stage::Summed;
       return;
     }
-    if (!b.gathering) {
+    if (b.stage == Stage::Scatter) {
       const float* r = scratch_.data();
-      for (size_t e = b.lo; e < b.hi; ++e) g_[e] = g_[e] + r[e];
-      if (++b.level < levels_) return post_level(b);
-      b.gathering = true;
-      b.level = levels_;
-    } else {
-      b.lo = b.seg_lo[b.level], b.hi = b.seg_hi[b.level];
-    }
-    if (b.level-- == 0) {
-      b.done = true;
+      for (size_t e = b.seg_lo[b.level + 1]; e < b.seg_hi[b.level + 1]; ++e) g_[e] = g_[e] + r[e];
+      if (++b.level < levels_) return post(b);
+      b.stage = Stage::Owned;
+      if (!shard_) start_gather(b, g_);  // every rank gets every sum
       return;
     }
-    post_level(b);
+    if (b.level-- > 0) return post(b);
+    b.stage = b.base == g_ ? Stage::Summed : Stage::Done;
   }
 
   void progress() {
-    for (size_t i = 0; i < next_; ++i) {
-      Bucket& b = buckets_[i];
-      while (b.started && !b.done) {
+    for (Bucket& b : buckets_) {
+      while (b.stage == Stage::Scatter || b.stage == Stage::Gather || b.stage == Stage::Allreduce) {
         int flag = 0;
         MPI_Testall(2, b.req, &flag, MPI_STATUSES_IGNORE);
         if (!flag) break;
         advance(b);
       }
     }
-  }
-
-  bool any_done() const {
-    for (const Bucket& b : buckets_)
-      if (b.done && !b.handed) return true;
-    return false;
   }
 
   void check_time(std::chrono::steady_clock::time_point t0, const char* what) const {
@@ -246,6 +276,7 @@ class MpiReducer final : public GradReducer {
   ReducerOptions o_;
   int rank_, size_, levels_ = 0;
   bool tree_ = true;  // recursive halving and doubling (a power of two ranks); else MPI_Iallreduce
+  bool shard_ = false;  // tree: each rank updates its share and sends weights (ReducerOptions::shard_update)
   float* g_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<float> scratch_;

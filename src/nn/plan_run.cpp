@@ -262,8 +262,9 @@ int Plan::backward_step(int n, double lr) {
 }
 
 namespace {
-// One parameter's update at optimizer step `step` (1-based); non-zero when its gradient held NaN/Inf.
-size_t update_param(Plan::Impl& m, const ops::Exec& e, size_t t, double lr, int64_t step) {
+// Parameter t's update at optimizer step `step` (1-based), of its elements [lo, hi) (offsets inside
+// the tensor); non-zero when their gradient held NaN/Inf.
+size_t update_param(Plan::Impl& m, const ops::Exec& e, size_t t, double lr, int64_t step, size_t lo, size_t hi) {
   const OptimizerConfig& o = m.opt.optimizer;
   float* w = m.at<float>(m.param_off);
   float* g = m.at<float>(m.grad_off);
@@ -272,13 +273,13 @@ size_t update_param(Plan::Impl& m, const ops::Exec& e, size_t t, double lr, int6
   uint16_t* wh = m.wh_off != kNone ? m.at<uint16_t>(m.wh_off) : nullptr;
   const ParamInfo& p = m.params[t];
   const float l2 = p.is_weight ? float(o.l2) : 0.f, wd = p.is_weight ? float(o.weight_decay) : 0.f;
-  const size_t off = p.offset;
+  const size_t off = p.offset + lo, len = hi - lo;
   if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW)
-    return ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, p.size, adam_args(o, p, lr, step),
+    return ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, len, adam_args(o, p, lr, step),
                           wh ? wh + off : nullptr);
   const ops::SgdArgs args{float(lr), float(o.momentum), l2, wd, o.kind == OptimizerKind::Nesterov,
                           o.kind != OptimizerKind::SGD};
-  return ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, p.size, args, wh ? wh + off : nullptr);
+  return ops::sgd_step(e, w + off, s0 ? s0 + off : nullptr, g + off, len, args, wh ? wh + off : nullptr);
 }
 
 void check_updatable(const Plan::Impl& m, const char* what) {
@@ -295,7 +296,7 @@ int Plan::optimizer_step(double lr) {
   int first_bad = -1;
   for (size_t t = 0; t < m.params.size(); ++t)
     timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
-      if (update_param(m, e, t, lr, m.step) != 0 && first_bad < 0) first_bad = int(t);
+      if (update_param(m, e, t, lr, m.step, 0, m.params[t].size) != 0 && first_bad < 0) first_bad = int(t);
     });
   return first_bad;
 }
@@ -310,8 +311,27 @@ int Plan::update_params(double lr, int first, int count) {
   int first_bad = -1;
   for (size_t t = size_t(first); t < size_t(first + count); ++t)
     timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
-      if (update_param(m, e, t, lr, m.step + 1) != 0 && first_bad < 0) first_bad = int(t);
+      if (update_param(m, e, t, lr, m.step + 1, 0, m.params[t].size) != 0 && first_bad < 0) first_bad = int(t);
     });
+  return first_bad;
+}
+
+int Plan::update_elements(double lr, size_t begin, size_t end) {
+  Impl& m = *impl_;
+  check_updatable(m, "update_elements");
+  if (begin > end || end > m.nparams)
+    throw Error("update_elements: elements [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") are outside the plan's " + std::to_string(m.nparams));
+  const ops::Exec e = m.exec();
+  int first_bad = -1;
+  for (size_t t = 0; t < m.params.size(); ++t) {
+    const ParamInfo& p = m.params[t];
+    const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.size);
+    if (lo >= hi) continue;
+    timed(m.prof, Phase::optimizer, m.layer_unit[size_t(p.layer)], [&] {
+      if (update_param(m, e, t, lr, m.step + 1, lo - p.offset, hi - p.offset) != 0 && first_bad < 0) first_bad = int(t);
+    });
+  }
   return first_bad;
 }
 

@@ -115,8 +115,10 @@ BlockStepper::Result BlockStepper::run(int n, const std::function<void(int, int)
 }
 
 int BlockStepper::apply(double lr, bool check_first, bool skip_update) {
+  if (check_first && reducer_ && reducer_->sharded())
+    throw Error("gradient blocks: a sharded reducer cannot check every gradient before the update (policy skip)");
   if (check_first || skip_update || !reducer_) {
-    if (reducer_) reducer_->finish([](int, int) {});
+    if (reducer_) reducer_->finish([](size_t, size_t) {});
     if (skip_update) return -1;
     if (check_first) {
       const int t = plan_.first_nonfinite_grad();
@@ -125,8 +127,8 @@ int BlockStepper::apply(double lr, bool check_first, bool skip_update) {
     return plan_.optimizer_step(lr);
   }
   int bad = -1;
-  reducer_->finish([&](int first, int count) {
-    const int b = plan_.update_params(lr, first, count);
+  reducer_->finish([&](size_t begin, size_t end) {
+    const int b = plan_.update_elements(lr, begin, end);
     if (b >= 0 && (bad < 0 || b < bad)) bad = b;
   });
   plan_.finish_step();

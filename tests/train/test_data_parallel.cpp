@@ -35,12 +35,12 @@ class ThreadReducer final : public GradReducer {
   int rank() const override { return rank_; }
   int ranks() const override { return g_.n; }
   void grads_final(int first, int count) override { final_ += count; }
-  void finish(const std::function<void(int, int)>& update) override {
+  void finish(const std::function<void(size_t, size_t)>& update) override {
     EXPECT_EQ(final_, int(plan_.params().size()));
     final_ = 0;
     g_.grads[size_t(rank_)] = static_cast<float*>(plan_.grad_data());
     tree(g_.grads, plan_.param_count());
-    update(0, int(plan_.params().size()));
+    update(0, plan_.param_count());
   }
   void start_sum(double* v, int n) override {
     g_.stats[size_t(rank_)] = v;

@@ -460,6 +460,8 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
     ro.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
     ro.deterministic = par.deterministic, ro.timeout_s = a.comm_timeout;
     ro.profiler = prof.get(), ro.track = plan.threads();
+    // Sharded updates unless policy skip must see every summed gradient before any update.
+    ro.shard_update = a.on_nonfinite == "stop";
     reducer = dist::make_reducer(world, plan, ro);
     su.cfg.reducer = reducer.get();
   }
@@ -491,9 +493,16 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   Progress progress(stdout, isatty(fileno(stdout)) != 0, a.epochs);
   if (!a.quiet) su.cfg.on_step = [&](int e, int64_t done, int64_t total) { progress.step(e, done, total); };
   int stop_signal = 0;
+  // Sharded updates leave each rank's optimizer state current in its own shares only: every rank
+  // fills in the others' before rank 0 writes a checkpoint.
+  auto sync_state = [&] {
+    if (reducer && reducer->sharded())
+      for (int s = 0; s < plan.state_count(); ++s) reducer->sync_state(static_cast<float*>(plan.state_data(s)));
+  };
   su.cfg.poll_stop = [&] { return signals.taken(); };
   su.cfg.after_step = [&](const TrainState& next, int sig) {
     const int64_t step = next.epoch * batches + next.batch;
+    if ((a.checkpoint_every > 0 && step % a.checkpoint_every == 0) || sig != 0) sync_state();
     if (par.writer) ckpts.maybe_save(plan, next, step);
     if ((stop_signal = sig) == 0) return true;
     if (!par.writer || ckpts.last() == checkpoint_path(ckpts.dir(), step)) return false;
@@ -549,6 +558,7 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
     return 128 + stop_signal;
   }
   metrics.finish();
+  if (a.checkpoint_every > 0 && r.epochs_run > 0) sync_state();  // for the checkpoint at the end
   if (!par.writer) return 0;
   if (r.epochs_run == 0)
     std::printf("nothing to train: the run is at the end of epoch %d of %d (raise --epochs to train on)\n",
