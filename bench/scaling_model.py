@@ -17,8 +17,8 @@ import math
 
 # Measured here (docs/distributed.md): 1 process x 2 threads on this 2-core Zen 4 node.
 MODELS = {
-    "mnist-cnn (batch 64 per node)": {"params": 805066, "step_ms": 64 / 26204 * 1e3, "hide": 0.1},
-    "convnext-fashion (batch 128 per node)": {"params": 3927210, "step_ms": 128 / 1806 * 1e3, "hide": 0.5},
+    "mnist-cnn (batch 64 per node)": {"params": 805066, "step_ms": 64 / 25929 * 1e3, "hide": 0.1},
+    "convnext-fashion (batch 128 per node)": {"params": 3927210, "step_ms": 128 / 1763 * 1e3, "hide": 0.5},
 }
 
 
