@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -263,9 +264,11 @@ class MpiReducer final : public GradReducer {
 
   void check_time(std::chrono::steady_clock::time_point t0, const char* what) const {
     const double s = seconds_since(t0);
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g", o_.timeout_s);
     if (s > o_.timeout_s)
       throw Error("data-parallel training: rank " + std::to_string(rank_) + " waited " + std::to_string(int(s)) +
-                  " s for " + what + " from the other ranks (--comm-timeout " + std::to_string(o_.timeout_s) +
+                  " s for " + what + " from the other ranks (--comm-timeout " + limit +
                   "): a rank has died or hangs");
     if (s > 2 && signal_pending())  // a launcher stopping the job while another rank is gone
       throw Error("data-parallel training: rank " + std::to_string(rank_) + " was told to stop while waiting " +

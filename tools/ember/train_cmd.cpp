@@ -473,12 +473,15 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   std::printf("  %s lr %g, schedule %s, l2 %g, weight decay %g, batch %d, %d epochs, %d threads, isa %s, precision %s, seed %llu\n",
               a.optimizer.c_str(), a.lr, a.schedule.c_str(), a.l2, a.weight_decay, a.common.batch_size, a.epochs,
               plan.threads(), plan.isa_name(), precision_name(plan.precision()), (unsigned long long)a.seed);
-  if (par.ranks > 1 || par.deterministic)
+  if (par.ranks > 1 || par.deterministic) {
+    char bucket[64];
+    std::snprintf(bucket, sizeof bucket, ", buckets of %g MiB", a.bucket_mb);
     std::printf("  data-parallel: %d ranks x %d threads, %s%s\n", par.ranks, plan.threads(),
                 par.deterministic ? ("deterministic: gradients of " + std::to_string(par.blocks) +
                                      " fixed blocks of the batch summed in a fixed tree").c_str()
                                   : "each rank's share of the batch in one pass, summed across ranks",
-                par.ranks > 1 ? (", buckets of " + std::to_string(a.bucket_mb) + " MiB").c_str() : "");
+                par.ranks > 1 ? bucket : "");
+  }
   }
   const int64_t batches = (data.train.count + a.common.batch_size - 1) / a.common.batch_size;
   if (resuming && par.writer) {
