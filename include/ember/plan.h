@@ -168,13 +168,11 @@ class Plan {
   // interleaved with compute-bound chunks). Without a profiler attached; with one, or for SGD,
   // exactly backward + optimizer_step. Returns what optimizer_step returns.
   int backward_step(int n, double lr);
-  // optimizer_step(lr) in parts, for data-parallel training's buckets: update_params applies the
-  // update optimizer_step would make to params()[first, first + count) only (same bits), with the
-  // step count it would use; finish_step() then counts the step. Call update_params once for every
-  // parameter between two finish_step() calls. Returns as optimizer_step does (or -1).
-  int update_params(double lr, int first, int count);
-  // The same for the elements [begin, end) of the flat parameter block (a sharded update: each
-  // rank of a data-parallel run updates its own share of every bucket).
+  // optimizer_step(lr) in parts, for data-parallel training's buckets: update_elements applies
+  // the update optimizer_step would make to the elements [begin, end) of the flat parameter block
+  // only (same bits), with the step count it would use; finish_step() then counts the step. Every
+  // element once between two finish_step() calls (each rank of a sharded run updates its share).
+  // Returns as optimizer_step does (or -1).
   int update_elements(double lr, size_t begin, size_t end);
   void finish_step();
 

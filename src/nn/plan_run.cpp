@@ -301,21 +301,6 @@ int Plan::optimizer_step(double lr) {
   return first_bad;
 }
 
-int Plan::update_params(double lr, int first, int count) {
-  Impl& m = *impl_;
-  check_updatable(m, "update_params");
-  if (first < 0 || count < 0 || size_t(first) + size_t(count) > m.params.size())
-    throw Error("update_params: parameters [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                ") are outside the plan's " + std::to_string(m.params.size()));
-  const ops::Exec e = m.exec();
-  int first_bad = -1;
-  for (size_t t = size_t(first); t < size_t(first + count); ++t)
-    timed(m.prof, Phase::optimizer, m.layer_unit[size_t(m.params[t].layer)], [&] {
-      if (update_param(m, e, t, lr, m.step + 1, 0, m.params[t].size) != 0 && first_bad < 0) first_bad = int(t);
-    });
-  return first_bad;
-}
-
 int Plan::update_elements(double lr, size_t begin, size_t end) {
   Impl& m = *impl_;
   check_updatable(m, "update_elements");

@@ -329,7 +329,7 @@ namespace {
 // Data-parallel settings from the world and the flags (before the plan is built): threads per
 // rank, who writes, and the gradient blocks.
 struct Parallel {
-  int ranks = 1, rank = 0;
+  int ranks = 1;
   bool writer = true;        // rank 0: prints and writes every output
   bool deterministic = false;
   int blocks = 0;            // TrainConfig::blocks
@@ -339,7 +339,7 @@ struct Parallel {
 Parallel parallel_setup(const dist::World& world, TrainArgs& a, const CLI::App& cmd,
                         const std::map<std::string, std::string>& restored) {
   Parallel p;
-  p.ranks = world.size(), p.rank = world.rank(), p.writer = world.rank() == 0;
+  p.ranks = world.size(), p.writer = world.rank() == 0;
   const bool given = cmd.get_option("--deterministic")->count() > 0 || restored.count("--deterministic") > 0;
   p.deterministic = given && a.deterministic;  // opt-in: it cost 23 % on the seed CNN at 2 ranks (docs/distributed.md)
   if (p.ranks > 1 && cmd.count("--threads") == 0)  // the node's cores shared among its ranks
