@@ -84,8 +84,8 @@ class MpiReducer final : public GradReducer {
     if (next_ < buckets_.size()) throw Error("data-parallel training: a bucket's gradients were never final");
     const auto t0 = std::chrono::steady_clock::now();
     float* w = shard_ ? static_cast<float*>(plan_.param_data()) : nullptr;  // (marks a bf16 copy stale)
-    for (size_t left = buckets_.size(); left > 0;) {
-      bool any = false;
+    for (;;) {
+      bool any = false, all_done = true;
       for (Bucket& b : buckets_) {
         if (b.stage == Stage::Owned && shard_) {  // update this rank's share, then send its weights
           update(b.seg_lo[levels_], b.seg_hi[levels_]);
@@ -93,13 +93,12 @@ class MpiReducer final : public GradReducer {
           any = true;
         } else if (b.stage == Stage::Summed) {
           update(b.e_lo, b.e_hi);
-          b.stage = Stage::Done, b.pending = -1;  // counted
-          --left, any = true;
-        } else if (b.stage == Stage::Done && b.pending >= 0) {  // a sharded gather just ended
-          b.pending = -1;
-          --left;
+          b.stage = Stage::Done;
+          any = true;
         }
+        all_done = all_done && b.stage == Stage::Done;
       }
+      if (all_done) break;
       if (any) continue;
       const int64_t w0 = now();
       progress();
