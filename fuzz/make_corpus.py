@@ -360,6 +360,10 @@ def checkpoint_corpus():
     seeds["config-batch-size-0"] = checkpoint(with_config(batch_size=0))
     seeds["config-batch-size-negative"] = checkpoint(with_config(batch_size=-16))
     seeds["config-batch-size-string"] = checkpoint(with_config(batch_size="16"))
+    # Data-parallel settings (resume_args and make_train_setup check them before a plan exists).
+    seeds["config-grad-blocks-2p30"] = checkpoint(with_config(deterministic=True, grad_blocks=1 << 30))
+    seeds["config-bucket-mb-negative"] = checkpoint(with_config(bucket_mb=-1.0))
+    seeds["config-deterministic-string"] = checkpoint(with_config(deterministic="yes"))
     seeds["config-not-object"] = checkpoint(ck_text(config_text="7"))
     seeds["ember-checkpoint-not-json"] = checkpoint('{"version":1,')
     for name, b in seeds.items():

@@ -446,6 +446,15 @@ TEST_F(Hostile, EditedCheckpointsAreNamedAsSuch) {
   const Result r = run("train --resume " + edit([](nlohmann::json& j) { j["config"]["batch_size"] = 0; }));
   expect_one_line_error(r, {"ember_checkpoint.config.batch_size"});
   EXPECT_EQ(r.err.find("--batch-size"), std::string::npos) << r.err;
+  // Data-parallel settings: a block count that would allocate 2^30 partial sums, a bucket of
+  // -1 MiB and a flag that is not a boolean are refused before any plan is built.
+  expect_one_line_error(run("train --resume " + edit([](nlohmann::json& j) {
+                          j["config"]["deterministic"] = true, j["config"]["grad_blocks"] = 1 << 30;
+                        })), {"ember_checkpoint.config.grad_blocks"});
+  expect_one_line_error(run("train --resume " + edit([](nlohmann::json& j) { j["config"]["bucket_mb"] = -1; })),
+                        {"ember_checkpoint.config.bucket_mb"});
+  expect_one_line_error(run("train --resume " + edit([](nlohmann::json& j) { j["config"]["deterministic"] = "yes"; })),
+                        {"ember_checkpoint.config.deterministic", "unexpected value"});
 }
 
 // 11. A newline in a path keeps the error on one line (86f41b9 printed two).
