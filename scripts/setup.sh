@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
-# Installs ember's build dependencies from Debian 12 packages (apt-get, only what is missing),
-# then configures and builds the release preset. Safe to run again: it skips what is done.
+# Installs what ember needs from Debian 12 packages (apt-get, only what is missing), then configures
+# and builds the release preset. Safe to run again: it skips what is done.
+#   scripts/setup.sh          building and training: the compiler, the libraries the build uses
+#                             (MPI, the Python module, image codecs, ONNX) and Fashion-MNIST
+#   scripts/setup.sh --tests  also the test suite and its peers: GoogleTest, Google Benchmark,
+#                             PyTorch, torchvision, Chromium, clang, oneDNN, ONNX Runtime (npm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-      libbenchmark-dev dataset-fashion-mnist
-      chromium fonts-liberation   # headless Chromium renders `ember report` pages in the tests
-      clang libclang-rt-14-dev    # the tsan and fuzz presets (ThreadSanitizer, libFuzzer)
-      pkg-config libspng-dev libturbojpeg0-dev python3-pil  # image folders (PNG, JPEG); PIL checks the decoding in tests
-      libdnnl-dev ocl-icd-opencl-dev  # bench/bench_conv_onednn (oneDNN's CMake config needs OpenCL)
-      python3-dev python3-pybind11 python3-pytest  # the Python module and its pytest suite
-      libprotobuf-dev protobuf-compiler libonnx-dev python3-onnx  # ONNX files (schema: libonnx-dev); onnx.checker in tests
-      openmpi-bin libopenmpi-dev  # data-parallel training (mpirun; the mpirun tests)
-      python3-torch python3-torchvision python3-numpy libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py (OpenBLAS)
-command -v npm >/dev/null || pkgs+=(nodejs npm)  # ONNX Runtime (npm onnxruntime-node) is the tests' ONNX peer
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1 ;;
+  *) echo "setup: unknown option '$1' (expected nothing or --tests)" >&2; exit 2 ;;
+esac
+pkgs=(build-essential cmake ninja-build zlib1g-dev nlohmann-json3-dev libcli11-dev dataset-fashion-mnist
+      pkg-config libspng-dev libturbojpeg0-dev      # image folders (PNG, JPEG)
+      python3-dev python3-pybind11 python3-numpy    # the Python module
+      libprotobuf-dev protobuf-compiler libonnx-dev # ONNX files (schema: libonnx-dev)
+      openmpi-bin libopenmpi-dev)                   # data-parallel training (mpirun)
+if [ $tests = 1 ]; then
+  pkgs+=(libgtest-dev libbenchmark-dev
+         chromium fonts-liberation    # headless Chromium renders `ember report` pages in the tests
+         clang libclang-rt-14-dev     # the tsan and fuzz presets (ThreadSanitizer, libFuzzer)
+         python3-pil                  # PIL checks the image decoding in tests
+         libdnnl-dev ocl-icd-opencl-dev  # bench/bench_conv_onednn (oneDNN's CMake config needs OpenCL)
+         python3-pytest python3-onnx  # the Python module's pytest suite; onnx.checker in tests
+         python3-torch python3-torchvision libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py
+  command -v npm >/dev/null || pkgs+=(nodejs npm)  # ONNX Runtime (npm onnxruntime-node) is the tests' ONNX peer
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -27,12 +41,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # ONNX Runtime 1.30 for the ONNX round-trip tests and bench/compare_onnxruntime.py. Its install
 # script fetches GPU extras from outside (and fails): --ignore-scripts; the CPU runtime ships inside.
-if [ ! -d build/npm/node_modules/onnxruntime-node ]; then
+if [ $tests = 1 ] && [ ! -d build/npm/node_modules/onnxruntime-node ]; then
   mkdir -p build/npm
   # Offline, ember still builds and trains: only the ONNX Runtime tests need it (they fail in CI,
   # where EMBER_REQUIRE_ORT=1, and skip with this hint elsewhere).
   npm install --ignore-scripts --no-audit --no-fund --prefix build/npm onnxruntime-node@1.30.0 >/dev/null ||
     echo "setup: could not install onnxruntime-node from npm; the ONNX Runtime round-trip tests will not run" >&2
 fi
-cmake --preset "${EMBER_PRESET:-release}" >/dev/null
+# The tests and benchmarks are built when their libraries are there (after --tests once).
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+suite=OFF
+have libgtest-dev && suite=ON
+cmake --preset "${EMBER_PRESET:-release}" -DEMBER_BUILD_TESTS=$suite -DEMBER_BUILD_BENCH=$suite >/dev/null
 cmake --build --preset "${EMBER_PRESET:-release}"

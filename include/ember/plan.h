@@ -111,6 +111,9 @@ class Plan {
   DType dtype() const;
   Precision precision() const;
   const char* isa_name() const;
+  // A bf16 plan on a kernel set without native bf16 products (no AVX512_BF16, or not the avx512
+  // set): the same rounded operands and fp32 sums, computed by widening to fp32, slower than fp32.
+  bool bf16_emulated() const;
   const Model& model() const;
   const PlanOptions& options() const;
   size_t arena_bytes() const;

@@ -277,6 +277,7 @@ Precision parse_precision(const std::string& text, const std::string& what) {
   throw Error(what + ": expected fp32 or bf16, found '" + shown + (text.size() > 40 ? "...'" : "'"));
 }
 const char* Plan::isa_name() const { return ember::isa_name(impl_->k->isa); }
+bool Plan::bf16_emulated() const { return impl_->opt.precision == Precision::bf16 && impl_->k->bf16_rate < 2; }
 const Model& Plan::model() const { return impl_->model; }
 size_t Plan::arena_bytes() const { return impl_->arena.size(); }
 const std::vector<ParamInfo>& Plan::params() const { return impl_->params; }

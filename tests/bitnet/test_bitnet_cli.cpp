@@ -177,7 +177,7 @@ TEST_F(Cli, BitnetTrainBadDataFile) {
 }
 
 TEST_F(Cli, BitnetTrainLearnsMnist) {
-  const fs::path mnist = "/work/shared/data/mnist";
+  const fs::path mnist = fs::path(EMBER_SOURCE_DIR) / "../shared/data/mnist";  // beside the project
   if (!fs::exists(mnist / "train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "MNIST not found in " << mnist << " (four IDX .gz files); skipping";
   const Result r = run(bitnet_train(mnist, "--channels 32 --input-bits 8 --position-bits 24 --segments 2 --epochs 1 "

@@ -24,6 +24,19 @@ using Bytes = std::vector<uint8_t>;
 
 namespace {
 
+// `prlimit --as=BYTES` as a command prefix, or nothing in sanitizer builds: ASan and TSan reserve
+// terabytes of shadow address space at start and die under any such limit (gcc defines
+// __SANITIZE_*__, clang has __has_feature). The tests using it still check the error there.
+[[maybe_unused]] std::string address_space_limit(const std::string& bytes) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return "";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return "";
+#endif
+#endif
+  return "prlimit --as=" + bytes;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Running the binary: EMBER_BINARY, or $EMBER_TEST_BINARY (to run a test against another build,

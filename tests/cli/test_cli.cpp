@@ -284,6 +284,34 @@ TEST_F(Cli, EmberIsaEnvScalar) {
   EXPECT_NE(r.out.find("isa scalar"), std::string::npos) << r.out;
 }
 
+// Issue 37: bf16 without AVX512_BF16 ran slower than fp32 and said nothing. Every command that
+// builds a bf16 plan says so in one line on stderr where the kernel set emulates bf16 (avx2 and
+// scalar always; avx512 without AVX512_BF16), and nothing where the products are native.
+TEST_F(Cli, EmulatedBf16IsNamedInOneLine) {
+  const std::string note = "bf16 is emulated on this CPU";
+  const auto count = [&](const std::string& s) {
+    size_t n = 0;
+    for (size_t at = s.find(note); at != std::string::npos; at = s.find(note, at + 1)) ++n;
+    return n;
+  };
+  for (const std::string isa : {"scalar", "avx2"}) {
+    if (isa == "avx2" && !cpu_has("avx2")) continue;
+    const Result r = run(train_args("--limit-train 64 --precision bf16 --isa " + isa));
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(count(r.err), 1u) << isa << ": " << r.err;
+    EXPECT_NE(r.err.find("kernel set " + isa), std::string::npos) << r.err;
+    EXPECT_EQ(count(run(train_args("--limit-train 64 --isa " + isa)).err), 0u) << "fp32 is not emulated";
+    const Result b = run("bench --workloads cnn-infer-b1 --samples 64 --precision fp32,bf16 --isa " + isa);
+    ASSERT_EQ(b.code, 0) << b.out << b.err;
+    EXPECT_EQ(count(b.err), 1u) << b.err;
+  }
+  if (cpu_has("avx512_bf16") && cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512vl") && cpu_has("avx512dq")) {
+    const Result r = run(train_args("--limit-train 64 --precision bf16 --isa avx512"));
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(count(r.err), 0u) << "native bf16 is not emulated: " << r.err;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Weights: missing, truncated, garbage header length, a different model's weights.
 

@@ -49,10 +49,39 @@ def test_bf16_weights_load_in_pytorch_as_its_own_rounding(tmp_path):
         m.save(str(tmp_path / "x.safetensors"), dtype="fp16")
 
 
+def bf16_value(t):
+    """Each value of a float64 tensor as the bf16 ember multiplies: rounded to fp32, then to bf16."""
+    return t.float().to(torch.bfloat16).double()
+
+
+def bf16_reference(h, layers, names, t):
+    """The model's outputs with every Linear multiplying bf16-rounded inputs and weights, sums exact
+    (float64), and per output the bound on how far fp32 sums in any order can land from them.
+    fp32 sums of n products err by at most (n + 4) 2^-24 of the sum of their magnitudes; where that
+    interval around a hidden value straddles a bf16 rounding boundary, the next Linear may see
+    either neighbour (the bf16 input differs by one bf16 step), so the bound carries both: the
+    reference is exact for the operands ember rounds, and any summation order stays inside it."""
+    err = torch.zeros_like(h)  # how far ember's fp32 value of h may be from h
+    for i, l in enumerate(layers):
+        if l["type"] == "linear":
+            w = bf16_value(t[names[i] + ".weight"])
+            lo, hi = bf16_value(h - err), bf16_value(h + err)  # the bf16 inputs ember may round to
+            x = bf16_value(h)
+            spread = (hi - lo).abs() @ w.abs().t()  # one bf16 step per straddled input, at most
+            mag = x.abs() @ w.abs().t()
+            h = x @ w.t() + t[names[i] + ".bias"].double()
+            err = spread + (w.shape[1] + 4) * 2.0 ** -24 * (mag + h.abs())
+        elif l["type"] == "relu":
+            h = torch.relu(h)  # 1-Lipschitz: err still bounds it
+    return h.numpy(), err.numpy()
+
+
 def test_precision_bf16_products_match_pytorch_on_rounded_operands(tmp_path):
     """Model.precision = "bf16": each Linear multiplies bf16-rounded inputs and weights, sums in fp32.
     PyTorch doing exactly that (rounding each layer's input and weight to bf16, summing in float64)
-    agrees with ember's bf16 outputs far more closely than ember's fp32 outputs do."""
+    agrees with ember's bf16 outputs within the bound of fp32 summation (in any order: the native
+    AVX512_BF16 kernels, the emulated ones and the scalar reference each sum in their own order),
+    on every kernel set; ember's fp32 outputs fall outside that bound."""
     rng = np.random.default_rng(7)
     x = rng.integers(0, 255, (64, 1, 28, 28)).astype(np.uint8)
     y = rng.integers(0, 10, 64)
@@ -69,18 +98,13 @@ def test_precision_bf16_products_match_pytorch_on_rounded_operands(tmp_path):
     layers = json.loads(meta["model"])["layers"]
     names = [l.get("name") or str(i) for i, l in enumerate(layers)]
     h = torch.from_numpy(x.reshape(64, -1).astype(np.float32) * np.float32(1 / 255)).double()  # as ember scales u8
-    for i, l in enumerate(layers):
-        if l["type"] == "linear":
-            w = t[names[i] + ".weight"].to(torch.bfloat16).double()
-            h = h.float().to(torch.bfloat16).double() @ w.t() + t[names[i] + ".bias"].double()
-            h = h.float().double()  # ember's activations are fp32
-        elif l["type"] == "relu":
-            h = torch.relu(h)
-    want = h.numpy()
-    gap_bf, gap_32 = np.abs(outbf - want).max(), np.abs(out32 - want).max()
-    scale = np.abs(want).max()
-    assert gap_bf < 1e-4 * scale, (gap_bf, scale)
-    assert gap_32 > 20 * gap_bf, (gap_32, gap_bf)
+    want, bound = bf16_reference(h, layers, names, t)
+    gap_bf = np.abs(outbf - want)
+    assert (gap_bf <= bound).all(), (gap_bf.max(), bound[gap_bf > bound][:4])
+    # Typical outputs agree to fp32 rounding (a hidden value within fp32 rounding of a bf16 tie,
+    # as seed 7 has on the avx2 set, moves a few by up to the bound); fp32 products are far away.
+    gap_32 = np.abs(out32 - want)
+    assert np.median(gap_bf) < 1e-3 * np.median(gap_32), (np.median(gap_bf), np.median(gap_32))
     m.fit(x, y, epochs=1, batch_size=32, threads=1)  # trains in bf16 too
     with pytest.raises(ValueError, match="fp32 or bf16"):
         m.precision = "fp16"

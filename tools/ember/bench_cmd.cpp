@@ -178,6 +178,9 @@ int run_bench(const BenchArgs& a) {
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
+  const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), Precision::bf16) != o.precisions.end();
+  const Isa isa = resolve_isa(a.isa, "--isa");
+  if (bf16 && kernels_for(isa).bf16_rate < 2) note_emulated_bf16(isa_name(isa));
   if (!a.model.empty()) return run_model_bench(a, o);
   auto known = bench_workloads();
   for (const auto& n : convnext_workloads()) known.push_back(n);

@@ -347,6 +347,11 @@ int clamp_batch(int batch, int64_t count, const char* set) {
   return int(count);
 }
 
+void note_emulated_bf16(const char* isa) {
+  std::fprintf(stderr, "note: bf16 is emulated on this CPU (no AVX512_BF16 with kernel set %s): the same "
+               "rounded products as native bf16, but slower than fp32\n", isa);
+}
+
 TrainTest load_train_data(const TrainArgs& a) { return load_data(a.common, a.limit_train); }
 
 void write_batch_grid(const std::string& path, const Dataset& d, const Augment& a, int batch, uint64_t seed, bool shuffle) {
@@ -449,6 +454,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   bool augmenting = false;
   const Augment aug = augment_of(a.common, model, data.test.channels, &augmenting);
   Plan plan(model, po);
+  if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
   if (onnx) load_onnx_weights(plan, *imported);
   else load_weights(plan, a.weights);
   set_normalisation(plan, aug);

@@ -180,6 +180,9 @@ void set_normalisation(Plan& plan, const Augment& a);
 Augment augment_of(const CommonArgs& c, const Model& m, int channels, bool* active);
 // `batch`, or the set's count when smaller (with a note on stdout).
 int clamp_batch(int batch, int64_t count, const char* set);
+// The one line on stderr for a bf16 run whose kernel set `isa` emulates bf16 (Plan::bf16_emulated,
+// Kernels::bf16_rate 1): it computes what native bf16 does, slower than fp32.
+void note_emulated_bf16(const char* isa);
 int default_threads();
 // Run-directory helpers (train_cmd.cpp): files are written to FILE.tmp, then renamed.
 void write_text_file(const std::string& path, const std::string& text, const std::string& what);

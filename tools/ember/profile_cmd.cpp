@@ -63,6 +63,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   if (data.train.streamed()) su.cfg.loader_threads = t.common.threads;
   if (!t.weights.empty()) check_weights_fit(su.model, t.weights);  // before the plan is built
   Plan plan(su.model, su.plan);
+  if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
   set_normalisation(plan, aug);
   check_dataset_fits(plan, data.train, "training set", su.cfg.augment);
   Dataset& train_set = data.train;  // already at most --limit-samples: the loader decoded no more

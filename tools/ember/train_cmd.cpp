@@ -412,6 +412,7 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
     check_weights_fit(su.model, a.weights);
   }
   Plan plan(su.model, su.plan);
+  if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
   set_normalisation(plan, aug);
   check_dataset_fits(plan, data.train, "training set", su.cfg.augment);
   if (!a.show_batch.empty()) write_batch_grid(a.show_batch, data.train, aug, a.common.batch_size, a.seed, !a.no_shuffle);
