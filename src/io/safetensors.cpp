@@ -77,8 +77,8 @@ uint64_t header_length(const uint8_t* bytes, size_t n, uint64_t file_size, const
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= uint64_t(bytes[i]) << (8 * i);
   if (hlen > file_size - 8 || hlen > kMaxHeader)  // e.g. '{"input"' of a JSON file read as a number
-    throw Error(file + ": not a safetensors file: its first 8 bytes, read as the header length, say " +
-                std::to_string(hlen) + " bytes, which exceeds the " + std::to_string(file_size - 8) +
+    throw Error(file + ": not a safetensors file (or one cut short): its first 8 bytes, read as the header " +
+                "length, say " + std::to_string(hlen) + " bytes, which exceeds the " + std::to_string(file_size - 8) +
                 " bytes after them (or 100 MiB)");
   return hlen;
 }
