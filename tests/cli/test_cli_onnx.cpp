@@ -156,9 +156,29 @@ TEST_F(Onnx, MillionsOfNodesAreRefusedBeforeParsingInBoundedMemory) {
   }
 }
 
+// D7: 20,000,000 empty opset_import messages (2 bytes each, 40 MB): no node at all, but a parse
+// would build 20M message objects (about 1.2 GB; 30 GB for a file at the size cap). The pre-scan's
+// estimate of the parse's memory refuses it. Failed before the fix (parsed whole: peak RSS past
+// the bound).
+TEST_F(Onnx, MillionsOfTinyMessagesAreRefusedByTheParseMemoryEstimate) {
+  const fs::path p = tmp_ / "opsets.onnx";
+  {
+    std::ofstream f(p, std::ios::binary);
+    std::string chunk(2 * 1000000, '\0');  // a million ModelProto.opset_import (8) {}: 0x42 0x00
+    for (size_t k = 0; k < chunk.size(); k += 2) chunk[k] = 0x42;
+    for (int k = 0; k < 20; ++k) f << chunk;
+    ASSERT_TRUE(f.good());
+  }
+  long peak_kb = 0;
+  const Result r = run_measured(eval_model(p), &peak_kb);
+  expect_one_line_error(r, {"opsets.onnx", "parsing it would take more than", "MiB"});
+  EXPECT_LT(peak_kb, 150 * 1024) << "peak RSS " << peak_kb << " kB";
+}
+
 // D7: a chain under the node limit that maps to more layers than a model may have (4096) stops at
 // the 4097th layer, naming that node, instead of mapping all of them first. Failed before the fix
-// (65,536 Relu layers mapped, then refused by the model reader, past the RSS bound).
+// (all 65,534 Relus mapped, then "layers: expected at most 4096 layers, found 65536" from the
+// JSON model reader, naming no node).
 TEST_F(Onnx, MoreLayersThanAModelMayHaveStopAtTheFirstOneOver) {
   const fs::path p = tmp_ / "relu-65536.onnx";
   ASSERT_TRUE(write_chain(p, "Relu", 65534));  // + Flatten and Gemm: 65,536 nodes, the limit
