@@ -203,21 +203,29 @@ TEST_F(Onnx, MoreLayersThanAModelMayHaveStopAtTheFirstOneOver) {
 }
 
 // D12: a Conv with strides [0, 1] was refused as "the kernel does not fit the input", naming
-// neither the attribute nor its value. Failed before the fix (no "strides" in the message).
-TEST_F(Onnx, ConvStrideZeroIsRefusedNamingTheAttribute) {
-  w::Model m;
-  m.inputs = w::str(11, w::value_info("x", w::float_type({0, 1, 4, 4})));
-  m.initializers = w::str(5, w::float_tensor("c.weight", {2, 1, 3, 3}, 0.5f));
-  m.nodes = w::str(1, w::node("Conv", {"x", "c.weight"}, {"c"}, "stem_conv", w::attr_ints("strides", {0, 1}))) +
-            w::str(1, w::node("GlobalAveragePool", {"c"}, {"p"})) + w::str(1, w::node("Flatten", {"p"}, {"y"}));
-  m.outputs = w::str(12, w::value_info("y", w::float_type({0, 2})));
+// neither the attribute nor its value (a pool: "kernel and strides must be in 1..65536"). Failed
+// before the fix (no "strides [0, 1]" in the message).
+TEST_F(Onnx, StrideZeroIsRefusedNamingTheNodeAndAttribute) {
+  // x [N, 1, 4, 4] -> `first` (C channels out) -> GlobalAveragePool -> Flatten -> y [N, C]
+  auto model = [](const std::string& op, const std::vector<std::string>& in, const w::Bytes& attrs, int64_t C) {
+    w::Model m;
+    m.inputs = w::str(11, w::value_info("x", w::float_type({0, 1, 4, 4})));
+    m.initializers = w::str(5, w::float_tensor("c.weight", {2, 1, 3, 3}, 0.5f));
+    m.nodes = w::str(1, w::node(op, in, {"c"}, "stem", attrs)) + w::str(1, w::node("GlobalAveragePool", {"c"}, {"p"})) +
+              w::str(1, w::node("Flatten", {"p"}, {"y"}));
+    m.outputs = w::str(12, w::value_info("y", w::float_type({0, C})));
+    return m.bytes();
+  };
   const fs::path p = tmp_ / "stride0.onnx";
-  write_text(p, m.bytes());
-  expect_one_line_error(run(eval_model(p)), {"stride0.onnx", "stem_conv", "strides [0, 1]", "at least 1"});
-  w::Model fine = m;  // the same graph with strides [1, 1] imports
-  fine.nodes = w::str(1, w::node("Conv", {"x", "c.weight"}, {"c"}, "stem_conv", w::attr_ints("strides", {1, 1}))) +
-               w::str(1, w::node("GlobalAveragePool", {"c"}, {"p"})) + w::str(1, w::node("Flatten", {"p"}, {"y"}));
-  write_text(p, fine.bytes());
+  const w::Bytes pool_k = w::attr_ints("kernel_shape", {2, 2});
+  for (const std::vector<int64_t>& st : {std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, 0}}) {
+    const std::string shown = "strides [" + std::to_string(st[0]) + ", " + std::to_string(st[1]) + "]";
+    write_text(p, model("Conv", {"x", "c.weight"}, w::attr_ints("strides", st), 2));
+    expect_one_line_error(run(eval_model(p)), {"stride0.onnx", "'stem' (Conv)", shown, "at least 1"});
+    write_text(p, model("MaxPool", {"x"}, pool_k + w::attr_ints("strides", st), 1));
+    expect_one_line_error(run(eval_model(p)), {"stride0.onnx", "'stem' (MaxPool)", shown, "at least 1"});
+  }
+  write_text(p, model("Conv", {"x", "c.weight"}, w::attr_ints("strides", {1, 1}), 2));  // stride 1 imports
   const Result ok = run("bench --model " + quote(p.string()) + " --batch-size 1 --threads 1");
   EXPECT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.err;
 }
