@@ -2,7 +2,11 @@
 """Writes the seed corpus of fuzz_onnx (fuzz/corpus/onnx/): tiny ONNX models made with onnx.helper
 that cover each op and pattern the importer maps (Conv, Gemm, MatMul + bias over a channels-last
 view, LayerNormalization, GELU's erf and tanh chains, FastSwish, x * sigmoid(x), pools, Pad with
-folded pads, Sum, Concat, Softmax) in a few hundred bytes each. Run: /usr/bin/python3 fuzz/make_onnx_corpus.py"""
+folded pads, Sum, Concat, Softmax) in a few hundred bytes each; big node counts (a Relu chain one
+layer over the 4096-layer limit, 49,000 empty nodes, lengths that claim more than the file holds)
+under 100 KB each; and one regression seed per refused hostile model of issue 37 (ir_version 999,
+Conv strides 0, a graph output with no type or the wrong shape, no output).
+Run: /usr/bin/python3 fuzz/make_onnx_corpus.py"""
 import os
 
 import numpy as np
@@ -21,14 +25,64 @@ def c(name, values, dtype=np.int64):
     return numpy_helper.from_array(np.array(values, dtype=dtype), name)
 
 
-def save(name, nodes, inits, in_shape, out_dim, opset=17):
+def save(name, nodes, inits, in_shape, out_dim, opset=17, outputs=None, ir_version=8, check=True, ext=".onnx"):
+    if outputs is None:
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", out_dim])]
     g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *in_shape])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", out_dim])], inits)
+                          outputs, inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    with open(os.path.join(OUT, name + ".onnx"), "wb") as f:
-        f.write(m.SerializeToString())
+    m.ir_version = ir_version
+    if check:
+        onnx.checker.check_model(m)
+    write(name + ext, m.SerializeToString())
+
+
+def write(name, data):
+    assert len(data) < 100_000, (name, len(data))  # kept in git
+    with open(os.path.join(OUT, name), "wb") as f:
+        f.write(data)
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def big_counts():
+    """Big node counts in small files (fuzz_onnx also scans each input under limits 64 times
+    smaller, so these cross them): 4097 Relu layers, one over a model's 4096 (names of 2-4
+    characters keep it under 100 KB); 49,000 empty nodes (2 bytes each: 65,537 would not fit in
+    100 KB); a graph and a node whose lengths claim 2^62 bytes."""
+    N = helper.make_node
+    names = ["v" + np.base_repr(k, 36).lower() for k in range(4098)]
+    save("layers-4097", [N("Relu", ["x" if k == 0 else names[k]], ["y" if k == 4096 else names[k + 1]]) for k in range(4097)],
+         [], [4], 4, ext="")
+    head = bytes([0x08, 8]) + bytes([0x42]) + varint(2) + bytes([0x10, 17])   # ir_version 8, opset_import {version 17}
+    empty = bytes([0x0A, 0]) * 49000                                            # GraphProto.node {} x 49,000
+    write("empty-nodes-49000", head + bytes([0x3A]) + varint(len(empty)) + empty)
+    node = bytes([0x0A]) + varint(1 << 62) + b"\x0a\x01x"                     # GraphProto.node claiming 2^62 bytes
+    write("claims-2e62", head + bytes([0x3A]) + varint(1 << 62) + node)
+
+
+def regressions():
+    """One seed per hostile model of issue 37 that is now refused. Hostile seeds have no .onnx
+    suffix: tests/python/test_onnx.py runs every *.onnx seed in ONNX Runtime."""
+    N = helper.make_node
+    gemm = [N("Flatten", ["x"], ["f"]), N("Gemm", ["f", "fc.weight"], ["y"], transB=1)]
+    inits = [w("fc.weight", 3, 4)]
+    save("regress-ir-version-999", gemm, inits, [4], 3, ir_version=999, check=False, ext="")
+    save("regress-conv-strides-0", [N("Conv", ["x", "c.weight"], ["c"], kernel_shape=[3, 3], strides=[0, 1]),
+                                    N("GlobalAveragePool", ["c"], ["p"]), N("Flatten", ["p"], ["y"])],
+         [w("c.weight", 2, 1, 3, 3)], [1, 4, 4], 2, check=False, ext="")
+    save("regress-output-untyped", gemm, inits, [4], 3, outputs=[helper.make_empty_tensor_value_info("y")], check=False,
+         ext="")
+    save("regress-output-wrong-shape", gemm, inits, [4], 3,
+         outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])], ext="")
+    save("regress-no-output", gemm, inits, [4], 3, outputs=[], check=False, ext="")
 
 
 def main():
@@ -80,6 +134,8 @@ def main():
          [w("a.weight", 6, 4), w("a.bias", 6), w("b.weight", 3, 6), w("b.bias", 3), scalar("k1", 0.044715),
           scalar("k2", 0.7978845608), scalar("one", 1.0), scalar("half", 0.5), scalar("a", 3.2308), scalar("a3", 6.2308),
           scalar("three", 3.0), scalar("mthree", -3.0), scalar("mone", -1.0)], [1, 2, 2], 3)
+    big_counts()
+    regressions()
     print(f"wrote {len(os.listdir(OUT))} models to {OUT}")
 
 

@@ -103,6 +103,7 @@ Model builtin_model(const std::string& name);
 std::vector<std::string> builtin_model_names();
 
 // JSON model descriptions (see docs/model-format.md). `source` names the file in errors.
+constexpr size_t kMaxModelLayers = 4096;  // the most layers a model may have (any source)
 Model parse_model_json(const std::string& text, const std::string& source);
 Model load_model_file(const std::string& path);
 std::string model_to_json(const Model& model);

@@ -76,9 +76,10 @@ uint64_t header_length(const uint8_t* bytes, size_t n, uint64_t file_size, const
                 " bytes, a safetensors file has at least 8");
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= uint64_t(bytes[i]) << (8 * i);
-  if (hlen > file_size - 8 || hlen > kMaxHeader)
-    throw Error(file + ": header length: " + std::to_string(hlen) + " bytes exceeds the " +
-                std::to_string(file_size - 8) + " bytes after the length field (or 100 MiB)");
+  if (hlen > file_size - 8 || hlen > kMaxHeader)  // e.g. '{"input"' of a JSON file read as a number
+    throw Error(file + ": not a safetensors file (or one cut short): its first 8 bytes, read as the header " +
+                "length, say " + std::to_string(hlen) + " bytes, which exceeds the " + std::to_string(file_size - 8) +
+                " bytes after them (or 100 MiB)");
   return hlen;
 }
 }  // namespace

@@ -173,7 +173,7 @@ namespace {
 
 // Limits that keep any description's reading and compiling bounded (see docs/model-format.md).
 constexpr int kMaxDepth = 32;      // JSON nesting; the format itself needs 3
-constexpr size_t kMaxLayers = 4096;
+constexpr size_t kMaxLayers = kMaxModelLayers;
 constexpr size_t kShown = 60;      // characters of a key quoted in a message
 constexpr uint64_t kMaxModelFile = uint64_t(16) << 20;  // a description of 4096 layers is < 1 MiB
 

@@ -11,6 +11,7 @@
 #include "ember/onnx.h"
 #include "nn/layers.h"
 #include "onnx/onnx_import_ops.h"
+#include "onnx/onnx_scan.h"
 
 namespace ember {
 
@@ -142,7 +143,35 @@ void Importer::read_inputs() {
   names_.insert("input");
 }
 
+// The graph's declared output is what the model computes: a float tensor [N, classes] (or
+// [N, classes, 1, 1] for an image of 1x1); the batch dim may be anything, the others symbolic,
+// unknown or equal; a shape left out is taken as right.
+void Importer::check_output(const pb::ValueInfoProto& o, const Val& y) const {
+  const std::string w = file_ + ": output '" + shown(o.name()) + "'";
+  const std::string want = "[N, " + std::to_string(y.d.c) + "]";
+  if (!o.has_type()) throw Error(w + ": has no type (expected a float tensor " + want + ")");
+  if (!o.type().has_tensor_type() || o.type().tensor_type().elem_type() != pb::TensorProto::FLOAT)
+    throw Error(w + ": expected a float tensor " + want + ", found " +
+                (o.type().has_tensor_type() ? "elem_type " + std::to_string(o.type().tensor_type().elem_type()) : "no tensor_type"));
+  if (!o.type().tensor_type().has_shape()) return;  // a shape left out: any
+  const auto& shape = o.type().tensor_type().shape();
+  std::vector<int64_t> dims{y.d.c};  // after the batch: [C], or an image's [C, 1, 1] ([1, 1, C] channels-last)
+  if (shape.dim_size() == 4 && y.lay != Layout::Flat)
+    dims = y.lay == Layout::NCHW ? std::vector<int64_t>{y.d.c, 1, 1} : std::vector<int64_t>{1, 1, y.d.c};
+  bool ok = size_t(shape.dim_size()) == dims.size() + 1;
+  for (int k = 1; ok && k < shape.dim_size(); ++k)
+    ok = !shape.dim(k).has_dim_value() || shape.dim(k).dim_value() == dims[size_t(k - 1)];
+  if (!ok) {
+    std::string found = "[";
+    for (int k = 0; k < shape.dim_size(); ++k)
+      found += (k ? ", " : "") + (shape.dim(k).has_dim_value() ? std::to_string(shape.dim(k).dim_value())
+                                  : shape.dim(k).has_dim_param() ? shown(shape.dim(k).dim_param()) : std::string("?"));
+    throw Error(w + ": declared " + found + "], the model computes " + want + " scores");
+  }
+}
+
 void Importer::run() {
+  if (g_.output_size() == 0) throw Error(file_ + ": the graph has no output (ember models have one: [N, classes] scores)");
   if (g_.output_size() != 1) throw Error(file_ + ": the graph has " + std::to_string(g_.output_size()) + " outputs; ember models have one");
   read_inputs();
   index_readers();
@@ -155,6 +184,8 @@ void Importer::run() {
     if (done_[size_t(i)] || !live_[size_t(i)]) continue;
     done_[size_t(i)] = true;
     map_node(i);
+    if (out_.model.layers.size() > kMaxModelLayers)  // stop at the first layer over, not after mapping all
+      throw Error(where(i) + ": the model would have more than " + std::to_string(kMaxModelLayers) + " layers (its limit)");
   }
   auto it = vals_.find(g_.output(0).name());
   if (it == vals_.end()) throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is produced by no node");
@@ -163,6 +194,7 @@ void Importer::run() {
   if (y.is_const || m.layers.empty() || y.ref != m.layers.back().name)
     throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' must be the last layer's output");
   if (!y.d.flat()) throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is an image; ember models end in [classes] scores");
+  check_output(g_.output(0), y);
   m.num_classes = y.d.c;
   // A graph that ends in Softmax outputs probabilities: ember's loss then takes their log only.
   if (m.layers.back().kind == LayerKind::Softmax) m.loss = LossKind::CrossEntropy;
@@ -170,7 +202,21 @@ void Importer::run() {
 
 }  // namespace onnx
 
+namespace {
+// IR 3 brought opset_import; IR 10 is the IR of opset 21, the newest opset the importer maps
+// (libonnx-dev 1.12's onnx.proto knows IR 8; IR 9 and 10 added only types ember refuses), or
+// the schema's IR_VERSION where that is newer.
+constexpr int64_t kMinIrVersion = 3, kMaxIrVersion = std::max<int64_t>(10, onnx::pb::IR_VERSION);
+
+void check_ir_version(int64_t v, const std::string& name) {
+  if (v < kMinIrVersion || v > kMaxIrVersion)
+    throw Error(name + ": ir_version " + std::to_string(v) + ": ember reads IR versions " + std::to_string(kMinIrVersion) +
+                " to " + std::to_string(kMaxIrVersion) + " (opsets 7 to 21)");
+}
+}  // namespace
+
 OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::string& name) {
+  onnx::scan_onnx(bytes, n, name);  // the counts, before the parse allocates for them
   onnx::pb::ModelProto model;
   if (n > size_t(INT32_MAX) || !model.ParseFromArray(bytes, int(n)))
     throw Error(name + ": not an ONNX model (the protobuf does not parse)");
@@ -179,6 +225,7 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
     if (op.domain().empty() || op.domain() == "ai.onnx") opset = op.version();
     else throw Error(name + ": opset_import: domain '" + one_line(onnx::shown(op.domain())) + "' is not supported");
   if (model.opset_import_size() == 0) throw Error(name + ": no opset_import (is this an ONNX model?)");
+  check_ir_version(model.ir_version(), name);
   if (opset < 7 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (7..21)");
   if (!model.has_graph()) throw Error(name + ": no graph");
   onnx::Importer im(model.graph(), name, int(opset), n);
@@ -199,7 +246,7 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
 }
 
 OnnxImport import_onnx(const std::string& path) {
-  const std::string bytes = read_input(path, uint64_t(2) << 30, "ONNX model");
+  const std::string bytes = read_input(path, onnx::ScanLimits{}.file_bytes, "ONNX model");
   return import_onnx_from_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 

@@ -41,6 +41,12 @@ const Val& Importer::tensor(int i, int k) const {
   return v;
 }
 
+// A Conv's or pool's strides (2-D): each in 1..65536, else refused naming the attribute.
+void Importer::check_strides(int i, const std::vector<int64_t>& st) const {
+  for (int64_t v : st)
+    if (v < 1 || v > 65536) throw Error(where(i) + ": attribute strides " + ints_str(st) + ": each stride must be at least 1 and at most 65536");
+}
+
 void Importer::map_node(int i) {
   const std::string& op = g_.node(i).op_type();
   if (!g_.node(i).domain().empty() && g_.node(i).domain() != "ai.onnx")
@@ -128,6 +134,7 @@ void Importer::conv(int i) {
   } else if (ap == "VALID") pads = {0, 0, 0, 0};
   else if (ap != "NOTSET") throw Error(where(i) + ": auto_pad '" + ap + "' is not supported");
   if (st.size() != 2 || pads.size() != 4) throw Error(where(i) + ": strides and pads must be 2-D");
+  check_strides(i, st);
   if (pads[0] != pads[2] || pads[1] != pads[3]) throw Error(where(i) + ": asymmetric pads " + ints_str(pads) + " are not supported");
   if (G < 1 || x.d.c % G || K % G || W.dims[1] * G != x.d.c)
     throw Error(where(i) + ": weight " + ints_str(W.dims) + " with group " + std::to_string(G) + " does not fit " +
@@ -239,8 +246,9 @@ void Importer::pool(int i, bool max) {
     throw Error(where(i) + ": count_include_pad 0 with padding is not supported (ember counts the padding, as PyTorch)");
   if (g_.node(i).output_size() > 1 && !g_.node(i).output(1).empty() && readers_.count(g_.node(i).output(1)))
     throw Error(where(i) + ": the Indices output is not supported");
-  for (int64_t v : {k[0], k[1], st[0], st[1]})
-    if (v < 1 || v > 65536) throw Error(where(i) + ": kernel and strides must be in 1..65536");
+  check_strides(i, st);
+  for (int64_t v : {k[0], k[1]})
+    if (v < 1 || v > 65536) throw Error(where(i) + ": kernel_shape " + ints_str(k) + ": each size must be in 1..65536");
   if (pads[0] < 0 || pads[1] < 0 || pads[0] > 65536 || pads[1] > 65536) throw Error(where(i) + ": pads outside 0..65536");
   LayerSpec s;
   s.kind = max ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;

@@ -47,11 +47,13 @@ class Importer {
   int only_reader(const std::string& value) const;
   void mark_live();
   void read_inputs();
+  void check_output(const pb::ValueInfoProto& o, const Val& y) const;
 
   // onnx_import_ops.cpp: one mapper per op (each sets the node's outputs).
   void map_node(int i);
   bool fold(int i);                         // onnx_fold.cpp: all inputs constant: compute it
   const Val& tensor(int i, int k) const;    // a non-constant input
+  void check_strides(int i, const std::vector<int64_t>& st) const;
   void conv(int i);
   void gemm(int i);
   void matmul(int i);

@@ -1,9 +1,12 @@
 // The ONNX commands end to end: `ember export` then `ember eval --model FILE.onnx` gives the
 // safetensors weights' accuracy and loss; `ember bench --model FILE.onnx` times it; hostile paths
-// and bytes (FIFOs, device links, truncated and garbage files, wrong outputs) get one-line errors.
+// and bytes (FIFOs, device links, truncated and garbage files, wrong outputs) get one-line errors;
+// hostile models (millions of nodes, lying versions, stride 0) are refused fast, in bounded memory.
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "cli/cli_util.h"
+#include "cli/onnx_wire.h"
 
 namespace {
 
@@ -20,6 +23,28 @@ class Onnx : public Cli {
     EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
     const size_t p = r.out.find("test accuracy");
     return p == std::string::npos ? "" : r.out.substr(p);
+  }
+  // Runs `ember ARGS` as run() does, from a forked child whose only children are that command, so
+  // the child's getrusage(RUSAGE_CHILDREN) is the command's peak RSS (kB, into *peak_kb).
+  Result run_measured(const std::string& args, long* peak_kb) {
+    const fs::path report = tmp_ / "rusage.txt";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const Result r = run(args);
+      rusage ru{};
+      ::getrusage(RUSAGE_CHILDREN, &ru);
+      write_text(report, std::to_string(r.code) + " " + std::to_string(ru.ru_maxrss) + "\n");
+      ::_exit(0);
+    }
+    EXPECT_EQ(wait_status(pid), 0);
+    Result r;
+    std::istringstream(read_text(report)) >> r.code >> *peak_kb;
+    r.cmd = "ember " + args, r.out = read_text(tmp_ / "stdout.txt"), r.err = read_text(tmp_ / "stderr.txt");
+    return r;
+  }
+  // `ember eval --model PATH` on the small data set.
+  std::string eval_model(const fs::path& model) {
+    return "eval --data " + quote(data_.string()) + " --threads 1 --model " + quote(model.string());
   }
 };
 
@@ -90,6 +115,180 @@ TEST_F(Onnx, HostileOnnxInputsGetOneLineErrors) {
     expect_one_line_error(run("eval --data " + quote(data_.string()) + " --model " + quote(p.string())), {p.filename().string()});
     expect_one_line_error(run("bench --model " + quote(p.string()) + " --batch-size 1"), {p.filename().string()});
   }
+}
+
+namespace w = onnx_wire;
+
+// "v0000012": value names of one width, so that every node of a chain has the same size.
+std::string chained(uint64_t k) {
+  char b[16];
+  std::snprintf(b, sizeof b, "v%07llu", static_cast<unsigned long long>(k));
+  return b;
+}
+
+// x -> Flatten -> Gemm -> v0000000 -> `count` nodes of `op` (v_k -> v_k+1) -> the graph's output.
+bool write_chain(const fs::path& path, const std::string& op, uint64_t count) {
+  w::Model m = w::gemm_model(chained(0));
+  m.outputs = w::str(12, w::value_info(chained(count), w::float_type({0, 10})));
+  return w::write_with_nodes(path.string(), m, count, [&](uint64_t k) { return w::node(op, {chained(k)}, {chained(k + 1)}); });
+}
+
+// Peak RSS bounds of refused runs (kB). Under ASan or TSan (the asan and tsan presets build ember
+// with the same flags as this test) shadow memory multiplies what a run touches: 8x the bound.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr long kSanitizerFactor = 8;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr long kSanitizerFactor = 8;
+#else
+constexpr long kSanitizerFactor = 1;
+#endif
+#else
+constexpr long kSanitizerFactor = 1;
+#endif
+constexpr long kBoundedRssKb = 300 * 1024 * kSanitizerFactor;  // a refused file's run: its bytes (<= 96 MB) and little else
+constexpr long kSmallRssKb = 150 * 1024 * kSanitizerFactor;    // the same for files of at most 40 MB
+
+// D7: 3,000,000 Identity nodes (96 MB) were accepted at 2.47 GB RSS, and 400,000 Relu nodes took
+// 53 s and 730 MB before "at most 4096 layers": the limits applied after the whole parse and
+// import. Now a pre-scan of the wire bytes counts nodes before parsing. Failed before the fix
+// (the Identity chain imported, exit 0; the Relu chain ran to the 60 s timeout or past 300 MB).
+TEST_F(Onnx, MillionsOfNodesAreRefusedBeforeParsingInBoundedMemory) {
+  const fs::path small = tmp_ / "identity-10.onnx", ids = tmp_ / "identity-3m.onnx", relus = tmp_ / "relu-400k.onnx";
+  ASSERT_TRUE(write_chain(small, "Identity", 10));
+  const Result ok = run(eval_model(small));  // the same file, short: a valid model that imports
+  ASSERT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.out << ok.err;
+  ASSERT_TRUE(write_chain(ids, "Identity", 3000000));
+  ASSERT_TRUE(write_chain(relus, "Relu", 400000));
+  EXPECT_GT(fs::file_size(ids), uint64_t(90) << 20);
+  for (const fs::path& p : {ids, relus}) {
+    long peak_kb = 0;
+    const Result r = run_measured(eval_model(p), &peak_kb);
+    expect_one_line_error(r, {p.filename().string(), "more than 65536 nodes"});
+    EXPECT_GT(peak_kb, 0);
+    EXPECT_LT(peak_kb, kBoundedRssKb) << p.filename() << ": peak RSS " << peak_kb << " kB";
+  }
+}
+
+// D7: 20,000,000 empty opset_import messages (2 bytes each, 40 MB): no node at all, but a parse
+// would build 20M message objects (about 1.2 GB; 30 GB for a file at the size cap). The pre-scan's
+// estimate of the parse's memory refuses it. Failed before the fix (parsed whole: peak RSS past
+// the bound).
+TEST_F(Onnx, MillionsOfTinyMessagesAreRefusedByTheParseMemoryEstimate) {
+  const fs::path p = tmp_ / "opsets.onnx";
+  {
+    std::ofstream f(p, std::ios::binary);
+    std::string chunk(2 * 1000000, '\0');  // a million ModelProto.opset_import (8) {}: 0x42 0x00
+    for (size_t k = 0; k < chunk.size(); k += 2) chunk[k] = 0x42;
+    for (int k = 0; k < 20; ++k) f << chunk;
+    ASSERT_TRUE(f.good());
+  }
+  long peak_kb = 0;
+  const Result r = run_measured(eval_model(p), &peak_kb);
+  expect_one_line_error(r, {"opsets.onnx", "parsing it would take more than", "MiB"});
+  EXPECT_LT(peak_kb, kSmallRssKb) << "peak RSS " << peak_kb << " kB";
+}
+
+// D7: a chain under the node limit that maps to more layers than a model may have (4096) stops at
+// the 4097th layer, naming that node, instead of mapping all of them first. Failed before the fix
+// (all 65,534 Relus mapped, then "layers: expected at most 4096 layers, found 65536" from the
+// JSON model reader, naming no node).
+TEST_F(Onnx, MoreLayersThanAModelMayHaveStopAtTheFirstOneOver) {
+  const fs::path p = tmp_ / "relu-65536.onnx";
+  ASSERT_TRUE(write_chain(p, "Relu", 65534));  // + Flatten and Gemm: 65,536 nodes, the limit
+  long peak_kb = 0;
+  const Result r = run_measured(eval_model(p), &peak_kb);
+  expect_one_line_error(r, {"relu-65536.onnx", "node 4096", "more than 4096 layers"});
+  EXPECT_LT(peak_kb, kSmallRssKb) << "peak RSS " << peak_kb << " kB";
+}
+
+// D12: a Conv with strides [0, 1] was refused as "the kernel does not fit the input", naming
+// neither the attribute nor its value (a pool: "kernel and strides must be in 1..65536"). Failed
+// before the fix (no "strides [0, 1]" in the message).
+TEST_F(Onnx, StrideZeroIsRefusedNamingTheNodeAndAttribute) {
+  // x [N, 1, 4, 4] -> `first` (C channels out) -> GlobalAveragePool -> Flatten -> y [N, C]
+  auto model = [](const std::string& op, const std::vector<std::string>& in, const w::Bytes& attrs, int64_t C) {
+    w::Model m;
+    m.inputs = w::str(11, w::value_info("x", w::float_type({0, 1, 4, 4})));
+    m.initializers = w::str(5, w::float_tensor("c.weight", {2, 1, 3, 3}, 0.5f));
+    m.nodes = w::str(1, w::node(op, in, {"c"}, "stem", attrs)) + w::str(1, w::node("GlobalAveragePool", {"c"}, {"p"})) +
+              w::str(1, w::node("Flatten", {"p"}, {"y"}));
+    m.outputs = w::str(12, w::value_info("y", w::float_type({0, C})));
+    return m.bytes();
+  };
+  const fs::path p = tmp_ / "stride0.onnx";
+  const w::Bytes pool_k = w::attr_ints("kernel_shape", {2, 2});
+  for (const std::vector<int64_t>& st : {std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, 0}}) {
+    const std::string shown = "strides [" + std::to_string(st[0]) + ", " + std::to_string(st[1]) + "]";
+    write_text(p, model("Conv", {"x", "c.weight"}, w::attr_ints("strides", st), 2));
+    expect_one_line_error(run(eval_model(p)), {"stride0.onnx", "'stem' (Conv)", shown, "at least 1"});
+    write_text(p, model("MaxPool", {"x"}, pool_k + w::attr_ints("strides", st), 1));
+    expect_one_line_error(run(eval_model(p)), {"stride0.onnx", "'stem' (MaxPool)", shown, "at least 1"});
+  }
+  write_text(p, model("Conv", {"x", "c.weight"}, w::attr_ints("strides", {1, 1}), 2));  // stride 1 imports
+  const Result ok = run("bench --model " + quote(p.string()) + " --batch-size 1 --threads 1");
+  EXPECT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.err;
+}
+
+// D12: the graph's declared output was not read: no output type, a non-float type or a shape that
+// is not the model's [N, classes] imported silently (zero outputs were already refused). Failed
+// before the fix (exit 0 for the untyped, INT64 and [N, 7] outputs).
+TEST_F(Onnx, TheDeclaredOutputMustBeTheModelsScores) {
+  const struct {
+    const char* name;
+    w::Bytes outputs;
+    std::vector<std::string> needles;
+  } cases[] = {
+      {"no-output", "", {"no-output.onnx", "no output"}},
+      {"untyped", w::str(12, w::value_info("y", "")), {"untyped.onnx", "output 'y'", "no type"}},
+      {"int64", w::str(12, w::value_info("y", w::str(1, w::num(1, 7) + w::str(2, w::str(1, w::str(2, "N")) + w::str(1, w::num(1, 10)))))),
+       {"int64.onnx", "output 'y'", "float"}},
+      {"wrong-shape", w::str(12, w::value_info("y", w::float_type({0, 7}))), {"wrong-shape.onnx", "output 'y'", "[N, 10]"}},
+  };
+  for (const auto& c : cases) {
+    w::Model m = w::gemm_model("y");
+    m.outputs = c.outputs;
+    const fs::path p = tmp_ / (std::string(c.name) + ".onnx");
+    write_text(p, m.bytes());
+    expect_one_line_error(run(eval_model(p)), c.needles);
+  }
+  w::Model m = w::gemm_model("y");  // typed [N, 10] or [1, 10] (a fixed batch): imports
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0, 10}, std::vector<int64_t>{1, 10}}) {
+    m.outputs = w::str(12, w::value_info("y", w::float_type(dims)));
+    write_text(tmp_ / "ok.onnx", m.bytes());
+    const Result r = run(eval_model(tmp_ / "ok.onnx"));
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+  }
+}
+
+// D12: ir_version 999 imported; versions the importer does not know are refused, naming the
+// field. Failed before the fix (exit 0).
+TEST_F(Onnx, AnIrVersionNewerThanTheImporterKnowsIsRefused) {
+  w::Model m = w::gemm_model("y");
+  m.outputs = w::str(12, w::value_info("y", w::float_type({0, 10})));
+  for (int64_t v : {999, 11, 0, 2}) {
+    m.ir_version = v;
+    const fs::path p = tmp_ / ("ir" + std::to_string(v) + ".onnx");
+    write_text(p, m.bytes());
+    expect_one_line_error(run(eval_model(p)), {p.filename().string(), "ir_version " + std::to_string(v), "3 to 10"});
+  }
+  for (int64_t v : {3, 8, 10}) {  // those it knows import
+    m.ir_version = v;
+    write_text(tmp_ / "ir.onnx", m.bytes());
+    const Result r = run(eval_model(tmp_ / "ir.onnx"));
+    EXPECT_EQ(r.code, 0) << "ir_version " << v << ": " << r.err;
+  }
+}
+
+// D12: `ember export x.json` said "header length: 7881701915721992827 bytes": the 8 bytes of
+// '{"input"' read as a length. Now it says the file is not a safetensors file. Failed before the
+// fix (no "not a safetensors file").
+TEST_F(Onnx, ExportOfAFileThatIsNotSafetensorsSaysSo) {
+  const fs::path j = tmp_ / "x.json";
+  write_text(j, R"({"input": [1, 28, 28], "classes": 10, "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 10}]})");
+  expect_one_line_error(run("export " + quote(j.string()) + " -o " + quote((tmp_ / "m.onnx").string())),
+                        {"x.json", "not a safetensors file"});
+  EXPECT_FALSE(fs::exists(tmp_ / "m.onnx"));
 }
 
 TEST_F(Onnx, EvalNeedsWeightsUnlessTheModelIsOnnx) {

@@ -503,3 +503,38 @@ def test_protobuf_nested_100000_deep_is_refused_without_recursion(tmp_path):
     path.write_bytes(data)
     with pytest.raises(ember.Error, match="does not parse"):
         ember.Model.from_onnx(str(path))
+
+
+# ---- issue 37: limits while reading, and hostile models refused with one line ----------------------
+
+HOSTILE_SEEDS = {  # fuzz/corpus/onnx seeds (fuzz/make_onnx_corpus.py) and what refuses each
+    "layers-4097": "more than 4096 layers", "regress-ir-version-999": "ir_version 999",
+    "regress-conv-strides-0": "strides [0, 1]", "regress-output-untyped": "no type",
+    "regress-output-wrong-shape": "the model computes [N, 3]", "regress-no-output": "no output",
+    "claims-2e62": "does not parse",
+}
+
+
+@pytest.mark.parametrize("seed", list(HOSTILE_SEEDS))
+def test_hostile_seeds_are_refused_with_one_line(seed):
+    """D7, D12: failed before issue 37's fixes: the ir_version, untyped and wrong-shape seeds
+    imported; the layers, strides and no-output seeds were refused only after mapping, or with
+    messages naming neither the limit nor the attribute (claims-2e62 is a fuzz seed, refused as before)."""
+    path = os.path.join(REPO, "fuzz", "corpus", "onnx", seed)
+    with pytest.raises(ember.Error) as e:
+        ember.Model.from_onnx(path)
+    assert "\n" not in str(e.value) and seed in str(e.value) and HOSTILE_SEEDS[seed] in str(e.value), str(e.value)
+
+
+def test_a_file_over_the_node_limit_is_refused_before_parsing(tmp_path):
+    """D7: 70,000 empty NodeProtos (2 bytes each) are counted in the wire bytes and refused before
+    protobuf parses them. Failed before the fix: the whole file was parsed, then refused for having
+    no output."""
+    head = bytes([0x08, 8, 0x42, 2, 0x10, 17])  # ir_version 8, opset_import {version 17}
+    nodes = bytes([0x0A, 0]) * 70000
+    n = len(nodes)
+    length = bytes([(n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14])
+    path = tmp_path / "nodes.onnx"
+    path.write_bytes(head + bytes([0x3A]) + length + nodes)
+    with pytest.raises(ember.Error, match=r"nodes\.onnx: more than 65536 nodes"):
+        ember.Model.from_onnx(str(path))
