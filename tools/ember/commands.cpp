@@ -62,7 +62,7 @@ Model model_of(const CommonArgs& a) {
       }
       return m;
     }
-  throw Error("--act: expected relu, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + one_line(a.act) + "'");
+  throw Error("--act: expected relu, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + clip_text(a.act) + "'");
 }
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
@@ -277,14 +277,14 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   check_number(L("--bucket-mb"), a.bucket_mb, 0, 1 << 20, true);
   check_number(L("--comm-timeout"), a.comm_timeout, 0, 1e6, true);
   if (a.on_nonfinite != "stop" && a.on_nonfinite != "skip")
-    bad(L("--on-nonfinite"), "stop or skip", "'" + one_line(a.on_nonfinite) + "'");
+    bad(L("--on-nonfinite"), "stop or skip", "'" + clip_text(a.on_nonfinite) + "'");
   if (!a.resume.empty() && !a.weights.empty())
     throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
   if (!a.init.empty()) {
     if (a.init == "kaiming") model.init = Init::Kaiming;
     else if (a.init == "xavier") model.init = Init::Xavier;
     else if (a.init == "torch") model.init = Init::Torch;
-    else bad(L("--init"), "kaiming, xavier or torch", "'" + one_line(a.init) + "'");
+    else bad(L("--init"), "kaiming, xavier or torch", "'" + clip_text(a.init) + "'");
   }
   PlanOptions& po = su.plan;
   po.batch = a.common.batch_size;
