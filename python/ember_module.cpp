@@ -100,11 +100,16 @@ Samples samples_of(const py::buffer& b, const ember::Model& m, const char* arg) 
 }
 
 std::vector<int32_t> labels_of(const py::array& y, int64_t n, int classes) {
-  if (y.ndim() != 1 || y.shape(0) != n) {
-    std::string found = y.ndim() == 1 ? std::to_string(y.shape(0)) : "a " + std::to_string(y.ndim()) + "-dimensional array [";
-    for (py::ssize_t d = 0; y.ndim() != 1 && d < y.ndim(); ++d) found += (d ? ", " : "") + std::to_string(y.shape(d));
-    throw py::value_error("y: expected " + std::to_string(n) + (n == 1 ? " label" : " labels") + " (one per sample of x), found " + found +
-                          (y.ndim() == 1 ? "" : "]"));
+  if (y.ndim() != 1 || y.shape(0) != n) {  // "found 49", or "found a 2-dimensional array [50, 1]"
+    std::string found;
+    if (y.ndim() == 1) found = std::to_string(y.shape(0));
+    else {
+      found.append("a ").append(std::to_string(y.ndim())).append("-dimensional array [");
+      for (py::ssize_t d = 0; d < y.ndim(); ++d) found.append(d ? ", " : "").append(std::to_string(y.shape(d)));
+      found.append("]");
+    }
+    throw py::value_error("y: expected " + std::to_string(n) + (n == 1 ? " label" : " labels") +
+                          " (one per sample of x), found " + found);
   }
   if (y.dtype().kind() != 'i' && y.dtype().kind() != 'u') throw py::value_error("y: expected integer labels");
   const py::array_t<int64_t, py::array::forcecast> v(y);  // labels are small: a copy is fine
@@ -292,7 +297,7 @@ class PyModel {
   py::object profile(const py::buffer& x, const py::array& y, int steps, int batch_size, int threads) {
     const Samples s = samples_of(x, model_, "x");
     const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
-    if (steps < 1 || steps > 1000000) throw py::value_error("steps: expected 1..1000000, found " + std::to_string(steps));
+    as_value_error([&] { ember::check_integer("steps", steps, 1, 1000000); });
     ensure_plan(options(batch_size, model_.recipe.batch_size, threads, model_.recipe.optimizer), s.n, 1);
     const int B = plan_->batch();
     std::string json;
