@@ -1,9 +1,12 @@
 // The Python module `ember` (pybind11): models built in or from JSON, trained and run on numpy
 // arrays read in place through the buffer protocol (uint8 images scaled by 1/255, or float32 as
-// they are), with the GIL released while ember works and Ctrl-C checked between steps.
+// they are, finite), with the GIL released while ember works and Ctrl-C checked between steps.
+// Settings are checked by the library code that checks the CLI's flags (ValueError).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <limits.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +21,7 @@
 #include "core/rng.h"
 #include "ember/bench.h"
 #include "ember/ember.h"
+#include "ember/files.h"
 #include "ember/onnx.h"
 #include "ember/profile.h"
 
@@ -33,6 +37,36 @@ struct Samples {
   int64_t n = 0;
   size_t per = 0;  // elements per sample
 };
+
+// float32 input must be finite: NaN or Inf would pass through ReLU and pooling as 0 or a silent
+// loss (the CLI's data are bytes, which cannot hold either). Names the first element, "x[7, 0, 3, 4]".
+// Tested on the bits (exponent all ones), whatever the compiler assumes about floating point.
+void check_finite(const Samples& s, const char* arg) {
+  const float* v = static_cast<const float*>(s.buf.ptr);
+  const auto bits = [&](size_t i) {
+    uint32_t b;
+    std::memcpy(&b, v + i, sizeof b);
+    return b;
+  };
+  const size_t count = size_t(s.n) * s.per, block = 4096;
+  size_t at = 0;
+  for (; at < count; at += block) {  // a branch-free scan per block
+    uint32_t any = 0;
+    for (size_t i = at, end = std::min(count, at + block); i < end; ++i) any |= uint32_t((bits(i) & 0x7f800000u) == 0x7f800000u);
+    if (any) break;
+  }
+  if (at >= count) return;
+  while ((bits(at) & 0x7f800000u) != 0x7f800000u) ++at;
+  const uint32_t bad = bits(at);
+  std::string index;
+  for (int d = s.buf.ndim - 1; d >= 0; --d) {
+    const auto dim = size_t(s.buf.shape[size_t(d)]);
+    index = std::to_string(at % dim) + (index.empty() ? "" : ", ") + index;
+    at /= dim;
+  }
+  const char* what = (bad & 0x007fffffu) != 0 ? "nan" : (bad >> 31) != 0 ? "-inf" : "inf";
+  throw py::value_error(std::string(arg) + "[" + index + "]: found " + what + "; float32 inputs must be finite numbers");
+}
 
 Samples samples_of(const py::buffer& b, const ember::Model& m, const char* arg) {
   Samples s{b.request(), false, 0, 0};
@@ -61,12 +95,22 @@ Samples samples_of(const py::buffer& b, const ember::Model& m, const char* arg) 
   s.n = s.buf.shape[0];
   s.per = size_t(m.in_c) * m.in_h * m.in_w;
   if (s.n < 1) throw py::value_error(std::string(arg) + ": no samples");
+  if (!s.u8) check_finite(s, arg);
   return s;
 }
 
 std::vector<int32_t> labels_of(const py::array& y, int64_t n, int classes) {
-  if (y.ndim() != 1 || y.shape(0) != n)
-    throw py::value_error("y: expected shape [" + std::to_string(n) + "], found " + std::to_string(y.ndim()) + " dimensions");
+  if (y.ndim() != 1 || y.shape(0) != n) {  // "found 49", or "found a 2-dimensional array [50, 1]"
+    std::string found;
+    if (y.ndim() == 1) found = std::to_string(y.shape(0));
+    else {
+      found.append("a ").append(std::to_string(y.ndim())).append("-dimensional array [");
+      for (py::ssize_t d = 0; d < y.ndim(); ++d) found.append(d ? ", " : "").append(std::to_string(y.shape(d)));
+      found.append("]");
+    }
+    throw py::value_error("y: expected " + std::to_string(n) + (n == 1 ? " label" : " labels") +
+                          " (one per sample of x), found " + found);
+  }
   if (y.dtype().kind() != 'i' && y.dtype().kind() != 'u') throw py::value_error("y: expected integer labels");
   const py::array_t<int64_t, py::array::forcecast> v(y);  // labels are small: a copy is fine
   std::vector<int32_t> out(static_cast<size_t>(n));
@@ -100,14 +144,17 @@ void check_signals() {  // with the GIL: Ctrl-C becomes KeyboardInterrupt here, 
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
-ember::OptimizerKind optimizer_kind(const std::string& s) {
-  if (s == "sgd") return ember::OptimizerKind::SGD;
-  if (s == "momentum") return ember::OptimizerKind::Momentum;
-  if (s == "nesterov") return ember::OptimizerKind::Nesterov;
-  if (s == "adam") return ember::OptimizerKind::Adam;
-  if (s == "adamw") return ember::OptimizerKind::AdamW;
-  throw py::value_error("optimizer: expected sgd, momentum, nesterov, adam or adamw, found '" + s + "'");
+// f() with ember's errors about an argument (the library's checks, which the CLI's flags go
+// through too; Python's argument names are the library's field names) raised as ValueError.
+template <class F>
+auto as_value_error(F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ember::Error& e) {
+    throw py::value_error(e.what());
+  }
 }
+std::string same_name(const char* field) { return field; }
 
 // A model and, once trained or loaded, its plan (rebuilt, weights carried over, when fit asks
 // for another batch size, optimizer or thread count).
@@ -142,9 +189,16 @@ class PyModel {
     m.onnx_weights_ = std::make_shared<ember::OnnxImport>(std::move(im));
     return m;
   }
+  // JSON text when it holds a '{' or starts with '[' (after blanks), else a path. Errors quote at
+  // most a few dozen characters of either (the library's JSON errors already cut what they quote).
   static PyModel from_json(const std::string& path_or_text) {
-    const bool text = path_or_text.find('{') != std::string::npos;
-    return PyModel(text ? ember::parse_model_json(path_or_text, "<json>") : ember::load_model_file(path_or_text));
+    const size_t first = path_or_text.find_first_not_of(" \t\r\n");
+    const bool text = path_or_text.find('{') != std::string::npos || (first != std::string::npos && path_or_text[first] == '[');
+    if (text) return PyModel(ember::parse_model_json(path_or_text, "<json>"));
+    if (path_or_text.size() > PATH_MAX)
+      throw py::value_error("path_or_text: '" + ember::clip_text(path_or_text) + "' is neither JSON text (no '{') nor a path (longer than " +
+                            std::to_string(PATH_MAX) + " bytes)");
+    return PyModel(ember::load_model_file(path_or_text));
   }
   std::string name() const { return model_.name; }
   std::string to_json() const { return ember::model_to_json(model_); }
@@ -153,9 +207,14 @@ class PyModel {
                int threads, uint64_t seed, const py::object& callback) {
     const Samples s = samples_of(x, model_, "x");
     const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
-    const int B = int(std::min<int64_t>(batch_size > 0 ? batch_size : model_.recipe.batch_size, s.n));
-    ensure_plan(B, optimizer.empty() ? model_.recipe.optimizer : optimizer, threads, seed);
-    const double rate = lr > 0 ? lr : model_.recipe.lr;
+    const ember::PlanOptions o =
+        options(batch_size, model_.recipe.batch_size, threads, optimizer.empty() ? model_.recipe.optimizer : optimizer);
+    ember::TrainConfig cfg;  // fit's loop: a constant lr (0: the recipe's)
+    cfg.epochs = epochs, cfg.schedule.lr = lr != 0 ? lr : model_.recipe.lr;
+    as_value_error([&] { ember::validate(cfg, same_name); });
+    ensure_plan(o, s.n, seed);
+    const int B = plan_->batch();
+    const double rate = cfg.schedule.lr;
     py::list history;
     std::vector<int64_t> order(static_cast<size_t>(s.n));
     for (int e = 0; e < epochs; ++e) {
@@ -221,13 +280,13 @@ class PyModel {
   }
 
   void save(const std::string& path, const std::string& dtype) {
-    if (dtype != "fp32" && dtype != "bf16") throw py::value_error("dtype: expected 'fp32' or 'bf16', found '" + dtype + "'");
-    if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
+    if (dtype != "fp32" && dtype != "bf16") throw py::value_error("dtype: expected 'fp32' or 'bf16', found '" + ember::clip_text(dtype) + "'");
+    if (!plan_) ensure_plan(default_options(), 1, 1);
     py::gil_scoped_release nogil;
     ember::save_weights(*plan_, path, dtype == "bf16" ? ember::WeightDtype::bf16 : ember::WeightDtype::f32);
   }
   void save_onnx(const std::string& path) {
-    if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
+    if (!plan_) ensure_plan(default_options(), 1, 1);
     py::gil_scoped_release nogil;
     ember::export_onnx(*plan_, path);
   }
@@ -238,9 +297,9 @@ class PyModel {
   py::object profile(const py::buffer& x, const py::array& y, int steps, int batch_size, int threads) {
     const Samples s = samples_of(x, model_, "x");
     const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
-    if (steps < 1 || steps > 1000000) throw py::value_error("steps: expected 1..1000000, found " + std::to_string(steps));
-    const int B = int(std::min<int64_t>(batch_size > 0 ? batch_size : model_.recipe.batch_size, s.n));
-    ensure_plan(B, model_.recipe.optimizer, threads, 1);
+    as_value_error([&] { ember::check_integer("steps", steps, 1, 1000000); });
+    ensure_plan(options(batch_size, model_.recipe.batch_size, threads, model_.recipe.optimizer), s.n, 1);
+    const int B = plan_->batch();
     std::string json;
     {
       py::gil_scoped_release nogil;
@@ -278,7 +337,7 @@ class PyModel {
   }
 
   void load(const std::string& path) {
-    if (!plan_) ensure_plan(1, model_.recipe.optimizer, 0, 1);
+    if (!plan_) ensure_plan(default_options(), 1, 1);
     py::gil_scoped_release nogil;
     ember::load_weights(*plan_, path);
   }
@@ -316,7 +375,8 @@ class PyModel {
   // samples from `start`, fn(start, n) reads the plan.
   template <class Fn>
   void in_eval_batches(const Samples& s, const int32_t* labels, int batch_size, Fn fn) {
-    if (!plan_) ensure_plan(int(std::min<int64_t>(batch_size > 0 ? batch_size : 64, s.n)), model_.recipe.optimizer, 0, 1);
+    const ember::PlanOptions o = options(batch_size, 64, 0, model_.recipe.optimizer);  // checked even when a plan exists
+    if (!plan_) ensure_plan(o, s.n, 1);
     py::gil_scoped_release nogil;
     EvalMode mode(*plan_);
     const int B = plan_->batch();
@@ -331,14 +391,25 @@ class PyModel {
     }
   }
 
-  void ensure_plan(int batch, const std::string& optimizer, int threads, uint64_t seed) {
+  // The plan's settings from the arguments, checked as the CLI checks its flags (ValueError):
+  // batch_size and threads 0 take the default (`batch`; the plan's threads, else 2).
+  ember::PlanOptions options(int batch_size, int batch, int threads, const std::string& optimizer) const {
     ember::PlanOptions o;
-    o.batch = batch;
-    o.threads = threads > 0 ? threads : (plan_ ? plan_->threads() : 2);
-    o.optimizer.kind = optimizer_kind(optimizer);
+    o.batch = batch_size != 0 ? batch_size : batch;
+    o.threads = threads != 0 ? threads : (plan_ ? plan_->threads() : 2);
+    o.optimizer.kind = as_value_error([&] { return ember::parse_optimizer(optimizer, "optimizer"); });
     o.optimizer.l2 = model_.recipe.l2, o.optimizer.weight_decay = model_.recipe.weight_decay;
     o.optimizer.momentum = model_.recipe.momentum;
     o.precision = precision_;
+    as_value_error([&] { ember::validate(o, same_name); });
+    return o;
+  }
+  ember::PlanOptions default_options() const { return options(1, 1, 0, model_.recipe.optimizer); }
+
+  // The plan for o, at most n samples a batch: the current one when it matches, else a new one
+  // (with the current one's weights, or fresh ones from `seed`).
+  void ensure_plan(ember::PlanOptions o, int64_t n, uint64_t seed) {
+    o.batch = int(std::min<int64_t>(o.batch, n));
     if (plan_ && plan_->batch() == o.batch && plan_->threads() == o.threads &&
         plan_->options().optimizer.kind == o.optimizer.kind && plan_->precision() == o.precision)
       return;
@@ -365,7 +436,8 @@ ember::LayerKind act_kind(const std::string& name) {
   using K = ember::LayerKind;
   for (K k : {K::ReLU, K::Sigmoid, K::Tanh, K::GELU, K::GELUTanh, K::HardSwish, K::SiLU, K::FastSwish})
     if (name == ember::layer_kind_name(k)) return k;
-  throw py::value_error("act: expected relu, sigmoid, tanh, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + name + "'");
+  throw py::value_error("act: expected relu, sigmoid, tanh, gelu, gelu-tanh, hardswish, silu or fastswish, found '" +
+                        ember::clip_text(name) + "'");
 }
 
 }  // namespace
@@ -428,7 +500,8 @@ PYBIND11_MODULE(ember, m) {
            py::arg("optimizer") = "", py::arg("lr") = 0.0, py::arg("threads") = 0, py::arg("seed") = 1,
            py::arg("callback") = py::none(),
            "Trains on x [N, C, H, W] (uint8 scaled by 1/255, or float32) and integer labels y [N]; returns one dict per epoch "
-           "(epoch, lr, train_loss, train_acc, seconds, samples_per_s). callback(metrics) returning False stops.")
+           "(epoch, lr, train_loss, train_acc, seconds, samples_per_s). callback(metrics) returning False stops. "
+           "batch_size, optimizer, lr, threads: 0 or '' for the recipe's; checked as the CLI's flags are (ValueError).")
       .def("predict", &PyModel::predict, py::arg("x"), py::arg("batch_size") = 0, "Outputs [N, classes] (float32)")
       .def("evaluate", &PyModel::evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size") = 0, "{'loss', 'accuracy'}")
       .def("save", &PyModel::save, py::arg("path"), py::arg("dtype") = "fp32",

@@ -13,6 +13,9 @@ namespace ember {
 std::string quote_path(const std::string& path);
 // The message with every control character escaped, so it prints on one line.
 std::string one_line(const std::string& message);
+// User text quoted in a message: one_line, cut to about max_chars with "... (N bytes)" after it
+// when longer, so a 2 MB argument does not become a 2 MB error.
+std::string clip_text(const std::string& text, size_t max_chars = 60);
 
 // Opens an input that must be a regular file (a symlink to one is followed): O_NONBLOCK while
 // opening, so a FIFO is refused at once instead of waiting for a writer. Returns the fd

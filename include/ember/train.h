@@ -152,6 +152,27 @@ struct TrainResult {
 TrainResult train(Plan& plan, const Dataset& train_set, const Dataset& test_set,
                   const TrainConfig& cfg, const std::function<bool(const EpochMetrics&)>& on_epoch);
 
+// The checks every front end shares (the CLI's flags, Python's arguments, a resumed checkpoint's
+// configuration), so that none is looser than another. A FieldName spells a setting for the
+// caller's errors: given its name as Python and config.json spell it ("lr", "batch_size"), the
+// name to print (the CLI's flag_name: "--lr", "--batch-size"; Python's: the same "lr").
+using FieldName = std::function<std::string(const char* field)>;
+std::string flag_name(const char* field);  // "--" + field with '_' as '-'
+// "NAME: expected an integer in [lo, hi], found V" unless lo <= v <= hi.
+void check_integer(const std::string& name, int64_t v, int64_t lo, int64_t hi);
+// "NAME: expected a finite number in (lo, hi], found V" ("[lo, hi]" unless lo_open) unless it is.
+void check_number(const std::string& name, double v, double lo, double hi, bool lo_open);
+// sgd, momentum, nesterov, adam, adamw / constant, step, exp, cosine; anything else throws
+// "NAME: expected ..., found 'TEXT'" (clip_text: long text is cut).
+OptimizerKind parse_optimizer(const std::string& text, const std::string& name);
+ScheduleKind parse_schedule(const std::string& text, const std::string& name);
+// A run's settings in ember's ranges, throwing Error naming the first that is not: the plan's
+// batch_size [1, 65536], threads [1, 256], l2 and weight_decay [0, 1000], momentum [0, 1]; the
+// loop's epochs [1, 100000], lr (0, 1000], lr_min [0, 1000], t_max and step_size [1, 10^6],
+// gamma (0, 1000], early_stop_tol [0, 10^9]. NaN and Inf are never in range.
+void validate(const PlanOptions& plan, const FieldName& name);
+void validate(const TrainConfig& cfg, const FieldName& name);
+
 // Checks that a data set fits a plan's model (image size, classes); throws Error naming `what`.
 // With an Augment, the images' size is the augmented one (its crop).
 void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what, const Augment* augment = nullptr);

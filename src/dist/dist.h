@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ember/plan.h"
 #include "ember/train.h"
@@ -34,6 +35,13 @@ class World {
   [[noreturn]] void abort(int code) const;
   // Whether `value` is the same on every rank (min == max), waiting at most timeout_s.
   bool same_everywhere(uint64_t value, double timeout_s) const;
+  // Where the ranks' `values` (one per setting, as many on every rank) first differ: the index of
+  // the first value some rank holds unlike rank 0, and the lowest rank that does; index -1 when
+  // all agree. Waits at most timeout_s (then throws Error); throws when the counts differ.
+  struct Difference {
+    int index = -1, rank = 0;
+  };
+  Difference first_difference(const std::vector<uint64_t>& values, double timeout_s) const;
   // Every rank here, waiting at most timeout_s; throws Error naming `what` on timeout.
   void barrier(double timeout_s, const std::string& what) const;
 

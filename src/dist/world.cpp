@@ -1,5 +1,5 @@
 // The world of ranks: MPI started and ended (only when a launcher started this process), the
-// launcher's variables, aborting the whole job, and a check that every rank holds the same value.
+// launcher's variables, aborting the whole job, and checks that every rank holds the same values.
 // Without MPI at build time: one rank, and an error under a launcher.
 #include <pthread.h>
 #include <sched.h>
@@ -86,6 +86,26 @@ bool World::same_everywhere(uint64_t value, double timeout_s) const {
   return r[0] == value && ~r[1] == value;
 }
 
+World::Difference World::first_difference(const std::vector<uint64_t>& values, double timeout_s) const {
+  if (!mpi_ || size_ < 2) return {};
+  const int n = int(values.size());
+  if (!same_everywhere(uint64_t(n), timeout_s))
+    throw Error("data-parallel training: the ranks compare different numbers of settings (another ember build on some node?)");
+  std::vector<unsigned long long> root(values.begin(), values.end());
+  MPI_Request q;
+  MPI_Ibcast(root.data(), n, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD, &q);
+  if (!wait_for(q, timeout_s)) throw Error("data-parallel training: the ranks did not all start within --comm-timeout");
+  int mine[2] = {n, rank_}, first[2] = {n, 0};  // (index, rank): MINLOC finds the lowest of each
+  for (int i = 0; i < n; ++i)
+    if (root[size_t(i)] != values[size_t(i)]) {
+      mine[0] = i;
+      break;
+    }
+  MPI_Iallreduce(mine, first, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD, &q);
+  if (!wait_for(q, timeout_s)) throw Error("data-parallel training: the ranks did not all start within --comm-timeout");
+  return first[0] == n ? Difference{} : Difference{first[0], first[1]};
+}
+
 void World::barrier(double timeout_s, const std::string& what) const {
   if (!mpi_ || size_ < 2) return;
   MPI_Request q;
@@ -104,6 +124,7 @@ World::World() {
 World::~World() = default;
 void World::abort(int code) const { std::_Exit(code); }
 bool World::same_everywhere(uint64_t, double) const { return true; }
+World::Difference World::first_difference(const std::vector<uint64_t>&, double) const { return {}; }
 void World::barrier(double, const std::string&) const {}
 std::unique_ptr<GradReducer> make_reducer(const World&, Plan&, const ReducerOptions&) {
   throw Error("data-parallel training needs MPI: this ember was built without it");

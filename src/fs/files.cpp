@@ -37,6 +37,13 @@ std::string one_line(const std::string& message) {
 
 std::string quote_path(const std::string& path) { return "'" + one_line(path) + "'"; }
 
+std::string clip_text(const std::string& text, size_t max_chars) {
+  if (text.size() <= max_chars) return one_line(text);
+  size_t cut = max_chars;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+  return one_line(text.substr(0, cut)) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 namespace {
 
 std::string reason(int err) {

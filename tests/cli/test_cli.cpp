@@ -245,6 +245,17 @@ TEST_F(Cli, RealRangeMessageIsReadable) {
   expect_one_line_error(run(train_args("--lr -1")), {"--lr", "expected a finite number in (0, 1000], found -1"});
 }
 
+// D11: a value quoted in an error is cut to about 60 characters ("... (5000 bytes)"), as Python's
+// are (the same library checks); --init and --on-nonfinite echoed 5000 bytes whole before the fix.
+TEST_F(Cli, QuotedFlagValuesAreCut) {
+  const std::string value(5000, 'q');
+  for (const char* flag : {"--optimizer", "--schedule", "--init", "--on-nonfinite"}) {
+    const Result r = run(train_args(std::string(flag) + " " + value));
+    expect_one_line_error(r, {flag, "qqq... (5000 bytes)"});
+    EXPECT_LT(r.err.size(), 400u) << flag;
+  }
+}
+
 // Errors found by the flag parser (CLI11) follow the same one-line "ember: error: ..." contract.
 TEST_F(Cli, ParseErrorsAreOneErrorLine) {
   const std::string base = "train --data " + quote(data_) + " --model mnist-mlp ";

@@ -1,12 +1,14 @@
 // Data-parallel training under mpirun (2 and 4 ranks on this machine, --oversubscribe): the same
 // weights bit for bit for 1, 2 and 4 ranks with --deterministic; a checkpoint resumed with another
 // number of ranks; SIGTERM to one rank stops all at one step with one checkpoint; a killed or
-// stopped rank ends the job within seconds. Skipped (with a message) when ember was built
+// stopped rank ends the job within seconds; ranks whose settings or data differ stop before step 1
+// naming the first difference. Skipped (with a message) when ember was built
 // without MPI or mpirun is missing.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include "cli/cli_util.h"
@@ -33,6 +35,12 @@ class Mpi : public Cli {
     if (n == 0) return run(args);
     return run_line("timeout -k 5 120 mpirun --oversubscribe --allow-run-as-root -np " + std::to_string(n) + " " +
                     quote(ember_binary()) + " " + args);
+  }
+  // mpirun's MPMD form: rank 0 runs `ember ARGS0`, rank 1 `ember ARGS1`, under a timeout.
+  Result mpmd(const std::string& args0, const std::string& args1) {
+    const std::string ember = quote(ember_binary());
+    return run_line("timeout -k 5 120 mpirun --oversubscribe --allow-run-as-root -np 1 " + ember + " " + args0 +
+                    " : -np 1 " + ember + " " + args1);
   }
   Result run_line(const std::string& line) {
     Result r;
@@ -199,6 +207,41 @@ TEST_F(Mpi, AStoppedRankMakesTheOthersGiveUpAfterTheCommTimeout) {
   const std::string err = read_text(tmp_ / "bg.err");
   EXPECT_NE(err.find("rank 0 waited"), std::string::npos) << err;
   EXPECT_NE(err.find("a rank has died or hangs"), std::string::npos) << err;
+}
+
+// D6: ranks with different --data, --lr or --optimizer trained a mix and exited 0, and a
+// different --limit-train ended in Open MPI's MPI_ERR_TRUNCATE (exit 15) with no ember message.
+// Failed before the fix. Each rank gets its own command line through mpirun's MPMD form.
+TEST_F(Mpi, RanksThatDisagreeStopBeforeStep1NamingTheFirstDifference) {
+  const fs::path copy = tmp_ / "copy", other = tmp_ / "other";
+  write_dataset(copy, 200, 50);   // the same images and labels as data_, in another directory
+  write_dataset(other, 200, 50);
+  {  // one pixel of one training image differs
+    std::fstream f(other / kTrainImg, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(16 + 28 * 28 * 5 + 300);
+    f.put(char(255));
+  }
+  const std::string base = train("--epochs 1");
+  const std::pair<std::string, std::string> cases[] = {
+      {train("--epochs 1", other), "--data"},          {base + " --lr 0.5", "--lr"},
+      {base + " --optimizer sgd", "--optimizer"},      {base + " --limit-train 100", "--limit-train"},
+      {base + " --bucket-mb 1", "--bucket-mb"},        {train("--epochs 2"), "--epochs"}};
+  for (const auto& [second, flag] : cases) {
+    SCOPED_TRACE(flag);
+    const Result r = mpmd(base, second);
+    EXPECT_NE(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("ember: error: data-parallel training: rank 1's " + flag + " differs from rank 0's"),
+              std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("MPI_ERR"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("final test accuracy"), std::string::npos) << "it trained:\n" << r.out;
+  }
+  // The same contents under another path, and another --threads, agree.
+  std::string second = train("--epochs 1", copy);
+  const size_t at = second.find("--threads 1");
+  ASSERT_NE(at, std::string::npos) << second;
+  second.replace(at, 11, "--threads 2");
+  const Result ok = mpmd(base, second);
+  EXPECT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.out << ok.err;
 }
 
 TEST_F(Mpi, ThreeRanksAreRefusedWhenDeterministicAndRunWithout) {

@@ -62,7 +62,7 @@ Model model_of(const CommonArgs& a) {
       }
       return m;
     }
-  throw Error("--act: expected relu, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + one_line(a.act) + "'");
+  throw Error("--act: expected relu, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + clip_text(a.act) + "'");
 }
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
@@ -102,34 +102,26 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
 [[noreturn]] void bad(const std::string& flag, const std::string& expected, const std::string& found) {
   throw Error(flag + ": expected " + expected + ", found " + found);
 }
-void check_int(const std::string& flag, int64_t v, int64_t lo, int64_t hi) {
-  if (v < lo || v > hi)
-    bad(flag, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", std::to_string(v));
-}
-void check_real(const std::string& flag, double v, double lo, double hi, bool lo_open) {
-  if (!std::isfinite(v) || v < lo || (lo_open && v == lo) || v > hi) {
-    char range[96], found[64];
-    std::snprintf(range, sizeof range, "%s%g, %g]", lo_open ? "(" : "[", lo, hi);
-    std::snprintf(found, sizeof found, "%g", v);
-    bad(flag, std::string("a finite number in ") + range, found);
-  }
-}
-
 std::string plain(const char* flag) { return flag; }
+// The library's field names ("batch_size") as the flags that set them, labelled by L.
+FieldName flags_of(const Label& L) {
+  return [&L](const char* field) { return L(flag_name(field).c_str()); };
+}
 
 void validate_common(const CommonArgs& a, const Label& L = plain) {
-  check_int(L("--batch-size"), a.batch_size, 1, 65536);
-  check_int(L("--threads"), a.threads, 1, 256);
-  check_int(L("--limit-test"), a.limit_test, 0, int64_t(1) << 40);
-  check_int(L("--image-size"), a.image_size, 0, 4096);
+  PlanOptions po;  // the plan's settings, checked by the code that checks Python's
+  po.batch = a.batch_size, po.threads = a.threads;
+  validate(po, flags_of(L));
+  check_integer(L("--limit-test"), a.limit_test, 0, int64_t(1) << 40);
+  check_integer(L("--image-size"), a.image_size, 0, 4096);
   if (a.data_format != "auto" && a.data_format != "idx" && a.data_format != "folder" && a.data_format != "tinyimagenet" &&
       a.data_format != "cifar")
     bad(L("--data-format"), "auto, idx, folder, tinyimagenet or cifar", "'" + one_line(a.data_format) + "'");
   if (a.label != "fine" && a.label != "coarse") bad(L("--label"), "fine or coarse", "'" + one_line(a.label) + "'");
   if (a.resize != "bilinear" && a.resize != "bicubic") bad(L("--resize"), "bilinear or bicubic", "'" + one_line(a.resize) + "'");
-  if (a.crop != -1) check_int(L("--crop"), a.crop, 0, 4096);
-  if (a.cache_mb != -1) check_int(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
-  if (a.pad != -1) check_int(L("--pad"), a.pad, 0, 1024);
+  if (a.crop != -1) check_integer(L("--crop"), a.crop, 0, 4096);
+  if (a.cache_mb != -1) check_integer(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
+  if (a.pad != -1) check_integer(L("--pad"), a.pad, 0, 1024);
   resolve_isa(one_line(a.isa), L("--isa"));
   parse_precision(one_line(a.precision), L("--precision"));
 }
@@ -172,22 +164,6 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
                   "install it or pass --data DIR)");
     throw;
   }
-}
-
-OptimizerKind parse_optimizer(const std::string& s, const std::string& flag) {
-  if (s == "sgd") return OptimizerKind::SGD;
-  if (s == "momentum") return OptimizerKind::Momentum;
-  if (s == "nesterov") return OptimizerKind::Nesterov;
-  if (s == "adam") return OptimizerKind::Adam;
-  if (s == "adamw") return OptimizerKind::AdamW;
-  bad(flag, "sgd, momentum, nesterov, adam or adamw", "'" + one_line(s) + "'");
-}
-ScheduleKind parse_schedule(const std::string& s, const std::string& flag) {
-  if (s == "constant") return ScheduleKind::Constant;
-  if (s == "step") return ScheduleKind::Step;
-  if (s == "exp") return ScheduleKind::Exp;
-  if (s == "cosine") return ScheduleKind::Cosine;
-  bad(flag, "constant, step, exp or cosine", "'" + one_line(s) + "'");
 }
 
 // Flags the user did not give take the model's recipe.
@@ -294,31 +270,21 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   Model& model = su.model;
   apply_recipe(a, model, given);
   validate_common(a.common, L);
-  check_int(L("--epochs"), a.epochs, 1, 100000);
-  check_real(L("--lr"), a.lr, 0, 1e3, true);
-  check_real(L("--lr-min"), a.lr_min, 0, 1e3, false);
-  check_int(L("--t-max"), a.t_max, 1, 1000000);
-  check_int(L("--step-size"), a.step_size, 1, 1000000);
-  check_real(L("--gamma"), a.gamma, 0, 1e3, true);
-  check_real(L("--l2"), a.l2, 0, 1e3, false);
-  check_real(L("--weight-decay"), a.weight_decay, 0, 1e3, false);
-  check_real(L("--momentum"), a.momentum, 0, 1, false);
-  check_real(L("--early-stop-tol"), a.early_stop_tol, 0, 1e9, false);
-  check_int(L("--limit-train"), a.limit_train, 0, int64_t(1) << 40);
-  check_int(L("--checkpoint-every"), a.checkpoint_every, 0, int64_t(1) << 40);
-  check_int(L("--keep-checkpoints"), a.keep_checkpoints, 1, 1000000);
-  check_int(L("--grad-blocks"), a.grad_blocks, 0, 65536);
-  check_real(L("--bucket-mb"), a.bucket_mb, 0, 1 << 20, true);
-  check_real(L("--comm-timeout"), a.comm_timeout, 0, 1e6, true);
+  check_integer(L("--limit-train"), a.limit_train, 0, int64_t(1) << 40);
+  check_integer(L("--checkpoint-every"), a.checkpoint_every, 0, int64_t(1) << 40);
+  check_integer(L("--keep-checkpoints"), a.keep_checkpoints, 1, 1000000);
+  check_integer(L("--grad-blocks"), a.grad_blocks, 0, 65536);
+  check_number(L("--bucket-mb"), a.bucket_mb, 0, 1 << 20, true);
+  check_number(L("--comm-timeout"), a.comm_timeout, 0, 1e6, true);
   if (a.on_nonfinite != "stop" && a.on_nonfinite != "skip")
-    bad(L("--on-nonfinite"), "stop or skip", "'" + one_line(a.on_nonfinite) + "'");
+    bad(L("--on-nonfinite"), "stop or skip", "'" + clip_text(a.on_nonfinite) + "'");
   if (!a.resume.empty() && !a.weights.empty())
     throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
   if (!a.init.empty()) {
     if (a.init == "kaiming") model.init = Init::Kaiming;
     else if (a.init == "xavier") model.init = Init::Xavier;
     else if (a.init == "torch") model.init = Init::Torch;
-    else bad(L("--init"), "kaiming, xavier or torch", "'" + one_line(a.init) + "'");
+    else bad(L("--init"), "kaiming, xavier or torch", "'" + clip_text(a.init) + "'");
   }
   PlanOptions& po = su.plan;
   po.batch = a.common.batch_size;
@@ -337,6 +303,8 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   cfg.early_stop_tol = a.early_stop_tol;
   cfg.schedule = {parse_schedule(a.schedule, L("--schedule")), a.lr, a.lr_min, a.t_max, a.step_size, a.gamma};
   cfg.on_nonfinite = a.on_nonfinite == "skip" ? NonfinitePolicy::skip : NonfinitePolicy::stop;
+  validate(po, flags_of(L));  // the ranges Python's arguments are checked against too
+  validate(cfg, flags_of(L));
   return su;
 }
 
@@ -471,7 +439,7 @@ namespace {
 void print_plans(const InfoArgs& a) {
   const Model model = model_flag(a.model);
   const int batch = a.batch_size > 0 ? a.batch_size : model.recipe.batch_size;
-  check_int("--batch-size", batch, 1, 65536);
+  check_integer("--batch-size", batch, 1, 65536);
   for (bool training : {true, false}) {
     PlanOptions o;
     o.batch = batch;

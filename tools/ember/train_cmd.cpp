@@ -2,7 +2,6 @@
 // a run directory (config.json, model.json, metrics.jsonl; with --profile also profile.json,
 // profile.folded and trace.json) that `ember report` turns into one HTML page.
 #include <fcntl.h>
-#include <zlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +26,7 @@
 #include "ember/profile.h"
 #include "ember/version.h"
 #include "progress.h"
+#include "rank_check.h"
 #include "run_state.h"
 
 namespace ember::cli {
@@ -361,14 +361,6 @@ Parallel parallel_setup(const dist::World& world, TrainArgs& a, const CLI::App& 
   return p;
 }
 
-// Every rank must start from the same weights and settings: a hash of them, compared.
-uint64_t start_hash(const Plan& plan, int batch, int blocks) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc32(crc, static_cast<const Bytef*>(plan.param_data()), uInt(plan.param_count() * sizeof(float)));
-  const int64_t v[3] = {batch, blocks, int64_t(plan.param_count())};
-  crc = crc32(crc, reinterpret_cast<const Bytef*>(v), sizeof v);
-  return crc;
-}
 }  // namespace
 
 int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
@@ -430,13 +422,14 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   ckpts.set_config(train_args_json(a, crc, data.train.count));
   for (const std::string& l : kept_metrics) ckpts.add_metrics(l);
 
+  // Every rank must run the same settings on the same data from the same weights (rank_check.h).
+  if (par.ranks > 1)
+    check_ranks_agree(world, agreement_fields({a, su, plan, data, crc, su.cfg.augment, par.deterministic, par.blocks}),
+                      a.comm_timeout);
   // Every input is read and checked: from here signals are polled (a stop writes nothing half),
   // and the outputs may be written.
   SignalStop signals;
   if (par.writer && (resuming || a.checkpoint_every > 0)) ckpts.lock(resuming ? resumed.info.path : "", !resuming);
-  if (!world.same_everywhere(start_hash(plan, a.common.batch_size, par.blocks), a.comm_timeout))
-    throw Error("data-parallel training: the ranks do not start from the same weights and batch (a rank read "
-                "another --resume, --weights or --batch-size?)");
   if (!a.out.empty()) {
     make_run_dir(a.out);
     if (a.metrics.empty()) a.metrics = a.out + "/metrics.jsonl";
