@@ -75,8 +75,10 @@ std::vector<Head> read_heads(const std::vector<Item>& items, const FolderOptions
   std::vector<Head> out(items.size());
   for_each_item(items.size(), o.threads, [&](size_t i) {
     const std::string& path = items[i].path;
-    DecodeBudget::Hold hold(budget, file_size(path));
-    const std::string bytes = read_input(path, kMaxFile, o.flag);
+    const uint64_t size = file_size(path);
+    DecodeBudget::Hold hold(budget, size);
+    const std::string bytes = named_alloc(o.flag + " " + quote_path(path), "reading its header", size,
+                                          [&] { return read_input(path, kMaxFile, o.flag); });
     out[i].im = read_image_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, o.max_pixels);
     out[i].cost = decode_cost(bytes.size(), out[i].im, o.image_size);
   });
