@@ -43,6 +43,21 @@ Bytes jpeg(const Bytes& planar, int C, int H, int W) {
   return out;
 }
 
+// The peak-RSS bound of the memory tests, in MiB: 1 GiB, as the issue asks; under a sanitizer the
+// ember binary carries shadow memory (TSan about 4x what it touches), so 3 GiB there, which the
+// unfixed loader (4.7 GB on the tall image before its shadow) still exceeds.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kPeakMiB = 3072, kSlow = 5;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr double kPeakMiB = 3072, kSlow = 5;
+#else
+constexpr double kPeakMiB = 1024, kSlow = 1;
+#endif
+#else
+constexpr double kPeakMiB = 1024, kSlow = 1;
+#endif
+
 // A grey 8-bit PNG of w x h pixels of one value, deflated with zlib a megabyte of rows at a time:
 // a few hundred KB on disk even at 2^26 pixels (the encoder would hold every pixel).
 Bytes flat_png(uint32_t w, uint32_t h, uint8_t value) {
@@ -286,7 +301,7 @@ TEST_F(ImageData, TallImageResizesInBoundedMemory) {
                             &peak);
   ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
   EXPECT_NE(r.out.find("(7 train / 2 test)"), std::string::npos) << r.out;
-  EXPECT_LT(peak, 1024) << "peak RSS " << peak << " MiB";
+  EXPECT_LT(peak, kPeakMiB) << "peak RSS " << peak << " MiB";
 }
 
 // D2: a 16x16 first image then 24 hard links to one 8192x8192 PNG: every image was decoded (5 GB)
@@ -301,8 +316,8 @@ TEST_F(ImageData, ManyLargeImagesAreCheckedFromTheirHeaders) {
   const Result r = run_peak("train --model mnist-mlp --data " + quote(d.string()) + " --epochs 1 --threads 2", &peak);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   expect_one_line_error(r, {"big/train/c0/1101.png", "8192x8192", "the first one", "16x16", "--image-size"});
-  EXPECT_LT(peak, 1024) << "peak RSS " << peak << " MiB";
-  EXPECT_LT(secs, 15) << "the headers alone should tell";
+  EXPECT_LT(peak, kPeakMiB) << "peak RSS " << peak << " MiB";
+  EXPECT_LT(secs, 15 * kSlow) << "the headers alone should tell";
   // Resized, they pass the header checks and are decoded a few at a time within the decoding
   // budget, whatever --threads says: under 1 GB + --cache-mb (8 threads held 2+ GB before).
   for (int i = 7; i <= 24; ++i) fs::remove(d / "train" / "c0" / ("1" + std::to_string(100 + i) + ".png"));
@@ -311,7 +326,7 @@ TEST_F(ImageData, ManyLargeImagesAreCheckedFromTheirHeaders) {
                              &peak);
   ASSERT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.err;
   EXPECT_NE(ok.out.find("(8 train / 2 test)"), std::string::npos) << ok.out;
-  EXPECT_LT(peak, 1024 + 1) << "peak RSS " << peak << " MiB";
+  EXPECT_LT(peak, kPeakMiB + 1) << "peak RSS " << peak << " MiB";
 }
 
 // D9: a 3 GB sparse test_batch.bin was read whole (3 GB of memory) before the fix: refused from
@@ -322,7 +337,7 @@ TEST_F(ImageData, OversizedCifarBatchIsRefusedFromItsSize) {
   double peak = 0;
   const Result r = run_peak("train --model mnist-mlp --data " + quote(d.string()) + " --epochs 1", &peak);
   expect_one_line_error(r, {"test_batch.bin", "more than 10000"});
-  EXPECT_LT(peak, 1024) << "peak RSS " << peak << " MiB";
+  EXPECT_LT(peak, kPeakMiB) << "peak RSS " << peak << " MiB";
 }
 
 // D12: flags whose wrong values were taken silently or blamed on something else (each failed
