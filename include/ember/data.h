@@ -30,8 +30,8 @@ struct Dataset {
   const uint8_t* image(int64_t i, uint8_t* scratch) const;
 };
 
-// The files of a streamed image set, all [channels, rows, cols] once decoded (and resized).
 class DecodeBudget;
+// The files of a streamed image set, all [channels, rows, cols] once decoded (and resized).
 struct ImageFiles {
   std::vector<std::string> paths;  // [count]
   std::vector<uint64_t> cost;      // [count] bytes decoding each holds at once (from its header)
@@ -88,8 +88,8 @@ TrainTest load_mnist_dir(const std::string& dir, int64_t limit_train = 0, int64_
 // files are there; images [N, 3, 32, 32] as stored (planar R, G, B). `fine` picks CIFAR-100's 100
 // fine labels, else its 20 coarse ones. Each file's size must be a whole number of records (at
 // least one, at most what the real file holds: 10,000 records, CIFAR-100's train.bin 50,000,
-// checked from the size before reading), each label below the class count; class names come from batches.meta.txt /
-// fine_label_names.txt / coarse_label_names.txt when present. Limits as load_mnist_dir's (only
+// checked from the size before reading), each label below the class count; class names come from
+// batches.meta.txt / fine_label_names.txt / coarse_label_names.txt when present. Limits as load_mnist_dir's (only
 // the records kept are read). Throws Error naming the file and the field.
 TrainTest load_cifar_dir(const std::string& dir, bool fine = true, int64_t limit_train = 0,
                          int64_t limit_test = 0);

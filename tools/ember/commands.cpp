@@ -439,7 +439,7 @@ void check_image_size(const Model& m) {
     while (hi - lo > 1) (fits_size(m, (lo + hi) / 2) ? hi : lo) = (lo + hi) / 2;
     throw Error("--data: the images are " + std::to_string(m.in_w) + "x" + std::to_string(m.in_h) + " (after any --crop), too small for model " +
                 one_line(m.name) + ": it needs at least " + std::to_string(hi) + "x" + std::to_string(hi) +
-                " (pass --image-size " + std::to_string(hi) + " or more)");
+                " (an image folder: pass --image-size " + std::to_string(hi) + " or more)");
   }
 }
 
