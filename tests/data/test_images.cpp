@@ -2,6 +2,7 @@
 // and image folders (image_folder.cpp): values and labels on generated data, PIL as an
 // independent decoder when python3 has it, and every bad input the loaders must refuse in one line.
 #include <spng.h>
+#include <sys/sysmacros.h>
 #include <turbojpeg.h>
 
 #include <cmath>
@@ -274,8 +275,10 @@ TEST_F(ImagesTest, ResizeMatchesTheFilterDefinition) {
 }
 
 // D3: the resampler's buffer was source height x output width floats (4.8 GB for 1 x 2^26 pixels
-// to 16 x 16). Shrinking a tall strip by 200,000 takes the path whose weights are too many to
-// tabulate; it must still be PIL's filter (checked in double precision here).
+// to 16 x 16); the strip resampler that replaced it (memory: ImageData.TallImageResizesInBounded
+// Memory) computes weights too many to tabulate as it goes. A guard for that new path, not a
+// reproducer (the old code passed it too): shrinking a tall strip by 200,000 is still PIL's
+// filter, checked in double precision here.
 TEST_F(ImagesTest, ResizeOfATallStripMatchesTheFilter) {
   const int H = 600000, oh = 3, ow = 2;
   const Bytes src = pattern(size_t(H), 11);
@@ -384,6 +387,11 @@ TEST_F(ImagesTest, FolderBadInput) {
   ASSERT_EQ(::mkfifo(path("fifo/train/a/f.png").c_str(), 0600), 0);
   expect_msg(err("fifo"), {"fifo/train/a/f.png", "a FIFO named as an image"});
   fs::remove(path("fifo/train/a/f.png"));
+  if (::geteuid() == 0) {  // only root makes device nodes: one like /dev/null, named as an image
+    ASSERT_EQ(::mknod(path("fifo/train/a/d.png").c_str(), S_IFCHR | 0600, makedev(1, 3)), 0);
+    expect_msg(err("fifo"), {"fifo/train/a/d.png", "a device node named as an image"});
+    fs::remove(path("fifo/train/a/d.png"));
+  }
   ASSERT_EQ(::mkfifo(path("fifo/train/a/f.txt").c_str(), 0600), 0);
   ember::FolderReport rep;
   EXPECT_EQ(ember::load_image_folder(path("fifo"), {}, &rep).train.count, 6);
