@@ -2,10 +2,11 @@
 // (size, channels, pixel count), the cache decision taken on their sum, then the images decoded on
 // a few threads (each image alone, so the result does not depend on their number) within a memory
 // budget, resized to one size and packed planar u8 [N, C, S, S], or left to be streamed.
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,7 @@ namespace {
 using detail::Item;
 constexpr uint64_t kMaxFile = uint64_t{1} << 28;        // 256 MiB per image file
 constexpr uint64_t kDecodeBudget = uint64_t{512} << 20;  // read and decoded at once, all threads
+constexpr size_t kHeadBytes = size_t{64} << 10;          // read for a header's first try
 
 // Runs fn(i) for every item on `threads` threads; the first failing item (lowest index) is
 // reported.
@@ -52,11 +54,6 @@ void for_each_item(size_t n, int threads, Fn fn) {
   if (bad_at != SIZE_MAX) throw Error(bad_msg);
 }
 
-uint64_t file_size(const std::string& path) {  // for the budget only: read_input does the checks
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? std::min(uint64_t(st.st_size), kMaxFile) : 0;
-}
-
 // Bytes held while one image is decoded and resized to size x size (0: not resized): its file,
 // the decoder's interleaved copy (RGB for PNG), the planar pixels, the resampler's output and
 // sums, and its weight tables (at most 8 MiB).
@@ -70,18 +67,52 @@ struct Head {
   uint64_t cost = 0;  // decode_cost
 };
 
-// Every item's header (the files read within the budget, a few at a time).
-std::vector<Head> read_heads(const std::vector<Item>& items, const FolderOptions& o, DecodeBudget* budget) {
-  std::vector<Head> out(items.size());
-  for_each_item(items.size(), o.threads, [&](size_t i) {
-    const std::string& path = items[i].path;
-    const uint64_t size = file_size(path);
+// The first (at most) n bytes of a regular file (open_input's checks: never a FIFO or device),
+// and its size; a file over kMaxFile is refused as read_input would.
+std::string read_prefix(const std::string& path, size_t n, const std::string& flag, uint64_t* size) {
+  const int fd = open_input(path, flag, size);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (*size > kMaxFile)
+    throw Error(flag + " " + quote_path(path) + ": is " + std::to_string(*size) + " bytes, more than the " +
+                std::to_string(kMaxFile) + "-byte limit");
+  std::string out(size_t(std::min<uint64_t>(n, *size)), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t r = ::pread(fd, out.data() + done, out.size() - done, off_t(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // an error or a file that shrank: the header check (or the full read) says so
+    done += size_t(r);
+  }
+  out.resize(done);
+  return out;
+}
+
+// One item's header: from the file's first 64 KiB (PNG's IHDR is in its first 33 bytes, a JPEG's
+// frame header almost always early), else from the whole file (read within the budget).
+Head read_head(const std::string& path, const FolderOptions& o, DecodeBudget* budget) {
+  uint64_t size = 0;
+  const std::string head = read_prefix(path, kHeadBytes, o.flag, &size);
+  Head h;
+  try {
+    h.im = read_image_header(reinterpret_cast<const uint8_t*>(head.data()), head.size(), path, o.max_pixels);
+  } catch (const Error&) {
+    if (head.size() >= size) throw;  // that was the whole file
     DecodeBudget::Hold hold(budget, size);
     const std::string bytes = named_alloc(o.flag + " " + quote_path(path), "reading its header", size,
                                           [&] { return read_input(path, kMaxFile, o.flag); });
-    out[i].im = read_image_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, o.max_pixels);
-    out[i].cost = decode_cost(bytes.size(), out[i].im, o.image_size);
-  });
+    h.im = read_image_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, o.max_pixels);
+  }
+  h.cost = decode_cost(size, h.im, o.image_size);
+  return h;
+}
+
+// Every item's header, a few at a time.
+std::vector<Head> read_heads(const std::vector<Item>& items, const FolderOptions& o, DecodeBudget* budget) {
+  std::vector<Head> out(items.size());
+  for_each_item(items.size(), o.threads, [&](size_t i) { out[i] = read_head(items[i].path, o, budget); });
   return out;
 }
 

@@ -411,6 +411,27 @@ TEST_F(ImagesTest, FolderBadInput) {
   }
 }
 
+// Headers are read from a file's first 64 KiB, else from the whole file: a JPEG whose frame header
+// comes after 120 KB of comment segments is read (sized from its header, decoded), and one whose
+// bytes after those comments are cut is refused naming it, as before.
+TEST_F(ImagesTest, FolderHeaderPastTheFirst64KiB) {
+  small_folder("j");
+  const Bytes plain = jpeg_of(smooth(12, 10, 3, 99));
+  Bytes late(plain.begin(), plain.begin() + 2);  // SOI, then two 60,000-byte COM segments
+  for (int k = 0; k < 2; ++k) {
+    late.insert(late.end(), {0xff, 0xfe, uint8_t(60002 >> 8), uint8_t(60002 & 0xff)});
+    late.insert(late.end(), 60000, uint8_t('c'));
+  }
+  late.insert(late.end(), plain.begin() + 2, plain.end());
+  put("j/train/a/5.jpg", late);
+  const ember::TrainTest t = ember::load_image_folder(path("j"), {});
+  ASSERT_EQ(t.train.count, 7);
+  const ember::Image want = ember::decode_image(plain.data(), plain.size(), "plain");
+  EXPECT_TRUE(std::equal(want.pixels.begin(), want.pixels.end(), t.train.images.begin() + 3 * 360));  // a/0, a/1, a/2, a/5
+  put("j/train/a/5.jpg", Bytes(late.begin(), late.begin() + 120100));
+  expect_msg(error_of([&] { ember::load_image_folder(path("j"), {}); }), {"j/train/a/5.jpg", "JPEG"});
+}
+
 // A set that does not fit the cache is streamed: headers checked up front, the same labels, and
 // each image decoded on demand equal to the cached one; a file spoiled after the listing is an
 // Error from the loader naming it, not a crash.
