@@ -49,6 +49,25 @@ save("image", "png-huge-header", b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + 
 save("image", "empty", b"")
 
 
+def png(width, height, rows, level=9):
+    """A grey 8-bit PNG with the given raw rows (filter byte included), written with zlib."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows, level)) + chunk(b"IEND", b""))
+
+
+# The hostile-input run's memory cases (issue 37, D2 and D3), at the fuzz target's 2^20-pixel cap:
+# a 1 x 2^20 strip (resized to 7 x 5 it takes the resampler's untabulated path; a few KB on disk),
+# the 1 x 2^26 strip and an 8192 x 8192 image (refused by the cap from the header: their IDAT is
+# cut short, as only the header is read), and a small PNG followed by 24 large ones in one input
+# (fuzz_image takes one image: the decoder must stop at the first IEND or refuse the rest).
+save("image", "png-tall-strip", png(1, 1 << 20, b"".join(b"\x00" + bytes([(y >> 12) % 256]) for y in range(1 << 20))))
+save("image", "png-tall-over-cap", png(1, 1 << 26, b"\x00\x64" * 4096)[:200])
+save("image", "png-8192-square", png(8192, 8192, bytes(8193) * 4)[:200])
+save("image", "png-many-large", png(16, 16, bytes(17) * 16) + png(8192, 8192, bytes(8193) * 4)[:120] * 24)
+
+
 def records(n, hundred, seed):
     out = b""
     for i in range(n):

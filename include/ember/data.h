@@ -30,12 +30,16 @@ struct Dataset {
   const uint8_t* image(int64_t i, uint8_t* scratch) const;
 };
 
+class DecodeBudget;
 // The files of a streamed image set, all [channels, rows, cols] once decoded (and resized).
 struct ImageFiles {
   std::vector<std::string> paths;  // [count]
+  std::vector<uint64_t> cost;      // [count] bytes decoding each holds at once (from its header)
   int rows = 0, cols = 0, channels = 1;
   bool resize = false, cubic = false;  // resize: every image to rows x cols; else each must be so
   int64_t max_pixels = int64_t(1) << 26;
+  std::string flag = "--data";     // what errors name
+  std::shared_ptr<DecodeBudget> budget;  // shared by every decoding thread (src/data/decode_budget.h)
   // dst[channels, rows, cols] = file i, grey replicated to 3 channels when channels is 3. Throws
   // Error naming the file (it may have changed since it was listed).
   void decode(int64_t i, uint8_t* dst) const;
@@ -83,8 +87,9 @@ TrainTest load_mnist_dir(const std::string& dir, int64_t limit_train = 0, int64_
 // CIFAR-100 (train.bin, test.bin: coarse label, fine label, 3072 bytes) in dir, detected by which
 // files are there; images [N, 3, 32, 32] as stored (planar R, G, B). `fine` picks CIFAR-100's 100
 // fine labels, else its 20 coarse ones. Each file's size must be a whole number of records (at
-// least one), each label below the class count; class names come from batches.meta.txt /
-// fine_label_names.txt / coarse_label_names.txt when present. Limits as load_mnist_dir's (only
+// least one, at most what the real file holds: 10,000 records, CIFAR-100's train.bin 50,000,
+// checked from the size before reading), each label below the class count; class names come from
+// batches.meta.txt / fine_label_names.txt / coarse_label_names.txt when present. Limits as load_mnist_dir's (only
 // the records kept are read). Throws Error naming the file and the field.
 TrainTest load_cifar_dir(const std::string& dir, bool fine = true, int64_t limit_train = 0,
                          int64_t limit_test = 0);
@@ -92,6 +97,8 @@ TrainTest load_cifar_dir(const std::string& dir, bool fine = true, int64_t limit
 Dataset parse_cifar(const uint8_t* data, size_t size, bool hundred, bool fine, const std::string& name);
 // Whether dir holds CIFAR-10 or CIFAR-100 binary batches (by file name only).
 bool is_cifar_dir(const std::string& dir);
+// Whether dir holds CIFAR-100's (train.bin or test.bin: the one layout with coarse labels).
+bool is_cifar100_dir(const std::string& dir);
 
 // One decoded image, planar: pixels [channels, height, width]; channels 1 (grey) or 3 (RGB).
 struct Image {
@@ -125,16 +132,20 @@ std::string encode_jpeg(const uint8_t* planar, int C, int H, int W, int quality,
 // colour, grey ones are replicated to 3. Files without a .png/.jpg/.jpeg name are skipped and
 // counted; an image that does not decode, an empty class folder, no class folders, or a test class
 // that train lacks is an Error naming it. Symlinked folders are not followed; nesting deeper than
-// 8 levels below a class folder is refused.
+// 8 levels below a class folder is refused; a FIFO, socket or device named as an image is refused.
+// Every image's header (size, channels, pixel count) is read and checked before any image is
+// decoded; images are decoded a few at a time within a memory budget (512 MiB), and resized in
+// strips (buffers of the output's size, whatever the source's height).
 struct FolderOptions {
   int image_size = 0;
   bool cubic = false;      // bicubic resize instead of bilinear
   int threads = 1;         // decoding threads (the result does not depend on them)
   int64_t limit_train = 0, limit_test = 0;  // the first N images by class then path (0: all)
   int64_t max_pixels = int64_t(1) << 26;     // per decoded image
-  // Decoded sets larger than this (train and test together) are streamed from their files
-  // (Dataset::files) instead of cached in memory; every file's header is then checked up front.
+  // Decoded sets larger than this (train and test together, summed over every header) are
+  // streamed from their files (Dataset::files) instead of cached in memory.
   uint64_t cache_bytes = uint64_t(1) << 62;
+  std::string flag = "--data";  // the flag errors name (ember bench: --data-folder)
 };
 struct FolderReport {
   int64_t skipped_train = 0, skipped_test = 0;  // files that are not .png/.jpg/.jpeg

@@ -4,6 +4,7 @@
 // Randomness per sample from Pcg32(seed, stream of (epoch, index)): thread-count independent.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@
 #include "ember/loader.h"
 
 namespace ember {
+namespace {
+constexpr double kMinStd = 1e-6, kMaxStd = 1e6, kMaxMean = 1e6;  // documented in docs/data.md
+}  // namespace
 
 void parse_normalize(const std::string& text, int channels, Augment& a, const std::string& flag) {
   a.mean.clear(), a.std.clear();
@@ -37,13 +41,21 @@ void parse_normalize(const std::string& text, int channels, Augment& a, const st
     i = j + 1;
   }
   if (v.size() != 2 && v.size() != size_t(2 * channels))
-    throw Error(flag + ": " + std::to_string(v.size()) + " numbers for " + std::to_string(channels) +
-                " channels (expected 2 or " + std::to_string(2 * channels) + ")");
+    throw Error(flag + ": " + std::to_string(v.size()) + " numbers for data of " + std::to_string(channels) +
+                (channels == 1 ? " channel: expected 2 (M,S)"
+                               : " channels: expected 2 (M,S for all) or " + std::to_string(2 * channels) +
+                                     " (a mean per channel, then a std per channel)"));
   const size_t per = v.size() / 2;
   for (int c = 0; c < channels; ++c) {
     a.mean.push_back(v[per == 1 ? 0 : size_t(c)]);
     a.std.push_back(v[per == 1 ? 1 : per + size_t(c)]);
-    if (!(a.std.back() > 0)) throw Error(flag + ": std must be > 0, found " + std::to_string(a.std.back()));
+    // 1/std scales the input: below kMinStd (or above kMaxStd) it is no normalisation but an overflow.
+    if (!(a.std.back() >= kMinStd && a.std.back() <= kMaxStd) || std::fabs(a.mean.back()) > kMaxMean) {
+      char found[96];
+      std::snprintf(found, sizeof found, "mean %g, std %g", a.mean.back(), a.std.back());
+      throw Error(flag + ": expected a std in [1e-06, 1e+06] and a mean in [-1e+06, 1e+06], found " + found +
+                  (channels > 1 ? " for channel " + std::to_string(c) : std::string()));
+    }
   }
 }
 

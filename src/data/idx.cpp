@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "data/alloc.h"
 #include "ember/data.h"
 #include "ember/error.h"
 #include "ember/files.h"
@@ -91,7 +92,8 @@ std::vector<uint8_t> read_compressed(int fd, uint64_t size, const std::string& p
     fail(path, "size", "expected at most " + std::to_string(kMaxFileSize) +
                            " bytes (4 GiB payload cap + header and gzip overhead), found " +
                            std::to_string(size) + " (too large)");
-  std::vector<uint8_t> bytes(size);
+  std::vector<uint8_t> bytes;
+  named_alloc(quote_path(path), "the compressed file", size, [&] { bytes.resize(size); });
   bytes.resize(pread_full(fd, bytes.data(), size, 0, path));  // a file that shrank: what is left
   return bytes;
 }
@@ -334,7 +336,8 @@ class IdxInput {
                               std::to_string(h_.bytes) + "-byte header + dims " + h_.shape +
                               "), found " + std::to_string(size_) + " (" + which + ")");
     }
-    std::vector<uint8_t> out(want);
+    std::vector<uint8_t> out;
+    named_alloc(quote_path(name_), "the data of dims " + h_.shape, want, [&] { out.resize(want); });
     src_->read_exact(out.data(), want, "data");
     return out;
   }
@@ -347,8 +350,10 @@ class IdxInput {
     uint64_t have = 0;
     while (have < want) {
       const uint64_t next = std::min(want, have ? 2 * have : std::max(kFirstChunk, 8 * size_));
-      out.reserve(next);  // exactly next: no vector growth slack past `want`
-      out.resize(next);
+      named_alloc(quote_path(name_), "the decompressed data of dims " + h_.shape, next, [&] {
+        out.reserve(next);  // exactly next: no vector growth slack past `want`
+        out.resize(next);
+      });
       src_->read_exact(out.data() + have, next - have, "data", have, want);
       have = next;
     }

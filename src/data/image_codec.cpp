@@ -115,29 +115,52 @@ double bicubic(double x) {
   return 0;
 }
 
-// Per output index, the first input index and the normalised weights (PIL's precompute_coeffs).
+// Per output index o: its input window [lo, lo + len) and the weights' normaliser (PIL's
+// precompute_coeffs). The weights are tabulated when the table is small, else computed as needed:
+// shrinking 2^26 rows to 16 gives windows of millions of taps, and nothing may scale with them.
+constexpr size_t kMaxTable = size_t(1) << 20;  // floats
 struct Taps {
-  int n = 0;                  // taps per output
-  std::vector<int> first;     // [out]
-  std::vector<float> w;       // [out, n]
+  int n = 0;                   // PIL's kernel size: the most taps an output uses
+  double scale = 1, ss = 1;
+  bool cubic = false;
+  std::vector<int> lo, len;    // [out]
+  std::vector<double> sum;     // [out]
+  std::vector<float> table;    // [out, n], or empty
+  double raw(int o, int i) const { return (cubic ? bicubic : bilinear)((i - (o + 0.5) * scale + 0.5) / ss); }
+  float weight(int o, int k) const {
+    if (!table.empty()) return table[size_t(o) * n + k];
+    return float(sum[o] != 0 ? raw(o, lo[o] + k) / sum[o] : 0);
+  }
 };
 Taps taps(int in, int out, bool cubic) {
-  const double scale = double(in) / out, ss = std::max(scale, 1.0);
-  const double support = (cubic ? 2.0 : 1.0) * ss;
   Taps t;
+  t.scale = double(in) / out, t.ss = std::max(t.scale, 1.0), t.cubic = cubic;
+  const double support = (cubic ? 2.0 : 1.0) * t.ss;
   t.n = int(std::ceil(support)) * 2 + 1;
-  t.first.resize(out);
-  t.w.assign(size_t(out) * t.n, 0.f);
+  t.lo.resize(out), t.len.resize(out), t.sum.resize(out);
   for (int o = 0; o < out; ++o) {
-    const double center = (o + 0.5) * scale;
+    const double center = (o + 0.5) * t.scale;
     const int lo = std::max(int(center - support + 0.5), 0), hi = std::min(int(center + support + 0.5), in);
     double sum = 0;
-    std::vector<double> w(size_t(hi - lo));
-    for (int i = lo; i < hi; ++i) sum += w[i - lo] = (cubic ? bicubic : bilinear)((i - center + 0.5) / ss);
-    t.first[o] = lo;
-    for (int i = lo; i < hi && i - lo < t.n; ++i) t.w[size_t(o) * t.n + (i - lo)] = float(sum != 0 ? w[i - lo] / sum : 0);
+    for (int i = lo; i < hi; ++i) sum += t.raw(o, i);
+    t.lo[o] = lo, t.len[o] = std::clamp(hi - lo, 0, t.n), t.sum[o] = sum;
   }
+  if (size_t(out) * size_t(t.n) > kMaxTable) return t;
+  std::vector<float> w(size_t(out) * t.n, 0.f);
+  for (int o = 0; o < out; ++o)
+    for (int k = 0; k < t.len[o]; ++k) w[size_t(o) * t.n + k] = t.weight(o, k);
+  t.table = std::move(w);
   return t;
+}
+
+// One row of a channel resampled along x: mid[ow].
+void resample_row(float* mid, const uint8_t* row, const Taps& tx, int ow) {
+  for (int x = 0; x < ow; ++x) {
+    const uint8_t* s = row + tx.lo[x];
+    float acc = 0;
+    for (int k = 0; k < tx.len[x]; ++k) acc += tx.weight(x, k) * s[k];
+    mid[x] = acc;
+  }
 }
 
 }  // namespace
@@ -149,33 +172,33 @@ Image read_image_header(const uint8_t* data, size_t size, const std::string& nam
   return decode_any(data, size, name, max_pixels, true);
 }
 
+// In strips: each source row is resampled along x once, then added, with its weight, into every
+// output row whose window holds it (in increasing source order, so the sums are PIL's order). The
+// buffers are one row and the output's size in floats, whatever the source's height.
 void resize_image(uint8_t* dst, int oh, int ow, const uint8_t* src, int C, int H, int W, bool cubic) {
   if (oh == H && ow == W) {
     std::memcpy(dst, src, size_t(C) * H * W);
     return;
   }
   const Taps tx = taps(W, ow, cubic), ty = taps(H, oh, cubic);
-  std::vector<float> mid(size_t(H) * ow);  // one channel, resized along rows
+  std::vector<float> mid(static_cast<size_t>(ow)), acc(static_cast<size_t>(oh) * ow);
   for (int c = 0; c < C; ++c) {
     const uint8_t* s = src + size_t(c) * H * W;
-    for (int y = 0; y < H; ++y)
-      for (int x = 0; x < ow; ++x) {
-        const int f = tx.first[x];
-        const float* w = tx.w.data() + size_t(x) * tx.n;
-        float acc = 0;
-        for (int k = 0; k < tx.n && f + k < W; ++k) acc += w[k] * s[size_t(y) * W + f + k];
-        mid[size_t(y) * ow + x] = acc;
-      }
-    uint8_t* d = dst + size_t(c) * oh * ow;
-    for (int y = 0; y < oh; ++y) {
-      const int f = ty.first[y];
-      const float* w = ty.w.data() + size_t(y) * ty.n;
-      for (int x = 0; x < ow; ++x) {
-        float acc = 0;
-        for (int k = 0; k < ty.n && f + k < H; ++k) acc += w[k] * mid[size_t(f + k) * ow + x];
-        d[size_t(y) * ow + x] = uint8_t(std::clamp(std::lround(acc), 0L, 255L));
+    std::fill(acc.begin(), acc.end(), 0.f);
+    int first = 0;  // the first output row whose window has not ended
+    for (int y = 0; y < H && first < oh; ++y) {
+      while (first < oh && ty.lo[first] + ty.len[first] <= y) ++first;
+      if (first == oh || ty.lo[first] > y) continue;  // no output row uses source row y
+      resample_row(mid.data(), s + size_t(y) * W, tx, ow);
+      for (int o = first; o < oh && ty.lo[o] <= y; ++o) {
+        if (y >= ty.lo[o] + ty.len[o]) continue;
+        const float w = ty.weight(o, y - ty.lo[o]);
+        float* a = acc.data() + size_t(o) * ow;
+        for (int x = 0; x < ow; ++x) a[x] += w * mid[x];
       }
     }
+    uint8_t* d = dst + size_t(c) * oh * ow;
+    for (size_t i = 0; i < acc.size(); ++i) d[i] = uint8_t(std::clamp(std::lround(acc[i]), 0L, 255L));
   }
 }
 

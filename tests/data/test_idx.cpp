@@ -8,8 +8,12 @@
 // The largest single heap allocation in this test binary, so a test can check that a lying header
 // did not make the reader allocate what it claims.
 static std::atomic<size_t> g_largest_alloc{0};
+// When non-zero, an allocation of more bytes fails (std::bad_alloc), as on a machine without the
+// memory: the loaders must then name what they were allocating.
+static std::atomic<size_t> g_fail_above{0};
 #if EMBER_TEST_CAN_HOOK_NEW
 static void note_largest(size_t n) {
+  if (const size_t cap = g_fail_above.load(std::memory_order_relaxed); cap && n > cap) throw std::bad_alloc();
   size_t seen = g_largest_alloc.load(std::memory_order_relaxed);
   while (n > seen && !g_largest_alloc.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
   }
@@ -459,6 +463,37 @@ TEST_F(IdxTest, RawFileIsReadOnlyAsFarAsNeeded) {
   EXPECT_EQ(d.count, 2);
   EXPECT_EQ(d.images, pattern(2 * 784, 5));
   EXPECT_LT(g_largest_alloc.load(), size_t{64} << 10) << "read the whole 1.5 MB file";
+}
+
+// D9: an allocation that fails while loading data said "std::bad_alloc", naming nothing (failed
+// before the fix): it names the file, what was being allocated and how many bytes.
+TEST_F(IdxTest, AllocationFailuresNameTheFileAndTheBytes) {
+  if (!EMBER_TEST_CAN_HOOK_NEW) GTEST_SKIP() << "operator new cannot be replaced under TSan";
+  const uint32_t n = 2000;
+  auto ip = path("big-images-idx3-ubyte"), lp = path("big-labels-idx1-ubyte"), gp = path("big-images-idx3-ubyte.gz");
+  write_raw(ip, idx_bytes({n, 28, 28}, pattern(size_t{n} * 784, 5)));
+  write_gz(gp, idx_bytes({n, 28, 28}, Bytes(size_t{n} * 784, 7)));  // compresses to a few KB
+  write_raw(lp, idx_bytes({n}, Bytes(n, 1)));
+  Bytes cifar;
+  for (int i = 0; i < 400; ++i) {
+    cifar.push_back(uint8_t(i % 10));
+    const Bytes px = pattern(3072, uint32_t(i));
+    cifar.insert(cifar.end(), px.begin(), px.end());
+  }
+  fs::create_directories(path("c"));
+  for (int i = 1; i <= 5; ++i) write_raw(path("c/data_batch_" + std::to_string(i) + ".bin"), cifar);
+  write_raw(path("c/test_batch.bin"), cifar);
+  auto fails = [&](auto fn) {
+    g_fail_above.store(size_t{1} << 20);  // 1 MiB: the 1.5 MB payloads cannot be had
+    std::string msg = error_of(fn);
+    g_fail_above.store(0);
+    return msg;
+  };
+  expect_msg(fails([&] { ember::load_idx_dataset(ip.string(), lp.string(), 10); }),
+             {ip.string(), "out of memory", std::to_string(size_t{n} * 784) + " bytes", "dims"});
+  expect_msg(fails([&] { ember::read_idx(gp.string()); }), {gp.string(), "out of memory", "bytes for the decompressed data"});
+  expect_msg(fails([&] { ember::load_cifar_dir(path("c").string()); }),
+             {"c/data_batch_1.bin", "out of memory", std::to_string(400 * 3073) + " bytes", "400 records"});
 }
 
 }  // namespace

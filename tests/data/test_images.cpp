@@ -2,6 +2,7 @@
 // and image folders (image_folder.cpp): values and labels on generated data, PIL as an
 // independent decoder when python3 has it, and every bad input the loaders must refuse in one line.
 #include <spng.h>
+#include <sys/sysmacros.h>
 #include <turbojpeg.h>
 
 #include <cmath>
@@ -158,6 +159,23 @@ TEST_F(ImagesTest, CifarBadInput) {
   expect_msg(error_of([&] { ember::load_cifar_dir(path("e")); }), {"test_batch.bin"});
 }
 
+// D9: a CIFAR file larger than the real one (a sparse 3 GB test_batch.bin was read whole, to 3 GB
+// of memory, before the fix) is refused from its size, before anything is read or allocated.
+TEST_F(ImagesTest, CifarFilesAreBoundedByTheRealSizes) {
+  for (int i = 1; i <= 5; ++i) put("c/data_batch_" + std::to_string(i) + ".bin", cifar_records(1, false, i));
+  put("c/test_batch.bin", Bytes());
+  ASSERT_EQ(::truncate(path("c/test_batch.bin").c_str(), off_t(3073) * 976000), 0);  // 3 GB, sparse
+  expect_msg(error_of([&] { ember::load_cifar_dir(path("c")); }), {"test_batch.bin", "more than 10000", "3073-byte"});
+  ASSERT_EQ(::truncate(path("c/test_batch.bin").c_str(), off_t(3073) * 10001), 0);  // one record too many
+  expect_msg(error_of([&] { ember::load_cifar_dir(path("c"), true, 0, 5); }), {"test_batch.bin", "more than 10000"});
+  ASSERT_EQ(::truncate(path("c/test_batch.bin").c_str(), off_t(3073) * 10000), 0);  // the real size: read
+  EXPECT_EQ(ember::load_cifar_dir(path("c")).test.count, 10000);
+  put("h/train.bin", Bytes());  // CIFAR-100's train.bin holds 50,000
+  ASSERT_EQ(::truncate(path("h/train.bin").c_str(), off_t(3074) * 50001), 0);
+  put("h/test.bin", cifar_records(1, true, 1));
+  expect_msg(error_of([&] { ember::load_cifar_dir(path("h")); }), {"train.bin", "more than 50000"});
+}
+
 // ---- decoding ----
 
 TEST_F(ImagesTest, PngRoundTripsAndJpegStaysClose) {
@@ -256,6 +274,30 @@ TEST_F(ImagesTest, ResizeMatchesTheFilterDefinition) {
     }
 }
 
+// D3: the resampler's buffer was source height x output width floats (4.8 GB for 1 x 2^26 pixels
+// to 16 x 16); the strip resampler that replaced it (memory: ImageData.TallImageResizesInBounded
+// Memory) computes weights too many to tabulate as it goes. A guard for that new path, not a
+// reproducer (the old code passed it too): shrinking a tall strip by 200,000 is still PIL's
+// filter, checked in double precision here.
+TEST_F(ImagesTest, ResizeOfATallStripMatchesTheFilter) {
+  const int H = 600000, oh = 3, ow = 2;
+  const Bytes src = pattern(size_t(H), 11);
+  for (bool cubic : {false, true}) {
+    Bytes out(size_t(oh) * ow);
+    ember::resize_image(out.data(), oh, ow, src.data(), 1, H, 1, cubic);
+    for (int y = 0; y < oh; ++y) {
+      const double sc = double(H) / oh, sup = (cubic ? 2 : 1) * sc, ctr = (y + 0.5) * sc;
+      double acc = 0, sum = 0;
+      for (int i = std::max(int(ctr - sup + 0.5), 0); i < std::min(int(ctr + sup + 0.5), H); ++i) {
+        double x = std::fabs((i - ctr + 0.5) / sc);
+        const double w = !cubic ? (x < 1 ? 1 - x : 0.0) : x < 1 ? (1.5 * x - 2.5) * x * x + 1 : x < 2 ? (((x - 5) * x + 8) * x - 4) * -0.5 : 0.0;
+        acc += w * src[size_t(i)], sum += w;
+      }
+      for (int x = 0; x < ow; ++x) EXPECT_NEAR(int(out[size_t(y) * ow + x]), acc / sum, 1.0) << (cubic ? "bicubic " : "bilinear ") << y;
+    }
+  }
+}
+
 // ---- folders ----
 
 TEST_F(ImagesTest, FolderLabelsPixelsAndSkips) {
@@ -338,8 +380,19 @@ TEST_F(ImagesTest, FolderBadInput) {
   small_folder("dev");  // a link to a device, named as an image: refused at once, never read
   fs::create_symlink("/dev/zero", path("dev/train/a/z.png"));
   expect_msg(err("dev"), {"dev/train/a/z.png"});
-  small_folder("fifo");  // a FIFO in a class folder is not a file: skipped and counted, never opened
+  // D12: a FIFO named as an image was skipped as "not .png/.jpg" (failed before the fix): it is
+  // refused naming it, never opened (opening it would wait for a writer). One not named as an
+  // image is skipped and counted like any other such file.
+  small_folder("fifo");
   ASSERT_EQ(::mkfifo(path("fifo/train/a/f.png").c_str(), 0600), 0);
+  expect_msg(err("fifo"), {"fifo/train/a/f.png", "a FIFO named as an image"});
+  fs::remove(path("fifo/train/a/f.png"));
+  if (::geteuid() == 0) {  // only root makes device nodes: one like /dev/null, named as an image
+    ASSERT_EQ(::mknod(path("fifo/train/a/d.png").c_str(), S_IFCHR | 0600, makedev(1, 3)), 0);
+    expect_msg(err("fifo"), {"fifo/train/a/d.png", "a device node named as an image"});
+    fs::remove(path("fifo/train/a/d.png"));
+  }
+  ASSERT_EQ(::mkfifo(path("fifo/train/a/f.txt").c_str(), 0600), 0);
   ember::FolderReport rep;
   EXPECT_EQ(ember::load_image_folder(path("fifo"), {}, &rep).train.count, 6);
   EXPECT_EQ(rep.skipped_train, 1);
@@ -356,6 +409,27 @@ TEST_F(ImagesTest, FolderBadInput) {
     ::chmod(path("perm/train/a/0.png").c_str(), 0);
     expect_msg(err("perm"), {"perm/train/a/0.png"});
   }
+}
+
+// Headers are read from a file's first 64 KiB, else from the whole file: a JPEG whose frame header
+// comes after 120 KB of comment segments is read (sized from its header, decoded), and one whose
+// bytes after those comments are cut is refused naming it, as before.
+TEST_F(ImagesTest, FolderHeaderPastTheFirst64KiB) {
+  small_folder("j");
+  const Bytes plain = jpeg_of(smooth(12, 10, 3, 99));
+  Bytes late(plain.begin(), plain.begin() + 2);  // SOI, then two 60,000-byte COM segments
+  for (int k = 0; k < 2; ++k) {
+    late.insert(late.end(), {0xff, 0xfe, uint8_t(60002 >> 8), uint8_t(60002 & 0xff)});
+    late.insert(late.end(), 60000, uint8_t('c'));
+  }
+  late.insert(late.end(), plain.begin() + 2, plain.end());
+  put("j/train/a/5.jpg", late);
+  const ember::TrainTest t = ember::load_image_folder(path("j"), {});
+  ASSERT_EQ(t.train.count, 7);
+  const ember::Image want = ember::decode_image(plain.data(), plain.size(), "plain");
+  EXPECT_TRUE(std::equal(want.pixels.begin(), want.pixels.end(), t.train.images.begin() + 3 * 360));  // a/0, a/1, a/2, a/5
+  put("j/train/a/5.jpg", Bytes(late.begin(), late.begin() + 120100));
+  expect_msg(error_of([&] { ember::load_image_folder(path("j"), {}); }), {"j/train/a/5.jpg", "JPEG"});
 }
 
 // A set that does not fit the cache is streamed: headers checked up front, the same labels, and
@@ -421,6 +495,12 @@ TEST_F(ImagesTest, TinyImageNetLayout) {
   const std::string bad = "val_0.JPEG\tn9\n";
   put("t/val/val_annotations.txt", Bytes(bad.begin(), bad.end()));
   expect_msg(error_of([&] { ember::load_image_folder(path("t"), {}); }), {"val_annotations.txt", "line 1"});
+  // D12: an image listed twice doubled the test set (failed before the fix): refused naming the
+  // file, the line and the image.
+  const std::string twice = ann + "val_1.JPEG\tn2\t0\t0\t10\t10\n";
+  put("t/val/val_annotations.txt", Bytes(twice.begin(), twice.end()));
+  expect_msg(error_of([&] { ember::load_image_folder(path("t"), {}); }),
+             {"val_annotations.txt", "line 3", "'val_1.JPEG' is listed again", "line 1"});
 }
 
 // PIL (python3-pil), an independent decoder and resizer, reads the same folder: labels from the

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -65,6 +66,19 @@ Model model_of(const CommonArgs& a) {
   throw Error("--act: expected relu, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + clip_text(a.act) + "'");
 }
 
+// For flags whose -1 default means "the recipe's" or "automatic": a negative value given on the
+// command line is refused, not taken as that default.
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& s) {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec == std::errc() && end == s.data() + s.size() && v < 0) return "expected an integer >= 0, found " + s;
+        return std::string();
+      },
+      "N >= 0");
+}
+
 void add_common(CLI::App* cmd, CommonArgs& a) {
   a.threads = default_threads();
   cmd->add_option("--model", a.model, "Built-in model (mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto) or FILE.json")
@@ -80,11 +94,13 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
       ->capture_default_str();
   cmd->add_option("--resize", a.resize, "The --image-size filter: bilinear or bicubic (PIL's, antialiased when shrinking)")->capture_default_str();
   cmd->add_option("--label", a.label, "CIFAR-100: fine (100 classes) or coarse (20)")->capture_default_str();
-  cmd->add_option("--crop", a.crop, "Random crop to SIZE x SIZE while training, centre crop in evaluation (default: the recipe's; 0: none)");
-  cmd->add_option("--pad", a.pad, "Zero border added on each side before the crop (default: the recipe's)");
+  cmd->add_option("--crop", a.crop, "Random crop to SIZE x SIZE while training, centre crop in evaluation (default: the recipe's; 0: none)")
+      ->check(non_negative());
+  cmd->add_option("--pad", a.pad, "Zero border added on each side before the crop (default: the recipe's)")->check(non_negative());
   cmd->add_flag("--flip", a.flip, "Random horizontal flip while training");
   cmd->add_flag("--resized-crop", a.resized_crop, "RandomResizedCrop to --crop SIZE (area 8-100 %, aspect 3/4-4/3) instead of a padded crop");
-  cmd->add_option("--cache-mb", a.cache_mb, "Image folders: keep the decoded images in memory up to this size, else read them from disk as needed (default: a quarter of RAM)");
+  cmd->add_option("--cache-mb", a.cache_mb, "Image folders: keep the decoded images in memory up to this size, else read them from disk as needed (default: a quarter of RAM)")
+      ->check(non_negative());
   cmd->add_flag("--no-augment", a.no_augment, "No crop, padding or flip, whatever the recipe says");
   cmd->add_option("--normalize", a.normalize, "Per-channel normalisation: none, imagenet, M,S or M1,M2,M3,S1,S2,S3 (default: the recipe's)");
   cmd->add_option("--batch-size", a.batch_size, "Mini-batch size (default: the model's recipe)")
@@ -137,6 +153,9 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   try {
     const std::string f = data_format(a, dir);
+    if (a.label == "coarse" && !(f == "cifar" && is_cifar100_dir(dir)))
+      throw Error("--label coarse: only CIFAR-100 has coarse labels, --data " + quote_path(dir) + " is " +
+                  (f == "cifar" ? "CIFAR-10" : f == "idx" ? "MNIST-format" : "an image folder"));
     if (f == "cifar") return load_cifar_dir(dir, a.label == "fine", limit_train, a.limit_test);
     if (f == "folder" || f == "tinyimagenet") {
       if (f == "tinyimagenet" && ::access((dir + "/wnids.txt").c_str(), F_OK) != 0)
@@ -365,11 +384,48 @@ Augment augment_of(const CommonArgs& c, const Model& m, int channels, bool* acti
   return a;
 }
 
+namespace {
+
+// Whether the model's shapes infer at input [C, S, S].
+bool fits_size(Model m, int S) {
+  m.in_h = m.in_w = S;
+  try {
+    model_params(m);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// A model whose shapes do not infer at the data's image size, but would at a larger one (its
+// downsampling shrinks small images to nothing): say so, with the smallest square size it takes,
+// rather than the layer's own complaint about the shape it was left with.
+void check_image_size(const Model& m) {
+  try {
+    model_params(m);
+    return;
+  } catch (const Error& e) {
+    int hi = std::max(m.in_h, m.in_w);
+    while (hi < 4096 && !fits_size(m, hi)) hi = std::min(4096, hi * 2);
+    if (!fits_size(m, hi)) throw;
+    int lo = std::max(m.in_h, m.in_w);  // fits_size(lo) is false unless lo == hi
+    while (hi - lo > 1) (fits_size(m, (lo + hi) / 2) ? hi : lo) = (lo + hi) / 2;
+    throw Error("--data: the images are " + std::to_string(m.in_w) + "x" + std::to_string(m.in_h) + " (after any --crop), too small for model " +
+                one_line(m.name) + ": it needs at least " + std::to_string(hi) + "x" + std::to_string(hi) +
+                " (an image folder: pass --image-size " + std::to_string(hi) + " or more)");
+  }
+}
+
+}  // namespace
+
 void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed) {
   if (fixed) return;
   const Size2 o = a ? augmented_size(*a, d.rows, d.cols, "--crop") : Size2{d.rows, d.cols};
   const int H = o.h, W = o.w;
   if (m.in_c != d.channels || m.in_h != H || m.in_w != W) {
+    Model fitted = m;
+    fitted.in_c = d.channels, fitted.in_h = H, fitted.in_w = W;
+    check_image_size(fitted);
     std::fprintf(stderr, "ember: model %s: input [%d, %d, %d] set to the data's [%d, %d, %d]\n", one_line(m.name).c_str(),
                  m.in_c, m.in_h, m.in_w, d.channels, H, W);
     m.in_c = d.channels, m.in_h = H, m.in_w = W;
