@@ -9,6 +9,7 @@
 #include "ember/data.h"
 #include "ember/loader.h"
 #include "ember/error.h"
+#include "ember/files.h"
 #include "ember/model.h"
 #include "ember/plan.h"
 #include "ember/train.h"
@@ -156,6 +157,11 @@ struct TrainSetup {
   PlanOptions plan;
   TrainConfig cfg;
 };
+// The model a weights file was saved from (__metadata__.model; without one, --model), for eval,
+// train --weights and profile --weights: a built-in model's recipe goes with it. A --model (or
+// --act) that is given must be the same model once its input and classes are those the weights
+// were fitted to (a run on their data set), else "--model: ..." names both.
+Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given);
 // How a value is named in errors: the flag, or where a resumed checkpoint stored it.
 using Label = std::function<std::string(const char*)>;
 // `given(flag)` says whether the user set a flag (the recipe fills the others); `model`, when
@@ -164,6 +170,9 @@ using Label = std::function<std::string(const char*)>;
 TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
                             const Model* model = nullptr, const Label& label = nullptr);
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd);
+// The inputs a run reads, that no output may replace: the data set (a tree: every file in it, and
+// nothing new inside it), the model file (FILE.json, FILE.onnx), the weights and the checkpoint.
+std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weights, const std::string& resume_path);
 // The data set, reading only the first --limit-train / --limit-test samples.
 TrainTest load_train_data(const TrainArgs& a);
 // A new run's model takes its input [C, H, W] from the data, and a built-in model's last Linear

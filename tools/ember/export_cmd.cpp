@@ -22,7 +22,10 @@ void add_export_flags(CLI::App* cmd, ExportArgs& a) {
 
 int run_export(const ExportArgs& a) {
   if (!is_onnx_path(a.output)) throw Error("--output: " + quote_path(a.output) + ": expected a name ending in .onnx");
-  if (a.output == a.weights) throw Error("--output: " + quote_path(a.output) + " is the weights file itself");
+  check_output(a.output, "--output");  // before any work: a directory, device or FIFO is refused
+  std::vector<NamedPath> inputs{{"weights", a.weights}};  // by name, symlink or hard link
+  if (a.model.ends_with(".json") || is_onnx_path(a.model)) inputs.push_back({"--model", a.model});
+  check_distinct({{"--output", a.output}}, inputs);
   const auto meta = read_weights_metadata(a.weights);
   const auto it = meta.find("model");
   Model model;
