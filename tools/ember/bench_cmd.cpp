@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "kernels/kernels.h"
 #include "ember/version.h"
+#include "fs/json_read.h"
 
 namespace ember::cli {
 
@@ -116,7 +117,7 @@ class Reporter {
                       {"peak_gflops_1t", m_.peak_gflops_1t}, {"peak_gflops", m_.peak_gflops}};
     doc["data"] = data_;
     doc["workloads"] = rows_;
-    std::printf("%s\n", doc.dump(2).c_str());
+    std::printf("%s\n", json_text(doc, 2).c_str());
   }
 
  private:
