@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -283,7 +284,10 @@ void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
 }
 
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
-  return make_train_setup(a, [&](const char* flag) { return cmd.count(flag) > 0; });
+  const auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  if (a.weights.empty() || !a.resume.empty()) return make_train_setup(a, given);
+  const Model stored = weights_model(a.common, a.weights, given("--model") || given("--act"));
+  return make_train_setup(a, given, &stored);
 }
 
 TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
@@ -412,21 +416,38 @@ void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed)
 
 
 namespace {
-// The model to evaluate: --model when given (it must match the weights' own description, when
-// they have one), else the one stored in the weights, else the default.
-Model eval_model(const EvalArgs& a, const CLI::App& cmd) {
-  const auto meta = read_weights_metadata(a.weights);
-  const auto it = meta.find("model");
-  if (it == meta.end()) return model_of(a.common);
-  Model stored = parse_model_json(it->second, a.weights + ": __metadata__.model");
-  if (!cmd.count("--model") && !cmd.count("--act")) return stored;
-  Model given = model_of(a.common);
-  if (model_to_json(given) != model_to_json(stored))
-    throw Error("--model: " + quote_path(a.common.model) + " (" + given.name + ") is not the model the weights " +
-                quote_path(a.weights) + " were saved from (" + stored.name + "); leave --model out to use theirs");
-  return given;
+// m with the input [C, H, W] and class count of `like`, as a run on like's data set makes it
+// (fit_model_to_data: the input always, a built-in model's last Linear when it has fewer outputs).
+Model fitted_to(Model m, const Model& like) {
+  m.in_c = like.in_c, m.in_h = like.in_h, m.in_w = like.in_w;
+  if (m.source.empty() && m.num_classes < like.num_classes && !m.layers.empty() &&
+      m.layers.back().kind == LayerKind::Linear && m.layers.back().out == m.num_classes)
+    m.layers.back().out = m.num_classes = like.num_classes;
+  return m;
 }
+bool same_model(const Model& a, const Model& stored) { return model_to_json(fitted_to(a, stored)) == model_to_json(stored); }
 }  // namespace
+
+Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given) {
+  const auto meta = read_weights_metadata(weights);
+  const auto it = meta.find("model");
+  if (it == meta.end()) return model_of(c);
+  Model stored = parse_model_json(it->second, weights + ": __metadata__.model");
+  if (model_given) {
+    const Model given = model_of(c);
+    if (!same_model(given, stored))
+      throw Error("--model: " + quote_path(c.model) + " (" + one_line(given.name) + ") is not the model the weights " +
+                  quote_path(weights) + " were saved from (" + one_line(stored.name) + "); leave --model out to use theirs");
+    stored.recipe = given.recipe;
+    return stored;
+  }
+  const auto names = builtin_model_names();  // a built-in model's recipe (augmentation, batch) goes with it
+  if (std::find(names.begin(), names.end(), stored.name) != names.end()) {
+    const Model b = builtin_model(stored.name);
+    if (same_model(b, stored)) stored.recipe = b.recipe;
+  }
+  return stored;
+}
 
 int run_eval(EvalArgs a, const CLI::App& cmd) {
   const bool onnx = a.weights.empty() && is_onnx_path(a.common.model);
@@ -434,7 +455,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   if (onnx && cmd.count("--act")) throw Error("--act: an ONNX model keeps its own activations");
   std::optional<OnnxImport> imported;
   if (onnx) imported = import_onnx(a.common.model);
-  Model model = onnx ? imported->model : eval_model(a, cmd);
+  Model model = onnx ? imported->model : weights_model(a.common, a.weights, cmd.count("--model") || cmd.count("--act"));
   if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
   validate_common(a.common);
   TrainTest data = load_data(a.common, 1);  // the training set is not used: read as little as possible
