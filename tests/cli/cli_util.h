@@ -24,6 +24,19 @@ using Bytes = std::vector<uint8_t>;
 
 namespace {
 
+// A sanitizer build (gcc defines __SANITIZE_*, clang has __has_feature): it reserves far more
+// address space than any `prlimit --as` allows, so tests under such a limit leave it out.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+[[maybe_unused]] constexpr bool kSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+[[maybe_unused]] constexpr bool kSanitizedBuild = true;
+#else
+[[maybe_unused]] constexpr bool kSanitizedBuild = false;
+#endif
+#else
+[[maybe_unused]] constexpr bool kSanitizedBuild = false;
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Running the binary: EMBER_BINARY, or $EMBER_TEST_BINARY (to run a test against another build,

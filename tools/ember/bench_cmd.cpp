@@ -132,7 +132,7 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
   std::optional<OnnxImport> onnx;
   Model model;
   if (is_onnx_path(a.model)) {
-    onnx = import_onnx(a.model);
+    onnx = import_model_file(a.model);
     model = onnx->model;
   } else {
     model = model_flag(a.model);

@@ -2,6 +2,7 @@
 // (one line naming the flag, what was expected and what was found), and the runs themselves.
 #include "commands.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <optional>
@@ -30,13 +32,44 @@
 
 namespace ember::cli {
 
+namespace {
+uint64_t file_size_or_zero(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? uint64_t(st.st_size) : 0;
+}
+// The bytes the regular files below dir hold (symlinks not followed, at most 2^20 entries): for
+// an out-of-memory message only.
+uint64_t tree_bytes(const std::string& dir) {
+  std::error_code ec;
+  uint64_t total = 0;
+  size_t n = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != decltype(it)() && ++n < (1u << 20);
+       it.increment(ec))
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  return total + file_size_or_zero(dir);
+}
+}  // namespace
+
 int default_threads() {
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : int(hc > 64 ? 64 : hc);
 }
 
+std::string mib(uint64_t bytes) {
+  char b[48];
+  const double m = double(bytes) / double(1 << 20);
+  std::snprintf(b, sizeof b, m < 10 ? "%.1f MiB" : "%.0f MiB", m);
+  return b;
+}
+
+OnnxImport import_model_file(const std::string& path) {
+  return naming_oom([&] { return "--model " + quote_path(path) + ": out of memory importing the ONNX model (the file holds " +
+                                 mib(file_size_or_zero(path)) + ")"; },
+                    [&] { return import_onnx(path); });
+}
+
 Model model_flag(const std::string& name) {
-  if (is_onnx_path(name)) return import_onnx(name).model;  // its structure; its weights: eval, bench
+  if (is_onnx_path(name)) return import_model_file(name).model;  // its structure; its weights: eval, bench
   try {
     return resolve_model(name);
   } catch (const Error& e) {
@@ -173,6 +206,14 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
                   "install it or pass --data DIR)");
     throw;
   }
+}
+
+// load_data, its allocation failure named: the data set and the bytes its files hold.
+TrainTest load_data_named(const CommonArgs& a, int64_t limit_train) {
+  const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
+  return naming_oom([&] { return "--data " + quote_path(dir) + ": out of memory reading the data set (its files hold " +
+                                 mib(tree_bytes(dir)) + "; --limit-train and --limit-test read fewer images)"; },
+                    [&] { return load_data(a, limit_train); });
 }
 
 OptimizerKind parse_optimizer(const std::string& s, const std::string& flag) {
@@ -351,7 +392,7 @@ int clamp_batch(int batch, int64_t count, const char* set) {
   return int(count);
 }
 
-TrainTest load_train_data(const TrainArgs& a) { return load_data(a.common, a.limit_train); }
+TrainTest load_train_data(const TrainArgs& a) { return load_data_named(a.common, a.limit_train); }
 
 void write_batch_grid(const std::string& path, const Dataset& d, const Augment& a, int batch, uint64_t seed, bool shuffle) {
   const int n = int(std::min<int64_t>(batch, d.count));
@@ -454,11 +495,11 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   if (a.weights.empty() && !onnx) throw Error("--weights: required (or --model FILE.onnx, which holds its weights)");
   if (onnx && cmd.count("--act")) throw Error("--act: an ONNX model keeps its own activations");
   std::optional<OnnxImport> imported;
-  if (onnx) imported = import_onnx(a.common.model);
+  if (onnx) imported = import_model_file(a.common.model);
   Model model = onnx ? imported->model : weights_model(a.common, a.weights, cmd.count("--model") || cmd.count("--act"));
   if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
   validate_common(a.common);
-  TrainTest data = load_data(a.common, 1);  // the training set is not used: read as little as possible
+  TrainTest data = load_data_named(a.common, 1);  // the training set is not used: read as little as possible
   a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
   if (!onnx) check_weights_fit(model, a.weights);  // before a plan of a (maybe edited) model is built
   PlanOptions po;
@@ -474,7 +515,10 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   else load_weights(plan, a.weights);
   set_normalisation(plan, aug);
   check_dataset_fits(plan, data.test, "test set", augmenting ? &aug : nullptr);
-  const EvalResult r = evaluate(plan, data.test, augmenting ? &aug : nullptr);
+  const EvalResult r = naming_oom(
+      [&] { return "model " + one_line(model.name) + ": out of memory while evaluating (batch " + std::to_string(po.batch) +
+                   ", beside the plan's " + mib(plan.arena_bytes()) + " and the test set's images)"; },
+      [&] { return evaluate(plan, data.test, augmenting ? &aug : nullptr); });
   std::printf("ember eval: model %s, weights %s: test accuracy %.2f%% (loss %.4f) on %lld images\n",
               model.name.c_str(), one_line(onnx ? a.common.model : a.weights).c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
   if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");

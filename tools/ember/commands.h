@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "ember/error.h"
 #include "ember/files.h"
 #include "ember/model.h"
+#include "ember/onnx.h"
 #include "ember/plan.h"
 #include "ember/train.h"
 
@@ -32,6 +34,20 @@ auto naming_flags(std::initializer_list<std::pair<const char*, const char*>> fie
     throw;
   }
 }
+// Runs f; a std::bad_alloc it throws becomes one line, what(): what was being allocated, for which
+// file or model, and how much (built only then), ending in "out of memory".
+template <class F>
+auto naming_oom(const std::function<std::string()>& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    throw Error(what());
+  }
+}
+// "N MiB" (one decimal below 10).
+std::string mib(uint64_t bytes);
+// import_onnx(path), its allocation failure named (--model FLAG, the file and its size).
+OnnxImport import_model_file(const std::string& path);
 // resolve_model(name) with "--model: " before an unknown built-in name.
 Model model_flag(const std::string& name);
 

@@ -44,7 +44,10 @@ int run_export(const ExportArgs& a) {
   po.batch = 1, po.threads = 1, po.training = false;
   Plan plan(model, po);
   load_weights(plan, a.weights);
-  export_onnx(plan, a.output);
+  naming_oom([&] { return "--output " + quote_path(a.output) + ": out of memory writing model " + one_line(model.name) +
+                          " as ONNX (its " + std::to_string(plan.param_count()) + " parameters, " +
+                          mib(plan.param_count() * sizeof(float)) + ", are copied into the file's protobuf)"; },
+             [&] { export_onnx(plan, a.output); });
   std::printf("ember export: model %s, weights %s -> %s (ONNX opset %d, dynamic batch)\n", model.name.c_str(),
               one_line(a.weights).c_str(), one_line(a.output).c_str(), kOnnxOpset);
   return 0;

@@ -430,7 +430,7 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   } else {
     plan.init_params(a.seed);
     if (!a.weights.empty()) load_weights(plan, a.weights);
-    if (onnx_weights) load_onnx_weights(plan, import_onnx(a.common.model));
+    if (onnx_weights) load_onnx_weights(plan, import_model_file(a.common.model));
   }
   ckpts.set_config(train_args_json(a, crc, data.train.count));
   for (const std::string& l : kept_metrics) ckpts.add_metrics(l);
@@ -543,6 +543,12 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
       ckpts.add_metrics(line);
       return true;
     });
+  } catch (const std::bad_alloc&) {
+    progress.clear();
+    throw Error("model " + one_line(su.model.name) + ": out of memory while training (batch " +
+                std::to_string(a.common.batch_size) + " of [" + std::to_string(data.train.channels) + ", " +
+                std::to_string(data.train.rows) + ", " + std::to_string(data.train.cols) + "], beside the plan's " +
+                mib(plan.arena_bytes()) + " and the data set's images)");
   } catch (const NonfiniteError& e) {
     progress.clear();
     throw Error(std::string(e.what()) +
