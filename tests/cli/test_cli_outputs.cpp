@@ -77,6 +77,12 @@ TEST_F(Outputs, ImageFolderFilesAreNeverOutputs) {
   expect_one_line_error(run("profile --data " + quote(d.string()) + " --model mnist-cnn --limit-samples 8 --threads 1 --json " +
                             quote(hard.string())),
                         {"--json", "--data"});
+  // An image that is a symlink to a file outside the folder: that file is an input too.
+  const fs::path outside = tmp_ / "outside.png";
+  fs::copy_file(img, outside);
+  fs::create_symlink(outside, d / "train" / "class1" / "linked.png");
+  expect_one_line_error(run(folder_train(d, "--save " + quote(outside.string()))), {"--save", "linked.png", "--data"});
+  EXPECT_TRUE(read_text(outside) == before) << "an image reached through a symlink was overwritten";
   EXPECT_TRUE(read_text(img) == before) << "a training image was overwritten";
   EXPECT_FALSE(fs::exists(d / "run"));
   EXPECT_FALSE(fs::exists(d / "ck"));
