@@ -193,7 +193,6 @@ FileId existing_parent(const std::string& path) {
 // A walk of a data set folder for the outputs: per output, its own id (when it exists) and the
 // id of its nearest existing directory; `hit` gets the tree's path each one meets.
 struct TreeSearch {
-  static constexpr int kMaxDepth = 16;
   static constexpr size_t kMaxEntries = size_t(1) << 24;
   const NamedPath& tree;
   std::vector<FileId> own, above;
@@ -214,7 +213,7 @@ struct TreeSearch {
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
     seen.push_back(key);
     match(dir, id_of(st), true);
-    DIR* d = depth < kMaxDepth ? ::opendir(dir.c_str()) : nullptr;
+    DIR* d = depth < tree.tree ? ::opendir(dir.c_str()) : nullptr;
     if (!d) return;  // unreadable: the loader names it
     std::vector<std::string> subdirs;
     while (const dirent* e = ::readdir(d)) {
@@ -274,12 +273,12 @@ void check_distinct(const std::vector<NamedPath>& outputs, const std::vector<Nam
         throw Error(outputs[i].flag + " " + quote_path(outputs[i].path) + ": is also the output of " + outputs[j].flag +
                     " " + quote_path(outputs[j].path) + ": one would overwrite the other");
     for (const NamedPath& in : inputs)
-      if (!in.path.empty() && !in.tree && same(outputs[i], in))
+      if (!in.path.empty() && in.tree == 0 && same(outputs[i], in))
         throw Error(outputs[i].flag + " " + quote_path(outputs[i].path) + ": is an input of this run (" + in.flag + " " +
                     quote_path(in.path) + "): refusing to overwrite it");
   }
   for (const NamedPath& in : inputs)
-    if (in.tree && !in.path.empty()) check_outside_tree(outputs, in);
+    if (in.tree > 0 && !in.path.empty()) check_outside_tree(outputs, in);
 }
 
 std::string check_output(const std::string& path, const std::string& what) {

@@ -208,6 +208,22 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
   }
 }
 
+}  // namespace
+
+std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weights, const std::string& resume_path) {
+  const std::string dir = c.data.empty() ? kDefaultDataDir : c.data;
+  // An image folder is read 10 levels deep (train/CLASS/ and 8 below); IDX and CIFAR files lie
+  // at its top: every file there is an input, and no output may go into the folder or below.
+  const std::string f = data_format(c, dir);
+  std::vector<NamedPath> in{{"--data", dir, f == "folder" || f == "tinyimagenet" ? 12 : 1}};
+  if ((c.model.size() > 5 && c.model.ends_with(".json")) || is_onnx_path(c.model)) in.push_back({"--model", c.model});
+  in.push_back({"--weights", weights});
+  in.push_back({"--resume", resume_path});
+  return in;
+}
+
+namespace {
+
 // load_data, its allocation failure named: the data set and the bytes its files hold.
 TrainTest load_data_named(const CommonArgs& a, int64_t limit_train) {
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;

@@ -138,18 +138,6 @@ std::string metrics_line(const EpochMetrics& m) {
   return line;
 }
 
-}  // namespace
-
-std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weights, const std::string& resume_path) {
-  std::vector<NamedPath> in;
-  in.push_back({"--data", c.data.empty() ? kDefaultDataDir : c.data, true});  // every file of it, and the folder
-  if ((c.model.size() > 5 && c.model.ends_with(".json")) || is_onnx_path(c.model)) in.push_back({"--model", c.model});
-  in.push_back({"--weights", weights});
-  in.push_back({"--resume", resume_path});
-  return in;
-}
-
-namespace {
 
 // A run directory: a directory, or absent with its nearest existing ancestor a writable
 // directory (it is created with its missing parents).
