@@ -489,7 +489,9 @@ Model weights_model(const CommonArgs& c, const std::string& weights, bool model_
   const auto meta = read_weights_metadata(weights);
   const auto it = meta.find("model");
   if (it == meta.end()) return model_of(c);
-  Model stored = parse_model_json(it->second, weights + ": __metadata__.model");
+  const auto names = builtin_model_names();  // PyTorch-written files may name a built-in model
+  const bool named = std::find(names.begin(), names.end(), it->second) != names.end();
+  Model stored = named ? builtin_model(it->second) : parse_model_json(it->second, weights + ": __metadata__.model");
   if (model_given) {
     const Model given = model_of(c);
     if (!same_model(given, stored))
@@ -498,8 +500,8 @@ Model weights_model(const CommonArgs& c, const std::string& weights, bool model_
     stored.recipe = given.recipe;
     return stored;
   }
-  const auto names = builtin_model_names();  // a built-in model's recipe (augmentation, batch) goes with it
-  if (std::find(names.begin(), names.end(), stored.name) != names.end()) {
+  // A built-in model's recipe (augmentation, batch) goes with it.
+  if (!named && std::find(names.begin(), names.end(), stored.name) != names.end()) {
     const Model b = builtin_model(stored.name);
     if (same_model(b, stored)) stored.recipe = b.recipe;
   }
