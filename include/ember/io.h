@@ -87,7 +87,10 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // Deletes all but the newest `keep` checkpoints (and temporary files a crash left behind).
 void prune_checkpoints(const std::string& dir, int keep);
-// Deletes the temporary files (".ember-*", older than a minute) a crashed save left in dir.
-void remove_stale_temporaries(const std::string& dir);
+// Deletes the temporary files a crashed or killed save left in dir: regular files named
+// ".ember-XXXXXX" (write_file_atomic's, six letters or digits) or ".ckpt-*.safetensors.tmp.*"
+// (older versions'), not modified for `min_age_s` seconds; symlinks and other names are left.
+// Call it only while holding the directory's lock (DirLock). Returns the names removed.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir, int min_age_s = 60);
 
 }  // namespace ember

@@ -3,12 +3,14 @@
 // short temporary name, and the checkpoint directory's lock.
 #include "ember/files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -181,6 +183,91 @@ std::string canonical_key(const std::string& path) {
 }
 }  // namespace
 
+namespace {
+FileId id_of(const struct stat& st) { return {uint64_t(st.st_dev), uint64_t(st.st_ino)}; }
+
+// The id of the nearest existing directory above `path` (symlinks followed), or {0, 0}.
+FileId existing_parent(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).parent_path();
+  for (;;) {
+    struct stat st;
+    if (::stat(p.empty() ? "." : p.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? id_of(st) : FileId{};
+    if (p.empty() || p == p.root_path()) return {};
+    p = p.parent_path();
+  }
+}
+
+// A walk of a data set folder for the outputs: per output, its own id (when it exists) and the
+// id of its nearest existing directory; `hit` gets the tree's path each one meets.
+struct TreeSearch {
+  static constexpr size_t kMaxEntries = size_t(1) << 24;
+  const NamedPath& tree;
+  std::vector<FileId> own, above;
+  std::vector<std::string> hit;
+  std::vector<bool> hit_dir;
+  std::vector<std::pair<uint64_t, uint64_t>> seen;  // directories walked (a symlink loop is walked once)
+  size_t entries = 0;
+
+  // A file the output is beats a folder it lies in: the message names the file it would replace.
+  void match(const std::string& p, FileId id, bool dir) {
+    for (size_t k = 0; k < own.size(); ++k) {
+      const bool is = own[k].ino && own[k] == id, in = dir && above[k].ino && above[k] == id;
+      if ((is && (hit[k].empty() || hit_dir[k])) || (in && hit[k].empty())) hit[k] = p, hit_dir[k] = dir;
+    }
+  }
+  void walk(const std::string& dir, const struct stat& st, int depth) {
+    const std::pair<uint64_t, uint64_t> key{uint64_t(st.st_dev), uint64_t(st.st_ino)};
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
+    seen.push_back(key);
+    match(dir, id_of(st), true);
+    DIR* d = depth < tree.tree ? ::opendir(dir.c_str()) : nullptr;
+    if (!d) return;  // unreadable: the loader names it
+    std::vector<std::string> subdirs;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n == "." || n == "..") continue;
+      if (++entries > kMaxEntries) {
+        ::closedir(d);
+        throw Error(tree.flag + " " + quote_path(tree.path) + ": more than " + std::to_string(kMaxEntries) +
+                    " entries below it: too many to check the outputs against");
+      }
+      struct stat es;
+      if (::fstatat(::dirfd(d), e->d_name, &es, 0) != 0) continue;  // a dangling link: nothing to overwrite
+      if (S_ISDIR(es.st_mode)) subdirs.push_back(dir + "/" + n);
+      else match(dir + "/" + n, id_of(es), false);
+    }
+    ::closedir(d);
+    for (const std::string& sd : subdirs) {
+      struct stat ss;
+      if (::stat(sd.c_str(), &ss) == 0 && S_ISDIR(ss.st_mode)) walk(sd, ss, depth + 1);
+    }
+  }
+};
+
+void check_outside_tree(const std::vector<NamedPath>& outputs, const NamedPath& tree) {
+  struct stat root;
+  if (::stat(tree.path.c_str(), &root) != 0) return;  // the loader names a missing data set
+  TreeSearch t{tree, {}, {}, {}, {}, {}, 0};
+  for (const NamedPath& o : outputs) {
+    t.own.push_back(o.path.empty() ? FileId{} : file_id(o.path));
+    t.above.push_back(o.path.empty() ? FileId{} : existing_parent(o.path));
+  }
+  t.hit.assign(outputs.size(), std::string()), t.hit_dir.assign(outputs.size(), false);
+  if (S_ISDIR(root.st_mode)) t.walk(tree.path, root, 0);
+  else t.match(tree.path, id_of(root), false);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (t.hit[k].empty()) continue;
+    const std::string head = outputs[k].flag + " " + quote_path(outputs[k].path) + ": ";
+    const std::string data = " (" + tree.flag + " " + quote_path(tree.path) + ")";
+    if (t.hit_dir[k])
+      throw Error(head + "lies inside the data set folder " + quote_path(t.hit[k]) + data +
+                  ": outputs are never written into a data set");
+    throw Error(head + "is an input of this run, the data set's file " + quote_path(t.hit[k]) + data +
+                " (the same file by name or through a link): refusing to overwrite it");
+  }
+}
+}  // namespace
+
 void check_distinct(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
   auto same = [](const NamedPath& a, const NamedPath& b) {
     const FileId ia = file_id(a.path), ib = file_id(b.path);
@@ -193,10 +280,12 @@ void check_distinct(const std::vector<NamedPath>& outputs, const std::vector<Nam
         throw Error(outputs[i].flag + " " + quote_path(outputs[i].path) + ": is also the output of " + outputs[j].flag +
                     " " + quote_path(outputs[j].path) + ": one would overwrite the other");
     for (const NamedPath& in : inputs)
-      if (!in.path.empty() && same(outputs[i], in))
+      if (!in.path.empty() && in.tree == 0 && same(outputs[i], in))
         throw Error(outputs[i].flag + " " + quote_path(outputs[i].path) + ": is an input of this run (" + in.flag + " " +
                     quote_path(in.path) + "): refusing to overwrite it");
   }
+  for (const NamedPath& in : inputs)
+    if (in.tree > 0 && !in.path.empty()) check_outside_tree(outputs, in);
 }
 
 std::string check_output(const std::string& path, const std::string& what) {

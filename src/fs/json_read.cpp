@@ -31,9 +31,13 @@ size_t json_too_deep(std::string_view text, int max_depth) {
   return std::string_view::npos;
 }
 
+std::string json_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string json_brief(const nlohmann::json& j) {
   constexpr size_t kShown = 60;
-  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string s = json_text(j);
   s = s.size() <= kShown ? s : s.substr(0, kShown) + "... (" + std::to_string(s.size()) + " characters)";
   return one_line(s);
 }

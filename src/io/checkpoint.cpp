@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -81,7 +82,7 @@ CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
   c.state.seconds = real(st, "seconds", fs);
   c.state.prev_train_loss = real(st, "prev_train_loss", fs);
   const json& cfg = field(j, "config", f);
-  c.config_json = cfg.dump();
+  c.config_json = json_text(cfg);
   return c;
 }
 
@@ -125,7 +126,7 @@ CheckpointInfo load(Plan& plan, const io::ByteSource& src, int batch) {
       if (!e) throw Error(src.name() + ": tensor '" + name + "': missing (the checkpoint's optimizer is " + shown(c.optimizer) + ")");
       if (e->dtype != "F32") throw Error(src.name() + ": tensor '" + name + "'.dtype: expected F32, found " + e->dtype);
       if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
-        throw Error(src.name() + ": tensor '" + name + "'.shape: expected " + json(p.shape).dump() + ", found " + json(e->shape).dump());
+        throw Error(src.name() + ": tensor '" + name + "'.shape: expected " + json_text(json(p.shape)) + ", found " + json_text(json(e->shape)));
     }
   io::load_params(plan, src, h, "optimizer.");
   for (int s = 0; s < plan.state_count(); ++s) {
@@ -170,7 +171,7 @@ void save_checkpoint(Plan& plan, const TrainState& st, const std::string& config
                       {"next_sample", st.batch * plan.batch()}}},
       {"config", config}};
   std::map<std::string, std::string> meta = io::weight_metadata(plan);
-  meta["ember_checkpoint"] = ck.dump();
+  meta["ember_checkpoint"] = json_text(ck);
   io::write_safetensors(path, tensors, meta);
 }
 
@@ -227,17 +228,27 @@ void prune_checkpoints(const std::string& dir, int keep) {
   remove_stale_temporaries(dir);
 }
 
-void remove_stale_temporaries(const std::string& dir) {
-  // Temporary files of a process that died mid-save: the directory is locked by this run, so
-  // any older than a minute (none of its own: a save has finished) is left over.
+namespace {
+bool ember_temporary_name(const std::string& n) {
+  if (n.rfind(".ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos) return true;  // older versions'
+  if (n.size() != 13 || n.rfind(".ember-", 0) != 0) return false;  // mkostemp's ".ember-XXXXXX"
+  return std::all_of(n.begin() + 7, n.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; });
+}
+}  // namespace
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir, int min_age_s) {
+  // The directory is locked by this run and none of its own saves is under way: a temporary
+  // file there is a dead writer's (a save that completes renames its temporary away).
   const time_t now = ::time(nullptr);
+  std::vector<std::string> removed;
   each_entry(dir, [&](const std::string& n) {
-    const bool old_style = n.rfind(".ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos;
-    if (!old_style && n.rfind(".ember-", 0) != 0) return;
+    if (!ember_temporary_name(n)) return;
     struct stat st;
     const std::string p = dir + "/" + n;
-    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime > 60) ::unlink(p.c_str());
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= min_age_s && ::unlink(p.c_str()) == 0)
+      removed.push_back(n);
   });
+  return removed;
 }
 
 }  // namespace ember

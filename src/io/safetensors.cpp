@@ -215,7 +215,7 @@ void check_params(const std::vector<ParamInfo>& params, const Model& m, const Sa
     if (e->dtype != "F32" && e->dtype != "F64" && e->dtype != "F16" && e->dtype != "BF16")
       throw Error(f + ".dtype: expected F32, F64, F16 or BF16, found " + e->dtype);
     if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
-      throw Error(f + ".shape: expected " + json(p.shape).dump() + ", found " + json(e->shape).dump());
+      throw Error(f + ".shape: expected " + json_text(json(p.shape)) + ", found " + json_text(json(e->shape)));
   }
 }
 }  // namespace
@@ -250,7 +250,7 @@ std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
     offset += bytes;
   }
   header["__metadata__"] = metadata;
-  std::string h = header.dump();
+  std::string h = json_text(header);
   h.append((8 - h.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);

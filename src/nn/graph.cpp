@@ -30,6 +30,25 @@ std::string node_label(const LayerSpec& s, size_t i) {
   return l + ")";
 }
 
+// Checkpoints keep the optimizer's state as "optimizer.<state>.<parameter>": a layer's own
+// parameters may not live there.
+bool reserved_name(const std::string& s) { return s == "optimizer" || s.rfind("optimizer.", 0) == 0; }
+
+// A layer's parameters are "NAME.weight" (an unnamed layer's: "INDEX.weight"): a name must not be
+// reserved, nor the index of another, unnamed layer.
+template <class Fail>
+void check_name_is_free(const Model& m, size_t i, Fail&& fail) {
+  const std::string& name = m.layers[i].name;
+  if (reserved_name(name))
+    fail("the name \"" + name + "\" is reserved: checkpoints keep the optimizer's state under \"optimizer.\"");
+  if (name.size() > 9 || name.find_first_not_of("0123456789") != std::string::npos || (name.size() > 1 && name[0] == '0'))
+    return;
+  const size_t k = std::stoul(name);
+  if (k != i && k < m.layers.size() && m.layers[k].name.empty())
+    fail("the name \"" + name + "\" is the parameter prefix of unnamed " + node_label(m.layers[k], k) +
+         " (its parameters are \"" + name + ".weight\", ...): the two would collide; choose another name");
+}
+
 }  // namespace
 
 Graph resolve(const Model& m) {
@@ -52,6 +71,7 @@ Graph resolve(const Model& m) {
       if (by_name.count(s.name))
         fail(s.name == "input" ? "\"input\" names the model's input; choose another name"
                                : "the name is used by an earlier layer too");
+      check_name_is_free(m, i, fail);
     }
     if (s.inputs.empty()) {
       n.in.push_back(int(i));  // the previous node's output, or the input
@@ -113,6 +133,7 @@ void infer(Graph& g, DType dt, int batch) {
 
 std::vector<ParamInfo> graph_params(const Graph& g) {
   std::vector<ParamInfo> out;
+  std::map<std::string, size_t> owner;  // parameter name -> node: two would save as one tensor
   size_t offset = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Layer& l = *g.nodes[i].layer;
@@ -121,6 +142,10 @@ std::vector<ParamInfo> graph_params(const Graph& g) {
     for (size_t t = 0; t < shapes.size(); ++t) {
       ParamInfo p;
       p.name = g.nodes[i].param_prefix + "." + names.at(t);
+      const auto [it, fresh] = owner.emplace(p.name, i);
+      if (!fresh)
+        throw Error(g.where + ": " + g.nodes[i].label + ": its parameter \"" + p.name + "\" has the name of " +
+                    g.nodes[it->second].label + "'s: choose another layer name");
       p.constant = l.param_constant(t, &p.value);
       p.shape = shapes[t];
       p.size = 1;

@@ -198,7 +198,7 @@ struct Reader {
     const long long v = big ? (long long)hi + 1 : j.get<long long>();
     if (v < lo || v > hi)
       fail(path, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                     "], found " + (big ? j.dump() : std::to_string(v)));
+                     "], found " + (big ? json_text(j) : std::to_string(v)));
     return int(v);
   }
   // An int or a pair [h, w].
@@ -456,7 +456,7 @@ std::string model_to_json(const Model& m) {
          {"init", init_name(m.init)},
          {"layers", json::array()}};
   for (auto& s : m.layers) j["layers"].push_back(layer_json(s));
-  return j.dump(2);
+  return json_text(j, 2);
 }
 
 Model resolve_model(const std::string& name_or_file) {

@@ -147,10 +147,10 @@ std::string inline_svg(std::string svg) {  // HTML puts <svg> in the SVG namespa
 std::string scalar_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "—";
-  if (v.is_object()) return v.dump();
+  if (v.is_object()) return json_text(v);
   if (v.is_array()) {
     std::string s;
-    for (const json& e : v) s += (s.empty() ? "" : ", ") + (e.is_structured() ? e.dump() : scalar_text(e));
+    for (const json& e : v) s += (s.empty() ? "" : ", ") + (e.is_structured() ? json_text(e) : scalar_text(e));
     return "[" + s + "]";
   }
   if (v.is_number_float()) {  // 6 significant digits: 225.347, 0.0001, 1e-05
@@ -158,7 +158,7 @@ std::string scalar_text(const json& v) {
     std::snprintf(b, sizeof b, "%.6g", v.get<double>());
     return b;
   }
-  return v.dump();
+  return json_text(v);
 }
 
 // Every key of a JSON object as table rows; nested objects become indented sub-rows.

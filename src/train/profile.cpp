@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/kernels.h"
+#include "fs/json_read.h"
 
 namespace ember {
 
@@ -171,7 +172,7 @@ std::string profile_json(const ProfileSummary& s) {
   json bufs = json::array();
   for (const auto& b : s.buffers) bufs.push_back({{"name", b.name}, {"bytes", b.bytes}});
   j["buffers"] = bufs;
-  return j.dump(1) + "\n";
+  return json_text(j, 1) + "\n";
 }
 
 std::string chrome_trace_json(const Plan& plan, const Profiler& prof) {
@@ -192,7 +193,7 @@ std::string chrome_trace_json(const Plan& plan, const Profiler& prof) {
   json j = {{"traceEvents", ev}, {"displayTimeUnit", "ms"},
             {"otherData", {{"model", plan.model().name}, {"batch", plan.batch()},
                            {"threads", plan.threads()}, {"dropped_spans", prof.dropped()}}}};
-  return j.dump() + "\n";
+  return json_text(j) + "\n";
 }
 
 std::string folded_stacks(const Plan& plan, const Profiler& prof) {

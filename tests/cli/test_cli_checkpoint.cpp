@@ -290,4 +290,43 @@ TEST_F(Ckpt, PyTorchLoadsEmberWeightsAndEmberLoadsPyTorchs) {
   }
 }
 
+// D13: a run that takes a checkpoint directory's lock removes the `.ember-XXXXXX` temporary a
+// writer killed by SIGKILL left there, and says so in one line; other files, and a symlink with
+// such a name, stay (on c918c99 the temporary, a whole checkpoint, stayed for good).
+TEST_F(Ckpt, ALockingRunRemovesAKilledWritersTemporaries) {
+  const fs::path dir = tmp_ / "ck";
+  fs::create_directories(dir);
+  const fs::path stale = dir / ".ember-Ab3xYz", other = dir / ".ember-notours.tmp", link = dir / ".ember-Lnk123";
+  write_text(stale, std::string(4096, 'c'));
+  write_text(other, "keep");
+  fs::create_symlink(other, link);
+  const Result r = run(join(args(1, dir.string(), tmp_ / "w.safetensors", 1000)));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_FALSE(fs::exists(stale)) << "the killed writer's temporary is still there";
+  EXPECT_NE(r.err.find(".ember-Ab3xYz"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("removed"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(other), "keep");
+  EXPECT_TRUE(fs::is_symlink(link));
+}
+
+// D5: parameter names that collide are refused when the model is built, naming both layers: a
+// layer named "0" beside an unnamed layer 0 (c918c99 saved one `0.weight`, a file that did not
+// load back), and a name in the checkpoint's "optimizer." namespace (c918c99 overwrote Adam's
+// state in checkpoints and --resume failed).
+TEST_F(Ckpt, CollidingAndReservedParameterNamesAreRefused) {
+  const fs::path m = tmp_ / "collide.json", r = tmp_ / "reserved.json";
+  write_text(m, R"({"name": "c", "input": [1, 28, 28], "classes": 10, "layers": [
+ {"type": "conv2d", "out_channels": 4, "kernel": 3}, {"type": "relu"},
+ {"type": "conv2d", "name": "0", "out_channels": 4, "kernel": 3}, {"type": "flatten"},
+ {"type": "linear", "out_features": 10}]})");
+  write_text(r, R"({"name": "r", "input": [1, 28, 28], "classes": 10, "layers": [
+ {"type": "flatten"}, {"type": "linear", "name": "optimizer.exp_avg.0", "out_features": 10}]})");
+  expect_one_line_error(run("train --data " + quote(data_.string()) + " --model " + quote(m.string()) +
+                            " --epochs 1 --save " + quote((tmp_ / "w.safetensors").string())),
+                        {"collide.json", "layers[0]", "layers[2]", "0.weight"});
+  expect_one_line_error(run("train --data " + quote(data_.string()) + " --model " + quote(r.string()) + " --epochs 1"),
+                        {"reserved.json", "layers[1]", "optimizer"});
+  EXPECT_FALSE(fs::exists(tmp_ / "w.safetensors"));
+}
+
 }  // namespace

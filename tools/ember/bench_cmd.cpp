@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "kernels/kernels.h"
 #include "ember/version.h"
+#include "fs/json_read.h"
 
 namespace ember::cli {
 
@@ -116,7 +117,7 @@ class Reporter {
                       {"peak_gflops_1t", m_.peak_gflops_1t}, {"peak_gflops", m_.peak_gflops}};
     doc["data"] = data_;
     doc["workloads"] = rows_;
-    std::printf("%s\n", doc.dump(2).c_str());
+    std::printf("%s\n", json_text(doc, 2).c_str());
   }
 
  private:
@@ -131,7 +132,7 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
   std::optional<OnnxImport> onnx;
   Model model;
   if (is_onnx_path(a.model)) {
-    onnx = import_onnx(a.model);
+    onnx = import_model_file(a.model);
     model = onnx->model;
   } else {
     model = model_flag(a.model);

@@ -11,6 +11,7 @@
 #include "ember/bitnet.h"
 #include "ember/error.h"
 #include "ember/version.h"
+#include "fs/json_read.h"
 
 namespace ember::cli {
 
@@ -90,9 +91,9 @@ int run_bitnet_bench(const BitnetBenchArgs& a) {
   const int kb = a.input_bits.back(), kc = a.channels.back();
   const double macs = bitnet::bench_conv_bitmacs(kb, kc, a.isa, a.min_time);
   if (a.json) {
-    std::printf("%s\n", nlohmann::json({{"kernel", "bit_conv"}, {"isa", kname}, {"cpu", cpu}, {"hw_threads", hw},
+    std::printf("%s\n", json_text(nlohmann::json({{"kernel", "bit_conv"}, {"isa", kname}, {"cpu", cpu}, {"hw_threads", hw},
                                         {"input_bits", kb}, {"channels", kc}, {"threads", 1},
-                                        {"bit_macs_per_s", macs}}).dump().c_str());
+                                        {"bit_macs_per_s", macs}})).c_str());
   } else {
     std::printf("ember %s bench bitnet on %s (%u hardware threads), bit kernels %s, %s weights\n", kVersion,
                 cpu.c_str(), hw, kname.c_str(), bitnet::kind_name(kind));
@@ -105,10 +106,10 @@ int run_bitnet_bench(const BitnetBenchArgs& a) {
     const double ms = bitnet::bench_oracle_ms(s);
     const double weights = double(s.conv_weights() + s.head_weights());
     if (a.json)
-      std::printf("%s\n", nlohmann::json({{"oracle", true}, {"H", s.H}, {"W", s.W}, {"input_bits", s.B},
+      std::printf("%s\n", json_text(nlohmann::json({{"oracle", true}, {"H", s.H}, {"W", s.W}, {"input_bits", s.B},
                                           {"channels", s.O}, {"segments", s.S}, {"threads", 1},
                                           {"ms_per_example", ms}, {"ns_per_weight", ms * 1e6 / weights}})
-                              .dump().c_str());
+                              ).c_str());
     else
       std::printf("brute-force oracle, 8x8 image, 16 bits, 8 channels, 2x2 segments: %.1f ms per example "
                   "(%.0f ns per weight)\n", ms, ms * 1e6 / weights);
@@ -132,12 +133,12 @@ int run_bitnet_bench(const BitnetBenchArgs& a) {
             const bitnet::BenchRow r = naming_flags(kBitnetFields, [&] { return bitnet::bench_deltas(cfg); });
             const char* mode = t == 1 ? "-" : ex ? "examples" : "channels";
             if (a.json) {
-              std::printf("%s\n", nlohmann::json({{"input_bits", b}, {"channels", c}, {"segments", sg},
+              std::printf("%s\n", json_text(nlohmann::json({{"input_bits", b}, {"channels", c}, {"segments", sg},
                                                   {"threads", t}, {"split", mode}, {"kind", bitnet::kind_name(kind)},
                                                   {"isa", kname}, {"ms_per_example", r.ms_per_example},
                                                   {"ns_per_weight", r.ns_per_weight},
                                                   {"live_channels", r.live_channels}, {"examples", r.examples}})
-                                      .dump().c_str());
+                                      ).c_str());
             } else {
               std::printf("%10d %8d %8d %7d %-9s %12.3f %10.3f %7.0f%%  %s\n", b, c, sg, t, mode, r.ms_per_example,
                           r.ns_per_weight, 100 * r.live_channels, is8ac_figure(cfg));
@@ -235,12 +236,12 @@ int run_bitnet_train(BitnetTrainArgs a) {
                   "train_loss", "refit", "refit_loss", "test_acc", "seconds");
     header = false;
     if (a.json)
-      std::printf("%s\n", nlohmann::json({{"layer", r.layer}, {"block", r.block}, {"joined", r.joined}, {"epoch", r.epoch}, {"batch", r.batch},
+      std::printf("%s\n", json_text(nlohmann::json({{"layer", r.layer}, {"block", r.block}, {"joined", r.joined}, {"epoch", r.epoch}, {"batch", r.batch},
                                           {"steps", r.steps}, {"changes", r.changes}, {"train_loss", r.train_loss},
                                           {"refit_changes", r.refit_changes}, {"refit_loss", r.refit_loss},
                                           {"refit_rounds", r.refit_rounds}, {"refit_seconds", r.refit_seconds},
                                           {"test_accuracy", r.test_accuracy}, {"seconds", r.seconds}})
-                              .dump().c_str());
+                              ).c_str());
     else
       std::printf("%5d %5s %5d %8d %6d %8d %14.1f %8lld %14.1f %8.2f%% %8.1f\n", r.layer,
                   (r.block > 0 ? std::to_string(r.block) : r.joined > 1 ? "1.." + std::to_string(r.joined) : "-").c_str(), r.epoch, r.batch, r.steps,

@@ -2,6 +2,7 @@
 // (one line naming the flag, what was expected and what was found), and the runs themselves.
 #include "commands.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <optional>
@@ -30,13 +32,44 @@
 
 namespace ember::cli {
 
+namespace {
+uint64_t file_size_or_zero(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? uint64_t(st.st_size) : 0;
+}
+// The bytes the regular files below dir hold (symlinks not followed, at most 2^20 entries): for
+// an out-of-memory message only.
+uint64_t tree_bytes(const std::string& dir) {
+  std::error_code ec;
+  uint64_t total = 0;
+  size_t n = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != decltype(it)() && ++n < (1u << 20);
+       it.increment(ec))
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  return total + file_size_or_zero(dir);
+}
+}  // namespace
+
 int default_threads() {
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : int(hc > 64 ? 64 : hc);
 }
 
+std::string mib(uint64_t bytes) {
+  char b[48];
+  const double m = double(bytes) / double(1 << 20);
+  std::snprintf(b, sizeof b, m < 10 ? "%.1f MiB" : "%.0f MiB", m);
+  return b;
+}
+
+OnnxImport import_model_file(const std::string& path) {
+  return naming_oom([&] { return "--model " + quote_path(path) + ": out of memory importing the ONNX model (the file holds " +
+                                 mib(file_size_or_zero(path)) + ")"; },
+                    [&] { return import_onnx(path); });
+}
+
 Model model_flag(const std::string& name) {
-  if (is_onnx_path(name)) return import_onnx(name).model;  // its structure; its weights: eval, bench
+  if (is_onnx_path(name)) return import_model_file(name).model;  // its structure; its weights: eval, bench
   try {
     return resolve_model(name);
   } catch (const Error& e) {
@@ -185,6 +218,30 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
   }
 }
 
+}  // namespace
+
+std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weights, const std::string& resume_path) {
+  const std::string dir = c.data.empty() ? kDefaultDataDir : c.data;
+  // An image folder is read 10 levels deep (train/CLASS/ and 8 below); IDX and CIFAR files lie
+  // at its top: every file there is an input, and no output may go into the folder or below.
+  const std::string f = data_format(c, dir);
+  std::vector<NamedPath> in{{"--data", dir, f == "folder" || f == "tinyimagenet" ? 12 : 1}};
+  if ((c.model.size() > 5 && c.model.ends_with(".json")) || is_onnx_path(c.model)) in.push_back({"--model", c.model});
+  in.push_back({"--weights", weights});
+  in.push_back({"--resume", resume_path});
+  return in;
+}
+
+namespace {
+
+// load_data, its allocation failure named: the data set and the bytes its files hold.
+TrainTest load_data_named(const CommonArgs& a, int64_t limit_train) {
+  const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
+  return naming_oom([&] { return "--data " + quote_path(dir) + ": out of memory reading the data set (its files hold " +
+                                 mib(tree_bytes(dir)) + "; --limit-train and --limit-test read fewer images)"; },
+                    [&] { return load_data(a, limit_train); });
+}
+
 // Flags the user did not give take the model's recipe.
 void apply_recipe(TrainArgs& a, const Model& m, const std::function<bool(const char*)>& given) {
   const Recipe& r = m.recipe;
@@ -278,7 +335,10 @@ void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
 }
 
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd) {
-  return make_train_setup(a, [&](const char* flag) { return cmd.count(flag) > 0; });
+  const auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  if (a.weights.empty() || !a.resume.empty()) return make_train_setup(a, given);
+  const Model stored = weights_model(a.common, a.weights, given("--model") || given("--act"));
+  return make_train_setup(a, given, &stored);
 }
 
 TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
@@ -339,7 +399,7 @@ void note_emulated_bf16(const char* isa) {
                "rounded products as native bf16, but slower than fp32\n", isa);
 }
 
-TrainTest load_train_data(const TrainArgs& a) { return load_data(a.common, a.limit_train); }
+TrainTest load_train_data(const TrainArgs& a) { return load_data_named(a.common, a.limit_train); }
 
 void write_batch_grid(const std::string& path, const Dataset& d, const Augment& a, int batch, uint64_t seed, bool shuffle) {
   const int n = int(std::min<int64_t>(batch, d.count));
@@ -441,32 +501,51 @@ void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed)
 
 
 namespace {
-// The model to evaluate: --model when given (it must match the weights' own description, when
-// they have one), else the one stored in the weights, else the default.
-Model eval_model(const EvalArgs& a, const CLI::App& cmd) {
-  const auto meta = read_weights_metadata(a.weights);
-  const auto it = meta.find("model");
-  if (it == meta.end()) return model_of(a.common);
-  Model stored = parse_model_json(it->second, a.weights + ": __metadata__.model");
-  if (!cmd.count("--model") && !cmd.count("--act")) return stored;
-  Model given = model_of(a.common);
-  if (model_to_json(given) != model_to_json(stored))
-    throw Error("--model: " + quote_path(a.common.model) + " (" + given.name + ") is not the model the weights " +
-                quote_path(a.weights) + " were saved from (" + stored.name + "); leave --model out to use theirs");
-  return given;
+// m with the input [C, H, W] and class count of `like`, as a run on like's data set makes it
+// (fit_model_to_data: the input always, a built-in model's last Linear when it has fewer outputs).
+Model fitted_to(Model m, const Model& like) {
+  m.in_c = like.in_c, m.in_h = like.in_h, m.in_w = like.in_w;
+  if (m.source.empty() && m.num_classes < like.num_classes && !m.layers.empty() &&
+      m.layers.back().kind == LayerKind::Linear && m.layers.back().out == m.num_classes)
+    m.layers.back().out = m.num_classes = like.num_classes;
+  return m;
 }
+bool same_model(const Model& a, const Model& stored) { return model_to_json(fitted_to(a, stored)) == model_to_json(stored); }
 }  // namespace
+
+Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given) {
+  const auto meta = read_weights_metadata(weights);
+  const auto it = meta.find("model");
+  if (it == meta.end()) return model_of(c);
+  const auto names = builtin_model_names();  // PyTorch-written files may name a built-in model
+  const bool named = std::find(names.begin(), names.end(), it->second) != names.end();
+  Model stored = named ? builtin_model(it->second) : parse_model_json(it->second, weights + ": __metadata__.model");
+  if (model_given) {
+    const Model given = model_of(c);
+    if (!same_model(given, stored))
+      throw Error("--model: " + quote_path(c.model) + " (" + one_line(given.name) + ") is not the model the weights " +
+                  quote_path(weights) + " were saved from (" + one_line(stored.name) + "); leave --model out to use theirs");
+    stored.recipe = given.recipe;
+    return stored;
+  }
+  // A built-in model's recipe (augmentation, batch) goes with it.
+  if (!named && std::find(names.begin(), names.end(), stored.name) != names.end()) {
+    const Model b = builtin_model(stored.name);
+    if (same_model(b, stored)) stored.recipe = b.recipe;
+  }
+  return stored;
+}
 
 int run_eval(EvalArgs a, const CLI::App& cmd) {
   const bool onnx = a.weights.empty() && is_onnx_path(a.common.model);
   if (a.weights.empty() && !onnx) throw Error("--weights: required (or --model FILE.onnx, which holds its weights)");
   if (onnx && cmd.count("--act")) throw Error("--act: an ONNX model keeps its own activations");
   std::optional<OnnxImport> imported;
-  if (onnx) imported = import_onnx(a.common.model);
-  Model model = onnx ? imported->model : eval_model(a, cmd);
+  if (onnx) imported = import_model_file(a.common.model);
+  Model model = onnx ? imported->model : weights_model(a.common, a.weights, cmd.count("--model") || cmd.count("--act"));
   if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
   validate_common(a.common);
-  TrainTest data = load_data(a.common, 1);  // the training set is not used: read as little as possible
+  TrainTest data = load_data_named(a.common, 1);  // the training set is not used: read as little as possible
   a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
   if (!onnx) check_weights_fit(model, a.weights);  // before a plan of a (maybe edited) model is built
   PlanOptions po;
@@ -483,7 +562,10 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   else load_weights(plan, a.weights);
   set_normalisation(plan, aug);
   check_dataset_fits(plan, data.test, "test set", augmenting ? &aug : nullptr);
-  const EvalResult r = evaluate(plan, data.test, augmenting ? &aug : nullptr);
+  const EvalResult r = naming_oom(
+      [&] { return "model " + one_line(model.name) + ": out of memory while evaluating (batch " + std::to_string(po.batch) +
+                   ", beside the plan's " + mib(plan.arena_bytes()) + " and the test set's images)"; },
+      [&] { return evaluate(plan, data.test, augmenting ? &aug : nullptr); });
   std::printf("ember eval: model %s, weights %s: test accuracy %.2f%% (loss %.4f) on %lld images\n",
               model.name.c_str(), one_line(onnx ? a.common.model : a.weights).c_str(), 100 * r.accuracy, r.loss, (long long)r.count);
   if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");

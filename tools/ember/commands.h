@@ -3,13 +3,16 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "ember/data.h"
 #include "ember/loader.h"
 #include "ember/error.h"
+#include "ember/files.h"
 #include "ember/model.h"
+#include "ember/onnx.h"
 #include "ember/plan.h"
 #include "ember/train.h"
 
@@ -31,6 +34,20 @@ auto naming_flags(std::initializer_list<std::pair<const char*, const char*>> fie
     throw;
   }
 }
+// Runs f; a std::bad_alloc it throws becomes one line, what(): what was being allocated, for which
+// file or model, and how much (built only then), ending in "out of memory".
+template <class F>
+auto naming_oom(const std::function<std::string()>& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    throw Error(what());
+  }
+}
+// "N MiB" (one decimal below 10).
+std::string mib(uint64_t bytes);
+// import_onnx(path), its allocation failure named (--model FLAG, the file and its size).
+OnnxImport import_model_file(const std::string& path);
 // resolve_model(name) with "--model: " before an unknown built-in name.
 Model model_flag(const std::string& name);
 
@@ -156,6 +173,11 @@ struct TrainSetup {
   PlanOptions plan;
   TrainConfig cfg;
 };
+// The model a weights file was saved from (__metadata__.model; without one, --model), for eval,
+// train --weights and profile --weights: a built-in model's recipe goes with it. A --model (or
+// --act) that is given must be the same model once its input and classes are those the weights
+// were fitted to (a run on their data set), else "--model: ..." names both.
+Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given);
 // How a value is named in errors: the flag, or where a resumed checkpoint stored it.
 using Label = std::function<std::string(const char*)>;
 // `given(flag)` says whether the user set a flag (the recipe fills the others); `model`, when
@@ -164,6 +186,9 @@ using Label = std::function<std::string(const char*)>;
 TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>& given,
                             const Model* model = nullptr, const Label& label = nullptr);
 TrainSetup make_train_setup(TrainArgs& a, const CLI::App& cmd);
+// The inputs a run reads, that no output may replace: the data set (a tree: every file in it, and
+// nothing new inside it), the model file (FILE.json, FILE.onnx), the weights and the checkpoint.
+std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weights, const std::string& resume_path);
 // The data set, reading only the first --limit-train / --limit-test samples.
 TrainTest load_train_data(const TrainArgs& a);
 // A new run's model takes its input [C, H, W] from the data, and a built-in model's last Linear

@@ -22,7 +22,10 @@ void add_export_flags(CLI::App* cmd, ExportArgs& a) {
 
 int run_export(const ExportArgs& a) {
   if (!is_onnx_path(a.output)) throw Error("--output: " + quote_path(a.output) + ": expected a name ending in .onnx");
-  if (a.output == a.weights) throw Error("--output: " + quote_path(a.output) + " is the weights file itself");
+  check_output(a.output, "--output");  // before any work: a directory, device or FIFO is refused
+  std::vector<NamedPath> inputs{{"weights", a.weights}};  // by name, symlink or hard link
+  if (a.model.ends_with(".json") || is_onnx_path(a.model)) inputs.push_back({"--model", a.model});
+  check_distinct({{"--output", a.output}}, inputs);
   const auto meta = read_weights_metadata(a.weights);
   const auto it = meta.find("model");
   Model model;
@@ -41,7 +44,10 @@ int run_export(const ExportArgs& a) {
   po.batch = 1, po.threads = 1, po.training = false;
   Plan plan(model, po);
   load_weights(plan, a.weights);
-  export_onnx(plan, a.output);
+  naming_oom([&] { return "--output " + quote_path(a.output) + ": out of memory writing model " + one_line(model.name) +
+                          " as ONNX (its " + std::to_string(plan.param_count()) + " parameters, " +
+                          mib(plan.param_count() * sizeof(float)) + ", are copied into the file's protobuf)"; },
+             [&] { export_onnx(plan, a.output); });
   std::printf("ember export: model %s, weights %s -> %s (ONNX opset %d, dynamic batch)\n", model.name.c_str(),
               one_line(a.weights).c_str(), one_line(a.output).c_str(), kOnnxOpset);
   return 0;

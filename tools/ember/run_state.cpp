@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -187,9 +188,22 @@ Checkpoints::Checkpoints(std::string dir, int64_t every, int keep, json config)
   config_["metrics_so_far"] = json::array();
 }
 
+namespace {
+// One line on stderr naming what a killed writer left and this run removed.
+void report_stale_temporaries(const std::string& dir, const std::vector<std::string>& removed) {
+  if (removed.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < removed.size() && i < 3; ++i) names += (i ? ", " : "") + one_line(removed[i]);
+  if (removed.size() > 3) names += ", ...";
+  std::fprintf(stderr, "ember: --checkpoint-dir %s: removed %zu temporary file%s a killed checkpoint write left (%s)\n",
+               quote_path(dir).c_str(), removed.size(), removed.size() == 1 ? "" : "s", names.c_str());
+}
+}  // namespace
+
 void Checkpoints::lock(const std::string& resumed, bool refuse_foreign) {
   if (lock_.held()) return;
   lock_ = DirLock(dir_, "--checkpoint-dir");
+  report_stale_temporaries(dir_, remove_stale_temporaries(dir_, 0));
   resumed_ = resumed;
   own_.clear();
   std::error_code ec;
@@ -228,7 +242,7 @@ void Checkpoints::save(Plan& plan, const TrainState& next, int64_t step) {
   const std::string path = checkpoint_path(dir_, step);
   try {
     lock(resumed_, false);  // a save on a signal locks late: another run's files are kept, not refused
-    save_checkpoint(plan, next, config_.dump(), path);
+    save_checkpoint(plan, next, json_text(config_), path);
   } catch (const Error& e) {
     throw Error("checkpoint at step " + std::to_string(step) + ": " + e.what() + "; the last good checkpoint is " +
                 (last_.empty() ? std::string("none (no checkpoint was written yet)") : last_));

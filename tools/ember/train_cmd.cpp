@@ -74,7 +74,7 @@ std::string model_summary_json(const Plan& plan) {
             {"units", json::array()},
             {"arena_bytes", plan.arena_bytes()}};
   for (const UnitInfo& u : plan.units()) j["units"].push_back(u.name);
-  return j.dump(1) + "\n";
+  return json_text(j, 1) + "\n";
 }
 
 std::string config_json(const TrainArgs& a, const Plan& plan, const std::string& data_dir) {
@@ -92,7 +92,7 @@ std::string config_json(const TrainArgs& a, const Plan& plan, const std::string&
       {"machine", {{"cpu", mc.cpu}, {"hardware_threads", mc.hw_threads},
                    {"fma_peak_gflops_1t", mc.peak_gflops_1t}, {"build", kBuildType},
                    {"compiler", kCompiler}}}};
-  return j.dump(1) + "\n";
+  return json_text(j, 1) + "\n";
 }
 
 double peak_for(const Plan& plan) {
@@ -138,18 +138,6 @@ std::string metrics_line(const EpochMetrics& m) {
   return line;
 }
 
-// The files this run reads, to refuse an output that would overwrite one of them.
-std::vector<NamedPath> run_inputs(const TrainArgs& a, const std::string& resume_path) {
-  std::vector<NamedPath> in;
-  const std::string dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
-  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-                        "t10k-labels-idx1-ubyte"})
-    for (const char* ext : {"", ".gz"}) in.push_back({"--data", dir + "/" + f + ext});
-  if (a.common.model.size() > 5 && a.common.model.ends_with(".json")) in.push_back({"--model", a.common.model});
-  in.push_back({"--weights", a.weights});
-  in.push_back({"--resume", resume_path});
-  return in;
-}
 
 // A run directory: a directory, or absent with its nearest existing ancestor a writable
 // directory (it is created with its missing parents).
@@ -201,7 +189,13 @@ void check_outputs(TrainArgs& a, const std::string& resume_path) {
   outs.push_back({"--show-batch", a.show_batch});
   outs.push_back({"--metrics", a.metrics});
   outs.push_back({"--save", a.save});
-  check_distinct(outs, run_inputs(a, resume_path));
+  if (!a.out.empty()) outs.push_back({"--out", a.out});
+  // Checkpoints are written there when asked for, or on a signal into a directory named.
+  if (!a.checkpoint_dir.empty() || a.checkpoint_every > 0)
+    outs.push_back({"--checkpoint-dir", !a.checkpoint_dir.empty() ? a.checkpoint_dir
+                                        : a.out.empty()          ? std::string("checkpoints")
+                                                                 : a.out + "/checkpoints"});
+  check_distinct(outs, run_inputs(a.common, a.weights, resume_path));
 }
 
 // --save at the end: if the named file cannot be written after all, the weights go to a new file
@@ -417,7 +411,7 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   } else {
     plan.init_params(a.seed);
     if (!a.weights.empty()) load_weights(plan, a.weights);
-    if (onnx_weights) load_onnx_weights(plan, import_onnx(a.common.model));
+    if (onnx_weights) load_onnx_weights(plan, import_model_file(a.common.model));
   }
   ckpts.set_config(train_args_json(a, crc, data.train.count));
   for (const std::string& l : kept_metrics) ckpts.add_metrics(l);
@@ -531,6 +525,12 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
       ckpts.add_metrics(line);
       return true;
     });
+  } catch (const std::bad_alloc&) {
+    progress.clear();
+    throw Error("model " + one_line(su.model.name) + ": out of memory while training (batch " +
+                std::to_string(a.common.batch_size) + " of [" + std::to_string(data.train.channels) + ", " +
+                std::to_string(data.train.rows) + ", " + std::to_string(data.train.cols) + "], beside the plan's " +
+                mib(plan.arena_bytes()) + " and the data set's images)");
   } catch (const NonfiniteError& e) {
     progress.clear();
     throw Error(std::string(e.what()) +
