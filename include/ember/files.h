@@ -38,11 +38,14 @@ FileId file_id(const std::string& path);
 // output that is one of the inputs: "FLAG 'p' ...". Paths that do not exist yet compare by name.
 // An input that is a `tree` (a data set folder) is walked `tree` levels deep (symlinks followed,
 // each directory once, at most 2^24 entries): an output that is any file in it (by device and
-// inode: its own name, a hard link or a symlink) is refused, and so is an output, or a directory
-// to be made, inside it (its nearest existing directory is one of the tree's).
+// inode: its own name, a hard link or a symlink) is refused, and with `keep_out` so is an output,
+// or a directory to be made, inside it (its nearest existing directory, `..` resolved, is one of
+// the tree's). An output that is a `dir` (a run or checkpoint directory) may be another one too.
 struct NamedPath {
   std::string flag, path;
-  int tree = 0;  // > 0: a folder, walked this many levels deep
+  int tree = 0;          // > 0: a folder, walked this many levels deep
+  bool keep_out = true;  // with tree: no output inside the folder either (image folders)
+  bool dir = false;      // an output directory: files are written inside it
 };
 void check_distinct(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -186,9 +187,11 @@ std::string canonical_key(const std::string& path) {
 namespace {
 FileId id_of(const struct stat& st) { return {uint64_t(st.st_dev), uint64_t(st.st_ino)}; }
 
-// The id of the nearest existing directory above `path` (symlinks followed), or {0, 0}.
+// The id of the nearest existing directory above `path` (symlinks and `..` resolved), or {0, 0}.
 FileId existing_parent(const std::string& path) {
-  std::filesystem::path p = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  const std::filesystem::path full = std::filesystem::weakly_canonical(path, ec);
+  std::filesystem::path p = (ec ? std::filesystem::path(path) : full).parent_path();
   for (;;) {
     struct stat st;
     if (::stat(p.empty() ? "." : p.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? id_of(st) : FileId{};
@@ -205,20 +208,19 @@ struct TreeSearch {
   std::vector<FileId> own, above;
   std::vector<std::string> hit;
   std::vector<bool> hit_dir;
-  std::vector<std::pair<uint64_t, uint64_t>> seen;  // directories walked (a symlink loop is walked once)
+  std::set<std::pair<uint64_t, uint64_t>> seen;  // directories walked (a symlink loop is walked once)
   size_t entries = 0;
 
   // A file the output is beats a folder it lies in: the message names the file it would replace.
   void match(const std::string& p, FileId id, bool dir) {
     for (size_t k = 0; k < own.size(); ++k) {
-      const bool is = own[k].ino && own[k] == id, in = dir && above[k].ino && above[k] == id;
+      const bool is = own[k].ino && own[k] == id, in = dir && tree.keep_out && above[k].ino && above[k] == id;
       if ((is && (hit[k].empty() || hit_dir[k])) || (in && hit[k].empty())) hit[k] = p, hit_dir[k] = dir;
     }
   }
   void walk(const std::string& dir, const struct stat& st, int depth) {
     const std::pair<uint64_t, uint64_t> key{uint64_t(st.st_dev), uint64_t(st.st_ino)};
-    if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
-    seen.push_back(key);
+    if (!seen.insert(key).second) return;
     match(dir, id_of(st), true);
     DIR* d = depth < tree.tree ? ::opendir(dir.c_str()) : nullptr;
     if (!d) return;  // unreadable: the loader names it
@@ -245,6 +247,7 @@ struct TreeSearch {
 };
 
 void check_outside_tree(const std::vector<NamedPath>& outputs, const NamedPath& tree) {
+  if (std::all_of(outputs.begin(), outputs.end(), [](const NamedPath& o) { return o.path.empty(); })) return;
   struct stat root;
   if (::stat(tree.path.c_str(), &root) != 0) return;  // the loader names a missing data set
   TreeSearch t{tree, {}, {}, {}, {}, {}, 0};
@@ -276,7 +279,7 @@ void check_distinct(const std::vector<NamedPath>& outputs, const std::vector<Nam
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i].path.empty()) continue;
     for (size_t j = 0; j < i; ++j)
-      if (!outputs[j].path.empty() && same(outputs[i], outputs[j]))
+      if (!outputs[j].path.empty() && !(outputs[i].dir && outputs[j].dir) && same(outputs[i], outputs[j]))
         throw Error(outputs[i].flag + " " + quote_path(outputs[i].path) + ": is also the output of " + outputs[j].flag +
                     " " + quote_path(outputs[j].path) + ": one would overwrite the other");
     for (const NamedPath& in : inputs)

@@ -204,9 +204,10 @@ void Importer::run() {
 
 namespace {
 // IR 3 brought opset_import; IR 10 is the IR of opset 21, the newest opset the importer maps
-// (libonnx-dev 1.12's onnx.proto knows IR 8; IR 9 and 10 added only types ember refuses), or
-// the schema's IR_VERSION where that is newer.
-constexpr int64_t kMinIrVersion = 3, kMaxIrVersion = std::max<int64_t>(10, onnx::pb::IR_VERSION);
+// (libonnx-dev 1.12's onnx.proto knows IR 8; IR 9 to 11 added only types ember refuses). onnx
+// 1.18 and later write IR 11 whatever the opset, so 11 and the next one are read too (the opset
+// and every op are checked anyway); a file claiming more (999) is refused.
+constexpr int64_t kMinIrVersion = 3, kMaxIrVersion = std::max<int64_t>(12, onnx::pb::IR_VERSION);
 
 void check_ir_version(int64_t v, const std::string& name) {
   if (v < kMinIrVersion || v > kMaxIrVersion)

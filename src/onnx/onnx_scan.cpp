@@ -159,8 +159,9 @@ class Scanner {
         if (f.f == F::Msg) {
           count(f.c);
           message(q, p, f.m, depth + 1);
-        } else if (number) {
-          cost(kNumberBytes * packed_count(q, p, f.f));
+        } else if (number) {  // packed: fixed widths are reserved exactly, varints grow
+          const uint64_t width = f.f == F::Fixed4 ? 4 : f.f == F::Fixed8 ? 8 : kNumberBytes;
+          cost(width * packed_count(q, p, f.f));
         } else {
           count(f.c);
           cost(kStringBytes + len);

@@ -11,7 +11,7 @@ namespace ember::onnx {
 
 // The importer's limits (docs/onnx.md). Counts are over the whole file, every graph in it.
 struct ScanLimits {
-  uint64_t file_bytes = uint64_t(1) << 30;       // 1 GiB: 268M f32 weights
+  uint64_t file_bytes = (uint64_t(1) << 31) - 1;  // protobuf's own limit (2 GiB - 1): 536M f32 weights
   uint64_t nodes = 65536;                        // NodeProto: 16 per layer of a 4096-layer model
   uint64_t initializers = 65536;                 // TensorProto / SparseTensorProto initializers
   uint64_t values = 262144;                      // graph inputs, outputs and value_info entries
@@ -23,7 +23,9 @@ struct ScanLimits {
 struct ScanCounts {
   uint64_t nodes = 0, initializers = 0, values = 0, node_edges = 0;
   uint64_t parse_bytes = 0;  // the estimate: each message 192 bytes, each string 48 + its length,
-                             // each repeated number 16 (8 bytes, doubled for the array's growth)
+                             // each packed fixed-width number its own width (the parse reserves
+                             // exactly), each varint or unpacked number 16 (8 bytes, doubled for
+                             // the array's growth)
 };
 
 // Throws Error "FILE: ..." at the first count over its limit, naming the limit, or "FILE: not an

@@ -2,6 +2,7 @@
 // tiny learnable MNIST-format data sets (class c has a bright 7x7 block at its own place).
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -177,16 +178,38 @@ class Cli : public ::testing::Test {
   }
 
   // Runs `ember ARGS` (ARGS already shell-quoted where needed) under a timeout.
-  Result run(const std::string& args, const std::string& env = "") {
+  Result run(const std::string& args, const std::string& env = "", int timeout_s = 60) {
     Result r;
     const fs::path out = tmp_ / "stdout.txt", err = tmp_ / "stderr.txt";
-    r.cmd = env + (env.empty() ? "" : " ") + "timeout -k 5 60 " + quote(ember_binary()) + " " + args;
+    r.cmd = env + (env.empty() ? "" : " ") + "timeout -k 5 " + std::to_string(timeout_s) + " " + quote(ember_binary()) + " " + args;
     const std::string full = r.cmd + " >" + quote(out) + " 2>" + quote(err) + " </dev/null";
     const int st = std::system(full.c_str());
     if (st != -1 && WIFEXITED(st)) r.code = WEXITSTATUS(st);
     else if (st != -1 && WIFSIGNALED(st)) r.code = 128 + WTERMSIG(st);
     r.out = read_text(out);
     r.err = read_text(err);
+    return r;
+  }
+
+  // Runs `ember ARGS` as run() does, from a forked child whose only children are that command, so
+  // the child's getrusage(RUSAGE_CHILDREN) is the command's peak RSS (kB, into *peak_kb): Linux
+  // carries a child's peak up to whoever waits for it (ember, under `timeout`).
+  Result run_peak(const std::string& args, long* peak_kb, int timeout_s = 60) {
+    const fs::path report = tmp_ / "rusage.txt";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const Result r = run(args, "", timeout_s);
+      rusage ru{};
+      ::getrusage(RUSAGE_CHILDREN, &ru);
+      std::ofstream(report) << r.code << " " << ru.ru_maxrss << "\n" << r.cmd;
+      std::_Exit(0);
+    }
+    EXPECT_EQ(wait_status(pid), 0);
+    Result r;
+    std::istringstream in(read_text(report));
+    in >> r.code >> *peak_kb;
+    std::getline(in >> std::ws, r.cmd);
+    r.out = read_text(tmp_ / "stdout.txt"), r.err = read_text(tmp_ / "stderr.txt");
     return r;
   }
 

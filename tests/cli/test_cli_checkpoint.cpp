@@ -297,12 +297,16 @@ TEST_F(Ckpt, ALockingRunRemovesAKilledWritersTemporaries) {
   const fs::path dir = tmp_ / "ck";
   fs::create_directories(dir);
   const fs::path stale = dir / ".ember-Ab3xYz", other = dir / ".ember-notours.tmp", link = dir / ".ember-Lnk123";
+  const fs::path fresh = dir / ".ember-Fresh1";  // a minute old at most: maybe a write in flight
   write_text(stale, std::string(4096, 'c'));
+  write_text(fresh, "in flight");
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(1));
   write_text(other, "keep");
   fs::create_symlink(other, link);
   const Result r = run(join(args(1, dir.string(), tmp_ / "w.safetensors", 1000)));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_FALSE(fs::exists(stale)) << "the killed writer's temporary is still there";
+  EXPECT_TRUE(fs::exists(fresh)) << "a temporary written seconds ago may be another process's";
   EXPECT_NE(r.err.find(".ember-Ab3xYz"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("removed"), std::string::npos) << r.err;
   EXPECT_EQ(read_text(other), "keep");

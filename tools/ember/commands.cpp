@@ -45,7 +45,10 @@ uint64_t tree_bytes(const std::string& dir) {
   size_t n = 0;
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != decltype(it)() && ++n < (1u << 20);
        it.increment(ec))
-    if (it->is_regular_file(ec)) total += it->file_size(ec);
+    if (it->is_regular_file(ec)) {
+      const uintmax_t size = it->file_size(ec);
+      if (!ec) total += size;  // on an error file_size says uintmax_t(-1)
+    }
   return total + file_size_or_zero(dir);
 }
 }  // namespace
@@ -222,10 +225,12 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
 
 std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weights, const std::string& resume_path) {
   const std::string dir = c.data.empty() ? kDefaultDataDir : c.data;
-  // An image folder is read 10 levels deep (train/CLASS/ and 8 below); IDX and CIFAR files lie
-  // at its top: every file there is an input, and no output may go into the folder or below.
+  // An image folder is read 10 levels deep (train/CLASS/ and 8 below): no output replaces a file
+  // in it or lands inside it. IDX and CIFAR files lie at its top: no output replaces one of them,
+  // but outputs may go beside them (`--data . --save w.safetensors`).
   const std::string f = data_format(c, dir);
-  std::vector<NamedPath> in{{"--data", dir, f == "folder" || f == "tinyimagenet" ? 12 : 1}};
+  const bool images = f == "folder" || f == "tinyimagenet";
+  std::vector<NamedPath> in{{"--data", dir, images ? 12 : 1, images}};
   if ((c.model.size() > 5 && c.model.ends_with(".json")) || is_onnx_path(c.model)) in.push_back({"--model", c.model});
   in.push_back({"--weights", weights});
   in.push_back({"--resume", resume_path});

@@ -203,7 +203,9 @@ void report_stale_temporaries(const std::string& dir, const std::vector<std::str
 void Checkpoints::lock(const std::string& resumed, bool refuse_foreign) {
   if (lock_.held()) return;
   lock_ = DirLock(dir_, "--checkpoint-dir");
-  report_stale_temporaries(dir_, remove_stale_temporaries(dir_, 0));
+  // A minute old at least: a temporary younger than that may be another process's output being
+  // written into this directory right now (write_file_atomic names every output's temporary so).
+  report_stale_temporaries(dir_, remove_stale_temporaries(dir_));
   resumed_ = resumed;
   own_.clear();
   std::error_code ec;

@@ -189,12 +189,12 @@ void check_outputs(TrainArgs& a, const std::string& resume_path) {
   outs.push_back({"--show-batch", a.show_batch});
   outs.push_back({"--metrics", a.metrics});
   outs.push_back({"--save", a.save});
-  if (!a.out.empty()) outs.push_back({"--out", a.out});
+  if (!a.out.empty()) outs.push_back({"--out", a.out, 0, true, true});
   // Checkpoints are written there when asked for, or on a signal into a directory named.
   if (!a.checkpoint_dir.empty() || a.checkpoint_every > 0)
     outs.push_back({"--checkpoint-dir", !a.checkpoint_dir.empty() ? a.checkpoint_dir
                                         : a.out.empty()          ? std::string("checkpoints")
-                                                                 : a.out + "/checkpoints"});
+                                                                 : a.out + "/checkpoints", 0, true, true});
   check_distinct(outs, run_inputs(a.common, a.weights, resume_path));
 }
 
