@@ -476,7 +476,7 @@ TEST_F(Cli, NoSubcommandFails) {
 }
 
 TEST_F(Cli, InfoNamesKernelSet) {
-  Result r = run("info");
+  Result r = run("info", "env -u EMBER_ISA");  // the best set, even when the suite runs under EMBER_ISA
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("chosen kernel set: (scalar|avx2|avx512)"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("bf16 matrix products: (avx512_bf16|emulated)"))) << r.out;
