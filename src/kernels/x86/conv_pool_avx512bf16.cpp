@@ -1,5 +1,5 @@
 // The fused conv + ReLU + 2x2 max-pool forward with bf16 products for AVX512_BF16
-// (Kernels::conv_s1_relu_pool_bf16; the seed CNN's first layer in a bf16 plan): conv_pool_avx512.h's
+// (Kernels::conv_s1_relu_pool_bf16; the seed CNN's first layer in a bf16 plan): conv_pool_cl.h's
 // channel-lane blocks with the taps paired along a row, VDPBF16PS adding taps (s, s + 1) per lane
 // from one broadcast input pair (a dword of a column-pair plane) and one weight-pair vector, so a
 // 5x5 kernel takes 15 multiply-add steps instead of 25.
@@ -8,8 +8,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wunused-function"
 #endif
-#include "kernels/x86/fast_impl.h"  // conv_pool_avx512.h builds on it
-#include "kernels/x86/conv_pool_avx512.h"
+#include "kernels/x86/fast_impl.h"  // conv_pool_cl.h builds on it
+#include "kernels/x86/conv_pool_cl.h"
 
 namespace ember {
 namespace {
@@ -79,12 +79,12 @@ void block_bf16(float* yT, int8_t* code, const uint32_t* ph, const uint32_t* wT2
       }
     }
 #pragma GCC unroll 4
-  for (int jj = 0; jj < WB; ++jj) pool_window<KV>(yT, code, acc[jj], d, Kp, size_t(i) * Q2 + j0 + jj, k0);
+  for (int jj = 0; jj < WB; ++jj) pool_window<Avx512, KV>(yT, code, acc[jj], d, Kp, size_t(i) * Q2 + j0 + jj, k0);
 }
 
 }  // namespace
 
-// Scratch as conv_relu_pool_avx512's (wT, bT, yT, then the sparse path's room, which holds wT2
+// Scratch as conv_relu_pool_cl's (wT, bT, yT, then the sparse path's room, which holds wT2
 // here), then the column-pair plane (conv_relu_pool_scratch counts it). Dense whatever the input:
 // at 1.7x the fp32 dense kernel's rate it matched the fp32 sparse path on MNIST (15 % of the
 // padded pixels non-zero) and beat it on Fashion-MNIST (ember bench cnn-*, Zen 4).
@@ -101,7 +101,7 @@ void conv_relu_pool_avx512bf16(float* y, int8_t* code, const float* xp, const fl
   pack_weights(wT, bT, w, b, d.K, Kp, CRS);
   weight_pairs(wT2, wT, d, Kp);
   column_pairs(ph, xp, d);
-  conv_pool_dense(y, code, yT, d, Kp, [&](auto wb, auto kv, int i, int j0, int k0) {
+  conv_pool_dense<Avx512>(y, code, yT, d, Kp, [&](auto wb, auto kv, int i, int j0, int k0) {
     block_bf16<decltype(wb)::value, decltype(kv)::value>(yT, code, ph, wT2, bT, d, Kp, i, j0, k0);
   });
 }

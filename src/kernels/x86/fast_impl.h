@@ -128,7 +128,7 @@ void conv_relu_pool_block(float* y, int32_t* code, const float* xp, const float*
 }
 
 // The fused forward with lanes along a row: pooled codes come out [K, P/2 * Q/2] into ws and are
-// transposed to the channel-last contract. (The AVX-512 table uses conv_pool_avx512.h's
+// transposed to the channel-last contract. (Both fast tables use conv_pool_cl.h's
 // channel-lane kernel instead, which writes them channel-last directly.)
 template <class S>
 void conv_s1_relu_pool(float* y, int8_t* code, const float* xp, const float* w, const float* b,

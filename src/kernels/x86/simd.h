@@ -53,6 +53,20 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, p));
   }
   static C eq(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+  // Channel-lane conv kernels (conv_pool_cl.h): W int8 window codes as int32 lanes, the floats
+  // at p in lanes whose code is >= 0 (0 elsewhere), an in-128-bit-lane permute by the codes' low
+  // 2 bits, Inf/NaN lanes, and float codes (-1 .. 3) stored as n int8.
+  using I = __m512i;
+  static I load_codes(const int8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static V load_live(const float* p, I codes) {
+    return _mm512_maskz_loadu_ps(_mm512_cmpge_epi32_mask(codes, _mm512_setzero_si512()), p);
+  }
+  static V permute(V v, I idx) { return _mm512_permutevar_ps(v, idx); }
+  static unsigned nonfinite_bits(V v) { return _mm512_cmp_ps_mask(_mm512_abs_ps(v), set1(__builtin_inff()), _CMP_NLT_UQ); }
+  static void store_codes(int8_t* p, V c, int n) { _mm512_mask_cvtepi32_storeu_epi8(p, mask(n), _mm512_cvttps_epi32(c)); }
+  // The 4 floats q in every 128-bit lane.
+  static V bcast4(__m128 q) { return _mm512_broadcast_f32x4(q); }
+
   static V select_zero(C c, V v) { return _mm512_maskz_mov_ps(c, v); }  // c ? v : 0
   // Bit matrix transpose: rows[r] holds lane bits (nonzero_bits) of row r < 64 (rows past n are
   // 0); col[j] gets bit r set where rows[r] has bit j.
@@ -141,6 +155,28 @@ struct Avx2 {
   }
   static V load_i32(const int32_t* p, M m) { return _mm256_cvtepi32_ps(_mm256_maskload_epi32(p, m)); }
   static C eq(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  using I = __m256i;
+  static I load_codes(const int8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static V load_live(const float* p, I codes) { return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(codes, _mm256_set1_epi32(-1))); }
+  static V permute(V v, I idx) { return _mm256_permutevar_ps(v, idx); }
+  static unsigned nonfinite_bits(V v) {
+    const V a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+    return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a, set1(__builtin_inff()), _CMP_NLT_UQ)));
+  }
+  static void store_codes(int8_t* p, V c, int n) {
+    const __m256i i = _mm256_cvttps_epi32(c);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    const __m128i b = _mm_packs_epi16(w, w);  // bytes 0..7: lanes 0..7
+    if (n >= 8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(p), b);
+    } else {
+      alignas(16) int8_t t[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(t), b);
+      for (int l = 0; l < n; ++l) p[l] = t[l];
+    }
+  }
+  static V bcast4(__m128 q) { return _mm256_set_m128(q, q); }
+
   static V select_zero(C c, V v) { return _mm256_and_ps(c, v); }
   using RowBits = uint8_t;
   static void transpose_bits(const RowBits* rows, uint64_t* col) {
