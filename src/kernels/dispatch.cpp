@@ -161,6 +161,8 @@ void set_bf16(Kernels& k) {
     k.sbgemm = sbgemm_f32_avx2;
     k.sgemm_bf16 = sgemm_bf16_f32_avx2;
     k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx2;
+    k.cvt_f32_bf16 = cvt_f32_bf16_avx2;
+    k.cvt_bf16_f32 = cvt_bf16_f32_avx2;
     k.bf16_path = "emulated (bf16 widened to fp32, AVX2 FMA)";
   }
 }
@@ -226,6 +228,57 @@ const Kernels& kernels_for(Isa isa) {
       return t;
     }
   }
+}
+
+// Every function entry of Kernels. The static_assert counts Kernels' members: an entry added to
+// the struct but not here fails the build (all are 8 bytes; isa, bf16_path, bf16_rate and
+// linear_sp_max_density take four more slots with their padding).
+#define EMBER_KERNEL_ENTRIES(X)                                                                      \
+  X(sgemm) X(sbgemm) X(sgemm_bf16) X(gemm_bf16_mixed) X(gemv_bf16) X(cvt_f32_bf16) X(cvt_bf16_f32)   \
+  X(im2col) X(col2im) X(relu_fwd) X(relu_bwd) X(bias_rows) X(bias_channels) X(conv_s1_fwd)           \
+  X(dw_fwd) X(dw_bwd) X(dw_fwd_bf16) X(dw_bwd_bf16) X(gelu_fwd) X(gelu_tanh_fwd) X(gelu_bwd)         \
+  X(gelu_tanh_bwd) X(ln_fwd) X(ln_bwd) X(ln2d_fwd) X(ln2d_bwd) X(conv_s1_wgrad) X(relu_maxpool2)     \
+  X(relu_maxpool2_bwd) X(conv_s1_relu_pool) X(conv_s1_relu_pool_bf16) X(conv_s1_pool_wgrad)          \
+  X(conv_pool_background) X(linear_t1) X(linear_sp_fwd) X(linear_sp_wgrad) X(linear_sp_dgrad)       \
+  X(count_nonzero) X(channel_sum) X(channel_axpy) X(channel_dot) X(adam) X(adam_bf16)                \
+  X(count_nonfinite) X(count_subnormal) X(fma_loop)
+#define EMBER_COUNT_ENTRY(name) +1
+static_assert(0 EMBER_KERNEL_ENTRIES(EMBER_COUNT_ENTRY) == kKernelEntries);
+static_assert(sizeof(Kernels) == (kKernelEntries + 4) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");
+
+namespace {
+// The entries that need AVX512_BF16 (set_bf16): they run on an avx512 table of such a CPU only.
+bool is_avx512_bf16(const void* f) {
+  const void* bf16[] = {reinterpret_cast<const void*>(sbgemm_avx512bf16), reinterpret_cast<const void*>(sgemm_bf16_avx512bf16),
+                        reinterpret_cast<const void*>(gemm_bf16_mixed_avx512bf16), reinterpret_cast<const void*>(cvt_f32_bf16_avx512bf16),
+                        reinterpret_cast<const void*>(gemv_bf16_avx512bf16), reinterpret_cast<const void*>(conv_relu_pool_avx512bf16),
+                        reinterpret_cast<const void*>(dw_fwd_bf16_avx512bf16), reinterpret_cast<const void*>(dw_bwd_bf16_avx512bf16)};
+  for (const void* b : bf16)
+    if (f == b) return true;
+  return false;
+}
+const char* origin(Isa isa, const void* f, const void* ref) {
+  if (!isa_supported(isa)) return "?";
+  if (!f) return "-";
+  if (isa != Isa::scalar && f == ref) return "reference";
+  if (is_avx512_bf16(f)) return "avx512_bf16";
+  return isa_name(isa);
+}
+}  // namespace
+
+void kernel_rows(KernelRow (&rows)[kKernelEntries]) {
+  const Isa sets[3] = {Isa::scalar, Isa::avx2, Isa::avx512};
+  const Kernels* t[3];
+  for (int i = 0; i < 3; ++i) t[i] = isa_supported(sets[i]) ? &kernels_for(sets[i]) : nullptr;
+  int n = 0;
+#define EMBER_ROW(name)                                                                                      \
+  rows[n].entry = #name;                                                                                     \
+  for (int i = 0; i < 3; ++i)                                                                                \
+    rows[n].by_set[i] = origin(sets[i], t[i] ? reinterpret_cast<const void*>(t[i]->name) : nullptr,          \
+                               reinterpret_cast<const void*>(t[0]->name));                                   \
+  ++n;
+  EMBER_KERNEL_ENTRIES(EMBER_ROW)
+#undef EMBER_ROW
 }
 
 }  // namespace ember

@@ -324,6 +324,18 @@ struct Kernels {
 // The table for an ISA (static, immutable). The ISA must be supported by the CPU.
 const Kernels& kernels_for(Isa isa);
 
+// What each function entry of Kernels runs on each kernel set: by_set[scalar, avx2, avx512] is
+// the set's own code ("avx2", "avx512"), "avx512_bf16" (VDPBF16PS: only with AVX512_BF16),
+// "reference" (the scalar reference, the fallback of a set without its own), "-" (none: the op
+// takes another path) or "?" (a set this CPU lacks: its table is never built). ember info
+// --kernels prints them; a test fails where avx512 has its own code and avx2 does not.
+struct KernelRow {
+  const char* entry;
+  const char* by_set[3];
+};
+constexpr int kKernelEntries = 46;
+void kernel_rows(KernelRow (&rows)[kKernelEntries]);
+
 // Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).
 void sgemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                int lda, const float* B, int ldb, float beta, float* C, int ldc);
@@ -363,6 +375,8 @@ void gemm_bf16_mixed_avx512bf16(bool ta, bool tb, int M, int N, int K, float alp
                                 Bf16Operand B, int ldb, float beta, float* C, int ldc);
 void cvt_f32_bf16_ref(uint16_t* dst, const float* src, size_t n);
 void cvt_bf16_f32_ref(float* dst, const uint16_t* src, size_t n);
+void cvt_f32_bf16_avx2(uint16_t* dst, const float* src, size_t n);
+void cvt_bf16_f32_avx2(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512(uint16_t* dst, const float* src, size_t n);
 void cvt_bf16_f32_avx512(float* dst, const uint16_t* src, size_t n);
 void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n);

@@ -482,6 +482,11 @@ TEST_F(Cli, InfoNamesKernelSet) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex("bf16 matrix products: (avx512_bf16|emulated)"))) << r.out;
   const Result scalar = run("info", "EMBER_ISA=scalar");
   EXPECT_NE(scalar.out.find("bf16 matrix products: scalar reference"), std::string::npos) << scalar.out;
+  // --kernels: one row per table entry, what each set runs (issue 38).
+  const Result k = run("info --kernels");
+  EXPECT_EQ(k.code, 0) << k.err;
+  EXPECT_TRUE(std::regex_search(k.out, std::regex("\\n  conv_s1_pool_wgrad +scalar +(avx2|\\?) +(avx512|\\?)\\n"))) << k.out;
+  EXPECT_TRUE(std::regex_search(k.out, std::regex("\\n  im2col +scalar +(reference|\\?) +(reference|\\?)\\n"))) << k.out;
 }
 
 TEST_F(Cli, BenchJsonHasEveryField) {

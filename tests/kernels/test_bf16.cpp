@@ -80,6 +80,7 @@ struct Cvt {
 };
 std::vector<Cvt> conversions() {
   std::vector<Cvt> v{{"ref", cvt_f32_bf16_ref, cvt_bf16_f32_ref}};
+  if (isa_supported(Isa::avx2)) v.push_back({"avx2", cvt_f32_bf16_avx2, cvt_bf16_f32_avx2});
   if (isa_supported(Isa::avx512)) v.push_back({"avx512", cvt_f32_bf16_avx512, cvt_bf16_f32_avx512});
   if (cpu_has_avx512_bf16()) v.push_back({"avx512bf16", cvt_f32_bf16_avx512bf16, cvt_bf16_f32_avx512});
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})

@@ -53,6 +53,29 @@ const Case kCases[] = {{1, 32, 28, 28, 5, 5}, {1, 1, 1, 1, 1, 1},  {2, 3, 3, 17,
                        {3, 13, 5, 16, 3, 2},  {1, 5, 2, 33, 7, 7}, {4, 9, 4, 40, 1, 5},
                        {2, 8, 6, 7, 2, 3}};
 
+// Issue 38: every entry the avx512 table runs with its own AVX-512 code has AVX2 code of its own
+// in the avx2 table (not the scalar reference, not none), and so do the bf16 conversions that an
+// avx512 table without AVX512_BF16 runs as AVX-512F code. Entries that need AVX512_BF16 (VDPBF16PS)
+// are exempt: AVX2 has no bf16 product, its bf16 plans widen to fp32 through its own kernels.
+// It failed when written: cvt_f32_bf16 and cvt_bf16_f32 ran the reference on avx2.
+TEST(FastKernels, EveryAvx512KernelHasAnAvx2Counterpart) {
+  if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "no AVX-512 on this CPU: its table cannot be built here";
+  KernelRow rows[kKernelEntries];
+  kernel_rows(rows);
+  int own = 0;
+  for (const KernelRow& r : rows) {
+    SCOPED_TRACE(r.entry);
+    EXPECT_STRNE(r.by_set[0], "reference");
+    if (std::string(r.by_set[2]) != "avx512") continue;
+    ++own;
+    EXPECT_STREQ(r.by_set[1], "avx2") << r.entry << ": AVX-512 code with no AVX2 counterpart";
+  }
+  EXPECT_GE(own, 30);  // the rows name what the tables hold
+  const Kernels &a2 = kernels_for(Isa::avx2), &ref = kernels_for(Isa::scalar);
+  EXPECT_NE(a2.cvt_f32_bf16, ref.cvt_f32_bf16);
+  EXPECT_NE(a2.cvt_bf16_f32, ref.cvt_bf16_f32);
+}
+
 // LayerNorm (rows of D) and LayerNorm2d (C channels at HW positions) forward and backward of every
 // kernel set against the double references, on widths with vector tails and positions below and
 // above 8: within 1e-5 of max(1, the largest magnitude of each output).

@@ -29,6 +29,7 @@
 #include "ember/onnx.h"
 #include "ember/version.h"
 #include "kernels/kernels.h"
+#include "kernels/bit_kernels.h"
 
 namespace ember::cli {
 
@@ -600,6 +601,21 @@ void print_plans(const InfoArgs& a) {
 }
 }  // namespace
 
+namespace {
+// ember info --kernels: one line per kernel-table entry, what it runs on each set (kernels.h).
+void print_kernel_rows() {
+  KernelRow rows[kKernelEntries];
+  kernel_rows(rows);
+  std::printf("\nkernel table (entry: scalar avx2 avx512; reference: the scalar reference; -: none, the op takes another path; ?: not on this CPU)\n");
+  for (const KernelRow& r : rows)
+    std::printf("  %-24s %-10s %-10s %s\n", r.entry, r.by_set[0], r.by_set[1], r.by_set[2]);
+  std::printf("bit kernels (binarized nets):");
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa_supported(isa)) std::printf(" %s: %s", isa_name(isa), bit_kernels_for(isa).name);
+  std::printf("\n");
+}
+}  // namespace
+
 int run_info(const InfoArgs& a) {
   std::printf("ember %s (%s build, %s)\n", kVersion, kBuildType, kCompiler);
   std::printf("cpu features:");
@@ -625,6 +641,7 @@ int run_info(const InfoArgs& a) {
   std::printf("bf16 matrix products: %s\n", kernels_for(chosen).bf16_path);
   std::printf("threads: %d hardware threads (default --threads %d)\n",
               int(std::thread::hardware_concurrency()), default_threads());
+  if (a.kernels) print_kernel_rows();
   if (!a.model.empty()) print_plans(a);
   return 0;
 }

@@ -160,6 +160,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd);
 // layers and the arena of its training and inference plans.
 struct InfoArgs {
   std::string model;
+  bool kernels = false;  // --kernels: what each kernel-table entry runs on each set
   int batch_size = 0;  // 0: the model's recipe
 };
 int run_info(const InfoArgs& a);

@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
   ember::cli::InfoArgs info;
   info_cmd->add_option("--model", info.model, "A built-in model name or FILE.json: print its layers and the arena of its training and inference plans");
   info_cmd->add_option("--batch-size", info.batch_size, "Batch size of those plans (default: the model's recipe)");
+  info_cmd->add_flag("--kernels", info.kernels, "List every kernel-table entry and what it runs on each kernel set (own code, the scalar reference, or none)");
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "ember: error: " + shown(e.what()) + " (see --help)\n";
