@@ -43,7 +43,8 @@ def export(name, path, seed):
 
 def ember_ms(a, model, batch):
     out = subprocess.run([a.ember, "bench", "--json", "--model", model, "--batch-size", str(batch),
-                          "--threads", str(a.threads)], check=True, capture_output=True, text=True).stdout
+                          "--threads", str(a.threads)] + (["--isa", a.isa] if a.isa else []),
+                         check=True, capture_output=True, text=True).stdout
     doc = json.loads(out)
     ms = [w for w in doc["workloads"] if w.get("name") == f"model-infer-b{batch}" and w.get("unit") == "ms"]
     if not ms:
@@ -73,6 +74,7 @@ def main():
     p.add_argument("--batches", default="1,64")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=1, help="PyTorch's seed for the exported weights")
+    p.add_argument("--isa", default="", help="ember's kernel set (scalar, avx2, avx512; default: the best the CPU has)")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]
     unknown = [m for m in models if m not in SEQUENTIAL and m not in CONVNEXT]

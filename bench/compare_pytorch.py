@@ -6,7 +6,7 @@
 #
 #   /usr/bin/python3 bench/compare_pytorch.py [--ember build/release/ember] [--data DIR]
 #       [--threads N] [--samples N] [--workloads a,b] [--repeat R] [--full] [--json FILE]
-#       [--precision fp32,bf16] [--torch-bf16]
+#       [--precision fp32,bf16] [--torch-bf16] [--isa avx2]
 #
 # --precision fp32,bf16 runs each workload in ember at both precisions (ember bench --precision),
 # with PyTorch fp32 beside them and, with --torch-bf16, PyTorch under CPU autocast to bfloat16
@@ -319,6 +319,8 @@ def run_ember(a, w, threads, precision="fp32"):
            "--threads", str(threads), "--precision", precision]
     if a.batch:
         cmd += ["--batch-size", str(a.batch)]
+    if a.isa:
+        cmd += ["--isa", a.isa]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     doc = json.loads(out)
     return doc["workloads"][0], doc["machine"]
@@ -331,7 +333,11 @@ def run_torch(a, w, threads, batch, bf16=False):
         cmd.append("--batch-given")
     if bf16:
         cmd.append("--autocast")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=torch_env(threads))
+    env = torch_env(threads)
+    if a.isa == "avx2":  # PyTorch held to AVX2 too: ATen's kernels, oneDNN, OpenBLAS
+        env.update(ATEN_CPU_CAPABILITY="avx2", DNNL_MAX_CPU_ISA="AVX2", ONEDNN_MAX_CPU_ISA="AVX2",
+                   OPENBLAS_CORETYPE="Haswell")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         if not bf16:
             sys.exit(f"compare_pytorch: the PyTorch worker failed on {w}:\n{done.stderr}")
@@ -405,6 +411,8 @@ def main():
     p.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help="ember's precisions, e.g. fp32,bf16 (a column each)")
     p.add_argument("--torch-bf16", action="store_true", help="also PyTorch under CPU autocast to bfloat16")
+    p.add_argument("--isa", default="", help="ember's kernel set: scalar, avx2 or avx512 (default: the best the CPU has); "
+                   "with avx2 PyTorch is held to AVX2 as well (ATEN_CPU_CAPABILITY, DNNL_MAX_CPU_ISA, OPENBLAS_CORETYPE)")
     a = p.parse_args()
     if a.torch_worker:
         a.workload = a.torch_worker

@@ -252,15 +252,29 @@ DwShape dw_shape(const ConvShape& s) {
 size_t depthwise_ws(const ConvShape& s, int threads) {
   return size_t(threads) * (dw_scratch_elems(dw_shape(s)) + wgrad_elems(s));
 }
+// Samples split over the threads; with fewer samples than threads (batch-1 inference), groups
+// (each sample's channels, in ranges) instead, so every thread works. Each output is one sum in
+// the kernel's order either way: the same bits.
 void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
                    float* ws) {
   const DwShape d = dw_shape(s);
   const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q;
+  const size_t HW = size_t(s.H) * s.W, MPQ = size_t(d.M) * s.P * s.Q, MRS = size_t(d.M) * s.R * s.S;
+  const bool by_group = s.N < e.pool.size();
   e.pool.run([&](int t) {
-    const Range r = split_range(s.N, t, e.pool.size());
+    const Range r = split_range(by_group ? s.C : s.N, t, e.pool.size());
     float* scratch = ws + size_t(t) * dw_scratch_elems(d);
     const DwFwdFn f = e.bf16 ? e.k.dw_fwd_bf16 : e.k.dw_fwd;  // bf16 products in a bf16 plan
-    for (int64_t n = r.begin; n < r.end; ++n) f(y + n * out, x + n * in, w, b, d, scratch);
+    if (!by_group) {
+      for (int64_t n = r.begin; n < r.end; ++n) f(y + n * out, x + n * in, w, b, d, scratch);
+      return;
+    }
+    if (r.end == r.begin) return;
+    DwShape dg = d;  // groups r.begin .. r.end-1 of each sample
+    dg.G = int(r.end - r.begin);
+    for (int64_t n = 0; n < s.N; ++n)
+      f(y + n * out + r.begin * MPQ, x + n * in + r.begin * HW, w + r.begin * MRS, b ? b + r.begin * d.M : nullptr, dg,
+        scratch);
   });
 }
 // Each thread sums its samples' weight and bias gradients into its own partial (thread 0: dw and

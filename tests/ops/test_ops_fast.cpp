@@ -44,6 +44,7 @@ TEST(FastVsRef, Conv2d) {
       conv(2, 2, 8, 9, 4, 3, 5, 1, 1, 0, 2, 2),      // the same over 54 pixels (register blocks)
       conv(2, 3, 13, 11, 3, 3, 3, 1, 1, 1, 1, 3),    // depthwise x1, 13x11: partial 4x8 blocks
       conv(1, 2, 5, 6, 4, 3, 3, 1, 1, 3, 3, 2),      // depthwise, padding >= kernel (direct loops)
+      conv(1, 5, 8, 9, 10, 7, 7, 1, 1, 3, 3, 5),     // depthwise x2, batch 1: groups split over the threads
       conv(2, 3, 6, 6, 6, 3, 3, 2, 2, 1, 1, 3),      // depthwise at stride 2 (im2col path)
       conv(4, 7, 5, 3, 33, 1, 1, 1, 1, 0, 0, 1),     // pointwise over 15 pixels: one GEMM over the batch
       conv(5, 9, 1, 1, 11, 1, 1, 1, 1, 0, 0, 1),     // pointwise at 1x1 (x used as [N, C])
