@@ -36,8 +36,10 @@ TEST(FastVsRef, Conv2d) {
       conv(2, 6, 5, 5, 6, 3, 3, 1, 1, 1, 1, 6),      // depthwise
       conv(3, 3, 9, 6, 12, 7, 7, 1, 1, 3, 3, 3),     // depthwise x4, 7x7 'same' (ConvNeXt's)
       conv(2, 4, 1, 1, 16, 7, 7, 1, 1, 3, 3, 4),     // the same at 1x1: one tap of 49 inside
-      conv(3, 4, 4, 4, 16, 7, 7, 1, 1, 3, 3, 4),     // 4x4 planes: the dense per-group map (dw_dense)
+      conv(3, 4, 4, 4, 16, 7, 7, 1, 1, 3, 3, 4),     // 4x4 planes, batch < 8: the direct loops
+      conv(9, 4, 4, 4, 16, 7, 7, 1, 1, 3, 3, 4),     // 4x4 planes, batch 9: the dense per-group map (dw_dense)
       conv(2, 3, 2, 2, 6, 7, 7, 1, 1, 3, 3, 3),      // 2x2 planes, x2
+      conv(8, 3, 2, 2, 6, 7, 7, 1, 1, 3, 3, 3),      // the same, batch 8 (dw_dense)
       conv(2, 3, 4, 4, 6, 3, 3, 1, 1, 0, 0, 3),      // 4x4 -> 2x2, no padding
       conv(2, 2, 3, 5, 4, 3, 3, 1, 1, 1, 1, 2),      // a 3x5 plane (15 pixels)
       conv(2, 2, 4, 5, 6, 3, 5, 1, 1, 0, 2, 2),      // depthwise x3, no vertical padding (direct loops)
