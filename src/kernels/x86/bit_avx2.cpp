@@ -219,20 +219,33 @@ inline void pair_tables(uint8_t* TP, const uint16_t* off0, const uint16_t* off1,
   for (int g = G; g < Gp; ++g) _mm_store_si128(reinterpret_cast<__m128i*>(TP + 16 * g), _mm_setzero_si128());
 }
 
+// The fields of a segment of window sums s (bytes k of 32 pixels, L = sum of the low fields, H of
+// the high ones, each <= 252), from two byte sums (mod 256) that cost 3 ops per window:
+//   a[k] = sum s[k] = L[k] + 16 H[k],   h[k] = sum of the bytes of srli16(s, 4):
+//   odd k (high byte of a u16 lane): h = H[k];  even k: h = H[k] + 16 L[k + 1].
+// Unfolded in u16 lanes: L, H of the odd pixels first, then of the even ones, all exact mod 256.
+inline void unfold_fields(__m256i a, __m256i h, __m256i& le, __m256i& lo, __m256i& he, __m256i& ho) {
+  const __m256i byte = _mm256_set1_epi16(0x00ff);
+  ho = _mm256_srli_epi16(h, 8);
+  lo = _mm256_and_si256(_mm256_sub_epi16(_mm256_srli_epi16(a, 8), _mm256_slli_epi16(ho, 4)), byte);
+  he = _mm256_and_si256(_mm256_sub_epi16(h, _mm256_slli_epi16(lo, 4)), byte);
+  le = _mm256_and_si256(_mm256_sub_epi16(a, _mm256_slli_epi16(he, 4)), byte);
+}
+
 // One channel pair (pair tables TP [Gp][16]) x NB pixel blocks of X [Gp][NB][32], all steps: a
-// window of 3 steps sums the 3 lookups (byte fields <= 12), then splits the fields into byte sums
-// lo (channel 0) and hi (channel 1); every kWinSeg windows (bytes <= 252) those go to u16 sums of
-// the even and odd pixels. Counts go to out0 / out1 (out1 null: one channel) at pixels [0, n).
+// window of 3 steps sums the 3 lookups (byte fields <= 12) into s, which goes to the byte sums a
+// and h (unfold_fields); every kWinSeg windows (fields <= 252) those unfold into u16 sums of the
+// even and odd pixels of both channels. Counts go to out0 / out1 (null: one channel), pixels [0, n).
 template <int NB>
 void pair_tile(int32_t* out0, int32_t* out1, int n, bool first, const uint8_t* X, const uint8_t* TP, int nwin) {
-  const __m256i zero = _mm256_setzero_si256(), low = _mm256_set1_epi8(0x0f), even = _mm256_set1_epi16(0x00ff);
+  const __m256i zero = _mm256_setzero_si256();
   __m256i pe[2][NB], po[2][NB];  // [channel][block]: u16 counts of the even and odd pixels
   for (int c = 0; c < 2; ++c)
     for (int b = 0; b < NB; ++b) pe[c][b] = po[c][b] = zero;
   for (int w0 = 0; w0 < nwin; w0 += kWinSeg) {
     const int w1 = w0 + kWinSeg < nwin ? w0 + kWinSeg : nwin;
-    __m256i lo[NB], hi[NB];
-    for (int b = 0; b < NB; ++b) lo[b] = hi[b] = zero;
+    __m256i a[NB], h[NB];
+    for (int b = 0; b < NB; ++b) a[b] = h[b] = zero;
 #pragma GCC unroll 2
     for (int w = w0; w < w1; ++w) {
       const uint8_t* xs = X + w * (3 * NB * 32);
@@ -245,15 +258,15 @@ void pair_tile(int32_t* out0, int32_t* out1, int n, bool first, const uint8_t* X
         const __m256i s1 = _mm256_shuffle_epi8(t1, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + (NB + b) * 32)));
         const __m256i s2 = _mm256_shuffle_epi8(t2, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + (2 * NB + b) * 32)));
         const __m256i s = _mm256_add_epi8(_mm256_add_epi8(s0, s1), s2);
-        lo[b] = _mm256_add_epi8(lo[b], _mm256_and_si256(s, low));
-        hi[b] = _mm256_add_epi8(hi[b], _mm256_and_si256(_mm256_srli_epi16(s, 4), low));
+        a[b] = _mm256_add_epi8(a[b], s);
+        h[b] = _mm256_add_epi8(h[b], _mm256_srli_epi16(s, 4));
       }
     }
     for (int b = 0; b < NB; ++b) {
-      pe[0][b] = _mm256_add_epi16(pe[0][b], _mm256_and_si256(lo[b], even));
-      po[0][b] = _mm256_add_epi16(po[0][b], _mm256_srli_epi16(lo[b], 8));
-      pe[1][b] = _mm256_add_epi16(pe[1][b], _mm256_and_si256(hi[b], even));
-      po[1][b] = _mm256_add_epi16(po[1][b], _mm256_srli_epi16(hi[b], 8));
+      __m256i le, lo, he, ho;
+      unfold_fields(a[b], h[b], le, lo, he, ho);
+      pe[0][b] = _mm256_add_epi16(pe[0][b], le), po[0][b] = _mm256_add_epi16(po[0][b], lo);
+      pe[1][b] = _mm256_add_epi16(pe[1][b], he), po[1][b] = _mm256_add_epi16(po[1][b], ho);
     }
   }
   for (int b = 0; b < NB && 32 * b < n; ++b) {
