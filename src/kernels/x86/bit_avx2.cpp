@@ -77,22 +77,20 @@ void conv_nibble_impl(int32_t* out, int ldo, const uint64_t* x, int P, const uin
   }
 }
 
-// ---- The weight-table convolution (P >= kTableMinP) -------------------------------------------
+// ---- The weight-table convolution (P >= kTableMinP, O >= kTableMinO) ---------------------------
 // popcount((w ^ x) & m) summed over the 4-bit nibbles of a patch: for the weight nibble a and mask
 // nibble n of one channel, the 16-byte table kTab[n * 16 + a][v] = popcount((a ^ v) & n) gives the
-// count of every pixel nibble v at once, so VPSHUFB(table, 32 pixels' nibble) + VPADDB does
-// 32 pixels x 4 bits. Binary weights use n = 15. Steps ("g") run over the nibbles of a K-chunk.
-#ifndef BIT_kKC
-#define BIT_kKC 16
-#endif
-constexpr int kKC = BIT_kKC;            // words per K-chunk
-constexpr int kG = kKC * 16;       // nibble steps per K-chunk
-#ifndef BIT_kNB
-#define BIT_kNB 3
-#endif
-constexpr int kNB = BIT_kNB;             // 32-pixel blocks per pixel group (register tile: 2 channels x kNB)
-constexpr int kOC = 24;            // channels whose table offsets are built per K-chunk
-constexpr int kWinSeg = 21;        // windows of <= 12 per byte field before the bytes overflow (252)
+// count of every pixel nibble v at once, so one VPSHUFB(table, 32 pixels' nibble) does 32 pixels x
+// 4 bits. Binary weights use n = 15. Two channels share one table (4-bit fields, pair_tables), and
+// 3 steps ("g": the nibbles of a K-chunk, one after the other) make a window (pair_tile).
+// Per call: channel chunks of kOC x K-chunks of kKC words: pair tables of the chunk's channels, then
+// per group of kNB 32-pixel blocks the pixels' nibbles transposed to step-major order (X), then every
+// pair over the group; counts are stored at the first K-chunk and added at the others. Stack: ~76 KB.
+constexpr int kKC = 16;       // words per K-chunk (8 and 32 measured no faster)
+constexpr int kG = kKC * 16;  // nibble steps per K-chunk
+constexpr int kNB = 3;        // 32-pixel blocks per pixel group (register tile: 2 channels x kNB; 4 no faster)
+constexpr int kOC = 24;       // channels whose pair tables are built per K-chunk
+constexpr int kWinSeg = 21;   // windows of <= 12 per byte field before the fields pass 255 (21 * 12 = 252)
 // The pixel transpose is shared by the channels of a call and the tables by its pixels: below
 // these the small-P kernel wins (measured: P = 64 breaks even at O = 24, O = 4 at P = 900).
 constexpr int kTableMinP = 64, kTableMinO = 6;
@@ -306,8 +304,8 @@ void conv_table_impl(int32_t* out, int ldo, const uint64_t* x, int P, const uint
         transpose_pixels(X, nb, x, P, K, p0, kc, kw);
         std::memset(X + G * nb * 32, 0, (Gp - G) * nb * 32);  // padding steps (their tables are zero)
         int32_t* o = out + int64_t(oc0) * ldo + p0;
-        if (nb == 4) pair_tiles<4>(o, ldo, n, kc == 0, X, TP, noc, Gp);
-        else if (nb == 3) pair_tiles<3>(o, ldo, n, kc == 0, X, TP, noc, Gp);
+        static_assert(kNB == 3, "one pair_tiles<nb> per group size");
+        if (nb == 3) pair_tiles<3>(o, ldo, n, kc == 0, X, TP, noc, Gp);
         else if (nb == 2) pair_tiles<2>(o, ldo, n, kc == 0, X, TP, noc, Gp);
         else pair_tiles<1>(o, ldo, n, kc == 0, X, TP, noc, Gp);
       }
