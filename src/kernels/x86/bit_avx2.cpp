@@ -156,12 +156,13 @@ inline void transpose16(__m256i* r) {
     r[2 * g] = _mm256_unpacklo_epi64(t[g], t[8 + g]), r[2 * g + 1] = _mm256_unpackhi_epi64(t[g], t[8 + g]);
 }
 
-// X [kw * 16 steps g][nb][32 pixels] bytes: the pixel nibbles of step g (order above) of nb blocks
+// X [kw * 16 steps g][NB][32 pixels] bytes: the pixel nibbles of step g (order above) of NB blocks
 // of 32 patch rows from row p0 (rows past P repeat row P - 1), words kc..kc+kw of each row. Lane 0
 // of a vector holds rows 0-15 of a block, lane 1 rows 16-31, so the lanes transpose apart.
-inline void transpose_pixels(uint8_t* X, int nb, const uint64_t* x, int P, int K, int p0, int kc, int kw) {
+template <int NB>
+void transpose_pixels(uint8_t* X, const uint64_t* x, int P, int K, int p0, int kc, int kw) {
   const __m256i low = _mm256_set1_epi8(0x0f);
-  for (int b = 0; b < nb; ++b) {
+  for (int b = 0; b < NB; ++b) {
     const uint8_t* rows[32];
     for (int i = 0; i < 32; ++i) {
       const int p = p0 + 32 * b + i;
@@ -176,10 +177,10 @@ inline void transpose_pixels(uint8_t* X, int nb, const uint64_t* x, int P, int K
               _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + o))),
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + 16] + o)), 1);
         transpose16(r);
+        uint8_t* dst = X + (int64_t(q * 64 + 32 * h) * NB + b) * 32;  // step g = q * 64 + 2 * (16h + i)
         for (int i = 0; i < 16; ++i) {
-          const int g = q * 64 + 2 * (16 * h + i);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(X + (int64_t(g) * nb + b) * 32), _mm256_and_si256(r[i], low));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(X + (int64_t(g + 1) * nb + b) * 32),
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 2 * i * NB * 32), _mm256_and_si256(r[i], low));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (2 * i + 1) * NB * 32),
                              _mm256_and_si256(_mm256_srli_epi16(r[i], 4), low));
         }
       }
@@ -274,8 +275,11 @@ void pair_tile(int32_t* out0, int32_t* out1, int n, bool first, const uint8_t* X
   }
 }
 
+// One pixel group of NB blocks from pixel p0 (n pixels), K-chunk kc (kw words): X, then every pair.
 template <int NB>
-void pair_tiles(int32_t* out, int ldo, int n, bool first, const uint8_t* X, const uint8_t* TP, int noc, int Gp) {
+void group_tiles(int32_t* out, int ldo, int n, bool first, uint8_t* X, const uint64_t* x, int P, int K, int p0,
+                 int kc, int kw, const uint8_t* TP, int noc, int Gp) {
+  transpose_pixels<NB>(X, x, P, K, p0, kc, kw);
   for (int c = 0; c < noc; c += 2)
     pair_tile<NB>(out + int64_t(c) * ldo, c + 1 < noc ? out + int64_t(c + 1) * ldo : nullptr, n, first, X,
                   TP + (c / 2) * Gp * 16, Gp / 3);
@@ -301,13 +305,12 @@ void conv_table_impl(int32_t* out, int ldo, const uint64_t* x, int P, const uint
       }
       for (int p0 = 0; p0 < P; p0 += 32 * kNB) {
         const int n = P - p0 < 32 * kNB ? P - p0 : 32 * kNB, nb = (n + 31) / 32;
-        transpose_pixels(X, nb, x, P, K, p0, kc, kw);
         std::memset(X + G * nb * 32, 0, (Gp - G) * nb * 32);  // padding steps (their tables are zero)
         int32_t* o = out + int64_t(oc0) * ldo + p0;
-        static_assert(kNB == 3, "one pair_tiles<nb> per group size");
-        if (nb == 3) pair_tiles<3>(o, ldo, n, kc == 0, X, TP, noc, Gp);
-        else if (nb == 2) pair_tiles<2>(o, ldo, n, kc == 0, X, TP, noc, Gp);
-        else pair_tiles<1>(o, ldo, n, kc == 0, X, TP, noc, Gp);
+        static_assert(kNB == 3, "one group_tiles<nb> per group size");
+        if (nb == 3) group_tiles<3>(o, ldo, n, kc == 0, X, x, P, K, p0, kc, kw, TP, noc, Gp);
+        else if (nb == 2) group_tiles<2>(o, ldo, n, kc == 0, X, x, P, K, p0, kc, kw, TP, noc, Gp);
+        else group_tiles<1>(o, ldo, n, kc == 0, X, x, P, K, p0, kc, kw, TP, noc, Gp);
       }
     }
   }
