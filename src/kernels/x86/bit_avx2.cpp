@@ -92,7 +92,7 @@ constexpr int kNB = 3;        // 32-pixel blocks per pixel group (register tile:
 constexpr int kOC = 24;       // channels whose pair tables are built per K-chunk
 constexpr int kWinSeg = 21;   // windows of <= 12 per byte field before the fields pass 255 (21 * 12 = 252)
 // The pixel transpose is shared by the channels of a call and the tables by its pixels: below
-// these the small-P kernel wins (measured: P = 64 breaks even at O = 24, O = 4 at P = 900).
+// these the small-P kernel wins (measured: P = 64 breaks even at O = 24, O = 4 at P = 900, K = 144).
 constexpr int kTableMinP = 64, kTableMinO = 6;
 
 struct NibbleTables {
@@ -222,13 +222,14 @@ inline void pair_tables(uint8_t* TP, const uint16_t* off0, const uint16_t* off1,
 // the high ones, each <= 252), from two byte sums (mod 256) that cost 3 ops per window:
 //   a[k] = sum s[k] = L[k] + 16 H[k],   h[k] = sum of the bytes of srli16(s, 4):
 //   odd k (high byte of a u16 lane): h = H[k];  even k: h = H[k] + 16 L[k + 1].
-// Unfolded in u16 lanes: L, H of the odd pixels first, then of the even ones, all exact mod 256.
-inline void unfold_fields(__m256i a, __m256i h, __m256i& le, __m256i& lo, __m256i& he, __m256i& ho) {
+// Unfolded in u16 lanes (each exact, as all are < 256): H and L of the odd pixels, then H and L of
+// the even ones.
+inline void unfold_fields(__m256i a, __m256i h, __m256i& l_even, __m256i& l_odd, __m256i& h_even, __m256i& h_odd) {
   const __m256i byte = _mm256_set1_epi16(0x00ff);
-  ho = _mm256_srli_epi16(h, 8);
-  lo = _mm256_and_si256(_mm256_sub_epi16(_mm256_srli_epi16(a, 8), _mm256_slli_epi16(ho, 4)), byte);
-  he = _mm256_and_si256(_mm256_sub_epi16(h, _mm256_slli_epi16(lo, 4)), byte);
-  le = _mm256_and_si256(_mm256_sub_epi16(a, _mm256_slli_epi16(he, 4)), byte);
+  h_odd = _mm256_srli_epi16(h, 8);
+  l_odd = _mm256_and_si256(_mm256_sub_epi16(_mm256_srli_epi16(a, 8), _mm256_slli_epi16(h_odd, 4)), byte);
+  h_even = _mm256_and_si256(_mm256_sub_epi16(h, _mm256_slli_epi16(l_odd, 4)), byte);
+  l_even = _mm256_and_si256(_mm256_sub_epi16(a, _mm256_slli_epi16(h_even, 4)), byte);
 }
 
 // One channel pair (pair tables TP [Gp][16]) x NB pixel blocks of X [Gp][NB][32], all steps: a
@@ -262,7 +263,7 @@ void pair_tile(int32_t* out0, int32_t* out1, int n, bool first, const uint8_t* X
       }
     }
     for (int b = 0; b < NB; ++b) {
-      __m256i le, lo, he, ho;
+      __m256i le, lo, he, ho;  // channel 0 (low fields) and 1 (high fields), even and odd pixels
       unfold_fields(a[b], h[b], le, lo, he, ho);
       pe[0][b] = _mm256_add_epi16(pe[0][b], le), po[0][b] = _mm256_add_epi16(po[0][b], lo);
       pe[1][b] = _mm256_add_epi16(pe[1][b], he), po[1][b] = _mm256_add_epi16(po[1][b], ho);
