@@ -1,6 +1,7 @@
 // Every bit kernel of every kernel set this CPU has, against the scalar reference, on awkward
 // sizes (pixel and channel counts not multiples of the tile, K = 8 and K > 30 ymm steps, empty
-// and full pixel lists, ranges that are empty, one-sided and clamped).
+// and full pixel lists, ranges that are empty, one-sided and clamped), and the AVX2 table
+// convolution's blocking (ConvTableShapesMatchReference).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -57,6 +58,46 @@ TEST(BitKernels, ConvMatchesReference) {
             k.conv(b.data(), ldo, x.data(), P, w.data(), tern ? m.data() : nullptr, O, K);
             ASSERT_EQ(a, b);  // including the untouched padding (-7) past P in every row
           }
+  }
+}
+
+// The AVX2 weight-table convolution's blocking: 32-pixel blocks in groups, channel pairs, K-chunks
+// of words with byte and u16 partial sums. P not a multiple of 32 or of the pixel group, odd O,
+// K not a multiple of the K-chunk and K large enough for every flush, and all-ones differences
+// (every count at its maximum 64 K) next to random ones; ldo > P with the padding untouched.
+TEST(BitKernels, ConvTableShapesMatchReference) {
+  const auto& ref = ember::bit_kernels_for(Isa::scalar);
+  struct Shape { int P, O, K; };
+  std::vector<Shape> shapes;
+  for (int K : {8, 24, 144})
+    for (int P : {64, 65, 97, 200})  // the AVX2 table kernel runs from P = 64 and O = 6
+      for (int O : {6, 7, 25}) shapes.push_back({P, O, K});
+  for (Shape sh : {Shape{97, 7, 1032}, Shape{65, 25, 1032}, Shape{900, 24, 144}}) shapes.push_back(sh);
+  for (Isa isa : fast_isas()) {
+    const auto& k = ember::bit_kernels_for(isa);
+    for (const Shape& sh : shapes)
+      for (bool tern : {false, true})
+        for (bool full : {false, true}) {
+          const int P = sh.P, O = sh.O, K = sh.K;
+          SCOPED_TRACE(std::string(k.name) + " K=" + std::to_string(K) + " P=" + std::to_string(P) + " O=" +
+                       std::to_string(O) + (tern ? " ternary" : " binary") + (full ? " all-ones" : " random"));
+          // all-ones: x = 1, w = 0, mask = 1 on every bit, so (w ^ x) & mask = 1 everywhere.
+          std::mt19937_64 g(uint64_t(K) * 1000003 + P * 101 + O);
+          std::vector<uint64_t> x(size_t(P) * K, ~uint64_t(0)), w(size_t(O) * K, 0), m(size_t(O) * K, ~uint64_t(0));
+          if (!full) {  // about half the bits of x and w set, three quarters of the mask
+            for (auto& v : x) v = g();
+            for (auto& v : w) v = g();
+            for (auto& v : m) v = g() | g();
+          }
+          const int ldo = P + 5;
+          std::vector<int32_t> a(size_t(O) * ldo, -7), b(size_t(O) * ldo, -7);
+          ref.conv(a.data(), ldo, x.data(), P, w.data(), tern ? m.data() : nullptr, O, K);
+          k.conv(b.data(), ldo, x.data(), P, w.data(), tern ? m.data() : nullptr, O, K);
+          if (full) {
+            ASSERT_EQ(a[0], 64 * K);
+          }
+          ASSERT_EQ(a, b);  // including the padding (-7) past P in every row
+        }
   }
 }
 

@@ -1,6 +1,7 @@
-// AVX2 bit kernels (built with -mavx2): the convolution with the nibble-table popcount (VPSHUFB,
-// byte sums folded by VPSADBW) in 2-pixel x 2-channel tiles, threshold masks from 8-lane compares,
-// and column counts in 16-bit lanes. Used where AVX-512 VPOPCNTDQ is missing. Shapes: bit_kernels.h.
+// AVX2 bit kernels (built with -mavx2): the convolution by weight-nibble tables (VPSHUFB of 32
+// pixels' nibbles into per-channel-pair count tables; a nibble-LUT popcount kernel for small P or O),
+// threshold masks from 8-lane compares, and column counts in 16-bit lanes. Used where AVX-512
+// VPOPCNTDQ is missing. Shapes: bit_kernels.h.
 #include <immintrin.h>
 
 #include <cstring>
@@ -20,8 +21,9 @@ inline int64_t hsum64(__m256i v) {
   return _mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1);
 }
 
+// The small-P kernel: XOR/AND, nibble-LUT popcount of the difference, 2 pixels x 2 channels.
 template <bool Tern>
-void conv_impl(int32_t* out, int ldo, const uint64_t* x, int P, const uint64_t* w, const uint64_t* mask,
+void conv_nibble_impl(int32_t* out, int ldo, const uint64_t* x, int P, const uint64_t* w, const uint64_t* mask,
                int O, int K) {
   const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3,
                                        1, 2, 2, 3, 2, 3, 3, 4);
@@ -75,10 +77,255 @@ void conv_impl(int32_t* out, int ldo, const uint64_t* x, int P, const uint64_t* 
   }
 }
 
+// ---- The weight-table convolution (P >= kTableMinP, O >= kTableMinO) ---------------------------
+// popcount((w ^ x) & m) summed over the 4-bit nibbles of a patch: for the weight nibble a and mask
+// nibble n of one channel, the 16-byte table kTab[n * 16 + a][v] = popcount((a ^ v) & n) gives the
+// count of every pixel nibble v at once, so one VPSHUFB(table, 32 pixels' nibble) does 32 pixels x
+// 4 bits. Binary weights use n = 15. Two channels share one table (4-bit fields, pair_tables), and
+// 3 steps ("g": the nibbles of a K-chunk, one after the other) make a window (pair_tile).
+// Per call: channel chunks of kOC x K-chunks of kKC words: pair tables of the chunk's channels, then
+// per group of kNB 32-pixel blocks the pixels' nibbles transposed to step-major order (X), then every
+// pair over the group; counts are stored at the first K-chunk and added at the others. Stack: ~76 KB.
+constexpr int kKC = 16;       // words per K-chunk (8 and 32 measured no faster)
+constexpr int kG = kKC * 16;  // nibble steps per K-chunk
+constexpr int kNB = 3;        // 32-pixel blocks per pixel group (register tile: 2 channels x kNB; 4 no faster)
+constexpr int kOC = 24;       // channels whose pair tables are built per K-chunk
+constexpr int kWinSeg = 21;   // windows of <= 12 per byte field before the fields pass 255 (21 * 12 = 252)
+// The pixel transpose is shared by the channels of a call and the tables by its pixels: below
+// these the small-P kernel wins (measured: P = 64 breaks even at O = 24, O = 4 at P = 900, K = 144).
+constexpr int kTableMinP = 64, kTableMinO = 6;
+
+struct NibbleTables {
+  alignas(64) uint8_t t[256][16];  // [n * 16 + a][v] = popcount((a ^ v) & n)
+};
+constexpr NibbleTables make_tables() {
+  NibbleTables r{};
+  for (int i = 0; i < 256; ++i)
+    for (int v = 0; v < 16; ++v) {
+      const int d = ((i & 15) ^ v) & (i >> 4);
+      r.t[i][v] = uint8_t((d & 1) + (d >> 1 & 1) + (d >> 2 & 1) + (d >> 3 & 1));
+    }
+  return r;
+}
+constexpr NibbleTables kTab = make_tables();
+
+// Step order inside a K-chunk: word group q (4 words = 32 bytes b) then byte b then nibble h,
+//   g = q * 64 + 2 * b + h   (h = 0: bits 0-3 of byte b, h = 1: bits 4-7).
+// Table byte offsets of one channel: off[g] = 16 * (n * 16 + a) for weight nibble a, mask nibble n.
+template <bool Tern>
+inline void table_offsets(uint16_t* off, const uint64_t* w, const uint64_t* m, int kw) {
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  for (int q = 0; q < kw / 4; ++q) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 4 * q));
+    __m256i lo = _mm256_and_si256(wv, low), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low);
+    if constexpr (Tern) {  // bytes n * 16 + a (n < 16, so the 16-bit shift stays in each byte)
+      const __m256i mv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 4 * q));
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(mv, low), 4));
+      hi = _mm256_or_si256(hi, _mm256_andnot_si256(low, mv));
+    } else {
+      const __m256i f0 = _mm256_set1_epi8(char(0xf0));
+      lo = _mm256_or_si256(lo, f0), hi = _mm256_or_si256(hi, f0);
+    }
+    // Interleaved (lo, hi) per byte: il holds bytes 0-7 | 16-23, ih bytes 8-15 | 24-31.
+    const __m256i il = _mm256_unpacklo_epi8(lo, hi), ih = _mm256_unpackhi_epi8(lo, hi);
+    const __m128i part[4] = {_mm256_castsi256_si128(il), _mm256_castsi256_si128(ih),
+                             _mm256_extracti128_si256(il, 1), _mm256_extracti128_si256(ih, 1)};
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(off + q * 64 + 16 * j),
+                          _mm256_slli_epi16(_mm256_cvtepu8_epi16(part[j]), 4));
+  }
+}
+
+// 16 x 16 byte transpose in each 128-bit lane: r[i] (row i) -> r[b] (byte b of rows 0-15), by
+// unpacks at 8, 16, 32 and 64 bits.
+inline void transpose16(__m256i* r) {
+  __m256i t[16];
+  for (int i = 0; i < 8; ++i)  // t[2i + h]: bytes 8h..8h+7 of rows 2i, 2i+1 (16-bit pairs)
+    t[2 * i] = _mm256_unpacklo_epi8(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm256_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+  for (int i = 0; i < 4; ++i)  // r[4i + g]: bytes 4g..4g+3 of rows 4i..4i+3 (32-bit quads)
+    for (int h = 0; h < 2; ++h) {
+      const __m256i a = t[4 * i + h], b = t[4 * i + 2 + h];
+      r[4 * i + 2 * h] = _mm256_unpacklo_epi16(a, b), r[4 * i + 2 * h + 1] = _mm256_unpackhi_epi16(a, b);
+    }
+  for (int i = 0; i < 2; ++i)  // t[8i + g]: bytes 2g, 2g+1 of rows 8i..8i+7 (64-bit octets)
+    for (int g = 0; g < 4; ++g) {
+      const __m256i a = r[4 * (2 * i) + g], b = r[4 * (2 * i + 1) + g];
+      t[8 * i + 2 * g] = _mm256_unpacklo_epi32(a, b), t[8 * i + 2 * g + 1] = _mm256_unpackhi_epi32(a, b);
+    }
+  for (int g = 0; g < 8; ++g)  // r[b]: byte b of rows 0..15
+    r[2 * g] = _mm256_unpacklo_epi64(t[g], t[8 + g]), r[2 * g + 1] = _mm256_unpackhi_epi64(t[g], t[8 + g]);
+}
+
+// X [kw * 16 steps g][NB][32 pixels] bytes: the pixel nibbles of step g (order above) of NB blocks
+// of 32 patch rows from row p0 (rows past P repeat row P - 1), words kc..kc+kw of each row. Lane 0
+// of a vector holds rows 0-15 of a block, lane 1 rows 16-31, so the lanes transpose apart.
+template <int NB>
+void transpose_pixels(uint8_t* X, const uint64_t* x, int P, int K, int p0, int kc, int kw) {
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  for (int b = 0; b < NB; ++b) {
+    const uint8_t* rows[32];
+    for (int i = 0; i < 32; ++i) {
+      const int p = p0 + 32 * b + i;
+      rows[i] = reinterpret_cast<const uint8_t*>(x + int64_t(p < P ? p : P - 1) * K + kc);
+    }
+    for (int q = 0; q < kw / 4; ++q)
+      for (int h = 0; h < 2; ++h) {  // bytes 16h..16h+15 of word group q
+        __m256i r[16];
+        const int o = 32 * q + 16 * h;
+        for (int i = 0; i < 16; ++i)
+          r[i] = _mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + o))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + 16] + o)), 1);
+        transpose16(r);
+        uint8_t* dst = X + (int64_t(q * 64 + 32 * h) * NB + b) * 32;  // step g = q * 64 + 2 * (16h + i)
+        for (int i = 0; i < 16; ++i) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 2 * i * NB * 32), _mm256_and_si256(r[i], low));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (2 * i + 1) * NB * 32),
+                             _mm256_and_si256(_mm256_srli_epi16(r[i], 4), low));
+        }
+      }
+  }
+}
+
+// Adds (first: stores) the 32 u16 pixel counts of one block (even pixels in e, odd in o) to out[0, n).
+inline void add_block(int32_t* out, int n, bool first, __m256i e, __m256i o) {
+  const __m256i il = _mm256_unpacklo_epi16(e, o), ih = _mm256_unpackhi_epi16(e, o);  // pixels 0-7 | 16-23, 8-15 | 24-31
+  const __m256i v[4] = {_mm256_cvtepu16_epi32(_mm256_castsi256_si128(il)), _mm256_cvtepu16_epi32(_mm256_castsi256_si128(ih)),
+                        _mm256_cvtepu16_epi32(_mm256_extracti128_si256(il, 1)),
+                        _mm256_cvtepu16_epi32(_mm256_extracti128_si256(ih, 1))};
+  if (n == 32) {
+    for (int j = 0; j < 4; ++j) {
+      __m256i* p = reinterpret_cast<__m256i*>(out + 8 * j);
+      _mm256_storeu_si256(p, first ? v[j] : _mm256_add_epi32(v[j], _mm256_loadu_si256(p)));
+    }
+  } else {
+    alignas(32) int32_t t[32];
+    for (int j = 0; j < 4; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(t + 8 * j), v[j]);
+    for (int j = 0; j < n; ++j) out[j] = first ? t[j] : out[j] + t[j];
+  }
+}
+
+// Pair tables: channels c0, c1 share one 16-byte table per step, TP[g][v] = T0[g][v] + 16 * T1[g][v]
+// (each count <= 4, so the two 4-bit fields of a byte sum 3 steps without a carry: <= 12).
+// TP [Gp][16] for steps g < G, zero for the padding steps G <= g < Gp (Gp = 3 * windows).
+inline void pair_tables(uint8_t* TP, const uint16_t* off0, const uint16_t* off1, int G, int Gp) {
+  const uint8_t* tab = &kTab.t[0][0];
+  for (int g = 0; g < G; ++g) {
+    __m128i t = _mm_load_si128(reinterpret_cast<const __m128i*>(tab + off0[g]));
+    if (off1) t = _mm_add_epi8(t, _mm_slli_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tab + off1[g])), 4));
+    _mm_store_si128(reinterpret_cast<__m128i*>(TP + 16 * g), t);
+  }
+  for (int g = G; g < Gp; ++g) _mm_store_si128(reinterpret_cast<__m128i*>(TP + 16 * g), _mm_setzero_si128());
+}
+
+// The fields of a segment of window sums s (bytes k of 32 pixels, L = sum of the low fields, H of
+// the high ones, each <= 252), from two byte sums (mod 256) that cost 3 ops per window:
+//   a[k] = sum s[k] = L[k] + 16 H[k],   h[k] = sum of the bytes of srli16(s, 4):
+//   odd k (high byte of a u16 lane): h = H[k];  even k: h = H[k] + 16 L[k + 1].
+// Unfolded in u16 lanes (each exact, as all are < 256): H and L of the odd pixels, then H and L of
+// the even ones.
+inline void unfold_fields(__m256i a, __m256i h, __m256i& l_even, __m256i& l_odd, __m256i& h_even, __m256i& h_odd) {
+  const __m256i byte = _mm256_set1_epi16(0x00ff);
+  h_odd = _mm256_srli_epi16(h, 8);
+  l_odd = _mm256_and_si256(_mm256_sub_epi16(_mm256_srli_epi16(a, 8), _mm256_slli_epi16(h_odd, 4)), byte);
+  h_even = _mm256_and_si256(_mm256_sub_epi16(h, _mm256_slli_epi16(l_odd, 4)), byte);
+  l_even = _mm256_and_si256(_mm256_sub_epi16(a, _mm256_slli_epi16(h_even, 4)), byte);
+}
+
+// One channel pair (pair tables TP [Gp][16]) x NB pixel blocks of X [Gp][NB][32], all steps: a
+// window of 3 steps sums the 3 lookups (byte fields <= 12) into s, which goes to the byte sums a
+// and h (unfold_fields); every kWinSeg windows (fields <= 252) those unfold into u16 sums of the
+// even and odd pixels of both channels. Counts go to out0 / out1 (null: one channel), pixels [0, n).
+template <int NB>
+void pair_tile(int32_t* out0, int32_t* out1, int n, bool first, const uint8_t* X, const uint8_t* TP, int nwin) {
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i pe[2][NB], po[2][NB];  // [channel][block]: u16 counts of the even and odd pixels
+  for (int c = 0; c < 2; ++c)
+    for (int b = 0; b < NB; ++b) pe[c][b] = po[c][b] = zero;
+  for (int w0 = 0; w0 < nwin; w0 += kWinSeg) {
+    const int w1 = w0 + kWinSeg < nwin ? w0 + kWinSeg : nwin;
+    __m256i a[NB], h[NB];
+    for (int b = 0; b < NB; ++b) a[b] = h[b] = zero;
+#pragma GCC unroll 2
+    for (int w = w0; w < w1; ++w) {
+      const uint8_t* xs = X + w * (3 * NB * 32);
+      const uint8_t* ts = TP + w * 48;
+      const __m256i t0 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(ts)));
+      const __m256i t1 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(ts + 16)));
+      const __m256i t2 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(ts + 32)));
+      for (int b = 0; b < NB; ++b) {
+        const __m256i s0 = _mm256_shuffle_epi8(t0, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + b * 32)));
+        const __m256i s1 = _mm256_shuffle_epi8(t1, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + (NB + b) * 32)));
+        const __m256i s2 = _mm256_shuffle_epi8(t2, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + (2 * NB + b) * 32)));
+        const __m256i s = _mm256_add_epi8(_mm256_add_epi8(s0, s1), s2);
+        a[b] = _mm256_add_epi8(a[b], s);
+        h[b] = _mm256_add_epi8(h[b], _mm256_srli_epi16(s, 4));
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      __m256i le, lo, he, ho;  // channel 0 (low fields) and 1 (high fields), even and odd pixels
+      unfold_fields(a[b], h[b], le, lo, he, ho);
+      pe[0][b] = _mm256_add_epi16(pe[0][b], le), po[0][b] = _mm256_add_epi16(po[0][b], lo);
+      pe[1][b] = _mm256_add_epi16(pe[1][b], he), po[1][b] = _mm256_add_epi16(po[1][b], ho);
+    }
+  }
+  for (int b = 0; b < NB && 32 * b < n; ++b) {
+    const int nn = n - 32 * b < 32 ? n - 32 * b : 32;
+    add_block(out0 + 32 * b, nn, first, pe[0][b], po[0][b]);
+    if (out1) add_block(out1 + 32 * b, nn, first, pe[1][b], po[1][b]);
+  }
+}
+
+// One pixel group of NB blocks from pixel p0 (n pixels), K-chunk kc (kw words): X, then every pair.
+template <int NB>
+void group_tiles(int32_t* out, int ldo, int n, bool first, uint8_t* X, const uint64_t* x, int P, int K, int p0,
+                 int kc, int kw, const uint8_t* TP, int noc, int Gp) {
+  transpose_pixels<NB>(X, x, P, K, p0, kc, kw);
+  for (int c = 0; c < noc; c += 2)
+    pair_tile<NB>(out + int64_t(c) * ldo, c + 1 < noc ? out + int64_t(c + 1) * ldo : nullptr, n, first, X,
+                  TP + (c / 2) * Gp * 16, Gp / 3);
+}
+
+template <bool Tern>
+void conv_table_impl(int32_t* out, int ldo, const uint64_t* x, int P, const uint64_t* w, const uint64_t* mask,
+                     int O, int K) {
+  constexpr int kGp = (kG + 2) / 3 * 3;           // steps padded to whole windows
+  alignas(64) uint16_t off[2][kG];                 // table byte offsets of one channel pair
+  alignas(64) uint8_t TP[kOC / 2 * kGp * 16];      // [pair][step][16]: pair tables
+  alignas(64) uint8_t X[kGp * kNB * 32];           // [step][block][pixel]: pixel nibbles
+  for (int oc0 = 0; oc0 < O; oc0 += kOC) {
+    const int noc = O - oc0 < kOC ? O - oc0 : kOC;
+    for (int kc = 0; kc < K; kc += kKC) {
+      const int kw = K - kc < kKC ? K - kc : kKC, G = kw * 16, Gp = (G + 2) / 3 * 3;
+      for (int c = 0; c < noc; c += 2) {
+        for (int j = 0; j < 2 && c + j < noc; ++j) {
+          const int64_t row = int64_t(oc0 + c + j) * K + kc;
+          table_offsets<Tern>(off[j], w + row, Tern ? mask + row : nullptr, kw);
+        }
+        pair_tables(TP + (c / 2) * Gp * 16, off[0], c + 1 < noc ? off[1] : nullptr, G, Gp);
+      }
+      for (int p0 = 0; p0 < P; p0 += 32 * kNB) {
+        const int n = P - p0 < 32 * kNB ? P - p0 : 32 * kNB, nb = (n + 31) / 32;
+        std::memset(X + G * nb * 32, 0, (Gp - G) * nb * 32);  // padding steps (their tables are zero)
+        int32_t* o = out + int64_t(oc0) * ldo + p0;
+        static_assert(kNB == 3, "one group_tiles<nb> per group size");
+        if (nb == 3) group_tiles<3>(o, ldo, n, kc == 0, X, x, P, K, p0, kc, kw, TP, noc, Gp);
+        else if (nb == 2) group_tiles<2>(o, ldo, n, kc == 0, X, x, P, K, p0, kc, kw, TP, noc, Gp);
+        else group_tiles<1>(o, ldo, n, kc == 0, X, x, P, K, p0, kc, kw, TP, noc, Gp);
+      }
+    }
+  }
+}
+
 void conv_avx2(int32_t* out, int ldo, const uint64_t* x, int P, const uint64_t* w, const uint64_t* mask,
                int O, int K) {
-  if (mask) conv_impl<true>(out, ldo, x, P, w, mask, O, K);
-  else conv_impl<false>(out, ldo, x, P, w, mask, O, K);
+  if (P < kTableMinP || O < kTableMinO) {
+    if (mask) conv_nibble_impl<true>(out, ldo, x, P, w, mask, O, K);
+    else conv_nibble_impl<false>(out, ldo, x, P, w, mask, O, K);
+  } else {
+    if (mask) conv_table_impl<true>(out, ldo, x, P, w, mask, O, K);
+    else conv_table_impl<false>(out, ldo, x, P, w, mask, O, K);
+  }
 }
 
 inline uint32_t gt_bits8(__m256i v, __m256i t) {
