@@ -54,12 +54,7 @@ void block_bf16(float* yT, int8_t* code, const uint32_t* ph, const uint32_t* wT2
                 int Kp, int i, int j0, int k0) {
   const int Q2 = d.Q / 2, S2 = (d.S + 1) / 2;
   __m512 acc[WB][4][KV];
-#pragma GCC unroll 4
-  for (int jj = 0; jj < WB; ++jj)
-#pragma GCC unroll 4
-    for (int px = 0; px < 4; ++px)
-#pragma GCC unroll 2
-      for (int v = 0; v < KV; ++v) acc[jj][px][v] = _mm512_loadu_ps(bT + k0 + 16 * v);
+  bias_acc<Avx512>(acc, bT, k0);
   for (int c = 0; c < d.C; ++c)
     for (int r = 0; r < d.R; ++r) {
       const uint32_t* x0 = ph + (size_t(c) * d.Hp + 2 * i + r) * d.Wp + 2 * j0;  // conv pixel (2i, 2j0), tap (r, 0)

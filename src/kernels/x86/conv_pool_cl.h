@@ -253,6 +253,17 @@ inline void pool_window(float* yT, int8_t* code, const typename S::V (*acc)[KV],
   }
 }
 
+// acc[WB][4][KV] = the bias bT[k0 + W v] (pack_weights) in every conv pixel of the block's windows.
+template <class S, int WB, int KV, class V>
+inline void bias_acc(V (&acc)[WB][4][KV], const float* bT, int k0) {
+#pragma GCC unroll 4
+  for (int jj = 0; jj < WB; ++jj)
+#pragma GCC unroll 4
+    for (int px = 0; px < 4; ++px)
+#pragma GCC unroll 2
+      for (int v = 0; v < KV; ++v) acc[jj][px][v] = S::loadu(bT + k0 + S::W * v);
+}
+
 // Register blocks of the channel-lane forwards: WB windows (or pixels) x KV channel vectors.
 // The fused forward keeps 4 WB KV accumulators: 2 x 4 x 2 = 16 of 32 zmm, 1 x 4 x 2 = 8 of 16 ymm.
 template <class S>
@@ -270,12 +281,7 @@ void conv_pool_cl_block(float* yT, int8_t* code, const float* xp, const float* w
   using V = typename S::V;
   const int Q2 = d.Q / 2, RN = RS ? RS : d.R, SN = RS ? RS : d.S;
   V acc[WB][4][KV];
-#pragma GCC unroll 4
-  for (int jj = 0; jj < WB; ++jj)
-#pragma GCC unroll 4
-    for (int px = 0; px < 4; ++px)
-#pragma GCC unroll 2
-      for (int v = 0; v < KV; ++v) acc[jj][px][v] = S::loadu(bT + k0 + S::W * v);
+  bias_acc<S>(acc, bT, k0);
   for (int c = 0; c < d.C; ++c)
 #pragma GCC unroll 8
     for (int r = 0; r < RN; ++r) {
