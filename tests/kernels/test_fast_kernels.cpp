@@ -193,7 +193,7 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
   for (Isa isa : isas())
     for (const Case& c : kCases)
       for (bool bias : {true, false})
-        // 85 % zero inputs: the AVX-512 sparse-input path; 97 %: also many windows whose input
+        // 85 % zero inputs: the channel-lane kernel's sparse-input path; 97 %: also many windows whose input
         // patch is zero in every channel (the first one computed, the others copied from it)
         for (double zeros : {0.0, 0.85, 0.97}) {
           const ConvS1 d = geometry(c);
@@ -247,7 +247,7 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
         }
 }
 
-// A mostly zero input holding an Inf or a NaN: the AVX-512 kernel leaves its sparse-input path
+// A mostly zero input holding an Inf or a NaN: the channel-lane kernel leaves its sparse-input path
 // (whose zero border taps would turn Inf into NaN) and matches the unfused chain, NaN for NaN.
 TEST(FastKernels, ConvReluPoolSparseInputWithNonFinite) {
   for (Isa isa : isas())
@@ -270,7 +270,7 @@ TEST(FastKernels, ConvReluPoolSparseInputWithNonFinite) {
     }
 }
 
-// The pooled weight gradient (AVX-512: sparse, by table permutes over channel lanes) against the
+// The pooled weight gradient (AVX2 and AVX-512: sparse, by table permutes over channel lanes) against the
 // reference composition, on the shapes above plus K > 32, S = 8 (the dense fallback) and codes
 // with every value including -1; accumulates onto what dw and db hold.
 TEST(FastKernels, ConvPoolWgradMatchesReference) {
@@ -287,7 +287,7 @@ TEST(FastKernels, ConvPoolWgradMatchesReference) {
         const size_t nx = size_t(d.C) * d.Hp * d.Wp, nw = size_t(d.K) * d.C * d.R * d.S,
                      np = size_t(d.K) * (d.P / 2) * (d.Q / 2);
         auto xp = rnd(nx, 31), dy = rnd(np, 32);
-        if (blank) {  // most windows' input patches all zero: the AVX-512 kernel skips them
+        if (blank) {  // most windows' input patches all zero: the channel-lane kernel skips them
           for (size_t i = 0; i < nx; ++i)
             if (i != nx / 2) xp[i] = 0.f;
           if (blank == 2 && np) dy[np / 3] = NAN;

@@ -599,9 +599,7 @@ void print_plans(const InfoArgs& a) {
       if (b.name.rfind("(the activations", 0) == 0) std::printf("  %s\n", b.name.c_str());
   }
 }
-}  // namespace
 
-namespace {
 // ember info --kernels: one line per kernel-table entry, what it runs on each set (kernels.h).
 void print_kernel_rows() {
   KernelRow rows[kKernelEntries];
