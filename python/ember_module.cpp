@@ -23,6 +23,7 @@
 #include "ember/ember.h"
 #include "ember/files.h"
 #include "ember/onnx.h"
+#include "ember/ops.h"
 #include "ember/profile.h"
 
 namespace py = pybind11;
@@ -431,13 +432,26 @@ class PyModel {
   std::shared_ptr<const ember::OnnxImport> onnx_weights_;  // from_onnx: the file's weights
 };
 
-// A parameter-free activation's kind from its model-format name ("relu", "gelu-tanh", ...).
+// A parameter-free activation's kind from its model-format name ("relu", "gelu-tanh", ...): the
+// op table's activations.
 ember::LayerKind act_kind(const std::string& name) {
-  using K = ember::LayerKind;
-  for (K k : {K::ReLU, K::Sigmoid, K::Tanh, K::GELU, K::GELUTanh, K::HardSwish, K::SiLU, K::FastSwish})
-    if (name == ember::layer_kind_name(k)) return k;
-  throw py::value_error("act: expected relu, sigmoid, tanh, gelu, gelu-tanh, hardswish, silu or fastswish, found '" +
-                        ember::clip_text(name) + "'");
+  ember::LayerKind kind;
+  if (!ember::find_activation(name, &kind))
+    throw py::value_error("act: expected " + ember::activation_list() + ", found '" + ember::clip_text(name) + "'");
+  return kind;
+}
+
+// Any op of the table by its JSON type and fields: layer("conv2d", out_channels=8, kernel=3).
+ember::LayerSpec layer_spec(const std::string& type, const py::kwargs& fields) {
+  py::dict d;
+  d["type"] = type;
+  for (auto item : fields) d[item.first] = item.second;
+  const std::string text = py::module_::import("json").attr("dumps")(d).cast<std::string>();
+  try {
+    return ember::parse_layer_json(text, "layer()");
+  } catch (const ember::Error& e) {
+    throw py::value_error(e.what());
+  }
 }
 
 }  // namespace
@@ -452,6 +466,9 @@ PYBIND11_MODULE(ember, m) {
       PyErr_SetString(error.ptr(), e.what());
     }
   });
+  m.def("ops", [] { return py::module_::import("json").attr("loads")(ember::ops_json(-1)); },
+        "The op table (ember info --ops --json): {'ops': [{'name', 'onnx', 'layouts', 'dtypes', 'fields', 'params', "
+        "'example', ...}]}");
   py::class_<PyModel>(m, "Model", "A model: built in, from a JSON description, trained and run on numpy arrays")
       .def_static("builtin", &PyModel::builtin, py::arg("name"), "A built-in model: mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto")
       .def_static("from_json", &PyModel::from_json, py::arg("path_or_text"), "A model from a JSON description (a file path, or the text itself)")
@@ -480,7 +497,13 @@ PYBIND11_MODULE(ember, m) {
              const ember::LayerKind kind = act_kind(k);
              return m.build([&](ember::Model& x) { x.act(kind); });
            }, py::arg("kind"), py::return_value_policy::reference_internal,
-           "Appends an activation: relu, sigmoid, tanh, gelu, gelu-tanh, hardswish, silu or fastswish")
+           ("Appends an activation: " + ember::activation_list()).c_str())
+      .def("layer", [](PyModel& m, const std::string& type, const py::kwargs& fields) -> PyModel& {
+             const ember::LayerSpec s = layer_spec(type, fields);
+             return m.build([&](ember::Model& x) { x.layers.push_back(s); });
+           }, py::arg("type"), py::return_value_policy::reference_internal,
+           "Appends any op of the table by its model-format type and JSON fields (ember info --ops): "
+           "layer('layernorm', eps=1e-6), layer('linear', out_features=10, bias=False)")
       .def("drop_path", [](PyModel& m, double p) -> PyModel& { return m.build([&](ember::Model& x) { x.drop_path(p); }); },
            py::arg("p"), py::return_value_policy::reference_internal, "Stochastic depth (off in predict/evaluate)")
       .def("concat", [](PyModel& m, std::vector<std::string> in) -> PyModel& { return m.build([&](ember::Model& x) { x.concat(in); }); },

@@ -4,5 +4,6 @@
 #include "ember/error.h"
 #include "ember/io.h"
 #include "ember/model.h"
+#include "ember/ops.h"
 #include "ember/plan.h"
 #include "ember/train.h"

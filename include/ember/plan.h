@@ -55,12 +55,21 @@ struct PlanOptions {
   uint64_t seed = 1;            // stochastic depth's masks: drawn from (seed, optimizer step, unit)
 };
 
+// What a parameter is for (the op table says, per op): the optimizer's weight decay and L2 apply
+// to weights, norm scales and layer scales (the rule of ember's recipes since the seed CNN: a
+// node's first parameter), never to biases or norm shifts; running statistics are not trained.
+enum class ParamRole { weight, bias, norm_scale, norm_shift, layer_scale, running_stat };
+const char* param_role_name(ParamRole r);  // "weight", "bias", "norm_scale", ...
+bool param_decays(ParamRole r);            // L2 and weight decay apply
+bool param_trained(ParamRole r);           // the optimizer updates it
+
 struct ParamInfo {
   std::string name;             // PyTorch state_dict names: "0.weight" (unnamed node 0), "stem.0.bias"
   std::vector<int> shape;       // PyTorch layout: Linear [K, C], Conv2d [K, C/G, R, S]
   size_t offset = 0;            // element offset inside the flat parameter block
   size_t size = 0;              // elements
-  bool is_weight = false;       // L2 and weight decay apply to weights, not biases
+  ParamRole role = ParamRole::weight;
+  bool is_weight = false;       // param_decays(role): L2 and weight decay apply
   int fan_in = 0, fan_out = 0;
   int layer = 0;                // the model layer it belongs to
   bool constant = false;        // initialised to `value` (LayerNorm 1 and 0, layer scale), not randomly

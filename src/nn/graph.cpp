@@ -3,6 +3,8 @@
 // (plan.cpp) runs them in order and binds the result to kernels.
 #include "nn/graph.h"
 
+#include "nn/op_table.h"
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -138,10 +140,15 @@ std::vector<ParamInfo> graph_params(const Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Layer& l = *g.nodes[i].layer;
     const auto shapes = l.param_shapes();
-    const auto names = l.param_names();
+    const OpDesc& op = op_desc(g.nodes[i].spec->kind);
+    const std::vector<OpParam> named = op.params ? op.params(*g.nodes[i].spec) : std::vector<OpParam>{};
+    if (named.size() != shapes.size())
+      throw Error("internal: op " + std::string(op.name) + " declares " + std::to_string(named.size()) +
+                  " parameters, its layer " + std::to_string(shapes.size()));
     for (size_t t = 0; t < shapes.size(); ++t) {
       ParamInfo p;
-      p.name = g.nodes[i].param_prefix + "." + names.at(t);
+      p.name = g.nodes[i].param_prefix + "." + named[t].name;
+      p.role = named[t].role;
       const auto [it, fresh] = owner.emplace(p.name, i);
       if (!fresh)
         throw Error(g.where + ": " + g.nodes[i].label + ": its parameter \"" + p.name + "\" has the name of " +
@@ -151,7 +158,7 @@ std::vector<ParamInfo> graph_params(const Graph& g) {
       p.size = 1;
       for (int d : p.shape) p.size *= size_t(d);
       p.offset = offset;
-      p.is_weight = t == 0;
+      p.is_weight = param_decays(p.role);
       p.layer = int(i);
       p.fan_in = l.fan_in();
       p.fan_out = l.fan_out();

@@ -136,8 +136,7 @@ class Linear final : public Layer {
   bool backward_reads_output() const override { return false; }
   size_t workspace_elems(int batch, int threads) const override {
     const size_t t1 = in_.c >= ops::kLinearT1SplitRows ? 2 * size_t(spec_.out) : 0;  // batch 1, frozen
-    return std::max({ops::linear_fwd_workspace(batch, spec_.out), t1,
-                     ops::linear_fwd_split_workspace(batch, in_.c, spec_.out, threads)});
+    return std::max(ops::linear_fwd_workspace_upto(batch, in_.c, spec_.out, threads), t1);
   }
   std::string saved_what() const override { return "sparse-input state"; }
   size_t saved_bytes(int batch, int threads, DType dt) const override {

@@ -80,8 +80,7 @@ class Layer {
   }
   // Weight [and bias] shapes in PyTorch layout; empty for parameter-free layers.
   virtual std::vector<std::vector<int>> param_shapes() const { return {}; }
-  // Each parameter's PyTorch attribute name (the node's name, a dot, then this).
-  virtual std::vector<std::string> param_names() const { return {"weight", "bias"}; }
+  // (Each parameter's name and role: the op table, nn/op_table.h.)
   // Parameter t starts at this constant (LayerNorm: 1 and 0; layer scale: its init value)
   // instead of the model's random initialiser (weights) or zero (biases).
   virtual bool param_constant(size_t t, double* value) const { return false; }

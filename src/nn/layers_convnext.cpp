@@ -136,7 +136,6 @@ class LayerScale final : public Layer {
   using Layer::Layer;
   Dims infer(const Dims& in) override { return in_ = out_ = in; }
   std::vector<std::vector<int>> param_shapes() const override { return {{in_.c, 1, 1}}; }
-  std::vector<std::string> param_names() const override { return {"layer_scale"}; }
   bool param_constant(size_t, double* v) const override { return *v = spec_.scale_init, true; }
   bool backward_reads_output() const override { return false; }
   size_t workspace_elems(int, int threads) const override { return size_t(in_.c) * size_t(threads); }

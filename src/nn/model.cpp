@@ -16,38 +16,13 @@
 #include "ember/model.h"
 #include "fs/json_read.h"
 #include "nn/graph.h"
+#include "nn/op_table.h"
 
 namespace ember {
 
 using json = nlohmann::json;
 
-const char* layer_kind_name(LayerKind k) {
-  switch (k) {
-    case LayerKind::Conv2d: return "conv2d";
-    case LayerKind::Linear: return "linear";
-    case LayerKind::MaxPool2d: return "maxpool2d";
-    case LayerKind::AvgPool2d: return "avgpool2d";
-    case LayerKind::Flatten: return "flatten";
-    case LayerKind::ReLU: return "relu";
-    case LayerKind::Sigmoid: return "sigmoid";
-    case LayerKind::Tanh: return "tanh";
-    case LayerKind::Softmax: return "softmax";
-    case LayerKind::Add: return "add";
-    case LayerKind::Concat: return "concat";
-    case LayerKind::GELU: return "gelu";
-    case LayerKind::GELUTanh: return "gelu-tanh";
-    case LayerKind::HardSwish: return "hardswish";
-    case LayerKind::SiLU: return "silu";
-    case LayerKind::FastSwish: return "fastswish";
-    case LayerKind::LayerNorm: return "layernorm";
-    case LayerKind::LayerNorm2d: return "layernorm2d";
-    case LayerKind::GlobalAvgPool: return "globalavgpool";
-    case LayerKind::LayerScale: return "layerscale";
-    case LayerKind::ZeroPad2d: return "zeropad2d";
-    case LayerKind::DropPath: return "droppath";
-  }
-  return "?";
-}
+const char* layer_kind_name(LayerKind k) { return nn::op_desc(k).name; }
 const char* loss_kind_name(LossKind k) {
   switch (k) {
     case LossKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
@@ -174,224 +149,26 @@ namespace {
 // Limits that keep any description's reading and compiling bounded (see docs/model-format.md).
 constexpr int kMaxDepth = 32;      // JSON nesting; the format itself needs 3
 constexpr size_t kMaxLayers = kMaxModelLayers;
-constexpr size_t kShown = 60;      // characters of a key quoted in a message
 constexpr uint64_t kMaxModelFile = uint64_t(16) << 20;  // a description of 4096 layers is < 1 MiB
 
 std::string brief(const json& j) { return json_brief(j); }
 
-// An object key for a JSON path: as it is when plain, else quoted and escaped (one line).
-std::string key_name(const std::string& key) {
-  const bool plain = !key.empty() && key.size() <= kShown &&
-                     std::all_of(key.begin(), key.end(), [](char c) { return std::isalnum((unsigned char)c) || c == '_'; });
-  return plain ? key : brief(json(key));
-}
-
-struct Reader {
-  const std::string& source;
-  [[noreturn]] void fail(const std::string& path, const std::string& msg) const {
-    throw Error(source + ": " + path + ": " + msg);
+// The top level's keys: each one of `keys`.
+void only(const nn::JsonFields& r, const json& obj, std::initializer_list<const char*> keys) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool ok = false;
+    for (const char* k : keys) ok = ok || it.key() == k;
+    if (ok) continue;
+    std::string list;
+    for (const char* k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
+    r.fail("(top level)." + nn::json_key(it.key()),
+           "unknown key (expected one of " + list + ")");
   }
-  int integer(const json& j, const std::string& path, int lo, int hi) const {
-    if (!j.is_number_integer()) fail(path, "expected an integer, found " + brief(j));
-    // Unsigned values above INT64_MAX would wrap in get<long long>(); they are out of range anyway.
-    const bool big = j.is_number_unsigned() && j.get<unsigned long long>() > (unsigned long long)hi;
-    const long long v = big ? (long long)hi + 1 : j.get<long long>();
-    if (v < lo || v > hi)
-      fail(path, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                     "], found " + (big ? json_text(j) : std::to_string(v)));
-    return int(v);
-  }
-  // An int or a pair [h, w].
-  void pair(const json& j, const std::string& path, int lo, int hi, int* h, int* w) const {
-    if (j.is_array()) {
-      if (j.size() != 2) fail(path, "expected an integer or [h, w], found " + brief(j));
-      *h = integer(j[0], path + "[0]", lo, hi);
-      *w = integer(j[1], path + "[1]", lo, hi);
-    } else {
-      *h = *w = integer(j, path, lo, hi);
-    }
-  }
-  Init init(const json& j, const std::string& path) const {
-    const std::string v = j.is_string() ? j.get<std::string>() : "";
-    if (v == "kaiming" || v == "he") return Init::Kaiming;
-    if (v == "xavier" || v == "glorot") return Init::Xavier;
-    if (v == "torch") return Init::Torch;
-    if (v == "trunc_normal") return Init::TruncNormal;
-    fail(path, "expected \"kaiming\", \"xavier\", \"torch\" or \"trunc_normal\", found " + brief(j));
-  }
-  void only(const json& obj, const std::string& path, std::initializer_list<const char*> keys) const {
-    for (auto it = obj.begin(); it != obj.end(); ++it) {
-      bool ok = false;
-      for (const char* k : keys) ok = ok || it.key() == k;
-      if (!ok) {
-        std::string list;
-        for (const char* k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
-        fail(path + "." + key_name(it.key()), "unknown key (expected one of " + list + ")");
-      }
-    }
-  }
-};
-
-// "name" (a string) and "inputs" (a name or an array of 1 to 8 names), allowed on every layer.
-void parse_links(const Reader& r, const json& j, const std::string& path, LayerSpec* s) {
-  auto name = [&](const json& v, const std::string& at) {
-    if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > 128)
-      r.fail(at, "expected a layer name (a string of 1 to 128 characters), found " + brief(v));
-    return v.get<std::string>();
-  };
-  if (j.contains("name")) s->name = name(j["name"], path + ".name");
-  if (!j.contains("inputs")) return;
-  const json& in = j["inputs"];
-  if (in.is_string()) {
-    s->inputs.push_back(name(in, path + ".inputs"));
-    return;
-  }
-  if (!in.is_array() || in.empty() || in.size() > 8)
-    r.fail(path + ".inputs", "expected a layer name or an array of 1 to 8 names, found " + brief(in));
-  for (size_t i = 0; i < in.size(); ++i) s->inputs.push_back(name(in[i], path + ".inputs[" + std::to_string(i) + "]"));
-}
-
-LayerSpec parse_layer(const Reader& r, const json& j, const std::string& path) {
-  if (!j.is_object()) r.fail(path, "expected an object, found " + brief(j));
-  if (!j.contains("type") || !j["type"].is_string()) r.fail(path + ".type", "missing layer type");
-  const std::string type = j["type"].get<std::string>();
-  LayerSpec s;
-  parse_links(r, j, path, &s);
-  constexpr int kMax = 1 << 20;
-  if (type == "conv2d") {
-    r.only(j, path, {"type", "name", "inputs", "out_channels", "kernel", "stride", "padding", "groups", "bias", "init"});
-    s.kind = LayerKind::Conv2d;
-    if (!j.contains("out_channels")) r.fail(path + ".out_channels", "missing");
-    if (!j.contains("kernel")) r.fail(path + ".kernel", "missing");
-    s.out = r.integer(j["out_channels"], path + ".out_channels", 1, kMax);
-    r.pair(j["kernel"], path + ".kernel", 1, 4096, &s.kernel_h, &s.kernel_w);
-    if (j.contains("stride")) r.pair(j["stride"], path + ".stride", 1, 4096, &s.stride_h, &s.stride_w);
-    if (j.contains("padding") && j["padding"] == "same") s.same = true;
-    else if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
-    if (j.contains("groups")) s.groups = r.integer(j["groups"], path + ".groups", 1, kMax);
-  } else if (type == "linear") {
-    r.only(j, path, {"type", "name", "inputs", "out_features", "over", "bias", "init"});
-    s.kind = LayerKind::Linear;
-    if (j.contains("over")) {
-      if (j["over"] != "features" && j["over"] != "channels")
-        r.fail(path + ".over", "expected \"features\" or \"channels\", found " + brief(j["over"]));
-      s.over_channels = j["over"] == "channels";
-    }
-    if (!j.contains("out_features")) r.fail(path + ".out_features", "missing");
-    s.out = r.integer(j["out_features"], path + ".out_features", 1, kMax);
-  } else if (type == "maxpool2d" || type == "avgpool2d") {
-    r.only(j, path, {"type", "name", "inputs", "kernel", "stride", "padding"});
-    s.kind = type == "maxpool2d" ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
-    if (!j.contains("kernel")) r.fail(path + ".kernel", "missing");
-    r.pair(j["kernel"], path + ".kernel", 1, 4096, &s.kernel_h, &s.kernel_w);
-    s.stride_h = s.kernel_h, s.stride_w = s.kernel_w;
-    if (j.contains("stride")) r.pair(j["stride"], path + ".stride", 1, 4096, &s.stride_h, &s.stride_w);
-    if (j.contains("padding")) r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
-  } else if (type == "layernorm" || type == "layernorm2d") {
-    r.only(j, path, {"type", "name", "inputs", "dims", "eps", "affine"});
-    s.kind = type == "layernorm" ? LayerKind::LayerNorm : LayerKind::LayerNorm2d;
-    if (j.contains("dims")) {
-      if (s.kind != LayerKind::LayerNorm) r.fail(path + ".dims", "only layernorm takes dims");
-      s.norm_dims = r.integer(j["dims"], path + ".dims", 1, 3);
-    }
-    if (j.contains("eps")) {
-      if (!j["eps"].is_number() || !(j["eps"].get<double>() > 0) || j["eps"].get<double>() > 1)
-        r.fail(path + ".eps", "expected a number in (0, 1], found " + brief(j["eps"]));
-      s.eps = j["eps"].get<double>();
-    }
-    if (j.contains("affine")) {
-      if (!j["affine"].is_boolean()) r.fail(path + ".affine", "expected true or false, found " + brief(j["affine"]));
-      s.bias = j["affine"].get<bool>();
-    }
-  } else if (type == "layerscale") {
-    r.only(j, path, {"type", "name", "inputs", "init_value"});
-    s.kind = LayerKind::LayerScale;
-    if (j.contains("init_value")) {
-      if (!j["init_value"].is_number() || !std::isfinite(j["init_value"].get<double>()))
-        r.fail(path + ".init_value", "expected a finite number, found " + brief(j["init_value"]));
-      s.scale_init = j["init_value"].get<double>();
-    }
-  } else if (type == "droppath") {
-    r.only(j, path, {"type", "name", "inputs", "p"});
-    s.kind = LayerKind::DropPath;
-    if (j.contains("p")) {
-      if (!j["p"].is_number() || !(j["p"].get<double>() >= 0 && j["p"].get<double>() < 1))
-        r.fail(path + ".p", "expected a probability in [0, 1), found " + brief(j["p"]));
-      s.drop_prob = j["p"].get<double>();
-    }
-  } else if (type == "zeropad2d") {
-    r.only(j, path, {"type", "name", "inputs", "padding"});
-    s.kind = LayerKind::ZeroPad2d;
-    if (!j.contains("padding")) r.fail(path + ".padding", "missing");
-    r.pair(j["padding"], path + ".padding", 0, 4096, &s.pad_h, &s.pad_w);
-  } else {
-    static const std::pair<const char*, LayerKind> simple_kinds[] = {
-        {"flatten", LayerKind::Flatten}, {"relu", LayerKind::ReLU}, {"sigmoid", LayerKind::Sigmoid},
-        {"tanh", LayerKind::Tanh}, {"softmax", LayerKind::Softmax}, {"add", LayerKind::Add},
-        {"concat", LayerKind::Concat}, {"gelu", LayerKind::GELU}, {"gelu-tanh", LayerKind::GELUTanh},
-        {"hardswish", LayerKind::HardSwish}, {"silu", LayerKind::SiLU}, {"fastswish", LayerKind::FastSwish},
-        {"globalavgpool", LayerKind::GlobalAvgPool}};
-    bool found = false;
-    for (auto& [name, kind] : simple_kinds)
-      if (type == name) s.kind = kind, found = true;
-    if (!found)
-      r.fail(path + ".type", "unknown layer " + brief(j["type"]) +
-                                 " (expected conv2d, linear, maxpool2d, avgpool2d, flatten, relu, "
-                                 "sigmoid, tanh, gelu, gelu-tanh, hardswish, silu, fastswish, softmax, add, "
-                                 "concat, layernorm, layernorm2d, globalavgpool, layerscale, zeropad2d or droppath)");
-    r.only(j, path, {"type", "name", "inputs"});
-  }
-  if (j.contains("bias")) {
-    if (!j["bias"].is_boolean()) r.fail(path + ".bias", "expected true or false, found " + brief(j["bias"]));
-    s.bias = j["bias"].get<bool>();
-  }
-  if (j.contains("init")) s.init = r.init(j["init"], path + ".init");
-  return s;
-}
-
-json layer_json(const LayerSpec& s) {
-  json j{{"type", layer_kind_name(s.kind)}};
-  if (!s.name.empty()) j["name"] = s.name;
-  if (!s.inputs.empty()) j["inputs"] = s.inputs;
-  auto pair = [](int h, int w) { return h == w ? json(h) : json::array({h, w}); };
-  switch (s.kind) {
-    case LayerKind::Conv2d:
-      j["out_channels"] = s.out;
-      j["kernel"] = pair(s.kernel_h, s.kernel_w);
-      j["stride"] = pair(s.stride_h, s.stride_w);
-      j["padding"] = s.same ? json("same") : pair(s.pad_h, s.pad_w);
-      j["groups"] = s.groups;
-      j["bias"] = s.bias;
-      break;
-    case LayerKind::Linear:
-      j["out_features"] = s.out;
-      if (s.over_channels) j["over"] = "channels";
-      j["bias"] = s.bias;
-      break;
-    case LayerKind::MaxPool2d:
-    case LayerKind::AvgPool2d:
-      j["kernel"] = pair(s.kernel_h, s.kernel_w);
-      j["stride"] = pair(s.stride_h, s.stride_w);
-      j["padding"] = pair(s.pad_h, s.pad_w);
-      break;
-    case LayerKind::LayerNorm:
-    case LayerKind::LayerNorm2d:
-      if (s.kind == LayerKind::LayerNorm && s.norm_dims) j["dims"] = s.norm_dims;
-      j["eps"] = s.eps;
-      j["affine"] = s.bias;
-      break;
-    case LayerKind::LayerScale: j["init_value"] = s.scale_init; break;
-    case LayerKind::ZeroPad2d: j["padding"] = pair(s.pad_h, s.pad_w); break;
-    case LayerKind::DropPath: j["p"] = s.drop_prob; break;
-    default: break;
-  }
-  if (s.init) j["init"] = init_name(*s.init);
-  return j;
 }
 
 // The loss must fit the last layer: cross_entropy reads probabilities (a softmax last), and
 // softmax_cross_entropy applies its own softmax (a softmax last would apply it twice).
-void check_loss(const Reader& r, const Model& m) {
+void check_loss(const nn::JsonFields& r, const Model& m) {
   const bool softmax_last = m.layers.back().kind == LayerKind::Softmax;
   const std::string last = "layers[" + std::to_string(m.layers.size() - 1) + "] (" +
                            layer_kind_name(m.layers.back().kind) + ")";
@@ -406,10 +183,10 @@ void check_loss(const Reader& r, const Model& m) {
 }  // namespace
 
 Model parse_model_json(const std::string& text, const std::string& source) {
-  const Reader r{source};
+  const nn::JsonFields r{source};
   const json j = parse_json(text, source, kMaxDepth);  // depth counted before parsing
   if (!j.is_object()) r.fail("(top level)", "expected an object, found " + brief(j));
-  r.only(j, "(top level)", {"name", "input", "classes", "loss", "init", "layers"});
+  only(r, j, {"name", "input", "classes", "loss", "init", "layers"});
   Model m;
   m.source = source;
   if (j.contains("name")) {
@@ -438,7 +215,7 @@ Model parse_model_json(const std::string& text, const std::string& source) {
     r.fail("layers", "expected at most " + std::to_string(kMaxLayers) + " layers, found " +
                          std::to_string(j["layers"].size()));
   for (size_t i = 0; i < j["layers"].size(); ++i)
-    m.layers.push_back(parse_layer(r, j["layers"][i], "layers[" + std::to_string(i) + "]"));
+    m.layers.push_back(nn::read_layer(r, j["layers"][i], "layers[" + std::to_string(i) + "]"));
   check_loss(r, m);
   nn::resolve(m);  // names and inputs: errors name the layer now, not when a plan is built
   return m;
@@ -455,7 +232,7 @@ std::string model_to_json(const Model& m) {
          {"loss", loss_kind_name(m.loss)},
          {"init", init_name(m.init)},
          {"layers", json::array()}};
-  for (auto& s : m.layers) j["layers"].push_back(layer_json(s));
+  for (auto& s : m.layers) j["layers"].push_back(nn::write_layer(s));
   return json_text(j, 2);
 }
 

@@ -23,6 +23,13 @@ size_t linear_fwd_split_workspace(int N, int C, int K, int threads) {
   return split_depth(N, C, K, threads) ? size_t(threads - 1) * N * K : 0;
 }
 
+size_t linear_fwd_workspace_upto(int batch, int C, int K, int threads) {
+  size_t most = 0;  // a partial batch may take a path the full one does not (N < K; the split)
+  for (int n = 1; n <= batch; ++n)
+    most = std::max({most, linear_fwd_workspace(n, K), linear_fwd_split_workspace(n, C, K, threads)});
+  return most;
+}
+
 // y[N,K] = x[N,C] w[K,C]^T + b[K]. Both operands have C contiguous, so the GEMM packs (transposes)
 // one of them: with a batch smaller than K (and at most 128 rows, where the GEMM reads op(A) in
 // place) it computes y^T = w x^T into ws and transposes that, packing x rather than the larger w

@@ -51,6 +51,9 @@ size_t linear_fwd_workspace(int N, int K);
 // order: every thread then packs only its share of x, where a split of the outputs has each pack all
 // of it. ws then needs (threads - 1) * N * K elements: this, or 0 when the shape does not split.
 size_t linear_fwd_split_workspace(int N, int C, int K, int threads);
+// What any batch of 1 to `batch` rows needs: a plan's workspace (a partial batch smaller than K
+// runs as y^T = w x^T even where the full batch does not).
+size_t linear_fwd_workspace_upto(int batch, int C, int K, int threads);
 template <class T>
 void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K,
                 T* ws = nullptr, const uint16_t* wh = nullptr);

@@ -27,6 +27,7 @@
 #include "ember/plan.h"
 #include "ember/train.h"
 #include "ember/onnx.h"
+#include "ember/ops.h"
 #include "ember/version.h"
 #include "kernels/kernels.h"
 #include "kernels/bit_kernels.h"
@@ -88,19 +89,15 @@ namespace {
 Model model_of(const CommonArgs& a) {
   Model m = model_flag(a.model);
   if (a.act.empty()) return m;
-  static const std::pair<const char*, LayerKind> acts[] = {
-      {"relu", LayerKind::ReLU}, {"gelu", LayerKind::GELU}, {"gelu-tanh", LayerKind::GELUTanh},
-      {"hardswish", LayerKind::HardSwish}, {"silu", LayerKind::SiLU}, {"fastswish", LayerKind::FastSwish}};
-  for (auto& [name, kind] : acts)
-    if (a.act == name) {
-      try {
-        set_block_activation(m, kind);
-      } catch (const Error& e) {
-        throw Error(std::string("--act: ") + e.what());
-      }
-      return m;
-    }
-  throw Error("--act: expected relu, gelu, gelu-tanh, hardswish, silu or fastswish, found '" + clip_text(a.act) + "'");
+  LayerKind kind;
+  if (!find_activation(a.act, &kind))
+    throw Error("--act: expected " + activation_list() + ", found '" + clip_text(a.act) + "'");
+  try {
+    set_block_activation(m, kind);
+  } catch (const Error& e) {
+    throw Error(std::string("--act: ") + e.what());
+  }
+  return m;
 }
 
 // For flags whose -1 default means "the recipe's" or "automatic": a negative value given on the
@@ -120,7 +117,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   a.threads = default_threads();
   cmd->add_option("--model", a.model, "Built-in model (mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto) or FILE.json")
       ->capture_default_str();
-  cmd->add_option("--act", a.act, "A ConvNeXt model's block activation: relu, gelu, gelu-tanh, hardswish, silu or fastswish");
+  cmd->add_option("--act", a.act, "A ConvNeXt model's block activation: " + activation_list() + " (the op table's activations)");
   cmd->add_option("--data", a.data,
                   "Data set directory: MNIST-format files, CIFAR-10/100 binary batches, or image folders "
                   "(train/<class>/*.png|jpg, test/ or val/; TinyImageNet's layout) (default: Fashion-MNIST in " +
@@ -641,6 +638,11 @@ int run_info(const InfoArgs& a) {
               int(std::thread::hardware_concurrency()), default_threads());
   if (a.kernels) print_kernel_rows();
   if (!a.model.empty()) print_plans(a);
+  return 0;
+}
+
+int run_info_ops(const InfoArgs& a) {
+  std::fputs(a.json ? (ops_json(2) + "\n").c_str() : ops_text().c_str(), stdout);
   return 0;
 }
 

@@ -161,9 +161,12 @@ int run_eval(EvalArgs a, const CLI::App& cmd);
 struct InfoArgs {
   std::string model;
   bool kernels = false;  // --kernels: what each kernel-table entry runs on each set
+  bool ops = false;      // --ops: the op table (alone), as JSON with --json
+  bool json = false;
   int batch_size = 0;  // 0: the model's recipe
 };
 int run_info(const InfoArgs& a);
+int run_info_ops(const InfoArgs& a);
 void add_profile_flags(CLI::App* cmd, ProfileArgs& a);
 int run_profile(ProfileArgs a, const CLI::App& cmd);
 

@@ -102,6 +102,8 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--model", info.model, "A built-in model name or FILE.json: print its layers and the arena of its training and inference plans");
   info_cmd->add_option("--batch-size", info.batch_size, "Batch size of those plans (default: the model's recipe)");
   info_cmd->add_flag("--kernels", info.kernels, "List every kernel-table entry and what it runs on each kernel set (own code, the scalar reference, or none)");
+  CLI::Option* ops_flag = info_cmd->add_flag("--ops", info.ops, "Print the op table alone: every layer type, its JSON fields, parameters and roles, ONNX types");
+  info_cmd->add_flag("--json", info.json, "With --ops: print it as JSON ({\"ops\": [...]}, each with an example model file)")->needs(ops_flag);
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "ember: error: " + shown(e.what()) + " (see --help)\n";
@@ -118,7 +120,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return ember::cli::run_train(train, *train_cmd);
     if (profile_cmd->parsed()) return ember::cli::run_profile(profile, *profile_cmd);
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
-    if (info_cmd->parsed()) return ember::cli::run_info(info);
+    if (info_cmd->parsed()) return info.ops ? ember::cli::run_info_ops(info) : ember::cli::run_info(info);
     if (export_cmd->parsed()) return ember::cli::run_export(exp);
     if (bitbench_cmd->parsed()) return ember::cli::run_bitnet_bench(bitbench);
     if (bench_cmd->parsed()) return ember::cli::run_bench(bench);
