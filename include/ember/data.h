@@ -38,7 +38,7 @@ struct ImageFiles {
   int rows = 0, cols = 0, channels = 1;
   bool resize = false, cubic = false;  // resize: every image to rows x cols; else each must be so
   int64_t max_pixels = int64_t(1) << 26;
-  std::string flag = "--data";     // what errors name
+  std::string what = "image folder";  // what errors call the folder (the CLI: its flag)
   std::shared_ptr<DecodeBudget> budget;  // shared by every decoding thread (src/data/decode_budget.h)
   // dst[channels, rows, cols] = file i, grey replicated to 3 channels when channels is 3. Throws
   // Error naming the file (it may have changed since it was listed).
@@ -145,7 +145,7 @@ struct FolderOptions {
   // Decoded sets larger than this (train and test together, summed over every header) are
   // streamed from their files (Dataset::files) instead of cached in memory.
   uint64_t cache_bytes = uint64_t(1) << 62;
-  std::string flag = "--data";  // the flag errors name (ember bench: --data-folder)
+  std::string what = "image folder";  // what errors call the folder (the CLI: its flag, "--data")
 };
 struct FolderReport {
   int64_t skipped_train = 0, skipped_test = 0;  // files that are not .png/.jpg/.jpeg
@@ -153,7 +153,8 @@ struct FolderReport {
 };
 TrainTest load_image_folder(const std::string& dir, const FolderOptions& o, FolderReport* report = nullptr);
 // Whether dir looks like an image folder (has train/ with a sub-folder) or TinyImageNet (wnids.txt).
-bool is_image_folder(const std::string& dir);
+// Errors (an unreadable train/) name `what` and the path.
+bool is_image_folder(const std::string& dir, const std::string& what = "image folder");
 
 // Where the default data set (Fashion-MNIST, Debian's dataset-fashion-mnist) lives.
 inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";

@@ -23,17 +23,17 @@ struct Augment {
 
 // Parses --normalize: "none", "imagenet" (torchvision's mean 0.485,0.456,0.406 and std
 // 0.229,0.224,0.225), "M,S" (every channel) or "M1,M2,M3,S1,S2,S3"; checked against `channels`.
-// Throws Error naming `flag`.
-void parse_normalize(const std::string& text, int channels, Augment& a, const std::string& flag);
+// Throws Error naming `what`.
+void parse_normalize(const std::string& text, int channels, Augment& a, const std::string& what);
 // The per-channel affine Plan::set_input_affine takes for a's normalisation (empty: none).
 void input_affine(const Augment& a, std::vector<double>* scale, std::vector<double>* shift);
 
-// The output size: crop x crop, or the images' own H x W when crop is 0; Error naming `flag` when
+// The output size: crop x crop, or the images' own H x W when crop is 0; Error naming `what` when
 // the crop does not fit the padded image.
 struct Size2 {
   int h = 0, w = 0;
 };
-Size2 augmented_size(const Augment& a, int H, int W, const std::string& flag);
+Size2 augmented_size(const Augment& a, int H, int W, const std::string& what);
 
 // One sample: dst[C, out.h, out.w] from src[C, H, W]. train: a's random crop (or resized crop)
 // and flip drawn from (seed, epoch, index); else the deterministic path: a centre crop (after the

@@ -155,9 +155,8 @@ TrainResult train(Plan& plan, const Dataset& train_set, const Dataset& test_set,
 // The checks every front end shares (the CLI's flags, Python's arguments, a resumed checkpoint's
 // configuration), so that none is looser than another. A FieldName spells a setting for the
 // caller's errors: given its name as Python and config.json spell it ("lr", "batch_size"), the
-// name to print (the CLI's flag_name: "--lr", "--batch-size"; Python's: the same "lr").
+// name to print (Python's: the same "lr"; the CLI maps it to the flag that set it).
 using FieldName = std::function<std::string(const char* field)>;
-std::string flag_name(const char* field);  // "--" + field with '_' as '-'
 // "NAME: expected an integer in [lo, hi], found V" unless lo <= v <= hi.
 void check_integer(const std::string& name, int64_t v, int64_t lo, int64_t hi);
 // "NAME: expected a finite number in (lo, hi], found V" ("[lo, hi]" unless lo_open) unless it is.

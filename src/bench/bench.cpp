@@ -217,7 +217,7 @@ std::string make_jpeg_folder() {
 double time_data(const std::string& name, const std::string& folder, int threads, int batch) {
   FolderOptions fo;
   fo.threads = threads;
-  fo.flag = "--data-folder";  // the errors name bench's flag
+  fo.what = "data_folder";  // the errors name the BenchOptions field
   double best = 0;
   if (name == "data-decode") {
     for (int rep = 0; rep < 3; ++rep) {

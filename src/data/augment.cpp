@@ -19,11 +19,11 @@ namespace {
 constexpr double kMinStd = 1e-6, kMaxStd = 1e6, kMaxMean = 1e6;  // documented in docs/data.md
 }  // namespace
 
-void parse_normalize(const std::string& text, int channels, Augment& a, const std::string& flag) {
+void parse_normalize(const std::string& text, int channels, Augment& a, const std::string& what) {
   a.mean.clear(), a.std.clear();
   if (text == "none") return;
   if (text == "imagenet") {
-    if (channels != 3) throw Error(flag + ": imagenet needs 3 channels, the data has " + std::to_string(channels));
+    if (channels != 3) throw Error(what + ": imagenet needs 3 channels, the data has " + std::to_string(channels));
     a.mean = {0.485, 0.456, 0.406}, a.std = {0.229, 0.224, 0.225};
     return;
   }
@@ -35,13 +35,13 @@ void parse_normalize(const std::string& text, int channels, Augment& a, const st
     char* end = nullptr;
     const double x = s.empty() ? NAN : std::strtod(s.c_str(), &end);
     if (s.empty() || *end != '\0' || !std::isfinite(x))
-      throw Error(flag + ": expected none, imagenet, M,S or M1,..,S1,.. (one mean and std per channel), found '" +
+      throw Error(what + ": expected none, imagenet, M,S or M1,..,S1,.. (one mean and std per channel), found '" +
                   one_line(text) + "'");
     v.push_back(x);
     i = j + 1;
   }
   if (v.size() != 2 && v.size() != size_t(2 * channels))
-    throw Error(flag + ": " + std::to_string(v.size()) + " numbers for data of " + std::to_string(channels) +
+    throw Error(what + ": " + std::to_string(v.size()) + " numbers for data of " + std::to_string(channels) +
                 (channels == 1 ? " channel: expected 2 (M,S)"
                                : " channels: expected 2 (M,S for all) or " + std::to_string(2 * channels) +
                                      " (a mean per channel, then a std per channel)"));
@@ -53,7 +53,7 @@ void parse_normalize(const std::string& text, int channels, Augment& a, const st
     if (!(a.std.back() >= kMinStd && a.std.back() <= kMaxStd) || std::fabs(a.mean.back()) > kMaxMean) {
       char found[96];
       std::snprintf(found, sizeof found, "mean %g, std %g", a.mean.back(), a.std.back());
-      throw Error(flag + ": expected a std in [1e-06, 1e+06] and a mean in [-1e+06, 1e+06], found " + found +
+      throw Error(what + ": expected a std in [1e-06, 1e+06] and a mean in [-1e+06, 1e+06], found " + found +
                   (channels > 1 ? " for channel " + std::to_string(c) : std::string()));
     }
   }
@@ -67,10 +67,10 @@ void input_affine(const Augment& a, std::vector<double>* scale, std::vector<doub
   }
 }
 
-Size2 augmented_size(const Augment& a, int H, int W, const std::string& flag) {
+Size2 augmented_size(const Augment& a, int H, int W, const std::string& what) {
   if (a.crop == 0) return {H, W};
   if (!a.resized_crop && (a.crop > H + 2 * a.pad || a.crop > W + 2 * a.pad))
-    throw Error(flag + ": crop " + std::to_string(a.crop) + " is larger than the padded image " +
+    throw Error(what + ": crop " + std::to_string(a.crop) + " is larger than the padded image " +
                 std::to_string(W + 2 * a.pad) + "x" + std::to_string(H + 2 * a.pad));
   return {a.crop, a.crop};
 }

@@ -95,7 +95,7 @@ Dataset empty_set(bool hundred, bool fine) {
 void read_batch(Dataset& d, const std::string& path, bool hundred, bool fine, uint64_t max_records, int64_t room) {
   const size_t rec = size_t(hundred ? 2 : 1) + kImage;
   uint64_t size = 0;
-  const int fd = open_input(path, "--data", &size);
+  const int fd = open_input(path, "CIFAR file", &size);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
@@ -112,14 +112,15 @@ void read_batch(Dataset& d, const std::string& path, bool hundred, bool fine, ui
 // Class names: one per line (blank lines ignored), used only when there is one per class.
 std::vector<std::string> names(const std::string& path, int classes) {
   if (!present(path)) return {};
-  std::vector<std::string> out = read_lines(path, 1 << 20, "--data");
+  std::vector<std::string> out = read_lines(path, 1 << 20, "class names file");
   for (std::string& l : out) l = one_line(l);
   if (int(out.size()) != classes) return {};
   return out;
 }
 
-Dataset load_split(const std::vector<std::string>& files, bool hundred, bool fine, uint64_t max_records, int64_t limit) {
-  if (limit < 0) throw Error("--limit: " + std::to_string(limit) + " is negative");
+Dataset load_split(const std::vector<std::string>& files, bool hundred, bool fine, uint64_t max_records, int64_t limit,
+                   const char* field) {
+  if (limit < 0) throw Error(std::string(field) + ": expected >= 0 (0: all images), found " + std::to_string(limit));
   Dataset d = empty_set(hundred, fine);
   for (const std::string& f : files) {
     if (limit > 0 && d.count >= limit) break;
@@ -146,8 +147,8 @@ bool is_cifar100_dir(const std::string& dir) { return present(dir + "/train.bin"
 
 TrainTest load_cifar_dir(const std::string& dir, bool fine, int64_t limit_train, int64_t limit_test) {
   const Layout l = layout(dir);
-  TrainTest t{load_split(l.train, l.hundred, fine, l.train_max, limit_train),
-              load_split(l.test, l.hundred, fine, l.test_max, limit_test)};
+  TrainTest t{load_split(l.train, l.hundred, fine, l.train_max, limit_train, "limit_train"),
+              load_split(l.test, l.hundred, fine, l.test_max, limit_test, "limit_test")};
   const std::string meta = l.hundred ? (fine ? "/fine_label_names.txt" : "/coarse_label_names.txt") : "/batches.meta.txt";
   t.train.class_names = t.test.class_names = names(dir + meta, t.train.num_classes);
   return t;

@@ -69,14 +69,14 @@ struct Head {
 
 // The first (at most) n bytes of a regular file (open_input's checks: never a FIFO or device),
 // and its size; a file over kMaxFile is refused as read_input would.
-std::string read_prefix(const std::string& path, size_t n, const std::string& flag, uint64_t* size) {
-  const int fd = open_input(path, flag, size);
+std::string read_prefix(const std::string& path, size_t n, const std::string& what, uint64_t* size) {
+  const int fd = open_input(path, what, size);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   if (*size > kMaxFile)
-    throw Error(flag + " " + quote_path(path) + ": is " + std::to_string(*size) + " bytes, more than the " +
+    throw Error(what + " " + quote_path(path) + ": is " + std::to_string(*size) + " bytes, more than the " +
                 std::to_string(kMaxFile) + "-byte limit");
   std::string out(size_t(std::min<uint64_t>(n, *size)), '\0');
   size_t done = 0;
@@ -94,15 +94,15 @@ std::string read_prefix(const std::string& path, size_t n, const std::string& fl
 // frame header almost always early), else from the whole file (read within the budget).
 Head read_head(const std::string& path, const FolderOptions& o, DecodeBudget* budget) {
   uint64_t size = 0;
-  const std::string head = read_prefix(path, kHeadBytes, o.flag, &size);
+  const std::string head = read_prefix(path, kHeadBytes, o.what, &size);
   Head h;
   try {
     h.im = read_image_header(reinterpret_cast<const uint8_t*>(head.data()), head.size(), path, o.max_pixels);
   } catch (const Error&) {
     if (head.size() >= size) throw;  // that was the whole file
     DecodeBudget::Hold hold(budget, size);
-    const std::string bytes = named_alloc(o.flag + " " + quote_path(path), "reading its header", size,
-                                          [&] { return read_input(path, kMaxFile, o.flag); });
+    const std::string bytes = named_alloc(o.what + " " + quote_path(path), "reading its header", size,
+                                          [&] { return read_input(path, kMaxFile, o.what); });
     h.im = read_image_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, o.max_pixels);
   }
   h.cost = decode_cost(size, h.im, o.image_size);
@@ -117,8 +117,8 @@ std::vector<Head> read_heads(const std::vector<Item>& items, const FolderOptions
 }
 
 // One image decoded, and resized to image_size when that is set.
-Image read_one(const std::string& path, int image_size, bool cubic, int64_t max_pixels, const std::string& flag) {
-  const std::string bytes = read_input(path, kMaxFile, flag);
+Image read_one(const std::string& path, int image_size, bool cubic, int64_t max_pixels, const std::string& what) {
+  const std::string bytes = read_input(path, kMaxFile, what);
   Image im = decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, max_pixels);
   if (image_size <= 0 || (im.width == image_size && im.height == image_size)) return im;
   Image r{image_size, image_size, im.channels, std::vector<uint8_t>(size_t(im.channels) * image_size * image_size)};
@@ -139,9 +139,9 @@ Shape check_heads(const detail::Listing& l, const std::vector<Head>& ha, const s
       const Image& im = (*heads)[i].im;
       s.channels = std::max(s.channels, im.channels);
       if (o.image_size == 0 && (im.width != s.cols || im.height != s.rows))
-        throw Error(o.flag + " " + quote_path((*items)[i].path) + ": image is " + std::to_string(im.width) + "x" +
+        throw Error(o.what + " " + quote_path((*items)[i].path) + ": image is " + std::to_string(im.width) + "x" +
                     std::to_string(im.height) + ", the first one " + quote_path(l.train.items[0].path) + " is " +
-                    std::to_string(s.cols) + "x" + std::to_string(s.rows) + " (pass --image-size to resize all)");
+                    std::to_string(s.cols) + "x" + std::to_string(s.rows) + " (pass image_size to resize all)");
     }
   return s;
 }
@@ -152,7 +152,7 @@ Dataset files_of(const std::vector<Item>& items, const std::vector<Head>& heads,
   auto files = std::make_shared<ImageFiles>();
   files->rows = s.rows, files->cols = s.cols, files->channels = s.channels;
   files->resize = o.image_size > 0, files->cubic = o.cubic, files->max_pixels = o.max_pixels;
-  files->flag = o.flag, files->budget = budget;
+  files->what = o.what, files->budget = budget;
   Dataset d;
   d.count = int64_t(items.size());
   d.channels = s.channels, d.num_classes = classes, d.rows = s.rows, d.cols = s.cols;
@@ -168,7 +168,7 @@ Dataset files_of(const std::vector<Item>& items, const std::vector<Head>& heads,
 // Decodes every image of a streamed split into memory (the set fits the cache).
 void cache(Dataset& d, const std::string& dir, const FolderOptions& o) {
   const uint64_t bytes = uint64_t(d.count) * d.image_elems();
-  named_alloc(o.flag + " " + quote_path(dir), "the decoded images (--cache-mb)", bytes, [&] { d.images.resize(bytes); });
+  named_alloc(o.what + " " + quote_path(dir), "the decoded images (cache_bytes)", bytes, [&] { d.images.resize(bytes); });
   const size_t per = d.image_elems();
   for_each_item(size_t(d.count), o.threads, [&](size_t i) { d.files->decode(int64_t(i), d.images.data() + per * i); });
   d.files.reset();
@@ -179,10 +179,10 @@ void cache(Dataset& d, const std::string& dir, const FolderOptions& o) {
 void ImageFiles::decode(int64_t i, uint8_t* dst) const {
   const std::string& path = paths[size_t(i)];
   DecodeBudget::Hold hold(budget.get(), cost.empty() ? 0 : cost[size_t(i)]);
-  const Image im = named_alloc(flag + " " + quote_path(path), "decoding the image", cost.empty() ? 0 : cost[size_t(i)],
-                               [&] { return read_one(path, resize ? rows : 0, cubic, max_pixels, flag); });
+  const Image im = named_alloc(what + " " + quote_path(path), "decoding the image", cost.empty() ? 0 : cost[size_t(i)],
+                               [&] { return read_one(path, resize ? rows : 0, cubic, max_pixels, what); });
   if (im.width != cols || im.height != rows)
-    throw Error(flag + " " + quote_path(path) + ": image is now " + std::to_string(im.width) + "x" +
+    throw Error(what + " " + quote_path(path) + ": image is now " + std::to_string(im.width) + "x" +
                 std::to_string(im.height) + ", it was " + std::to_string(cols) + "x" + std::to_string(rows));
   const size_t plane = size_t(rows) * cols;
   for (int c = 0; c < channels; ++c) std::memcpy(dst + plane * c, im.pixels.data() + plane * (im.channels == 1 ? 0 : c), plane);

@@ -24,7 +24,7 @@ struct Listing {
   std::vector<std::string> classes;
   Split train, test;
 };
-// The classes and both splits of dir (the limits applied). Errors name o.flag and the path.
+// The classes and both splits of dir (the limits applied). Errors name o.what and the path.
 Listing list_image_folder(const std::string& dir, const FolderOptions& o);
 bool is_dir(const std::string& path);  // follows a symlink
 

@@ -38,7 +38,7 @@ struct BatchLoader::Impl {
 
   Impl(const Dataset& data, const Augment& aug, int batch, int workers, int dep, uint64_t sd)
       : d(data), a(aug), B(batch), depth(std::max(dep, 1)), seed(sd) {
-    out = augmented_size(a, d.rows, d.cols, "--crop");
+    out = augmented_size(a, d.rows, d.cols, "crop");
     per = size_t(d.channels) * out.h * out.w;
     slots.resize(size_t(depth));
     for (Slot& s : slots) s.images.resize(per * size_t(B)), s.labels.resize(size_t(B));

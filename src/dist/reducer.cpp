@@ -58,11 +58,11 @@ class MpiReducer final : public GradReducer {
       : plan_(plan), o_(o), rank_(w.rank()), size_(w.size()), g_(static_cast<float*>(plan.grad_data())) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     while ((1 << levels_) < size_) ++levels_;
-    // The tree also serves runs without --deterministic: it is faster than MPI's own here.
+    // The tree also serves runs without `deterministic`: it is faster than MPI's own here.
     tree_ = (1 << levels_) == size_ && (o.deterministic || !o.mpi_allreduce);
     if (o_.deterministic && !tree_)
-      throw Error("--deterministic: needs a power-of-two number of ranks (the fixed summation tree), found " +
-                  std::to_string(size_) + " (use --no-deterministic)");
+      throw Error("deterministic: needs a power-of-two number of ranks (the fixed summation tree), found " +
+                  std::to_string(size_));
     shard_ = tree_ && o.shard_update;
     scratch_.resize(plan.param_count());
     build_buckets();
@@ -268,7 +268,7 @@ class MpiReducer final : public GradReducer {
     std::snprintf(limit, sizeof limit, "%g", o_.timeout_s);
     if (s > o_.timeout_s)
       throw Error("data-parallel training: rank " + std::to_string(rank_) + " waited " + std::to_string(int(s)) +
-                  " s for " + what + " from the other ranks (--comm-timeout " + limit +
+                  " s for " + what + " from the other ranks (timeout_s " + limit +
                   "): a rank has died or hangs");
     if (s > 2 && signal_pending())  // a launcher stopping the job while another rank is gone
       throw Error("data-parallel training: rank " + std::to_string(rank_) + " was told to stop while waiting " +

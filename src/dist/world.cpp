@@ -6,7 +6,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "dist/dist.h"
 #include "ember/error.h"
@@ -77,12 +79,20 @@ void World::abort(int code) const {
   std::_Exit(code);
 }
 
+namespace {
+[[noreturn]] void late_start(double timeout_s) {
+  char limit[32];
+  std::snprintf(limit, sizeof limit, "%g", timeout_s);
+  throw Error(std::string("data-parallel training: the ranks did not all start within timeout_s ") + limit + " s");
+}
+}  // namespace
+
 bool World::same_everywhere(uint64_t value, double timeout_s) const {
   if (!mpi_ || size_ < 2) return true;
   unsigned long long v[2] = {value, ~value}, r[2] = {0, 0};  // max of v and of ~v: max and ~min
   MPI_Request q;
   MPI_Iallreduce(v, r, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &q);
-  if (!wait_for(q, timeout_s)) throw Error("data-parallel training: the ranks did not all start within --comm-timeout");
+  if (!wait_for(q, timeout_s)) late_start(timeout_s);
   return r[0] == value && ~r[1] == value;
 }
 
@@ -94,7 +104,7 @@ World::Difference World::first_difference(const std::vector<uint64_t>& values, d
   std::vector<unsigned long long> root(values.begin(), values.end());
   MPI_Request q;
   MPI_Ibcast(root.data(), n, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD, &q);
-  if (!wait_for(q, timeout_s)) throw Error("data-parallel training: the ranks did not all start within --comm-timeout");
+  if (!wait_for(q, timeout_s)) late_start(timeout_s);
   int mine[2] = {n, rank_}, first[2] = {n, 0};  // (index, rank): MINLOC finds the lowest of each
   for (int i = 0; i < n; ++i)
     if (root[size_t(i)] != values[size_t(i)]) {
@@ -102,7 +112,7 @@ World::Difference World::first_difference(const std::vector<uint64_t>& values, d
       break;
     }
   MPI_Iallreduce(mine, first, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD, &q);
-  if (!wait_for(q, timeout_s)) throw Error("data-parallel training: the ranks did not all start within --comm-timeout");
+  if (!wait_for(q, timeout_s)) late_start(timeout_s);
   return first[0] == n ? Difference{} : Difference{first[0], first[1]};
 }
 

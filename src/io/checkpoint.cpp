@@ -41,7 +41,7 @@ CheckpointInfo parse_info(const SafetensorsHeader& h, const std::string& file) {
   auto meta = [&](const char* key) -> const std::string& {
     auto it = h.metadata.find(key);
     if (it == h.metadata.end())
-      throw Error(file + ": __metadata__." + key + ": missing (not an ember checkpoint; weights load with --weights)");
+      throw Error(file + ": __metadata__." + key + ": missing (not an ember checkpoint; a weights file loads with load_weights)");
     return it->second;
   };
   c.ember_version = meta("ember_version");

@@ -507,7 +507,7 @@ std::vector<size_t> thin_indices(size_t n, size_t max_count) {
 void check_run_dir(const std::string& run_dir) {
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec))
-    fail(quote_path(trimmed(run_dir)), "not a directory (expected a run directory from ember train --out)");
+    fail(quote_path(trimmed(run_dir)), "not a directory (expected the directory of a training run)");
 }
 
 std::string render_report_html(const std::string& run_dir) {

@@ -26,11 +26,11 @@ BlockStepper::BlockStepper(Plan& plan, int blocks, int batch, GradReducer* reduc
     : plan_(plan), K_(blocks), L_(0), rank_(reducer ? reducer->rank() : 0), batch_(batch), reducer_(reducer) {
   const int N = reducer ? reducer->ranks() : 1;
   if (K_ < 1 || K_ % N != 0)
-    throw Error("--grad-blocks " + std::to_string(K_) + ": must be a multiple of the " + std::to_string(N) +
+    throw Error("blocks " + std::to_string(K_) + ": must be a multiple of the " + std::to_string(N) +
                 " ranks (each rank runs the same number of blocks)");
   L_ = K_ / N;
   if (!power_of_two(L_))
-    throw Error("--grad-blocks " + std::to_string(K_) + ": each of the " + std::to_string(N) + " ranks would run " +
+    throw Error("blocks " + std::to_string(K_) + ": each of the " + std::to_string(N) + " ranks would run " +
                 std::to_string(L_) + " blocks; the fixed summation tree needs a power of two");
   const int per_block = (batch + K_ - 1) / K_;
   if (plan.batch() < per_block)

@@ -1,6 +1,6 @@
 // The checks of a run's settings that every front end shares (the CLI's flags, Python's
 // arguments, a resumed checkpoint's configuration): ranges, choices by name, and the errors that
-// name the setting in the caller's spelling ("--lr", "lr").
+// name the setting in the caller's spelling (a field name, "lr", unless the caller maps it).
 #include <cmath>
 #include <cstdio>
 
@@ -15,13 +15,6 @@ namespace {
   throw Error(name + ": expected " + expected + ", found " + found);
 }
 }  // namespace
-
-std::string flag_name(const char* field) {
-  std::string f = std::string("--") + field;
-  for (char& c : f)
-    if (c == '_') c = '-';
-  return f;
-}
 
 void check_integer(const std::string& name, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) bad(name, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", std::to_string(v));

@@ -31,7 +31,7 @@ void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string
   Dataset d;  // only the geometry
   d.channels = data.channels, d.num_classes = data.num_classes, d.rows = data.rows, d.cols = data.cols;
   if (augment) {
-    const Size2 o = augmented_size(*augment, data.rows, data.cols, "--crop");
+    const Size2 o = augmented_size(*augment, data.rows, data.cols, "crop");
     d.rows = o.h, d.cols = o.w;
   }
   const std::string model = m.source.empty() ? "model " + m.name : "model " + m.source;
@@ -313,7 +313,7 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     const bool go_on = on_epoch ? on_epoch(m) : true;
     if (!std::isfinite(m.train_loss))
       throw Error("training diverged: train loss is " + std::to_string(m.train_loss) + " in epoch " +
-                  std::to_string(m.epoch) + " (lower --lr?)");
+                  std::to_string(m.epoch) + " (a lower learning rate?)");
     if (!go_on) break;
     if (cfg.early_stop_tol > 0 && epoch > 0 && prev_loss - m.train_loss < cfg.early_stop_tol) {
       result.early_stopped = true;

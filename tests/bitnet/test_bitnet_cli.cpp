@@ -163,6 +163,10 @@ TEST_F(Cli, BitnetTrainBadFlags) {
   expect_one_line_error(run(bitnet_train(data_, "--refit-rounds 0")), {"--refit-rounds", "0"});
   expect_one_line_error(run(bitnet_train(data_, "--blur 0")), {"--blur", "0"});
   expect_one_line_error(run(bitnet_train(data_, "--conv-margin -2")), {"--conv-margin", "-2"});
+  // The library names bitnet::TrainOptions' fields (batch, input_bits, limit_test); the CLI its flags.
+  expect_one_line_error(run(bitnet_train(data_, "--batch-size 0")), {"error: --batch-size: ", "found 0"});
+  expect_one_line_error(run(bitnet_train(data_, "--input-bits 300")), {"error: --input-bits: ", "found 300"});
+  expect_one_line_error(run(bitnet_train(data_, "--limit-test -5")), {"error: --limit-test: ", "found -5"});
   expect_one_line_error(run(bitnet_train(tmp_ / "nosuch", "")), {"nosuch"});
   expect_one_line_error(run("bitnet"), {"subcommand"});
 }

@@ -186,7 +186,7 @@ TEST_F(Ckpt, ResumeRulesAndBadCheckpoints) {
   write_text(cut, bytes.substr(0, bytes.size() / 2));
   expect_one_line_error(run("train --resume " + quote(cut.string())), {cut.string(), "data_offsets"});
   expect_one_line_error(run("train --resume " + quote((tmp_ / "w.safetensors").string())),
-                        {"w.safetensors", "__metadata__.ember_checkpoint", "missing"});
+                        {"w.safetensors", "__metadata__.ember_checkpoint", "missing", "loads with --weights"});
   // A checkpoint is also a weights file for eval and --weights.
   const Result ev = run("eval --data " + quote(data_.string()) + " --model " + quote(model_.string()) +
                         " --threads 1 --weights " + quote(newest));

@@ -207,6 +207,9 @@ TEST_F(Mpi, AStoppedRankMakesTheOthersGiveUpAfterTheCommTimeout) {
   const std::string err = read_text(tmp_ / "bg.err");
   EXPECT_NE(err.find("rank 0 waited"), std::string::npos) << err;
   EXPECT_NE(err.find("a rank has died or hangs"), std::string::npos) << err;
+  // The reducer names ReducerOptions::timeout_s; the CLI says which flag set it.
+  EXPECT_NE(err.find("(--comm-timeout 2)"), std::string::npos) << err;
+  EXPECT_EQ(err.find("timeout_s"), std::string::npos) << err;
 }
 
 // D6: ranks with different --data, --lr or --optimizer trained a mix and exited 0, and a

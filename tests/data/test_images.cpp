@@ -370,7 +370,9 @@ TEST_F(ImagesTest, FolderBadInput) {
   expect_msg(err("fake"), {"fake/train/a/x.jpg", "not a PNG or JPEG"});
   small_folder("sizes");
   put("sizes/train/b/5.png", png_of(smooth(13, 10, 3, 1)));
-  expect_msg(err("sizes"), {"sizes/train/b/5.png", "13x10", "--image-size"});
+  // The library names FolderOptions' field and the folder as "image folder" (the CLI: its flags).
+  expect_msg(err("sizes"), {"image folder '", "sizes/train/b/5.png", "13x10", "pass image_size to resize all"});
+  EXPECT_EQ(err("sizes").find("--"), std::string::npos) << err("sizes");
   small_folder("loop");
   fs::create_symlink(path("loop/train/a/l.png"), path("loop/train/a/l.png"));
   expect_msg(err("loop"), {"loop/train/a/l.png"});

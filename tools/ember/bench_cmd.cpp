@@ -199,7 +199,7 @@ int run_bench(const BenchArgs& a) {
   const TrainTest data = needs_data ? load_mnist_dir(dir) : TrainTest{};
   const BenchMachine m = naming_flags({{"isa", "--isa"}}, [&] { return measure_machine(a.isa); });
   Reporter rep(a, m, needs_data ? dir : "random");
-  ember::run_bench(o, m, data.train, [&](const BenchResult& r) { rep.row(r); });
+  naming_flags({{"data_folder", "--data-folder"}}, [&] { ember::run_bench(o, m, data.train, [&](const BenchResult& r) { rep.row(r); }); });
   rep.finish();
   return 0;
 }

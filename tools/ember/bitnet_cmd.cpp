@@ -17,10 +17,15 @@ namespace ember::cli {
 
 namespace {
 // bitnet::TrainOptions / BenchConfig fields the library's errors name, and their flags.
-constexpr std::initializer_list<std::pair<const char*, const char*>> kBitnetFields = {
-    {"channels", "--channels"}, {"blur_radii", "--blur"}, {"refit_margin", "--refit-margin"},
-    {"conv_margin", "--conv-margin"}, {"blocks", "--blocks"}, {"layer_pool", "--layer-pool"},
-    {"layers", "--layers"}, {"threads", "--threads"}, {"isa", "--isa"}};
+constexpr FieldFlags kBitnetFields = {
+    {"layers", "--layers"}, {"channels", "--channels"}, {"input_bits", "--input-bits"},
+    {"position_bits", "--position-bits"}, {"blur_radii", "--blur"}, {"segments", "--segments"},
+    {"epochs", "--epochs"}, {"batch", "--batch-size"}, {"steps", "--steps"}, {"updates", "--updates"},
+    {"head_updates", "--head-updates"}, {"refit_examples", "--refit-examples"}, {"refit_margin", "--refit-margin"},
+    {"refit_rounds", "--refit-rounds"}, {"conv_margin", "--conv-margin"}, {"shift_copies", "--shift-copies"},
+    {"blocks", "--blocks"}, {"join_refit_margin", "--join-refit-margin"}, {"threshold", "--threshold"},
+    {"layer_pool", "--layer-pool"}, {"limit_train", "--limit-train"}, {"limit_test", "--limit-test"},
+    {"threads", "--threads"}, {"isa", "--isa"}};
 }  // namespace
 
 namespace {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -58,6 +59,32 @@ uint64_t tree_bytes(const std::string& dir) {
 int default_threads() {
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : int(hc > 64 ? 64 : hc);
+}
+
+std::string flag_name(const char* field) {
+  std::string f = std::string("--") + field;
+  for (char& c : f)
+    if (c == '_') c = '-';
+  return f;
+}
+
+namespace {
+bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '/'; }
+}  // namespace
+
+std::string with_flags(const std::string& message, FieldFlags fields) {
+  std::string m = message;
+  for (const auto& [field, flag] : fields) {
+    const std::string f = field;
+    if (m.rfind(f, 0) == 0 && m.size() > f.size() && (m[f.size()] == ':' || m[f.size()] == ' ')) m = flag + m.substr(f.size());
+    if (f.find('_') == std::string::npos) continue;
+    for (size_t at = m.find(f); at != std::string::npos; at = m.find(f, at + 1)) {
+      const size_t end = at + f.size();
+      if ((at > 0 && word_char(m[at - 1])) || (end < m.size() && word_char(m[end]) && m[end] != '.')) continue;
+      m.replace(at, f.size(), flag);
+    }
+  }
+  return m;
 }
 
 std::string mib(uint64_t bytes) {
@@ -179,7 +206,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
 std::string data_format(const CommonArgs& a, const std::string& dir) {
   if (a.data_format != "auto") return a.data_format;
   if (is_cifar_dir(dir)) return "cifar";
-  if (is_image_folder(dir)) return "folder";
+  if (is_image_folder(dir, "--data")) return "folder";
   return "idx";
 }
 
@@ -195,6 +222,7 @@ TrainTest load_data(const CommonArgs& a, int64_t limit_train) {
       if (f == "tinyimagenet" && ::access((dir + "/wnids.txt").c_str(), F_OK) != 0)
         throw Error("--data " + quote_path(dir) + ": no wnids.txt (TinyImageNet's layout has it)");
       FolderOptions o;
+      o.what = "--data";
       o.image_size = a.image_size, o.threads = a.threads, o.limit_train = limit_train, o.limit_test = a.limit_test;
       o.cubic = a.resize == "bicubic";
       const uint64_t ram = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
@@ -237,12 +265,17 @@ std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weight
 
 namespace {
 
-// load_data, its allocation failure named: the data set and the bytes its files hold.
+// load_data, its allocation failure named: the data set and the bytes its files hold; the
+// FolderOptions fields its errors name, as flags.
 TrainTest load_data_named(const CommonArgs& a, int64_t limit_train) {
   const std::string dir = a.data.empty() ? kDefaultDataDir : a.data;
   return naming_oom([&] { return "--data " + quote_path(dir) + ": out of memory reading the data set (its files hold " +
                                  mib(tree_bytes(dir)) + "; --limit-train and --limit-test read fewer images)"; },
-                    [&] { return load_data(a, limit_train); });
+                    [&] {
+                      return naming_flags({{"image_size", "--image-size"}, {"cache_bytes", "--cache-mb"},
+                                           {"limit_train", "--limit-train"}, {"limit_test", "--limit-test"}},
+                                          [&] { return load_data(a, limit_train); });
+                    });
 }
 
 // Flags the user did not give take the model's recipe.

@@ -18,22 +18,26 @@
 
 namespace ember::cli {
 
-// Library errors name the value or the option's field ("unknown model 'x'", "channels: ...");
-// the CLI names its flags. Runs f; an ember::Error whose text starts with one of the fields and
-// a colon is rethrown with that field replaced by its flag ({"channels", "--channels"}).
+// Library errors name the value or the option's field ("unknown model 'x'", "channels: ...",
+// "blocks 6: ...", "... (timeout_s 60)"); the CLI names its flags. A FieldFlags table pairs the
+// fields a call's errors may name with their flags ({"channels", "--channels"}).
+using FieldFlags = std::initializer_list<std::pair<const char*, const char*>>;
+// The message with the fields named as flags: a field that starts it (before ':' or ' ') and, for
+// fields holding a '_' (never a plain word), every mention of it as a whole word.
+std::string with_flags(const std::string& message, FieldFlags fields);
+// Runs f; an ember::Error it throws is rethrown with_flags(fields) when that changes its text.
 template <class F>
-auto naming_flags(std::initializer_list<std::pair<const char*, const char*>> fields, F&& f) -> decltype(f()) {
+auto naming_flags(FieldFlags fields, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& [field, flag] : fields) {
-      const std::string head = std::string(field) + ":";
-      if (msg.rfind(head, 0) == 0) throw Error(flag + msg.substr(std::string(field).size()));
-    }
+    std::string msg = with_flags(e.what(), fields);
+    if (msg != e.what()) throw Error(msg);
     throw;
   }
 }
+// A library field name ("batch_size") as the flag that sets it: "--" + field with '_' as '-'.
+std::string flag_name(const char* field);
 // Runs f; a std::bad_alloc it throws becomes one line, what(): what was being allocated, for which
 // file or model, and how much (built only then), ending in "out of memory".
 template <class F>

@@ -102,7 +102,7 @@ double peak_for(const Plan& plan) {
 namespace {
 // --resume: a checkpoint file, or the newest readable checkpoint in a directory (a newer one
 // that cannot be read, e.g. a 0-byte file from a full disk, is skipped with a note).
-CheckpointInfo resolve_resume(const std::string& arg) {
+CheckpointInfo resolve_resume_file(const std::string& arg) {
   struct stat st;
   if (::stat(arg.c_str(), &st) != 0)
     throw Error("--resume " + quote_path(arg) + ": " + (errno == ENOENT ? "no such file or directory" : std::strerror(errno)));
@@ -123,6 +123,10 @@ CheckpointInfo resolve_resume(const std::string& arg) {
     }
   }
   throw Error("--resume: no readable checkpoint in " + quote_path(arg));
+}
+// The library's hint for a weights file given as a checkpoint names load_weights: --weights here.
+CheckpointInfo resolve_resume(const std::string& arg) {
+  return naming_flags({{"load_weights", "--weights"}}, [&] { return resolve_resume_file(arg); });
 }
 
 std::string metrics_line(const EpochMetrics& m) {
@@ -342,6 +346,9 @@ Parallel parallel_setup(const dist::World& world, TrainArgs& a, const CLI::App& 
     if (cmd.count("--grad-blocks") > 0) throw Error("--grad-blocks: needs --deterministic");
     p.blocks = p.ranks > 1 ? p.ranks : 0;
   } else {
+    if ((p.ranks & (p.ranks - 1)) != 0)
+      throw Error("--deterministic: needs a power-of-two number of ranks (the fixed summation tree), found " +
+                  std::to_string(p.ranks) + " (use --no-deterministic)");
     int k = 4;
     while (k < p.ranks) k *= 2;
     p.blocks = a.grad_blocks > 0 ? a.grad_blocks : k;
@@ -585,11 +592,20 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   return 0;
 }
 
+namespace {
+// run_train_on, the fields its library errors name (the reducer's, the world's, TrainConfig's
+// gradient blocks) given as the flags that set them.
+int run_train_named(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
+  return naming_flags({{"deterministic", "--deterministic"}, {"timeout_s", "--comm-timeout"}, {"blocks", "--grad-blocks"}},
+                      [&] { return run_train_on(world, std::move(a), cmd); });
+}
+}  // namespace
+
 int run_train(TrainArgs a, const CLI::App& cmd) {
   dist::World world;
-  if (!world.mpi() || world.size() < 2) return run_train_on(world, std::move(a), cmd);
+  if (!world.mpi() || world.size() < 2) return run_train_named(world, std::move(a), cmd);
   try {
-    return run_train_on(world, std::move(a), cmd);
+    return run_train_named(world, std::move(a), cmd);
   } catch (const std::exception& e) {
     // One rank's error ends the whole job. The other ranks usually meet the same error: rank 0
     // says it, the others wait a moment to be ended by its abort before they say theirs.
