@@ -9,12 +9,19 @@
 
 namespace ember {
 
+// Every layer type a model can use: one an op file (src/nn/ops/, `ember info --ops`), in the
+// order of the files' names. The list is generated at configure time (ember/layer_kinds.inc);
+// model files, the CLI and Python name the ops by their JSON type ("conv2d", "gelu-tanh", ...).
 enum class LayerKind {
-  Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, ReLU, Sigmoid, Tanh, Softmax, Add, Concat,
-  GELU, GELUTanh, HardSwish, SiLU, FastSwish,  // "gelu" (erf), "gelu-tanh", "hardswish", "silu", "fastswish"
-  LayerNorm, LayerNorm2d, GlobalAvgPool, LayerScale, ZeroPad2d,
-  DropPath  // "droppath": stochastic depth (torchvision's StochasticDepth, mode "row")
+#define EMBER_LAYER_KIND(k) k,
+#include "ember/layer_kinds.inc"
+#undef EMBER_LAYER_KIND
 };
+constexpr int kLayerKinds = 0
+#define EMBER_LAYER_KIND(k) +1
+#include "ember/layer_kinds.inc"
+#undef EMBER_LAYER_KIND
+    ;
 enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
 // Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
 // Torch: PyTorch's default for Linear/Conv2d weights, uniform with bound 1/sqrt(fan_in).

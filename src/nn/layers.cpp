@@ -2,6 +2,7 @@
 // activations, Softmax, and the graph's Add and Concat. Shape inference messages say what was expected and what was found;
 // the plan prefixes them with the model file and the layer index.
 #include "nn/layers.h"
+#include "nn/op_table.h"
 
 #include <cstdint>
 #include <string>
@@ -462,6 +463,7 @@ std::unique_ptr<Layer> make_conv_relu_pool(const LayerSpec& conv) {
 }
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
+  if (const auto make = op_desc(s.kind).make) return make(s);  // an op that brings its own layer
   switch (s.kind) {
     case LayerKind::Conv2d: return std::make_unique<Conv2d>(s);
     case LayerKind::Linear:

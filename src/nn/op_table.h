@@ -8,11 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
 #include "ember/model.h"
 #include "ember/plan.h"
 
 namespace ember::nn {
 
+class Layer;
 using json = nlohmann::json;
 
 // Reads a model description's values; every message names the source and the JSON path.
@@ -41,6 +44,33 @@ struct OpField {
   void (*write)(const LayerSpec& s, json& out);  // may write nothing (a default left out)
 };
 
+// What an op's ONNX export writes through (onnx_export.cpp implements it): nodes of one output
+// each, named after the layer, and scalar constants.
+class OnnxOut {
+ public:
+  virtual std::string op(const std::string& type, std::vector<std::string> inputs) = 0;
+  virtual std::string scalar(float v) = 0;
+
+ protected:
+  ~OnnxOut() = default;
+};
+
+// What an op's ONNX import reads a pattern through (onnx_import_ops.cpp implements it): the
+// graph's nodes by index, a value's one reader that is still to map (or -1), and the layer it
+// emits for a chain of nodes (the last one's output becomes the layer's; x: its input value).
+class OnnxIn {
+ public:
+  virtual const std::string& op_type(int node) const = 0;
+  virtual int input_count(int node) const = 0;
+  virtual const std::string& input(int node, int k) const = 0;
+  virtual const std::string& output(int node) const = 0;
+  virtual int reader(const std::string& value) const = 0;
+  virtual void emit(const std::vector<int>& nodes, const std::string& x, const LayerSpec& s) = 0;
+
+ protected:
+  ~OnnxIn() = default;
+};
+
 struct OpParam {
   const char* name;          // the PyTorch attribute: the node's name, a dot, then this
   ParamRole role;
@@ -59,6 +89,12 @@ struct OpDesc {
   // Its parameters for this spec (a conv without bias has one), in the Layer's order.
   std::vector<OpParam> (*params)(const LayerSpec& s) = nullptr;
   std::string example;       // a complete model file that uses the op: input [1, 28, 28], 10 classes
+  // Its layer; null: the layers' own factory (make_layer in layers.cpp, the ops made before the table).
+  std::unique_ptr<Layer> (*make)(const LayerSpec& s) = nullptr;
+  // Its ONNX export of input value x (returns the output value); null: onnx_export.cpp's own.
+  std::string (*onnx_export)(OnnxOut& g, const std::string& x, const LayerSpec& s) = nullptr;
+  // Its ONNX import from a node of type onnx[0]: true when the node (and its pattern) mapped.
+  bool (*onnx_import)(OnnxIn& g, int node) = nullptr;
 };
 
 // Every op, in LayerKind order; the descriptor of a kind; the op of a JSON name (or null).

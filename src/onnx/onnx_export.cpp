@@ -12,6 +12,7 @@
 #include "ember/version.h"
 #include "ember_onnx.pb.h"
 #include "nn/graph.h"
+#include "nn/op_table.h"
 
 namespace ember {
 namespace {
@@ -96,6 +97,18 @@ void value_info(pb::ValueInfoProto* v, const std::string& name, std::vector<int6
   for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
 }
 
+// An op's own export (the op table's onnx_export) writes through this: nodes named after the layer.
+class TableOut final : public nn::OnnxOut {
+ public:
+  TableOut(Writer& w, const std::string& name) : w_(w), name_(name) {}
+  std::string op(const std::string& type, std::vector<std::string> in) override { return w_.op(type, std::move(in), name_); }
+  std::string scalar(float v) override { return w_.scalar(v); }
+
+ private:
+  Writer& w_;
+  const std::string& name_;
+};
+
 // Exports one graph; `weights` maps each parameter name to its data in the plan.
 class Exporter {
  public:
@@ -138,6 +151,10 @@ class Exporter {
     const LayerSpec& s = *nd.spec;
     const Value x = vals_[size_t(nd.in[0])];
     const std::string nm = nd.param_prefix;
+    if (const auto own = nn::op_desc(s.kind).onnx_export) {
+      TableOut out(W_, nm);
+      return {own(out, x.name, s), x.rank};
+    }
     switch (s.kind) {
       case LayerKind::Conv2d: return conv(i, x);
       case LayerKind::Linear: return linear(i, x);
@@ -183,6 +200,7 @@ class Exporter {
         return {W_.op("Pad", {img(x, nm), pads}, nm), 4};
       }
       case LayerKind::DropPath: return {W_.op("Identity", {x.name}, nm), x.rank};  // eval mode
+      default: break;  // the ops that bring their own export (OpDesc::onnx_export)
     }
     throw Error("export: " + nd.label + ": no ONNX mapping for " + layer_kind_name(s.kind));
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ember/error.h"
+#include "nn/op_table.h"
 #include "onnx/onnx_import_ops.h"
 
 namespace ember::onnx {
@@ -35,6 +36,41 @@ std::vector<float> transpose2(const Const& c) {  // [R, C] -> [C, R]
 
 }  // namespace
 
+// The graph as an op's own import (the op table's onnx_import) sees it.
+class TableIn final : public nn::OnnxIn {
+ public:
+  explicit TableIn(Importer& im) : im_(im) {}
+  const std::string& op_type(int node) const override { return im_.g_.node(node).op_type(); }
+  int input_count(int node) const override { return im_.g_.node(node).input_size(); }
+  const std::string& input(int node, int k) const override { return im_.g_.node(node).input(k); }
+  const std::string& output(int node) const override { return im_.g_.node(node).output(0); }
+  int reader(const std::string& value) const override {
+    const int r = im_.only_reader(value);
+    return r < 0 || !im_.live_[size_t(r)] || im_.done_[size_t(r)] ? -1 : r;
+  }
+  void emit(const std::vector<int>& nodes, const std::string& x, const LayerSpec& s) override {
+    auto it = im_.vals_.find(x);
+    if (it == im_.vals_.end() || it->second.is_const)
+      throw Error(im_.where(nodes.front()) + ": its input '" + x + "' is not a tensor; ember computes this op on tensors only");
+    for (size_t k = 1; k < nodes.size(); ++k) im_.done_[size_t(nodes[k])] = true;
+    const Val& in = it->second;
+    im_.set(nodes.back(), 0, im_.emit(s, {&in}, "", in.d, in.lay));
+  }
+
+ private:
+  Importer& im_;
+};
+
+// An op of the table that maps node i itself (its first ONNX type is the node's): true when it did.
+static bool table_import(Importer& im, int i, const std::string& op) {
+  for (const nn::OpDesc* d : nn::op_table()) {
+    if (!d->onnx_import || d->onnx.empty() || op != d->onnx[0]) continue;
+    TableIn in(im);
+    if (d->onnx_import(in, i)) return true;
+  }
+  return false;
+}
+
 const Val& Importer::tensor(int i, int k) const {
   const Val& v = val(i, k);
   if (v.is_const) throw Error(where(i) + ": input " + std::to_string(k) + " is a constant; ember computes this op on tensors only");
@@ -60,6 +96,7 @@ void Importer::map_node(int i) {
     set(i, 0, v);
     return;
   }
+  if (table_import(*this, i, op)) return;
   if (op == "Conv") return conv(i);
   if (op == "Gemm") return gemm(i);
   if (op == "MatMul") return matmul(i);

@@ -75,6 +75,8 @@ class Importer {
   int reader_op(const std::string& value, const char* op) const;  // its one live reader if of `op`, or -1
   int fold_bias(int i, const std::string& value, int K, int rank, std::vector<float>* bias, std::string* name);
 
+  friend class TableIn;  // the op table's own imports (onnx_import_ops.cpp) read the graph through it
+
   const pb::GraphProto& g_;
   std::string file_;
   int opset_;

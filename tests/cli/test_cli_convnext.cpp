@@ -1,7 +1,8 @@
 // convnext-fashion against PyTorch 1.13 (bench/convnext_torch.py): from the same initial weights
 // (written by PyTorch, loaded with --weights) and the same data order (--no-shuffle), one epoch on
 // a slice of Fashion-MNIST gives the same epoch train loss within 1 % and the same test accuracy
-// within 0.5 points. Skips when PyTorch or the Fashion-MNIST package is absent.
+// within 0.5 points. Skips when PyTorch or the Fashion-MNIST package is absent. And --act with the
+// op table's activations.
 #include <cstdlib>
 #include <regex>
 
@@ -37,6 +38,23 @@ TEST_F(Cli, ConvNextFashionEpochAgreesWithPyTorch) {
   ASSERT_GT(torch_loss, 0) << torch_out;
   EXPECT_LE(std::abs(ember_loss - torch_loss), 0.01 * torch_loss) << r.out << torch_out;
   EXPECT_LE(std::abs(ember_acc - torch_acc), 0.5) << r.out << torch_out;
+}
+
+// --act takes the op table's activations: one made in its own file (mish) trains in every block,
+// and the run's model.json names it; a name that is no activation lists them all.
+TEST_F(Cli, ActTakesTheOpTablesActivations) {
+  if (!fs::exists(fs::path(kFashion) / "train-images-idx3-ubyte.gz") && !fs::exists(fs::path(kFashion) / "train-images-idx3-ubyte"))
+    GTEST_SKIP() << "Fashion-MNIST (dataset-fashion-mnist) is not installed at " << kFashion;
+  Result r = run("train --model convnext-fashion --act mish --epochs 1 --limit-train 64 --limit-test 32 --batch-size 32 --out " +
+                 quote((tmp_ / "run").string()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string model = read_text(tmp_ / "run" / "model.json");
+  size_t blocks = 0;
+  for (size_t at = model.find("\"mish\""); at != std::string::npos; at = model.find("\"mish\"", at + 1)) ++blocks;
+  EXPECT_EQ(blocks, 8u) << model;  // convnext-fashion: 2 blocks in each of 4 stages
+  r = run("train --model convnext-fashion --act conv2d --epochs 1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--act: expected fastswish, gelu, gelu-tanh, hardswish, mish, relu"), std::string::npos) << r.err;
 }
 
 }  // namespace

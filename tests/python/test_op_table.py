@@ -49,7 +49,7 @@ def test_act_takes_every_activation_of_the_table():
     for a in acts:
         m = ember.Model((1, 28, 28), 10).flatten().linear(16).act(a).linear(10)
         assert json.loads(m.to_json())["layers"][2]["type"] == a
-    with pytest.raises(ValueError, match="act: expected relu"):
+    with pytest.raises(ValueError, match="act: expected .*relu.* found .conv2d."):
         ember.Model((1, 28, 28), 10).act("conv2d")
     with pytest.raises(ValueError, match="unknown layer"):
         ember.Model((1, 28, 28), 10).layer("nonesuch")
@@ -71,3 +71,21 @@ def test_every_exported_op_runs_in_onnxruntime_as_in_ember(op, tmp_path):
     assert got.shape == want.shape
     err = float(np.abs(got.astype(np.float64) - want).max())
     assert err <= 1e-4 * float(np.abs(want).max()) + 1e-7, f"{op['name']}: max |ORT - ember| = {err:.3g}"
+
+
+def test_pytorch_mish_imports_and_predicts_as_pytorch(tmp_path):
+    """nn.Mish through torch.onnx (opset 17: Softplus, Tanh, Mul) imports as ember's mish."""
+    from test_onnx import torch
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Mish(), torch.nn.MaxPool2d(2),
+                              torch.nn.Flatten(), torch.nn.Linear(4 * 14 * 14, 10)).eval()
+    path = str(tmp_path / "mish.onnx")
+    torch.onnx.export(net, torch.zeros(1, 1, 28, 28), path, opset_version=17, input_names=["input"],
+                      output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    m = ember.Model.from_onnx(path)
+    assert [l["type"] for l in json.loads(m.to_json())["layers"]].count("mish") == 1
+    x = data(3, 4)[0] * 3
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    got = m.predict(x)
+    assert float(np.abs(got - want).max()) <= 1e-5 * float(np.abs(want).max())

@@ -1,0 +1,59 @@
+// Op "mish": x tanh(softplus(x)) (Misra 2019; PyTorch's Mish), an activation that lives in this
+// one file: its formula and derivative (the layer on every kernel set, nn/pointwise.h), its ONNX
+// export as Softplus -> Tanh -> Mul (opset 17 has no Mish) and the import of that pattern.
+#include <cmath>
+
+#include "nn/op_table.h"
+#include "nn/pointwise.h"
+
+namespace ember::nn {
+
+namespace {
+
+struct Mish {
+  template <class T>
+  static T softplus(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }  // PyTorch's threshold
+  template <class T>
+  static T f(T x) { return x * std::tanh(softplus(x)); }
+  // d/dx = tanh(sp) + x (1 - tanh(sp)^2) sigmoid(x)
+  template <class T>
+  static T df(T x) {
+    const T t = std::tanh(softplus(x));
+    return t + x * (T(1) - t * t) / (T(1) + std::exp(-x));
+  }
+};
+
+std::string export_mish(OnnxOut& g, const std::string& x, const LayerSpec&) {
+  return g.op("Mul", {x, g.op("Tanh", {g.op("Softplus", {x})})});
+}
+
+// Softplus(x) -> Tanh -> Mul(x, .), as ember and torch.onnx (opset < 18) export Mish.
+bool import_mish(OnnxIn& g, int softplus) {
+  if (g.input_count(softplus) != 1) return false;
+  const std::string& x = g.input(softplus, 0);
+  const int tanh = g.reader(g.output(softplus));
+  if (tanh < 0 || g.op_type(tanh) != "Tanh") return false;
+  const int mul = g.reader(g.output(tanh));
+  if (mul < 0 || g.op_type(mul) != "Mul" || g.input_count(mul) != 2) return false;
+  const std::string &a = g.input(mul, 0), &b = g.input(mul, 1), &t = g.output(tanh);
+  if (!((a == x && b == t) || (a == t && b == x))) return false;
+  LayerSpec s;
+  s.kind = LayerKind::Mish;
+  g.emit({softplus, tanh, mul}, x, s);
+  return true;
+}
+
+}  // namespace
+
+const OpDesc& op_desc_mish() {
+  static const OpDesc d = [] {
+    OpDesc o = activation_op(LayerKind::Mish, "mish", "x tanh(softplus(x)) (PyTorch's Mish)", {"Softplus", "Tanh", "Mul"});
+    o.make = pointwise_layer<Mish>;
+    o.onnx_export = export_mish;
+    o.onnx_import = import_mish;
+    return o;
+  }();
+  return d;
+}
+
+}  // namespace ember::nn
