@@ -2,6 +2,7 @@
 // Every other part of ember reaches fast code only through kernels_for(isa).
 #include "kernels/kernels.h"
 #include "kernels/dw_impl.h"
+#include "kernels/kernel_entries.h"
 #include "kernels/ref/ref_convnext.h"
 
 #include "ember/error.h"
@@ -136,79 +137,20 @@ Kernels scalar_table() {
   k.bf16_rate = 1;
   return k;
 }
-// The bf16 entries of a fast table: VDPBF16PS only on an avx512 table of a CPU with AVX512_BF16.
-void set_bf16(Kernels& k) {
-  if (k.isa == Isa::avx512 && cpu_has_avx512_bf16()) {
-    k.sbgemm = sbgemm_avx512bf16;
-    k.sgemm_bf16 = sgemm_bf16_avx512bf16;
-    k.gemm_bf16_mixed = gemm_bf16_mixed_avx512bf16;
-    k.cvt_f32_bf16 = cvt_f32_bf16_avx512bf16;
-    k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
-    k.conv_s1_relu_pool_bf16 = conv_relu_pool_avx512bf16;
-    k.gemv_bf16 = gemv_bf16_avx512bf16;
-    k.dw_fwd_bf16 = dw_fwd_bf16_avx512bf16;
-    k.dw_bwd_bf16 = dw_bwd_bf16_avx512bf16;
-    k.bf16_path = "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)";
-    k.bf16_rate = 2;
-  } else if (k.isa == Isa::avx512) {
-    k.sbgemm = sbgemm_f32_avx512;
-    k.sgemm_bf16 = sgemm_bf16_f32_avx512;
-    k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx512;
-    k.cvt_f32_bf16 = cvt_f32_bf16_avx512;
-    k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
-    k.bf16_path = "emulated (no AVX512_BF16: bf16 widened to fp32, AVX-512 FMA)";
+// A fast table: the set's own table (its constructor sets every entry it has code for), with the
+// scalar reference in exactly the entries the set's list in kernel_entries.h leaves to it.
+#define EMBER_FROM_REFERENCE(name) \
+  if (!k.name) k.name = ref.name;
+Kernels with_references(Kernels k) {
+  const Kernels ref = scalar_table();
+  if (k.isa == Isa::avx2) {
+    EMBER_AVX2_REFERENCE_ENTRIES(EMBER_FROM_REFERENCE)
   } else {
-    k.sbgemm = sbgemm_f32_avx2;
-    k.sgemm_bf16 = sgemm_bf16_f32_avx2;
-    k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx2;
-    k.cvt_f32_bf16 = cvt_f32_bf16_avx2;
-    k.cvt_bf16_f32 = cvt_bf16_f32_avx2;
-    k.bf16_path = "emulated (bf16 widened to fp32, AVX2 FMA)";
+    EMBER_AVX512_REFERENCE_ENTRIES(EMBER_FROM_REFERENCE)
   }
-}
-// A fast table: the ISA's own kernels where it has them, the scalar references elsewhere.
-Kernels fast_table(Isa isa, SgemmFn sgemm, const Kernels& fast) {
-  Kernels k = scalar_table();
-  k.isa = isa;
-  k.sgemm = sgemm;
-  k.relu_fwd = fast.relu_fwd;
-  k.relu_bwd = fast.relu_bwd;
-  k.conv_s1_fwd = fast.conv_s1_fwd;
-  k.dw_fwd = fast.dw_fwd;
-  k.dw_bwd = fast.dw_bwd;
-  k.dw_fwd_bf16 = fast.dw_fwd_bf16;
-  k.dw_bwd_bf16 = fast.dw_bwd_bf16;
-  k.gelu_fwd = fast.gelu_fwd;
-  k.gelu_bwd = fast.gelu_bwd;
-  k.gelu_tanh_fwd = fast.gelu_tanh_fwd;
-  k.gelu_tanh_bwd = fast.gelu_tanh_bwd;
-  k.ln_fwd = fast.ln_fwd;
-  k.ln_bwd = fast.ln_bwd;
-  k.ln2d_fwd = fast.ln2d_fwd;
-  k.ln2d_bwd = fast.ln2d_bwd;
-  k.conv_s1_wgrad = fast.conv_s1_wgrad;
-  k.relu_maxpool2 = fast.relu_maxpool2;
-  k.conv_s1_relu_pool = fast.conv_s1_relu_pool;
-  k.conv_s1_pool_wgrad = fast.conv_s1_pool_wgrad;
-  k.conv_pool_background = fast.conv_pool_background;
-  k.relu_maxpool2_bwd = fast.relu_maxpool2_bwd;
-  k.linear_t1 = fast.linear_t1;
-  k.linear_sp_fwd = fast.linear_sp_fwd;
-  k.linear_sp_wgrad = fast.linear_sp_wgrad;
-  k.linear_sp_dgrad = fast.linear_sp_dgrad;
-  k.count_nonzero = fast.count_nonzero;
-  k.linear_sp_max_density = fast.linear_sp_max_density;
-  k.channel_sum = fast.channel_sum;
-  k.channel_axpy = fast.channel_axpy;
-  k.channel_dot = fast.channel_dot;
-  k.adam = fast.adam;
-  k.adam_bf16 = fast.adam_bf16;
-  k.count_nonfinite = fast.count_nonfinite;
-  k.count_subnormal = fast.count_subnormal;
-  k.fma_loop = fast.fma_loop;
-  set_bf16(k);
   return k;
 }
+#undef EMBER_FROM_REFERENCE
 }  // namespace
 
 const Kernels& kernels_for(Isa isa) {
@@ -216,11 +158,11 @@ const Kernels& kernels_for(Isa isa) {
   // when asked for, so no code compiled for an ISA runs on a CPU without it.
   switch (isa) {
     case Isa::avx2: {
-      static const Kernels t = fast_table(Isa::avx2, sgemm_avx2, fast_kernels_avx2());
+      static const Kernels t = with_references(fast_kernels_avx2());
       return t;
     }
     case Isa::avx512: {
-      static const Kernels t = fast_table(Isa::avx512, sgemm_avx512, fast_kernels_avx512());
+      static const Kernels t = with_references(fast_kernels_avx512());
       return t;
     }
     default: {
@@ -230,18 +172,9 @@ const Kernels& kernels_for(Isa isa) {
   }
 }
 
-// Every function entry of Kernels. The static_assert counts Kernels' members: an entry added to
-// the struct but not here fails the build (all are 8 bytes; isa, bf16_path, bf16_rate and
-// linear_sp_max_density take four more slots with their padding).
-#define EMBER_KERNEL_ENTRIES(X)                                                                      \
-  X(sgemm) X(sbgemm) X(sgemm_bf16) X(gemm_bf16_mixed) X(gemv_bf16) X(cvt_f32_bf16) X(cvt_bf16_f32)   \
-  X(im2col) X(col2im) X(relu_fwd) X(relu_bwd) X(bias_rows) X(bias_channels) X(conv_s1_fwd)           \
-  X(dw_fwd) X(dw_bwd) X(dw_fwd_bf16) X(dw_bwd_bf16) X(gelu_fwd) X(gelu_tanh_fwd) X(gelu_bwd)         \
-  X(gelu_tanh_bwd) X(ln_fwd) X(ln_bwd) X(ln2d_fwd) X(ln2d_bwd) X(conv_s1_wgrad) X(relu_maxpool2)     \
-  X(relu_maxpool2_bwd) X(conv_s1_relu_pool) X(conv_s1_relu_pool_bf16) X(conv_s1_pool_wgrad)          \
-  X(conv_pool_background) X(linear_t1) X(linear_sp_fwd) X(linear_sp_wgrad) X(linear_sp_dgrad)       \
-  X(count_nonzero) X(channel_sum) X(channel_axpy) X(channel_dot) X(adam) X(adam_bf16)                \
-  X(count_nonfinite) X(count_subnormal) X(fma_loop)
+// The static_asserts count Kernels' members against EMBER_KERNEL_ENTRIES (kernel_entries.h): an
+// entry added to the struct but not to the list fails the build (all are 8 bytes; isa, bf16_path,
+// bf16_rate and linear_sp_max_density take four more slots with their padding).
 #define EMBER_COUNT_ENTRY(name) +1
 static_assert(0 EMBER_KERNEL_ENTRIES(EMBER_COUNT_ENTRY) == kKernelEntries);
 static_assert(sizeof(Kernels) == (kKernelEntries + 4) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");

@@ -394,8 +394,8 @@ void dw_fwd_bf16_avx512bf16(float* y, const float* x, const float* w, const floa
 void dw_bwd_bf16_avx512bf16(float* dx, float* dw, const float* dy, const float* x, const float* w,
                             const DwShape& d, float* scratch);
 
-// The remaining fast kernels of one ISA, as a table whose isa, sgemm, im2col, col2im and bias
-// entries are left null (dispatch.cpp fills them).
+// The kernel table of one fast set: every entry it has code for, null in the entries its list in
+// kernel_entries.h leaves to the scalar reference (kernels_for fills those) or to none.
 Kernels fast_kernels_avx2();
 Kernels fast_kernels_avx512();
 

@@ -1,4 +1,5 @@
-// The AVX-512 instantiation of the kernel templates in fast_impl.h and conv_pool_cl.h (-mavx512f...).
+// The AVX-512 instantiation of the kernel templates in fast_impl.h and conv_pool_cl.h (-mavx512f...), and the
+// avx512 kernel table: every entry but those kernel_entries.h leaves to the reference (or, without AVX512_BF16, to none).
 // GCC 12 warns falsely about the undefined-vector idiom inside its own intrinsics headers.
 #ifndef __clang__
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -8,11 +9,41 @@
 #include "kernels/x86/conv_pool_cl.h"
 
 namespace ember {
+namespace {
+// The bf16 entries: VDPBF16PS with AVX512_BF16 (sbgemm_avx512bf16.cpp, dw_avx512bf16.cpp,
+// conv_pool_avx512bf16.cpp); else bf16 widened to fp32 for sgemm_avx512 (bf16_avx512.cpp).
+void set_bf16(Kernels& k) {
+  k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
+  if (!cpu_has_avx512_bf16()) {
+    k.sbgemm = sbgemm_f32_avx512;
+    k.sgemm_bf16 = sgemm_bf16_f32_avx512;
+    k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx512;
+    k.cvt_f32_bf16 = cvt_f32_bf16_avx512;
+    k.bf16_path = "emulated (no AVX512_BF16: bf16 widened to fp32, AVX-512 FMA)";
+    k.bf16_rate = 1;
+    return;
+  }
+  k.sbgemm = sbgemm_avx512bf16;
+  k.sgemm_bf16 = sgemm_bf16_avx512bf16;
+  k.gemm_bf16_mixed = gemm_bf16_mixed_avx512bf16;
+  k.cvt_f32_bf16 = cvt_f32_bf16_avx512bf16;
+  k.conv_s1_relu_pool_bf16 = conv_relu_pool_avx512bf16;
+  k.gemv_bf16 = gemv_bf16_avx512bf16;
+  k.dw_fwd_bf16 = dw_fwd_bf16_avx512bf16;
+  k.dw_bwd_bf16 = dw_bwd_bf16_avx512bf16;
+  k.bf16_path = "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)";
+  k.bf16_rate = 2;
+}
+}  // namespace
+
 Kernels fast_kernels_avx512() {
   Kernels k = fast_table<Avx512>();
+  k.isa = Isa::avx512;
+  k.sgemm = sgemm_avx512;  // sgemm_avx512.cpp
   k.conv_s1_relu_pool = conv_relu_pool_cl<Avx512>;  // conv_pool_cl.h
   k.conv_s1_pool_wgrad = conv_pool_wgrad_cl<Avx512>;
   k.conv_s1_fwd = conv_s1_fwd_cl<Avx512>;
+  set_bf16(k);
   return k;
 }
 void dw_fwd_bf16_avx512(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch) {

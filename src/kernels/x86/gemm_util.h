@@ -1,6 +1,6 @@
-// Shared by the GEMM kernels (sgemm_avx2.cpp, sgemm_avx512.cpp, sbgemm_avx512bf16.cpp) and the
-// AVX2 traits (simd.h): block sizing, an 8x8 transpose of 32-bit lanes in AVX registers and, for
-// AVX-512, an edge's lane mask.
+// Shared by the GEMM kernels (gemm_driver.h, sgemm_avx2.cpp, sgemm_avx512.cpp,
+// sbgemm_avx512bf16.cpp) and the AVX2 traits (simd.h): block sizing, an 8x8 transpose of 32-bit
+// lanes in AVX registers and, for AVX-512, an edge's lane masks.
 // Internal linkage on purpose: each includer compiles these with its own ISA flags, and a copy
 // built for AVX-512 must never be the one an AVX2-only CPU runs.
 #pragma once
@@ -90,12 +90,32 @@ void store_tile(float* C, size_t ldc, const __m512 (&c0)[R], const __m512 (&c1)[
   }
 }
 
+// The frame of a micro-kernel two zmm wide (the fp32 and the bf16 AVX-512 GEMMs): R rows of
+// accumulators c0, c1 from zero, `depth` calls of step(c0, c1) (each one k step: it advances its
+// own operand pointers), then C = alpha * acc + beta * C through store_tile.
+template <int R, class Step>
+[[gnu::always_inline]] inline void zmm_tile(int depth, float* C, size_t ldc, float alpha, float beta, __mmask16 m0,
+                                            __mmask16 m1, Step&& step) {
+  prefetch_tile<R>(C, ldc, 32);
+  __m512 c0[R], c1[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int k = 0; k < depth; ++k) step(c0, c1);
+  store_tile<R>(C, ldc, c0, c1, alpha, beta, m0, m1);
+}
 
 [[maybe_unused]] __mmask16 lane_mask(int n) {  // the low min(max(n, 0), 16) lanes
   if (n <= 0) return 0;
   if (n >= 16) return 0xFFFF;
   return static_cast<__mmask16>((1u << n) - 1);
 }
+
+// The valid columns of a 32-column micro-tile (two zmm), for the micro-kernels' masked stores.
+struct Edge32 {
+  __mmask16 m0, m1;
+};
+[[maybe_unused]] Edge32 edge32(int nr) { return {lane_mask(nr), lane_mask(nr - 16)}; }
 #endif
 
 }  // namespace

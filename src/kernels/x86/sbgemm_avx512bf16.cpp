@@ -1,8 +1,8 @@
-// bf16 GEMM for AVX512_BF16 (fp32 results): the SGEMM's Goto blocking with operands packed as
-// pairs along k, one uint32 = (bf16 at k, bf16 at k + 1). VDPBF16PS then adds two exact products
-// per fp32 lane: an 8x32 micro-tile (16 zmm accumulators) does 32 bf16 multiply-adds per
-// instruction, twice an fp32 FMA. sgemm_bf16 rounds fp32 operands to bf16 as it packs them.
-// Also VCVTNEPS2BF16 for the fp32 -> bf16 conversion.
+// bf16 GEMM for AVX512_BF16 (fp32 results): the micro-kernel traits of the blocked driver
+// (gemm_driver.h), operands packed as pairs along k, one uint32 = (bf16 at k, bf16 at k + 1).
+// VDPBF16PS adds two exact products per fp32 lane: an 8x32 micro-tile (16 zmm accumulators) does
+// 32 bf16 multiply-adds per instruction, twice an fp32 FMA. sgemm_bf16 rounds fp32 operands to
+// bf16 as it packs them. Also VCVTNEPS2BF16 for the fp32 -> bf16 conversion, and the bf16 GEMV.
 #ifndef __clang__
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -13,16 +13,10 @@
 
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
-#include "kernels/x86/gemm_util.h"
+#include "kernels/x86/gemm_driver.h"
 
 namespace ember {
 namespace {
-
-constexpr int MR = 8;    // micro-tile rows
-constexpr int NR = 32;   // micro-tile columns (two zmm)
-constexpr int KC = 384;  // bf16 depth of a block (192 pairs): a B micro-panel is 24 KiB (L1)
-constexpr int MC = 128;  // rows of a packed A block: 96 KiB
-constexpr int NC = 512;  // columns of a packed B block: 384 KiB (L2)
 
 uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
@@ -80,23 +74,32 @@ void pack_pairs_transposed(const S* src, size_t ld, int rows, int kc, uint32_t* 
     }
 }
 
-// op(A)[i0 : i0+mc, p0 : p0+kc] as micro-panels of MR rows, kc2 = ceil(kc / 2) pairs each:
-// panel ir at dst + ir * kc2, pair (i, kp) at [kp * MR + i]. Rows past mc and k past kc are zero.
-template <class S>
-void pack_a(bool ta, const S* A, size_t lda, int i0, int mc, int p0, int kc, uint32_t* dst) {
-  const int kc2 = (kc + 1) / 2;
-  for (int ir = 0; ir < mc; ir += MR) {
-    const int mr = min_int(MR, mc - ir);
-    uint32_t* d = dst + (size_t)ir * kc2;
-    if (!ta) {  // a row's pairs are contiguous: 8x8 transposes of pairs
-      pack_pairs_transposed(A + (size_t)(i0 + ir) * lda + p0, lda, mr, kc, d, MR);
-      continue;
-    }
+struct Bf16Gemm {
+  using Packed = uint32_t;  // (bf16 at k, bf16 at k + 1)
+  using Edge = Edge32;      // the tile's valid columns in each zmm
+  static constexpr int MR = 8;    // micro-tile rows
+  static constexpr int NR = 32;   // micro-tile columns (two zmm)
+  static constexpr int KC = 384;  // bf16 depth of a block (192 pairs): a B micro-panel is 24 KiB (L1)
+  static constexpr int MC = 128;  // rows of a packed A block: 96 KiB
+  static constexpr int NC = 512;  // columns of a packed B block: 384 KiB (L2)
+  static constexpr int kPack = 2;
+  static constexpr int kDirectAPanels = 0;  // pairs must be packed: no operand is read in place
+  static constexpr bool kReadBInPlace = false;
+  using SmallM = void;  // no small-M path
+  static Edge edge(int nr) { return edge32(nr); }
+
+  // One micro-panel of op(A): rows [i0, i0 + mr) (mr <= MR), columns [p0, p0 + kc) as
+  // kc2 = ceil(kc / 2) pairs, pair (i, kp) at d[kp * MR + i]. Rows past mr and k past kc are zero.
+  template <class S>
+  static void pack_a(bool ta, const S* A, size_t lda, int i0, int mr, int p0, int kc, uint32_t* d) {
+    const int kc2 = (kc + 1) / 2;
+    if (!ta)  // a row's pairs are contiguous: 8x8 transposes of pairs
+      return pack_pairs_transposed(A + (size_t)i0 * lda + p0, lda, mr, kc, d, MR);
     if (mr < MR)
       for (int kp = 0; kp < kc2; ++kp)
         for (int i = mr; i < MR; ++i) d[kp * MR + i] = 0;
     for (int kp = 0; kp < kc2; ++kp) {  // rows k and k + 1 interleaved along i
-      const S* s0 = A + (size_t)(p0 + 2 * kp) * lda + i0 + ir;
+      const S* s0 = A + (size_t)(p0 + 2 * kp) * lda + i0;
       const S* s1 = 2 * kp + 1 < kc ? s0 + lda : nullptr;
       if (mr == MR && s1) {
         interleave8(s0, s1, d + kp * MR);
@@ -105,124 +108,65 @@ void pack_a(bool ta, const S* A, size_t lda, int i0, int mc, int p0, int kc, uin
       for (int i = 0; i < mr; ++i) d[kp * MR + i] = pair(to_bf16(s0[i]), s1 ? to_bf16(s1[i]) : 0);
     }
   }
-}
 
-// op(B)[p0 : p0+kc, j0 : j0+nc] as micro-panels of NR columns: panel jr at dst + jr * kc2, pair
-// (kp, j) at [kp * NR + j]. Columns past nc and k past kc are zero.
-template <class S>
-void pack_b(bool tb, const S* B, size_t ldb, int p0, int kc, int j0, int nc, uint32_t* dst) {
-  const int kc2 = (kc + 1) / 2;
-  for (int jr = 0; jr < nc; jr += NR) {
-    const int nr = min_int(NR, nc - jr);
-    uint32_t* d = dst + (size_t)jr * kc2;
+  // One micro-panel of op(B): rows [p0, p0 + kc) as kc2 pairs, columns [j0, j0 + nr) (nr <= NR),
+  // pair (kp, j) at d[kp * NR + j]. Columns past nr and k past kc are zero.
+  template <class S>
+  static void pack_b(bool tb, const S* B, size_t ldb, int p0, int kc, int j0, int nr, uint32_t* d) {
+    const int kc2 = (kc + 1) / 2;
     if (nr < NR)
       for (int kp = 0; kp < kc2; ++kp)
         for (int j = nr; j < NR; ++j) d[kp * NR + j] = 0;
-    if (!tb) {  // rows k and k + 1 interleaved along j: 16 columns at a time
-      for (int kp = 0; kp < kc2; ++kp) {
-        const S* s0 = B + (size_t)(p0 + 2 * kp) * ldb + j0 + jr;
-        const bool odd = 2 * kp + 1 < kc;
-        int j = 0;
-        for (; odd && j + 16 <= nr; j += 16) interleave16(s0 + j, s0 + ldb + j, d + kp * NR + j);
-        for (; j < nr; ++j) d[kp * NR + j] = pair(to_bf16(s0[j]), odd ? to_bf16(s0[ldb + j]) : 0);
-      }
-    } else {  // a column's pairs are contiguous in B's row j: four groups of 8 columns
+    if (tb) {  // a column's pairs are contiguous in B's row j: four groups of 8 columns
       for (int g = 0; g < NR / 8 && g * 8 < nr; ++g)
-        pack_pairs_transposed(B + (size_t)(j0 + jr + g * 8) * ldb + p0, ldb, min_int(8, nr - g * 8), kc, d + g * 8, NR);
+        pack_pairs_transposed(B + (size_t)(j0 + g * 8) * ldb + p0, ldb, min_int(8, nr - g * 8), kc, d + g * 8, NR);
+      return;
+    }
+    for (int kp = 0; kp < kc2; ++kp) {  // rows k and k + 1 interleaved along j: 16 columns at a time
+      const S* s0 = B + (size_t)(p0 + 2 * kp) * ldb + j0;
+      const bool odd = 2 * kp + 1 < kc;
+      int j = 0;
+      for (; odd && j + 16 <= nr; j += 16) interleave16(s0 + j, s0 + ldb + j, d + kp * NR + j);
+      for (; j < nr; ++j) d[kp * NR + j] = pair(to_bf16(s0[j]), odd ? to_bf16(s0[ldb + j]) : 0);
     }
   }
-}
 
-// C[R, 32] (columns masked by m0/m1) = alpha * a_panel * b_panel + beta * C over kc2 pairs.
-template <int R>
-void micro_kernel(int kc2, const uint32_t* a, const uint32_t* b, float* C, size_t ldc, float alpha, float beta,
-                  __mmask16 m0, __mmask16 m1) {
-  prefetch_tile<R>(C, ldc, NR);
-  __m512 c0[R], c1[R];
+  // C[R, 32] (columns masked by e) = alpha * a_panel * b_panel + beta * C over kc2 pairs (both packed).
+  template <int R, bool kDirectA, bool kDirectB>
+  static void micro_kernel(int kc2, const uint32_t* a, size_t, const uint32_t* b, size_t, float* C, size_t ldc,
+                           Edge e, float alpha, float beta) {
+    static_assert(!kDirectA && !kDirectB);
+    zmm_tile<R>(kc2, C, ldc, alpha, beta, e.m0, e.m1, [&](__m512 (&c0)[R], __m512 (&c1)[R]) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-  for (int kp = 0; kp < kc2; ++kp) {
-    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[i]));
-      c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);
-      c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);
-    }
-    a += MR;
-    b += NR;
-  }
-  store_tile<R>(C, ldc, c0, c1, alpha, beta, m0, m1);
-}
-
-void macro_kernel(int mc, int nc, int kc, const uint32_t* Ap, const uint32_t* Bp, float* C, size_t ldc, float alpha,
-                  float beta) {
-  const int kc2 = (kc + 1) / 2;
-  for (int jr = 0; jr < nc; jr += NR) {
-    const int nr = min_int(NR, nc - jr);
-    const __mmask16 m0 = lane_mask(nr), m1 = lane_mask(nr - 16);
-    const uint32_t* b = Bp + (size_t)jr * kc2;
-    for (int ir = 0; ir < mc; ir += MR) {
-      const uint32_t* a = Ap + (size_t)ir * kc2;
-      float* c = C + ir * ldc + jr;
-      switch (min_int(MR, mc - ir)) {
-        case 8: micro_kernel<8>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
-        case 7: micro_kernel<7>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
-        case 6: micro_kernel<6>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
-        case 5: micro_kernel<5>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
-        case 4: micro_kernel<4>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
-        case 3: micro_kernel<3>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
-        case 2: micro_kernel<2>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
-        default: micro_kernel<1>(kc2, a, b, c, ldc, alpha, beta, m0, m1); break;
+      for (int i = 0; i < R; ++i) {
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[i]));
+        c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);
+        c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);
       }
-    }
+      a += MR;
+      b += NR;
+    });
   }
-}
-
-template <class SA, class SB>
-void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const SA* A, int lda, const SB* B, int ldb,
-               float beta, float* C, int ldc) {
-  if (M <= 0 || N <= 0) return;
-  const size_t la = (size_t)lda, lb = (size_t)ldb, lc = (size_t)ldc;
-  if (K <= 0) {  // C = beta * C
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) C[i * lc + j] = beta == 0.f ? 0.f : beta * C[i * lc + j];
-    return;
-  }
-  alignas(64) uint32_t Ap[MC * KC / 2];
-  alignas(64) uint32_t Bp[KC / 2 * NC];
-  const int kc_step = block_step(K, KC, 8), mc_step = block_step(M, MC, MR);
-  for (int jc = 0; jc < N; jc += NC) {
-    const int nc = min_int(NC, N - jc);
-    for (int pc = 0; pc < K; pc += kc_step) {
-      const int kc = min_int(kc_step, K - pc);
-      const float b = pc == 0 ? beta : 1.0f;
-      pack_b(tb, B, lb, pc, kc, jc, nc, Bp);
-      for (int ic = 0; ic < M; ic += mc_step) {
-        const int mc = min_int(mc_step, M - ic);
-        pack_a(ta, A, la, ic, mc, pc, kc, Ap);
-        macro_kernel(mc, nc, kc, Ap, Bp, C + ic * lc + jc, lc, alpha, b);
-      }
-    }
-  }
-}
+};
 
 }  // namespace
 
 void sbgemm_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda,
                        const uint16_t* B, int ldb, float beta, float* C, int ldc) {
-  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_driver<Bf16Gemm>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void sgemm_bf16_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                            const float* B, int ldb, float beta, float* C, int ldc) {
-  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_driver<Bf16Gemm>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_bf16_mixed_avx512bf16(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
                                 Bf16Operand B, int ldb, float beta, float* C, int ldc) {
-  by_operands(A, B, [&](auto a, auto b) { gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });
+  by_operands(A, B, [&](auto a, auto b) {
+    gemm_driver<Bf16Gemm>(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+  });
 }
 
 namespace {

@@ -1,0 +1,179 @@
+// The one blocked GEMM driver (BLIS/GotoBLAS) of the fp32 AVX2, fp32 AVX-512 and AVX512_BF16
+// kernels: cache blocking over N, K and M, packing of op(A) and op(B) panels, micro-tile edges and
+// the K == 0 and small-M cases, templated over a micro-kernel traits struct T (below). Each
+// includer instantiates it with its own ISA flags, so it lives in an anonymous namespace.
+#pragma once
+#include <cstddef>
+#include <type_traits>
+
+#include "kernels/x86/gemm_small.h"
+#include "kernels/x86/gemm_util.h"
+
+namespace ember {
+namespace {
+
+// T provides:
+//   using Packed;                    the element of a packed panel (float, or uint32: a bf16 pair)
+//   MR, NR, KC, MC, NC               register tile, depth, rows and columns of the packed blocks
+//   kPack                            k values per Packed element (a panel's depth is ceil(kc / kPack))
+//   kDirectAPanels                   op(A) = A is read in place, not packed, when N <= this * NR (0: never)
+//   kReadBInPlace                    op(B) = B is read in place when all rows fit one block (M <= MC)
+//   using SmallM                     the SIMD traits of the small-M path (gemm_small.h), or void: none
+//   using Edge; edge(nr)             what a micro-tile needs to know about its nr valid columns
+//   pack_a(ta, A, lda, i0, mr, p0, kc, d)  one micro-panel of op(A): rows [i0, i0 + mr), mr <= MR
+//   pack_b(tb, B, ldb, p0, kc, j0, nr, d)  one micro-panel of op(B): columns [j0, j0 + nr), nr <= NR
+//   micro_kernel<R, kDirectA, kDirectB>(depth, a, lda, b, ldb, C, ldc, edge, alpha, beta):
+//     C[R, NR] = alpha * a * b + beta * C (beta == 0: C not read), R <= MR rows of the tile
+template <class SA, class SB>
+struct GemmCall {
+  bool ta, tb;
+  int M, N, K;
+  float alpha;
+  const SA* A;
+  size_t lda;
+  const SB* B;
+  size_t ldb;
+  float beta;
+  float* C;
+  size_t ldc;
+};
+
+// C = beta * C (the K == 0 case); beta == 0 writes zeros without reading C.
+inline void gemm_scale_c(int M, int N, float beta, float* C, size_t ldc) {
+  for (int i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    for (int j = 0; j < N; ++j) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+  }
+}
+
+// The micro-kernel for the tile's `rows` (1..R) rows.
+template <class T, bool kDirectA, bool kDirectB, int R = T::MR, class P>
+void gemm_tile(int rows, int depth, const P* a, size_t lda, const P* b, size_t ldb, float* C, size_t ldc,
+               typename T::Edge e, float alpha, float beta) {
+  if constexpr (R > 1)
+    if (rows < R) return gemm_tile<T, kDirectA, kDirectB, R - 1>(rows, depth, a, lda, b, ldb, C, ldc, e, alpha, beta);
+  T::template micro_kernel<R, kDirectA, kDirectB>(depth, a, lda, b, ldb, C, ldc, e, alpha, beta);
+}
+
+// Runs the micro-kernel over an mc x kc block of op(A) and a kc x nc block of op(B). Ap is packed,
+// or with kDirectA the unpacked A block itself (row stride lda); Bp likewise (kDirectB: stride ldb).
+template <class T, bool kDirectA, bool kDirectB, class P>
+void gemm_macro(int mc, int nc, int kc, const P* Ap, size_t lda, const P* Bp, size_t ldb, float* C, size_t ldc,
+                float alpha, float beta) {
+  const int depth = (kc + T::kPack - 1) / T::kPack;
+  for (int jr = 0; jr < nc; jr += T::NR) {
+    const typename T::Edge e = T::edge(min_int(T::NR, nc - jr));
+    const P* b = Bp + (kDirectB ? (size_t)jr : (size_t)jr * depth);
+    for (int ir = 0; ir < mc; ir += T::MR) {
+      const P* a = Ap + (kDirectA ? ir * lda : (size_t)ir * depth);
+      gemm_tile<T, kDirectA, kDirectB>(min_int(T::MR, mc - ir), depth, a, lda, b, ldb, C + ir * ldc + jr, ldc, e,
+                                       alpha, beta);
+    }
+  }
+}
+
+// op(A)[i0 : i0+mc, p0 : p0+kc] as micro-panels of MR rows (panel ir at dst + ir * depth), and
+// op(B)[p0 : p0+kc, j0 : j0+nc] as micro-panels of NR columns (panel jr at dst + jr * depth).
+template <class T, class SA, class P>
+void gemm_pack_a(bool ta, const SA* A, size_t lda, int i0, int mc, int p0, int kc, P* dst) {
+  const size_t depth = (kc + T::kPack - 1) / T::kPack;
+  for (int ir = 0; ir < mc; ir += T::MR)
+    T::pack_a(ta, A, lda, i0 + ir, min_int(T::MR, mc - ir), p0, kc, dst + ir * depth);
+}
+template <class T, class SB, class P>
+void gemm_pack_b(bool tb, const SB* B, size_t ldb, int p0, int kc, int j0, int nc, P* dst) {
+  const size_t depth = (kc + T::kPack - 1) / T::kPack;
+  for (int jr = 0; jr < nc; jr += T::NR)
+    T::pack_b(tb, B, ldb, p0, kc, j0 + jr, min_int(T::NR, nc - jr), dst + jr * depth);
+}
+
+// The packed buffers of one call (on the stack: kernels do not allocate) and its blocking.
+template <class T>
+struct GemmBlocks {
+  alignas(64) typename T::Packed Ap[T::MC * T::KC / T::kPack];
+  alignas(64) typename T::Packed Bp[T::KC / T::kPack * T::NC];
+  bool direct_a;
+  int kc_step, mc_step;
+};
+
+// C[ic:, jc:] (+)= op(A)[ic : ic+mc, pc : pc+kc] * the packed op(B) block: A packed (by the
+// caller) or read in place.
+template <class T, class SA, class SB>
+void gemm_block(const GemmCall<SA, SB>& g, const GemmBlocks<T>& w, int ic, int mc, int pc, int kc, int jc, int nc,
+                float beta) {
+  float* c = g.C + ic * g.ldc + jc;
+  if constexpr (T::kDirectAPanels > 0)
+    if (w.direct_a)
+      return gemm_macro<T, true, false>(mc, nc, kc, g.A + ic * g.lda + pc, g.lda, w.Bp, 0, c, g.ldc, g.alpha, beta);
+  gemm_macro<T, false, false>(mc, nc, kc, w.Ap, 0, w.Bp, 0, c, g.ldc, g.alpha, beta);
+}
+
+// op(B) = B read in place for the columns [jc, jc + nc) of one K block: all of op(A)'s rows fit one
+// block, so a B micro-panel serves at most MC / MR micro-tiles and copying it costs more than it saves.
+template <class T, class SA, class SB>
+void gemm_direct_b(const GemmCall<SA, SB>& g, GemmBlocks<T>& w, int pc, int kc, int jc, int nc, float beta) {
+  const SB* Bb = g.B + (size_t)pc * g.ldb + jc;
+  if constexpr (T::kDirectAPanels > 0)
+    if (w.direct_a)
+      return gemm_macro<T, true, true>(g.M, nc, kc, g.A + pc, g.lda, Bb, g.ldb, g.C + jc, g.ldc, g.alpha, beta);
+  gemm_macro<T, false, true>(g.M, nc, kc, w.Ap, 0, Bb, g.ldb, g.C + jc, g.ldc, g.alpha, beta);
+}
+
+// All of op(A)'s rows fit one block (M <= MC): each A block is packed once, B streams past it.
+template <class T, class SA, class SB>
+void gemm_one_row_block(const GemmCall<SA, SB>& g, GemmBlocks<T>& w) {
+  for (int pc = 0; pc < g.K; pc += w.kc_step) {
+    const int kc = min_int(w.kc_step, g.K - pc);
+    const float beta = pc == 0 ? g.beta : 1.0f;
+    if (!w.direct_a) gemm_pack_a<T>(g.ta, g.A, g.lda, 0, g.M, pc, kc, w.Ap);
+    for (int jc = 0; jc < g.N; jc += T::NC) {
+      const int nc = min_int(T::NC, g.N - jc);
+      if constexpr (T::kReadBInPlace)
+        if (!g.tb) {
+          gemm_direct_b(g, w, pc, kc, jc, nc, beta);
+          continue;
+        }
+      gemm_pack_b<T>(g.tb, g.B, g.ldb, pc, kc, jc, nc, w.Bp);
+      gemm_block(g, w, 0, g.M, pc, kc, jc, nc, beta);
+    }
+  }
+}
+
+// Goto order: each B block is packed once; A blocks are repacked per NC column block.
+template <class T, class SA, class SB>
+void gemm_goto(const GemmCall<SA, SB>& g, GemmBlocks<T>& w) {
+  for (int jc = 0; jc < g.N; jc += T::NC) {
+    const int nc = min_int(T::NC, g.N - jc);
+    for (int pc = 0; pc < g.K; pc += w.kc_step) {
+      const int kc = min_int(w.kc_step, g.K - pc);
+      const float beta = pc == 0 ? g.beta : 1.0f;
+      gemm_pack_b<T>(g.tb, g.B, g.ldb, pc, kc, jc, nc, w.Bp);
+      for (int ic = 0; ic < g.M; ic += w.mc_step) {
+        const int mc = min_int(w.mc_step, g.M - ic);
+        if (!w.direct_a) gemm_pack_a<T>(g.ta, g.A, g.lda, ic, mc, pc, kc, w.Ap);
+        gemm_block(g, w, ic, mc, pc, kc, jc, nc, beta);
+      }
+    }
+  }
+}
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C as SgemmFn (kernels.h), A and B of any type T packs.
+template <class T, class SA, class SB>
+void gemm_driver(bool ta, bool tb, int M, int N, int K, float alpha, const SA* A, int lda, const SB* B, int ldb,
+                 float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  const GemmCall<SA, SB> g{ta, tb, M, N, K, alpha, A, (size_t)lda, B, (size_t)ldb, beta, C, (size_t)ldc};
+  if (K <= 0) return gemm_scale_c(M, N, beta, C, g.ldc);
+  if constexpr (!std::is_void_v<typename T::SmallM>)  // GEMV-like: stream op(B) once instead of packing it
+    if (!ta && M <= kSmallM)
+      return sgemm_small_m<typename T::SmallM>(tb, M, N, K, alpha, A, g.lda, B, g.ldb, beta, C, g.ldc);
+  GemmBlocks<T> w;
+  w.direct_a = T::kDirectAPanels > 0 && !ta && N <= T::kDirectAPanels * T::NR;
+  w.kc_step = block_step(K, T::KC, 8);
+  w.mc_step = block_step(M, T::MC, T::MR);
+  if (M <= T::MC) return gemm_one_row_block(g, w);
+  gemm_goto(g, w);
+}
+
+}  // namespace
+}  // namespace ember
