@@ -111,6 +111,8 @@ std::vector<ParamInfo> model_params(const Model& model);
 class Plan {
  public:
   Plan(const Model& model, const PlanOptions& options);
+  struct Impl;  // opaque: defined in src/nn/plan_impl.h
+  explicit Plan(std::unique_ptr<Impl> impl);  // internal: plan_impl::compile makes one
   ~Plan();
   Plan(Plan&&) noexcept;
   Plan& operator=(Plan&&) noexcept;
@@ -243,8 +245,6 @@ class Plan {
   const void* output() const;   // [batch, classes]
 
   std::string summary() const;  // one line per layer: kind, shapes, parameters
-
-  struct Impl;  // opaque: defined in src/nn/plan.cpp
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -65,6 +65,7 @@ Graph resolve(const Model& m) {
     Node n;
     n.spec = &s;
     n.label = node_label(s, i);
+    n.source = int(i);
     n.param_prefix = s.name.empty() ? std::to_string(i) : s.name;
     auto fail = [&](const std::string& msg) { throw Error(g.where + ": " + n.label + ": " + msg); };
     if (!s.name.empty()) {
@@ -76,7 +77,7 @@ Graph resolve(const Model& m) {
       check_name_is_free(m, i, fail);
     }
     if (s.inputs.empty()) {
-      n.in.push_back(int(i));  // the previous node's output, or the input
+      n.in.push_back(i == 0 ? 0 : g.nodes.back().out);  // the previous node's output, or the input
     } else {
       for (const std::string& name : s.inputs) {
         auto it = by_name.find(name);
@@ -91,12 +92,13 @@ Graph resolve(const Model& m) {
       fail(multi_input(s.kind) ? "expected 2 to " + std::to_string(kMaxInputs) + " inputs, found " + std::to_string(count)
                                : "expected one input, found " + std::to_string(count));
     for (int t : n.in) g.tensors[size_t(t)].readers.push_back(int(i));
-    g.tensors[i + 1].producer = int(i);
-    if (!s.name.empty()) by_name[s.name] = int(i) + 1;
+    n.out = int(i) + 1;  // resolve numbers outputs in node order; passes append theirs
+    g.tensors[size_t(n.out)].producer = int(i);
+    if (!s.name.empty()) by_name[s.name] = n.out;
     g.nodes.push_back(std::move(n));
   }
   for (size_t i = 0; i + 1 < g.nodes.size(); ++i)
-    if (g.tensors[i + 1].readers.empty())
+    if (g.tensors[size_t(g.nodes[i].out)].readers.empty())
       throw Error(g.where + ": " + g.nodes[i].label +
                   ": its output is never read (only the last layer's output may be left unread)");
   return g;
@@ -106,6 +108,7 @@ void infer(Graph& g, DType dt, int batch) {
   // The kernels index a batch of activations with int: it stays below 2^31 elements.
   const size_t max_elems = size_t(INT32_MAX) / size_t(batch);
   g.tensors[0].dtype = dt;
+  g.tensors[0].layout = g.tensors[0].dims.flat() ? Layout::flat : Layout::nchw;
   const Dims& d = g.tensors[0].dims;
   if (d.size() > max_elems)
     throw Error(g.where + ": input: [" + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " +
@@ -119,14 +122,15 @@ void infer(Graph& g, DType dt, int batch) {
         throw Error(g.where + ": " + n.label + ": inputs of different dtypes");
       in.push_back(g.tensors[size_t(t)].dims);
     }
-    n.layer = make_layer(*n.spec);
-    Tensor& out = g.tensors[i + 1];
+    n.layer = n.make ? n.make(*n.spec) : make_layer(*n.spec);
+    Tensor& out = g.tensors[size_t(n.out)];
     try {
       out.dims = n.layer->infer_inputs(in);
     } catch (const Error& e) {
       throw Error(g.where + ": " + n.label + ": " + e.what());
     }
     out.dtype = dt;
+    out.layout = out.dims.flat() ? Layout::flat : Layout::nchw;
     if (out.dims.size() > max_elems)
       throw Error(g.where + ": " + n.label + ": activation too large for batch " + std::to_string(batch) +
                   " (more than " + std::to_string(max_elems) + " elements per sample)");
@@ -171,12 +175,18 @@ std::vector<ParamInfo> graph_params(const Graph& g) {
 
 namespace {
 
+// Whether node j reads node i's output alone, and nothing else reads that output.
+bool only_reader_of(const Graph& g, size_t i, size_t j) {
+  const int t = g.nodes[i].out;
+  return g.nodes[j].in == std::vector<int>{t} && g.tensors[size_t(t)].readers.size() == 1;
+}
+
 // The fusion table's one pattern: Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2 at nodes i..i+2,
 // each reading the one before, the conv's and ReLU's outputs read by nothing else.
 bool conv_relu_pool_at(const Graph& g, size_t i) {
   if (i + 2 >= g.nodes.size()) return false;
   for (size_t k = 1; k <= 2; ++k)
-    if (g.nodes[i + k].in != std::vector<int>{int(i + k)} || g.tensors[i + k].readers.size() != 1) return false;
+    if (!only_reader_of(g, i + k - 1, i + k)) return false;
   const LayerSpec* l[3] = {g.nodes[i].spec, g.nodes[i + 1].spec, g.nodes[i + 2].spec};
   LayerSpec seq[3] = {*l[0], *l[1], *l[2]};
   return can_fuse_conv_relu_pool(seq, 3, g.tensors[size_t(g.nodes[i].in[0])].dims);
@@ -185,28 +195,38 @@ bool conv_relu_pool_at(const Graph& g, size_t i) {
 // The training pattern: LayerNorm (affine) -> Conv2d or Linear over channels at nodes i, i + 1,
 // the norm's output read by the conv alone.
 bool norm_conv_at(const Graph& g, size_t i) {
-  if (i + 1 >= g.nodes.size()) return false;
-  if (g.nodes[i + 1].in != std::vector<int>{int(i + 1)} || g.tensors[i + 1].readers.size() != 1) return false;
+  if (i + 1 >= g.nodes.size() || !only_reader_of(g, i, i + 1)) return false;
   return can_fuse_norm_conv(*g.nodes[i].spec, *g.nodes[i + 1].spec);
+}
+
+// How many nodes the unit starting at node i runs.
+int group_at(const Graph& g, size_t i, bool enabled, bool training) {
+  if (enabled && conv_relu_pool_at(g, i)) return 3;
+  if (enabled && training && norm_conv_at(g, i)) return 2;
+  return 1;
 }
 
 }  // namespace
 
+std::vector<int> fusion_groups(const Graph& g, bool enabled, bool training) {
+  std::vector<int> out;
+  for (size_t i = 0; i < g.nodes.size(); i += size_t(out.back())) out.push_back(group_at(g, i, enabled, training));
+  return out;
+}
+
 std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
   std::vector<Unit> units;
   for (size_t i = 0; i < g.nodes.size();) {
-    const bool crp = enabled && conv_relu_pool_at(g, i);
-    const bool nc = enabled && training && !crp && norm_conv_at(g, i);
-    const size_t count = crp ? 3 : nc ? 2 : 1;
+    const size_t count = size_t(group_at(g, i, enabled, training));
     Unit u;
     u.first = int(i);
     u.last = int(i + count - 1);
     u.in = g.nodes[i].in;
-    u.out = u.last + 1;
-    if (crp) {
+    u.out = g.nodes[size_t(u.last)].out;
+    if (count == 3) {
       u.layer = make_conv_relu_pool(*g.nodes[i].spec);
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
-    } else if (nc) {
+    } else if (count == 2) {
       u.layer = make_norm_conv(std::move(g.nodes[i].layer), std::move(g.nodes[i + 1].layer));
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
     } else {
@@ -233,7 +253,7 @@ std::vector<bool> prune_backward(const Graph& g, std::vector<Unit>& units) {
     u.dx.clear();
     for (int t : u.in) u.dx.push_back(needs[size_t(t)]);
   }
-  needs.back() = true;  // the loss writes the output's gradient
+  needs[size_t(output(g))] = true;  // the loss writes the output's gradient
   return needs;
 }
 
@@ -283,6 +303,7 @@ Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::v
                     bool training, int batch, size_t elem_bytes) {
   const int U = int(units.size()), end = 2 * U;
   const size_t T = g.tensors.size();
+  const size_t out_t = size_t(output(g));
   std::vector<int> unit_of(g.nodes.size());
   for (int u = 0; u < U; ++u)
     for (int k = units[size_t(u)].first; k <= units[size_t(u)].last; ++k) unit_of[size_t(k)] = u;
@@ -291,10 +312,10 @@ Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::v
   lt.act.resize(T);
   lt.grad.resize(T);
   std::vector<int> grad_alias(T);
-  for (size_t t = 0; t < T; ++t) {
-    lt.alias[t] = grad_alias[t] = int(t);
+  for (size_t t = 0; t < T; ++t) lt.alias[t] = grad_alias[t] = int(t);
+  for (const Node& n : g.nodes) {  // in node order: an input's alias is known before its readers'
+    const size_t t = size_t(n.out);
     const Tensor& x = g.tensors[t];
-    if (x.producer < 0) continue;
     const Unit& u = units[size_t(unit_of[size_t(x.producer)])];
     if (u.out != int(t)) continue;
     const int in = u.in[0];
@@ -317,7 +338,7 @@ Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::v
     }
     if (training && prod >= 0 && units[size_t(prod)].backward && units[size_t(prod)].layer->backward_reads_output())
       last = std::max(last, end - prod);
-    if (t == 0 || t + 1 == T) last = end;
+    if (t == 0 || t == out_t) last = end;
     Block& a = lt.act[size_t(lt.alias[t])];
     const bool fresh = a.bytes == 0;
     a.bytes = std::max(a.bytes, size_t(batch) * x.dims.size() * elem_bytes);
@@ -326,7 +347,7 @@ Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::v
     if (!needs_grad[t]) continue;
     int gfirst = end;  // the first backward that writes it: its last reader's, or the loss
     for (int r : x.readers) gfirst = std::min(gfirst, end - unit_of[size_t(r)]);
-    if (t + 1 == T) gfirst = U;
+    if (t == out_t) gfirst = U;
     const int glast = prod < 0 ? end : end - prod;
     Block& gb = lt.grad[size_t(grad_alias[t])];
     const bool gfresh = gb.bytes == 0;

@@ -1,8 +1,11 @@
 // The graph IR a plan is compiled from, and its compile passes, each a function with its own
 // tests: resolve (names -> tensors) -> infer (shapes, dtypes) -> fuse (units, by pattern) ->
 // prune_backward (what backward runs and which gradients exist) -> place (arena by liveness).
-// Tensor 0 is the model input; tensor i + 1 is node i's output. Per-sample dims are [C, H, W].
+// Tensors are first-class: each node names its input and output tensor ids, each tensor its
+// producer, readers, dims, dtype and layout. Tensor 0 is the model input; the last node's output
+// is the model's. Other ids follow no order (a pass appends the tensors of the nodes it inserts).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,26 +16,72 @@
 
 namespace ember::nn {
 
+// How a tensor's per-sample elements lie: an image [C, H, W] (row-major, channel planes), or a
+// vector [D] (what a flatten or linear outputs: dims h == w == 1).
+enum class Layout { nchw, flat };
+const char* layout_name(Layout l);  // "nchw", "flat"
+
 struct Tensor {
   Dims dims;
   DType dtype = DType::f32;
+  Layout layout = Layout::nchw;
   int producer = -1;            // node index; -1 for the model input
   std::vector<int> readers;     // nodes that read it, in node order (a node reading it twice: twice)
 };
 
+// Nodes are kept in a topological order (the order they run in); a node's index is its place in
+// that order (ParamInfo::layer, UnitInfo's layers and LayerInfo are indexed by it), equal to its
+// model layer's index until a pass inserts or removes nodes.
 struct Node {
-  const LayerSpec* spec = nullptr;
+  const LayerSpec* spec = nullptr; // into the Model, or into `own` (a node a pass made)
+  std::shared_ptr<const LayerSpec> own;
+  // A pass's own layer, not in the op table (identity_node); null: make_layer(*spec).
+  std::unique_ptr<Layer> (*make)(const LayerSpec&) = nullptr;
   std::string label;            // for messages: "layers[3] (conv2d)" or "layers[3] (add \"b1\")"
   std::string param_prefix;     // "3" or the node's name: parameters are PREFIX.weight, PREFIX.bias
+  int source = -1;              // its model layer's index (the unit's random stream); -1: made by a pass
   std::vector<int> in;          // input tensors
+  int out = -1;                 // output tensor
   std::unique_ptr<Layer> layer; // made by infer
 };
 
 struct Graph {
   std::string where;            // the model file, or "model NAME"
   std::vector<Node> nodes;
-  std::vector<Tensor> tensors;  // nodes.size() + 1
+  std::vector<Tensor> tensors;  // by id: 0 the input, one per node's output
 };
+
+// The model's output tensor: the last node's.
+int output(const Graph& g);
+
+// Checks the graph's invariants, throwing Error("internal: ...") naming the first broken one:
+// tensor 0 is the input (no producer); every other tensor has exactly one producer, the node
+// whose `out` it is; each tensor's readers are the nodes that list it in `in`, in node order;
+// every node reads only the input or outputs of earlier nodes (topological order); every tensor
+// but the output is read.
+void check(const Graph& g);
+
+// Graph edits for passes, each keeping producers and readers consistent (check() holds after
+// them). A node made by a pass names its spec in `own`; `in` and `out` are filled here. The
+// edited graph needs infer again (layers and dims of new nodes).
+// insert_after: the new node (one input) reads node `node`'s output; every node that read it,
+// and the model's output, become the new node's output (a new tensor id). Returns its index.
+int insert_after(Graph& g, int node, Node n);
+// replace_node: node `node` becomes n, reading the same inputs and writing the same tensor
+// (n keeps the old node's label, parameter prefix and source where it sets none).
+void replace_node(Graph& g, int node, Node n);
+// remove_node: for a one-input node whose output has its input's shape: its readers read its
+// input instead; its output tensor's id is freed (the ids above it move down by one). Removing
+// the last node needs its input to be the node before's output.
+void remove_node(Graph& g, int node);
+
+// A node that copies its input (y = x, dx = dy) and keeps the kernels around it as they were:
+// its spec is droppath with p 0 (its name, no parameters), its layer its own (Node::make).
+Node identity_node();
+
+// A pass: edits the graph after infer (it sees dims, dtypes and layouts). The plan checks the
+// graph and runs infer again after its passes (plan_impl.h: plan_with_passes).
+using GraphPass = std::function<void(Graph&)>;
 
 // Pass 1. Resolves each node's inputs (none: the previous node, or the model input for the
 // first; a name: the node so named, or "input") and fills readers. Throws Error naming the node
@@ -40,8 +89,10 @@ struct Graph {
 // inputs for the layer kind, and a node whose output nothing reads (other than the last).
 Graph resolve(const Model& m);
 
-// Pass 2. Makes each node's layer and infers every tensor's dims and dtype (all `dt` today; the
-// slot is per tensor so that bf16 and int8 add cases, not structure). Errors name the node.
+// Pass 2. Makes each node's layer and infers every tensor's dims, dtype (all `dt` today; the
+// slot is per tensor so that bf16 and int8 add cases, not structure) and layout (flat where
+// dims are [D], else nchw). Errors name the node. Passes that edit the graph run after it (they
+// see shapes), then infer runs again (GraphPass, plan_impl.h).
 // batch: a batch of any tensor must stay below 2^31 elements (the kernels index it with int).
 void infer(Graph& g, DType dt, int batch);
 
@@ -53,7 +104,7 @@ std::vector<ParamInfo> graph_params(const Graph& g);
 struct Unit {
   int first = 0, last = 0;      // nodes
   std::vector<int> in;          // input tensors (the first node's)
-  int out = 0;                  // output tensor (last + 1)
+  int out = 0;                  // output tensor (the last node's out)
   std::unique_ptr<Layer> layer; // the node's own layer, or the fused one
   std::string kinds;            // "conv2d+relu+maxpool2d"
   bool has_params = false;
@@ -67,6 +118,8 @@ struct Unit {
 // -> Conv2d or Linear over channels (the normalised tensor is recomputed in backward instead of
 // kept). Moves the nodes' layers into the units.
 std::vector<Unit> fuse(Graph& g, bool enabled, bool training);
+// The units fuse would make (after infer): per unit, in node order, how many nodes it runs.
+std::vector<int> fusion_groups(const Graph& g, bool enabled, bool training);
 
 // Pass 4. A tensor needs a gradient when a parameter lies upstream of it; a unit runs backward
 // when its output needs one. Returns per tensor whether its gradient buffer exists (the model's

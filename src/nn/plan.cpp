@@ -41,12 +41,18 @@ const Kernels& choose_kernels(const PlanOptions& opt) {
   return kernels_for(isa);
 }
 
-// Passes 1 and 2 on `model`: the graph with its shapes, or an Error naming the node.
-nn::Graph compiled_graph(const Model& model, DType dt, int batch) {
+// Passes 1 and 2 on `model`, then the graph passes (each checked; infer again after them): the
+// graph with its shapes, or an Error naming the node.
+nn::Graph compiled_graph(const Model& model, DType dt, int batch, const std::vector<nn::GraphPass>& passes = {}) {
   nn::Graph g = nn::resolve(model);
   g.tensors[0].dims = {model.in_c, model.in_h, model.in_w};
   nn::infer(g, dt, batch);
-  const nn::Dims out = g.tensors.back().dims;
+  for (const nn::GraphPass& pass : passes) {
+    pass(g);
+    nn::check(g);
+  }
+  if (!passes.empty()) nn::infer(g, dt, batch);
+  const nn::Dims out = g.tensors[size_t(nn::output(g))].dims;
   if (!out.flat() || out.c != model.num_classes)
     throw Error(g.where + ": the last layer must output [" + std::to_string(model.num_classes) +
                 "] class scores, found " + (out.flat() ? "[" + std::to_string(out.c) + "]" :
@@ -158,7 +164,7 @@ void describe(Plan::Impl& m) {
     li.kind = layer_kind_name(n.spec->kind);
     li.name = n.spec->name;
     li.in_shape = dims_vec(m.g.tensors[size_t(n.in[0])].dims);
-    li.out_shape = dims_vec(m.g.tensors[i + 1].dims);
+    li.out_shape = dims_vec(m.g.tensors[size_t(n.out)].dims);
     for (auto& s : n.layer->param_shapes()) {
       size_t c = 1;
       for (int d : s) c *= size_t(d);
@@ -190,8 +196,10 @@ void describe_units(Plan::Impl& m) {
 }
 }  // namespace
 
-Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
+namespace plan_impl {
+std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes) {
+  auto impl = std::make_unique<Plan::Impl>();
+  Plan::Impl& m = *impl;
   m.model = model;
   m.opt = opt;
   m.train_mode = opt.training;
@@ -203,7 +211,7 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     throw Error("precision: bf16 needs an f32 plan (f64 plans run the scalar references in double)");
   m.k = &choose_kernels(opt);
   m.esz = opt.dtype == DType::f64 ? 8 : 4;
-  m.g = compiled_graph(m.model, opt.dtype, opt.batch);          // passes 1-2
+  m.g = compiled_graph(m.model, opt.dtype, opt.batch, passes);  // passes 1-2 (and graph passes)
   m.params = nn::graph_params(m.g);
   for (const ParamInfo& p : m.params) m.nparams += p.size;
   describe(m);
@@ -256,7 +264,16 @@ Plan::Plan(const Model& model, const PlanOptions& opt) : impl_(std::make_unique<
     if (m.layer_unit[size_t(m.params[t].layer)] > m.side_unit)
       for (size_t b = 0; b < m.params[t].size; b += kChunk)
         m.side_chunks.push_back({int(t), b, std::min(m.params[t].size, b + kChunk)});
+  return impl;
 }
+
+Plan plan_with_passes(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes) {
+  return Plan(compile(model, opt, passes));
+}
+}  // namespace plan_impl
+
+Plan::Plan(const Model& model, const PlanOptions& opt) : Plan(plan_impl::compile(model, opt, {})) {}
+Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Plan::~Plan() = default;
 Plan::Plan(Plan&&) noexcept = default;
@@ -301,11 +318,15 @@ std::vector<BufferInfo> Plan::buffers() const {
   out.push_back({"labels", N * sizeof(int32_t)});
   if (m.wh_off != kNone) out.push_back({"bf16 copy of the parameters", m.nparams * sizeof(uint16_t)});
   auto of = [&](size_t t) {
-    return t == 0 ? std::string(" (input batch)") : " (" + m.units[size_t(m.layer_unit[t - 1])].name + " output)";
+    const int p = m.g.tensors[t].producer;
+    return p < 0 ? std::string(" (input batch)") : " (" + m.units[size_t(m.layer_unit[size_t(p)])].name + " output)";
   };
-  for (size_t t = 0; t < T; ++t) {  // each storage once: an aliased tensor (Flatten) shares its input's
-    if (t == 0 || m.act[t] != m.act[t - 1]) out.push_back({"activation " + std::to_string(t) + of(t), m.tensor_bytes(t)});
-    if (m.grad[t] != kNone && (t + 1 == T || m.grad[t] != m.grad[t + 1]))
+  std::vector<size_t> order{0};  // the tensors in the order they are written: the input, then by node
+  for (const nn::Node& n : m.g.nodes) order.push_back(size_t(n.out));
+  for (size_t i = 0; i < T; ++i) {  // each storage once: an aliased tensor (Flatten) shares its input's
+    const size_t t = order[i];
+    if (i == 0 || m.act[t] != m.act[order[i - 1]]) out.push_back({"activation " + std::to_string(t) + of(t), m.tensor_bytes(t)});
+    if (m.grad[t] != kNone && (i + 1 == T || m.grad[t] != m.grad[order[i + 1]]))
       out.push_back({"activation gradient " + std::to_string(t) + of(t), m.tensor_bytes(t)});
   }
   for (size_t k = 0; k < m.dx_tmp.size(); ++k) {
@@ -363,7 +384,7 @@ void Plan::thaw() {
 }
 bool Plan::frozen() const { return impl_->frozen; }
 void* Plan::grad_data() { return impl_->at<std::byte>(impl_->grad_off); }
-const void* Plan::output() const { return impl_->at<std::byte>(impl_->act.back()); }  // [batch, classes]
+const void* Plan::output() const { return impl_->at<std::byte>(impl_->act[impl_->out_tensor()]); }  // [batch, classes]
 
 void Plan::init_params(uint64_t seed) {
   Impl& m = *impl_;

@@ -78,11 +78,16 @@ struct Plan::Impl {
   ops::Exec exec(const ops::SideWork* side = nullptr) const {
     return {*k, *pool, side, opt.precision == Precision::bf16};
   }
-  size_t out_tensor() const { return g.tensors.size() - 1; }
+  size_t out_tensor() const { return size_t(nn::output(g)); }
   size_t tensor_bytes(size_t t) const { return size_t(opt.batch) * g.tensors[t].dims.size() * esz; }
 };
 
 namespace plan_impl {
+// Compiles `model` (Plan's constructor), running `passes` on the graph after infer.
+std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
+// A plan compiled with graph passes (tests: a pass that inserts nodes changes no result).
+Plan plan_with_passes(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
+
 inline void check_thawed(const Plan::Impl& m, const char* what) {
   if (m.frozen)
     throw Error(std::string(what) + ": the plan is frozen for inference (Plan::freeze); thaw() it "

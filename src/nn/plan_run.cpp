@@ -62,8 +62,9 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   b.bg = m.bg_unit[i] ? &m.bg : nullptr;
   b.frozen = m.frozen;
   b.train_mode = m.train_mode;
-  // The unit's random stream for this step: a hash of (seed, optimizer steps done, its first node).
-  uint64_t z = m.opt.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(m.step) + 1) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t(u.first) + 1) * 0x165667B19E3779F9ull;
+  // The unit's random stream for this step: a hash of (seed, optimizer steps done, its first
+  // node's model layer), so that nodes a pass inserts move no stream.
+  uint64_t z = m.opt.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(m.step) + 1) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t(m.g.nodes[size_t(u.first)].source) + 1) * 0x165667B19E3779F9ull;
   z = (z ^ (z >> 33)) * 0xFF51AFD7ED558CCDull;
   // Sample i of this batch draws as sample sample0 + i of a whole batch would
   // (ref::drop_path_uniform hashes noise + golden * (i + 1)).
@@ -119,8 +120,8 @@ double Plan::loss(int n, bool grad, int mean_over) {
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    const T* x = m.at<T>(m.act.back());
-    T* dx = grad ? m.at<T>(m.grad.back()) : nullptr;  // [n, classes]
+    const T* x = m.at<T>(m.act[m.out_tensor()]);
+    T* dx = grad ? m.at<T>(m.grad[m.out_tensor()]) : nullptr;  // [n, classes]
     switch (m.model.loss) {
       case LossKind::SoftmaxCrossEntropy: return ref::softmax_xent<T>(dx, x, lab, n, D, N);
       case LossKind::CrossEntropy: return ref::xent<T>(dx, x, lab, n, D, N);
@@ -137,7 +138,7 @@ int Plan::correct(int n) const {
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    const T* x = m.at<T>(m.act.back());
+    const T* x = m.at<T>(m.act[m.out_tensor()]);
     int ok = 0;
     for (int i = 0; i < n; ++i) {
       int best = 0;

@@ -118,8 +118,8 @@ class Exporter {
   void run() {
     vals_.assign(g_.tensors.size(), {});
     vals_[0] = {"input", 4};
-    for (size_t i = 0; i < g_.nodes.size(); ++i) vals_[i + 1] = node(int(i));
-    const Value& last = vals_.back();
+    for (size_t i = 0; i < g_.nodes.size(); ++i) vals_[size_t(g_.nodes[i].out)] = node(int(i));
+    const Value& last = vals_[size_t(nn::output(g_))];
     std::string y = last.name;
     if (last.rank == 4) y = W_.op("Flatten", {y}, "output");  // [N, classes]
     W_.node("Identity", {y}, {"output"}, "output");
@@ -144,7 +144,7 @@ class Exporter {
     return v.rank == 4 ? v.name : W_.op("Unsqueeze", {v.name, W_.ints("axes", {2, 3})}, name);
   }
   Dims in_dims(int i, int k = 0) const { return g_.tensors[size_t(g_.nodes[size_t(i)].in[size_t(k)])].dims; }
-  Dims out_dims(int i) const { return g_.tensors[size_t(i) + 1].dims; }
+  Dims out_dims(int i) const { return g_.tensors[size_t(g_.nodes[size_t(i)].out)].dims; }
 
   Value node(int i) {
     const nn::Node& nd = g_.nodes[size_t(i)];
@@ -347,7 +347,7 @@ std::string onnx_export_bytes(const Plan& plan) {
   graph->set_name(m.name);
   value_info(graph->add_input(), "input", {m.in_c, m.in_h, m.in_w});
   Exporter(g, weights, graph).run();
-  const nn::Dims out = g.tensors.back().dims;
+  const nn::Dims out = g.tensors[size_t(nn::output(g))].dims;
   value_info(graph->add_output(), "output", {int64_t(out.size())});
   std::string bytes;
   if (!model.SerializeToString(&bytes)) throw Error("export: the model is too large for one ONNX file (2 GiB)");
