@@ -10,17 +10,19 @@
 namespace ember::ops {
 
 namespace {
-// fn(thread, first, count) over the contiguous per-thread shares of n items; one call when
-// serial, on one thread, or n < 2.
+// How many shares n items take: one when serial, on one thread, or n < 2; else one per thread.
+int parts(const Exec& e, int64_t n, bool serial) { return serial || e.pool.size() == 1 || n < 2 ? 1 : e.pool.size(); }
+// fn(thread, first, count) over the contiguous per-thread shares of n items: parts(e, n, serial)
+// calls, each thread's (a share may be empty), so a caller sums exactly the parts written (a
+// batch of 1 on 2 threads once summed a second part no call had cleared).
 template <class F>
 void shares(const Exec& e, int64_t n, bool serial, F&& fn) {
-  if (serial || e.pool.size() == 1 || n < 2) return fn(0, int64_t(0), n);
+  if (parts(e, n, serial) == 1) return fn(0, int64_t(0), n);
   e.pool.run([&](int t) {
     const Range r = split_range(n, t, e.pool.size());
     fn(t, r.begin, r.end - r.begin);
   });
 }
-int parts(const Exec& e, bool serial) { return serial ? 1 : e.pool.size(); }
 // out[i] = sum over p < P of part[p * len + i] (p in order); out may be null.
 template <class T>
 void sum_parts(T* out, const T* part, int P, size_t len) {
@@ -61,7 +63,7 @@ void layernorm_fwd_bf16(const Exec& e, uint16_t* yh, float* mean, float* rstd, c
 template <class T>
 void layernorm_bwd(const Exec& e, T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
                    const T* rstd, const T* gamma, int R, int D, T* ws) {
-  const int P = parts(e, kSerial<T>);
+  const int P = parts(e, R, kSerial<T>);
   T* pg = ws;
   T* pb = ws + size_t(P) * D;
   shares(e, R, kSerial<T>, [&](int t, int64_t r0, int64_t n) {
@@ -90,7 +92,7 @@ void layernorm2d_fwd(const Exec& e, T* y, T* mean, T* rstd, const T* x, const T*
 template <class T>
 void layernorm2d_bwd(const Exec& e, T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
                      const T* rstd, const T* gamma, int N, int C, int HW, T* ws) {
-  const int P = parts(e, kSerial<T>);
+  const int P = parts(e, N, kSerial<T>);
   const size_t S = size_t(C) * HW;
   T* pg = ws;
   T* pb = ws + size_t(P) * C;
@@ -136,7 +138,7 @@ void channel_scale_fwd(const Exec& e, T* y, const T* x, const T* s, int N, int C
 template <class T>
 void channel_scale_bwd(const Exec& e, T* dx, T* ds, const T* dy, const T* x, const T* s, int N, int C, int HW,
                        T* ws) {
-  const int P = parts(e, kSerial<T>);
+  const int P = parts(e, N, kSerial<T>);
   const size_t S = size_t(C) * HW;
   shares(e, N, kSerial<T>, [&](int t, int64_t n0, int64_t n) {
     T* part = ds ? ws + size_t(t) * C : nullptr;
