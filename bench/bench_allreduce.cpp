@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "dist/dist.h"
+#include "ember/dist.h"
 #include "ember/model.h"
 #include "ember/plan.h"
 

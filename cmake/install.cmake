@@ -20,7 +20,7 @@ target_link_libraries(ember_shared PRIVATE Threads::Threads ZLIB::ZLIB PkgConfig
 install(TARGETS ember_static ember_shared
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ember ${PROJECT_BINARY_DIR}/generated/ember
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.inc")
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.inc" PATTERN "dist.h" EXCLUDE)
 set(EMBER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ember)
 file(RELATIVE_PATH EMBER_CONFIG_TO_PREFIX /prefix/${EMBER_CMAKE_DIR} /prefix)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/emberConfig.cmake.in ${PROJECT_BINARY_DIR}/emberConfig.cmake @ONLY)

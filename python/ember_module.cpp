@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
 #include "ember/bench.h"
 #include "ember/ember.h"
 #include "ember/files.h"
@@ -217,16 +216,14 @@ class PyModel {
     const int B = plan_->batch();
     const double rate = cfg.schedule.lr;
     py::list history;
-    std::vector<int64_t> order(static_cast<size_t>(s.n));
+    std::vector<int64_t> order;
     for (int e = 0; e < epochs; ++e) {
       double loss_sum = 0;
       int64_t correct = 0;
       const auto t0 = std::chrono::steady_clock::now();
       {
         py::gil_scoped_release nogil;
-        std::iota(order.begin(), order.end(), int64_t(0));
-        ember::Pcg32 rng(seed, 0x5eed0000ULL + uint64_t(epoch_ + e));
-        for (int64_t i = s.n - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+        order = ember::epoch_order(s.n, seed, epoch_ + e);  // as train() draws it
         for (int64_t start = 0; start < s.n; start += B) {
           const int n = int(std::min<int64_t>(B, s.n - start));
           load_batch(*plan_, s, labels.data(), order.data() + start, n);

@@ -2,6 +2,8 @@
 // training, CNN inference, SGEMM on square and fc1 shapes, peak RSS), each reported with time,
 // samples/s, GFLOP/s and the share of the machine's FMA peak, measured by an FMA loop at start.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,6 +56,8 @@ std::vector<std::string> convnext_workloads();
 // (RandomCrop(S, padding=4), flip) and the conversion to normalised floats, as a step sees them.
 std::vector<std::string> data_workloads();
 BenchMachine measure_machine(const std::string& isa);
+// Fills x[0..n) with uniform values in [-1, 1) from pcg32(seed, stream): random inputs to time.
+void fill_uniform(float* x, size_t n, uint64_t seed, uint64_t stream);
 // Runs the chosen workloads on `train` data (any MNIST-shaped set), calling on_result after each.
 // Throws ember::Error on a bad option (unknown workload name, bad ISA, threads or batch).
 void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset& train,

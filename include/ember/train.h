@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "ember/data.h"
 #include "ember/loader.h"
@@ -138,9 +139,14 @@ struct EvalResult {
 // With a reducer (data-parallel training), each rank evaluates its share and the sums are combined.
 EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment = nullptr, GradReducer* reducer = nullptr);
 
+// The order train() visits a training set of `count` samples in `epoch` (0-based): 0..count-1,
+// shuffled when `shuffle` by Fisher-Yates from pcg32(seed, stream 0x5eed0000 + epoch). The CLI's
+// batch grid and Python's fit() draw the same order.
+std::vector<int64_t> epoch_order(int64_t count, uint64_t seed, int epoch, bool shuffle = true);
+
 // Trains for cfg.epochs (or until early stopping), evaluating on `test` after every epoch.
 // on_epoch is called after each epoch; returning false stops training.
-// The epoch's order is a permutation drawn from (seed, epoch): runs are reproducible.
+// The epoch's order is epoch_order(count, seed, epoch, shuffle): runs are reproducible.
 struct TrainResult {
   int epochs_run = 0;
   double seconds = 0;

@@ -281,6 +281,11 @@ BenchMachine measure_machine(const std::string& isa_text) {
   return m;
 }
 
+void fill_uniform(float* x, size_t n, uint64_t seed, uint64_t stream) {
+  Pcg32 rng(seed, stream);
+  for (size_t i = 0; i < n; ++i) x[i] = float(rng.uniform() * 2 - 1);
+}
+
 namespace {
 // One workload in one precision (o.data_folder: the data workloads' folder, already made).
 void run_one(const std::string& name, Precision prec, const BenchOptions& o, const BenchMachine& machine,

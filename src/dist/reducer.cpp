@@ -16,7 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dist/dist.h"
+#include "ember/dist.h"
 #include "ember/error.h"
 
 namespace ember::dist {

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "dist/dist.h"
+#include "ember/dist.h"
 #include "ember/error.h"
 
 #ifdef EMBER_HAVE_MPI

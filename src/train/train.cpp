@@ -201,6 +201,15 @@ StepOutcome block_step(const StepCtx& c, train_impl::BlockStepper& stepper, Gath
 }
 }  // namespace
 
+std::vector<int64_t> epoch_order(int64_t count, uint64_t seed, int epoch, bool shuffle) {
+  std::vector<int64_t> order(size_t(count > 0 ? count : 0));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  if (!shuffle) return order;
+  Pcg32 rng(seed, 0x5eed0000ULL + uint64_t(epoch));  // Fisher-Yates from the epoch's own stream
+  for (int64_t i = count - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+  return order;
+}
+
 TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainConfig& cfg,
                   const std::function<bool(const EpochMetrics&)>& on_epoch) {
   check_dataset_fits(plan, tr, "training set", cfg.augment);
@@ -230,11 +239,7 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     TrainState st = resumed ? cfg.start : TrainState{epoch};
     st.prev_train_loss = prev_loss;
     const auto t0 = clock::now();
-    std::iota(order.begin(), order.end(), int64_t(0));
-    if (cfg.shuffle) {  // Fisher-Yates from the epoch's own stream: reproducible and resumable
-      Pcg32 rng(cfg.seed, 0x5eed0000ULL + uint64_t(epoch));
-      for (int64_t i = tr.count - 1; i > 0; --i) std::swap(order[i], order[rng.below(uint32_t(i + 1))]);
-    }
+    order = epoch_order(tr.count, cfg.seed, epoch, cfg.shuffle);  // the epoch's own stream: resumable
     const double lr = cfg.schedule.at(epoch);
     Profiler* P = plan.profiler();
     if (loader) loader->start(order.data(), tr.count, epoch, st.batch, true);

@@ -10,14 +10,13 @@
 
 #include "commands.h"
 #include "ember/bench.h"
+#include "ember/cpu.h"
 #include "ember/data.h"
 #include "ember/error.h"
 #include "ember/onnx.h"
 #include "ember/plan.h"
-#include "core/rng.h"
-#include "kernels/kernels.h"
+#include "ember/json.h"
 #include "ember/version.h"
-#include "fs/json_read.h"
 
 namespace ember::cli {
 
@@ -58,9 +57,7 @@ double time_model(const Model& model, const OnnxImport* onnx, int batch, int thr
   else plan.init_params(1);
   plan.freeze();
   *flops = plan.flops_per_sample(false);
-  Pcg32 rng(12345, 1);
-  float* x = static_cast<float*>(plan.input());
-  for (size_t i = 0; i < size_t(batch) * model.in_c * model.in_h * model.in_w; ++i) x[i] = float(rng.uniform() * 2 - 1);
+  fill_uniform(static_cast<float*>(plan.input()), size_t(batch) * model.in_c * model.in_h * model.in_w, 12345, 1);
   for (int i = 0; i < 3; ++i) plan.forward(batch);
   double best = 1e300;
   for (int round = 0; round < 3; ++round) {
@@ -140,7 +137,7 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
   const BenchMachine m = naming_flags({{"isa", "--isa"}}, [&] { return measure_machine(a.isa); });
   Reporter rep(a, m, "random");
   const std::vector<int> batches = o.batch ? std::vector<int>{o.batch} : std::vector<int>{1, 64};
-  const int rate = kernels_for(resolve_isa(m.isa, "--isa")).bf16_rate;
+  const int rate = resolve_kernel_set(m.isa, "--isa").bf16_rate;
   for (int b : batches) {
     for (Precision prec : o.precisions) {
       BenchResult r;
@@ -180,8 +177,8 @@ int run_bench(const BenchArgs& a) {
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
   const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), Precision::bf16) != o.precisions.end();
-  const Isa isa = resolve_isa(a.isa, "--isa");
-  if (bf16 && kernels_for(isa).bf16_rate < 2) note_emulated_bf16(isa_name(isa));
+  const KernelSet isa = resolve_kernel_set(a.isa, "--isa");
+  if (bf16 && isa.bf16_rate < 2) note_emulated_bf16(isa.name);
   if (!a.model.empty()) return run_model_bench(a, o);
   auto known = bench_workloads();
   for (const auto& n : convnext_workloads()) known.push_back(n);

@@ -11,7 +11,7 @@
 #include "ember/bitnet.h"
 #include "ember/error.h"
 #include "ember/version.h"
-#include "fs/json_read.h"
+#include "ember/json.h"
 
 namespace ember::cli {
 

@@ -15,11 +15,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
 #include <optional>
 #include <thread>
 
-#include "core/rng.h"
+#include "ember/cpu.h"
 #include "ember/data.h"
 #include "ember/error.h"
 #include "ember/files.h"
@@ -30,8 +29,6 @@
 #include "ember/onnx.h"
 #include "ember/ops.h"
 #include "ember/version.h"
-#include "kernels/kernels.h"
-#include "kernels/bit_kernels.h"
 
 namespace ember::cli {
 
@@ -199,7 +196,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   if (a.crop != -1) check_integer(L("--crop"), a.crop, 0, 4096);
   if (a.cache_mb != -1) check_integer(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
   if (a.pad != -1) check_integer(L("--pad"), a.pad, 0, 1024);
-  resolve_isa(one_line(a.isa), L("--isa"));
+  resolve_kernel_set(one_line(a.isa), L("--isa"));
   parse_precision(one_line(a.precision), L("--precision"));
 }
 
@@ -439,10 +436,7 @@ TrainTest load_train_data(const TrainArgs& a) { return load_data_named(a.common,
 
 void write_batch_grid(const std::string& path, const Dataset& d, const Augment& a, int batch, uint64_t seed, bool shuffle) {
   const int n = int(std::min<int64_t>(batch, d.count));
-  std::vector<int64_t> order(size_t(d.count));
-  std::iota(order.begin(), order.end(), int64_t(0));
-  Pcg32 rng(seed, 0x5eed0000ULL);  // epoch 0's shuffle, as train() draws it
-  for (int64_t i = d.count - 1; shuffle && i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+  const std::vector<int64_t> order = epoch_order(d.count, seed, 0, shuffle);  // epoch 0's, as train() draws it
   BatchLoader loader(d, a, n, 1, 1, seed);
   loader.start(order.data(), n, 0, 0, true);
   const BatchLoader::Batch b = loader.next();
@@ -631,15 +625,13 @@ void print_plans(const InfoArgs& a) {
 }
 
 // ember info --kernels: one line per kernel-table entry, what it runs on each set (kernels.h).
-void print_kernel_rows() {
-  KernelRow rows[kKernelEntries];
-  kernel_rows(rows);
+void print_kernel_rows(const std::vector<KernelSet>& sets) {
   std::printf("\nkernel table (entry: scalar avx2 avx512; reference: the scalar reference; -: none, the op takes another path; ?: not on this CPU)\n");
-  for (const KernelRow& r : rows)
+  for (const KernelTableRow& r : kernel_table())
     std::printf("  %-24s %-10s %-10s %s\n", r.entry, r.by_set[0], r.by_set[1], r.by_set[2]);
   std::printf("bit kernels (binarized nets):");
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (isa_supported(isa)) std::printf(" %s: %s", isa_name(isa), bit_kernels_for(isa).name);
+  for (const KernelSet& k : sets)
+    if (k.supported) std::printf(" %s: %s", k.name, k.bit_kernels);
   std::printf("\n");
 }
 }  // namespace
@@ -658,18 +650,19 @@ int run_info(const InfoArgs& a) {
   for (auto& [name, on] : feats)
     if (on) std::printf(" %s", name);
   std::printf("\nkernel sets:");
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
-    std::printf(" %s (%s)", isa_name(isa), isa_supported(isa) ? "available" : "not on this CPU");
+  const std::vector<KernelSet> sets = kernel_sets();
+  for (const KernelSet& k : sets) std::printf(" %s (%s)", k.name, k.supported ? "available" : "not on this CPU");
   const char* env = std::getenv("EMBER_ISA");
-  std::printf("\nchosen kernel set: %s%s%s (override with --isa or EMBER_ISA)\n",
-              env && *env ? env : isa_name(best_isa()), env && *env ? ", from EMBER_ISA; best: " : "",
-              env && *env ? isa_name(best_isa()) : "");
-  Isa chosen = best_isa();  // a bad EMBER_ISA is named by the commands that use it, not here
-  if (env && *env && parse_isa(env, &chosen) && !isa_supported(chosen)) chosen = best_isa();
-  std::printf("bf16 matrix products: %s\n", kernels_for(chosen).bf16_path);
+  const KernelSet best = best_kernel_set();
+  std::printf("\nchosen kernel set: %s%s%s (override with --isa or EMBER_ISA)\n", env && *env ? env : best.name,
+              env && *env ? ", from EMBER_ISA; best: " : "", env && *env ? best.name : "");
+  KernelSet chosen = best;  // a bad EMBER_ISA is named by the commands that use it, not here
+  for (const KernelSet& k : sets)
+    if (env && k.supported && std::string_view(env) == k.name) chosen = k;
+  std::printf("bf16 matrix products: %s\n", chosen.bf16_path);
   std::printf("threads: %d hardware threads (default --threads %d)\n",
               int(std::thread::hardware_concurrency()), default_threads());
-  if (a.kernels) print_kernel_rows();
+  if (a.kernels) print_kernel_rows(sets);
   if (!a.model.empty()) print_plans(a);
   return 0;
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "dist/dist.h"
+#include "ember/dist.h"
 
 namespace ember::cli {
 

@@ -15,7 +15,7 @@
 
 #include "ember/error.h"
 #include "ember/files.h"
-#include "fs/json_read.h"
+#include "ember/json.h"
 
 namespace ember::cli {
 

@@ -16,11 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "dist/dist.h"
+#include "ember/dist.h"
 #include "ember/bench.h"
 #include "ember/error.h"
 #include "ember/files.h"
-#include "fs/json_read.h"
+#include "ember/json.h"
 #include "ember/io.h"
 #include "ember/onnx.h"
 #include "ember/profile.h"

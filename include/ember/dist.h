@@ -1,7 +1,6 @@
-// Data-parallel training over MPI (Open MPI under mpirun or Slurm's srun): the world of ranks, and
-// the gradient reducer train() drives (ember::GradReducer): buckets in backward order, summed
-// across ranks while backward runs. Built without MPI (EMBER_HAVE_MPI undefined), World is one
-// rank and refuses to start under a launcher.
+// ember/dist.h: data-parallel training over MPI (Open MPI under mpirun or Slurm's srun): the world
+// of ranks, and the gradient reducer train() drives (ember::GradReducer). Built without MPI, World
+// is one rank that refuses a launcher. The ember_dist target (CLI, tests), not libember: not installed.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,0 +1,45 @@
+// The public view of the kernel tables (ember/cpu.h): thin wrappers over kernels.h and
+// bit_kernels.h, so that the CLI and the Python module need no private header.
+#include "ember/cpu.h"
+
+#include "kernels/bit_kernels.h"
+#include "kernels/kernels.h"
+
+namespace ember {
+namespace {
+
+KernelSet describe(Isa isa) {
+  KernelSet s;
+  s.name = isa_name(isa);
+  s.supported = isa_supported(isa);
+  if (!s.supported) return s;  // its tables are never built
+  s.bf16_path = kernels_for(isa).bf16_path;
+  s.bf16_rate = kernels_for(isa).bf16_rate;
+  s.bit_kernels = bit_kernels_for(isa).name;
+  return s;
+}
+
+}  // namespace
+
+std::vector<KernelSet> kernel_sets() {
+  return {describe(Isa::scalar), describe(Isa::avx2), describe(Isa::avx512)};
+}
+
+KernelSet best_kernel_set() { return describe(best_isa()); }
+
+KernelSet resolve_kernel_set(std::string_view name, const std::string& what) {
+  return describe(resolve_isa(name, what));
+}
+
+std::vector<KernelTableRow> kernel_table() {
+  KernelRow rows[kKernelEntries];
+  kernel_rows(rows);
+  std::vector<KernelTableRow> out(kKernelEntries);
+  for (int i = 0; i < kKernelEntries; ++i) {
+    out[size_t(i)].entry = rows[i].entry;
+    for (int s = 0; s < 3; ++s) out[size_t(i)].by_set[s] = rows[i].by_set[s];
+  }
+  return out;
+}
+
+}  // namespace ember
