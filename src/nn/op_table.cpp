@@ -211,6 +211,34 @@ OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std:
   return d;
 }
 
+OpDesc pool_op(LayerKind kind, const char* name, const char* summary, const char* onnx) {
+  OpDesc o = make_op(kind, name, summary);
+  o.onnx = {onnx};
+  o.layouts = {"nchw"};
+  o.dtypes = fp_dtypes();
+  OpField kernel = kernel_field(true);  // also the stride, unless "stride" is given
+  kernel.read = [](const JsonFields& r, const json& v, const std::string& p, LayerSpec& s) {
+    r.pair(v, p, 1, 4096, &s.kernel_h, &s.kernel_w);
+    s.stride_h = s.kernel_h, s.stride_w = s.kernel_w;
+  };
+  o.fields = {kernel, stride_field("the kernel"), padding_field(false, false)};
+  o.example = example_model(name, R"({"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1}, {"type": "relu"}, {"type": ")" +
+                                      std::string(name) + R"(", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
+  return o;
+}
+
+OpDesc join_op(LayerKind kind, const char* name, const char* summary, const char* onnx) {
+  OpDesc o = make_op(kind, name, summary);
+  o.min_inputs = 2, o.max_inputs = 8;
+  o.onnx = {onnx};
+  o.layouts = {"nchw", "flat"};
+  o.dtypes = fp_dtypes();
+  o.example = example_model(name, R"({"type": "conv2d", "name": "a", "out_channels": 4, "kernel": 3, "padding": 1}, )"
+                                  R"({"type": "relu", "name": "b"}, {"type": ")" + std::string(name) + R"(", "inputs": ["a", "b"]}, )"
+                                  R"({"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
+  return o;
+}
+
 namespace {
 json hw(int h, int w) { return h == w ? json(h) : json::array({h, w}); }
 }  // namespace

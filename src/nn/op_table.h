@@ -111,6 +111,9 @@ OpDesc make_op(LayerKind kind, const char* name, const char* summary);
 std::vector<const char*> all_dtypes();                 // f32, f64, bf16
 std::vector<const char*> fp_dtypes();                  // f32, f64
 OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx);
+// A 2D pooling window (kernel, stride = kernel by default, padding) and a join of 2 to 8 inputs.
+OpDesc pool_op(LayerKind kind, const char* name, const char* summary, const char* onnx);
+OpDesc join_op(LayerKind kind, const char* name, const char* summary, const char* onnx);
 std::string example_model(const std::string& op, const std::string& layers_json);
 OpField kernel_field(bool required);
 OpField stride_field(const char* fallback);
