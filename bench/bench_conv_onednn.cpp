@@ -152,13 +152,14 @@ struct Ember {
     fill(dx, x.size());
     fill(dw, w.size());
     fill(db, b.size());
-    ws.resize(ember::ops::conv2d_workspace(s, e.pool.size()));
-    fwd = [&, s, e] { ember::ops::conv2d_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), s, ws.data()); };
-    bwd_weights = [&, s, e] {
-      ember::ops::conv2d_bwd<float>(e, nullptr, dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    const ember::ops::ConvPlan cp = ember::ops::conv2d_plan(s, e.pool.size());
+    ws.resize(cp.workspace);
+    fwd = [&, s, e, cp] { ember::ops::conv2d_fwd<float>(e, cp.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data()); };
+    bwd_weights = [&, s, e, cp] {
+      ember::ops::conv2d_bwd<float>(e, cp.algo, nullptr, dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
     };
-    bwd_both = [&, s, e] {
-      ember::ops::conv2d_bwd<float>(e, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    bwd_both = [&, s, e, cp] {
+      ember::ops::conv2d_bwd<float>(e, cp.algo, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
     };
   }
 };

@@ -96,6 +96,10 @@ struct UnitInfo {
   // multiplies bf16 in forward, fp32 in its weight gradient).
   Precision precision = Precision::fp32;
   Precision precision_bwd = Precision::fp32;
+  // The algorithm chosen for this plan's batch and threads where the unit has a choice (a
+  // convolution: "im2col-gemm", "direct-s1", "depthwise", ...; "" elsewhere), and its scratch.
+  std::string algorithm;
+  size_t workspace_bytes = 0;
 };
 
 struct BufferInfo {

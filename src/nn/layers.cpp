@@ -91,26 +91,40 @@ class Conv2d final : public Layer {
   }
   int fan_in() const override { return in_.c / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
   int fan_out() const override { return spec_.out / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
+  // The algorithm for the plan's batch (ops::conv2d_plan); a layer run outside a plan chooses
+  // for each call's batch.
+  void choose_algorithm(int batch, int threads) override {
+    plan_ = ops::conv2d_plan(shape(batch), threads);
+    planned_ = true;
+  }
+  std::string algorithm() const override { return planned_ ? ops::conv_algo_name(plan_.algo) : ""; }
   size_t workspace_elems(int batch, int threads) const override {
-    return ops::conv2d_workspace(shape(batch), threads);
+    return ops::conv2d_plan(shape(batch), threads).workspace;
   }
   double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
-  bool bf16_products() const override { return ops::conv2d_bf16_products(shape(1)); }
-  bool reads_bf16_input() const override { return ops::conv2d_reads_bf16_input(shape(1)); }
+  bool bf16_products() const override { return ops::conv2d_plan(shape(1), 1).bf16_products; }
+  bool reads_bf16_input() const override { return ops::conv2d_plan(shape(1), 1).reads_bf16_input; }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::conv2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh);
+      ops::conv2d_fwd<T>(e, algo(e, n), p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::conv2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
+      ops::conv2d_bwd<T>(e, algo(e, n), p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
                          shape(n), p<T>(b.ws), b.wh, b.xh);
     });
   }
+
+ private:
+  ops::ConvAlgo algo(const ops::Exec& e, int n) const {
+    return planned_ ? plan_.algo : ops::conv2d_plan(shape(n), e.pool.size()).algo;
+  }
+  ops::ConvPlan plan_;
+  bool planned_ = false;
 };
 
 class Linear final : public Layer {
@@ -192,6 +206,8 @@ class ChannelLinear final : public Layer {
   int fan_in() const override { return conv_.fan_in(); }
   int fan_out() const override { return conv_.fan_out(); }
   size_t workspace_elems(int batch, int threads) const override { return conv_.workspace_elems(batch, threads); }
+  void choose_algorithm(int batch, int threads) override { conv_.choose_algorithm(batch, threads); }
+  std::string algorithm() const override { return conv_.algorithm(); }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }
   bool bf16_products() const override { return true; }
   bool backward_reads_output() const override { return false; }
@@ -389,6 +405,7 @@ class ConvReluPool final : public Layer {
   size_t workspace_elems(int batch, int threads) const override {
     return ops::conv_relu_pool_workspace(conv_.shape(batch), threads);
   }
+  std::string algorithm() const override { return "conv-relu-pool (fused direct kernels)"; }
   // One int8 window code per pooled value, packed four to an int32 index element.
   size_t index_elems(int batch) const override { return (size_t(batch) * out_.size() + 3) / 4; }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }

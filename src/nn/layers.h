@@ -120,6 +120,11 @@ class Layer {
   // Called by the plan before it sizes buffers: the plan's precision, and whether this unit's
   // backward runs (a layer may then keep more from forward to backward).
   virtual void set_precision(Precision p, bool backward) {}
+  // The plan's batch and threads, once, before workspace_elems: a layer with a choice of algorithm
+  // (Conv2d) makes it here, and every call then runs it. algorithm(): the choice, for
+  // `ember info --model` ("" where there is none).
+  virtual void choose_algorithm(int batch, int threads) {}
+  virtual std::string algorithm() const { return {}; }
   // What the saved buffer (saved_bytes) holds, for the plan's memory report.
   virtual std::string saved_what() const { return "saved state"; }
 

@@ -184,6 +184,8 @@ void describe_units(Plan::Impl& m) {
     info.name = u.kinds + " (" + std::to_string(u.first) + (u.last > u.first ? "-" + std::to_string(u.last) : "") + ")";
     const double fw = u.layer->flops_per_sample();  // already 2 per multiply-add
     info.flops_fwd = fw;
+    info.algorithm = u.layer->algorithm();
+    info.workspace_bytes = u.layer->workspace_elems(m.opt.batch, m.opt.threads) * m.esz;
     if (m.opt.precision == Precision::bf16 && u.layer->bf16_products()) info.precision = Precision::bf16;
     if (m.opt.precision == Precision::bf16 && u.layer->bf16_backward_products()) info.precision_bwd = Precision::bf16;
     if (u.backward) {
@@ -224,7 +226,10 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     for (nn::Unit& u : m.us) u.backward = false, u.dx.assign(u.in.size(), false);
     needs_grad.assign(needs_grad.size(), false);
   }
-  for (nn::Unit& u : m.us) u.layer->set_precision(opt.precision, u.backward);
+  for (nn::Unit& u : m.us) {
+    u.layer->set_precision(opt.precision, u.backward);
+    u.layer->choose_algorithm(opt.batch, opt.threads);
+  }
   m.first_param.assign(m.us.size(), -1);
   for (size_t t = m.params.size(); t-- > 0;) m.first_param[size_t(m.layer_unit[size_t(m.params[t].layer)])] = int(t);
   const OptimizerKind ok = opt.optimizer.kind;

@@ -431,37 +431,70 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
     if (db) add_partials<float>(e, db, s.K, partials + Kw, wgrad_elems(s), T_ - 1);
   }
 }
-}  // namespace
 
-bool conv2d_reads_bf16_input(const ConvShape& s) { return is_pointwise(s) && s.groups == 1; }
-
-bool conv2d_bf16_products(const ConvShape& s) {
-  return batched_pointwise(s) || batched_im2col(s) || dw_dense(s) || depthwise(s) || !direct_s1(s);
+// The one choice of algorithm: the first that fits the shape, in this order. s.N is the most
+// samples a call will run (the plan's batch); a call with fewer runs the same algorithm, whose
+// workspace (sized for s.N) covers it.
+ConvAlgo conv2d_algo(const ConvShape& s) {
+  if (batched_pointwise(s)) return ConvAlgo::batched_pointwise;
+  if (batched_im2col(s)) return ConvAlgo::batched_im2col;
+  if (direct_s1(s)) return ConvAlgo::direct_s1;
+  if (dw_dense(s)) return ConvAlgo::dw_dense;
+  if (depthwise(s)) return ConvAlgo::depthwise;
+  return ConvAlgo::gemm;
 }
 
-size_t conv2d_workspace(const ConvShape& s, int threads) {
+size_t conv2d_algo_workspace(ConvAlgo a, const ConvShape& s, int threads) {
   const size_t im2col = threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
-  if (batched_im2col(s)) return batched_im2col_elems(s);
-  if (direct_s1(s)) return direct_s1_ws(s, threads);
-  if (dw_dense(s)) return dw_dense_ws(s, threads);
-  return std::max(im2col, batched_pointwise(s) ? batched_elems(s) : depthwise(s) ? depthwise_ws(s, threads) : 0);
+  switch (a) {
+    case ConvAlgo::batched_pointwise: return std::max(im2col, batched_elems(s));
+    case ConvAlgo::batched_im2col: return batched_im2col_elems(s);
+    case ConvAlgo::direct_s1: return direct_s1_ws(s, threads);
+    case ConvAlgo::dw_dense: return dw_dense_ws(s, threads);
+    case ConvAlgo::depthwise: return std::max(im2col, depthwise_ws(s, threads));
+    case ConvAlgo::gemm: break;
+  }
+  return im2col;
+}
+
+}  // namespace
+
+const char* conv_algo_name(ConvAlgo a) {
+  switch (a) {
+    case ConvAlgo::batched_pointwise: return "batched-1x1";
+    case ConvAlgo::batched_im2col: return "batched-im2col";
+    case ConvAlgo::direct_s1: return "direct-s1";
+    case ConvAlgo::dw_dense: return "depthwise-dense";
+    case ConvAlgo::depthwise: return "depthwise";
+    case ConvAlgo::gemm: break;
+  }
+  return "im2col-gemm";
+}
+
+ConvPlan conv2d_plan(const ConvShape& s, int threads) {
+  ConvPlan p;
+  p.algo = conv2d_algo(s);
+  p.workspace = conv2d_algo_workspace(p.algo, s, threads);
+  p.bf16_products = p.algo != ConvAlgo::direct_s1;  // the short-reduction direct kernels are fp32
+  p.reads_bf16_input = is_pointwise(s) && s.groups == 1;
+  return p;
 }
 
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
 template <class T>
-void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws, const uint16_t* wh,
-                const uint16_t* xh) {
+void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
+                const uint16_t* wh, const uint16_t* xh) {
   if constexpr (std::is_same_v<T, double>) {
     ref::conv2d_fwd<T>(y, x, w, b, s);
-  } else if (batched_pointwise(s)) {
+  } else if (a == ConvAlgo::batched_pointwise) {
     batched_fwd(e, y, x, w, b, s, ws, wh, xh);
-  } else if (batched_im2col(s)) {
+  } else if (a == ConvAlgo::batched_im2col) {
     batched_im2col_fwd(e, y, x, w, b, s, ws, wh);
-  } else if (direct_s1(s)) {
+  } else if (a == ConvAlgo::direct_s1) {
     direct_s1_fwd(e, y, x, w, b, s, ws);
-  } else if (dw_dense(s)) {
+  } else if (a == ConvAlgo::dw_dense) {
     dw_dense_fwd(e, y, x, w, b, s, ws);
-  } else if (depthwise(s)) {
+  } else if (a == ConvAlgo::depthwise) {
     depthwise_fwd(e, y, x, w, b, s, ws);
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
@@ -491,20 +524,20 @@ void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const C
 
 // dx[N,C,H,W] (skipped when null), dw[K,C/G,R,S], db[K] (skipped when null), all overwritten.
 template <class T>
-void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
+void conv2d_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                 const ConvShape& s, T* ws, const uint16_t* wh, const uint16_t* xh) {
   if constexpr (std::is_same_v<T, double>) {
     if (dx) ref::conv2d_bwd_data<T>(dx, dy, w, s);
     ref::conv2d_bwd_filter<T>(dw, db, dy, x, s);
-  } else if (batched_pointwise(s)) {
+  } else if (a == ConvAlgo::batched_pointwise) {
     batched_bwd(e, dx, dw, db, dy, x, w, s, ws, wh, xh);
-  } else if (batched_im2col(s)) {
+  } else if (a == ConvAlgo::batched_im2col) {
     batched_im2col_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
-  } else if (direct_s1(s)) {
+  } else if (a == ConvAlgo::direct_s1) {
     direct_s1_bwd(e, dx, dw, db, dy, x, w, s, ws, wh);
-  } else if (dw_dense(s)) {
+  } else if (a == ConvAlgo::dw_dense) {
     dw_dense_bwd(e, dx, dw, db, dy, x, w, s, ws);
-  } else if (depthwise(s)) {
+  } else if (a == ConvAlgo::depthwise) {
     float* partials = ws;  // threads - 1 partials, then each thread's planes
     depthwise_bwd(e, dx, dw, db, dy, x, w, s, partials, ws + size_t(e.pool.size()) * wgrad_elems(s));
     if (e.pool.size() > 1) {
@@ -567,13 +600,13 @@ void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
   }
 }
 
-template void conv2d_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*,
+template void conv2d_fwd<float>(const Exec&, ConvAlgo, float*, const float*, const float*, const float*, const ConvShape&, float*,
                                 const uint16_t*, const uint16_t*);
-template void conv2d_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&,
+template void conv2d_fwd<double>(const Exec&, ConvAlgo, double*, const double*, const double*, const double*, const ConvShape&,
                                  double*, const uint16_t*, const uint16_t*);
-template void conv2d_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*,
+template void conv2d_bwd<float>(const Exec&, ConvAlgo, float*, float*, float*, const float*, const float*, const float*,
                                 const ConvShape&, float*, const uint16_t*, const uint16_t*);
-template void conv2d_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*, const double*,
+template void conv2d_bwd<double>(const Exec&, ConvAlgo, double*, double*, double*, const double*, const double*, const double*,
                                  const ConvShape&, double*, const uint16_t*, const uint16_t*);
 
 }  // namespace ember::ops

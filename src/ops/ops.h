@@ -99,23 +99,35 @@ template <class T>
 void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,
                 int C, int K, const uint16_t* wh = nullptr);
 
-// Conv2d. Workspace: conv2d_workspace(s, threads) elements (im2col columns per thread and the
-// per-thread partial weight gradients that are summed in a fixed order).
-size_t conv2d_workspace(const ConvShape& s, int threads);
-// Whether conv2d_fwd/bwd multiply bf16 operands in a bf16 plan: through the GEMM (Exec::gemm) or
-// the depthwise kernels (Kernels::dw_fwd_bf16); false for the short-reduction direct kernels
-// (the seed CNN's first convolution), which are fp32 whatever the plan's precision.
-bool conv2d_bf16_products(const ConvShape& s);
-// Whether conv2d_fwd/bwd can read their input as bf16 only (xh, x null): a 1x1 convolution at
-// stride 1 without groups, in a bf16 plan (its GEMMs take x as a bf16 operand).
-bool conv2d_reads_bf16_input(const ConvShape& s);
-// xh (bf16 plans; may be null): the input in bf16, which the GEMMs read instead of rounding x;
-// with xh, x may be null where conv2d_reads_bf16_input(s).
+// Conv2d. Its algorithm, workspace and bf16 use are chosen once, by conv2d_plan, when a plan is
+// built (as oneDNN's primitive descriptors are): every call then runs that algorithm.
+enum class ConvAlgo : uint8_t {
+  gemm,               // per sample and group: im2col (none for 1x1) and one GEMM
+  batched_pointwise,  // 1x1 over <= 16 pixels: one GEMM over the batch's pixels
+  batched_im2col,     // <= 16 output pixels: im2col of a chunk of samples, one GEMM per chunk
+  direct_s1,          // stride 1, reduction C*R*S <= 75: the table's direct kernels (fp32 only)
+  dw_dense,           // depthwise on <= 4x4 maps, >= 8 samples: a dense [K/C*PQ, HW] map per group
+  depthwise,          // depthwise at stride 1: the table's direct depthwise kernels
+};
+const char* conv_algo_name(ConvAlgo a);  // "im2col-gemm", "direct-s1", ... (`ember info --model`)
+struct ConvPlan {
+  ConvAlgo algo = ConvAlgo::gemm;
+  size_t workspace = 0;           // elements of T: im2col columns, per-thread weight-gradient partials
+  bool bf16_products = false;     // a bf16 plan multiplies bf16 operands (the GEMM, dw_fwd_bf16)
+  bool reads_bf16_input = false;  // x may be null, xh given: a 1x1 stride-1 conv without groups
+};
+// s.N: the most samples a call will run (the plan's batch); threads: the pool's size.
+ConvPlan conv2d_plan(const ConvShape& s, int threads);
+// y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K] by algorithm a (conv2d_plan's for a shape
+// with at least s.N samples); ws: that plan's workspace. xh (bf16 plans; may be null): the input in
+// bf16, which the GEMMs read instead of rounding x; with xh, x may be null where reads_bf16_input.
+// T = double runs the reference whatever a is.
 template <class T>
-void conv2d_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
+void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
                 const uint16_t* wh = nullptr, const uint16_t* xh = nullptr);
+// dx[N,C,H,W] (skipped when null), dw[K,C/G,R,S], db[K] (skipped when null), all overwritten.
 template <class T>
-void conv2d_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
+void conv2d_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                 const ConvShape& s, T* ws, const uint16_t* wh = nullptr, const uint16_t* xh = nullptr);
 
 // The background of a fused Conv2d + ReLU + MaxPool unit whose output a Linear reads (through a

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <random>
+#include <set>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -26,8 +27,9 @@ ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, int sw, 
 
 constexpr double kTol = 2e-5;
 
-TEST(FastVsRef, Conv2d) {
-  const ConvShape shapes[] = {
+// Every path of ops::conv2d_plan, with its edges.
+std::vector<ConvShape> conv_shapes() {
+  return {
       conv(3, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2, 1),   // mnist-cnn conv (direct stride-1 kernels)
       conv(2, 3, 9, 37, 7, 3, 3, 1, 1, 1, 1, 1),     // the same path: odd K, rows over two blocks
       conv(3, 2, 6, 11, 13, 3, 5, 1, 1, 1, 2, 1),    // the same path: a 3x5 kernel, padding 1 x 2
@@ -64,37 +66,72 @@ TEST(FastVsRef, Conv2d) {
       conv(3, 4, 7, 9, 6, 2, 2, 2, 2, 0, 0, 1),      // 2x2/2 with a row and a column left over
       conv(3, 3, 7, 7, 5, 3, 3, 2, 2, 1, 1, 1),      // 3x3/2 padded over 16 pixels: batched, general
       conv(17, 512, 16, 16, 16, 4, 4, 4, 4, 0, 0, 1)};  // 4x4/4 over 16 pixels, two chunks of samples
+}
+
+// Runs a's forward and backward on s (ws sized for plan) and compares them with the double reference.
+void check_conv(const ops::Exec& e, ops::ConvAlgo a, const ConvShape& s, size_t workspace) {
+  const size_t nx = size_t(s.N) * s.C * s.H * s.W, nw = size_t(s.K) * (s.C / s.groups) * s.R * s.S,
+               ny = size_t(s.N) * s.K * s.P * s.Q;
+  auto xd = randn(nx, 1), wd = randn(nw, 2), bd = randn(s.K, 3), gd = randn(ny, 4);
+  auto x = to_float(xd), w = to_float(wd), b = to_float(bd), g = to_float(gd);
+  for (size_t i = 0; i < nx; ++i) xd[i] = x[i];  // the reference sees the same rounded inputs
+  for (size_t i = 0; i < nw; ++i) wd[i] = w[i];
+  for (int i = 0; i < s.K; ++i) bd[i] = b[i];
+  for (size_t i = 0; i < ny; ++i) gd[i] = g[i];
+  std::vector<float> ws(workspace), y(ny), dx(nx, NAN), dw(nw, NAN), db(s.K, NAN);
+  std::vector<double> yr(ny), dxr(nx), dwr(nw), dbr(s.K);
+  ops::conv2d_fwd<float>(e, a, y.data(), x.data(), w.data(), b.data(), s, ws.data());
+  ops::conv2d_bwd<float>(e, a, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), s, ws.data());
+  ref::conv2d_fwd<double>(yr.data(), xd.data(), wd.data(), bd.data(), s);
+  ref::conv2d_bwd_data<double>(dxr.data(), gd.data(), wd.data(), s);
+  ref::conv2d_bwd_filter<double>(dwr.data(), dbr.data(), gd.data(), xd.data(), s);
+  const double red = std::sqrt(double(s.N) * s.P * s.Q);
+  EXPECT_LT(max_rel_diff(y, yr), kTol * 10);
+  EXPECT_LT(max_rel_diff(dx, dxr), kTol * 10);
+  EXPECT_LT(max_rel_diff(dw, dwr), kTol * red);
+  EXPECT_LT(max_rel_diff(db, dbr), kTol * red);
+}
+
+std::string conv_trace(Isa isa, int threads, const ConvShape& s) {
+  return std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " N" + std::to_string(s.N) + " C" +
+         std::to_string(s.C) + " K" + std::to_string(s.K) + " G" + std::to_string(s.groups);
+}
+
+TEST(FastVsRef, Conv2d) {
   for (Isa isa : isas())
     for (int threads : {1, 2, 3})
-      for (const ConvShape& s : shapes) {
-        SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " N" +
-                     std::to_string(s.N) + " C" + std::to_string(s.C) + " K" + std::to_string(s.K) +
-                     " G" + std::to_string(s.groups));
+      for (const ConvShape& s : conv_shapes()) {
+        SCOPED_TRACE(conv_trace(isa, threads, s));
         ThreadPool pool(threads);
         const ops::Exec e{kernels_for(isa), pool};
-        const size_t nx = size_t(s.N) * s.C * s.H * s.W, nw = size_t(s.K) * (s.C / s.groups) * s.R * s.S,
-                     ny = size_t(s.N) * s.K * s.P * s.Q;
-        auto xd = randn(nx, 1), wd = randn(nw, 2), bd = randn(s.K, 3), gd = randn(ny, 4);
-        auto x = to_float(xd), w = to_float(wd), b = to_float(bd), g = to_float(gd);
-        for (size_t i = 0; i < nx; ++i) xd[i] = x[i];  // the reference sees the same rounded inputs
-        for (size_t i = 0; i < nw; ++i) wd[i] = w[i];
-        for (int i = 0; i < s.K; ++i) bd[i] = b[i];
-        for (size_t i = 0; i < ny; ++i) gd[i] = g[i];
-        std::vector<float> ws(ops::conv2d_workspace(s, threads)), y(ny), dx(nx, NAN), dw(nw, NAN), db(s.K, NAN);
-        std::vector<double> yr(ny), dxr(nx), dwr(nw), dbr(s.K);
-        ops::conv2d_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), s, ws.data());
-        ops::conv2d_bwd<float>(e, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), s, ws.data());
-        ref::conv2d_fwd<double>(yr.data(), xd.data(), wd.data(), bd.data(), s);
-        ref::conv2d_bwd_data<double>(dxr.data(), gd.data(), wd.data(), s);
-        ref::conv2d_bwd_filter<double>(dwr.data(), dbr.data(), gd.data(), xd.data(), s);
-        const double red = std::sqrt(double(s.N) * s.P * s.Q);
-        EXPECT_LT(max_rel_diff(y, yr), kTol * 10);
-        EXPECT_LT(max_rel_diff(dx, dxr), kTol * 10);
-        EXPECT_LT(max_rel_diff(dw, dwr), kTol * red);
-        EXPECT_LT(max_rel_diff(db, dbr), kTol * red);
+        const ops::ConvPlan cp = ops::conv2d_plan(s, threads);
+        check_conv(e, cp.algo, s, cp.workspace);
       }
 }
 
+// A plan chooses a convolution's algorithm for its batch; its last, partial batch runs the same
+// algorithm on fewer samples (dw_dense, chosen from 8 samples, at 1), in the workspace planned.
+// The shapes cover every algorithm.
+TEST(ConvPlan, EveryAlgorithmRunsBatchesSmallerThanItsPlan) {
+  std::set<std::string> seen;
+  for (Isa isa : isas())
+    for (int threads : {1, 3})
+      for (const ConvShape& planned : conv_shapes()) {
+        const ops::ConvPlan cp = ops::conv2d_plan(planned, threads);
+        seen.insert(ops::conv_algo_name(cp.algo));
+        for (int n : {1, planned.N - 1}) {
+          if (n < 1) continue;
+          ConvShape s = planned;
+          s.N = n;
+          SCOPED_TRACE(conv_trace(isa, threads, s) + " of a plan for " + std::to_string(planned.N) + ": " +
+                       ops::conv_algo_name(cp.algo));
+          ThreadPool pool(threads);
+          check_conv(ops::Exec{kernels_for(isa), pool}, cp.algo, s, cp.workspace);
+        }
+      }
+  EXPECT_EQ(seen, (std::set<std::string>{"im2col-gemm", "batched-1x1", "batched-im2col", "direct-s1",
+                                         "depthwise-dense", "depthwise"}));
+}
 TEST(FastVsRef, Linear) {
   const int sizes[][3] = {{64, 6272, 128}, {1, 7, 1}, {7, 33, 10}, {17, 1, 5}, {3, 100, 129}, {100, 784, 128},
                           {128, 50, 129}, {129, 20, 200}};
@@ -251,9 +288,10 @@ TEST(FastVsRef, ConvBackwardIsDeterministicForAThreadCount) {
   const ops::Exec e{kernels_for(best_isa()), pool};
   auto x = to_float(randn(size_t(s.N) * 784, 13)), w = to_float(randn(32 * 25, 14)),
        g = to_float(randn(size_t(s.N) * 32 * 784, 15));
-  std::vector<float> ws(ops::conv2d_workspace(s, 2)), dw1(800), db1(32), dw2(800), db2(32);
-  ops::conv2d_bwd<float>(e, nullptr, dw1.data(), db1.data(), g.data(), x.data(), w.data(), s, ws.data());
-  ops::conv2d_bwd<float>(e, nullptr, dw2.data(), db2.data(), g.data(), x.data(), w.data(), s, ws.data());
+  const ops::ConvPlan cp = ops::conv2d_plan(s, 2);
+  std::vector<float> ws(cp.workspace), dw1(800), db1(32), dw2(800), db2(32);
+  ops::conv2d_bwd<float>(e, cp.algo, nullptr, dw1.data(), db1.data(), g.data(), x.data(), w.data(), s, ws.data());
+  ops::conv2d_bwd<float>(e, cp.algo, nullptr, dw2.data(), db2.data(), g.data(), x.data(), w.data(), s, ws.data());
   EXPECT_EQ(dw1, dw2);
   EXPECT_EQ(db1, db2);
 }

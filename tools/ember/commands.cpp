@@ -621,6 +621,10 @@ void print_plans(const InfoArgs& a) {
       std::printf("  %10.3f MiB  %s\n", double(bufs[i].bytes) / (1 << 20), bufs[i].name.c_str());
     for (const BufferInfo& b : bufs)
       if (b.name.rfind("(the activations", 0) == 0) std::printf("  %s\n", b.name.c_str());
+    for (const UnitInfo& u : plan.units())  // chosen once, at plan build (ops::conv2d_plan)
+      if (!u.algorithm.empty())
+        std::printf("  algorithm  %-34s %-38s scratch %.3f MiB\n", u.name.c_str(), u.algorithm.c_str(),
+                    double(u.workspace_bytes) / (1 << 20));
   }
 }
 
