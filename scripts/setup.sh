@@ -4,7 +4,8 @@
 #   scripts/setup.sh          building and training: the compiler, the libraries the build uses
 #                             (MPI, the Python module, image codecs, ONNX) and Fashion-MNIST
 #   scripts/setup.sh --tests  also the test suite and its peers: GoogleTest, Google Benchmark,
-#                             PyTorch, torchvision, Chromium, clang, oneDNN, ONNX Runtime (npm)
+#                             PyTorch, torchvision, Chromium, clang, oneDNN, ONNX Runtime (npm),
+#                             ONNX's node test data
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=0
@@ -25,6 +26,7 @@ if [ $tests = 1 ]; then
          python3-pil                  # PIL checks the image decoding in tests
          libdnnl-dev ocl-icd-opencl-dev  # bench/bench_conv_onednn (oneDNN's CMake config needs OpenCL)
          python3-pytest python3-onnx  # the Python module's pytest suite; onnx.checker in tests
+         libonnx-testdata             # ONNX's own operator node tests (tests/python/test_onnx_node_tests.py)
          python3-torch python3-torchvision libopenblas0-openmp)  # PyTorch interop tests; bench/compare_pytorch.py
   command -v npm >/dev/null || pkgs+=(nodejs npm)  # ONNX Runtime (npm onnxruntime-node) is the tests' ONNX peer
 fi

@@ -1,0 +1,90 @@
+"""pytest of ONNX's own operator node tests (Debian libonnx-testdata) through ember's importer, run by
+scripts/onnx_node_tests.py: every test of onnx_node_tests_passing.txt still passes, the harness itself
+tells a right output from a wrong one, and each run rewrites docs/onnx-node-tests.md and prints
+"ONNX node tests: P of N pass for the ops ember maps". It measures; it never changes the importer."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import ember
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import onnx_node_tests as harness  # noqa: E402  (scripts/onnx_node_tests.py)
+
+onnx = pytest.importorskip("onnx", reason="the onnx package (Debian python3-onnx) is not installed")
+from onnx import helper, numpy_helper, TensorProto  # noqa: E402
+
+if not os.path.isdir(harness.DATA):
+    pytest.skip(f"ONNX node test data not found at {harness.DATA} (Debian libonnx-testdata; "
+                "scripts/setup.sh --tests installs it)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def run():
+    """(results by test name, results, ops, folders not run): the whole sweep, once (well under a second)."""
+    results, ops, others = harness.run_all(ember, onnx)
+    return {r.name: r for r in results}, results, ops, others
+
+
+@pytest.mark.parametrize("name", harness.read_passing())
+def test_listed_node_test_still_passes(name, run):
+    r = run[0].get(name)
+    if r is None:
+        pytest.fail(f"{name}: listed in {harness.PASSING} but not run (no such single-node test of a mapped op)")
+    assert r.outcome == harness.PASS, f"{name} ({r.op}): {r.outcome}: {r.reason}"
+
+
+def test_report_is_written(run, capsys):
+    """The table of every test goes to docs/onnx-node-tests.md (under the default kernels only: the
+    EMBER_ISA=avx2 run beside it would write the same file) and the summary line is printed."""
+    _, results, ops, others = run
+    assert len(results) > 0 and all(r.op in ops for r in results)
+    line = harness.summary(results)
+    if not os.environ.get("EMBER_ISA"):
+        harness.write_if_changed(harness.DOC, harness.doc_text(results, ops, others, harness.DATA))
+    with capsys.disabled():
+        print(f"\n{line} (docs/onnx-node-tests.md)")
+
+
+def flatten_case(tmp_path, want_delta):
+    """A node-test folder of one Flatten (which ember imports), its expected output shifted by want_delta."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    node = helper.make_node("Flatten", ["x"], ["y"], axis=1)
+    graph = helper.make_graph([node], "flatten", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 60))])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "model.onnx"))
+    (tmp_path / "test_data_set_0").mkdir()
+    for name, a in (("input_0.pb", x), ("output_0.pb", x.reshape(2, 60) + want_delta)):
+        (tmp_path / "test_data_set_0" / name).write_bytes(numpy_helper.from_array(a).SerializeToString())
+    return harness.Case("test_flatten_made_here", "Flatten", str(tmp_path))
+
+
+def test_harness_passes_a_right_output_and_fails_a_wrong_one(tmp_path):
+    (tmp_path / "right").mkdir()
+    (tmp_path / "wrong").mkdir()
+    right = harness.run_case(ember, onnx, flatten_case(tmp_path / "right", 0.0))
+    assert right.outcome == harness.PASS, right
+    wrong = harness.run_case(ember, onnx, flatten_case(tmp_path / "wrong", 1e-2))
+    assert wrong.outcome == harness.WRONG and "max |got - expected|" in wrong.reason, wrong
+
+
+def test_compare_checks_shape_and_tolerance():
+    want = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    assert harness.compare(want.reshape(3, 4), want) is None
+    assert harness.compare(want.reshape(1, 12), want) is None  # ember's [N, classes]: compared reshaped
+    assert harness.compare(want[:2], want).startswith("output shape")
+    near = want + 0.5 * harness.ATOL  # inside atol x max |expected| (= 1)
+    assert harness.compare(near, want) is None
+    assert harness.compare(want + 3 * harness.ATOL, want) is not None
+
+
+def test_refusals_keep_ember_first_line_without_the_path(tmp_path):
+    bad = tmp_path / "test_bad"
+    bad.mkdir()
+    (bad / "model.onnx").write_bytes(b"not a model")
+    r = harness.run_case(ember, onnx, harness.Case("test_bad", "Relu", str(bad)))
+    assert r.outcome == harness.IMPORT_REFUSED and r.reason, r
+    assert "\n" not in r.reason and "model.onnx" not in r.reason, r  # one line, the path left out
