@@ -128,13 +128,8 @@ Kernels scalar_table() {
   k.count_nonfinite = ref::count_nonfinite_f32;
   k.count_subnormal = ref::count_subnormal_f32;
   k.fma_loop = ref::fma_loop;
-  k.sbgemm = sbgemm_ref;
-  k.sgemm_bf16 = sgemm_bf16_ref;
-  k.gemm_bf16_mixed = gemm_bf16_mixed_ref;
-  k.cvt_f32_bf16 = cvt_f32_bf16_ref;
-  k.cvt_bf16_f32 = cvt_bf16_f32_ref;
-  k.bf16_path = "scalar reference (fp32 sums of exact bf16 products)";
-  k.bf16_rate = 1;
+  set_bf16_entries(k, {sbgemm_ref, sgemm_bf16_ref, gemm_bf16_mixed_ref, cvt_f32_bf16_ref, cvt_bf16_f32_ref,
+                    "scalar reference (fp32 sums of exact bf16 products)", 1});
   return k;
 }
 // A fast table: the set's own table (its constructor sets every entry it has code for), with the

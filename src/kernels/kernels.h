@@ -321,6 +321,26 @@ struct Kernels {
   FmaLoopFn fma_loop;
 };
 
+// A set's bf16 products and conversions, set together (each table's one line).
+struct Bf16Entries {
+  SbgemmFn sbgemm;
+  SgemmFn sgemm_bf16;
+  GemmBf16MixedFn gemm_bf16_mixed;
+  CvtF32Bf16Fn cvt_f32_bf16;
+  CvtBf16F32Fn cvt_bf16_f32;
+  const char* path;
+  int rate;
+};
+inline void set_bf16_entries(Kernels& k, const Bf16Entries& b) {
+  k.sbgemm = b.sbgemm;
+  k.sgemm_bf16 = b.sgemm_bf16;
+  k.gemm_bf16_mixed = b.gemm_bf16_mixed;
+  k.cvt_f32_bf16 = b.cvt_f32_bf16;
+  k.cvt_bf16_f32 = b.cvt_bf16_f32;
+  k.bf16_path = b.path;
+  k.bf16_rate = b.rate;
+}
+
 // The table for an ISA (static, immutable). The ISA must be supported by the CPU.
 const Kernels& kernels_for(Isa isa);
 

@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "nn/layers.h"
+#include "nn/op_table.h"
 
 namespace ember::nn {
 
@@ -46,6 +47,17 @@ class PointwiseLayer final : public Layer {
 template <class F>
 std::unique_ptr<Layer> pointwise_layer(const LayerSpec& s) {
   return std::make_unique<PointwiseLayer<F>>(s);
+}
+
+// The descriptor of an activation made from formula F, with its own ONNX export and import.
+template <class F>
+OpDesc pointwise_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,
+                    decltype(OpDesc::onnx_export) onnx_export, decltype(OpDesc::onnx_import) onnx_import) {
+  OpDesc o = activation_op(kind, name, summary, std::move(onnx));
+  o.make = pointwise_layer<F>;
+  o.onnx_export = onnx_export;
+  o.onnx_import = onnx_import;
+  return o;
 }
 
 }  // namespace ember::nn

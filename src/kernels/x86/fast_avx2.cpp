@@ -16,13 +16,9 @@ Kernels fast_kernels_avx2() {
   k.conv_s1_relu_pool = conv_relu_pool_cl<Avx2>;  // conv_pool_cl.h, as the AVX-512 table
   k.conv_s1_pool_wgrad = conv_pool_wgrad_cl<Avx2>;
   k.conv_s1_fwd = conv_s1_fwd_cl<Avx2>;
-  k.sbgemm = sbgemm_f32_avx2;  // bf16_avx2.cpp: bf16 widened to fp32 for sgemm_avx2
-  k.sgemm_bf16 = sgemm_bf16_f32_avx2;
-  k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx2;
-  k.cvt_f32_bf16 = cvt_f32_bf16_avx2;
-  k.cvt_bf16_f32 = cvt_bf16_f32_avx2;
-  k.bf16_path = "emulated (bf16 widened to fp32, AVX2 FMA)";
-  k.bf16_rate = 1;
+  // bf16_avx2.cpp: bf16 widened to fp32 for sgemm_avx2
+  set_bf16_entries(k, {sbgemm_f32_avx2, sgemm_bf16_f32_avx2, gemm_bf16_mixed_f32_avx2, cvt_f32_bf16_avx2, cvt_bf16_f32_avx2,
+                    "emulated (bf16 widened to fp32, AVX2 FMA)", 1});
   return k;
 }
 }  // namespace ember

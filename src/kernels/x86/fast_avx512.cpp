@@ -13,26 +13,15 @@ namespace {
 // The bf16 entries: VDPBF16PS with AVX512_BF16 (sbgemm_avx512bf16.cpp, dw_avx512bf16.cpp,
 // conv_pool_avx512bf16.cpp); else bf16 widened to fp32 for sgemm_avx512 (bf16_avx512.cpp).
 void set_bf16(Kernels& k) {
-  k.cvt_bf16_f32 = cvt_bf16_f32_avx512;
-  if (!cpu_has_avx512_bf16()) {
-    k.sbgemm = sbgemm_f32_avx512;
-    k.sgemm_bf16 = sgemm_bf16_f32_avx512;
-    k.gemm_bf16_mixed = gemm_bf16_mixed_f32_avx512;
-    k.cvt_f32_bf16 = cvt_f32_bf16_avx512;
-    k.bf16_path = "emulated (no AVX512_BF16: bf16 widened to fp32, AVX-512 FMA)";
-    k.bf16_rate = 1;
-    return;
-  }
-  k.sbgemm = sbgemm_avx512bf16;
-  k.sgemm_bf16 = sgemm_bf16_avx512bf16;
-  k.gemm_bf16_mixed = gemm_bf16_mixed_avx512bf16;
-  k.cvt_f32_bf16 = cvt_f32_bf16_avx512bf16;
+  if (!cpu_has_avx512_bf16())
+    return set_bf16_entries(k, {sbgemm_f32_avx512, sgemm_bf16_f32_avx512, gemm_bf16_mixed_f32_avx512, cvt_f32_bf16_avx512,
+                             cvt_bf16_f32_avx512, "emulated (no AVX512_BF16: bf16 widened to fp32, AVX-512 FMA)", 1});
+  set_bf16_entries(k, {sbgemm_avx512bf16, sgemm_bf16_avx512bf16, gemm_bf16_mixed_avx512bf16, cvt_f32_bf16_avx512bf16,
+                    cvt_bf16_f32_avx512, "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)", 2});
   k.conv_s1_relu_pool_bf16 = conv_relu_pool_avx512bf16;
   k.gemv_bf16 = gemv_bf16_avx512bf16;
   k.dw_fwd_bf16 = dw_fwd_bf16_avx512bf16;
   k.dw_bwd_bf16 = dw_bwd_bf16_avx512bf16;
-  k.bf16_path = "avx512_bf16 (VDPBF16PS: two bf16 products per fp32 lane)";
-  k.bf16_rate = 2;
 }
 }  // namespace
 

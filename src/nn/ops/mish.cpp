@@ -46,13 +46,8 @@ bool import_mish(OnnxIn& g, int softplus) {
 }  // namespace
 
 const OpDesc& op_desc_mish() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::Mish, "mish", "x tanh(softplus(x)) (PyTorch's Mish)", {"Softplus", "Tanh", "Mul"});
-    o.make = pointwise_layer<Mish>;
-    o.onnx_export = export_mish;
-    o.onnx_import = import_mish;
-    return o;
-  }();
+  static const OpDesc d = pointwise_op<Mish>(LayerKind::Mish, "mish", "x tanh(softplus(x)) (PyTorch's Mish)",
+                                              {"Softplus", "Tanh", "Mul"}, export_mish, import_mish);
   return d;
 }
 

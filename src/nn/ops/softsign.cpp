@@ -34,13 +34,8 @@ bool import_softsign(OnnxIn& g, int node) {
 }  // namespace
 
 const OpDesc& op_desc_softsign() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::Softsign, "softsign", "x / (1 + |x|) (PyTorch's Softsign)", {"Softsign"});
-    o.make = pointwise_layer<Softsign>;
-    o.onnx_export = export_softsign;
-    o.onnx_import = import_softsign;
-    return o;
-  }();
+  static const OpDesc d = pointwise_op<Softsign>(LayerKind::Softsign, "softsign", "x / (1 + |x|) (PyTorch's Softsign)",
+                                                  {"Softsign"}, export_softsign, import_softsign);
   return d;
 }
 
