@@ -75,10 +75,11 @@ Samples samples_of(const py::buffer& b, const ember::Model& m, const char* arg) 
   if (!s.u8 && f != py::format_descriptor<float>::format())
     throw py::value_error(std::string(arg) + ": expected a uint8 or float32 array, found format '" + f + "'");
   const std::vector<py::ssize_t> want = {m.in_c, m.in_h, m.in_w};
-  const bool grey3 = s.buf.ndim == 3 && m.in_c == 1;
-  if (s.buf.ndim != 4 && !grey3)
-    throw py::value_error(std::string(arg) + ": expected shape [N, C, H, W] (or [N, H, W] for one channel), found " +
-                          std::to_string(s.buf.ndim) + " dimensions");
+  // [N, H, W] for one channel; [N, F] for a vector input (the model's input [F, 1, 1]).
+  const bool grey3 = s.buf.ndim == 3 && m.in_c == 1, vec2 = s.buf.ndim == 2 && m.in_h == 1 && m.in_w == 1;
+  if (s.buf.ndim != 4 && !grey3 && !vec2)
+    throw py::value_error(std::string(arg) + ": expected shape [N, C, H, W] (or [N, H, W] for one channel, [N, F] " +
+                          "for a vector input), found " + std::to_string(s.buf.ndim) + " dimensions");
   for (int d = 1; d < s.buf.ndim; ++d) {
     const py::ssize_t w = want[size_t(d - 1 + (grey3 ? 1 : 0))];
     if (s.buf.shape[size_t(d)] != w)

@@ -131,3 +131,18 @@ def test_builder_activations_concat_and_reads():
     assert out.shape == (2, 4)
     with pytest.raises(ValueError, match="act"):
         ember.Model((1, 8, 8), 4).act("swish")
+
+
+# Issue 40: a model whose input is a vector [F] (input [F, 1, 1]) takes x as [N, F] (tabular data, an
+# MLP); the same values as [N, F, 1, 1]. Other 2-D arrays are still refused with the shapes named.
+def test_a_vector_input_model_takes_n_by_f_arrays():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 12)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    m = ember.Model((12, 1, 1), 2, "tabular").flatten().linear(16).act("relu").linear(2)
+    m.fit(x, y, epochs=2, batch_size=8, threads=1)
+    np.testing.assert_array_equal(m.predict(x), m.predict(x.reshape(40, 12, 1, 1)))
+    with pytest.raises(ValueError, match=r"dimension 1 is 11, the model's input is \[12, 1, 1\]"):
+        m.predict(x[:, :11].copy())
+    with pytest.raises(ValueError, match=r"\[N, F\] for a vector input\), found 2 dimensions"):
+        ember.Model.builtin("mnist-mlp").predict(x)
