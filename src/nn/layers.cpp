@@ -1,5 +1,6 @@
-// The layer implementations: Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, the pointwise
-// activations, Softmax, and the graph's Add and Concat. Shape inference messages say what was expected and what was found;
+// The layer implementations: Conv2d, Linear, MaxPool2d, AvgPool2d, Flatten, Softmax, the graph's
+// Add and Concat, and the fused Conv2d -> ReLU -> MaxPool2d unit (the activations' layers are their
+// op files', src/nn/ops/). Shape inference messages say what was expected and what was found;
 // the plan prefixes them with the model file and the layer index.
 #include "nn/layers.h"
 #include "nn/op_table.h"
@@ -356,33 +357,6 @@ class Concat final : public Layer {
   std::vector<size_t> sizes_;  // elements per sample of each input
 };
 
-class Activation final : public Layer {
- public:
-  Activation(const LayerSpec& s, ops::Act a) : Layer(s), act_(a) {}
-  Dims infer(const Dims& in) override { return in_ = out_ = in; }
-  bool grad_unused_at_zero_output(bool) const override { return act_ == ops::Act::ReLU; }  // y == 0: dx = 0
-  bool backward_reads_inputs() const override { return ops::act_reads_input(act_); }
-  bool backward_reads_output() const override { return !ops::act_reads_input(act_); }
-  bool runs_in_place() const override { return !ops::act_reads_input(act_); }
-  void forward(const ops::Exec& e, const Bufs& b, int n) override {
-    dispatch(b.dt, [&](auto tag) {
-      using T = decltype(tag);
-      ops::act_fwd<T>(e, act_, p<T>(b.y), p<T>(b.x), size_t(n) * in_.size());
-    });
-  }
-  void backward(const ops::Exec& e, const Bufs& b, int n) override {
-    if (!b.dx) return;
-    dispatch(b.dt, [&](auto tag) {
-      using T = decltype(tag);
-      const void* from = ops::act_reads_input(act_) ? b.x : b.y;
-      ops::act_bwd<T>(e, act_, p<T>(b.dx), p<T>(b.dy), p<T>(from), size_t(n) * in_.size());
-    });
-  }
-
- private:
-  ops::Act act_;
-};
-
 // Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2 as one unit (the plan fuses the three model
 // layers when it finds them in a row): the conv output and the ReLU output are never stored.
 class ConvReluPool final : public Layer {
@@ -489,14 +463,6 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
     case LayerKind::MaxPool2d: return std::make_unique<Pool2d>(s, true);
     case LayerKind::AvgPool2d: return std::make_unique<Pool2d>(s, false);
     case LayerKind::Flatten: return std::make_unique<Flatten>(s);
-    case LayerKind::ReLU: return std::make_unique<Activation>(s, ops::Act::ReLU);
-    case LayerKind::Sigmoid: return std::make_unique<Activation>(s, ops::Act::Sigmoid);
-    case LayerKind::Tanh: return std::make_unique<Activation>(s, ops::Act::Tanh);
-    case LayerKind::GELU: return std::make_unique<Activation>(s, ops::Act::GELU);
-    case LayerKind::GELUTanh: return std::make_unique<Activation>(s, ops::Act::GELUTanh);
-    case LayerKind::HardSwish: return std::make_unique<Activation>(s, ops::Act::HardSwish);
-    case LayerKind::SiLU: return std::make_unique<Activation>(s, ops::Act::SiLU);
-    case LayerKind::FastSwish: return std::make_unique<Activation>(s, ops::Act::FastSwish);
     case LayerKind::Softmax: return std::make_unique<Softmax>(s);
     case LayerKind::Add: return std::make_unique<Add>(s);
     case LayerKind::Concat: return std::make_unique<Concat>(s);

@@ -1,6 +1,7 @@
 // The op table assembled from the generated list of op files (op_list.inc), and what every op
 // shares: reading a layer's JSON object through its descriptor (every key checked, unknown keys
-// refused, errors naming the file and the JSON path) and writing it back.
+// refused, errors naming the file and the JSON path) and writing it back, and the pieces of the
+// op files' descriptors and ONNX mappings.
 #include "nn/op_table.h"
 
 #include <algorithm>
@@ -285,6 +286,20 @@ OpField init_field() {
 std::vector<OpParam> weight_and_bias(const LayerSpec& s) {
   if (!s.bias) return {{"weight", ParamRole::weight}};
   return {{"weight", ParamRole::weight}, {"bias", ParamRole::bias}};
+}
+
+// ---- ONNX ----
+
+bool OnnxIn::scalar_near(const std::string& value, float c) const {
+  return std::fabs(scalar(value) - c) <= 1e-6f * std::fabs(c);
+}
+
+bool onnx_import_node(OnnxIn& g, int node, LayerKind kind) {
+  if (g.input_count(node) != 1) return false;
+  LayerSpec s;
+  s.kind = kind;
+  g.emit({node}, g.input(node, 0), s);
+  return true;
 }
 
 }  // namespace nn

@@ -56,8 +56,10 @@ class OnnxOut {
 };
 
 // What an op's ONNX import reads a pattern through (onnx_import_ops.cpp implements it): the
-// graph's nodes by index, a value's one reader that is still to map (or -1), and the layer it
-// emits for a chain of nodes (the last one's output becomes the layer's; x: its input value).
+// graph's nodes by index, a value's one reader that is still to map (or -1), the node that
+// outputs a value (still to map, the value with one reader; or -1), a scalar constant's value,
+// and the layer it emits for a group of nodes (the last one's output becomes the layer's; x: its
+// input value).
 class OnnxIn {
  public:
   virtual const std::string& op_type(int node) const = 0;
@@ -65,7 +67,11 @@ class OnnxIn {
   virtual const std::string& input(int node, int k) const = 0;
   virtual const std::string& output(int node) const = 0;
   virtual int reader(const std::string& value) const = 0;
+  virtual int producer(const std::string& value) const = 0;
+  virtual float scalar(const std::string& value) const = 0;  // NaN: not a constant of one value
   virtual void emit(const std::vector<int>& nodes, const std::string& x, const LayerSpec& s) = 0;
+  // Whether value is a scalar constant within 1e-6 (relative) of c.
+  bool scalar_near(const std::string& value, float c) const;
 
  protected:
   ~OnnxIn() = default;
@@ -93,7 +99,9 @@ struct OpDesc {
   std::unique_ptr<Layer> (*make)(const LayerSpec& s) = nullptr;
   // Its ONNX export of input value x (returns the output value); null: onnx_export.cpp's own.
   std::string (*onnx_export)(OnnxOut& g, const std::string& x, const LayerSpec& s) = nullptr;
-  // Its ONNX import from a node of type onnx[0]: true when the node (and its pattern) mapped.
+  // Its ONNX import from a node of type onnx[0]: true when the node (and its pattern) mapped. Of
+  // the ops whose onnx[0] is a node's type, the longer pattern (more types in onnx) is tried
+  // first: silu's Sigmoid -> Mul before sigmoid's Sigmoid.
   bool (*onnx_import)(OnnxIn& g, int node) = nullptr;
 };
 
@@ -121,5 +129,7 @@ OpField padding_field(bool same, bool required);
 OpField bias_field();
 OpField init_field();
 std::vector<OpParam> weight_and_bias(const LayerSpec& s);
+// An activation's import of its one ONNX node (one input): a layer of kind.
+bool onnx_import_node(OnnxIn& g, int node, LayerKind kind);
 
 }  // namespace ember::nn

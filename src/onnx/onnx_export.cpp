@@ -1,7 +1,7 @@
 // ONNX export: walks the model's graph (after shape inference) and writes one or a few ONNX nodes
 // per ember node, opset 17, weights as initializers under their parameter names, a symbolic
 // batch dim. Tensors are [N, C, H, W] (rank 4) until a Flatten or Linear makes them [N, D].
-#include <cmath>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -171,9 +171,6 @@ class Exporter {
         return {y, 4};
       }
       case LayerKind::Flatten: return {flat(x, nm), 2};
-      case LayerKind::ReLU: return {W_.op("Relu", {x.name}, nm), x.rank};
-      case LayerKind::Sigmoid: return {W_.op("Sigmoid", {x.name}, nm), x.rank};
-      case LayerKind::Tanh: return {W_.op("Tanh", {x.name}, nm), x.rank};
       case LayerKind::Softmax: {
         pb::NodeProto* n = W_.node("Softmax", {flat(x, nm)}, {W_.fresh(nm + "_softmax")}, nm);
         attr(n, "axis", int64_t(1));
@@ -181,11 +178,6 @@ class Exporter {
       }
       case LayerKind::Add:
       case LayerKind::Concat: return join(i);
-      case LayerKind::GELU: return {gelu(x.name, nm), x.rank};
-      case LayerKind::GELUTanh: return {gelu_tanh(x.name, nm), x.rank};
-      case LayerKind::HardSwish: return {W_.op("HardSwish", {x.name}, nm), x.rank};
-      case LayerKind::SiLU: return {W_.op("Mul", {x.name, W_.op("Sigmoid", {x.name}, nm)}, nm), x.rank};
-      case LayerKind::FastSwish: return {fastswish(x.name, nm), x.rank};
       case LayerKind::LayerNorm: return layernorm(i, x);
       case LayerKind::LayerNorm2d: return layernorm2d(i, x);
       case LayerKind::GlobalAvgPool: return {W_.op("GlobalAveragePool", {img(x, nm)}, nm), 4};
@@ -250,27 +242,6 @@ class Exporter {
     pb::NodeProto* n = W_.node("Concat", in, {W_.fresh(nd.param_prefix + "_concat")}, nd.param_prefix);
     attr(n, "axis", int64_t(1));
     return {n->output(0), rank};
-  }
-
-  // 0.5 x (1 + erf(x / sqrt 2)), as torch.onnx exports nn.GELU() (opset 20 has Gelu; 17 does not).
-  std::string gelu(const std::string& x, const std::string& nm) {
-    const std::string e = W_.op("Erf", {W_.op("Div", {x, W_.scalar(float(std::sqrt(2.0)))}, nm)}, nm);
-    return W_.op("Mul", {W_.op("Mul", {x, W_.op("Add", {e, W_.scalar(1)}, nm)}, nm), W_.scalar(0.5f)}, nm);
-  }
-  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
-  std::string gelu_tanh(const std::string& x, const std::string& nm) {
-    const std::string x3 = W_.op("Mul", {W_.op("Mul", {x, x}, nm), x}, nm);
-    const std::string in = W_.op("Add", {x, W_.op("Mul", {x3, W_.scalar(0.044715f)}, nm)}, nm);
-    const std::string t = W_.op("Tanh", {W_.op("Mul", {in, W_.scalar(float(std::sqrt(2.0 / M_PI)))}, nm)}, nm);
-    return W_.op("Mul", {W_.op("Mul", {x, W_.op("Add", {t, W_.scalar(1)}, nm)}, nm), W_.scalar(0.5f)}, nm);
-  }
-  // The study's FastSwish: x (x + a) / (a + 3) on [-3, 3], x above 3, -1 / x^2 below -3.
-  std::string fastswish(const std::string& x, const std::string& nm) {
-    const float a = 3.2308f;
-    const std::string mid = W_.op("Div", {W_.op("Mul", {x, W_.op("Add", {x, W_.scalar(a)}, nm)}, nm), W_.scalar(a + 3)}, nm);
-    const std::string low = W_.op("Div", {W_.scalar(-1), W_.op("Mul", {x, x}, nm)}, nm);
-    const std::string lo = W_.op("Where", {W_.op("Less", {x, W_.scalar(-3)}, nm), low, mid}, nm);
-    return W_.op("Where", {W_.op("Greater", {x, W_.scalar(3)}, nm), x, lo}, nm);
   }
 
   // LayerNormalization over the trailing dims ember normalises; without an affine transform the

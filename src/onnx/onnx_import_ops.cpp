@@ -1,6 +1,8 @@
-// The ONNX importer's op mappers: one function per op (or pattern), each checking the node's
-// attributes and inputs against what the ember layer computes, then emitting the layer and
-// setting the node's output value. Anything else is refused with the node and op named.
+// The ONNX importer's op mappers: the op table's own imports (through TableIn, nn/op_table.h), then
+// one function per op made before the table, each checking the node's attributes and inputs
+// against what the ember layer computes, then emitting the layer and setting the node's output
+// value. Anything else is refused with the node and op named.
+#include <algorithm>
 #include <cmath>
 
 #include "ember/error.h"
@@ -48,6 +50,15 @@ class TableIn final : public nn::OnnxIn {
     const int r = im_.only_reader(value);
     return r < 0 || !im_.live_[size_t(r)] || im_.done_[size_t(r)] ? -1 : r;
   }
+  int producer(const std::string& value) const override {
+    auto it = im_.producer_.find(value);
+    const int p = it == im_.producer_.end() ? -1 : it->second;
+    return p < 0 || im_.done_[size_t(p)] || im_.only_reader(value) < 0 ? -1 : p;
+  }
+  float scalar(const std::string& value) const override {
+    auto it = im_.vals_.find(value);
+    return it == im_.vals_.end() ? NAN : scalar_of(it->second);
+  }
   void emit(const std::vector<int>& nodes, const std::string& x, const LayerSpec& s) override {
     auto it = im_.vals_.find(x);
     if (it == im_.vals_.end() || it->second.is_const)
@@ -61,10 +72,23 @@ class TableIn final : public nn::OnnxIn {
   Importer& im_;
 };
 
+// The ops of the table with their own import, the longer patterns (more ONNX types) first, else in
+// table order: silu's Sigmoid -> Mul is tried before sigmoid's Sigmoid.
+static const std::vector<const nn::OpDesc*>& importers() {
+  static const std::vector<const nn::OpDesc*> list = [] {
+    std::vector<const nn::OpDesc*> v;
+    for (const nn::OpDesc* d : nn::op_table())
+      if (d->onnx_import && !d->onnx.empty()) v.push_back(d);
+    std::stable_sort(v.begin(), v.end(), [](const nn::OpDesc* a, const nn::OpDesc* b) { return a->onnx.size() > b->onnx.size(); });
+    return v;
+  }();
+  return list;
+}
+
 // An op of the table that maps node i itself (its first ONNX type is the node's): true when it did.
 static bool table_import(Importer& im, int i, const std::string& op) {
-  for (const nn::OpDesc* d : nn::op_table()) {
-    if (!d->onnx_import || d->onnx.empty() || op != d->onnx[0]) continue;
+  for (const nn::OpDesc* d : importers()) {
+    if (op != d->onnx[0]) continue;
     TableIn in(im);
     if (d->onnx_import(in, i)) return true;
   }
@@ -110,10 +134,8 @@ void Importer::map_node(int i) {
     return global_pool(i, axes, a.i("keepdims", 1) != 0);
   }
   if (op == "LayerNormalization") return layernorm(i);
-  if (op == "Relu") return activation(i, LayerKind::ReLU);
-  if (op == "Tanh") return activation(i, LayerKind::Tanh);
-  if (op == "HardSwish") return activation(i, LayerKind::HardSwish);
-  if (op == "Sigmoid") return silu(i) ? void() : activation(i, LayerKind::Sigmoid);
+  // Opset 20's Gelu: one node for two ops of the table (gelu, gelu-tanh) by its attribute; their
+  // own imports read the opset-17 patterns they export.
   if (op == "Gelu") {
     Attrs a(g_.node(i), where(i));
     a.only({"approximate"});
@@ -121,9 +143,6 @@ void Importer::map_node(int i) {
     if (ap != "none" && ap != "tanh") throw Error(where(i) + ": approximate '" + ap + "' is not supported");
     return activation(i, ap == "tanh" ? LayerKind::GELUTanh : LayerKind::GELU);
   }
-  if (op == "Div" && gelu_erf(i)) return;
-  if (op == "Mul" && gelu_tanh(i)) return;
-  if (op == "Add" && fastswish(i)) return;
   if (op == "Add" || op == "Mul") return binary(i);
   if (op == "Sum") return join(i, false);
   if (op == "Concat") return join(i, true);
@@ -494,167 +513,6 @@ void Importer::softmax(int i) {
   LayerSpec s;
   s.kind = LayerKind::Softmax;
   set(i, 0, emit(s, {&x}, "", x.d, x.lay));
-}
-
-// torch.onnx's GELU: Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5).
-bool Importer::gelu_erf(int i) {
-  const pb::NodeProto& n = g_.node(i);
-  if (n.input_size() != 2 || std::fabs(scalar_of(val(i, 1)) - float(std::sqrt(2.0))) > 1e-4f || val(i, 0).is_const) return false;
-  const std::string& x = n.input(0);
-  auto next = [&](const std::string& v, const char* op) {
-    const int r = only_reader(v);
-    return r >= 0 && live_[size_t(r)] && !done_[size_t(r)] && g_.node(r).op_type() == op ? r : -1;
-  };
-  auto other = [&](int r, const std::string& v) -> const Val* {
-    const pb::NodeProto& m = g_.node(r);
-    if (m.input_size() != 2) return nullptr;
-    auto it = vals_.find(m.input(m.input(0) == v ? 1 : 0));
-    return it == vals_.end() ? nullptr : &it->second;
-  };
-  const int erf = next(n.output(0), "Erf");
-  const int add = erf < 0 ? -1 : next(g_.node(erf).output(0), "Add");
-  if (add < 0 || !other(add, g_.node(erf).output(0)) || scalar_of(*other(add, g_.node(erf).output(0))) != 1.f) return false;
-  const int mx = next(g_.node(add).output(0), "Mul");
-  if (mx < 0 || g_.node(mx).input_size() != 2 ||
-      (g_.node(mx).input(0) != x && g_.node(mx).input(1) != x))
-    return false;
-  const int half = next(g_.node(mx).output(0), "Mul");
-  if (half < 0 || !other(half, g_.node(mx).output(0)) || scalar_of(*other(half, g_.node(mx).output(0))) != 0.5f) return false;
-  for (int r : {erf, add, mx, half}) done_[size_t(r)] = true;
-  LayerSpec s;
-  s.kind = LayerKind::GELU;
-  const Val& in = val(i, 0);
-  set(half, 0, emit(s, {&in}, "", in.d, in.lay));
-  return true;
-}
-
-int Importer::reader_op(const std::string& value, const char* op) const {
-  const int r = only_reader(value);
-  return r >= 0 && live_[size_t(r)] && !done_[size_t(r)] && g_.node(r).op_type() == op && g_.node(r).input_size() == 2 ? r : -1;
-}
-
-// GELU's tanh form, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as torch.onnx and ember
-// export it (operands of each Mul and Add in either order): x2 = x*x, x3 = x*x2, c*x3, x + ., k*.,
-// Tanh, 1 + ., x*., 0.5*. Every inner value has exactly one reader.
-bool Importer::gelu_tanh(int i) {
-  const pb::NodeProto& n = g_.node(i);
-  if (n.input_size() != 2 || n.input(0) != n.input(1) || val(i, 0).is_const) return false;
-  const std::string& x = n.input(0);
-  // The reader of `v` of kind `op` whose other input is `other` (a value name), or a scalar
-  // constant near `c` when `other` is empty.
-  auto step = [&](const std::string& v, const char* op, const std::string& other, float c) {
-    const int r = reader_op(v, op);
-    if (r < 0) return -1;
-    const std::string& o = g_.node(r).input(g_.node(r).input(0) == v ? 1 : 0);
-    if (!other.empty()) return o == other ? r : -1;
-    auto it = vals_.find(o);
-    return it != vals_.end() && std::fabs(scalar_of(it->second) - c) <= 1e-6f * std::fabs(c) ? r : -1;
-  };
-  std::vector<int> chain;
-  std::string v = n.output(0);
-  const struct { const char* op; bool with_x; float c; } steps[] = {
-      {"Mul", true, 0}, {"Mul", false, 0.044715f}, {"Add", true, 0}, {"Mul", false, 0.7978845608f},
-      {"Tanh", false, 0}, {"Add", false, 1.f}, {"Mul", true, 0}, {"Mul", false, 0.5f}};
-  for (const auto& st : steps) {
-    int r;
-    if (std::string(st.op) == "Tanh") {
-      r = only_reader(v);
-      if (r < 0 || !live_[size_t(r)] || done_[size_t(r)] || g_.node(r).op_type() != "Tanh") return false;
-    } else {
-      r = step(v, st.op, st.with_x ? x : std::string(), st.c);
-      if (r < 0) return false;
-    }
-    chain.push_back(r);
-    v = g_.node(r).output(0);
-  }
-  for (int r : chain) done_[size_t(r)] = true;
-  const Val& in = val(i, 0);
-  LayerSpec s;
-  s.kind = LayerKind::GELUTanh;
-  set(chain.back(), 0, emit(s, {&in}, "", in.d, in.lay));
-  return true;
-}
-
-// The seed study's FastSwish as ember and bench/convnext_torch.py export it: mid = x (x + a) / (a + 3)
-// (a = 3.2308), low = -1 / (x * x), Where(x > 3, x, Where(x < -3, low, mid)). Matched from the
-// Add(x, a) it starts with; every inner value has exactly one reader.
-bool Importer::fastswish(int i) {
-  const pb::NodeProto& n = g_.node(i);
-  if (n.input_size() != 2) return false;
-  const float a = 3.2308f;
-  auto near = [&](const std::string& v, float c) {
-    auto it = vals_.find(v);
-    return it != vals_.end() && std::fabs(scalar_of(it->second) - c) <= 1e-6f * std::fabs(c);
-  };
-  const int xi = near(n.input(1), a) ? 0 : near(n.input(0), a) ? 1 : -1;
-  if (xi < 0 || !vals_.count(n.input(xi)) || vals_.at(n.input(xi)).is_const) return false;
-  const std::string& x = n.input(xi);
-  auto producer = [&](const std::string& v, const char* op) {
-    auto it = producer_.find(v);
-    const int p = it == producer_.end() ? -1 : it->second;
-    return p >= 0 && !done_[size_t(p)] && g_.node(p).op_type() == op && only_reader(v) >= 0 ? p : -1;
-  };
-  auto is = [&](int node, const std::string& in0, const std::string& in1) {
-    return node >= 0 && g_.node(node).input_size() == 2 && g_.node(node).input(0) == in0 && g_.node(node).input(1) == in1;
-  };
-  auto second = [&](int node) {  // a two-input node's second input, else "" (a hostile file's Less(x))
-    return node >= 0 && g_.node(node).input_size() == 2 ? g_.node(node).input(1) : std::string();
-  };
-  const int mul = reader_op(n.output(0), "Mul");
-  if (mul < 0 || (g_.node(mul).input(0) != x && g_.node(mul).input(1) != x)) return false;
-  const int div = reader_op(g_.node(mul).output(0), "Div");
-  if (div < 0 || g_.node(div).input(0) != g_.node(mul).output(0) || !near(g_.node(div).input(1), a + 3)) return false;
-  const int inner = only_reader(g_.node(div).output(0));
-  if (inner < 0 || g_.node(inner).op_type() != "Where" || g_.node(inner).input_size() != 3 ||
-      g_.node(inner).input(2) != g_.node(div).output(0))
-    return false;
-  const int less = producer(g_.node(inner).input(0), "Less");
-  if (!is(less, x, second(less)) || !near(second(less), -3.f)) return false;
-  // low: Div(-1, x*x) (ember), or Mul(Reciprocal(x*x), -1) in either order (torch.onnx): the same bits
-  int low = producer(g_.node(inner).input(1), "Div"), recip = -1;
-  std::string xx_value;
-  if (low >= 0 && g_.node(low).input_size() == 2 && near(g_.node(low).input(0), -1.f)) {
-    xx_value = g_.node(low).input(1);
-  } else if ((low = producer(g_.node(inner).input(1), "Mul")) >= 0 && g_.node(low).input_size() == 2) {
-    const int k = near(g_.node(low).input(1), -1.f) ? 0 : near(g_.node(low).input(0), -1.f) ? 1 : -1;
-    recip = k < 0 ? -1 : producer(g_.node(low).input(k), "Reciprocal");
-    if (recip < 0 || g_.node(recip).input_size() != 1) return false;
-    xx_value = g_.node(recip).input(0);
-  } else {
-    return false;
-  }
-  const int xx = producer(xx_value, "Mul");
-  if (!is(xx, x, x)) return false;
-  const int outer = only_reader(g_.node(inner).output(0));
-  if (outer < 0 || g_.node(outer).op_type() != "Where" || g_.node(outer).input_size() != 3 || g_.node(outer).input(1) != x ||
-      g_.node(outer).input(2) != g_.node(inner).output(0))
-    return false;
-  const int greater = producer(g_.node(outer).input(0), "Greater");
-  if (!is(greater, x, second(greater)) || !near(second(greater), 3.f)) return false;
-  for (int r : {mul, div, inner, less, low, xx, outer, greater}) done_[size_t(r)] = true;
-  if (recip >= 0) done_[size_t(recip)] = true;
-  const Val& in = vals_.at(x);
-  LayerSpec s;
-  s.kind = LayerKind::FastSwish;
-  set(outer, 0, emit(s, {&in}, "", in.d, in.lay));
-  return true;
-}
-
-// x * Sigmoid(x): SiLU.
-bool Importer::silu(int i) {
-  const pb::NodeProto& n = g_.node(i);
-  if (n.input_size() != 1) return false;
-  const int r = only_reader(n.output(0));
-  if (r < 0 || !live_[size_t(r)] || done_[size_t(r)] || g_.node(r).op_type() != "Mul" || g_.node(r).input_size() != 2) return false;
-  const pb::NodeProto& m = g_.node(r);
-  if (!((m.input(0) == n.input(0) && m.input(1) == n.output(0)) || (m.input(1) == n.input(0) && m.input(0) == n.output(0))))
-    return false;
-  done_[size_t(r)] = true;
-  const Val& x = tensor(i, 0);
-  LayerSpec s;
-  s.kind = LayerKind::SiLU;
-  set(r, 0, emit(s, {&x}, "", x.d, x.lay));
-  return true;
 }
 
 }  // namespace ember::onnx

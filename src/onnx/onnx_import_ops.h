@@ -68,11 +68,6 @@ class Importer {
   void join(int i, bool concat);
   void constant_node(int i);
   void softmax(int i);
-  bool gelu_erf(int i);      // Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5
-  bool silu(int i);          // Sigmoid(x) -> Mul(x, .)
-  bool gelu_tanh(int i);     // Mul(x, x) -> ... -> Tanh -> ... -> Mul 0.5 (torch's and ember's exports)
-  bool fastswish(int i);     // Add(x, a) -> ... -> Where(x > 3, x, Where(x < -3, -1 / x^2, mid))
-  int reader_op(const std::string& value, const char* op) const;  // its one live reader if of `op`, or -1
   int fold_bias(int i, const std::string& value, int K, int rank, std::vector<float>* bias, std::string* name);
 
   friend class TableIn;  // the op table's own imports (onnx_import_ops.cpp) read the graph through it

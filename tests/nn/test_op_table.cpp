@@ -1,7 +1,7 @@
 // The op table (src/nn/op_table.h, ember/ops.h): every layer kind has exactly one descriptor;
 // every op's example model parses, writes back to the same description, and trains (a fixed
 // batch's loss falls); parameters get their roles and L2 follows them; --act's and Python's
-// activation names come from it.
+// activation names come from it; every activation brings its layer and ONNX mappings.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -191,6 +191,17 @@ TEST(OpTable, ActivationNamesComeFromTheTable) {
   LayerKind k;
   EXPECT_FALSE(find_activation("conv2d", &k));
   EXPECT_NE(activation_list().find("gelu-tanh"), std::string::npos);
+}
+
+// Every activation lives in its op file: its layer, its ONNX export and its import (issue 39).
+TEST(OpTable, ActivationsBringTheirLayerAndOnnxMappings) {
+  for (const nn::OpDesc* d : nn::op_table()) {
+    if (!d->activation) continue;
+    EXPECT_NE(d->make, nullptr) << d->name;
+    EXPECT_NE(d->onnx_export, nullptr) << d->name;
+    EXPECT_NE(d->onnx_import, nullptr) << d->name;
+    EXPECT_FALSE(d->onnx.empty()) << d->name;
+  }
 }
 
 TEST(OpTable, InfoJsonListsEveryOpWithItsExample) {

@@ -1,11 +1,27 @@
 // Op "hardswish": x relu6(x + 3) / 6 (PyTorch's Hardswish).
-// A parameter-free activation: JSON {"type": "hardswish"}, --act hardswish, Python act("hardswish").
+// A parameter-free activation: JSON {"type": "hardswish"}, --act hardswish, Python
+// act("hardswish"). Its layer runs the kernel table's HardSwish (nn/activation.h); ONNX: one
+// HardSwish node each way.
+#include "nn/activation.h"
 #include "nn/op_table.h"
 
 namespace ember::nn {
 
+namespace {
+
+std::string export_hardswish(OnnxOut& g, const std::string& x, const LayerSpec&) { return g.op("HardSwish", {x}); }
+bool import_hardswish(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKind::HardSwish); }
+
+}  // namespace
+
 const OpDesc& op_desc_hardswish() {
-  static const OpDesc d = activation_op(LayerKind::HardSwish, "hardswish", "x relu6(x + 3) / 6 (PyTorch's Hardswish)", {"HardSwish"});
+  static const OpDesc d = [] {
+    OpDesc o = activation_op(LayerKind::HardSwish, "hardswish", "x relu6(x + 3) / 6 (PyTorch's Hardswish)", {"HardSwish"});
+    o.make = act_layer<ops::Act::HardSwish>;
+    o.onnx_export = export_hardswish;
+    o.onnx_import = import_hardswish;
+    return o;
+  }();
   return d;
 }
 

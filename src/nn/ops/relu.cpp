@@ -1,11 +1,27 @@
 // Op "relu": max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool.
-// A parameter-free activation: JSON {"type": "relu"}, --act relu, Python act("relu").
+// A parameter-free activation: JSON {"type": "relu"}, --act relu, Python act("relu"). Its layer
+// runs the kernel table's ReLU (nn/activation.h; the conv -> relu -> max-pool fusion is
+// layers.cpp's); ONNX: one Relu node each way.
+#include "nn/activation.h"
 #include "nn/op_table.h"
 
 namespace ember::nn {
 
+namespace {
+
+std::string export_relu(OnnxOut& g, const std::string& x, const LayerSpec&) { return g.op("Relu", {x}); }
+bool import_relu(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKind::ReLU); }
+
+}  // namespace
+
 const OpDesc& op_desc_relu() {
-  static const OpDesc d = activation_op(LayerKind::ReLU, "relu", "max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool", {"Relu"});
+  static const OpDesc d = [] {
+    OpDesc o = activation_op(LayerKind::ReLU, "relu", "max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool", {"Relu"});
+    o.make = act_layer<ops::Act::ReLU>;
+    o.onnx_export = export_relu;
+    o.onnx_import = import_relu;
+    return o;
+  }();
   return d;
 }
 

@@ -1,11 +1,27 @@
 // Op "sigmoid": 1 / (1 + exp(-x)).
 // A parameter-free activation: JSON {"type": "sigmoid"}, --act sigmoid, Python act("sigmoid").
+// Its layer runs the kernel table's Sigmoid (nn/activation.h); ONNX: one Sigmoid node each way
+// (a Sigmoid read by Mul(x, .) imports as silu, whose longer pattern is tried first).
+#include "nn/activation.h"
 #include "nn/op_table.h"
 
 namespace ember::nn {
 
+namespace {
+
+std::string export_sigmoid(OnnxOut& g, const std::string& x, const LayerSpec&) { return g.op("Sigmoid", {x}); }
+bool import_sigmoid(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKind::Sigmoid); }
+
+}  // namespace
+
 const OpDesc& op_desc_sigmoid() {
-  static const OpDesc d = activation_op(LayerKind::Sigmoid, "sigmoid", "1 / (1 + exp(-x))", {"Sigmoid"});
+  static const OpDesc d = [] {
+    OpDesc o = activation_op(LayerKind::Sigmoid, "sigmoid", "1 / (1 + exp(-x))", {"Sigmoid"});
+    o.make = act_layer<ops::Act::Sigmoid>;
+    o.onnx_export = export_sigmoid;
+    o.onnx_import = import_sigmoid;
+    return o;
+  }();
   return d;
 }
 

@@ -23,13 +23,7 @@ struct Softsign {
 
 std::string export_softsign(OnnxOut& g, const std::string& x, const LayerSpec&) { return g.op("Softsign", {x}); }
 
-bool import_softsign(OnnxIn& g, int node) {
-  if (g.input_count(node) != 1) return false;
-  LayerSpec s;
-  s.kind = LayerKind::Softsign;
-  g.emit({node}, g.input(node, 0), s);
-  return true;
-}
+bool import_softsign(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKind::Softsign); }
 
 }  // namespace
 

@@ -1,11 +1,26 @@
 // Op "tanh": tanh(x).
-// A parameter-free activation: JSON {"type": "tanh"}, --act tanh, Python act("tanh").
+// A parameter-free activation: JSON {"type": "tanh"}, --act tanh, Python act("tanh"). Its layer
+// runs the kernel table's Tanh (nn/activation.h); ONNX: one Tanh node each way.
+#include "nn/activation.h"
 #include "nn/op_table.h"
 
 namespace ember::nn {
 
+namespace {
+
+std::string export_tanh(OnnxOut& g, const std::string& x, const LayerSpec&) { return g.op("Tanh", {x}); }
+bool import_tanh(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKind::Tanh); }
+
+}  // namespace
+
 const OpDesc& op_desc_tanh() {
-  static const OpDesc d = activation_op(LayerKind::Tanh, "tanh", "tanh(x)", {"Tanh"});
+  static const OpDesc d = [] {
+    OpDesc o = activation_op(LayerKind::Tanh, "tanh", "tanh(x)", {"Tanh"});
+    o.make = act_layer<ops::Act::Tanh>;
+    o.onnx_export = export_tanh;
+    o.onnx_import = import_tanh;
+    return o;
+  }();
   return d;
 }
 

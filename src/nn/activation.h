@@ -1,0 +1,45 @@
+// The graph layer of the activations whose fast kernels are in the kernel table (ops::Act: relu,
+// sigmoid, tanh, gelu, gelu-tanh, hardswish, silu, fastswish), shared by their op files
+// (src/nn/ops/): each sets its descriptor's make to act_layer<its Act>. ReLU's output-only
+// backward lets the plan run it in place; its fusion with a conv and a max-pool is layers.cpp's.
+#pragma once
+#include <memory>
+
+#include "nn/layers.h"
+#include "nn/op_table.h"
+
+namespace ember::nn {
+
+class ActLayer final : public Layer {
+ public:
+  ActLayer(const LayerSpec& s, ops::Act a) : Layer(s), act_(a) {}
+  Dims infer(const Dims& in) override { return in_ = out_ = in; }
+  bool grad_unused_at_zero_output(bool) const override { return act_ == ops::Act::ReLU; }  // y == 0: dx = 0
+  bool backward_reads_inputs() const override { return ops::act_reads_input(act_); }
+  bool backward_reads_output() const override { return !ops::act_reads_input(act_); }
+  bool runs_in_place() const override { return !ops::act_reads_input(act_); }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::act_fwd<T>(e, act_, p<T>(b.y), p<T>(b.x), size_t(n) * in_.size());
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      const void* from = ops::act_reads_input(act_) ? b.x : b.y;
+      ops::act_bwd<T>(e, act_, p<T>(b.dx), p<T>(b.dy), p<T>(from), size_t(n) * in_.size());
+    });
+  }
+
+ private:
+  ops::Act act_;
+};
+
+template <ops::Act A>
+std::unique_ptr<Layer> act_layer(const LayerSpec& s) {
+  return std::make_unique<ActLayer>(s, A);
+}
+
+}  // namespace ember::nn
