@@ -1,9 +1,10 @@
 // The graph layer of the activations whose fast kernels are in the kernel table (ops::Act: relu,
 // sigmoid, tanh, gelu, gelu-tanh, hardswish, silu, fastswish), shared by their op files
-// (src/nn/ops/): each sets its descriptor's make to act_layer<its Act>. ReLU's output-only
+// (src/nn/ops/): each builds its descriptor with kernel_act_op<its Act>. ReLU's output-only
 // backward lets the plan run it in place; its fusion with a conv and a max-pool is layers.cpp's.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "nn/layers.h"
 #include "nn/op_table.h"
@@ -40,6 +41,13 @@ class ActLayer final : public Layer {
 template <ops::Act A>
 std::unique_ptr<Layer> act_layer(const LayerSpec& s) {
   return std::make_unique<ActLayer>(s, A);
+}
+
+// The descriptor of an activation whose layer runs kernel A, with its own ONNX export and import.
+template <ops::Act A>
+OpDesc kernel_act_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,
+                     decltype(OpDesc::onnx_export) onnx_export, decltype(OpDesc::onnx_import) onnx_import) {
+  return activation_op(kind, name, summary, std::move(onnx), act_layer<A>, onnx_export, onnx_import);
 }
 
 }  // namespace ember::nn

@@ -212,6 +212,16 @@ OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std:
   return d;
 }
 
+OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,
+                     decltype(OpDesc::make) make, decltype(OpDesc::onnx_export) onnx_export,
+                     decltype(OpDesc::onnx_import) onnx_import) {
+  OpDesc d = activation_op(kind, name, summary, std::move(onnx));
+  d.make = make;
+  d.onnx_export = onnx_export;
+  d.onnx_import = onnx_import;
+  return d;
+}
+
 OpDesc pool_op(LayerKind kind, const char* name, const char* summary, const char* onnx) {
   OpDesc o = make_op(kind, name, summary);
   o.onnx = {onnx};

@@ -119,6 +119,10 @@ OpDesc make_op(LayerKind kind, const char* name, const char* summary);
 std::vector<const char*> all_dtypes();                 // f32, f64, bf16
 std::vector<const char*> fp_dtypes();                  // f32, f64
 OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx);
+// An activation that brings its own layer, ONNX export and import (nn/pointwise.h, nn/activation.h).
+OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,
+                     decltype(OpDesc::make) make, decltype(OpDesc::onnx_export) onnx_export,
+                     decltype(OpDesc::onnx_import) onnx_import);
 // A 2D pooling window (kernel, stride = kernel by default, padding) and a join of 2 to 8 inputs.
 OpDesc pool_op(LayerKind kind, const char* name, const char* summary, const char* onnx);
 OpDesc join_op(LayerKind kind, const char* name, const char* summary, const char* onnx);

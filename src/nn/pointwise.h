@@ -53,11 +53,7 @@ std::unique_ptr<Layer> pointwise_layer(const LayerSpec& s) {
 template <class F>
 OpDesc pointwise_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,
                     decltype(OpDesc::onnx_export) onnx_export, decltype(OpDesc::onnx_import) onnx_import) {
-  OpDesc o = activation_op(kind, name, summary, std::move(onnx));
-  o.make = pointwise_layer<F>;
-  o.onnx_export = onnx_export;
-  o.onnx_import = onnx_import;
-  return o;
+  return activation_op(kind, name, summary, std::move(onnx), pointwise_layer<F>, onnx_export, onnx_import);
 }
 
 }  // namespace ember::nn

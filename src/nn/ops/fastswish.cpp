@@ -96,13 +96,9 @@ bool import_fastswish(OnnxIn& g, int add) {
 }  // namespace
 
 const OpDesc& op_desc_fastswish() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::FastSwish, "fastswish", "the ConvNeXt study's FastSwish: x (x + a) / (a + 3) on [-3, 3], x above, -1 / x^2 below", {"Add", "Mul", "Div", "Less", "Greater", "Where"});
-    o.make = act_layer<ops::Act::FastSwish>;
-    o.onnx_export = export_fastswish;
-    o.onnx_import = import_fastswish;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::FastSwish>(
+      LayerKind::FastSwish, "fastswish", "the ConvNeXt study's FastSwish: x (x + a) / (a + 3) on [-3, 3], x above, -1 / x^2 below",
+      {"Add", "Mul", "Div", "Less", "Greater", "Where"}, export_fastswish, import_fastswish);
   return d;
 }
 

@@ -45,13 +45,9 @@ bool import_gelu(OnnxIn& g, int div) {
 }  // namespace
 
 const OpDesc& op_desc_gelu() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::GELU, "gelu", "x Phi(x) with the exact erf (PyTorch's GELU())", {"Div", "Erf", "Add", "Mul"});
-    o.make = act_layer<ops::Act::GELU>;
-    o.onnx_export = export_gelu;
-    o.onnx_import = import_gelu;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::GELU>(
+      LayerKind::GELU, "gelu", "x Phi(x) with the exact erf (PyTorch's GELU())",
+      {"Div", "Erf", "Add", "Mul"}, export_gelu, import_gelu);
   return d;
 }
 

@@ -60,13 +60,9 @@ bool import_gelu_tanh(OnnxIn& g, int square) {
 }  // namespace
 
 const OpDesc& op_desc_gelu_tanh() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::GELUTanh, "gelu-tanh", "GELU's tanh approximation (PyTorch's GELU(approximate='tanh'))", {"Mul", "Add", "Tanh"});
-    o.make = act_layer<ops::Act::GELUTanh>;
-    o.onnx_export = export_gelu_tanh;
-    o.onnx_import = import_gelu_tanh;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::GELUTanh>(
+      LayerKind::GELUTanh, "gelu-tanh", "GELU's tanh approximation (PyTorch's GELU(approximate='tanh'))",
+      {"Mul", "Add", "Tanh"}, export_gelu_tanh, import_gelu_tanh);
   return d;
 }
 

@@ -15,13 +15,9 @@ bool import_hardswish(OnnxIn& g, int node) { return onnx_import_node(g, node, La
 }  // namespace
 
 const OpDesc& op_desc_hardswish() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::HardSwish, "hardswish", "x relu6(x + 3) / 6 (PyTorch's Hardswish)", {"HardSwish"});
-    o.make = act_layer<ops::Act::HardSwish>;
-    o.onnx_export = export_hardswish;
-    o.onnx_import = import_hardswish;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::HardSwish>(
+      LayerKind::HardSwish, "hardswish", "x relu6(x + 3) / 6 (PyTorch's Hardswish)",
+      {"HardSwish"}, export_hardswish, import_hardswish);
   return d;
 }
 

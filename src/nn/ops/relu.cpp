@@ -15,13 +15,9 @@ bool import_relu(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKi
 }  // namespace
 
 const OpDesc& op_desc_relu() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::ReLU, "relu", "max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool", {"Relu"});
-    o.make = act_layer<ops::Act::ReLU>;
-    o.onnx_export = export_relu;
-    o.onnx_import = import_relu;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::ReLU>(
+      LayerKind::ReLU, "relu", "max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool",
+      {"Relu"}, export_relu, import_relu);
   return d;
 }
 

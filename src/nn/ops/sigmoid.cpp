@@ -15,13 +15,8 @@ bool import_sigmoid(OnnxIn& g, int node) { return onnx_import_node(g, node, Laye
 }  // namespace
 
 const OpDesc& op_desc_sigmoid() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::Sigmoid, "sigmoid", "1 / (1 + exp(-x))", {"Sigmoid"});
-    o.make = act_layer<ops::Act::Sigmoid>;
-    o.onnx_export = export_sigmoid;
-    o.onnx_import = import_sigmoid;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::Sigmoid>(
+      LayerKind::Sigmoid, "sigmoid", "1 / (1 + exp(-x))", {"Sigmoid"}, export_sigmoid, import_sigmoid);
   return d;
 }
 

@@ -30,13 +30,9 @@ bool import_silu(OnnxIn& g, int sigmoid) {
 }  // namespace
 
 const OpDesc& op_desc_silu() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::SiLU, "silu", "x sigmoid(x) (PyTorch's SiLU, swish)", {"Sigmoid", "Mul"});
-    o.make = act_layer<ops::Act::SiLU>;
-    o.onnx_export = export_silu;
-    o.onnx_import = import_silu;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::SiLU>(
+      LayerKind::SiLU, "silu", "x sigmoid(x) (PyTorch's SiLU, swish)",
+      {"Sigmoid", "Mul"}, export_silu, import_silu);
   return d;
 }
 

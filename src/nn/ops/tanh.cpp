@@ -14,13 +14,8 @@ bool import_tanh(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKi
 }  // namespace
 
 const OpDesc& op_desc_tanh() {
-  static const OpDesc d = [] {
-    OpDesc o = activation_op(LayerKind::Tanh, "tanh", "tanh(x)", {"Tanh"});
-    o.make = act_layer<ops::Act::Tanh>;
-    o.onnx_export = export_tanh;
-    o.onnx_import = import_tanh;
-    return o;
-  }();
+  static const OpDesc d = kernel_act_op<ops::Act::Tanh>(
+      LayerKind::Tanh, "tanh", "tanh(x)", {"Tanh"}, export_tanh, import_tanh);
   return d;
 }
 
