@@ -125,8 +125,53 @@ std::vector<int32_t> labels_of(const py::array& y, int64_t n, int classes) {
   return out;
 }
 
+// What y holds: class labels [N] (integers), or for MSE and L1 dense targets of the output's
+// shape [N, *output] (float; [N, F] for a flat output of F, [N] when F is 1).
+struct Truth {
+  std::vector<int32_t> labels;
+  py::array_t<float, py::array::c_style | py::array::forcecast> targets;
+  size_t per = 0;  // target elements per sample (0: labels)
+  const int32_t* label_data() const { return per == 0 ? labels.data() : nullptr; }
+};
+
+Truth truth_of(const py::array& y, int64_t n, const ember::Model& m) {
+  Truth t;
+  const char kind = y.dtype().kind();
+  if (!ember::loss_takes_targets(m.loss) || (kind != 'f' && kind != 'd')) {
+    t.labels = labels_of(y, n, m.num_classes);
+    return t;
+  }
+  std::vector<int> out;
+  try {
+    out = ember::model_output_dims(m);
+  } catch (const ember::Error& e) {
+    throw py::value_error(e.what());
+  }
+  size_t per = 1;
+  std::string want = "[" + std::to_string(n);
+  for (int v : out) per *= size_t(v), want += ", " + std::to_string(v);
+  want += "]";
+  size_t got = 1;
+  for (py::ssize_t d = 1; d < y.ndim(); ++d) got *= size_t(y.shape(d));
+  const bool same = y.ndim() >= 1 && y.shape(0) == n && got == per &&
+                    (y.ndim() == py::ssize_t(out.size()) + 1 || y.ndim() == 2 || (y.ndim() == 1 && per == 1));
+  if (!same) {
+    std::string found = "[";
+    for (py::ssize_t d = 0; d < y.ndim(); ++d) found += (d ? ", " : "") + std::to_string(y.shape(d));
+    throw py::value_error("y: the loss " + std::string(ember::loss_kind_name(m.loss)) + " takes targets of the output's shape " +
+                          want + ", found " + found + "]");
+  }
+  t.targets = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(y);
+  t.per = per;
+  const float* v = t.targets.data();
+  for (size_t i = 0; i < size_t(n) * per; ++i)
+    if (!std::isfinite(v[i])) throw py::value_error("y: target " + std::to_string(i) + " is " + std::to_string(v[i]) + "; targets must be finite");
+  return t;
+}
+
 // Copies samples index[0 .. n) into the plan's input (u8: x / 255) and their labels.
-void load_batch(ember::Plan& plan, const Samples& s, const int32_t* labels, const int64_t* index, int n) {
+void load_batch(ember::Plan& plan, const Samples& s, const Truth* truth, const int64_t* index, int n) {
+  const int32_t* labels = truth ? truth->label_data() : nullptr;
   float* in = static_cast<float*>(plan.input());
   for (int i = 0; i < n; ++i) {
     const size_t at = size_t(index[i]) * s.per;
@@ -137,7 +182,11 @@ void load_batch(ember::Plan& plan, const Samples& s, const int32_t* labels, cons
       std::memcpy(in + size_t(i) * s.per, static_cast<const float*>(s.buf.ptr) + at, s.per * sizeof(float));
     }
     if (labels) plan.labels()[i] = labels[index[i]];
+    if (truth && truth->per)
+      std::memcpy(static_cast<float*>(plan.targets()) + size_t(i) * truth->per, truth->targets.data() + size_t(index[i]) * truth->per,
+                  truth->per * sizeof(float));
   }
+  if (labels && ember::loss_takes_targets(plan.model().loss)) plan.one_hot_targets(n);
 }
 
 void check_signals() {  // with the GIL: Ctrl-C becomes KeyboardInterrupt here, between steps
@@ -163,13 +212,29 @@ class PyModel {
  public:
   explicit PyModel(ember::Model m) : model_(std::move(m)) {}
   // An empty model for the builder: input [C, H, W] and the class count.
-  PyModel(std::vector<int> input, int classes, const std::string& name) {
+  // An empty model for the builder: input (C, H, W), or (F,) for vectors [N, F] (held as [F, 1, 1]),
+  // the class count, and the loss.
+  PyModel(std::vector<int> input, int classes, const std::string& name, const std::string& loss) {
+    if (input.size() == 1) input = {input[0], 1, 1};
     if (input.size() != 3 || input[0] < 1 || input[1] < 1 || input[2] < 1)
-      throw py::value_error("input: expected (C, H, W), each at least 1");
+      throw py::value_error("input: expected (C, H, W) or (F,), each at least 1");
     if (classes < 1) throw py::value_error("classes: expected at least 1");
     model_.name = name;
     model_.in_c = input[0], model_.in_h = input[1], model_.in_w = input[2], model_.num_classes = classes;
     model_.init = ember::Init::Torch;
+    set_loss(loss);
+  }
+  std::string loss() const { return ember::loss_kind_name(model_.loss); }
+  // The loss fit and evaluate use (a plan already built is rebuilt with the same weights).
+  void set_loss(const std::string& name) {
+    for (ember::LossKind k : {ember::LossKind::SoftmaxCrossEntropy, ember::LossKind::CrossEntropy, ember::LossKind::MSE, ember::LossKind::L1})
+      if (name == ember::loss_kind_name(k)) {
+        if (k == model_.loss) return;
+        model_.loss = k;
+        if (plan_) rebuild(plan_->options());
+        return;
+      }
+    throw py::value_error("loss: expected 'softmax_cross_entropy', 'cross_entropy', 'mse' or 'l1', found '" + ember::clip_text(name) + "'");
   }
   // Builder steps: each appends to the model (dropping any plan: the next fit builds a new one).
   template <class F>
@@ -207,7 +272,7 @@ class PyModel {
   py::list fit(const py::buffer& x, const py::array& y, int epochs, int batch_size, const std::string& optimizer, double lr,
                int threads, uint64_t seed, const py::object& callback) {
     const Samples s = samples_of(x, model_, "x");
-    const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
+    const Truth truth = truth_of(y, s.n, model_);
     const ember::PlanOptions o =
         options(batch_size, model_.recipe.batch_size, threads, optimizer.empty() ? model_.recipe.optimizer : optimizer);
     ember::TrainConfig cfg;  // fit's loop: a constant lr (0: the recipe's)
@@ -218,6 +283,7 @@ class PyModel {
     const double rate = cfg.schedule.lr;
     py::list history;
     std::vector<int64_t> order;
+    const bool scores = truth.per == 0 && plan_->has_class_scores();  // accuracy: NaN without class scores
     for (int e = 0; e < epochs; ++e) {
       double loss_sum = 0;
       int64_t correct = 0;
@@ -227,11 +293,11 @@ class PyModel {
         order = ember::epoch_order(s.n, seed, epoch_ + e);  // as train() draws it
         for (int64_t start = 0; start < s.n; start += B) {
           const int n = int(std::min<int64_t>(B, s.n - start));
-          load_batch(*plan_, s, labels.data(), order.data() + start, n);
+          load_batch(*plan_, s, &truth, order.data() + start, n);
           plan_->forward(n);
           const double loss = plan_->loss(n, true);
           if (!std::isfinite(loss)) throw ember::Error("fit: the loss is " + std::to_string(loss) + " (lower lr?)");
-          correct += plan_->correct(n);
+          if (scores) correct += plan_->correct(n);
           plan_->backward_step(n, rate);
           loss_sum += loss * n;
           check_signals();
@@ -241,7 +307,7 @@ class PyModel {
       m["epoch"] = epoch_ + e + 1;
       m["lr"] = rate;
       m["train_loss"] = loss_sum / double(s.n);
-      m["train_acc"] = double(correct) / double(s.n);
+      m["train_acc"] = scores ? double(correct) / double(s.n) : std::nan("");
       m["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       m["samples_per_s"] = double(s.n) / std::max(1e-9, m["seconds"].cast<double>());
       history.append(m);
@@ -251,30 +317,37 @@ class PyModel {
     return history;
   }
 
-  // Outputs [N, classes] (float32) of the model in evaluation mode.
+  // Outputs [N, *output] (float32) of the model in evaluation mode: [N, classes] for a classifier,
+  // [N, C, H, W] for a feature map.
   py::array_t<float> predict(const py::buffer& x, int batch_size) {
     const Samples s = samples_of(x, model_, "x");
-    py::array_t<float> out({py::ssize_t(s.n), py::ssize_t(model_.num_classes)});
+    const std::vector<int> dims = as_value_error([&] { return ember::model_output_dims(model_); });
+    std::vector<py::ssize_t> shape{py::ssize_t(s.n)};
+    size_t per = 1;
+    for (int v : dims) shape.push_back(v), per *= size_t(v);
+    py::array_t<float> out(shape);
     float* o = out.mutable_data();
     in_eval_batches(s, nullptr, batch_size, [&](int64_t start, int n) {
       const float* y = static_cast<const float*>(plan_->output());
-      std::memcpy(o + size_t(start) * model_.num_classes, y, size_t(n) * model_.num_classes * sizeof(float));
+      std::memcpy(o + size_t(start) * per, y, size_t(n) * per * sizeof(float));
     });
     return out;
   }
 
   py::dict evaluate(const py::buffer& x, const py::array& y, int batch_size) {
     const Samples s = samples_of(x, model_, "x");
-    const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
+    const Truth truth = truth_of(y, s.n, model_);
     double loss_sum = 0;
     int64_t correct = 0;
-    in_eval_batches(s, labels.data(), batch_size, [&](int64_t, int n) {
+    bool scores = false;
+    in_eval_batches(s, &truth, batch_size, [&](int64_t, int n) {
       loss_sum += plan_->loss(n, false) * n;
-      correct += plan_->correct(n);
+      scores = truth.per == 0 && plan_->has_class_scores();
+      if (scores) correct += plan_->correct(n);
     });
     py::dict r;
     r["loss"] = loss_sum / double(s.n);
-    r["accuracy"] = double(correct) / double(s.n);
+    r["accuracy"] = scores ? double(correct) / double(s.n) : std::nan("");
     return r;
   }
 
@@ -295,7 +368,7 @@ class PyModel {
   // optimizer's state (Adam moments, step count) moves on as after those steps.
   py::object profile(const py::buffer& x, const py::array& y, int steps, int batch_size, int threads) {
     const Samples s = samples_of(x, model_, "x");
-    const std::vector<int32_t> labels = labels_of(y, s.n, model_.num_classes);
+    const Truth truth = truth_of(y, s.n, model_);
     as_value_error([&] { ember::check_integer("steps", steps, 1, 1000000); });
     ensure_plan(options(batch_size, model_.recipe.batch_size, threads, model_.recipe.optimizer), s.n, 1);
     const int B = plan_->batch();
@@ -313,7 +386,7 @@ class PyModel {
           const int n = int(std::min<int64_t>(B, s.n - start));
           const int64_t t0 = prof.now_ns();
           std::iota(index.begin(), index.begin() + n, start);
-          load_batch(p, s, labels.data(), index.data(), n);
+          load_batch(p, s, &truth, index.data(), n);
           prof.record(0, ember::Phase::data, -1, t0, prof.now_ns());
           p.forward(n);
           p.loss(n, true);
@@ -353,6 +426,12 @@ class PyModel {
     if (!plan_ || plan_->precision() == precision_) return;
     ember::PlanOptions o = plan_->options();
     o.precision = precision_;
+    rebuild(o);
+  }
+
+ private:
+  // The plan again for o (the same model layout), with the same weights, optimizer state and mode.
+  void rebuild(const ember::PlanOptions& o) {
     auto next = std::make_unique<ember::Plan>(model_, o);
     std::memcpy(next->param_data(), std::as_const(*plan_).param_data(), plan_->param_count() * sizeof(float));
     for (int s = 0; s < plan_->state_count(); ++s)
@@ -362,7 +441,6 @@ class PyModel {
     plan_ = std::move(next);
   }
 
- private:
   struct EvalMode {
     ember::Plan& p;
     bool was;
@@ -373,7 +451,7 @@ class PyModel {
   // Forward passes over s in order, in evaluation mode without the GIL; after each batch of n
   // samples from `start`, fn(start, n) reads the plan.
   template <class Fn>
-  void in_eval_batches(const Samples& s, const int32_t* labels, int batch_size, Fn fn) {
+  void in_eval_batches(const Samples& s, const Truth* truth, int batch_size, Fn fn) {
     const ember::PlanOptions o = options(batch_size, 64, 0, model_.recipe.optimizer);  // checked even when a plan exists
     if (!plan_) ensure_plan(o, s.n, 1);
     py::gil_scoped_release nogil;
@@ -383,7 +461,7 @@ class PyModel {
     for (int64_t start = 0; start < s.n; start += B) {
       const int n = int(std::min<int64_t>(B, s.n - start));
       std::iota(index.begin(), index.begin() + n, start);
-      load_batch(*plan_, s, labels, index.data(), n);
+      load_batch(*plan_, s, truth, index.data(), n);
       plan_->forward(n);
       fn(start, n);
       check_signals();
@@ -470,8 +548,12 @@ PYBIND11_MODULE(ember, m) {
   py::class_<PyModel>(m, "Model", "A model: built in, from a JSON description, trained and run on numpy arrays")
       .def_static("builtin", &PyModel::builtin, py::arg("name"), "A built-in model: mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto")
       .def_static("from_json", &PyModel::from_json, py::arg("path_or_text"), "A model from a JSON description (a file path, or the text itself)")
-      .def(py::init<std::vector<int>, int, const std::string&>(), py::arg("input"), py::arg("classes"), py::arg("name") = "custom",
-           "An empty model for the builder methods: input (C, H, W), the class count")
+      .def(py::init<std::vector<int>, int, const std::string&, const std::string&>(), py::arg("input"), py::arg("classes") = 10,
+           py::arg("name") = "custom", py::arg("loss") = "softmax_cross_entropy",
+           "An empty model for the builder methods: input (C, H, W), or (F,) for vectors [N, F]; the class count "
+           "(the output a cross-entropy needs); the loss: softmax_cross_entropy, cross_entropy, mse or l1 "
+           "(mse and l1 take targets of the output's shape, or class labels when the output is [classes])")
+      .def_property("loss", &PyModel::loss, &PyModel::set_loss, "The loss fit and evaluate use")
       .def("conv2d", [](PyModel& m, int k, int r, int s, int p, int g) -> PyModel& { return m.build([&](ember::Model& x) { x.conv2d(k, r, s, p, g); }); },
            py::arg("out_channels"), py::arg("kernel"), py::arg("stride") = 1, py::arg("pad") = 0, py::arg("groups") = 1,
            py::return_value_policy::reference_internal)
@@ -520,10 +602,11 @@ PYBIND11_MODULE(ember, m) {
       .def("fit", &PyModel::fit, py::arg("x"), py::arg("y"), py::arg("epochs") = 1, py::arg("batch_size") = 0,
            py::arg("optimizer") = "", py::arg("lr") = 0.0, py::arg("threads") = 0, py::arg("seed") = 1,
            py::arg("callback") = py::none(),
-           "Trains on x [N, C, H, W] (uint8 scaled by 1/255, or float32) and integer labels y [N]; returns one dict per epoch "
+           "Trains on x [N, C, H, W] or [N, F] (uint8 scaled by 1/255, or float32) and integer labels y [N], or for the losses "
+           "mse and l1 float targets y [N, *output]; returns one dict per epoch "
            "(epoch, lr, train_loss, train_acc, seconds, samples_per_s). callback(metrics) returning False stops. "
            "batch_size, optimizer, lr, threads: 0 or '' for the recipe's; checked as the CLI's flags are (ValueError).")
-      .def("predict", &PyModel::predict, py::arg("x"), py::arg("batch_size") = 0, "Outputs [N, classes] (float32)")
+      .def("predict", &PyModel::predict, py::arg("x"), py::arg("batch_size") = 0, "Outputs [N, *output] (float32): [N, classes], or [N, C, H, W] for a feature map")
       .def("evaluate", &PyModel::evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size") = 0, "{'loss', 'accuracy'}")
       .def("save", &PyModel::save, py::arg("path"), py::arg("dtype") = "fp32",
            "Writes the weights (safetensors, PyTorch names); dtype 'bf16' rounds them to nearest even")

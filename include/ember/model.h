@@ -22,7 +22,13 @@ constexpr int kLayerKinds = 0
 #include "ember/layer_kinds.inc"
 #undef EMBER_LAYER_KIND
     ;
-enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE };
+// Losses: softmax cross-entropy on class scores (logits), cross-entropy on probabilities (after
+// a softmax layer), both against class labels and needing an output of [classes]; MSE and L1 on
+// any output against dense targets of its shape (Plan::targets), or one-hot labels when the output
+// is [classes].
+enum class LossKind { SoftmaxCrossEntropy, CrossEntropy, MSE, L1 };
+// Whether the loss reads dense targets (MSE, L1) rather than class labels.
+bool loss_takes_targets(LossKind k);
 // Kaiming: He normal, std = sqrt(2 / fan_in). Xavier: Glorot uniform, bound sqrt(6/(fan_in+fan_out)).
 // Torch: PyTorch's default for Linear/Conv2d weights, uniform with bound 1/sqrt(fan_in).
 // TruncNormal: torchvision's ConvNeXt, normal with std 0.02 (trunc_normal_ to [-2, 2]).
@@ -78,6 +84,8 @@ struct Model {
   std::string name = "custom";
   std::string source;                  // the file it was read from, named in shape errors
   int in_c = 1, in_h = 28, in_w = 28;  // per-sample input [C, H, W]
+  // A classifier's class count: the output a cross-entropy loss needs is [classes]. Models whose
+  // output is another tensor (a feature map, an embedding, a regression) ignore it.
   int num_classes = 10;
   std::vector<LayerSpec> layers;
   LossKind loss = LossKind::SoftmaxCrossEntropy;

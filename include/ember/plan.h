@@ -111,6 +111,8 @@ struct BufferInfo {
 // shape inference alone: nothing is allocated, so a file can be checked against a model before
 // a plan of it is built.
 std::vector<ParamInfo> model_params(const Model& model);
+// The model's per-sample output dims (Plan::output_dims without a plan): [D] or [C, H, W].
+std::vector<int> model_output_dims(const Model& model);
 
 class Plan {
  public:
@@ -153,6 +155,11 @@ class Plan {
   // Input and labels of the current batch: [batch, C, H, W] of dtype, and [batch].
   void* input();
   int32_t* labels();
+  // MSE and L1 (loss_takes_targets): the batch's targets, [batch, output_dims()] of dtype; other
+  // losses throw. gather_u8 writes one-hot targets of its labels when the output is [classes];
+  // one_hot_targets(n) does so for labels written through labels() (throws for another output).
+  void* targets();
+  void one_hot_targets(int n);
   // Gathers n images by index from u8 [count, H*W*C] data into the input, scaled by 1/255, and
   // their labels. Indices must be < count (checked by the caller).
   // With set_input_affine, channel c is u8 * scale[c] + shift[c] instead (per-channel mean/std
@@ -169,7 +176,7 @@ class Plan {
   // Where this batch starts inside a larger one that is run in blocks: stochastic depth then
   // draws sample i's mask as that batch's sample offset + i (0, the default: a whole batch).
   void set_sample_offset(int64_t offset);
-  // Number of the first n samples whose arg-max output equals the label.
+  // Number of the first n samples whose arg-max output equals the label (has_class_scores()).
   int correct(int n) const;
   // Called by backward each time some parameters' gradients are final (nothing later in this
   // backward pass writes them): params()[first, first + count), once per unit with parameters,
@@ -246,7 +253,13 @@ class Plan {
   void* param_data();
   const void* param_data() const;
   void* grad_data();
-  const void* output() const;   // [batch, classes]
+  const void* output() const;   // [batch, output_dims()] of dtype
+  // The per-sample output's dims: [D] for a vector (class scores, an embedding), [C, H, W] for an
+  // image (a feature map).
+  std::vector<int> output_dims() const;
+  // Whether the output is [classes] (Model::num_classes): what labels, correct() and the
+  // cross-entropies need.
+  bool has_class_scores() const;
 
   std::string summary() const;  // one line per layer: kind, shapes, parameters
 

@@ -28,9 +28,11 @@ const char* loss_kind_name(LossKind k) {
     case LossKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
     case LossKind::CrossEntropy: return "cross_entropy";
     case LossKind::MSE: return "mse";
+    case LossKind::L1: return "l1";
   }
   return "?";
 }
+bool loss_takes_targets(LossKind k) { return k == LossKind::MSE || k == LossKind::L1; }
 const char* init_name(Init i) {
   switch (i) {
     case Init::Kaiming: return "kaiming";
@@ -206,7 +208,8 @@ Model parse_model_json(const std::string& text, const std::string& source) {
     if (l == "softmax_cross_entropy") m.loss = LossKind::SoftmaxCrossEntropy;
     else if (l == "cross_entropy") m.loss = LossKind::CrossEntropy;
     else if (l == "mse") m.loss = LossKind::MSE;
-    else r.fail("loss", "expected \"softmax_cross_entropy\", \"cross_entropy\" or \"mse\", found " + brief(j["loss"]));
+    else if (l == "l1") m.loss = LossKind::L1;
+    else r.fail("loss", "expected \"softmax_cross_entropy\", \"cross_entropy\", \"mse\" or \"l1\", found " + brief(j["loss"]));
   }
   if (j.contains("init")) m.init = r.init(j["init"], "init");
   if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].empty())

@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "ember/error.h"
+#include "kernels/ref/ref.h"
 #include "nn/graph.h"
 #include "nn/layers.h"
 #include "nn/plan_impl.h"
@@ -32,6 +33,11 @@ namespace {
 std::vector<int> dims_vec(const nn::Dims& d) {
   return d.flat() ? std::vector<int>{d.c} : std::vector<int>{d.c, d.h, d.w};
 }
+std::string shape_text(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
 
 const Kernels& choose_kernels(const PlanOptions& opt) {
   const char* env = std::getenv("EMBER_ISA");
@@ -43,7 +49,20 @@ const Kernels& choose_kernels(const PlanOptions& opt) {
 
 // Passes 1 and 2 on `model`, then the graph passes (each checked; infer again after them): the
 // graph with its shapes, or an Error naming the node.
-nn::Graph compiled_graph(const Model& model, DType dt, int batch, const std::vector<nn::GraphPass>& passes = {}) {
+// A training plan's loss needs: class scores [classes] for the cross-entropies; any output for
+// MSE and L1 (their targets take the output's shape).
+void check_output_fits_loss(const nn::Graph& g, const Model& model) {
+  const nn::Dims out = g.tensors[size_t(nn::output(g))].dims;
+  if (loss_takes_targets(model.loss) || (out.flat() && out.c == model.num_classes)) return;
+  throw Error(g.where + ": the loss " + loss_kind_name(model.loss) + " needs the last layer to output [" +
+              std::to_string(model.num_classes) + "] class scores, found " +
+              (out.flat() ? "[" + std::to_string(out.c) + "]" : "an image [" + std::to_string(out.c) + ", " +
+              std::to_string(out.h) + ", " + std::to_string(out.w) + "]; add flatten and linear layers, or use "
+              "the loss mse or l1 with targets of the output's shape"));
+}
+
+nn::Graph compiled_graph(const Model& model, DType dt, int batch, bool training,
+                         const std::vector<nn::GraphPass>& passes = {}) {
   nn::Graph g = nn::resolve(model);
   g.tensors[0].dims = {model.in_c, model.in_h, model.in_w};
   nn::infer(g, dt, batch);
@@ -52,17 +71,17 @@ nn::Graph compiled_graph(const Model& model, DType dt, int batch, const std::vec
     nn::check(g);
   }
   if (!passes.empty()) nn::infer(g, dt, batch);
-  const nn::Dims out = g.tensors[size_t(nn::output(g))].dims;
-  if (!out.flat() || out.c != model.num_classes)
-    throw Error(g.where + ": the last layer must output [" + std::to_string(model.num_classes) +
-                "] class scores, found " + (out.flat() ? "[" + std::to_string(out.c) + "]" :
-                "an image; add flatten and linear layers"));
+  if (training) check_output_fits_loss(g, model);
   return g;
 }
 }  // namespace
 
 std::vector<ParamInfo> model_params(const Model& model) {
-  return nn::graph_params(compiled_graph(model, DType::f32, 1));
+  return nn::graph_params(compiled_graph(model, DType::f32, 1, false));
+}
+std::vector<int> model_output_dims(const Model& model) {
+  const nn::Graph g = compiled_graph(model, DType::f32, 1, false);
+  return dims_vec(g.tensors[size_t(nn::output(g))].dims);
 }
 
 namespace {
@@ -95,6 +114,7 @@ void place_buffers(Plan::Impl& m, const std::vector<bool>& needs_grad) {
   m.grad_off = a.reserve(m.nparams * m.esz);
   for (int s = 0; s < m.state_count; ++s) m.state_off[s] = a.reserve(m.nparams * m.esz);
   m.labels_off = a.reserve(size_t(N) * sizeof(int32_t));
+  if (loss_takes_targets(m.model.loss)) m.targets_off = a.reserve(m.tensor_bytes(m.out_tensor()));
   if (m.opt.precision == Precision::bf16) m.wh_off = a.reserve(m.nparams * sizeof(uint16_t));
   nn::Lifetimes lt = nn::lifetimes(m.g, m.us, needs_grad, m.opt.training, N, m.esz);
   const size_t T = m.g.tensors.size();
@@ -213,7 +233,7 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     throw Error("precision: bf16 needs an f32 plan (f64 plans run the scalar references in double)");
   m.k = &choose_kernels(opt);
   m.esz = opt.dtype == DType::f64 ? 8 : 4;
-  m.g = compiled_graph(m.model, opt.dtype, opt.batch, passes);  // passes 1-2 (and graph passes)
+  m.g = compiled_graph(m.model, opt.dtype, opt.batch, opt.training, passes);  // passes 1-2 (and graph passes)
   m.params = nn::graph_params(m.g);
   for (const ParamInfo& p : m.params) m.nparams += p.size;
   describe(m);
@@ -359,6 +379,27 @@ std::vector<BufferInfo> Plan::buffers() const {
 }
 void* Plan::input() { return impl_->at<std::byte>(impl_->act[0]); }
 int32_t* Plan::labels() { return impl_->at<int32_t>(impl_->labels_off); }
+void* Plan::targets() {
+  const Impl& m = *impl_;
+  if (m.targets_off == kNone)
+    throw Error(std::string("targets: the loss ") + loss_kind_name(m.model.loss) + " takes class labels (Plan::labels)");
+  return m.at<std::byte>(m.targets_off);
+}
+void Plan::one_hot_targets(int n) {
+  Impl& m = *impl_;
+  const nn::Dims out = m.g.tensors[m.out_tensor()].dims;
+  if (!out.flat() || out.c != m.model.num_classes)
+    throw Error(m.g.where + ": class labels as targets need the output [" + std::to_string(m.model.num_classes) +
+                "], found [" + shape_text(dims_vec(out)) + "]; give targets of the output's shape");
+  const int32_t* lab = m.at<int32_t>(m.labels_off);
+  if (m.esz == 8) ref::one_hot(static_cast<double*>(targets()), lab, n, out.c);
+  else ref::one_hot(static_cast<float*>(targets()), lab, n, out.c);
+}
+bool Plan::has_class_scores() const {
+  const nn::Dims out = impl_->g.tensors[impl_->out_tensor()].dims;
+  return out.flat() && out.c == impl_->model.num_classes;
+}
+std::vector<int> Plan::output_dims() const { return dims_vec(impl_->g.tensors[impl_->out_tensor()].dims); }
 void* Plan::param_data() {
   check_thawed(*impl_, "param_data");
   impl_->wh_stale = true;  // the caller may write the masters: round them again before the next pass
@@ -389,7 +430,7 @@ void Plan::thaw() {
 }
 bool Plan::frozen() const { return impl_->frozen; }
 void* Plan::grad_data() { return impl_->at<std::byte>(impl_->grad_off); }
-const void* Plan::output() const { return impl_->at<std::byte>(impl_->act[impl_->out_tensor()]); }  // [batch, classes]
+const void* Plan::output() const { return impl_->at<std::byte>(impl_->act[impl_->out_tensor()]); }  // [batch, output_dims()]
 
 void Plan::init_params(uint64_t seed) {
   Impl& m = *impl_;
@@ -457,14 +498,13 @@ void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t
   // Split over the pool (each sample is converted alone: the same values for any thread count):
   // the source images are random lines of the data set, mostly cache misses.
   const int T = m.pool->size();
-  if (T == 1 || n < 4 * T) {
-    rows(0, n);
-    return;
-  }
-  m.pool->run([&](int t) {
-    const Range r = split_range(n, t, T);
-    rows(r.begin, r.end);
-  });
+  if (T == 1 || n < 4 * T) rows(0, n);
+  else
+    m.pool->run([&](int t) {
+      const Range r = split_range(n, t, T);
+      rows(r.begin, r.end);
+    });
+  if (loss_takes_targets(m.model.loss) && has_class_scores()) one_hot_targets(n);
 }
 
 double Plan::flops_per_sample(bool training) const {

@@ -61,6 +61,7 @@ struct Plan::Impl {
   bool train_mode = true;                        // set from opt.training; Plan::set_train_mode
   std::vector<std::vector<float>> packed;
   size_t nparams = 0, param_off = 0, grad_off = 0, state_off[2] = {0, 0}, labels_off = 0, ws_off = 0;
+  size_t targets_off = SIZE_MAX;                  // MSE, L1: [batch, output] of dtype (Plan::targets)
   size_t ws_elems = 0, flow_bytes = 0;           // shared scratch; the liveness-placed area
   int state_count = 0;
   int64_t step = 0;

@@ -100,6 +100,13 @@ void refresh_copy(Plan::Impl& m) {
 void check_training(const Plan::Impl& m, const char* what) {
   if (!m.opt.training) throw Error(std::string(what) + ": an inference plan (PlanOptions::training false) has no gradients");
 }
+// Labels need class scores: the output [classes].
+void check_class_scores(const Plan::Impl& m, const char* what) {
+  const nn::Dims out = m.g.tensors[m.out_tensor()].dims;
+  if (!out.flat() || out.c != m.model.num_classes)
+    throw Error(std::string(what) + ": class labels need the output [" + std::to_string(m.model.num_classes) +
+                "] (class scores); this model outputs " + std::to_string(out.size()) + " values per sample");
+}
 }  // namespace
 
 void Plan::forward(int n) {
@@ -116,16 +123,19 @@ double Plan::loss(int n, bool grad, int mean_over) {
   if (mean_over != 0 && mean_over < n)
     throw Error("loss: mean_over " + std::to_string(mean_over) + " is below the batch's " + std::to_string(n) + " samples");
   const int N = mean_over != 0 ? mean_over : n;  // the gradient's divisor
-  const int D = m.model.num_classes;
+  const int D = int(m.g.tensors[m.out_tensor()].dims.size());  // per-sample output elements
+  if (!loss_takes_targets(m.model.loss)) check_class_scores(m, "loss");
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const T* x = m.at<T>(m.act[m.out_tensor()]);
-    T* dx = grad ? m.at<T>(m.grad[m.out_tensor()]) : nullptr;  // [n, classes]
+    T* dx = grad ? m.at<T>(m.grad[m.out_tensor()]) : nullptr;  // [n, D]
+    const T* t = loss_takes_targets(m.model.loss) ? static_cast<const T*>(targets()) : nullptr;  // [n, D]
     switch (m.model.loss) {
       case LossKind::SoftmaxCrossEntropy: return ref::softmax_xent<T>(dx, x, lab, n, D, N);
       case LossKind::CrossEntropy: return ref::xent<T>(dx, x, lab, n, D, N);
-      case LossKind::MSE: return ref::mse<T>(dx, x, lab, n, D, N);
+      case LossKind::MSE: return ref::mse<T>(dx, x, t, n, D, N);
+      case LossKind::L1: return ref::l1<T>(dx, x, t, n, D, N);
     }
     return 0.0;
   };
@@ -134,6 +144,7 @@ double Plan::loss(int n, bool grad, int mean_over) {
 
 int Plan::correct(int n) const {
   const Impl& m = *impl_;
+  check_class_scores(m, "correct");
   const int D = m.model.num_classes;
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {

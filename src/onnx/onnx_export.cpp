@@ -121,7 +121,8 @@ class Exporter {
     for (size_t i = 0; i < g_.nodes.size(); ++i) vals_[size_t(g_.nodes[i].out)] = node(int(i));
     const Value& last = vals_[size_t(nn::output(g_))];
     std::string y = last.name;
-    if (last.rank == 4) y = W_.op("Flatten", {y}, "output");  // [N, classes]
+    // A vector output leaves as [N, D]; an image (a feature map) as [N, C, H, W].
+    if (last.rank == 4 && g_.tensors[size_t(nn::output(g_))].dims.flat()) y = W_.op("Flatten", {y}, "output");
     W_.node("Identity", {y}, {"output"}, "output");
   }
 
@@ -307,7 +308,7 @@ std::string onnx_export_bytes(const Plan& plan) {
   model.set_ir_version(8);
   model.set_producer_name("ember");
   model.set_producer_version(kVersion);
-  model.set_doc_string("ember model " + m.name + ": outputs are the logits before the loss");
+  model.set_doc_string("ember model " + m.name + ": the output is the last layer's (logits before the loss)");
   pb::OperatorSetIdProto* op = model.add_opset_import();
   op->set_domain("");
   op->set_version(kOnnxOpset);
@@ -319,7 +320,7 @@ std::string onnx_export_bytes(const Plan& plan) {
   value_info(graph->add_input(), "input", {m.in_c, m.in_h, m.in_w});
   Exporter(g, weights, graph).run();
   const nn::Dims out = g.tensors[size_t(nn::output(g))].dims;
-  value_info(graph->add_output(), "output", {int64_t(out.size())});
+  value_info(graph->add_output(), "output", out.flat() ? std::vector<int64_t>{out.c} : std::vector<int64_t>{out.c, out.h, out.w});
   std::string bytes;
   if (!model.SerializeToString(&bytes)) throw Error("export: the model is too large for one ONNX file (2 GiB)");
   return bytes;

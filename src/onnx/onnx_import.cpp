@@ -148,7 +148,8 @@ void Importer::read_inputs() {
 // unknown or equal; a shape left out is taken as right.
 void Importer::check_output(const pb::ValueInfoProto& o, const Val& y) const {
   const std::string w = file_ + ": output '" + shown(o.name()) + "'";
-  const std::string want = "[N, " + std::to_string(y.d.c) + "]";
+  const std::string want = y.d.flat() ? "[N, " + std::to_string(y.d.c) + "]"
+                                      : "[N, " + std::to_string(y.d.c) + ", " + std::to_string(y.d.h) + ", " + std::to_string(y.d.w) + "]";
   if (!o.has_type()) throw Error(w + ": has no type (expected a float tensor " + want + ")");
   if (!o.type().has_tensor_type() || o.type().tensor_type().elem_type() != pb::TensorProto::FLOAT)
     throw Error(w + ": expected a float tensor " + want + ", found " +
@@ -156,7 +157,8 @@ void Importer::check_output(const pb::ValueInfoProto& o, const Val& y) const {
   if (!o.type().tensor_type().has_shape()) return;  // a shape left out: any
   const auto& shape = o.type().tensor_type().shape();
   std::vector<int64_t> dims{y.d.c};  // after the batch: [C], or an image's [C, 1, 1] ([1, 1, C] channels-last)
-  if (shape.dim_size() == 4 && y.lay != Layout::Flat)
+  if (!y.d.flat()) dims = {y.d.c, y.d.h, y.d.w};
+  else if (shape.dim_size() == 4 && y.lay != Layout::Flat)
     dims = y.lay == Layout::NCHW ? std::vector<int64_t>{y.d.c, 1, 1} : std::vector<int64_t>{1, 1, y.d.c};
   bool ok = size_t(shape.dim_size()) == dims.size() + 1;
   for (int k = 1; ok && k < shape.dim_size(); ++k)
@@ -166,7 +168,7 @@ void Importer::check_output(const pb::ValueInfoProto& o, const Val& y) const {
     for (int k = 0; k < shape.dim_size(); ++k)
       found += (k ? ", " : "") + (shape.dim(k).has_dim_value() ? std::to_string(shape.dim(k).dim_value())
                                   : shape.dim(k).has_dim_param() ? shown(shape.dim(k).dim_param()) : std::string("?"));
-    throw Error(w + ": declared " + found + "], the model computes " + want + " scores");
+    throw Error(w + ": declared " + found + "], the model computes " + want);
   }
 }
 
@@ -193,11 +195,18 @@ void Importer::run() {
   Model& m = out_.model;
   if (y.is_const || m.layers.empty() || y.ref != m.layers.back().name)
     throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' must be the last layer's output");
-  if (!y.d.flat()) throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is an image; ember models end in [classes] scores");
+  // Any output: class scores [N, D] or a feature map [N, C, H, W] (num_classes then only names its
+  // channels: Plan::has_class_scores is false for an image).
+  if (!y.d.flat() && y.lay != Layout::NCHW)
+    throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is a channels-last image [N, H, W, C]; "
+                "ember's image outputs are [N, C, H, W]");
   check_output(g_.output(0), y);
-  m.num_classes = y.d.c;
+  const bool scores = y.d.flat() && y.d.c >= 2;  // else one value, or a feature map: a regression
+  if (scores) m.num_classes = y.d.c;
   // A graph that ends in Softmax outputs probabilities: ember's loss then takes their log only.
+  // One value or a feature map trains as a regression (mse, on targets of its shape).
   if (m.layers.back().kind == LayerKind::Softmax) m.loss = LossKind::CrossEntropy;
+  if (!scores) m.loss = LossKind::MSE;
 }
 
 }  // namespace onnx

@@ -40,6 +40,12 @@ void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string
                 std::to_string(d.channels) + (d.channels == 1 ? " channel" : " channels") + ", but " + model +
                 " expects input [" + std::to_string(m.in_c) + ", " + std::to_string(m.in_h) + ", " +
                 std::to_string(m.in_w) + "]");
+  if (!plan.has_class_scores()) {
+    std::string dims;
+    for (int v : plan.output_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(v);
+    throw Error(what + ": the data set has class labels, but " + model + " outputs [" + dims +
+                "], not [" + std::to_string(m.num_classes) + "] class scores (train it on targets of its output's shape)");
+  }
   if (m.num_classes < d.num_classes)
     throw Error(what + ": the data set has " + std::to_string(d.num_classes) + " classes, " + model +
                 " outputs " + std::to_string(m.num_classes));

@@ -115,8 +115,7 @@ TEST(GradCheck, Losses) {
   using Loss = double (*)(double*, const double*, const int32_t*, int, int, int);
   const struct { const char* name; Loss f; bool probs; } losses[] = {
       {"softmax_xent", ref::softmax_xent<double>, false},
-      {"xent", ref::xent<double>, true},
-      {"mse", ref::mse<double>, false}};
+      {"xent", ref::xent<double>, true}};
   for (const auto& l : losses) {
     auto x = randn(N * D, 61);
     if (l.probs) {  // a valid probability vector per row, away from 0
@@ -131,6 +130,33 @@ TEST(GradCheck, Losses) {
     l.f(dx.data(), x.data(), label.data(), N, D, N);
     expect_gradient(l.name, x, dx, [&] { return l.f(nullptr, x.data(), label.data(), N, D, N); });
   }
+}
+
+// MSE and L1 against dense targets (any output shape, flattened per sample), as a block of a
+// larger batch (M = 2N). L1's kink: targets are kept away from x.
+TEST(GradCheck, TargetLosses) {
+  const int N = 3, D = 10;
+  using Loss = double (*)(double*, const double*, const double*, int, int, int);
+  const struct { const char* name; Loss f; } losses[] = {{"mse", ref::mse<double>}, {"l1", ref::l1<double>}};
+  for (const auto& l : losses) {
+    auto x = randn(N * D, 81), t = randn(N * D, 82);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = x[i] + (t[i] > 0 ? 0.1 : -0.1) + 0.5 * t[i];
+    std::vector<double> dx(N * D);
+    const double full = l.f(dx.data(), x.data(), t.data(), N, D, 2 * N);
+    expect_gradient(l.name, x, dx, [&] { return l.f(nullptr, x.data(), t.data(), N, D, 2 * N) / 2; });
+    double want = 0;  // PyTorch's reduction='mean': over all N*D elements
+    for (size_t i = 0; i < x.size(); ++i) want += l.f == ref::mse<double> ? (x[i] - t[i]) * (x[i] - t[i]) : std::abs(x[i] - t[i]);
+    EXPECT_NEAR(full, want / (N * D), 1e-12) << l.name;
+  }
+}
+
+TEST(Losses, OneHotTargetsMakeMseTheClassScoreLoss) {
+  const int N = 2, D = 3;
+  std::vector<int32_t> label{2, 0};
+  std::vector<double> t(N * D), x{0.5, -1, 2, 0, 1, 1};
+  ref::one_hot(t.data(), label.data(), N, D);
+  EXPECT_EQ(t, (std::vector<double>{0, 0, 1, 1, 0, 0}));
+  EXPECT_NEAR(ref::mse<double>(nullptr, x.data(), t.data(), N, D, N), (0.25 + 1 + 1 + 1 + 1 + 1) / 6, 1e-12);
 }
 
 TEST(Losses, SoftmaxXentIsStableForHugeLogits) {

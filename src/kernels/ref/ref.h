@@ -348,17 +348,31 @@ template <class T> double xent(T* dx, const T* x, const int32_t* label, int N, i
   }
   return total / N;
 }
-// Mean squared error against one-hot targets: loss = mean_n sum_d (x - onehot)^2 / D,
-// i.e. PyTorch's MSELoss(reduction='mean') over all N*D elements.
-template <class T> double mse(T* dx, const T* x, const int32_t* label, int N, int D, int M) {
+// Losses on a dense target t[N, D] (any output, flattened per sample): the mean over all N*D
+// elements, PyTorch's MSELoss and L1Loss (reduction='mean'). L1's gradient at x == t is 0 (as
+// PyTorch's sign(0)).
+template <class T> double mse(T* dx, const T* x, const T* t, int N, int D, int M) {
   double total = 0;
+  for (size_t i = 0; i < size_t(N) * D; ++i) {
+    const T diff = x[i] - t[i];
+    total += double(diff) * double(diff);
+    if (dx) dx[i] = T(2) * diff / (T(M) * T(D));
+  }
+  return total / (double(N) * D);
+}
+template <class T> double l1(T* dx, const T* x, const T* t, int N, int D, int M) {
+  double total = 0;
+  for (size_t i = 0; i < size_t(N) * D; ++i) {
+    const T diff = x[i] - t[i];
+    total += std::abs(double(diff));
+    if (dx) dx[i] = T((diff > 0) - (diff < 0)) / (T(M) * T(D));
+  }
+  return total / (double(N) * D);
+}
+// One-hot targets t[N, D] of class labels (MSE or L1 on class scores).
+template <class T> void one_hot(T* t, const int32_t* label, int N, int D) {
   for (int n = 0; n < N; ++n)
-    for (int d = 0; d < D; ++d) {
-      const T diff = x[(size_t)n * D + d] - T(d == label[n]);
-      total += double(diff) * double(diff);
-      if (dx) dx[(size_t)n * D + d] = T(2) * diff / T(M * D);
-    }
-  return total / ((double)N * D);
+    for (int d = 0; d < D; ++d) t[size_t(n) * D + d] = T(d == label[n]);
 }
 
 // Zero-padded copy of one sample: xp[C, Hp, Wp] holds x[C, H, W] at (pad_h, pad_w), 0 elsewhere.
