@@ -2,7 +2,8 @@
 """ember against ONNX Runtime (npm onnxruntime-node, CPU) on inference of one ONNX file, side by side.
 
 Each of --models is exported with torch.onnx.export (opset 17, dynamic batch; mnist-cnn and
-mxnet-mlp from bench/compare_pytorch.py's modules, the ConvNeXts by bench/convnext_torch.py export),
+mxnet-mlp from bench/compare_pytorch.py's modules, the ConvNeXts by bench/convnext_torch.py export,
+resnet18 and resnet50 from torchvision, 10 classes, 64x64 RGB),
 then `ember bench --json --model FILE.onnx` and bench/onnxruntime_infer.js run that same file at the
 same batch and threads, alternating, --repeat times; a table gives each side's best (milliseconds
 per batch) and ORT ms / ember ms (above 1: ember is faster).
@@ -21,6 +22,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEQUENTIAL = {"mnist-cnn": 0, "mxnet-mlp": 1}  # index into compare_pytorch.models()
 CONVNEXT = ("convnext-seed", "convnext-fashion", "convnext-atto")
+RESNET = ("resnet18", "resnet50")
 
 
 def export(name, path, seed):
@@ -33,10 +35,14 @@ def export(name, path, seed):
             import convnext_torch
             convnext_torch.export(argparse.Namespace(model=name, output=path, act="relu", opset=17, seed=seed))
             return
-        import compare_pytorch
         torch.manual_seed(seed)
-        model = compare_pytorch.models()[SEQUENTIAL[name]]().eval()
-        torch.onnx.export(model, torch.randn(1, 1, 28, 28), path, opset_version=17, input_names=["x"],
+        if name in RESNET:  # torchvision's, 10 classes, on 64x64 RGB (export folds each BatchNorm into its conv)
+            import torchvision
+            model, shape = getattr(torchvision.models, name)(num_classes=10).eval(), (1, 3, 64, 64)
+        else:
+            import compare_pytorch
+            model, shape = compare_pytorch.models()[SEQUENTIAL[name]]().eval(), (1, 1, 28, 28)
+        torch.onnx.export(model, torch.randn(*shape), path, opset_version=17, input_names=["x"],
                           output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
         print(f"{name}: wrote {path} (opset 17)")
 
@@ -77,10 +83,10 @@ def main():
     p.add_argument("--isa", default="", help="ember's kernel set (scalar, avx2, avx512; default: the best the CPU has)")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]
-    unknown = [m for m in models if m not in SEQUENTIAL and m not in CONVNEXT]
+    unknown = [m for m in models if m not in SEQUENTIAL and m not in CONVNEXT and m not in RESNET]
     if unknown or not models:
         sys.exit(f"compare_onnxruntime: --models: unknown {', '.join(unknown) or '(none given)'} "
-                 f"(expected {', '.join(list(SEQUENTIAL) + list(CONVNEXT))})")
+                 f"(expected {', '.join(list(SEQUENTIAL) + list(CONVNEXT) + list(RESNET))})")
     try:
         batches = [int(b) for b in a.batches.split(",")]
     except ValueError:

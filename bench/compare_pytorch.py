@@ -31,7 +31,9 @@ DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 WORKLOADS = ["cnn-train", "cnn-train-1t", "peak-rss", "mlp-train", "cnn-infer-b1", "cnn-infer-b64",
              "sgemm-2048-1t", "sgemm-2048", "sgemm-fc1-fwd", "sgemm-fc1-dx", "sgemm-fc1-dw"]
 CONVNEXT_WORKLOADS = ["convnext-train", "convnext-train-gelu-tanh", "convnext-train-fastswish", "convnext-infer-b1",
-                      "convnext-infer-b64", "atto-train"]  # only when named: 10-60 s each
+                      "convnext-infer-b64", "atto-train",  # only when named: 10-60 s each
+                      "resnet18-train", "resnet18-infer-b1", "resnet18-infer-b64",
+                      "resnet50-train", "resnet50-infer-b1", "resnet50-infer-b64"]
 HIGHER_IS_BETTER = {"samples/s", "GFLOP/s"}
 
 
@@ -168,20 +170,26 @@ def time_mm(fn):
 
 
 def convnext_worker(a, w):
-    """The ConvNeXt workloads as ember runs them: random 64x64 inputs, AdamW (lr 3e-4, weight decay
-    0.01), 2 untimed steps then at least 3 steps and 4 s; inference: the faster of eager and
-    jit.optimize_for_inference, at least 3 batches and 2 s."""
+    """The model workloads as ember runs them: random 64x64 inputs; the ConvNeXts with AdamW (lr
+    3e-4, weight decay 0.01), the ResNets (torchvision's, 10 classes) with SGD momentum 0.9, lr 0.1,
+    L2 5e-4 on conv and fc weights; 2 untimed steps then at least 3 steps and 4 s; inference: the
+    faster of eager and jit.optimize_for_inference, at least 3 batches and 2 s."""
     import torch
     import torch.nn.functional as F
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from convnext_torch import build
-    act = {"convnext-train-gelu-tanh": "gelu-tanh", "convnext-train-fastswish": "fastswish"}.get(w, "relu")
-    m = build("convnext-atto" if w == "atto-train" else "convnext-seed", act)
-    classes = 200
+    if w.startswith("resnet"):
+        import torchvision
+        m = getattr(torchvision.models, w.split("-")[0])(num_classes=10)
+        classes = 10
+    else:
+        from convnext_torch import build
+        act = {"convnext-train-gelu-tanh": "gelu-tanh", "convnext-train-fastswish": "fastswish"}.get(w, "relu")
+        m = build("convnext-atto" if w == "atto-train" else "convnext-seed", act)
+        classes = 200
     g = torch.Generator().manual_seed(7)
     x = torch.randn(a.batch, 3, 64, 64, generator=g)
     y = torch.randint(0, classes, (a.batch,), generator=g)
-    if w.startswith("convnext-infer"):
+    if "-infer-" in w:
         m.eval()
         candidates = [("eager", m)]
         try:
@@ -204,7 +212,13 @@ def convnext_worker(a, w):
             if best is None or ms < best[0]:
                 best = (ms, note)
         return {"value": best[0], "unit": "ms", "samples_per_s": a.batch / (best[0] / 1e3), "note": best[1]}
-    opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.01)
+    if w.startswith("resnet"):
+        decay = [p for p in m.parameters() if p.dim() > 1]
+        rest = [p for p in m.parameters() if p.dim() <= 1]
+        opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": rest, "weight_decay": 0}],
+                              lr=0.1, momentum=0.9)
+    else:
+        opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.01)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -311,7 +325,7 @@ def full_run(a):
 # ---------------------------------------------------------------- the driver
 
 DEFAULT_THREADS = {"cnn-train-1t": 1, "cnn-infer-b1": 1, "sgemm-2048-1t": 1}
-DEFAULT_BATCH = {"cnn-infer-b1": 1, "convnext-infer-b1": 1}
+DEFAULT_BATCH = {"cnn-infer-b1": 1, "convnext-infer-b1": 1, "resnet18-infer-b1": 1, "resnet50-infer-b1": 1}
 
 
 def run_ember(a, w, threads, precision="fp32"):

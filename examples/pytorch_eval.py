@@ -27,7 +27,8 @@ def read_safetensors(path):
         return load_file(path), meta
     except ImportError:
         pass
-    dtypes = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16}
+    dtypes = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I64": torch.int64}
     tensors = {}
     for name, t in header.items():
         b, e = t["data_offsets"]
@@ -39,9 +40,10 @@ def read_safetensors(path):
 
 def write_safetensors(path, tensors, meta):
     header, blobs, off = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
+    for name, t in tensors.items():  # integers (BatchNorm's num_batches_tracked) stay I64
+        is_int = t.dtype == torch.int64
+        data = t.detach().to(torch.int64 if is_int else torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "I64" if is_int else "F32", "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
         blobs.append(data)
         off += len(data)
     header["__metadata__"] = meta

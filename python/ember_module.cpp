@@ -14,7 +14,9 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <utility>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -243,7 +245,22 @@ class PyModel {
     f(model_);
     return *this;
   }
-  static PyModel builtin(const std::string& name) { return PyModel(ember::builtin_model(name)); }
+  // A built-in model, for data of `input` (C, H, W) and `classes` when given (as the CLI fits a
+  // built-in to its data set: the input, and the last Linear's outputs).
+  static PyModel builtin(const std::string& name, const std::optional<std::vector<int>>& input, int classes) {
+    ember::Model m = ember::builtin_model(name);
+    if (input) {
+      if (input->size() != 3 || (*input)[0] < 1 || (*input)[1] < 1 || (*input)[2] < 1)
+        throw py::value_error("input: expected (C, H, W), each at least 1");
+      m.in_c = (*input)[0], m.in_h = (*input)[1], m.in_w = (*input)[2];
+    }
+    if (classes != 0) {
+      if (classes < 2 || m.layers.empty() || m.layers.back().kind != ember::LayerKind::Linear)
+        throw py::value_error("classes: expected at least 2, for a model that ends in a linear layer");
+      m.layers.back().out = m.num_classes = classes;
+    }
+    return PyModel(std::move(m));
+  }
   // A model imported from an ONNX file, with the file's weights (loaded into its first plan).
   static PyModel from_onnx(const std::string& path) {
     ember::OnnxImport im;
@@ -476,6 +493,7 @@ class PyModel {
     o.threads = threads != 0 ? threads : (plan_ ? plan_->threads() : 2);
     o.optimizer.kind = as_value_error([&] { return ember::parse_optimizer(optimizer, "optimizer"); });
     o.optimizer.l2 = model_.recipe.l2, o.optimizer.weight_decay = model_.recipe.weight_decay;
+    o.optimizer.decay_norms = model_.recipe.decay_norms;
     o.optimizer.momentum = model_.recipe.momentum;
     o.precision = precision_;
     as_value_error([&] { ember::validate(o, same_name); });
@@ -545,8 +563,15 @@ PYBIND11_MODULE(ember, m) {
   m.def("ops", [] { return py::module_::import("json").attr("loads")(ember::ops_json(-1)); },
         "The op table (ember info --ops --json): {'ops': [{'name', 'onnx', 'layouts', 'dtypes', 'fields', 'params', "
         "'example', ...}]}");
+  m.def("epoch_order", [](int64_t count, uint64_t seed, int epoch) {
+        if (count < 1 || count > (int64_t(1) << 40)) throw py::value_error("count: expected 1 to 2^40");
+        return ember::epoch_order(count, seed, epoch);
+      }, py::arg("count"), py::arg("seed") = 1, py::arg("epoch") = 0,
+      "The sample order fit(seed=seed) uses in its epoch `epoch` (0-based): reproduce a run elsewhere");
   py::class_<PyModel>(m, "Model", "A model: built in, from a JSON description, trained and run on numpy arrays")
-      .def_static("builtin", &PyModel::builtin, py::arg("name"), "A built-in model: mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto")
+      .def_static("builtin", &PyModel::builtin, py::arg("name"), py::arg("input") = py::none(), py::arg("classes") = 0,
+                  "A built-in model: mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto, "
+                  "resnet18, resnet50; input (C, H, W) and classes: the data's (0, None: the model's own)")
       .def_static("from_json", &PyModel::from_json, py::arg("path_or_text"), "A model from a JSON description (a file path, or the text itself)")
       .def(py::init<std::vector<int>, int, const std::string&, const std::string&>(), py::arg("input"), py::arg("classes") = 10,
            py::arg("name") = "custom", py::arg("loss") = "softmax_cross_entropy",

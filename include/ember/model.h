@@ -73,6 +73,7 @@ struct Recipe {
   int t_max = 20;                     // cosine, epochs
   double l2 = 1e-4;                   // coupled L2 on weights (added to gradients)
   double weight_decay = 0.0;          // decoupled (AdamW-style) weight decay
+  bool decay_norms = true;            // L2 and weight decay on norm scales too (OptimizerConfig)
   double momentum = 0.9;
   // Augmentation (ember/loader.h; --crop, --pad, --flip, --resized-crop, --normalize).
   int crop = 0, pad = 0;

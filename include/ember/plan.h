@@ -32,6 +32,9 @@ struct OptimizerConfig {
   double momentum = 0.9;                           // Momentum, Nesterov
   double l2 = 0.0;             // coupled L2: g += l2 * w, weights only (not biases)
   double weight_decay = 0.0;   // decoupled: w -= lr * wd * w, weights only
+  // Whether L2 and weight decay also apply to norm scales (ConvNeXt's AdamW decays every weight);
+  // false: conv and linear weights and layer scales only (the ResNets' "weights only").
+  bool decay_norms = true;
 };
 
 struct PlanOptions {

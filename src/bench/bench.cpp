@@ -81,7 +81,7 @@ OptimizerConfig optimizer_of(const Recipe& r) {
            : r.optimizer == "momentum" ? OptimizerKind::Momentum
            : r.optimizer == "nesterov" ? OptimizerKind::Nesterov
            : r.optimizer == "adamw" ? OptimizerKind::AdamW : OptimizerKind::Adam;
-  o.l2 = r.l2, o.weight_decay = r.weight_decay, o.momentum = r.momentum;
+  o.l2 = r.l2, o.weight_decay = r.weight_decay, o.momentum = r.momentum, o.decay_norms = r.decay_norms;
   return o;
 }
 
@@ -132,8 +132,9 @@ double time_inference(const Model& model, const Dataset& d, int batch, int threa
   return since(t0) / reps * 1e3;
 }
 
-// The ConvNeXt workloads: random inputs [batch, C, H, W] and labels, no data set. Training:
-// samples per second over whole steps (forward, loss, backward, AdamW) after 2 untimed ones, timed
+// The model workloads (ConvNeXts, ResNets): random inputs [batch, C, H, W] and labels, no data set.
+// Training: samples per second over whole steps (forward, loss, backward, the recipe's optimizer)
+// after 2 untimed ones, timed
 // for at least 3 steps and 4 s; inference: milliseconds per forward of an inference plan.
 double convnext_run(const Model& model, int batch, int threads, Isa isa, Precision prec, bool training, double* flops) {
   PlanOptions po;
@@ -258,9 +259,33 @@ double time_data(const std::string& name, const std::string& folder, int threads
 
 std::vector<std::string> data_workloads() { return {"data-decode", "data-augment"}; }
 
+// The model workloads: NAME-train, NAME-infer-b1 and NAME-infer-b64 (the ConvNeXt study's
+// activation variants and atto train only).
+struct ModelWorkload {
+  const char* name;
+  const char* model;
+  const char* what;
+};
+const std::vector<ModelWorkload>& model_workloads() {
+  static const std::vector<ModelWorkload> w = {
+      {"convnext-train", "convnext-seed", "convnext-seed"},
+      {"convnext-train-gelu-tanh", "convnext-seed", "convnext-seed (GELU-tanh blocks)"},
+      {"convnext-train-fastswish", "convnext-seed", "convnext-seed (FastSwish blocks)"},
+      {"convnext-infer-b1", "convnext-seed", "convnext-seed"},
+      {"convnext-infer-b64", "convnext-seed", "convnext-seed"},
+      {"atto-train", "convnext-atto", "convnext-atto (torchvision's ConvNeXt)"},
+      {"resnet18-train", "resnet18", "resnet18 (torchvision's)"},
+      {"resnet18-infer-b1", "resnet18", "resnet18 (torchvision's)"},
+      {"resnet18-infer-b64", "resnet18", "resnet18 (torchvision's)"},
+      {"resnet50-train", "resnet50", "resnet50 (torchvision's)"},
+      {"resnet50-infer-b1", "resnet50", "resnet50 (torchvision's)"},
+      {"resnet50-infer-b64", "resnet50", "resnet50 (torchvision's)"}};
+  return w;
+}
 std::vector<std::string> convnext_workloads() {
-  return {"convnext-train", "convnext-train-gelu-tanh", "convnext-train-fastswish", "convnext-infer-b1",
-          "convnext-infer-b64", "atto-train"};
+  std::vector<std::string> names;
+  for (const ModelWorkload& w : model_workloads()) names.push_back(w.name);
+  return names;
 }
 
 std::vector<std::string> bench_workloads() {
@@ -354,18 +379,18 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
   }
   // ConvNeXt workloads run only when named (--workloads): each takes 10-60 s.
   auto named = wants;
-  for (const std::string& name : convnext_workloads()) {
+  for (const ModelWorkload& w : model_workloads()) {
+    const std::string name = w.name;
     if (!named(name)) continue;
-    const bool atto = name == "atto-train", infer = name.rfind("convnext-infer", 0) == 0;
-    Model m = builtin_model(atto ? "convnext-atto" : "convnext-seed");
+    const bool infer = name.find("-infer-") != std::string::npos;
+    Model m = builtin_model(w.model);
     if (name == "convnext-train-gelu-tanh") set_block_activation(m, LayerKind::GELUTanh);
     if (name == "convnext-train-fastswish") set_block_activation(m, LayerKind::FastSwish);
     BenchResult r;
     r.name = name;
-    r.what = std::string(atto ? "convnext-atto (torchvision's ConvNeXt)" : "convnext-seed") +
-             (infer ? " forward pass of random 64x64 inputs, milliseconds per batch"
-                    : " training on random 64x64 inputs (AdamW), samples per second");
-    const bool b1 = name == "convnext-infer-b1";
+    r.what = std::string(w.what) + (infer ? " forward pass of random 64x64 inputs, milliseconds per batch"
+                                          : " training on random 64x64 inputs (" + m.recipe.optimizer + "), samples per second");
+    const bool b1 = name.ends_with("-infer-b1");
     r.threads = threads_or(all), r.batch = batch_or(b1 ? 1 : 64);
     double fps = 0;
     r.value = convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps);

@@ -210,7 +210,7 @@ void Plan::reset_flush_count() { impl_->flush = {}; }
 
 namespace {
 ops::AdamArgs adam_args(const OptimizerConfig& o, const ParamInfo& p, double lr, int64_t step) {
-  const bool decays = param_decays(p.role);  // by role: weights, norm scales, layer scales
+  const bool decays = param_decays(p.role) && (o.decay_norms || p.role != ParamRole::norm_scale);  // by role
   const float l2 = decays ? float(o.l2) : 0.f, wd = decays ? float(o.weight_decay) : 0.f;
   return {float(lr), float(o.beta1), float(o.beta2), float(o.eps), l2, wd,
           float(1 - std::pow(o.beta1, double(step))), float(1 - std::pow(o.beta2, double(step)))};
@@ -286,7 +286,7 @@ size_t update_param(Plan::Impl& m, const ops::Exec& e, size_t t, double lr, int6
   uint16_t* wh = m.wh_off != kNone ? m.at<uint16_t>(m.wh_off) : nullptr;
   const ParamInfo& p = m.params[t];
   if (!param_trained(p.role)) return 0;      // running statistics: the optimizer never touches them
-  const bool decays = param_decays(p.role);  // by role: weights, norm scales, layer scales
+  const bool decays = param_decays(p.role) && (o.decay_norms || p.role != ParamRole::norm_scale);  // by role
   const float l2 = decays ? float(o.l2) : 0.f, wd = decays ? float(o.weight_decay) : 0.f;
   const size_t off = p.offset + lo, len = hi - lo;
   if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW)

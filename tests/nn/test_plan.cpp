@@ -566,6 +566,34 @@ TEST(Optimizer, MatchesPyTorchFormulas) {
   check_optimizer(OptimizerKind::AdamW, 0, 1e-1); // decoupled, weights only
 }
 
+// decay_norms false (the ResNets' recipe): L2 and weight decay leave norm scales alone and still
+// decay the conv weights; true (the default) decays both. Flatten -> layernorm(affine) -> linear.
+TEST(Optimizer, DecayNormsChoosesWhetherNormScalesDecay) {
+  Model m;
+  m.in_c = 1, m.in_h = 2, m.in_w = 2, m.num_classes = 3;
+  m.flatten();
+  m.layers.push_back(LayerSpec{LayerKind::LayerNorm});
+  m.linear(3);
+  for (bool decay_norms : {true, false}) {
+    PlanOptions o;
+    o.batch = 1;
+    o.optimizer.kind = OptimizerKind::SGD;
+    o.optimizer.l2 = 0.5;
+    o.optimizer.decay_norms = decay_norms;
+    Plan plan(m, o);
+    plan.init_params(3);
+    float* w = static_cast<float*>(plan.param_data());
+    std::vector<float> before(w, w + plan.param_count());
+    std::memset(plan.grad_data(), 0, plan.param_count() * sizeof(float));
+    plan.optimizer_step(0.1);
+    for (const ParamInfo& p : plan.params()) {
+      const bool moved = w[p.offset] != before[p.offset];
+      const bool want = p.role == ParamRole::weight || (p.role == ParamRole::norm_scale && decay_norms);
+      EXPECT_EQ(moved, want) << p.name << " decay_norms " << decay_norms;
+    }
+  }
+}
+
 TEST(Schedule, Values) {
   Schedule s;
   s.kind = ScheduleKind::Cosine, s.lr = 1e-3, s.lr_min = 1e-5, s.t_max = 20;

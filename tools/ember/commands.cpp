@@ -408,6 +408,7 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   po.optimizer.l2 = a.l2;
   po.optimizer.weight_decay = a.weight_decay;
   po.optimizer.momentum = a.momentum;
+  po.optimizer.decay_norms = model.recipe.decay_norms;
   TrainConfig& cfg = su.cfg;
   cfg.epochs = a.epochs;
   cfg.seed = a.seed;
