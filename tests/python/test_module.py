@@ -164,7 +164,8 @@ def test_batchnorm2d_layer_state_dict_and_round_trip(tmp_path):
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         data = f.read()
-    names = [k for k in header if k.startswith("bn.")]
+    # The header's keys are sorted; the tensors lie in state_dict order.
+    names = sorted((k for k in header if k.startswith("bn.")), key=lambda k: header[k]["data_offsets"][0])
     assert names == ["bn.weight", "bn.bias", "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
     nbt = header["bn.num_batches_tracked"]
     assert nbt["dtype"] == "I64" and nbt["shape"] == []
