@@ -56,7 +56,8 @@ struct LayerSpec {
   bool over_channels = false;         // Linear: over the channels at each position of [C, H, W]
                                       // (torchvision's channels-last Linear), weight [K, C]
   int norm_dims = 0;                  // LayerNorm: trailing per-sample dims normalised (0: all)
-  double eps = 1e-5;                  // LayerNorm, LayerNorm2d
+  double eps = 1e-5;                  // LayerNorm, LayerNorm2d, BatchNorm2d
+  double momentum = 0.1;              // BatchNorm2d: the running statistics' update factor
   double scale_init = 1e-6;           // LayerScale: every scale's initial value
   double drop_prob = 0;               // DropPath: the chance a sample's input is dropped (0 <= p < 1)
   std::optional<Init> init;           // overrides the model's default init

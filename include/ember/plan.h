@@ -246,8 +246,8 @@ class Plan {
   // checking each output as it is written (plans keep an activation only while something reads
   // it, and a ReLU may overwrite its input), so call it with the input of the failing forward.
   int first_nonfinite_output(int n);
-  // Train mode (a training plan's default) draws stochastic-depth masks in forward; eval mode
-  // (an inference plan's default; evaluate() switches to it) runs them as the identity.
+  // Train mode (a training plan's default) draws stochastic-depth masks, and BatchNorm uses the batch's statistics,
+  // moving its running ones; eval mode (an inference plan's default; evaluate()): identity, running statistics.
   void set_train_mode(bool on);
   bool train_mode() const;
 

@@ -187,6 +187,10 @@ void read_tensor_f32(const ByteSource& src, const SafetensorsHeader& h, const Sa
       double d;
       std::memcpy(&d, p, 8);
       dst[i] = float(d);
+    } else if (e.dtype == "I64") {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      dst[i] = float(v);
     } else if (e.dtype == "BF16") {
       const uint32_t bits = uint32_t(p[0] | p[1] << 8) << 16;
       std::memcpy(dst + i, &bits, 4);
@@ -212,8 +216,9 @@ void check_params(const std::vector<ParamInfo>& params, const Model& m, const Sa
     const SafetensorsEntry* e = h.find(p.name);
     const std::string f = file + ": tensor '" + p.name + "'";
     if (!e) throw Error(f + ": missing (model " + model + " needs it)");
-    if (e->dtype != "F32" && e->dtype != "F64" && e->dtype != "F16" && e->dtype != "BF16")
-      throw Error(f + ".dtype: expected F32, F64, F16 or BF16, found " + e->dtype);
+    const bool count = param_is_count(p) && e->dtype == "I64";  // torchvision's num_batches_tracked
+    if (e->dtype != "F32" && e->dtype != "F64" && e->dtype != "F16" && e->dtype != "BF16" && !count)
+      throw Error(f + ".dtype: expected F32, F64, F16 or BF16" + (param_is_count(p) ? ", I64" : "") + ", found " + e->dtype);
     if (e->shape != std::vector<int64_t>(p.shape.begin(), p.shape.end()))
       throw Error(f + ".shape: expected " + json_text(json(p.shape)) + ", found " + json_text(json(e->shape)));
   }
@@ -245,8 +250,8 @@ std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
   json header = json::object();
   uint64_t offset = 0;
   for (const TensorOut& t : tensors) {
-    const uint64_t bytes = t.count * (t.bf16 ? 2 : 4);
-    header[t.name] = {{"dtype", t.bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = t.count * (t.i64 ? 8 : t.bf16 ? 2 : 4);
+    header[t.name] = {{"dtype", t.i64 ? "I64" : t.bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   header["__metadata__"] = metadata;
@@ -262,8 +267,16 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
   const std::string header = safetensors_header_bytes(tensors, metadata);
   std::vector<std::string_view> parts{header};
   std::vector<std::vector<uint16_t>> rounded;  // the BF16 tensors' bytes
+  std::vector<std::vector<int64_t>> counts;    // the I64 tensors' values
   rounded.reserve(tensors.size());
+  counts.reserve(tensors.size());
   for (const TensorOut& t : tensors) {
+    if (t.i64) {
+      std::vector<int64_t>& c = counts.emplace_back(t.count);
+      for (size_t i = 0; i < t.count; ++i) c[i] = std::llround(double(t.data[i]));
+      parts.emplace_back(reinterpret_cast<const char*>(c.data()), t.count * 8);
+      continue;
+    }
     if (!t.bf16) {
       parts.emplace_back(reinterpret_cast<const char*>(t.data), t.count * 4);
       continue;
@@ -275,12 +288,18 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
   write_file_atomic(path, parts);
 }
 
+bool param_is_count(const ParamInfo& p) {
+  static const std::string kName = "num_batches_tracked";
+  return p.role == ParamRole::running_stat && p.shape.empty() && p.name.size() >= kName.size() &&
+         p.name.compare(p.name.size() - kName.size(), kName.size(), kName) == 0;
+}
+
 std::vector<TensorOut> weight_tensors(Plan& plan) {
   if (plan.dtype() != DType::f32) throw Error("save: only f32 plans can be saved");
   const float* w = static_cast<const float*>(std::as_const(plan).param_data());
   std::vector<TensorOut> out;
   for (const ParamInfo& p : plan.params())
-    out.push_back({p.name, std::vector<int64_t>(p.shape.begin(), p.shape.end()), w + p.offset, p.size});
+    out.push_back({p.name, std::vector<int64_t>(p.shape.begin(), p.shape.end()), w + p.offset, p.size, false, param_is_count(p)});
   return out;
 }
 

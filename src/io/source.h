@@ -57,7 +57,7 @@ void load_params(Plan& plan, const ByteSource& src, const SafetensorsHeader& h,
 // Throws Error "WHAT: K of N values are NaN or Inf (the first at index I)" when any is.
 void check_finite(const float* v, size_t n, const std::string& what);
 
-// Copies tensor `e` (F32, F64, F16 or BF16) into dst as count f32 values.
+// Copies tensor `e` (F32, F64, F16, BF16 or I64) into dst as count f32 values.
 void read_tensor_f32(const ByteSource& src, const SafetensorsHeader& h, const SafetensorsEntry& e,
                      float* dst, size_t count);
 
@@ -69,7 +69,11 @@ struct TensorOut {
   const float* data;
   size_t count;
   bool bf16 = false;  // written as BF16 (rounded to nearest even, kernels/bf16.h), else F32
+  bool i64 = false;   // written as I64 (each value rounded to an integer): a count, whatever bf16 says
 };
+// Whether a parameter is a count that safetensors holds as I64 (torchvision's dtype): BatchNorm's
+// num_batches_tracked, a running statistic of shape [].
+bool param_is_count(const ParamInfo& p);
 std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
                                      const std::map<std::string, std::string>& metadata);
 // Writes header and tensor data with write_file_atomic.

@@ -42,6 +42,13 @@ struct Bufs {
   const void* b2;
   void* dw2;
   void* db2;
+  // BatchNorm2d's running statistics (running mean [C], running var [C], num_batches_tracked [1],
+  // contiguous in the parameter block), or null: rs reads them; rs_update is the same memory where
+  // this forward may update them (a training plan in train mode, not frozen, not
+  // first_nonfinite_output's rerun), else null; drs their gradient (written 0: not trained).
+  const void* rs;
+  void* rs_update;
+  void* drs;
   const uint16_t* wh;   // a bf16 plan's copy of w (and of w2) rounded to bf16, or null (Plan: weight copy)
   const uint16_t* wh2;
   const uint16_t* xh;   // the input in bf16 (a bf16 plan's fused LayerNorm -> 1x1 conv), or null;

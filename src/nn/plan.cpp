@@ -286,7 +286,7 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     if (m.us[i].backward) m.side_unit = int(i);
   constexpr size_t kChunk = 32768;  // elements per side chunk (multiple of 16)
   for (size_t t = m.params.size(); t-- > 0;)  // in backward order: the last unit's first
-    if (m.layer_unit[size_t(m.params[t].layer)] > m.side_unit)
+    if (m.layer_unit[size_t(m.params[t].layer)] > m.side_unit && param_trained(m.params[t].role))
       for (size_t b = 0; b < m.params[t].size; b += kChunk)
         m.side_chunks.push_back({int(t), b, std::min(m.params[t].size, b + kChunk)});
   return impl;

@@ -21,8 +21,9 @@ using plan_impl::check_thawed;
 using plan_impl::kNone;
 
 namespace {
-// Unit i's pointers; its input gradients go where dx_via says (directly or to scratch).
-nn::Bufs bind(const Plan::Impl& m, size_t i) {
+// Unit i's pointers; its input gradients go where dx_via says (directly or to scratch). rerun:
+// first_nonfinite_output's second forward of a step, which must not update running statistics.
+nn::Bufs bind(const Plan::Impl& m, size_t i, bool rerun = false) {
   nn::Bufs b{};
   const nn::Unit& u = m.us[i];
   b.dt = m.opt.dtype;
@@ -44,6 +45,14 @@ nn::Bufs bind(const Plan::Impl& m, size_t i) {
   for (size_t t = m.first_param[i] < 0 ? m.params.size() : size_t(m.first_param[i]);
        t < m.params.size() && m.layer_unit[size_t(m.params[t].layer)] == int(i); ++t) {
     const ParamInfo& q = m.params[t];
+    if (q.role == ParamRole::running_stat) {  // BatchNorm2d's buffers, after its weight and bias
+      if (b.rs) continue;
+      b.rs = base + m.param_off + q.offset * m.esz;
+      b.drs = base + m.grad_off + q.offset * m.esz;
+      const bool may_update = m.opt.training && m.train_mode && !m.frozen && !rerun;
+      b.rs_update = may_update ? base + m.param_off + q.offset * m.esz : nullptr;
+      continue;
+    }
     const bool second = q.layer != u.first, bias = t > 0 && m.params[t - 1].layer == q.layer;
     const void*& v = second ? (bias ? b.b2 : b.w2) : (bias ? b.b : b.w);
     void*& d = second ? (bias ? b.db2 : b.dw2) : (bias ? b.db : b.dw);
@@ -266,7 +275,7 @@ int Plan::backward_step(int n, double lr) {
   const ops::Exec e = m.exec();
   for (size_t t = 0; t < m.params.size(); ++t) {  // the last unit's own parameters
     const ParamInfo& p = m.params[t];
-    if (m.layer_unit[size_t(p.layer)] > m.side_unit) continue;
+    if (m.layer_unit[size_t(p.layer)] > m.side_unit || !param_trained(p.role)) continue;
     if (ops::adam_step(e, w + p.offset, s0 + p.offset, s1 + p.offset, g + p.offset, p.size,
                        adam_args(o, p, lr, m.step), wh ? wh + p.offset : nullptr) != 0)
       note_bad(int(t));
@@ -375,7 +384,7 @@ int Plan::first_nonfinite_output(int n) {
   Impl& m = *impl_;
   const ops::Exec e = m.exec();
   for (size_t i = 0; i < m.us.size(); ++i) {
-    m.us[i].layer->forward(e, bind(m, i), n);
+    m.us[i].layer->forward(e, bind(m, i, true), n);  // running statistics stay as the step left them
     const size_t t = size_t(m.us[i].out);
     const size_t count = size_t(n) * m.g.tensors[t].dims.size();
     bool bad = false;

@@ -181,6 +181,7 @@ class Exporter {
       case LayerKind::Concat: return join(i);
       case LayerKind::LayerNorm: return layernorm(i, x);
       case LayerKind::LayerNorm2d: return layernorm2d(i, x);
+      case LayerKind::BatchNorm2d: return batchnorm(i, x);
       case LayerKind::GlobalAvgPool: return {W_.op("GlobalAveragePool", {img(x, nm)}, nm), 4};
       case LayerKind::LayerScale: {
         const int C = in_dims(i).c;
@@ -284,6 +285,27 @@ class Exporter {
     pb::NodeProto* b = W_.node("Transpose", {y}, {W_.fresh(nm + "_nchw")}, nm);
     attr(b, "perm", std::vector<int64_t>{0, 3, 1, 2});
     return {b->output(0), 4};
+  }
+
+  // BatchNorm2d as the eval-mode model: BatchNormalization (X, scale, B, the running mean and
+  // var); without an affine transform the scale is ones and B zeros. num_batches_tracked stays out.
+  Value batchnorm(int i, const Value& x) {
+    const LayerSpec& s = *g_.nodes[size_t(i)].spec;
+    const std::string nm = g_.nodes[size_t(i)].param_prefix;
+    const int C = in_dims(i).c;
+    std::vector<std::string> in{x.name};
+    if (s.bias) {
+      in.push_back(init(i, "weight", {C})), in.push_back(init(i, "bias", {C}));
+    } else {
+      const std::vector<float> one(size_t(C), 1.f), zero(size_t(C), 0.f);
+      in.push_back(W_.floats(W_.fresh(nm + ".ones"), {C}, one.data(), size_t(C)));
+      in.push_back(W_.floats(W_.fresh(nm + ".zeros"), {C}, zero.data(), size_t(C)));
+    }
+    in.push_back(init(i, "running_mean", {C})), in.push_back(init(i, "running_var", {C}));
+    pb::NodeProto* node = W_.node("BatchNormalization", in, {W_.fresh(nm + "_bn")}, nm);
+    attr(node, "epsilon", float(s.eps));
+    attr(node, "momentum", float(1 - s.momentum));  // ONNX's momentum weighs the running value
+    return {node->output(0), x.rank};
   }
 
   const nn::Graph& g_;

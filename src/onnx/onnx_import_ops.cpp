@@ -4,6 +4,8 @@
 // value. Anything else is refused with the node and op named.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "ember/error.h"
 #include "nn/op_table.h"
@@ -134,6 +136,7 @@ void Importer::map_node(int i) {
     return global_pool(i, axes, a.i("keepdims", 1) != 0);
   }
   if (op == "LayerNormalization") return layernorm(i);
+  if (op == "BatchNormalization") return batchnorm(i);
   // Opset 20's Gelu: one node for two ops of the table (gelu, gelu-tanh) by its attribute; their
   // own imports read the opset-17 patterns they export.
   if (op == "Gelu") {
@@ -362,6 +365,44 @@ void Importer::layernorm(int i) {
   Val y = emit(s, {&x}, val(i, 1).weight_name, x.d, x.lay);
   weight(y.ref, "weight", scale.f);
   weight(y.ref, "bias", bias);
+  set(i, 0, std::move(y));
+}
+
+// BatchNormalization in inference (training_mode 0 or absent) over C of [N, C, H, W] or [N, C]:
+// batchnorm2d with scale, B, mean and var as its weight, bias and running statistics
+// (num_batches_tracked 0). momentum (ONNX's weighs the running value) becomes 1 - momentum.
+void Importer::batchnorm(int i) {
+  const Val& x = tensor(i, 0);
+  Attrs a(g_.node(i), where(i));
+  a.only({"epsilon", "momentum", "training_mode", "spatial"});
+  if (a.i("training_mode", 0) != 0) throw Error(where(i) + ": attribute training_mode 1 is not supported (inference only)");
+  if (a.i("spatial", 1) != 1) throw Error(where(i) + ": attribute spatial 0 is not supported");
+  if (g_.node(i).input_size() != 5) throw Error(where(i) + ": expected 5 inputs (X, scale, B, input_mean, input_var)");
+  for (int k = 1; k < g_.node(i).output_size(); ++k)
+    if (!g_.node(i).output(k).empty() && readers_.count(g_.node(i).output(k)))
+      throw Error(where(i) + ": the running_mean and running_var outputs are not supported");
+  if (x.lay == Layout::NHWC) throw Error(where(i) + ": a channels-last input is not supported");
+  LayerSpec s;
+  s.kind = LayerKind::BatchNorm2d;
+  s.eps = a.f("epsilon", 1e-5f);
+  const float m = a.f("momentum", 0.9f);
+  if (!(m >= 0 && m <= 1)) throw Error(where(i) + ": attribute momentum " + std::to_string(m) + ": expected a number in [0, 1]");
+  char text[32];  // 1 - 0.9f is 0.1 to float's digits, not 0.0999999940...
+  std::snprintf(text, sizeof text, "%.7g", 1.0 - double(m));
+  s.momentum = std::strtod(text, nullptr);
+  static const char* kIn[5] = {"X", "scale", "B", "input_mean", "input_var"};
+  std::vector<float> v[4];
+  for (int k = 1; k < 5; ++k) {
+    v[k - 1] = constant(i, k).f;
+    if (v[k - 1].size() != size_t(x.d.c))
+      throw Error(where(i) + ": " + kIn[k] + " has " + std::to_string(v[k - 1].size()) + " values, expected " + std::to_string(x.d.c));
+  }
+  Val y = emit(s, {&x}, val(i, 1).weight_name, x.d, x.lay);
+  weight(y.ref, "weight", std::move(v[0]));
+  weight(y.ref, "bias", std::move(v[1]));
+  weight(y.ref, "running_mean", std::move(v[2]));
+  weight(y.ref, "running_var", std::move(v[3]));
+  weight(y.ref, "num_batches_tracked", {0.f});
   set(i, 0, std::move(y));
 }
 

@@ -60,6 +60,7 @@ class Importer {
   void pool(int i, bool max);
   void global_pool(int i, const std::vector<int64_t>& axes, bool keep);
   void layernorm(int i);
+  void batchnorm(int i);
   void activation(int i, LayerKind kind);
   void binary(int i);
   void transpose(int i);

@@ -140,7 +140,7 @@ TEST(OpTable, FieldsAreCheckedByTheDescriptor) {
   EXPECT_EQ(error_of(R"({"type": "conv2d", "kernel": 3})"), "f.json: layer.out_channels: missing");
   EXPECT_NE(error_of(R"({"type": "relu", "kernel": 3})").find("layer.kernel: unknown key (expected one of type, name, inputs)"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"type": "nonesuch"})").find("unknown layer \"nonesuch\" (expected add, avgpool2d, concat, conv2d,"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type": "nonesuch"})").find("unknown layer \"nonesuch\" (expected add, avgpool2d, batchnorm2d, concat, conv2d,"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "droppath", "p": 1})").find("layer.p: expected a probability in [0, 1), found 1"),
             std::string::npos);
   const LayerSpec s = parse_layer_json(R"({"type": "maxpool2d", "kernel": [3, 2]})", "f.json");

@@ -127,6 +127,14 @@ const std::vector<Row>& rows() {
         {R"({"type": "conv2d", "out_channels": 24, "kernel": 2, "stride": 2}, {"type": "layernorm2d", "eps": 1e-6},
             {"type": "flatten"})", 3, 6, 6, 3},
         {R"({"type": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1}, {"type": "layernorm2d"}, {"type": "flatten"})", 2, 4, 4, 1}}},
+      {"batchnorm2d",  // train mode; no conv bias before it (its gradient is 0)
+       {{R"({"type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1, "bias": false}, {"type": "batchnorm2d"}, {"type": "relu"},
+            {"type": "flatten"})", 3, 5, 4, 17},
+        {R"({"type": "conv2d", "out_channels": 5, "kernel": 1, "bias": false}, {"type": "batchnorm2d", "affine": false}, {"type": "flatten"})", 2, 3, 3, 1},
+        {R"({"type": "conv2d", "out_channels": 7, "kernel": 1, "bias": false}, {"type": "batchnorm2d", "eps": 1e-3, "momentum": 0.3},
+            {"type": "flatten"})", 3, 1, 1, 3},
+        {R"({"type": "conv2d", "out_channels": 33, "kernel": 2, "stride": 2, "bias": false}, {"type": "batchnorm2d"}, {"type": "gelu"},
+            {"type": "flatten"})", 2, 6, 6, 3}}},
       {"layerscale",
        {{R"({"type": "flatten"}, {"type": "linear", "out_features": 11}, {"type": "layerscale", "init_value": 0.5})", 2, 3, 3, 17},
         {R"({"type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1}, {"type": "layerscale", "init_value": -0.7},
@@ -221,7 +229,7 @@ Data data_of(const Case& c) {
 
 // What a plan computed on a case: its outputs, loss and parameter gradients.
 struct Result {
-  std::vector<double> out, grad;
+  std::vector<double> out, grad, params;  // params: after the step's forward (running statistics move)
   double loss = 0;
 };
 
@@ -251,6 +259,8 @@ Result step(Plan& p, int n) {
   const bool f64 = p.dtype() == DType::f64;
   r.out = f64 ? get<double>(p.output(), no) : get<float>(p.output(), no);
   r.grad = f64 ? get<double>(p.grad_data(), p.param_count()) : get<float>(p.grad_data(), p.param_count());
+  const void* w = std::as_const(p).param_data();
+  r.params = f64 ? get<double>(w, p.param_count()) : get<float>(w, p.param_count());
   return r;
 }
 
@@ -290,9 +300,15 @@ Gap compare(const Result& got, const Result& ref, const std::vector<ParamInfo>& 
   Gap g;
   worse(g, max_diff(got.out, ref.out, 0, ref.out.size()), max_abs(ref.out, 0, ref.out.size()), tol, "outputs");
   worse(g, std::abs(got.loss - ref.loss), std::max(1.0, std::abs(ref.loss)), tol, "loss");
-  for (const ParamInfo& p : params)
-    worse(g, max_diff(got.grad, ref.grad, p.offset, p.offset + p.size), max_abs(ref.grad, p.offset, p.offset + p.size), tol,
-          "gradient of " + p.name);
+  for (const ParamInfo& p : params) {
+    const size_t a = p.offset, b = p.offset + p.size;
+    if (!param_trained(p.role)) {  // running statistics: gradient 0; their values after forward's update
+      worse(g, max_diff(got.grad, ref.grad, a, b), 1.0, tol, "gradient of " + p.name);
+      worse(g, max_diff(got.params, ref.params, a, b), std::max(1.0, max_abs(ref.params, a, b)), tol, "value of " + p.name);
+      continue;
+    }
+    worse(g, max_diff(got.grad, ref.grad, a, b), max_abs(ref.grad, a, b), tol, "gradient of " + p.name);
+  }
   return g;
 }
 
@@ -399,7 +415,11 @@ void run_case(const nn::OpDesc& d, const Case& c, Tally& tally) {
   Plan p64 = make_plan(c, o64, data);
   const Result ref = step(p64, c.batch);
   note_layouts(p64, tally.layouts);
-  for (const ParamInfo& p : p64.params()) EXPECT_GT(max_abs(ref.grad, p.offset, p.offset + p.size), 0) << p.name << ": all 0";
+  for (const ParamInfo& p : p64.params()) {  // running statistics are not trained: their gradient is 0
+    if (param_trained(p.role)) {
+      EXPECT_GT(max_abs(ref.grad, p.offset, p.offset + p.size), 0) << p.name << ": all 0";
+    }
+  }
   const std::string what = std::string(d.name) + ", " + c.what + ", ";
   run_f64(c, data, p64, ref, tally, what);
   run_f32(d, c, data, p64, ref, tally, what);

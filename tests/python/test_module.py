@@ -146,3 +146,34 @@ def test_a_vector_input_model_takes_n_by_f_arrays():
         m.predict(x[:, :11].copy())
     with pytest.raises(ValueError, match=r"\[N, F\] for a vector input\), found 2 dimensions"):
         ember.Model.builtin("mnist-mlp").predict(x)
+
+
+# Issue 40: batchnorm2d through layer(): its state_dict in the saved safetensors is PyTorch's
+# BatchNorm2d's (names in order, num_batches_tracked an I64 scalar counting the training steps);
+# predict runs eval mode (the running statistics); a load restores them.
+def test_batchnorm2d_layer_state_dict_and_round_trip(tmp_path):
+    import json
+    import struct
+    x, y = blocks(40)
+    m = (ember.Model((1, 28, 28), 10, "bn").conv2d(4, 4, stride=4).layer("batchnorm2d", momentum=0.2).named("bn")
+         .relu().flatten().linear(10))
+    m.fit(x, y, epochs=1, batch_size=16, threads=1)
+    path = str(tmp_path / "bn.safetensors")
+    m.save(path)
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    # The header's keys are sorted; the tensors lie in state_dict order.
+    names = sorted((k for k in header if k.startswith("bn.")), key=lambda k: header[k]["data_offsets"][0])
+    assert names == ["bn.weight", "bn.bias", "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+    nbt = header["bn.num_batches_tracked"]
+    assert nbt["dtype"] == "I64" and nbt["shape"] == []
+    lo, hi = nbt["data_offsets"]
+    assert struct.unpack("<q", data[lo:hi])[0] == 3  # 40 samples in batches of 16
+    assert header["bn.running_var"]["dtype"] == "F32" and header["bn.running_var"]["shape"] == [4]
+    m2 = (ember.Model((1, 28, 28), 10, "bn").conv2d(4, 4, stride=4).layer("batchnorm2d", momentum=0.2).named("bn")
+          .relu().flatten().linear(10))
+    m2.load(path)
+    np.testing.assert_allclose(m2.predict(x[:5]), m.predict(x[:5]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(m.predict(x[:5]), m.predict(x[:5]))  # eval mode: nothing moves

@@ -89,3 +89,57 @@ def test_pytorch_mish_imports_and_predicts_as_pytorch(tmp_path):
         want = net(torch.from_numpy(x)).numpy()
     got = m.predict(x)
     assert float(np.abs(got - want).max()) <= 1e-5 * float(np.abs(want).max())
+
+
+def write_state_dict(path, sd):
+    """A PyTorch state_dict as safetensors (what safetensors.torch.save_file writes): num_batches_tracked
+    stays an I64 scalar."""
+    import struct
+    header, blobs, off = {}, [], 0
+    for k, v in sd.items():
+        a = v.detach().numpy()
+        b = a.tobytes()
+        header[k] = {"dtype": {"float32": "F32", "int64": "I64"}[str(a.dtype)], "shape": list(a.shape),
+                     "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_pytorch_batchnorm2d_state_dict_and_onnx_predict_as_pytorch(tmp_path):
+    """nn.BatchNorm2d after some training steps (running statistics moved): its state_dict (I64
+    num_batches_tracked) loads into ember's batchnorm2d, and torch.onnx's eval-mode export imports as it;
+    both predict as PyTorch's eval mode."""
+    from test_onnx import torch
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.BatchNorm2d(4, momentum=0.2),
+                              torch.nn.Flatten(), torch.nn.Linear(4 * 28 * 28, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for step in range(3):
+        x, y = data(8, 10 + step)
+        loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    net.eval()
+    assert int(net[2].num_batches_tracked) == 3
+    x = data(3, 4)[0]
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    path = str(tmp_path / "bn.safetensors")
+    write_state_dict(path, net.state_dict())
+    m = (ember.Model((1, 28, 28), 10).conv2d(4, 3, pad=1).relu().layer("batchnorm2d", momentum=0.2).flatten()
+         .linear(10))
+    m.load(path)
+    got = m.predict(x)
+    assert float(np.abs(got - want).max()) <= 1e-5 * float(np.abs(want).max())
+    onnx_path = str(tmp_path / "bn.onnx")
+    torch.onnx.export(net, torch.zeros(1, 1, 28, 28), onnx_path, opset_version=17, input_names=["input"],
+                      output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    mo = ember.Model.from_onnx(onnx_path)
+    assert [l["type"] for l in json.loads(mo.to_json())["layers"]].count("batchnorm2d") == 1
+    got = mo.predict(x)
+    assert float(np.abs(got - want).max()) <= 1e-5 * float(np.abs(want).max())
