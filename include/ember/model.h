@@ -115,7 +115,7 @@ struct Model {
 };
 
 // Built-in models: "mnist-cnn", "mnist-mlp", "mxnet-mlp", "convnext-seed", "convnext-fashion",
-// "convnext-atto" (docs/models.md). Throws Error listing the names.
+// "convnext-atto", "resnet18", "resnet50" (docs/models.md). Throws Error listing the names.
 Model builtin_model(const std::string& name);
 std::vector<std::string> builtin_model_names();
 
@@ -129,6 +129,8 @@ std::string model_to_json(const Model& model);
 // study compared ReLU, GELU-tanh, HardSwish, SiLU and FastSwish): set_block_activation replaces
 // it in every block of a convnext model; other models throw Error.
 Model convnext_model(const std::string& name);
+// The ResNets "resnet18" and "resnet50" (resnet_models.cpp): torchvision 0.14's, state_dict names.
+Model resnet_model(const std::string& name);
 void set_block_activation(Model& model, LayerKind act);
 
 // A name that ends in ".json" is a file; anything else a built-in name.

@@ -113,7 +113,7 @@ Model& Model::reads(std::vector<std::string> in) {
 }
 
 std::vector<std::string> builtin_model_names() {
-  return {"mnist-cnn", "mnist-mlp", "mxnet-mlp", "convnext-seed", "convnext-fashion", "convnext-atto"};
+  return {"mnist-cnn", "mnist-mlp", "mxnet-mlp", "convnext-seed", "convnext-fashion", "convnext-atto", "resnet18", "resnet50"};
 }
 
 Model builtin_model(const std::string& name) {
@@ -137,6 +137,8 @@ Model builtin_model(const std::string& name) {
     m.recipe.l2 = 1e-2;
   } else if (name.rfind("convnext-", 0) == 0 && name.size() < 40) {
     return convnext_model(name);
+  } else if (name == "resnet18" || name == "resnet50") {
+    return resnet_model(name);
   } else {
     std::string known;
     for (auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
