@@ -359,6 +359,9 @@ void Importer::pool(int i, bool max) {
   for (int64_t v : k)
     if (v < 1 || v > 65536) throw Error(where(i) + ": attribute kernel_shape " + ints_str(k) + ": each size must be in 1..65536");
   const std::vector<int64_t> pads = window_pads(i, a, x.d, k, st);
+  if (2 * pads[0] > k[0] || 2 * pads[1] > k[1])
+    throw Error(where(i) + ": pads " + ints_str(pads) + " are more than half the kernel " + ints_str(k) +
+                " (ember pads a pool by at most half its kernel, as PyTorch)");
   if (!max && pads[0] + pads[1] > 0 && a.i("count_include_pad", 0) == 0)
     throw Error(where(i) + ": count_include_pad 0 with padding is not supported (ember counts the padding, as PyTorch)");
   LayerSpec s;

@@ -171,6 +171,7 @@ REFUSED_WINDOWS = {
     "MaxPool huge kernel": ("MaxPool", {"kernel_shape": [70000, 3]}, ["kernel_shape"]),
     "MaxPool kernel over the input": ("MaxPool", {"kernel_shape": [9, 9]}, ["window"]),
     "MaxPool pads 2^40": ("MaxPool", {"kernel_shape": [3, 3], "pads": [1 << 40] * 4}, ["pads"]),
+    "MaxPool pads over half the kernel": ("MaxPool", {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}, ["pads [2, 2]", "half"]),
     "MaxPool dilations": ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}, ["dilations"]),
     "AveragePool count_include_pad 0 with pads": ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, ["count_include_pad"]),
 }
