@@ -341,8 +341,8 @@ void Importer::matmul(int i) {
 
 // MaxPool / AveragePool (opsets 1 to 21): kernel_shape, strides, pads or auto_pad, ceil_mode when
 // the windows come out the same as ember's symmetric padding (window_pads); no dilations; the
-// Indices output and its storage_order only when nothing reads them; count_include_pad 0 only
-// without padding (ember's avgpool2d counts the padding, as PyTorch).
+// Indices output and its storage_order only when nothing reads them; count_include_pad (0, ONNX's
+// default: avgpool2d's count_include_pad false).
 void Importer::pool(int i, bool max) {
   const Val& x = tensor(i, 0);
   if (x.lay != Layout::NCHW) throw Error(where(i) + ": expected an [N, C, H, W] input (not channels-last, not [N, D])");
@@ -362,9 +362,8 @@ void Importer::pool(int i, bool max) {
   if (2 * pads[0] > k[0] || 2 * pads[1] > k[1])
     throw Error(where(i) + ": pads " + ints_str(pads) + " are more than half the kernel " + ints_str(k) +
                 " (ember pads a pool by at most half its kernel, as PyTorch)");
-  if (!max && pads[0] + pads[1] > 0 && a.i("count_include_pad", 0) == 0)
-    throw Error(where(i) + ": count_include_pad 0 with padding is not supported (ember counts the padding, as PyTorch)");
   LayerSpec s;
+  s.count_include_pad = max || pads[0] + pads[1] == 0 || a.i("count_include_pad", 0) != 0;  // no pads: either
   s.kind = max ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
   s.kernel_h = int(k[0]), s.kernel_w = int(k[1]), s.stride_h = int(st[0]), s.stride_w = int(st[1]);
   s.pad_h = int(pads[0]), s.pad_w = int(pads[1]);

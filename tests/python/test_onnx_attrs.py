@@ -1,8 +1,10 @@
 """pytest of the ONNX importer's attribute mappings (src/onnx/onnx_import_ops.cpp, issue 40): Gemm's
 alpha, beta, transB and C's broadcast forms, Conv's and the pools' auto_pad and ceil_mode where
-ember's symmetric padding gives the same windows, Flatten's negative axis, opsets below 7; each
+ember's symmetric padding gives the same windows, AveragePool's count_include_pad 0 (avgpool2d's
+"count_include_pad": false), Flatten's negative axis, opsets below 7; each
 checked against a numpy reference or the explicit-pads form of the same graph (and ONNX Runtime
 when it is there), and every form ember cannot express refused with one line naming the attribute."""
+import json
 import os
 import sys
 
@@ -173,7 +175,6 @@ REFUSED_WINDOWS = {
     "MaxPool pads 2^40": ("MaxPool", {"kernel_shape": [3, 3], "pads": [1 << 40] * 4}, ["pads"]),
     "MaxPool pads over half the kernel": ("MaxPool", {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}, ["pads [2, 2]", "half"]),
     "MaxPool dilations": ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}, ["dilations"]),
-    "AveragePool count_include_pad 0 with pads": ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, ["count_include_pad"]),
 }
 
 
@@ -184,6 +185,48 @@ def test_windows_ember_cannot_express_are_refused_with_one_line(case, tmp_path):
              helper.make_node("Flatten", ["p"], ["y"])]
     inits = {"w": RNG.standard_normal((3, 2, *attrs["kernel_shape"])).astype(np.float32)} if op == "Conv" else {}
     refused(model(nodes, inits, (2, 8, 8), ("D",)), tmp_path, "win0", op, *words)
+
+
+# ---- AveragePool's count_include_pad 0: avgpool2d's "count_include_pad": false ------------------------
+
+def avgpool_without_pad(x, k, st, pad):
+    """numpy: the mean of each k x k window's input values (the padding not counted)."""
+    N, C, H, W = x.shape
+    P, Q = (H + 2 * pad - k) // st + 1, (W + 2 * pad - k) // st + 1
+    y = np.zeros((N, C, P, Q))
+    for p in range(P):
+        for q in range(Q):
+            h0, w0 = p * st - pad, q * st - pad
+            win = x[:, :, max(h0, 0):min(h0 + k, H), max(w0, 0):min(w0 + k, W)]
+            y[:, :, p, q] = win.mean(axis=(2, 3))
+    return y
+
+
+def test_average_pool_without_the_padding_in_the_divisor_imports(tmp_path):
+    m = windowed("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (7, 6))
+    x = RNG.standard_normal((2, 2, 7, 6)).astype(np.float32)
+    got = predict(m, x, tmp_path)
+    close(got, avgpool_without_pad(x.astype(np.float64), 3, 2, 1).reshape(2, -1))
+    with_pad = windowed("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                        "count_include_pad": 1}, (7, 6))
+    assert np.abs(predict(with_pad, x, tmp_path, "with.onnx") - got).max() > 1e-3  # the two differ at the border
+    close(got, ort_output(m, x, tmp_path))
+
+
+def test_avgpool2d_count_include_pad_false_predicts_exports_and_reads_back(tmp_path):
+    desc = {"input": [2, 5, 5], "classes": 18, "layers": [
+        {"type": "avgpool2d", "kernel": 3, "stride": 2, "padding": 1, "count_include_pad": False}, {"type": "flatten"}]}
+    m = ember.Model.from_json(json.dumps(desc))
+    x = RNG.standard_normal((3, 2, 5, 5)).astype(np.float32)
+    got = m.predict(x)
+    close(got, avgpool_without_pad(x.astype(np.float64), 3, 2, 1).reshape(3, -1))
+    path = str(tmp_path / "e.onnx")
+    m.save_onnx(path)
+    node = next(n for n in onnx.load(path).graph.node if n.op_type == "AveragePool")
+    assert helper.get_attribute_value(next(a for a in node.attribute if a.name == "count_include_pad")) == 0
+    np.testing.assert_array_equal(ember.Model.from_onnx(path).predict(x), got)
+    desc["layers"][0]["count_include_pad"] = True  # the default: PyTorch's divisor
+    close(ember.Model.from_json(json.dumps(desc)).predict(x)[0, 0], x[0, 0, :2, :2].sum() / 9)
 
 
 # ---- Flatten, old opsets, Dropout -----------------------------------------------------------------
