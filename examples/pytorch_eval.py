@@ -71,7 +71,8 @@ def build(model):
         elif kind in ("maxpool2d", "avgpool2d"):
             k = pair(spec["kernel"])
             s, p = pair(spec.get("stride", spec["kernel"])), pair(spec.get("padding", 0))
-            layers.append((nn.MaxPool2d if kind == "maxpool2d" else nn.AvgPool2d)(k, s, p))
+            layers.append(nn.MaxPool2d(k, s, p) if kind == "maxpool2d" else
+                          nn.AvgPool2d(k, s, p, count_include_pad=spec.get("count_include_pad", True)))
             h, w = (h + 2 * p[0] - k[0]) // s[0] + 1, (w + 2 * p[1] - k[1]) // s[1] + 1
         elif kind == "flatten":
             layers.append(nn.Flatten())

@@ -4,8 +4,9 @@ that cover each op and pattern the importer maps (Conv, Gemm, MatMul + bias over
 view, LayerNormalization, GELU's erf and tanh chains, FastSwish, x * sigmoid(x), pools, Pad with
 folded pads, Sum, Concat, Softmax) in a few hundred bytes each; big node counts (a Relu chain one
 layer over the 4096-layer limit, 49,000 empty nodes, lengths that claim more than the file holds)
-under 100 KB each; and one regression seed per refused hostile model of issue 37 (ir_version 999,
-Conv strides 0, a graph output with no type or the wrong shape, no output).
+under 100 KB each; one regression seed per refused hostile model of issue 37 (ir_version 999,
+Conv strides 0, a graph output with no type or the wrong shape, no output); issue 40's attribute
+mappings and an unknown auto_pad.
 Run: /usr/bin/python3 fuzz/make_onnx_corpus.py"""
 import os
 
@@ -85,6 +86,23 @@ def regressions():
     save("regress-no-output", gemm, inits, [4], 3, outputs=[], check=False, ext="")
 
 
+def attributes():
+    """Issue 40's attribute mappings (after the others, so their seeds keep their random weights):
+    Gemm's alpha, beta and a scalar C, Conv's auto_pad SAME_UPPER at stride 2 (symmetric on 7x7),
+    MaxPool's ceil_mode that adds no window, AveragePool's VALID, Flatten axis -3; and a hostile
+    auto_pad string."""
+    N = helper.make_node
+    save("attrs", [N("Conv", ["x", "c.weight", "c.bias"], ["c"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+                   N("MaxPool", ["c"], ["m"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+                   N("AveragePool", ["m"], ["a"], kernel_shape=[1, 1], auto_pad="VALID"),
+                   N("Flatten", ["a"], ["f"], axis=-3),
+                   N("Gemm", ["f", "fc.weight", "fc.bias"], ["y"], alpha=0.5, beta=2.0, transB=1)],
+         [w("c.weight", 3, 2, 3, 3), w("c.bias", 3), w("fc.weight", 4, 12), w("fc.bias")], [2, 7, 7], 4)
+    save("regress-auto-pad-unknown", [N("Conv", ["x", "c.weight"], ["c"], kernel_shape=[3, 3], auto_pad="SAME_MIDDLE"),
+                                      N("GlobalAveragePool", ["c"], ["p"]), N("Flatten", ["p"], ["y"])],
+         [w("c.weight", 2, 1, 3, 3)], [1, 4, 4], 2, check=False, ext="")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     N = helper.make_node
@@ -136,6 +154,7 @@ def main():
           scalar("three", 3.0), scalar("mthree", -3.0), scalar("mone", -1.0)], [1, 2, 2], 3)
     big_counts()
     regressions()
+    attributes()
     print(f"wrote {len(os.listdir(OUT))} models to {OUT}")
 
 

@@ -53,6 +53,7 @@ struct LayerSpec {
   int groups = 1;                     // Conv2d: C and K must both divide by it
   bool bias = true;                   // Conv2d, Linear; LayerNorm(2d): affine weight and bias
   bool same = false;                  // Conv2d: PyTorch's padding='same' (stride 1, odd kernel)
+  bool count_include_pad = true;      // AvgPool2d: padding counted in the divisor (PyTorch's default)
   bool over_channels = false;         // Linear: over the channels at each position of [C, H, W]
                                       // (torchvision's channels-last Linear), weight [K, C]
   int norm_dims = 0;                  // LayerNorm: trailing per-sample dims normalised (0: all)

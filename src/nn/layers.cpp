@@ -239,7 +239,7 @@ class Pool2d final : public Layer {
   }
   ref::PoolShape shape(int n) const {
     return {n, in_.c, in_.h, in_.w, out_.h, out_.w, spec_.kernel_h, spec_.kernel_w,
-            spec_.stride_h, spec_.stride_w, spec_.pad_h, spec_.pad_w};
+            spec_.stride_h, spec_.stride_w, spec_.pad_h, spec_.pad_w, max_ || spec_.count_include_pad};
   }
   size_t index_elems(int batch) const override { return max_ ? size_t(batch) * out_.size() : 0; }
   // A max of 0 routes its gradient to an input that is 0 (padding never wins).

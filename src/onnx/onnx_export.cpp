@@ -168,7 +168,7 @@ class Exporter {
         attr(n, "kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w});
         attr(n, "strides", std::vector<int64_t>{s.stride_h, s.stride_w});
         attr(n, "pads", std::vector<int64_t>{s.pad_h, s.pad_w, s.pad_h, s.pad_w});
-        if (!mx) attr(n, "count_include_pad", int64_t(1));
+        if (!mx) attr(n, "count_include_pad", int64_t(s.count_include_pad ? 1 : 0));
         return {y, 4};
       }
       case LayerKind::Flatten: return {flat(x, nm), 2};

@@ -221,7 +221,7 @@ constexpr int64_t kMinIrVersion = 3, kMaxIrVersion = std::max<int64_t>(12, onnx:
 void check_ir_version(int64_t v, const std::string& name) {
   if (v < kMinIrVersion || v > kMaxIrVersion)
     throw Error(name + ": ir_version " + std::to_string(v) + ": ember reads IR versions " + std::to_string(kMinIrVersion) +
-                " to " + std::to_string(kMaxIrVersion) + " (opsets 7 to 21)");
+                " to " + std::to_string(kMaxIrVersion) + " (opsets 1 to 21)");
 }
 }  // namespace
 
@@ -236,7 +236,9 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
     else throw Error(name + ": opset_import: domain '" + one_line(onnx::shown(op.domain())) + "' is not supported");
   if (model.opset_import_size() == 0) throw Error(name + ": no opset_import (is this an ONNX model?)");
   check_ir_version(model.ir_version(), name);
-  if (opset < 7 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (7..21)");
+  // Opsets 1 to 6 too: the ops' attributes are checked one by one (an attribute an old version
+  // had and ember does not know, such as Add-1's broadcast, is refused by name).
+  if (opset < 1 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (1..21)");
   if (!model.has_graph()) throw Error(name + ": no graph");
   onnx::Importer im(model.graph(), name, int(opset), n);
   try {

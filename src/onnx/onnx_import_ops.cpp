@@ -109,15 +109,55 @@ void Importer::check_strides(int i, const std::vector<int64_t>& st) const {
     if (v < 1 || v > 65536) throw Error(where(i) + ": attribute strides " + ints_str(st) + ": each stride must be at least 1 and at most 65536");
 }
 
+// The symmetric [pad_h, pad_w] of a Conv's or pool's window (kernel k, strides st, dilation 1) on an
+// H x W input: explicit pads [top, left, bottom, right], or auto_pad's (SAME_UPPER / SAME_LOWER:
+// output ceil(H / stride), the odd row after / before; VALID: none), with ceil_mode's output size.
+// ember pads both sides alike: the pads map when padding both sides by the one before gives the
+// same output size (so the same windows), else they are refused naming the attribute.
+std::vector<int64_t> Importer::window_pads(int i, const Attrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
+                                           const std::vector<int64_t>& st) const {
+  const std::string ap = a.s("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "VALID" && ap != "SAME_UPPER" && ap != "SAME_LOWER")
+    throw Error(where(i) + ": attribute auto_pad '" + shown(ap) + "' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+  if (ap != "NOTSET" && a.has("pads")) throw Error(where(i) + ": attributes auto_pad " + ap + " and pads together");
+  std::vector<int64_t> pads = a.ints("pads", {0, 0, 0, 0});
+  if (pads.size() != 4) throw Error(where(i) + ": attribute pads " + ints_str(pads) + " must be 2-D (4 values)");
+  for (int64_t v : pads)
+    if (v < 0 || v > 65536) throw Error(where(i) + ": attribute pads " + ints_str(pads) + ": each must be in 0..65536");
+  const int64_t in[2] = {x.h, x.w};
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER")
+    for (size_t d = 0; d < 2; ++d) {
+      const int64_t total = std::max<int64_t>(((in[d] + st[d] - 1) / st[d] - 1) * st[d] + k[d] - in[d], 0);
+      pads[d] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[d + 2] = total - pads[d];
+    }
+  const bool ceil_mode = a.i("ceil_mode", 0) != 0;
+  for (size_t d = 0; d < 2; ++d) {
+    const int64_t span = in[d] + pads[d] + pads[d + 2] - k[d];
+    if (span < 0) throw Error(where(i) + ": the window " + ints_str(k) + " does not fit the padded input");
+    int64_t out = (ceil_mode ? (span + st[d] - 1) / st[d] : span / st[d]) + 1;
+    // ceil_mode: the last window starts inside the input or its leading pad (PyTorch, ONNX Runtime).
+    if (ceil_mode && (out - 1) * st[d] >= in[d] + pads[d]) --out;
+    const int64_t sym = in[d] + 2 * pads[d] - k[d];
+    if (sym < 0 || sym / st[d] + 1 != out)
+      throw Error(where(i) + ": pads " + ints_str(pads) + (ap != "NOTSET" ? " (auto_pad " + ap + ")" : std::string()) +
+                  (ceil_mode ? " with ceil_mode 1" : "") + " make other windows than ember's, which pads both sides "
+                  "by the leading pad");
+  }
+  return {pads[0], pads[1]};
+}
+
 void Importer::map_node(int i) {
   const std::string& op = g_.node(i).op_type();
   if (!g_.node(i).domain().empty() && g_.node(i).domain() != "ai.onnx")
     throw Error(where(i) + ": domain '" + g_.node(i).domain() + "' is not supported");
   if (op == "Constant") return constant_node(i);
   if (fold(i)) return;
-  if (op == "Identity" || op == "Dropout") {
+  if (op == "Identity" || op == "Dropout") {  // inference: the values pass through
     if (op == "Dropout" && g_.node(i).input_size() > 2 && !g_.node(i).input(2).empty())
       throw Error(where(i) + ": training_mode input is not supported");
+    if (op == "Dropout" && g_.node(i).output_size() > 1 && !g_.node(i).output(1).empty() && readers_.count(g_.node(i).output(1)))
+      throw Error(where(i) + ": the mask output is not supported (ember drops nothing at inference)");
     Val v = val(i, 0);
     set(i, 0, v);
     return;
@@ -179,22 +219,17 @@ void Importer::conv(int i) {
   const Const& W = constant(i, 1);
   if (W.dims.size() != 4) throw Error(where(i) + ": weight must be [K, C/G, R, S], found rank " + std::to_string(W.dims.size()));
   Attrs a(g_.node(i), where(i));
-  a.only({"kernel_shape", "strides", "pads", "group", "dilations", "auto_pad"});
+  a.only({"kernel_shape", "strides", "pads", "group", "dilations", "auto_pad"});  // Conv-1 to Conv-11: the same
   const int64_t G = a.i("group", 1), K = W.dims[0], R = W.dims[2], S = W.dims[3];
-  if (!all_are(a.ints("dilations", {1, 1}), 1)) throw Error(where(i) + ": dilations other than 1 are not supported");
+  if (!all_are(a.ints("dilations", {1, 1}), 1))
+    throw Error(where(i) + ": attribute dilations " + ints_str(a.ints("dilations", {})) + " is not supported (ember's conv2d has no dilation)");
   if (a.ints("kernel_shape", {R, S}) != std::vector<int64_t>{R, S})
     throw Error(where(i) + ": kernel_shape " + ints_str(a.ints("kernel_shape", {})) + " does not match the weight");
   const auto st = a.ints("strides", {1, 1});
-  auto pads = a.ints("pads", {0, 0, 0, 0});
-  const std::string ap = a.s("auto_pad", "NOTSET");
-  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-    if (!all_are(st, 1) || R % 2 == 0 || S % 2 == 0) throw Error(where(i) + ": auto_pad " + ap + " needs stride 1 and odd kernels");
-    pads = {R / 2, S / 2, R / 2, S / 2};
-  } else if (ap == "VALID") pads = {0, 0, 0, 0};
-  else if (ap != "NOTSET") throw Error(where(i) + ": auto_pad '" + ap + "' is not supported");
-  if (st.size() != 2 || pads.size() != 4) throw Error(where(i) + ": strides and pads must be 2-D");
+  if (st.size() != 2) throw Error(where(i) + ": attribute strides " + ints_str(st) + " must be 2-D");
   check_strides(i, st);
-  if (pads[0] != pads[2] || pads[1] != pads[3]) throw Error(where(i) + ": asymmetric pads " + ints_str(pads) + " are not supported");
+  if (R < 1 || S < 1 || R > 65536 || S > 65536) throw Error(where(i) + ": weight " + ints_str(W.dims) + ": kernel sizes outside 1..65536");
+  const std::vector<int64_t> pads = window_pads(i, a, x.d, {R, S}, st);
   if (G < 1 || x.d.c % G || K % G || W.dims[1] * G != x.d.c)
     throw Error(where(i) + ": weight " + ints_str(W.dims) + " with group " + std::to_string(G) + " does not fit " +
                 std::to_string(x.d.c) + " input channels");
@@ -205,7 +240,7 @@ void Importer::conv(int i) {
   s.stride_h = int(st[0]), s.stride_w = int(st[1]), s.pad_h = int(pads[0]), s.pad_w = int(pads[1]), s.groups = int(G);
   const bool has_b = g_.node(i).input_size() > 2 && !g_.node(i).input(2).empty();
   s.bias = has_b;
-  const int64_t Ho = (x.d.h + 2 * pads[0] - R) / std::max<int64_t>(st[0], 1) + 1, Wo = (x.d.w + 2 * pads[1] - S) / std::max<int64_t>(st[1], 1) + 1;
+  const int64_t Ho = (x.d.h + 2 * pads[0] - R) / st[0] + 1, Wo = (x.d.w + 2 * pads[1] - S) / st[1] + 1;
   if (st[0] < 1 || st[1] < 1 || Ho < 1 || Wo < 1) throw Error(where(i) + ": the kernel does not fit the input");
   Val y = emit(s, {&x}, val(i, 1).weight_name, {int(K), int(Ho), int(Wo)}, Layout::NCHW);
   weight(y.ref, "weight", W.f);
@@ -231,14 +266,33 @@ int Importer::fold_bias(int i, const std::string& value, int K, int rank, std::v
   return r;
 }
 
-// Gemm: A [N, D] x B (transB: [K, D], else [D, K]) + C [K]: a Linear, weight [K, D].
+// Gemm's C as the Linear's bias: beta x C where C broadcasts to [N, K] the same for every row: a
+// scalar, [K], [1, K], [1, 1], or [M, K] / [M, 1] whose rows are all equal (the test's fixed batch).
+std::vector<float> Importer::gemm_bias(int i, int64_t K, float beta) const {
+  const Const& C = constant(i, 2);
+  const std::vector<int64_t>& d = C.dims;
+  const int64_t cols = d.empty() ? 1 : d.back(), rows = d.size() == 2 ? d[0] : 1;
+  if (d.size() > 2 || (cols != K && cols != 1) || rows < 1 || C.count() != size_t(rows * cols))
+    throw Error(where(i) + ": C " + ints_str(d) + " does not broadcast to [N, " + std::to_string(K) + "]");
+  for (int64_t r = 1; r < rows; ++r)
+    if (!std::equal(C.f.begin(), C.f.begin() + cols, C.f.begin() + r * cols))
+      throw Error(where(i) + ": C " + ints_str(d) + " differs from row to row; ember's Linear adds one bias to every row");
+  std::vector<float> b(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) b[size_t(k)] = beta * C.f[size_t(cols == 1 ? 0 : k)];
+  return b;
+}
+
+// Gemm: alpha A [N, D] x B (transB: [K, D], else [D, K]) + beta C: a Linear, weight alpha B as
+// [K, D], bias beta C. transA would transpose the data (the batch with the features): refused.
 void Importer::gemm(int i) {
   const Val& x = tensor(i, 0);
   if (x.lay != Layout::Flat) throw Error(where(i) + ": input must be [N, D] (flatten first)");
   Attrs a(g_.node(i), where(i));
   a.only({"alpha", "beta", "transA", "transB"});
-  if (a.f("alpha", 1) != 1 || a.f("beta", 1) != 1 || a.i("transA", 0) != 0)
-    throw Error(where(i) + ": only alpha 1, beta 1 and transA 0 are supported");
+  const float alpha = a.f("alpha", 1), beta = a.f("beta", 1);
+  if (!std::isfinite(alpha) || !std::isfinite(beta)) throw Error(where(i) + ": attribute alpha or beta is not finite");
+  if (a.i("transA", 0) != 0)
+    throw Error(where(i) + ": attribute transA 1 is not supported (it would transpose the data [N, D], batch with features)");
   const Const& B = constant(i, 1);
   if (B.dims.size() != 2) throw Error(where(i) + ": B must be 2-D");
   const bool tb = a.i("transB", 0) != 0;
@@ -248,17 +302,16 @@ void Importer::gemm(int i) {
   LayerSpec s;
   s.kind = LayerKind::Linear, s.out = int(K);
   const bool has_c = g_.node(i).input_size() > 2 && !g_.node(i).input(2).empty();
+  const std::vector<float> bias = has_c ? gemm_bias(i, K, beta) : std::vector<float>{};
   s.bias = has_c;
   std::string wname = val(i, 1).weight_name;
   if (!tb && !has_c) wname.clear();
   Val y = emit(s, {&x}, wname, {int(K), 1, 1}, Layout::Flat);
-  weight(y.ref, "weight", tb ? B.f : transpose2(B));
-  if (has_c) {
-    const Const& C = constant(i, 2);
-    if (C.count() != size_t(K) || (C.dims.size() == 2 && C.dims[0] != 1) || C.dims.size() > 2)
-      throw Error(where(i) + ": C must be [K] or [1, K] with K = " + std::to_string(K));
-    weight(y.ref, "bias", C.f);
-  }
+  std::vector<float> w = tb ? B.f : transpose2(B);
+  if (alpha != 1)
+    for (float& v : w) v *= alpha;
+  weight(y.ref, "weight", std::move(w));
+  if (has_c) weight(y.ref, "bias", bias);
   set(i, 0, std::move(y));
 }
 
@@ -289,27 +342,31 @@ void Importer::matmul(int i) {
   }
 }
 
+// MaxPool / AveragePool (opsets 1 to 21): kernel_shape, strides, pads or auto_pad, ceil_mode when
+// the windows come out the same as ember's symmetric padding (window_pads); no dilations; the
+// Indices output and its storage_order only when nothing reads them; count_include_pad (0, ONNX's
+// default: avgpool2d's count_include_pad false).
 void Importer::pool(int i, bool max) {
   const Val& x = tensor(i, 0);
   if (x.lay != Layout::NCHW) throw Error(where(i) + ": expected an [N, C, H, W] input (not channels-last, not [N, D])");
   Attrs a(g_.node(i), where(i));
-  a.only({"kernel_shape", "strides", "pads", "ceil_mode", "dilations", "auto_pad", "storage_order", "count_include_pad"});
-  const auto k = a.ints("kernel_shape", {}), st = a.ints("strides", {1, 1}), pads = a.ints("pads", {0, 0, 0, 0});
-  if (k.size() != 2 || st.size() != 2 || pads.size() != 4) throw Error(where(i) + ": kernel_shape, strides and pads must be 2-D");
-  if (a.i("ceil_mode", 0) || !all_are(a.ints("dilations", {1, 1}), 1) || a.s("auto_pad", "NOTSET") != "NOTSET" ||
-      a.i("storage_order", 0))
-    throw Error(where(i) + ": ceil_mode, dilations, auto_pad and storage_order are not supported");
-  if (pads[0] != pads[2] || pads[1] != pads[3]) throw Error(where(i) + ": asymmetric pads " + ints_str(pads) + " are not supported");
-  if (pads[0] < 0 || pads[1] < 0 || pads[0] > 65536 || pads[1] > 65536) throw Error(where(i) + ": pads outside 0..65536");
-  if (!max && pads[0] + pads[1] > 0 && a.i("count_include_pad", 0) == 0)
-    throw Error(where(i) + ": count_include_pad 0 with padding is not supported (ember counts the padding, as PyTorch)");
+  if (max) a.only({"kernel_shape", "strides", "pads", "ceil_mode", "dilations", "auto_pad", "storage_order"});
+  else a.only({"kernel_shape", "strides", "pads", "ceil_mode", "dilations", "auto_pad", "count_include_pad"});
+  const auto k = a.ints("kernel_shape", {}), st = a.ints("strides", {1, 1});
+  if (k.size() != 2 || st.size() != 2) throw Error(where(i) + ": attributes kernel_shape and strides must be 2-D");
+  if (!all_are(a.ints("dilations", {1, 1}), 1))
+    throw Error(where(i) + ": attribute dilations " + ints_str(a.ints("dilations", {})) + " is not supported (ember's pools have no dilation)");
   if (g_.node(i).output_size() > 1 && !g_.node(i).output(1).empty() && readers_.count(g_.node(i).output(1)))
     throw Error(where(i) + ": the Indices output is not supported");
   check_strides(i, st);
-  for (int64_t v : {k[0], k[1]})
-    if (v < 1 || v > 65536) throw Error(where(i) + ": kernel_shape " + ints_str(k) + ": each size must be in 1..65536");
-  if (pads[0] < 0 || pads[1] < 0 || pads[0] > 65536 || pads[1] > 65536) throw Error(where(i) + ": pads outside 0..65536");
+  for (int64_t v : k)
+    if (v < 1 || v > 65536) throw Error(where(i) + ": attribute kernel_shape " + ints_str(k) + ": each size must be in 1..65536");
+  const std::vector<int64_t> pads = window_pads(i, a, x.d, k, st);
+  if (2 * pads[0] > k[0] || 2 * pads[1] > k[1])
+    throw Error(where(i) + ": pads " + ints_str(pads) + " are more than half the kernel " + ints_str(k) +
+                " (ember pads a pool by at most half its kernel, as PyTorch)");
   LayerSpec s;
+  s.count_include_pad = max || pads[0] + pads[1] == 0 || a.i("count_include_pad", 0) != 0;  // no pads: either
   s.kind = max ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
   s.kernel_h = int(k[0]), s.kernel_w = int(k[1]), s.stride_h = int(st[0]), s.stride_w = int(st[1]);
   s.pad_h = int(pads[0]), s.pad_w = int(pads[1]);
@@ -417,6 +474,8 @@ void Importer::activation(int i, LayerKind kind) {
 void Importer::binary(int i) {
   const pb::NodeProto& n = g_.node(i);
   if (n.input_size() != 2) throw Error(where(i) + ": expected 2 inputs");
+  Attrs at(n, where(i));
+  at.only({"consumed_inputs"});  // Add-1..6's and Mul-1..6's broadcast and axis align differently: refused
   const Val &a = val(i, 0), &b = val(i, 1);
   if (n.op_type() == "Add") {
     if (a.is_const || b.is_const) throw Error(where(i) + ": adding a constant is supported only as the bias right after a MatMul");
@@ -449,6 +508,8 @@ void Importer::join(int i, bool concat) {
   nn::Dims d = tensor(i, 0).d;
   int64_t c = 0;
   for (int k = 0; k < n.input_size(); ++k) {
+    if (concat && val(i, k).is_const)
+      throw Error(where(i) + ": input " + std::to_string(k) + " is a constant; ember's concat joins tensors only");
     const Val& v = tensor(i, k);
     if (v.lay != tensor(i, 0).lay) throw Error(where(i) + ": inputs in different layouts");
     if (v.d.h != d.h || v.d.w != d.w || (!concat && v.d.c != d.c)) throw Error(where(i) + ": inputs of different shapes");
@@ -457,6 +518,7 @@ void Importer::join(int i, bool concat) {
   }
   LayerSpec s;
   s.kind = concat ? LayerKind::Concat : LayerKind::Add;
+  if (!concat) Attrs(n, where(i)).only({"consumed_inputs"});  // Sum-1..6's hint; Add-1..6's broadcast is refused
   if (concat) {
     Attrs a(n, where(i));
     a.only({"axis"});
@@ -490,7 +552,12 @@ void Importer::flatten(int i) {
   if (n.op_type() == "Flatten") {
     Attrs a(n, where(i));
     a.only({"axis"});
-    if (a.i("axis", 1) != 1) throw Error(where(i) + ": only axis 1 is supported");
+    const int64_t rank = x.lay == Layout::Flat ? 2 : 4, axis = a.i("axis", 1);
+    if (axis < -rank || axis > rank) throw Error(where(i) + ": attribute axis " + std::to_string(axis) + " is outside -" +
+                                                 std::to_string(rank) + ".." + std::to_string(rank));
+    if (axis != 1 && axis != 1 - rank)  // 0: [1, N x D]; 2 and more: [N x C.., ..]: both mix the batch in
+      throw Error(where(i) + ": attribute axis " + std::to_string(axis) + " is not supported (only axis 1: any other "
+                  "flattens the batch dim N into the features)");
   } else if (n.op_type() == "Reshape") {
     Attrs a(n, where(i));
     a.only({"allowzero"});

@@ -54,8 +54,11 @@ class Importer {
   bool fold(int i);                         // onnx_fold.cpp: all inputs constant: compute it
   const Val& tensor(int i, int k) const;    // a non-constant input
   void check_strides(int i, const std::vector<int64_t>& st) const;
+  std::vector<int64_t> window_pads(int i, const Attrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
+                                   const std::vector<int64_t>& st) const;
   void conv(int i);
   void gemm(int i);
+  std::vector<float> gemm_bias(int i, int64_t K, float beta) const;
   void matmul(int i);
   void pool(int i, bool max);
   void global_pool(int i, const std::vector<int64_t>& axes, bool keep);

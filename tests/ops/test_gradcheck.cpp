@@ -81,6 +81,28 @@ TEST(GradCheck, AvgPool2d) {
   }
 }
 
+// count_include_pad false (ONNX AveragePool's default): the divisor is the window's input positions.
+TEST(GradCheck, AvgPool2dWithoutPadInTheDivisor) {
+  for (auto s : {pool(1, 2, 7, 5, 3, 3, 2, 1, 1, 1), pool(2, 1, 4, 4, 3, 3, 1, 1, 1, 1)}) {
+    s.count_pad = false;
+    const size_t nx = size_t(s.N) * s.C * s.H * s.W, ny = size_t(s.N) * s.C * s.P * s.Q;
+    auto x = randn(nx, 33), g = randn(ny, 34);
+    std::vector<double> y(ny), dx(nx);
+    auto loss = [&] { ref::avgpool2d_fwd<double>(y.data(), x.data(), s); return dot(y, g); };
+    ref::avgpool2d_bwd<double>(dx.data(), g.data(), s);
+    expect_gradient("avgpool without pad dx", x, dx, loss);
+  }
+  auto s = pool(1, 1, 3, 3, 3, 3, 1, 1, 1, 1);  // ones, padded by 1: every window's mean is 1 (4/9 in a corner with the pad)
+  std::vector<double> x(9, 1.0), y(9);
+  s.count_pad = false;
+  ref::avgpool2d_fwd<double>(y.data(), x.data(), s);
+  for (double v : y) EXPECT_DOUBLE_EQ(v, 1.0);
+  s.count_pad = true;
+  ref::avgpool2d_fwd<double>(y.data(), x.data(), s);
+  EXPECT_DOUBLE_EQ(y[0], 4.0 / 9.0);
+  EXPECT_DOUBLE_EQ(y[4], 1.0);
+}
+
 TEST(GradCheck, Activations) {
   const size_t n = 37;
   using Fwd = void (*)(double*, const double*, size_t);

@@ -511,7 +511,7 @@ HOSTILE_SEEDS = {  # fuzz/corpus/onnx seeds (fuzz/make_onnx_corpus.py) and what 
     "layers-4097": "more than 4096 layers", "regress-ir-version-999": "ir_version 999",
     "regress-conv-strides-0": "strides [0, 1]", "regress-output-untyped": "no type",
     "regress-output-wrong-shape": "the model computes [N, 3]", "regress-no-output": "no output",
-    "claims-2e62": "does not parse",
+    "claims-2e62": "does not parse", "regress-auto-pad-unknown": "auto_pad 'SAME_MIDDLE'",
 }
 
 

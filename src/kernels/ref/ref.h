@@ -184,6 +184,7 @@ void col2im(T* dx, const T* col, int Cg, const ConvShape& s) {
 // Pooling geometry: x [N, C, H, W] -> y [N, C, P, Q], window R x S, stride, padding.
 struct PoolShape {
   int N, C, H, W, P, Q, R, S, stride_h, stride_w, pad_h, pad_w;
+  bool count_pad = true;  // AvgPool2d: padding counted in the divisor; false: the window's input values only
 };
 // MaxPool2d. argmax[N,C,P,Q] holds the flat h*W+w index of the max inside x's plane (a named
 // output of forward, used by backward). Padding never wins (it is -inf, as in PyTorch).
@@ -221,7 +222,15 @@ void maxpool2d_bwd(T* dx, const T* dy, const int32_t* argmax, const PoolShape& s
       if (a >= 0) dx[nc * s.H * s.W + a] += dy[nc * s.P * s.Q + i];
     }
 }
-// AvgPool2d, padding counted in the divisor (PyTorch's count_include_pad=True default).
+// The divisor of AvgPool2d's window (p, q) without its padding (count_include_pad=False): the
+// number of its positions inside the input.
+inline int avgpool2d_count(const PoolShape& s, int p, int q) {
+  const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
+  const int hn = std::min(h0 + s.R, s.H) - std::max(h0, 0), wn = std::min(w0 + s.S, s.W) - std::max(w0, 0);
+  return std::max(hn, 1) * std::max(wn, 1);
+}
+// AvgPool2d, padding counted in the divisor (PyTorch's count_include_pad=True default), or not
+// (s.count_pad false: the mean of the window's input values).
 template <class T>
 void avgpool2d_fwd(T* y, const T* x, const PoolShape& s) {
   const T inv = T(1) / T(s.R * s.S);
@@ -237,7 +246,7 @@ void avgpool2d_fwd(T* y, const T* x, const PoolShape& s) {
             if (w >= 0 && w < s.W) acc += x[nc * s.H * s.W + h * s.W + w];
           }
         }
-        y[nc * s.P * s.Q + p * s.Q + q] = acc * inv;
+        y[nc * s.P * s.Q + p * s.Q + q] = s.count_pad ? acc * inv : acc / T(avgpool2d_count(s, p, q));
       }
 }
 template <class T>
@@ -247,7 +256,7 @@ void avgpool2d_bwd(T* dx, const T* dy, const PoolShape& s) {
   for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
     for (int p = 0; p < s.P; ++p)
       for (int q = 0; q < s.Q; ++q) {
-        const T d = dy[nc * s.P * s.Q + p * s.Q + q] * inv;
+        const T d = s.count_pad ? dy[nc * s.P * s.Q + p * s.Q + q] * inv : dy[nc * s.P * s.Q + p * s.Q + q] / T(avgpool2d_count(s, p, q));
         for (int r = 0; r < s.R; ++r) {
           const int h = p * s.stride_h - s.pad_h + r;
           if (h < 0 || h >= s.H) continue;
