@@ -2,6 +2,7 @@
 // per ember node, opset 17, weights as initializers under their parameter names, a symbolic
 // batch dim. Tensors are [N, C, H, W] (rank 4) until a Flatten or Linear makes them [N, D].
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -118,7 +119,14 @@ class Exporter {
   void run() {
     vals_.assign(g_.tensors.size(), {});
     vals_[0] = {"input", 4};
-    for (size_t i = 0; i < g_.nodes.size(); ++i) vals_[size_t(g_.nodes[i].out)] = node(int(i));
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      if (folds_batchnorm(i)) {  // conv -> batchnorm2d: one Conv with the eval-mode BN folded in
+        vals_[size_t(g_.nodes[i + 1].out)] = vals_[size_t(g_.nodes[i].out)] = conv(int(i), vals_[size_t(g_.nodes[i].in[0])], int(i + 1));
+        ++i;
+        continue;
+      }
+      vals_[size_t(g_.nodes[i].out)] = node(int(i));
+    }
     const Value& last = vals_[size_t(nn::output(g_))];
     std::string y = last.name;
     // A vector output leaves as [N, D]; an image (a feature map) as [N, C, H, W].
@@ -199,13 +207,39 @@ class Exporter {
     throw Error("export: " + nd.label + ": no ONNX mapping for " + layer_kind_name(s.kind));
   }
 
-  Value conv(int i, const Value& x) {
+  // Whether node i is a conv2d whose output only the batchnorm2d right after it reads: exported
+  // as one Conv (PyTorch's eval-mode export does the same).
+  bool folds_batchnorm(size_t i) const {
+    if (i + 1 >= g_.nodes.size() || g_.nodes[i].spec->kind != LayerKind::Conv2d) return false;
+    const nn::Node& bn = g_.nodes[i + 1];
+    return bn.spec->kind == LayerKind::BatchNorm2d && bn.in[0] == g_.nodes[i].out &&
+           g_.tensors[size_t(g_.nodes[i].out)].readers.size() == 1;
+  }
+
+  // Conv; with bn >= 0 (a batchnorm2d node after it), the eval-mode BN folded in: per output
+  // channel k, a = gamma / sqrt(var + eps), weight a w, bias a (b - mean) + beta (in double).
+  Value conv(int i, const Value& x, int bn = -1) {
     const LayerSpec& s = *g_.nodes[size_t(i)].spec;
     const Dims d = in_dims(i);
     const std::string nm = g_.nodes[size_t(i)].param_prefix;
-    const std::string w = init(i, "weight", {s.out, d.c / s.groups, s.kernel_h, s.kernel_w});
-    std::vector<std::string> in{img(x, nm), w};
-    if (s.bias) in.push_back(init(i, "bias", {s.out}));
+    const std::vector<int64_t> wdims{s.out, d.c / s.groups, s.kernel_h, s.kernel_w};
+    std::vector<std::string> in{img(x, nm)};
+    if (bn < 0) {
+      in.push_back(init(i, "weight", wdims));
+      if (s.bias) in.push_back(init(i, "bias", {s.out}));
+    } else {
+      const LayerSpec& b = *g_.nodes[size_t(bn)].spec;
+      const size_t K = size_t(s.out), per = size_t(d.c / s.groups) * s.kernel_h * s.kernel_w;
+      const float *w = param(i, "weight"), *mean = param(bn, "running_mean"), *var = param(bn, "running_var");
+      std::vector<float> fw(K * per), fb(K);
+      for (size_t k = 0; k < K; ++k) {
+        const double a = (b.bias ? double(param(bn, "weight")[k]) : 1.0) / std::sqrt(double(var[k]) + b.eps);
+        for (size_t j = 0; j < per; ++j) fw[k * per + j] = float(a * w[k * per + j]);
+        fb[k] = float(a * ((s.bias ? double(param(i, "bias")[k]) : 0.0) - mean[k]) + (b.bias ? double(param(bn, "bias")[k]) : 0.0));
+      }
+      in.push_back(W_.floats(nm + ".weight", wdims, fw.data(), fw.size()));
+      in.push_back(W_.floats(nm + ".bias", {s.out}, fb.data(), fb.size()));
+    }
     const int ph = s.same ? s.kernel_h / 2 : s.pad_h, pw = s.same ? s.kernel_w / 2 : s.pad_w;
     pb::NodeProto* n = W_.node("Conv", in, {W_.fresh(nm + "_conv")}, nm);
     attr(n, "kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w});
