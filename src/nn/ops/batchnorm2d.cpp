@@ -125,9 +125,11 @@ const OpDesc& op_desc_batchnorm2d() {
     o.fields = {eps_field(), momentum_field(), affine_field()};
     o.params = batchnorm_params;
     o.make = make_batchnorm2d;
-    o.example = example_model("batchnorm2d", R"({"type": "conv2d", "out_channels": 8, "kernel": 4, "stride": 4, "bias": false}, )"
-                                             R"({"type": "batchnorm2d"}, {"type": "relu"}, {"type": "flatten"}, )"
-                                             R"({"type": "linear", "out_features": 10})");
+    // Between a pool and a linear layer: ONNX export folds a batchnorm2d right after a conv2d into
+    // the conv, so this example exports as BatchNormalization.
+    o.example = example_model("batchnorm2d", R"({"type": "conv2d", "out_channels": 8, "kernel": 4, "stride": 4}, )"
+                                             R"({"type": "relu"}, {"type": "maxpool2d", "kernel": 2}, {"type": "batchnorm2d"}, )"
+                                             R"({"type": "flatten"}, {"type": "linear", "out_features": 10})");
     return o;
   }();
   return d;
