@@ -5,17 +5,14 @@
 
 #include "ember/error.h"
 #include "ember/model.h"
+#include "nn/model_spec.h"
 
 namespace ember {
 
 namespace {
 
 LayerSpec spec(LayerKind k, const std::string& name, std::vector<std::string> inputs = {}) {
-  LayerSpec s;
-  s.kind = k;
-  s.name = name;
-  s.inputs = std::move(inputs);
-  return s;
+  return named_spec(k, name, std::move(inputs));
 }
 // nn.LayerNorm([C, H, W]) of the study: over the whole sample, shape [C, H, W] even at 1x1.
 LayerSpec ln_chw(const std::string& name) {

@@ -5,17 +5,14 @@
 
 #include "ember/error.h"
 #include "ember/model.h"
+#include "nn/model_spec.h"
 
 namespace ember {
 
 namespace {
 
 LayerSpec named(LayerKind k, const std::string& name, std::vector<std::string> inputs = {}) {
-  LayerSpec s;
-  s.kind = k;
-  s.name = name;
-  s.inputs = std::move(inputs);
-  return s;
+  return named_spec(k, name, std::move(inputs));
 }
 // Conv2d(bias=False) with padding kernel / 2, as every conv of torchvision's ResNet.
 LayerSpec conv(const std::string& name, int out, int kernel, int stride, std::vector<std::string> inputs = {}) {
