@@ -387,13 +387,13 @@ void* Plan::targets() {
 }
 void Plan::one_hot_targets(int n) {
   Impl& m = *impl_;
-  const nn::Dims out = m.g.tensors[m.out_tensor()].dims;
-  if (!out.flat() || out.c != m.model.num_classes)
+  if (!has_class_scores())
     throw Error(m.g.where + ": class labels as targets need the output [" + std::to_string(m.model.num_classes) +
-                "], found [" + shape_text(dims_vec(out)) + "]; give targets of the output's shape");
+                "], found [" + shape_text(output_dims()) + "]; give targets of the output's shape");
   const int32_t* lab = m.at<int32_t>(m.labels_off);
-  if (m.esz == 8) ref::one_hot(static_cast<double*>(targets()), lab, n, out.c);
-  else ref::one_hot(static_cast<float*>(targets()), lab, n, out.c);
+  const int D = m.model.num_classes;
+  if (m.esz == 8) ref::one_hot(static_cast<double*>(targets()), lab, n, D);
+  else ref::one_hot(static_cast<float*>(targets()), lab, n, D);
 }
 bool Plan::has_class_scores() const {
   const nn::Dims out = impl_->g.tensors[impl_->out_tensor()].dims;

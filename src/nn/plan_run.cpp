@@ -110,11 +110,16 @@ void check_training(const Plan::Impl& m, const char* what) {
   if (!m.opt.training) throw Error(std::string(what) + ": an inference plan (PlanOptions::training false) has no gradients");
 }
 // Labels need class scores: the output [classes].
-void check_class_scores(const Plan::Impl& m, const char* what) {
-  const nn::Dims out = m.g.tensors[m.out_tensor()].dims;
-  if (!out.flat() || out.c != m.model.num_classes)
+void check_class_scores(const Plan& p, const Plan::Impl& m, const char* what) {
+  if (!p.has_class_scores())
     throw Error(std::string(what) + ": class labels need the output [" + std::to_string(m.model.num_classes) +
-                "] (class scores); this model outputs " + std::to_string(out.size()) + " values per sample");
+                "] (class scores); this model outputs " + std::to_string(m.g.tensors[m.out_tensor()].dims.size()) +
+                " values per sample");
+}
+// Whether L2 and weight decay apply to p: by role (weights, norm scales, layer scales), norm
+// scales only with decay_norms.
+bool decays(const OptimizerConfig& o, const ParamInfo& p) {
+  return param_decays(p.role) && (o.decay_norms || p.role != ParamRole::norm_scale);
 }
 }  // namespace
 
@@ -133,7 +138,7 @@ double Plan::loss(int n, bool grad, int mean_over) {
     throw Error("loss: mean_over " + std::to_string(mean_over) + " is below the batch's " + std::to_string(n) + " samples");
   const int N = mean_over != 0 ? mean_over : n;  // the gradient's divisor
   const int D = int(m.g.tensors[m.out_tensor()].dims.size());  // per-sample output elements
-  if (!loss_takes_targets(m.model.loss)) check_class_scores(m, "loss");
+  if (!loss_takes_targets(m.model.loss)) check_class_scores(*this, m, "loss");
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -153,7 +158,7 @@ double Plan::loss(int n, bool grad, int mean_over) {
 
 int Plan::correct(int n) const {
   const Impl& m = *impl_;
-  check_class_scores(m, "correct");
+  check_class_scores(*this, m, "correct");
   const int D = m.model.num_classes;
   const int32_t* lab = m.at<int32_t>(m.labels_off);
   auto run = [&](auto tag) {
@@ -219,8 +224,8 @@ void Plan::reset_flush_count() { impl_->flush = {}; }
 
 namespace {
 ops::AdamArgs adam_args(const OptimizerConfig& o, const ParamInfo& p, double lr, int64_t step) {
-  const bool decays = param_decays(p.role) && (o.decay_norms || p.role != ParamRole::norm_scale);  // by role
-  const float l2 = decays ? float(o.l2) : 0.f, wd = decays ? float(o.weight_decay) : 0.f;
+  const bool d = decays(o, p);
+  const float l2 = d ? float(o.l2) : 0.f, wd = d ? float(o.weight_decay) : 0.f;
   return {float(lr), float(o.beta1), float(o.beta2), float(o.eps), l2, wd,
           float(1 - std::pow(o.beta1, double(step))), float(1 - std::pow(o.beta2, double(step)))};
 }
@@ -295,8 +300,8 @@ size_t update_param(Plan::Impl& m, const ops::Exec& e, size_t t, double lr, int6
   uint16_t* wh = m.wh_off != kNone ? m.at<uint16_t>(m.wh_off) : nullptr;
   const ParamInfo& p = m.params[t];
   if (!param_trained(p.role)) return 0;      // running statistics: the optimizer never touches them
-  const bool decays = param_decays(p.role) && (o.decay_norms || p.role != ParamRole::norm_scale);  // by role
-  const float l2 = decays ? float(o.l2) : 0.f, wd = decays ? float(o.weight_decay) : 0.f;
+  const bool d = decays(o, p);
+  const float l2 = d ? float(o.l2) : 0.f, wd = d ? float(o.weight_decay) : 0.f;
   const size_t off = p.offset + lo, len = hi - lo;
   if (o.kind == OptimizerKind::Adam || o.kind == OptimizerKind::AdamW)
     return ops::adam_step(e, w + off, s0 + off, s1 + off, g + off, len, adam_args(o, p, lr, step),
