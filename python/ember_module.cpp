@@ -16,7 +16,6 @@
 #include <numeric>
 #include <optional>
 #include <utility>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,7 +138,7 @@ struct Truth {
 Truth truth_of(const py::array& y, int64_t n, const ember::Model& m) {
   Truth t;
   const char kind = y.dtype().kind();
-  if (!ember::loss_takes_targets(m.loss) || (kind != 'f' && kind != 'd')) {
+  if (!ember::loss_takes_targets(m.loss) || kind != 'f') {  // numpy's floats, any width
     t.labels = labels_of(y, n, m.num_classes);
     return t;
   }
