@@ -48,7 +48,8 @@ struct BenchResult {
 
 // The names run_bench knows, in the order it runs them.
 std::vector<std::string> bench_workloads();
-// The ConvNeXt workloads (random 64x64 inputs; 10-60 s each): run only when --workloads names them.
+// The model workloads, ConvNeXts and ResNets (random 64x64 inputs; 10-60 s each): run only when
+// --workloads names them (the name predates the ResNets; kept for callers).
 std::vector<std::string> convnext_workloads();
 // The data-pipeline workloads (an image folder of JPEGs): run only when --workloads names them.
 // data-decode: images/s decoding the whole folder (train and test, 2 threads by default);

@@ -377,7 +377,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
   }
-  // ConvNeXt workloads run only when named (--workloads): each takes 10-60 s.
+  // The model workloads (ConvNeXts, ResNets) run only when named (--workloads): each takes 10-60 s.
   auto named = wants;
   for (const ModelWorkload& w : model_workloads()) {
     const std::string name = w.name;
