@@ -282,6 +282,14 @@ def safetensors_corpus():
     }
     for name, t in offsets.items():
         seeds[name] = weights(tiny_tensor_pairs(**{"2.bias": t}))
+    # I64, which only a BatchNorm's num_batches_tracked may be: a bias claiming it (8 bytes for
+    # one element: the range lies too), and a 0-dim num_batches_tracked the model does not have.
+    n = len(data)
+    seeds["i64-bias"] = weights(tiny_tensor_pairs(**{"0.bias": tensor([1], 196, 200, "I64")}))
+    seeds["i64-bias-8-bytes"] = safetensors(obj(tiny_tensor_pairs(**{"0.bias": tensor([1], n, n + 8, "I64")}) +
+                                                [("__metadata__", obj(weight_meta_pairs()))]), data + bytes(8))
+    seeds["i64-num-batches-tracked-extra"] = safetensors(obj(tiny_tensor_pairs() + [
+        ("0.num_batches_tracked", tensor([], n, n + 8, "I64")), ("__metadata__", obj(weight_meta_pairs()))]), data + bytes(8))
     # The file is shorter than the header says (memory: the length field lies).
     whole = weights()
     seeds["header-length-lies"] = struct.pack("<Q", len(whole) - 8 + 1) + whole[8:]
