@@ -76,13 +76,16 @@ Samples samples_of(const py::buffer& b, const ember::Model& m, const char* arg) 
   if (!s.u8 && f != py::format_descriptor<float>::format())
     throw py::value_error(std::string(arg) + ": expected a uint8 or float32 array, found format '" + f + "'");
   const std::vector<py::ssize_t> want = {m.in_c, m.in_h, m.in_w};
-  // [N, H, W] for one channel; [N, F] for a vector input (the model's input [F, 1, 1]).
-  const bool grey3 = s.buf.ndim == 3 && m.in_c == 1, vec2 = s.buf.ndim == 2 && m.in_h == 1 && m.in_w == 1;
-  if (s.buf.ndim != 4 && !grey3 && !vec2)
-    throw py::value_error(std::string(arg) + ": expected shape [N, C, H, W] (or [N, H, W] for one channel, [N, F] " +
-                          "for a vector input), found " + std::to_string(s.buf.ndim) + " dimensions");
+  // [N, H, W] for one channel; [N, C, L] for a sequence (the model's input [C, 1, L]); [N, F] for a
+  // vector input (the model's input [F, 1, 1]); [N] for one value (the model's input [1, 1, 1]).
+  const bool grey3 = s.buf.ndim == 3 && m.in_c == 1, seq3 = s.buf.ndim == 3 && m.in_h == 1 && !grey3;
+  const bool vec2 = s.buf.ndim == 2 && m.in_h == 1 && m.in_w == 1, one1 = s.buf.ndim == 1 && m.in_c * m.in_h * m.in_w == 1;
+  if (s.buf.ndim != 4 && !grey3 && !seq3 && !vec2 && !one1)
+    throw py::value_error(std::string(arg) + ": expected shape [N, C, H, W] (or [N, H, W] for one channel, [N, C, L] " +
+                          "for an input [C, 1, L], [N, F] for a vector input), found " + std::to_string(s.buf.ndim) +
+                          " dimensions");
   for (int d = 1; d < s.buf.ndim; ++d) {
-    const py::ssize_t w = want[size_t(d - 1 + (grey3 ? 1 : 0))];
+    const py::ssize_t w = want[size_t(d - 1 + (grey3 || (seq3 && d == 2) ? 1 : 0))];
     if (s.buf.shape[size_t(d)] != w)
       throw py::value_error(std::string(arg) + ": dimension " + std::to_string(d) + " is " +
                             std::to_string(s.buf.shape[size_t(d)]) + ", the model's input is [" + std::to_string(m.in_c) +

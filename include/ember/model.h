@@ -49,7 +49,8 @@ struct LayerSpec {
   int out = 0;                        // Conv2d: K out-channels; Linear: out features
   int kernel_h = 1, kernel_w = 1;     // Conv2d, pools: R x S
   int stride_h = 1, stride_w = 1;
-  int pad_h = 0, pad_w = 0;
+  int pad_h = 0, pad_w = 0;           // before (top, left); after too unless pad_h_end, pad_w_end
+  int pad_h_end = -1, pad_w_end = -1; // pools: padding after (bottom, right), as ONNX's pads; -1: pad_h, pad_w
   int groups = 1;                     // Conv2d: C and K must both divide by it
   bool bias = true;                   // Conv2d, Linear; LayerNorm(2d): affine weight and bias
   bool same = false;                  // Conv2d: PyTorch's padding='same' (stride 1, odd kernel)

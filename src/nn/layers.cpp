@@ -30,6 +30,10 @@ void check_index(const char* layer, const char* what, int64_t v) {
                 std::to_string(kMaxIndex) + " (too large)");
 }
 
+// The padding after (bottom, right): a pool's padding_end, else the padding before.
+int pad_after_h(const LayerSpec& s) { return s.pad_h_end < 0 ? s.pad_h : s.pad_h_end; }
+int pad_after_w(const LayerSpec& s) { return s.pad_w_end < 0 ? s.pad_w : s.pad_w_end; }
+
 // Output size of a window sliding over `in` (PyTorch's floor formula), computed in 64 bits.
 int64_t out_size64(int in, int k, int stride, int pad) {
   return (int64_t{in} + 2 * int64_t{pad} - k) / stride + 1;
@@ -43,7 +47,7 @@ void check_window(const char* what, const Dims& in, const LayerSpec& s) {
     throw Error(std::string(what) + " needs an image input [C, H, W], found " + dims_str(in));
   if (s.kernel_h < 1 || s.kernel_w < 1 || s.stride_h < 1 || s.stride_w < 1 || s.pad_h < 0 || s.pad_w < 0)
     throw Error(std::string(what) + ": kernel and stride must be >= 1 and padding >= 0");
-  const int64_t hp = int64_t{in.h} + 2 * int64_t{s.pad_h}, wp = int64_t{in.w} + 2 * int64_t{s.pad_w};
+  const int64_t hp = int64_t{in.h} + s.pad_h + pad_after_h(s), wp = int64_t{in.w} + s.pad_w + pad_after_w(s);
   if (hp < s.kernel_h || wp < s.kernel_w)
     throw Error(std::string(what) + ": kernel " + std::to_string(s.kernel_h) + "x" +
                 std::to_string(s.kernel_w) + " is larger than the padded input " + dims_str(in));
@@ -230,11 +234,13 @@ class Pool2d final : public Layer {
   Dims infer(const Dims& in) override {
     const char* what = max_ ? "maxpool2d" : "avgpool2d";
     check_window(what, in, spec_);
-    if (spec_.pad_h * 2 > spec_.kernel_h || spec_.pad_w * 2 > spec_.kernel_w)
-      throw Error(std::string(what) + ": padding must be at most half the kernel (as in PyTorch)");
+    const int eh = pad_after_h(spec_), ew = pad_after_w(spec_);
+    // Every window holds an input position: each padding below the kernel (PyTorch: at most half).
+    if (std::max(spec_.pad_h, eh) >= spec_.kernel_h || std::max(spec_.pad_w, ew) >= spec_.kernel_w || eh < 0 || ew < 0)
+      throw Error(std::string(what) + ": padding (before and after) must be less than the kernel");
     in_ = in;
-    out_ = {in.c, out_size(in.h, spec_.kernel_h, spec_.stride_h, spec_.pad_h),
-            out_size(in.w, spec_.kernel_w, spec_.stride_w, spec_.pad_w)};
+    out_ = {in.c, int((int64_t{in.h} + spec_.pad_h + eh - spec_.kernel_h) / spec_.stride_h + 1),
+            int((int64_t{in.w} + spec_.pad_w + ew - spec_.kernel_w) / spec_.stride_w + 1)};
     return out_;
   }
   ref::PoolShape shape(int n) const {
@@ -446,7 +452,8 @@ bool can_fuse_conv_relu_pool(const LayerSpec* l, size_t count, const Dims& in) {
   const LayerSpec &c = l[0], &m = l[2];
   const int P = out_size(in.h, c.kernel_h, 1, c.pad_h), Q = out_size(in.w, c.kernel_w, 1, c.pad_w);
   return c.stride_h == 1 && c.stride_w == 1 && m.kernel_h == 2 && m.kernel_w == 2 &&
-         m.stride_h == 2 && m.stride_w == 2 && m.pad_h == 0 && m.pad_w == 0 && P >= 2 && Q >= 2;
+         m.stride_h == 2 && m.stride_w == 2 && m.pad_h == 0 && m.pad_w == 0 && m.pad_h_end <= 0 && m.pad_w_end <= 0 &&
+         P >= 2 && Q >= 2;
 }
 
 std::unique_ptr<Layer> make_conv_relu_pool(const LayerSpec& conv) {

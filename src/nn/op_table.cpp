@@ -232,7 +232,14 @@ OpDesc pool_op(LayerKind kind, const char* name, const char* summary, const char
     r.pair(v, p, 1, 4096, &s.kernel_h, &s.kernel_w);
     s.stride_h = s.kernel_h, s.stride_w = s.kernel_w;
   };
-  o.fields = {kernel, stride_field("the kernel"), padding_field(false, false)};
+  OpField end = {"padding_end", "int or [h, w]", "the padding",  // ONNX's asymmetric pads, SAME_UPPER, ceil_mode
+                 [](const JsonFields& r, const json& v, const std::string& p, LayerSpec& s) {
+                   r.pair(v, p, 0, 4096, &s.pad_h_end, &s.pad_w_end);
+                 },
+                 [](const LayerSpec& s, json& o) {
+                   if (s.pad_h_end >= 0 && (s.pad_h_end != s.pad_h || s.pad_w_end != s.pad_w)) o["padding_end"] = s.pad_h_end == s.pad_w_end ? json(s.pad_h_end) : json::array({s.pad_h_end, s.pad_w_end});
+                 }};
+  o.fields = {kernel, stride_field("the kernel"), padding_field(false, false), end};
   o.example = example_model(name, R"({"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1}, {"type": "relu"}, {"type": ")" +
                                       std::string(name) + R"(", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
   return o;

@@ -175,7 +175,8 @@ class Exporter {
         pb::NodeProto* n = W_.node(mx ? "MaxPool" : "AveragePool", {v}, {y}, nm);
         attr(n, "kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w});
         attr(n, "strides", std::vector<int64_t>{s.stride_h, s.stride_w});
-        attr(n, "pads", std::vector<int64_t>{s.pad_h, s.pad_w, s.pad_h, s.pad_w});
+        attr(n, "pads", std::vector<int64_t>{s.pad_h, s.pad_w, s.pad_h_end < 0 ? s.pad_h : s.pad_h_end,
+                                             s.pad_w_end < 0 ? s.pad_w : s.pad_w_end});
         if (!mx) attr(n, "count_include_pad", int64_t(s.count_include_pad ? 1 : 0));
         return {y, 4};
       }

@@ -126,19 +126,22 @@ void Importer::read_inputs() {
   if (!input->type().has_tensor_type() || input->type().tensor_type().elem_type() != pb::TensorProto::FLOAT)
     throw Error(w + ": expected a float tensor");
   const auto& shape = input->type().tensor_type().shape();
-  if (shape.dim_size() != 4 && shape.dim_size() != 2)
-    throw Error(w + ": expected [N, C, H, W] or [N, D], found rank " + std::to_string(shape.dim_size()));
+  const int rank = shape.dim_size();
+  if (rank < 1 || rank > 4)
+    throw Error(w + ": expected [N, C, H, W], [N, C, L], [N, D] or [N], found rank " + std::to_string(rank));
   int d[4] = {1, 1, 1, 1};
-  for (int k = 1; k < shape.dim_size(); ++k) {
+  for (int k = 1; k < rank; ++k) {
     const auto& dim = shape.dim(k);
     if (!dim.has_dim_value() || dim.dim_value() < 1 || dim.dim_value() > 65536)
       throw Error(w + ": dim " + std::to_string(k) + " must be a number in 1..65536 (only the batch may be symbolic)");
     d[k] = int(dim.dim_value());
   }
+  if (rank == 3) std::swap(d[2], d[3]);  // [N, C, L]: ember's [C, 1, L]
   Model& m = out_.model;
   m.in_c = d[1], m.in_h = d[2], m.in_w = d[3];
+  static const Layout kByRank[5] = {Layout::Flat, Layout::Vec, Layout::Flat, Layout::NCL, Layout::NCHW};
   Val v;
-  v.ref = "input", v.lay = shape.dim_size() == 4 ? Layout::NCHW : Layout::Flat, v.d = {d[1], d[2], d[3]};
+  v.ref = "input", v.lay = kByRank[rank], v.d = {d[1], d[2], d[3]};
   vals_[input->name()] = v;
   names_.insert("input");
 }
@@ -148,8 +151,10 @@ void Importer::read_inputs() {
 // unknown or equal; a shape left out is taken as right.
 void Importer::check_output(const pb::ValueInfoProto& o, const Val& y) const {
   const std::string w = file_ + ": output '" + shown(o.name()) + "'";
-  const std::string want = y.d.flat() ? "[N, " + std::to_string(y.d.c) + "]"
-                                      : "[N, " + std::to_string(y.d.c) + ", " + std::to_string(y.d.h) + ", " + std::to_string(y.d.w) + "]";
+  const std::string want = y.lay == Layout::Vec ? "[N]"
+                           : y.lay == Layout::NCL ? "[N, " + std::to_string(y.d.c) + ", " + std::to_string(y.d.w) + "]"
+                           : y.d.flat() ? "[N, " + std::to_string(y.d.c) + "]"
+                                        : "[N, " + std::to_string(y.d.c) + ", " + std::to_string(y.d.h) + ", " + std::to_string(y.d.w) + "]";
   if (!o.has_type()) throw Error(w + ": has no type (expected a float tensor " + want + ")");
   if (!o.type().has_tensor_type() || o.type().tensor_type().elem_type() != pb::TensorProto::FLOAT)
     throw Error(w + ": expected a float tensor " + want + ", found " +
@@ -157,7 +162,9 @@ void Importer::check_output(const pb::ValueInfoProto& o, const Val& y) const {
   if (!o.type().tensor_type().has_shape()) return;  // a shape left out: any
   const auto& shape = o.type().tensor_type().shape();
   std::vector<int64_t> dims{y.d.c};  // after the batch: [C], or an image's [C, 1, 1] ([1, 1, C] channels-last)
-  if (!y.d.flat()) dims = {y.d.c, y.d.h, y.d.w};
+  if (y.lay == Layout::NCL) dims = {y.d.c, y.d.w};
+  else if (y.lay == Layout::Vec) dims = {};
+  else if (!y.d.flat()) dims = {y.d.c, y.d.h, y.d.w};
   else if (shape.dim_size() == 4 && y.lay != Layout::Flat)
     dims = y.lay == Layout::NCHW ? std::vector<int64_t>{y.d.c, 1, 1} : std::vector<int64_t>{1, 1, y.d.c};
   bool ok = size_t(shape.dim_size()) == dims.size() + 1;
@@ -191,17 +198,22 @@ void Importer::run() {
   }
   auto it = vals_.find(g_.output(0).name());
   if (it == vals_.end()) throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is produced by no node");
-  const Val& y = it->second;
   Model& m = out_.model;
+  if (!it->second.is_const && it->second.ref == "input" && m.layers.empty()) {  // Identity or Dropout of the input
+    LayerSpec s;
+    s.kind = LayerKind::DropPath;  // p 0: a copy (exported as Identity)
+    it->second = emit(s, {&it->second}, "", it->second.d, it->second.lay);
+  }
+  const Val& y = it->second;
   if (y.is_const || m.layers.empty() || y.ref != m.layers.back().name)
     throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' must be the last layer's output");
   // Any output: class scores [N, D] or a feature map [N, C, H, W] (num_classes then only names its
   // channels: Plan::has_class_scores is false for an image).
-  if (!y.d.flat() && y.lay != Layout::NCHW)
+  if (!y.d.flat() && y.lay == Layout::NHWC)
     throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is a channels-last image [N, H, W, C]; "
                 "ember's image outputs are [N, C, H, W]");
   check_output(g_.output(0), y);
-  const bool scores = y.d.flat() && y.d.c >= 2;  // else one value, or a feature map: a regression
+  const bool scores = y.d.flat() && y.d.c >= 2 && y.lay != Layout::NCL;  // else one value or a map: a regression
   if (scores) m.num_classes = y.d.c;
   // A graph that ends in Softmax outputs probabilities: ember's loss then takes their log only.
   // One value or a feature map trains as a regression (mse, on targets of its shape).

@@ -40,6 +40,25 @@ std::vector<float> transpose2(const Const& c) {  // [R, C] -> [C, R]
 
 }  // namespace
 
+int rank_of(Layout l) {
+  switch (l) {
+    case Layout::Flat: return 2;
+    case Layout::NCL: return 3;
+    case Layout::Vec: return 1;
+    default: return 4;
+  }
+}
+
+// A window attribute of a Conv or pool as 2-D: a 1-D one (of an [N, C, L] input) gets the unit
+// H axis in front: kernel_shape [k] -> [1, k], pads [b, e] -> [0, b, 0, e].
+std::vector<int64_t> Importer::window_ints(const Attrs& a, const char* name, std::vector<int64_t> def, bool one_d) const {
+  if (!one_d || !a.has(name)) return a.ints(name, std::move(def));
+  std::vector<int64_t> v = a.ints(name, {});
+  if (v.size() == 1) return {1, v[0]};
+  if (v.size() == 2 && std::string(name) == "pads") return {0, v[0], 0, v[1]};
+  throw Error(a.where() + ": attribute " + name + " " + ints_str(v) + " must be 1-D for an [N, C, L] input");
+}
+
 // The graph as an op's own import (the op table's onnx_import) sees it.
 class TableIn final : public nn::OnnxIn {
  public:
@@ -109,18 +128,19 @@ void Importer::check_strides(int i, const std::vector<int64_t>& st) const {
     if (v < 1 || v > 65536) throw Error(where(i) + ": attribute strides " + ints_str(st) + ": each stride must be at least 1 and at most 65536");
 }
 
-// The symmetric [pad_h, pad_w] of a Conv's or pool's window (kernel k, strides st, dilation 1) on an
-// H x W input: explicit pads [top, left, bottom, right], or auto_pad's (SAME_UPPER / SAME_LOWER:
-// output ceil(H / stride), the odd row after / before; VALID: none), with ceil_mode's output size.
-// ember pads both sides alike: the pads map when padding both sides by the one before gives the
-// same output size (so the same windows), else they are refused naming the attribute.
+// The [top, left, bottom, right] padding of a Conv's or pool's window (kernel k, strides st, dilation
+// 1) on an H x W input: explicit pads, or auto_pad's (SAME_UPPER / SAME_LOWER: output ceil(H /
+// stride), the odd row after / before; VALID: none), with ceil_mode's output size. bottom and right
+// are what the last window reaches past the input (at most the pads; more under ceil_mode: then
+// *overhang is set). A conv (ends null) pads both sides alike: the pads map when padding both sides
+// by the one before gives the same output size (so the same windows), else they are refused.
 std::vector<int64_t> Importer::window_pads(int i, const Attrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
-                                           const std::vector<int64_t>& st) const {
+                                           const std::vector<int64_t>& st, bool one_d, bool* overhang) const {
   const std::string ap = a.s("auto_pad", "NOTSET");
   if (ap != "NOTSET" && ap != "VALID" && ap != "SAME_UPPER" && ap != "SAME_LOWER")
     throw Error(where(i) + ": attribute auto_pad '" + shown(ap) + "' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
   if (ap != "NOTSET" && a.has("pads")) throw Error(where(i) + ": attributes auto_pad " + ap + " and pads together");
-  std::vector<int64_t> pads = a.ints("pads", {0, 0, 0, 0});
+  std::vector<int64_t> pads = window_ints(a, "pads", {0, 0, 0, 0}, one_d);
   if (pads.size() != 4) throw Error(where(i) + ": attribute pads " + ints_str(pads) + " must be 2-D (4 values)");
   for (int64_t v : pads)
     if (v < 0 || v > 65536) throw Error(where(i) + ": attribute pads " + ints_str(pads) + ": each must be in 0..65536");
@@ -138,13 +158,20 @@ std::vector<int64_t> Importer::window_pads(int i, const Attrs& a, const nn::Dims
     int64_t out = (ceil_mode ? (span + st[d] - 1) / st[d] : span / st[d]) + 1;
     // ceil_mode: the last window starts inside the input or its leading pad (PyTorch, ONNX Runtime).
     if (ceil_mode && (out - 1) * st[d] >= in[d] + pads[d]) --out;
+    const int64_t reach = std::max<int64_t>((out - 1) * st[d] + k[d] - in[d] - pads[d], 0);
+    if (overhang) {  // a pool: any padding after
+      if (reach > pads[d + 2]) *overhang = true;
+      pads[d + 2] = reach;
+      continue;
+    }
     const int64_t sym = in[d] + 2 * pads[d] - k[d];
     if (sym < 0 || sym / st[d] + 1 != out)
       throw Error(where(i) + ": pads " + ints_str(pads) + (ap != "NOTSET" ? " (auto_pad " + ap + ")" : std::string()) +
                   (ceil_mode ? " with ceil_mode 1" : "") + " make other windows than ember's, which pads both sides "
                   "by the leading pad");
+    pads[d + 2] = pads[d];
   }
-  return {pads[0], pads[1]};
+  return pads;
 }
 
 void Importer::map_node(int i) {
@@ -167,7 +194,8 @@ void Importer::map_node(int i) {
   if (op == "Gemm") return gemm(i);
   if (op == "MatMul") return matmul(i);
   if (op == "MaxPool" || op == "AveragePool") return pool(i, op == "MaxPool");
-  if (op == "GlobalAveragePool") return global_pool(i, {2, 3}, true);
+  if (op == "GlobalAveragePool")  // over every axis after C
+    return global_pool(i, tensor(i, 0).lay == Layout::NCL ? std::vector<int64_t>{2} : std::vector<int64_t>{2, 3}, true);
   if (op == "ReduceMean") {
     Attrs a(g_.node(i), where(i));
     a.only({"axes", "keepdims"});
@@ -213,23 +241,27 @@ void Importer::constant_node(int i) {
 }
 
 // Conv: [N, C, H, W] * W [K, C/G, R, S] (+ B [K]) -> [N, K, H', W']; symmetric pads, no dilation.
+// 1-D: [N, C, L] * W [K, C/G, S] -> [N, K, L'], as ember's image [C, 1, L] with a 1 x S kernel.
 void Importer::conv(int i) {
   const Val& x = tensor(i, 0);
-  if (x.lay != Layout::NCHW) throw Error(where(i) + ": expected an [N, C, H, W] input (not channels-last, not [N, D])");
+  const bool one_d = x.lay == Layout::NCL;
+  if (x.lay != Layout::NCHW && !one_d)
+    throw Error(where(i) + ": expected an [N, C, H, W] or [N, C, L] input (not channels-last, not [N, D])");
   const Const& W = constant(i, 1);
-  if (W.dims.size() != 4) throw Error(where(i) + ": weight must be [K, C/G, R, S], found rank " + std::to_string(W.dims.size()));
+  if (W.dims.size() != (one_d ? 3u : 4u))
+    throw Error(where(i) + ": weight must be " + (one_d ? "[K, C/G, S]" : "[K, C/G, R, S]") + ", found rank " + std::to_string(W.dims.size()));
   Attrs a(g_.node(i), where(i));
   a.only({"kernel_shape", "strides", "pads", "group", "dilations", "auto_pad"});  // Conv-1 to Conv-11: the same
-  const int64_t G = a.i("group", 1), K = W.dims[0], R = W.dims[2], S = W.dims[3];
+  const int64_t G = a.i("group", 1), K = W.dims[0], R = one_d ? 1 : W.dims[2], S = W.dims.back();
   if (!all_are(a.ints("dilations", {1, 1}), 1))
     throw Error(where(i) + ": attribute dilations " + ints_str(a.ints("dilations", {})) + " is not supported (ember's conv2d has no dilation)");
-  if (a.ints("kernel_shape", {R, S}) != std::vector<int64_t>{R, S})
+  if (window_ints(a, "kernel_shape", {R, S}, one_d) != std::vector<int64_t>{R, S})
     throw Error(where(i) + ": kernel_shape " + ints_str(a.ints("kernel_shape", {})) + " does not match the weight");
-  const auto st = a.ints("strides", {1, 1});
+  const auto st = window_ints(a, "strides", {1, 1}, one_d);
   if (st.size() != 2) throw Error(where(i) + ": attribute strides " + ints_str(st) + " must be 2-D");
   check_strides(i, st);
   if (R < 1 || S < 1 || R > 65536 || S > 65536) throw Error(where(i) + ": weight " + ints_str(W.dims) + ": kernel sizes outside 1..65536");
-  const std::vector<int64_t> pads = window_pads(i, a, x.d, {R, S}, st);
+  const std::vector<int64_t> pads = window_pads(i, a, x.d, {R, S}, st, one_d);
   if (G < 1 || x.d.c % G || K % G || W.dims[1] * G != x.d.c)
     throw Error(where(i) + ": weight " + ints_str(W.dims) + " with group " + std::to_string(G) + " does not fit " +
                 std::to_string(x.d.c) + " input channels");
@@ -242,7 +274,7 @@ void Importer::conv(int i) {
   s.bias = has_b;
   const int64_t Ho = (x.d.h + 2 * pads[0] - R) / st[0] + 1, Wo = (x.d.w + 2 * pads[1] - S) / st[1] + 1;
   if (st[0] < 1 || st[1] < 1 || Ho < 1 || Wo < 1) throw Error(where(i) + ": the kernel does not fit the input");
-  Val y = emit(s, {&x}, val(i, 1).weight_name, {int(K), int(Ho), int(Wo)}, Layout::NCHW);
+  Val y = emit(s, {&x}, val(i, 1).weight_name, {int(K), int(Ho), int(Wo)}, x.lay);
   weight(y.ref, "weight", W.f);
   if (has_b) {
     const Const& B = constant(i, 2);
@@ -342,18 +374,22 @@ void Importer::matmul(int i) {
   }
 }
 
-// MaxPool / AveragePool (opsets 1 to 21): kernel_shape, strides, pads or auto_pad, ceil_mode when
-// the windows come out the same as ember's symmetric padding (window_pads); no dilations; the
+// MaxPool / AveragePool (opsets 1 to 21): kernel_shape, strides, pads or auto_pad (asymmetric:
+// padding_end), ceil_mode (as padding after: max-pool padding never wins, the average's divisor
+// counts the input only unless count_include_pad); each pad below the kernel; no dilations; the
 // Indices output and its storage_order only when nothing reads them; count_include_pad (0, ONNX's
 // default: avgpool2d's count_include_pad false).
 void Importer::pool(int i, bool max) {
   const Val& x = tensor(i, 0);
-  if (x.lay != Layout::NCHW) throw Error(where(i) + ": expected an [N, C, H, W] input (not channels-last, not [N, D])");
+  const bool one_d = x.lay == Layout::NCL;  // [N, C, L]: a 1 x k window on ember's [C, 1, L]
+  if (x.lay != Layout::NCHW && !one_d)
+    throw Error(where(i) + ": expected an [N, C, H, W] or [N, C, L] input (not channels-last, not [N, D])");
   Attrs a(g_.node(i), where(i));
   if (max) a.only({"kernel_shape", "strides", "pads", "ceil_mode", "dilations", "auto_pad", "storage_order"});
   else a.only({"kernel_shape", "strides", "pads", "ceil_mode", "dilations", "auto_pad", "count_include_pad"});
-  const auto k = a.ints("kernel_shape", {}), st = a.ints("strides", {1, 1});
-  if (k.size() != 2 || st.size() != 2) throw Error(where(i) + ": attributes kernel_shape and strides must be 2-D");
+  const auto k = window_ints(a, "kernel_shape", {}, one_d), st = window_ints(a, "strides", {1, 1}, one_d);
+  if (k.size() != 2 || st.size() != 2)
+    throw Error(where(i) + ": attributes kernel_shape and strides must be " + (one_d ? "1-D" : "2-D"));
   if (!all_are(a.ints("dilations", {1, 1}), 1))
     throw Error(where(i) + ": attribute dilations " + ints_str(a.ints("dilations", {})) + " is not supported (ember's pools have no dilation)");
   if (g_.node(i).output_size() > 1 && !g_.node(i).output(1).empty() && readers_.count(g_.node(i).output(1)))
@@ -361,31 +397,40 @@ void Importer::pool(int i, bool max) {
   check_strides(i, st);
   for (int64_t v : k)
     if (v < 1 || v > 65536) throw Error(where(i) + ": attribute kernel_shape " + ints_str(k) + ": each size must be in 1..65536");
-  const std::vector<int64_t> pads = window_pads(i, a, x.d, k, st);
-  if (2 * pads[0] > k[0] || 2 * pads[1] > k[1])
-    throw Error(where(i) + ": pads " + ints_str(pads) + " are more than half the kernel " + ints_str(k) +
-                " (ember pads a pool by at most half its kernel, as PyTorch)");
+  bool overhang = false;  // ceil_mode's last window past the pads
+  const std::vector<int64_t> pads = window_pads(i, a, x.d, k, st, one_d, &overhang);
+  for (size_t d = 0; d < 4; ++d)
+    if (pads[d] >= k[d % 2])
+      throw Error(where(i) + ": pads " + ints_str(pads) + " reach the kernel " + ints_str(k) +
+                  " (a window of padding only; ember's pools pad less than the kernel)");
+  const bool no_pads = all_are(pads, 0), include = a.i("count_include_pad", 0) != 0;
+  if (!max && include && overhang)  // ONNX divides such a window by its part inside the pads
+    throw Error(where(i) + ": count_include_pad 1 with ceil_mode windows past the pads is not supported");
   LayerSpec s;
-  s.count_include_pad = max || pads[0] + pads[1] == 0 || a.i("count_include_pad", 0) != 0;  // no pads: either
+  s.count_include_pad = max || no_pads || include;  // no pads: either
   s.kind = max ? LayerKind::MaxPool2d : LayerKind::AvgPool2d;
   s.kernel_h = int(k[0]), s.kernel_w = int(k[1]), s.stride_h = int(st[0]), s.stride_w = int(st[1]);
   s.pad_h = int(pads[0]), s.pad_w = int(pads[1]);
-  const int64_t Ho = (x.d.h + 2 * pads[0] - k[0]) / st[0] + 1, Wo = (x.d.w + 2 * pads[1] - k[1]) / st[1] + 1;
+  if (pads[2] != pads[0] || pads[3] != pads[1]) s.pad_h_end = int(pads[2]), s.pad_w_end = int(pads[3]);
+  const int64_t Ho = (x.d.h + pads[0] + pads[2] - k[0]) / st[0] + 1, Wo = (x.d.w + pads[1] + pads[3] - k[1]) / st[1] + 1;
   if (Ho < 1 || Wo < 1) throw Error(where(i) + ": the window does not fit the input");
-  set(i, 0, emit(s, {&x}, "", {x.d.c, int(Ho), int(Wo)}, Layout::NCHW));
+  set(i, 0, emit(s, {&x}, "", {x.d.c, int(Ho), int(Wo)}, x.lay));
 }
 
 // GlobalAveragePool, or ReduceMean over the spatial axes: [N, C, H, W] -> [N, C, 1, 1] or [N, C].
 void Importer::global_pool(int i, const std::vector<int64_t>& axes_in, bool keep) {
   const Val& x = tensor(i, 0);
   std::vector<int64_t> axes;
-  for (int64_t a : axes_in) axes.push_back(a < 0 ? a + 4 : a);
+  const int rank = rank_of(x.lay);
+  for (int64_t a : axes_in) axes.push_back(a < 0 ? a + rank : a);
   std::sort(axes.begin(), axes.end());
-  const std::vector<int64_t> want = x.lay == Layout::NHWC ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 3};
-  if (x.lay == Layout::Flat || axes != want) throw Error(where(i) + ": only a mean over the spatial axes is supported, found axes " + ints_str(axes_in));
+  const std::vector<int64_t> want = x.lay == Layout::NHWC  ? std::vector<int64_t>{1, 2}
+                                    : x.lay == Layout::NCL ? std::vector<int64_t>{2}
+                                                           : std::vector<int64_t>{2, 3};
+  if (x.lay == Layout::Flat || x.lay == Layout::Vec || axes != want) throw Error(where(i) + ": only a mean over the spatial axes is supported, found axes " + ints_str(axes_in));
   LayerSpec s;
   s.kind = LayerKind::GlobalAvgPool;
-  set(i, 0, emit(s, {&x}, "", {x.d.c, 1, 1}, keep ? x.lay : Layout::Flat));
+  set(i, 0, emit(s, {&x}, "", {x.d.c, 1, 1}, keep ? x.lay : Layout::Flat));  // [N, C, 1, 1], [N, C, 1] or [N, C]
 }
 
 // LayerNormalization: over C of a channels-last view (LayerNorm2d), over the trailing 1-3 dims of
@@ -397,15 +442,16 @@ void Importer::layernorm(int i) {
   for (int k = 1; k < g_.node(i).output_size(); ++k)
     if (!g_.node(i).output(k).empty() && readers_.count(g_.node(i).output(k)))
       throw Error(where(i) + ": the Mean and InvStdDev outputs are not supported");
-  const int rank = x.lay == Layout::Flat ? 2 : 4;
+  const int rank = rank_of(x.lay);
   int64_t axis = a.i("axis", -1);
   if (axis < 0) axis += rank;
+  if (x.lay == Layout::NCL && axis == 2) axis = 3;  // [N, C, L] as [N, C, 1, L]: axis 1 stays, L is ember's W
   LayerSpec s;
   s.eps = a.f("epsilon", 1e-5f);
   size_t count = 0;
   if (x.lay == Layout::NHWC && axis == 3) s.kind = LayerKind::LayerNorm2d, count = size_t(x.d.c);
   else if (x.lay == Layout::Flat && axis == 1) s.kind = LayerKind::LayerNorm, count = x.d.size();
-  else if (x.lay == Layout::NCHW && axis >= 1 && axis <= 3 && (!x.d.flat() || axis == 1)) {
+  else if ((x.lay == Layout::NCHW || x.lay == Layout::NCL) && axis >= 1 && axis <= 3 && (!x.d.flat() || axis == 1)) {
     s.kind = LayerKind::LayerNorm, s.norm_dims = int(4 - axis);
     const int d3[3] = {x.d.c, x.d.h, x.d.w};
     count = 1;
@@ -484,13 +530,15 @@ void Importer::binary(int i) {
   if (a.is_const == b.is_const) throw Error(where(i) + ": only a tensor times a per-channel constant (a layer scale) is supported");
   const Val& x = a.is_const ? b : a;
   const Val& c = a.is_const ? a : b;
-  const size_t rank = x.lay == Layout::Flat ? 2 : 4;
+  const size_t rank = size_t(rank_of(x.lay));
   std::vector<int64_t> dims;
   for (int64_t d : c.c.dims)
     if (d != 1 || !dims.empty()) dims.push_back(d);  // drop leading 1s (broadcast, if no longer than x)
   const int64_t C = x.d.c;
-  const bool ok = c.c.dims.size() <= rank && (x.lay == Layout::NCHW ? dims == std::vector<int64_t>{C, 1, 1}
-                                                                    : dims == std::vector<int64_t>{C});
+  const std::vector<int64_t> per_channel = x.lay == Layout::NCHW ? std::vector<int64_t>{C, 1, 1}
+                                           : x.lay == Layout::NCL  ? std::vector<int64_t>{C, 1}
+                                                                   : std::vector<int64_t>{C};  // [N, D], NHWC
+  const bool ok = x.lay != Layout::Vec && c.c.dims.size() <= rank && dims == per_channel;
   if (!ok) throw Error(where(i) + ": constant " + ints_str(c.c.dims) + " is not one scale per channel of " + std::to_string(C));
   LayerSpec s;
   s.kind = LayerKind::LayerScale;
@@ -499,9 +547,16 @@ void Importer::binary(int i) {
   set(i, 0, std::move(y));
 }
 
-// Sum / Add of 2-8 tensors, or Concat over channels: one layout, one height and width.
+// Sum / Add of 1-8 tensors, or Concat over channels: one layout, one height and width.
 void Importer::join(int i, bool concat) {
   const pb::NodeProto& n = g_.node(i);
+  if (n.input_size() == 1) {  // Sum or Concat of one tensor: the tensor itself
+    if (concat) Attrs(n, where(i)).only({"axis"});
+    else Attrs(n, where(i)).only({"consumed_inputs"});
+    Val v = tensor(i, 0);
+    set(i, 0, std::move(v));
+    return;
+  }
   if (n.input_size() < 2 || n.input_size() > nn::kMaxInputs)
     throw Error(where(i) + ": expected 2 to " + std::to_string(nn::kMaxInputs) + " inputs");
   std::vector<const Val*> in;
@@ -522,8 +577,9 @@ void Importer::join(int i, bool concat) {
   if (concat) {
     Attrs a(n, where(i));
     a.only({"axis"});
-    const int64_t axis = a.i("axis", 1), lay_axis = tensor(i, 0).lay == Layout::NHWC ? 3 : 1;
-    if (axis != lay_axis && axis != lay_axis - (tensor(i, 0).lay == Layout::Flat ? 2 : 4))
+    const Layout lay = tensor(i, 0).lay;
+    const int64_t axis = a.i("axis", 1), lay_axis = lay == Layout::NHWC ? 3 : 1;
+    if (lay == Layout::Vec || (axis != lay_axis && axis != lay_axis - rank_of(lay)))
       throw Error(where(i) + ": only concatenation over channels is supported, found axis " + std::to_string(axis));
     if (c > 65536 * 64) throw Error(where(i) + ": " + std::to_string(c) + " channels in all is too many");
     d.c = int(c);
@@ -537,6 +593,12 @@ void Importer::transpose(int i) {
   a.only({"perm"});
   const auto perm = a.ints("perm", {});
   Val y = x;
+  bool same = int(perm.size()) == rank_of(x.lay);  // the identity perm: the value itself
+  for (size_t k = 0; same && k < perm.size(); ++k) same = perm[k] == int64_t(k);
+  if (same) {
+    set(i, 0, std::move(y));
+    return;
+  }
   if (x.lay == Layout::NCHW && perm == std::vector<int64_t>{0, 2, 3, 1}) y.lay = Layout::NHWC;
   else if (x.lay == Layout::NHWC && perm == std::vector<int64_t>{0, 3, 1, 2}) y.lay = Layout::NCHW;
   else if (!(x.lay == Layout::Flat && perm == std::vector<int64_t>{0, 1}))
@@ -552,7 +614,7 @@ void Importer::flatten(int i) {
   if (n.op_type() == "Flatten") {
     Attrs a(n, where(i));
     a.only({"axis"});
-    const int64_t rank = x.lay == Layout::Flat ? 2 : 4, axis = a.i("axis", 1);
+    const int64_t rank = rank_of(x.lay), axis = a.i("axis", 1);
     if (axis < -rank || axis > rank) throw Error(where(i) + ": attribute axis " + std::to_string(axis) + " is outside -" +
                                                  std::to_string(rank) + ".." + std::to_string(rank));
     if (axis != 1 && axis != 1 - rank)  // 0: [1, N x D]; 2 and more: [N x C.., ..]: both mix the batch in
@@ -577,6 +639,7 @@ void Importer::flatten(int i) {
     if (x.lay == Layout::Flat || !x.d.flat() || axes != std::vector<int64_t>{2, 3})
       throw Error(where(i) + ": only squeezing the 1x1 spatial axes is supported");
   }
+  if (x.lay == Layout::Vec) throw Error(where(i) + ": the input [N] has no axis after the batch to flatten");
   if (x.lay == Layout::Flat || x.d.flat()) {  // already [D] in ember: a view
     Val y = x;
     y.lay = Layout::Flat;

@@ -12,8 +12,12 @@
 
 namespace ember::onnx {
 
-// NCHW: [N, C, H, W]; NHWC: the same ember tensor seen through Transpose(0, 2, 3, 1); Flat: [N, D].
-enum class Layout { NCHW, NHWC, Flat };
+// NCHW: [N, C, H, W]; NHWC: the same ember tensor seen through Transpose(0, 2, 3, 1); Flat: [N, D];
+// NCL: [N, C, L] (a sequence: ember's image [C, 1, L], what a 1-D conv or pool reads); Vec: [N]
+// (one value per sample: ember's [1]).
+enum class Layout { NCHW, NHWC, Flat, NCL, Vec };
+// The ONNX rank of a value in a layout: 4, 4, 2, 3, 1.
+int rank_of(Layout l);
 
 struct Val {
   bool is_const = false;
@@ -55,7 +59,8 @@ class Importer {
   const Val& tensor(int i, int k) const;    // a non-constant input
   void check_strides(int i, const std::vector<int64_t>& st) const;
   std::vector<int64_t> window_pads(int i, const Attrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
-                                   const std::vector<int64_t>& st) const;
+                                   const std::vector<int64_t>& st, bool one_d = false, bool* overhang = nullptr) const;
+  std::vector<int64_t> window_ints(const Attrs& a, const char* name, std::vector<int64_t> def, bool one_d) const;
   void conv(int i);
   void gemm(int i);
   std::vector<float> gemm_bias(int i, int64_t K, float beta) const;

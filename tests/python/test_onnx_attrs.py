@@ -167,13 +167,13 @@ REFUSED_WINDOWS = {
     "Conv dilations": ("Conv", {"kernel_shape": [3, 3], "dilations": [2, 2]}, ["dilations"]),
     "Conv negative pads": ("Conv", {"kernel_shape": [3, 3], "pads": [-1, -1, -1, -1]}, ["pads"]),
     "Conv auto_pad unknown": ("Conv", {"kernel_shape": [3, 3], "auto_pad": "SAME_MIDDLE"}, ["auto_pad", "SAME_MIDDLE"]),
-    "MaxPool ceil_mode, one more window": ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, ["ceil_mode"]),
-    "MaxPool SAME_LOWER even kernel": ("MaxPool", {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}, ["SAME_LOWER"]),
+    "AveragePool count_include_pad, ceil_mode past the pads": (
+        "AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "count_include_pad": 1}, ["ceil_mode"]),
     "MaxPool auto_pad and pads": ("MaxPool", {"kernel_shape": [3, 3], "auto_pad": "VALID", "pads": [1, 1, 1, 1]}, ["auto_pad", "pads"]),
     "MaxPool huge kernel": ("MaxPool", {"kernel_shape": [70000, 3]}, ["kernel_shape"]),
     "MaxPool kernel over the input": ("MaxPool", {"kernel_shape": [9, 9]}, ["window"]),
     "MaxPool pads 2^40": ("MaxPool", {"kernel_shape": [3, 3], "pads": [1 << 40] * 4}, ["pads"]),
-    "MaxPool pads over half the kernel": ("MaxPool", {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}, ["pads [2, 2]", "half"]),
+    "MaxPool pads reach the kernel": ("MaxPool", {"kernel_shape": [3, 3], "pads": [0, 0, 3, 0]}, ["pads [0, 0, 3, 0]", "kernel"]),
     "MaxPool dilations": ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}, ["dilations"]),
 }
 
@@ -185,6 +185,127 @@ def test_windows_ember_cannot_express_are_refused_with_one_line(case, tmp_path):
              helper.make_node("Flatten", ["p"], ["y"])]
     inits = {"w": RNG.standard_normal((3, 2, *attrs["kernel_shape"])).astype(np.float32)} if op == "Conv" else {}
     refused(model(nodes, inits, (2, 8, 8), ("D",)), tmp_path, "win0", op, *words)
+
+
+# ---- Pools with padding after unlike before (padding_end): asymmetric pads, SAME_*, ceil_mode ---
+
+def pool_ref(x, op, k, st, pads, include, out):
+    """numpy, after ONNX's definition: window (p, q) starts at p * stride - pad before; the max and the
+    mean without the padding read the input cells only; count_include_pad divides by the window's
+    part inside the padded input."""
+    N, C, H, W = x.shape
+    y = np.zeros((N, C, *out))
+    for p in range(out[0]):
+        for q in range(out[1]):
+            h0, w0 = p * st[0] - pads[0], q * st[1] - pads[1]
+            win = x[:, :, max(h0, 0):min(h0 + k[0], H), max(w0, 0):min(w0 + k[1], W)]
+            if op == "MaxPool":
+                y[:, :, p, q] = win.max(axis=(2, 3))
+            else:
+                cells = ((min(h0 + k[0], H + pads[2]) - max(h0, -pads[0])) * (min(w0 + k[1], W + pads[3]) - max(w0, -pads[1]))
+                         if include else win.shape[2] * win.shape[3])
+                y[:, :, p, q] = win.sum(axis=(2, 3)) / cells
+    return y
+
+
+# (op, attributes, input H x W, the explicit [top, left, bottom, right] pads they mean)
+ASYMMETRIC_WINDOWS = {
+    "MaxPool ceil_mode, one more window": ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (6, 8), [0, 0, 0, 0]),
+    "MaxPool SAME_LOWER even kernel": ("MaxPool", {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}, (5, 6), [1, 1, 0, 0]),
+    "MaxPool pads over half the kernel": ("MaxPool", {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}, (5, 5), [2, 2, 2, 2]),
+    "MaxPool pads [0, 1, 2, 0] stride 2": ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 2, 0]}, (7, 6), [0, 1, 2, 0]),
+    "AveragePool SAME_UPPER stride 1": ("AveragePool", {"kernel_shape": [2, 3], "auto_pad": "SAME_UPPER"}, (5, 6), [0, 1, 1, 1]),
+    "AveragePool ceil_mode": ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (6, 6), [0, 0, 0, 0]),
+    "AveragePool pads [1, 0, 2, 2] counted": ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 0, 2, 2], "count_include_pad": 1}, (5, 4), [1, 0, 2, 2]),
+}
+
+
+@pytest.mark.parametrize("case", list(ASYMMETRIC_WINDOWS))
+def test_pools_with_padding_after_unlike_before_import_as_their_formula(case, tmp_path):
+    op, attrs, hw, pads = ASYMMETRIC_WINDOWS[case]
+    m = windowed(op, attrs, hw)
+    x = RNG.standard_normal((2, 2, *hw)).astype(np.float32)
+    inferred = onnx.shape_inference.infer_shapes(m).graph.value_info
+    out = [d.dim_value for d in next(v for v in inferred if v.name == "p").type.tensor_type.shape.dim[2:]]
+    want = pool_ref(x.astype(np.float64), op, attrs["kernel_shape"], attrs.get("strides", [1, 1]), pads,
+                    attrs.get("count_include_pad", 0), out)
+    got = predict(m, x, tmp_path)
+    close(got, want.reshape(2, -1))
+    # the model exports the same windows (pads [top, left, bottom, right]) and reads them back
+    e = ember.Model.from_onnx(save(m, tmp_path))
+    path = str(tmp_path / "back.onnx")
+    e.save_onnx(path)
+    np.testing.assert_array_equal(ember.Model.from_onnx(path).predict(x), got)
+
+
+@pytest.mark.parametrize("case", list(ASYMMETRIC_WINDOWS))
+def test_pools_with_padding_after_unlike_before_import_as_onnxruntime_runs_them(case, tmp_path):
+    op, attrs, hw, _ = ASYMMETRIC_WINDOWS[case]
+    m = windowed(op, attrs, hw)
+    x = RNG.standard_normal((2, 2, *hw)).astype(np.float32)
+    close(predict(m, x, tmp_path), ort_output(m, x, tmp_path))
+
+
+def test_maxpool2d_padding_end_reads_writes_and_trains(tmp_path):
+    desc = {"input": [2, 5, 6], "classes": 3, "layers": [
+        {"type": "maxpool2d", "kernel": 3, "stride": 2, "padding": [0, 1], "padding_end": [2, 1]}, {"type": "flatten"},
+        {"type": "linear", "out_features": 3}]}
+    m = ember.Model.from_json(json.dumps(desc))
+    assert json.loads(m.to_json())["layers"][0]["padding_end"] == [2, 1]
+    x = RNG.standard_normal((4, 2, 5, 6)).astype(np.float32)
+    hist = m.fit(x, np.array([0, 1, 2, 1], np.uint8), epochs=2, batch_size=2)
+    assert np.isfinite(hist[-1]["train_loss"])
+    desc["layers"][0]["padding_end"] = 3  # a window of padding only
+    with pytest.raises(ValueError, match="maxpool2d: padding"):
+        ember.Model.from_json(json.dumps(desc)).predict(x)
+
+
+# ---- Rank 3 and rank 1 data: [N, C, L] as ember's [C, 1, L], [N] as [1] --------------------------
+
+def conv1d_ref(x, w, b, st, pad):
+    N, C, L = x.shape
+    K, _, S = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad)))
+    Lo = (L + 2 * pad - S) // st + 1
+    return np.stack([np.einsum("ncs,kcs->nk", xp[:, :, j * st:j * st + S], w) for j in range(Lo)], axis=2) + b[None, :, None]
+
+
+def test_sequence_data_through_conv_pool_and_batchnorm_1d(tmp_path):
+    w = RNG.standard_normal((4, 3, 3)).astype(np.float32)
+    b, scale, shift = (RNG.standard_normal(4).astype(np.float32) for _ in range(3))
+    mean, var = RNG.standard_normal(4).astype(np.float32), RNG.uniform(0.5, 2, 4).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3], strides=[2], pads=[1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "sh", "m", "v"], ["n"], epsilon=1e-3),
+             helper.make_node("MaxPool", ["n"], ["y"], kernel_shape=[2], strides=[2], pads=[0, 1])]
+    inits = {"w": w, "b": b, "s": scale, "sh": shift, "m": mean, "v": var}
+    m = model(nodes, inits, (3, 9), (4, 3))
+    x = RNG.standard_normal((2, 3, 9)).astype(np.float32)
+    c = conv1d_ref(x.astype(np.float64), w, b, 2, 1)  # [2, 4, 5]
+    n = (c - mean[None, :, None]) / np.sqrt(var[None, :, None] + 1e-3) * scale[None, :, None] + shift[None, :, None]
+    want = np.stack([n[:, :, 0:2].max(2), n[:, :, 2:4].max(2), n[:, :, 4:5].max(2)], axis=2)  # pads after: -inf
+    got = predict(m, x, tmp_path)
+    assert got.shape == (2, 4, 1, 3)  # ember's image [C, 1, L]
+    close(got, want)
+    close(got, ort_output(m, x, tmp_path))
+
+
+def test_one_value_per_sample_and_identity_graphs(tmp_path):
+    x = RNG.standard_normal(5).astype(np.float32)
+    m = model([helper.make_node("Tanh", ["x"], ["y"])], {}, (), ())
+    close(predict(m, x, tmp_path), np.tanh(x.astype(np.float64)))
+    seq = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    ident = model([helper.make_node("Identity", ["x"], ["y"])], {}, (3, 4), (3, 4))
+    np.testing.assert_array_equal(predict(ident, seq, tmp_path).reshape(seq.shape), seq)
+    same = model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 2]), helper.make_node("Relu", ["t"], ["y"])],
+                 {}, (3, 4), (3, 4))
+    np.testing.assert_array_equal(predict(same, seq, tmp_path).reshape(seq.shape), np.maximum(seq, 0))
+
+
+def test_rank_3_forms_ember_cannot_express_are_refused(tmp_path):
+    sm = model([helper.make_node("Softmax", ["x"], ["y"], axis=2)], {}, (3, 4), (3, 4))
+    refused(sm, tmp_path, "Softmax")
+    five = model([helper.make_node("Relu", ["x"], ["y"])], {}, (2, 3, 4, 5), (2, 3, 4, 5))
+    refused(five, tmp_path, "rank 5")
 
 
 # ---- AveragePool's count_include_pad 0: avgpool2d's "count_include_pad": false ------------------------

@@ -139,7 +139,9 @@ CLI::Validator non_negative() {
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
   a.threads = default_threads();
-  cmd->add_option("--model", a.model, "Built-in model (mnist-cnn, mnist-mlp, mxnet-mlp, convnext-seed, convnext-fashion, convnext-atto) or FILE.json")
+  std::string names;
+  for (const std::string& n : builtin_model_names()) names += (names.empty() ? "" : ", ") + n;
+  cmd->add_option("--model", a.model, "Built-in model (" + names + ") or FILE.json")
       ->capture_default_str();
   cmd->add_option("--act", a.act, "A ConvNeXt model's block activation: " + activation_list() + " (the op table's activations)");
   cmd->add_option("--data", a.data,
