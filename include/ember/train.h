@@ -9,11 +9,28 @@
 #include "ember/data.h"
 #include "ember/loader.h"
 #include "ember/error.h"
+#include "ember/npy.h"
 #include "ember/plan.h"
 
 namespace ember {
 
 enum class ScheduleKind { Constant, Step, Exp, Cosine };
+
+// Dense targets for the MSE and L1 losses (`ember train --targets FILE.npy`): `per` values for
+// each of `count` samples, sample i's at [i * per, (i + 1) * per) of the array, as read.
+struct Targets {
+  NpyArray values;
+  int64_t count = 0;
+  size_t per = 0;
+};
+// The targets an array read from `name` holds for `count` samples of a model whose per-sample
+// output is `output_dims`: its shape must be [count, *output_dims] or [count, output size]
+// ([count] too when that size is 1), every value finite. Throws Error "NAME: shape: ..." (or
+// "NAME: value [i]: ...") naming what it expected and found.
+Targets targets_of(NpyArray values, const std::vector<int>& output_dims, int64_t count, const std::string& name);
+// Copies the targets of samples index[0 .. n) into plan.targets() (rows 0 .. n), converted to the
+// plan's dtype. Indices must be < t.count (checked by the caller).
+void gather_targets(Plan& plan, const Targets& t, const int64_t* index, int n);
 
 // Data-parallel training's communication, as the training loop drives it (src/dist implements
 // it over MPI; a test may fake it). N processes ("ranks") each run their share of every batch;
@@ -116,6 +133,12 @@ struct TrainConfig {
   int blocks = 0;
   int batch = 0;
   GradReducer* reducer = nullptr;
+  // Dense targets of the training set (and of the test set) for MSE and L1, read by each batch's
+  // sample indices; null: the data set's class labels. With targets, accuracy is NaN (nothing to
+  // compare an arg-max with), and the test set is evaluated only when test_targets is set (its
+  // loss and accuracy are NaN otherwise).
+  const Targets* targets = nullptr;
+  const Targets* test_targets = nullptr;
 };
 
 struct EpochMetrics {
@@ -137,7 +160,9 @@ struct EvalResult {
 // Evaluates the plan's model on all of `data` in batches of plan.batch().
 // With an Augment, images go through its deterministic path (a centre crop) first.
 // With a reducer (data-parallel training), each rank evaluates its share and the sums are combined.
-EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment = nullptr, GradReducer* reducer = nullptr);
+// With targets (TrainConfig::targets), the loss is against them and the accuracy NaN.
+EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment = nullptr, GradReducer* reducer = nullptr,
+                    const Targets* targets = nullptr);
 
 // The order train() visits a training set of `count` samples in `epoch` (0-based): 0..count-1,
 // shuffled when `shuffle` by Fisher-Yates from pcg32(seed, stream 0x5eed0000 + epoch). The CLI's
@@ -179,7 +204,10 @@ void validate(const PlanOptions& plan, const FieldName& name);
 void validate(const TrainConfig& cfg, const FieldName& name);
 
 // Checks that a data set fits a plan's model (image size, classes); throws Error naming `what`.
-// With an Augment, the images' size is the augmented one (its crop).
-void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what, const Augment* augment = nullptr);
+// With an Augment, the images' size is the augmented one (its crop). With targets, the classes
+// are not checked but the targets are: a loss that takes them (MSE, L1), one row per sample, the
+// output's size per row.
+void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what, const Augment* augment = nullptr,
+                        const Targets* targets = nullptr);
 
 }  // namespace ember

@@ -22,8 +22,9 @@ int log2i(int v) {
 }
 }  // namespace
 
-BlockStepper::BlockStepper(Plan& plan, int blocks, int batch, GradReducer* reducer)
-    : plan_(plan), K_(blocks), L_(0), rank_(reducer ? reducer->rank() : 0), batch_(batch), reducer_(reducer) {
+BlockStepper::BlockStepper(Plan& plan, int blocks, int batch, GradReducer* reducer, bool count_correct)
+    : plan_(plan), K_(blocks), L_(0), rank_(reducer ? reducer->rank() : 0), batch_(batch), reducer_(reducer),
+      count_correct_(count_correct) {
   const int N = reducer ? reducer->ranks() : 1;
   if (K_ < 1 || K_ % N != 0)
     throw Error("blocks " + std::to_string(K_) + ": must be a multiple of the " + std::to_string(N) +
@@ -78,7 +79,7 @@ BlockStepper::Result BlockStepper::run(int n, const std::function<void(int, int)
       plan_.set_sample_offset(r.first);
       plan_.forward(nb);
       loss_sum += plan_.loss(nb, true, n) * nb;
-      correct += plan_.correct(nb);
+      if (count_correct_) correct += plan_.correct(nb);
     }
     if (last) {  // the step's statistics travel while the last backward runs
       stats_[0] = loss_sum, stats_[1] = double(correct);

@@ -23,7 +23,8 @@ class BlockStepper {
  public:
   // Checks that K blocks spread evenly over the reducer's ranks (a power of two each, for the
   // tree) and that the plan's batch holds a block of a `batch`-sample batch; throws Error.
-  BlockStepper(Plan& plan, int blocks, int batch, GradReducer* reducer);
+  // count_correct: count the arg-max hits (class labels); false with dense targets.
+  BlockStepper(Plan& plan, int blocks, int batch, GradReducer* reducer, bool count_correct = true);
 
   struct Result {
     double loss_sum = 0;     // over the whole batch (all ranks): sum of per-sample losses
@@ -52,6 +53,7 @@ class BlockStepper {
   std::vector<std::vector<float>> stack_;  // partial sums, bottom (oldest, highest level) first
   std::vector<int> level_;                 // their tree levels
   int local_ = 0;                          // samples this rank ran this step
+  bool count_correct_ = true;
   double stats_[4] = {0, 0, 0, 0};         // loss sum, correct, SIGTERM polls, SIGINT polls
 };
 

@@ -26,7 +26,24 @@ double Schedule::at(int e) const {
   return lr;
 }
 
-void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what, const Augment* augment) {
+namespace {
+void check_targets_fit(const Plan& plan, const Dataset& data, const std::string& what, const Targets& t,
+                       const std::string& model) {
+  const LossKind loss = plan.model().loss;
+  if (!loss_takes_targets(loss))
+    throw Error(what + ": targets were given, but " + model + " has the loss " + loss_kind_name(loss) +
+                ", which takes class labels (targets need mse or l1)");
+  size_t per = 1;
+  for (int v : plan.output_dims()) per *= size_t(v);
+  if (t.count != data.count || t.per != per)
+    throw Error(what + ": the targets hold " + std::to_string(t.count) + " rows of " + std::to_string(t.per) +
+                " values, but the data set has " + std::to_string(data.count) + " samples and " + model + " outputs " +
+                std::to_string(per) + " values per sample");
+}
+}  // namespace
+
+void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string& what, const Augment* augment,
+                        const Targets* targets) {
   const Model& m = plan.model();
   Dataset d;  // only the geometry
   d.channels = data.channels, d.num_classes = data.num_classes, d.rows = data.rows, d.cols = data.cols;
@@ -40,6 +57,7 @@ void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string
                 std::to_string(d.channels) + (d.channels == 1 ? " channel" : " channels") + ", but " + model +
                 " expects input [" + std::to_string(m.in_c) + ", " + std::to_string(m.in_h) + ", " +
                 std::to_string(m.in_w) + "]");
+  if (targets) return check_targets_fit(plan, data, what, *targets, model);
   if (!plan.has_class_scores()) {
     std::string dims;
     for (int v : plan.output_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(v);
@@ -51,7 +69,7 @@ void check_dataset_fits(const Plan& plan, const Dataset& data, const std::string
                 " outputs " + std::to_string(m.num_classes));
 }
 
-EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment, GradReducer* reducer) {
+EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment, GradReducer* reducer, const Targets* targets) {
   const int B = plan.batch();
   // Data-parallel: rank r evaluates its contiguous share; the sums are combined.
   const int R = reducer ? reducer->ranks() : 1, rank = reducer ? reducer->rank() : 0;
@@ -83,9 +101,10 @@ EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment, Gra
     } else {
       plan.gather_u8(data.images.data(), data.labels.data(), index.data() + start, n);
     }
+    if (targets) gather_targets(plan, *targets, index.data() + start, n);
     plan.forward(n);
     loss_sum += plan.loss(n, false) * n;
-    correct += plan.correct(n);
+    if (!targets) correct += plan.correct(n);
   }
   if (reducer) {
     double v[2] = {loss_sum, double(correct)};
@@ -95,7 +114,7 @@ EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment, Gra
   }
   r.count = data.count;
   r.loss = loss_sum / double(data.count);
-  r.accuracy = double(correct) / double(data.count);
+  r.accuracy = targets ? NAN : double(correct) / double(data.count);
   return r;
 }
 
@@ -150,7 +169,7 @@ StepOutcome one_pass_step(const StepCtx& c, Gather&& gather) {
   double loss = 0;
   timed(c.P, Phase::loss, -1, [&] {
     loss = plan.loss(c.n, true);
-    o.correct = plan.correct(c.n);
+    if (!c.cfg.targets) o.correct = plan.correct(c.n);
   });
   int updated = -2;  // -2: not updated yet; else what the update returned
   if (!std::isfinite(loss)) {
@@ -218,14 +237,16 @@ std::vector<int64_t> epoch_order(int64_t count, uint64_t seed, int epoch, bool s
 
 TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainConfig& cfg,
                   const std::function<bool(const EpochMetrics&)>& on_epoch) {
-  check_dataset_fits(plan, tr, "training set", cfg.augment);
-  check_dataset_fits(plan, te, "test set", cfg.augment);
+  check_dataset_fits(plan, tr, "training set", cfg.augment, cfg.targets);
+  // With training targets the test set is evaluated against its own targets only.
+  const bool evaluating = cfg.evaluate && (!cfg.targets || cfg.test_targets);
+  if (evaluating || !cfg.targets) check_dataset_fits(plan, te, "test set", cfg.augment, cfg.test_targets);
   using clock = std::chrono::steady_clock;
   const int B = cfg.batch > 0 ? cfg.batch : plan.batch();  // the (global) batch
   if (cfg.blocks == 0 && (cfg.reducer || B != plan.batch()))
     throw Error("train: a reducer, or a batch other than the plan's, needs gradient blocks (TrainConfig::blocks)");
   std::unique_ptr<train_impl::BlockStepper> stepper;
-  if (cfg.blocks > 0) stepper = std::make_unique<train_impl::BlockStepper>(plan, cfg.blocks, B, cfg.reducer);
+  if (cfg.blocks > 0) stepper = std::make_unique<train_impl::BlockStepper>(plan, cfg.blocks, B, cfg.reducer, !cfg.targets);
   const int64_t batches = (tr.count + B - 1) / B;
   if (cfg.start.epoch < 0 || cfg.start.batch < 0 || cfg.start.batch > batches)
     throw Error("train: start position epoch " + std::to_string(cfg.start.epoch) + ", batch " +
@@ -261,13 +282,19 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
       BatchLoader::Batch lb;  // blocks: the loader's whole batch, gathered block by block
       if (stepper && loader) timed(P, Phase::data, -1, [&] { lb = loader->next(); });
       const StepCtx c{plan, cfg, lr, n, step, epoch, st.batch, batches, P};
+      // The targets of the same samples, by the same indices as the images (the loader's batch
+      // holds order[start ..] too): after gather_u8, which may write one-hot targets.
       const StepOutcome o = stepper ? block_step(c, *stepper, [&](int first, int count) {
-        if (!loader) return plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start + first, count);
-        plan.gather_u8(lb.images, lb.labels, ident.data() + first, count);
+        if (!loader) plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start + first, count);
+        else plan.gather_u8(lb.images, lb.labels, ident.data() + first, count);
+        if (cfg.targets) gather_targets(plan, *cfg.targets, order.data() + start + first, count);
       }) : one_pass_step(c, [&] {
-        if (!loader) return plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
-        const BatchLoader::Batch b = loader->next();
-        plan.gather_u8(b.images, b.labels, ident.data(), b.n);
+        if (!loader) plan.gather_u8(tr.images.data(), tr.labels.data(), order.data() + start, n);
+        else {
+          const BatchLoader::Batch b = loader->next();
+          plan.gather_u8(b.images, b.labels, ident.data(), b.n);
+        }
+        if (cfg.targets) gather_targets(plan, *cfg.targets, order.data() + start, n);
       });
       const int stop_signal = o.stop_signal;
       if (o.skipped) {
@@ -295,10 +322,11 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     }
     const double train_seconds = st.seconds;
     EvalResult ev;
-    if (cfg.evaluate) {
+    if (cfg.targets && !cfg.test_targets) ev.loss = ev.accuracy = NAN;  // no test targets: not evaluated
+    if (evaluating) {
       const int64_t te0 = P ? P->now_ns() : 0;
       plan.set_profiler(nullptr);  // evaluation's forward passes are not training steps
-      ev = evaluate(plan, te, cfg.augment, cfg.reducer);
+      ev = evaluate(plan, te, cfg.augment, cfg.reducer, cfg.test_targets);
       plan.set_profiler(P);
       if (P) P->record(0, Phase::eval, -1, te0, P->now_ns());
     }
@@ -307,7 +335,7 @@ TrainResult train(Plan& plan, const Dataset& tr, const Dataset& te, const TrainC
     m.lr = lr;
     const int64_t counted = tr.count - st.skipped * B;  // approximate only when a short last batch was skipped
     m.train_loss = counted > 0 ? st.loss_sum / double(counted) : NAN;  // no step applied: diverged
-    m.train_acc = counted > 0 ? double(st.correct) / double(counted) : 0;
+    m.train_acc = cfg.targets ? NAN : counted > 0 ? double(st.correct) / double(counted) : 0;
     m.test_loss = ev.loss;
     m.test_acc = ev.accuracy;
     m.seconds = (resumed ? cfg.start.seconds : 0) + std::chrono::duration<double>(clock::now() - t0).count();

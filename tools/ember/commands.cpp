@@ -319,6 +319,11 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
       });
   cmd->add_flag("--no-shuffle", a.no_shuffle, "Keep the data set's order every epoch");
   cmd->add_option("--metrics", a.metrics, "Write one JSON object per epoch to FILE.jsonl");
+  cmd->add_option("--targets", a.targets,
+                  "Dense targets of the training set for a model with loss mse or l1: FILE.npy ('<f4' or '<f8', "
+                  "C order) of shape [N, *output] or [N, output size], in the data set's sample order");
+  cmd->add_option("--test-targets", a.test_targets,
+                  "With --targets: the test set's, likewise (without it the test set is not evaluated)");
   cmd->add_option("--save", a.save, "Save the trained weights to FILE (safetensors)");
   cmd->add_option("--save-dtype", a.save_dtype,
                   "fp32 or bf16: the dtype of --save's tensors (bf16: rounded to nearest even, half the size; "

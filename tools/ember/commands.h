@@ -92,6 +92,7 @@ struct TrainArgs {
   uint64_t seed = 1;
   bool no_shuffle = false;
   std::string metrics;
+  std::string targets, test_targets;  // --targets, --test-targets: FILE.npy dense targets (MSE, L1)
   std::string save;
   std::string save_dtype = "fp32";  // --save-dtype: fp32 or bf16 (checkpoints stay fp32)
   std::string show_batch;    // FILE.png: a grid of the first augmented training batch

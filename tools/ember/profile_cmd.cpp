@@ -48,7 +48,8 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
     if (!path->empty()) *path = check_output(*path, flag);  // before the long work
   check_distinct({{"--trace", a.trace}, {"--json", a.json}, {"--folded", a.folded}, {"--flame", a.flame}},
                  run_inputs(t.common, t.weights, ""));
-  for (const char* flag : {"--resume", "--checkpoint-every", "--checkpoint-dir", "--keep-checkpoints", "--save", "--out"})
+  for (const char* flag : {"--resume", "--checkpoint-every", "--checkpoint-dir", "--keep-checkpoints", "--save", "--out",
+                           "--targets", "--test-targets"})
     if (cmd.count(flag)) throw Error(std::string(flag) + ": not available in ember profile (use ember train)");
   TrainSetup su = make_train_setup(t, cmd);
   su.cfg.evaluate = false;

@@ -34,6 +34,7 @@ json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count
           {"weight_decay", a.weight_decay}, {"momentum", a.momentum}, {"seed", a.seed},
           {"no_shuffle", a.no_shuffle}, {"init", a.init}, {"early_stop_tol", a.early_stop_tol},
           {"limit_train", a.limit_train}, {"metrics", a.metrics}, {"save", a.save},
+          {"targets", a.targets}, {"test_targets", a.test_targets},
           {"save_dtype", a.save_dtype},
           {"out", a.out}, {"profile", a.profile}, {"quiet", a.quiet},
           {"checkpoint_every", a.checkpoint_every}, {"checkpoint_dir", a.checkpoint_dir},
@@ -112,6 +113,10 @@ std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd
   r("init", "--init", a.init, true);  // used only before the first step
   r("early_stop_tol", "--early-stop-tol", a.early_stop_tol, true);
   r("limit_train", "--limit-train", a.limit_train, false);
+  if (j.contains("targets")) {  // written since --targets came; older runs trained on labels
+    r("targets", "--targets", a.targets, true);
+    r("test_targets", "--test-targets", a.test_targets, true);
+  }
   r("checkpoint_every", "--checkpoint-every", a.checkpoint_every, true);
   r("keep_checkpoints", "--keep-checkpoints", a.keep_checkpoints, true);
   r("on_nonfinite", "--on-nonfinite", a.on_nonfinite, true);

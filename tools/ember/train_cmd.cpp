@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -22,6 +24,7 @@
 #include "ember/files.h"
 #include "ember/json.h"
 #include "ember/io.h"
+#include "ember/npy.h"
 #include "ember/onnx.h"
 #include "ember/profile.h"
 #include "ember/version.h"
@@ -129,14 +132,23 @@ CheckpointInfo resolve_resume(const std::string& arg) {
   return naming_flags({{"load_weights", "--weights"}}, [&] { return resolve_resume_file(arg); });
 }
 
+// A metric for JSON: null when NaN or Inf (no accuracy without class scores; not evaluated).
+std::string json_number(double v, const char* format) {
+  if (!std::isfinite(v)) return "null";
+  char t[64];
+  std::snprintf(t, sizeof t, format, v);
+  return t;
+}
+
 std::string metrics_line(const EpochMetrics& m) {
   char line[640];
   const std::string bf16 = m.bf16_flushed < 0 ? "" : ", \"bf16_flushed_grads\": " + std::to_string(m.bf16_flushed) +
                                                      ", \"bf16_grads_checked\": " + std::to_string(m.bf16_checked);
   std::snprintf(line, sizeof line,
-                "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %.9g, \"train_acc\": %.9g, "
-                "\"test_loss\": %.9g, \"test_acc\": %.9g, \"seconds\": %.6f, \"samples_per_s\": %.3f%s%s}",
-                m.epoch, m.lr, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.seconds,
+                "{\"epoch\": %d, \"lr\": %.9g, \"train_loss\": %s, \"train_acc\": %s, "
+                "\"test_loss\": %s, \"test_acc\": %s, \"seconds\": %.6f, \"samples_per_s\": %.3f%s%s}",
+                m.epoch, m.lr, json_number(m.train_loss, "%.9g").c_str(), json_number(m.train_acc, "%.9g").c_str(),
+                json_number(m.test_loss, "%.9g").c_str(), json_number(m.test_acc, "%.9g").c_str(), m.seconds,
                 m.samples_per_s, m.skipped ? (", \"skipped_steps\": " + std::to_string(m.skipped)).c_str() : "",
                 bf16.c_str());
   return line;
@@ -199,7 +211,60 @@ void check_outputs(TrainArgs& a, const std::string& resume_path) {
     outs.push_back({"--checkpoint-dir", !a.checkpoint_dir.empty() ? a.checkpoint_dir
                                         : a.out.empty()          ? std::string("checkpoints")
                                                                  : a.out + "/checkpoints", 0, true, true});
-  check_distinct(outs, run_inputs(a.common, a.weights, resume_path));
+  std::vector<NamedPath> ins = run_inputs(a.common, a.weights, resume_path);
+  ins.push_back({"--targets", a.targets});
+  ins.push_back({"--test-targets", a.test_targets});
+  check_distinct(outs, ins);
+}
+
+// One flag's .npy targets for `count` samples; with a --limit-* in force, a file of more rows
+// gives its first `count` (the data set's first samples, as the limit keeps them).
+Targets read_targets(const char* flag, const std::string& path, const std::vector<int>& out, int64_t count, bool limited) {
+  try {
+    NpyArray v = read_npy(path);
+    if (limited && v.shape[0] > count) {
+      const size_t row = v.size() / size_t(v.shape[0]);
+      v.shape[0] = count;
+      v.f32.resize(v.is_f64 ? 0 : row * size_t(count)), v.f64.resize(v.is_f64 ? row * size_t(count) : 0);
+    }
+    return targets_of(std::move(v), out, count, path);
+  } catch (const Error& e) {
+    throw Error(std::string(flag) + ": " + e.what());
+  }
+}
+
+// --targets and --test-targets, checked against the model's loss and output and the data's counts.
+struct RunTargets {
+  std::optional<Targets> train, test;
+};
+RunTargets load_run_targets(const TrainArgs& a, const Model& model, const TrainTest& data) {
+  RunTargets t;
+  if (a.targets.empty()) {
+    if (!a.test_targets.empty()) throw Error("--test-targets: needs --targets (the training set's targets)");
+    return t;
+  }
+  if (!loss_takes_targets(model.loss))
+    throw Error("--targets: model " + one_line(model.name) + " has the loss " + loss_kind_name(model.loss) +
+                ", which takes class labels; dense targets need the loss mse or l1 (\"loss\" in a model description)");
+  const std::vector<int> out = model_output_dims(model);
+  t.train = read_targets("--targets", a.targets, out, data.train.count, a.limit_train > 0);
+  if (!a.test_targets.empty())
+    t.test = read_targets("--test-targets", a.test_targets, out, data.test.count, a.common.limit_test > 0);
+  return t;
+}
+
+// An epoch's line: accuracies only where there are class labels, the test set's only if evaluated.
+void print_epoch(const EpochMetrics& m, int epochs) {
+  auto part = [](const char* what, double loss, double acc) {
+    char t[96];
+    if (std::isnan(loss)) return std::string();
+    if (std::isnan(acc)) std::snprintf(t, sizeof t, "  %s loss %.4f", what, loss);
+    else std::snprintf(t, sizeof t, "  %s loss %.4f acc %6.2f%%", what, loss, 100 * acc);
+    return std::string(t);
+  };
+  std::printf("epoch %3d/%d  lr %.3e%s%s  %7.2f s  %9.0f samples/s%s\n", m.epoch, epochs, m.lr,
+              part("train", m.train_loss, m.train_acc).c_str(), part("test", m.test_loss, m.test_acc).c_str(), m.seconds,
+              m.samples_per_s, m.skipped ? ("  (" + std::to_string(m.skipped) + " steps skipped: NaN/Inf)").c_str() : "");
 }
 
 // --save at the end: if the named file cannot be written after all, the weights go to a new file
@@ -395,6 +460,9 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, resuming || !a.weights.empty() || onnx_weights);
   if (augmenting) su.cfg.augment = &aug;
   if (data.train.streamed()) su.cfg.loader_threads = a.common.threads;  // decoding is the loader's work
+  const RunTargets targets = load_run_targets(a, su.model, data);
+  su.cfg.targets = targets.train ? &*targets.train : nullptr;
+  su.cfg.test_targets = targets.test ? &*targets.test : nullptr;
   const uint32_t crc = dataset_crc(data.train);
   const std::string data_dir = a.common.data.empty() ? kDefaultDataDir : a.common.data;
   if (resuming) {
@@ -407,7 +475,7 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   Plan plan(su.model, su.plan);
   if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
   set_normalisation(plan, aug);
-  check_dataset_fits(plan, data.train, "training set", su.cfg.augment);
+  check_dataset_fits(plan, data.train, "training set", su.cfg.augment, su.cfg.targets);
   if (!a.show_batch.empty()) write_batch_grid(a.show_batch, data.train, aug, a.common.batch_size, a.seed, !a.no_shuffle);
   std::vector<std::string> kept_metrics;
   if (resuming) {
@@ -518,10 +586,7 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
     r = train(plan, data.train, data.test, su.cfg, [&](const EpochMetrics& m) {
       progress.clear();
       if (!a.quiet) {
-        std::printf("epoch %3d/%d  lr %.3e  train loss %.4f acc %6.2f%%  test loss %.4f acc %6.2f%%  %7.2f s  %9.0f samples/s%s\n",
-                    m.epoch, a.epochs, m.lr, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc,
-                    m.seconds, m.samples_per_s,
-                    m.skipped ? ("  (" + std::to_string(m.skipped) + " steps skipped: NaN/Inf)").c_str() : "");
+        print_epoch(m, a.epochs);
         if (m.bf16_flushed > 0)  // a user should see it: bf16 would then need loss scaling
           std::printf("  bf16: %lld of %lld sampled gradient values flushed to zero (below 2^-126)\n",
                       (long long)m.bf16_flushed, (long long)m.bf16_checked);
@@ -567,9 +632,13 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   if (r.epochs_run == 0)
     std::printf("nothing to train: the run is at the end of epoch %d of %d (raise --epochs to train on)\n",
                 su.cfg.start.epoch, a.epochs);
-  else
+  else if (!std::isnan(r.last.test_acc))
     std::printf("final test accuracy %.2f%% (loss %.4f) after %d epochs%s, total %.2f s\n",
                 100 * r.last.test_acc, r.last.test_loss, r.epochs_run,
+                r.early_stopped ? " (early stop)" : "", r.seconds);
+  else  // dense targets: the test loss if there were test targets, else the training loss
+    std::printf("final %s loss %.4f after %d epochs%s, total %.2f s\n", std::isnan(r.last.test_loss) ? "train" : "test",
+                std::isnan(r.last.test_loss) ? r.last.train_loss : r.last.test_loss, r.epochs_run,
                 r.early_stopped ? " (early stop)" : "", r.seconds);
   if (a.checkpoint_every > 0 && r.epochs_run > 0) {  // the end, unless the last step just saved it
     const int64_t step = r.state.epoch * batches;
