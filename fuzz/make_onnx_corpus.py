@@ -6,7 +6,7 @@ folded pads, Sum, Concat, Softmax) in a few hundred bytes each; big node counts 
 layer over the 4096-layer limit, 49,000 empty nodes, lengths that claim more than the file holds)
 under 100 KB each; one regression seed per refused hostile model of issue 37 (ir_version 999,
 Conv strides 0, a graph output with no type or the wrong shape, no output); issue 40's attribute
-mappings and an unknown auto_pad.
+mappings and an unknown auto_pad; [N, C, L] data and pools padded after unlike before.
 Run: /usr/bin/python3 fuzz/make_onnx_corpus.py"""
 import os
 
@@ -103,6 +103,20 @@ def attributes():
          [w("c.weight", 2, 1, 3, 3)], [1, 4, 4], 2, check=False, ext="")
 
 
+def sequences():
+    """[N, C, L] data (ember's [C, 1, L]): a 1-D Conv, BatchNormalization, a MaxPool with 1-D pads
+    after unlike before and ceil_mode; then a 2-D AveragePool with pads [0, 1, 2, 0] on a 2-D input."""
+    N = helper.make_node
+    save("seq", [N("Conv", ["x", "c.weight", "c.bias"], ["c"], kernel_shape=[3], pads=[1, 1]),
+                 N("BatchNormalization", ["c", "bn.weight", "bn.bias", "bn.mean", "bn.var"], ["n"]),
+                 N("MaxPool", ["n"], ["m"], kernel_shape=[3], strides=[2], pads=[0, 1], ceil_mode=1),
+                 N("Flatten", ["m"], ["f"]), N("Gemm", ["f", "fc.weight"], ["y"], transB=1)],
+         [w("c.weight", 3, 2, 3), w("c.bias", 3), w("bn.weight", 3), w("bn.bias", 3), w("bn.mean", 3),
+          numpy_helper.from_array(np.full(3, 1.5, np.float32), "bn.var"), w("fc.weight", 2, 15)], [2, 9], 2)
+    save("pool-pads-after", [N("AveragePool", ["x"], ["a"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 2, 0]),
+                             N("Flatten", ["a"], ["y"])], [], [1, 5, 6], 9)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     N = helper.make_node
@@ -155,6 +169,7 @@ def main():
     big_counts()
     regressions()
     attributes()
+    sequences()
     print(f"wrote {len(os.listdir(OUT))} models to {OUT}")
 
 
