@@ -48,7 +48,8 @@ struct PlanOptions {
   std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
   int threads = 1;
   OptimizerConfig optimizer;    // decides how much optimizer state the arena holds
-  bool fuse = true;             // run Conv2d(stride 1) -> ReLU -> MaxPool2d(2) as one fused unit
+  bool fuse = true;             // run Conv2d(stride 1) -> ReLU -> MaxPool2d(2) as one fused unit, and
+                                // in inference plans Conv2d -> BatchNorm2d as one (the BN folded in)
   bool split_background = true; // f32: a first fused unit whose output a sparse Linear reads hands
                                 // it the windows with an all-zero input patch apart (ops::Background)
   size_t max_arena_bytes = size_t(8) << 30;  // a plan needing more throws (checked before allocating)
@@ -209,7 +210,9 @@ class Plan {
   // max-pool most are zero: mnist-cnn's fc1 then reads about a quarter of its 3.2 MB). Batches of
   // 2 or more give the same bits as before (the same values up to summation order where the
   // unfrozen plan's background link splits: a frozen plan does not); their sparse-input column
-  // ranges read the copy rather than transposing the weight each call. The parameters must not change while frozen: init_params,
+  // ranges read the copy rather than transposing the weight each call. An f32 inference plan's
+  // conv2d+batchnorm2d units fold the BN into the conv here once (unfrozen: at every forward).
+  // The parameters must not change while frozen: init_params,
   // optimizer_step, backward_step and the non-const param_data() (load_weights uses it) throw;
   // writes through a pointer taken before freeze() are not seen. thaw() drops the copies.
   // Batch-1 outputs differ from the unfrozen plan's by summation order only (a few ulp), and an

@@ -35,7 +35,8 @@ struct Bufs {
   const void* dy;  // output gradient
   const void* w;   // parameters (weight, then bias), null when none
   const void* b;
-  const float* wt; // a frozen f32 plan's Linear weight transposed [in, out] (Plan::freeze), or null
+  const float* wt; // a frozen f32 plan's copy the unit packed (Plan::freeze): a Linear's weight
+                   // transposed [in, out], a conv2d+batchnorm2d's folded weight and bias; or null
   void* dw;
   void* db;
   const void* w2;  // a fused unit's second node's parameters (LayerNorm -> conv: the conv's), or null
@@ -135,6 +136,11 @@ class Layer {
   // What the saved buffer (saved_bytes) holds, for the plan's memory report.
   virtual std::string saved_what() const { return "saved state"; }
 
+  // A frozen f32 plan's copy of parameters in the layer's own form (Bufs::wt), computed once by
+  // Plan::freeze: packed_elems() floats (0: none), written by pack from b's parameters.
+  virtual size_t packed_elems() const { return 0; }
+  virtual void pack(const ops::Exec& e, const Bufs& b, float* out) {}
+
   virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;
   virtual void backward(const ops::Exec& e, const Bufs& b, int n) = 0;
 
@@ -158,5 +164,10 @@ bool can_fuse_norm_conv(const LayerSpec& norm, const LayerSpec& conv);
 // The two as one unit that never stores the normalised tensor (a training plan's fusion): it
 // takes over both nodes' layers, already inferred.
 std::unique_ptr<Layer> make_norm_conv(std::unique_ptr<Layer> norm, std::unique_ptr<Layer> conv);
+// True when `conv` is a Conv2d and `bn` a BatchNorm2d (conv_bn.cpp).
+bool can_fuse_conv_bn(const LayerSpec& conv, const LayerSpec& bn);
+// The two as one unit of an inference plan: the conv runs once with the eval-mode BN folded into
+// its weight and bias (train mode: the two unfolded); it takes over both nodes' layers, inferred.
+std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn);
 
 }  // namespace ember::nn

@@ -422,6 +422,7 @@ void Plan::freeze() {
       for (int k = 0; k < K; ++k)
         for (int c = 0; c < C; ++c) wt[size_t(c) * K + k] = w[size_t(k) * C + c];
     }
+  plan_impl::pack_units(m);
   m.frozen = true;
 }
 void Plan::thaw() {

@@ -94,6 +94,22 @@ void unit_backward(const Plan::Impl& m, const ops::Exec& e, size_t i, int n) {
   }
 }
 
+}  // namespace
+
+namespace plan_impl {
+void pack_units(Plan::Impl& m) {
+  if (m.esz != 4) return;
+  const ops::Exec e = m.exec();
+  for (size_t i = 0; i < m.us.size(); ++i) {
+    const size_t n = m.us[i].layer->packed_elems();
+    if (n == 0) continue;
+    m.packed[i].resize(n);
+    m.us[i].layer->pack(e, bind(m, i), m.packed[i].data());  // not frozen yet: bind leaves wt null
+  }
+}
+}  // namespace plan_impl
+
+namespace {
 // The bf16 weight copy from the masters, when something may have written them since.
 void refresh_copy(Plan::Impl& m) {
   if (m.wh_off == kNone || !m.wh_stale) return;
