@@ -210,9 +210,7 @@ class Plan {
   // max-pool most are zero: mnist-cnn's fc1 then reads about a quarter of its 3.2 MB). Batches of
   // 2 or more give the same bits as before (the same values up to summation order where the
   // unfrozen plan's background link splits: a frozen plan does not); their sparse-input column
-  // ranges read the copy rather than transposing the weight each call. An f32 inference plan's
-  // conv2d+batchnorm2d units fold the BN into the conv here once (unfrozen: at every forward).
-  // The parameters must not change while frozen: init_params,
+  // ranges read the copy rather than transposing the weight each call. The parameters must not change while frozen: init_params,
   // optimizer_step, backward_step and the non-const param_data() (load_weights uses it) throw;
   // writes through a pointer taken before freeze() are not seen. thaw() drops the copies.
   // Batch-1 outputs differ from the unfrozen plan's by summation order only (a few ulp), and an
@@ -255,7 +253,10 @@ class Plan {
   bool train_mode() const;
 
   // The flat parameter block and its gradient (dtype elements, param_count() of them). The
-  // non-const param_data() throws on a frozen plan; the const one reads.
+  // non-const param_data() throws on a frozen plan; the const one reads. Each call of the
+  // non-const one and init_params count as a parameter change: copies derived from the parameters
+  // (a bf16 plan's weight copy, an inference plan's folded conv2d+batchnorm2d weights) are made
+  // again before the next pass. Write through the pointer of a fresh call, not one kept across passes.
   void* param_data();
   const void* param_data() const;
   void* grad_data();

@@ -1,7 +1,9 @@
 // The inference plan's conv2d+batchnorm2d unit: a Conv2d whose output only a BatchNorm2d reads
-// runs once with the eval-mode BN folded into its weight and bias (ref::batchnorm_fold), from the
-// current parameters and running statistics at every forward (a frozen f32 plan: once, at
-// Plan::freeze). Train mode (Plan::set_train_mode) runs the two unfolded: the batch's statistics.
+// runs once with the eval-mode BN folded into its weight and bias (ref::batchnorm_fold), kept in the
+// unit's own buffer and folded again whenever the plan's parameters may have changed
+// (Bufs::param_version). Train mode (Plan::set_train_mode) runs the two unfolded: batch statistics.
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -32,13 +34,13 @@ class ConvBatchNorm final : public Layer {
   }
   int fan_in() const override { return conv_->fan_in(); }
   int fan_out() const override { return conv_->fan_out(); }
-  // The folded weight [K, per] and bias [K] (64-byte steps), then the conv's own scratch.
-  size_t workspace_elems(int batch, int threads) const override {
-    return fold_elems() + conv_->workspace_elems(batch, threads);
+  size_t workspace_elems(int batch, int threads) const override { return conv_->workspace_elems(batch, threads); }
+  // The folded weight [K, per] and bias [K] (64-byte steps), then the BN's mean and rstd (train
+  // mode runs it unfolded).
+  size_t saved_bytes(int batch, int threads, DType dt) const override {
+    return fold_elems() * esize(dt) + bn_->saved_bytes(batch, threads, dt);
   }
-  size_t packed_elems() const override { return fold_elems(); }
-  // The BN's mean and rstd (train mode runs it unfolded).
-  size_t saved_bytes(int batch, int threads, DType dt) const override { return bn_->saved_bytes(batch, threads, dt); }
+  std::string saved_what() const override { return "folded weight and bias"; }
   void set_precision(Precision p, bool backward) override { conv_->set_precision(p, backward); }
   void choose_algorithm(int batch, int threads) override { conv_->choose_algorithm(batch, threads); }
   std::string algorithm() const override { return conv_->algorithm() + ", batchnorm2d folded"; }
@@ -48,21 +50,17 @@ class ConvBatchNorm final : public Layer {
   bool backward_reads_inputs() const override { return false; }
   bool backward_reads_output() const override { return false; }
 
-  void pack(const ops::Exec& e, const Bufs& b, float* out) override { fold<float>(e, b, out); }
-
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     if (b.train_mode) return unfolded(e, b, n);
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      T* wf = p<T>(b.ws);
-      const bool cached = b.wt && b.dt == DType::f32;  // a frozen plan's fold (Plan::freeze)
-      if (cached) wf = const_cast<T*>(reinterpret_cast<const T*>(b.wt));
-      else fold<T>(e, b, wf);
+      T* wf = p<T>(b.saved);
+      if (folded_ != b.param_version) fold<T>(e, b, wf);
+      folded_ = b.param_version;
       Bufs cb = conv_bufs(b);
       cb.w = wf;
       cb.b = wf + bias_at();
       cb.wh = nullptr;  // a bf16 plan's GEMM rounds the folded weight as it packs it
-      cb.ws = p<T>(b.ws) + fold_elems();
       conv_->forward(e, cb, n);
     });
   }
@@ -71,6 +69,7 @@ class ConvBatchNorm final : public Layer {
   }
 
  private:
+  static size_t esize(DType dt) { return dt == DType::f64 ? 8 : 4; }
   size_t bias_at() const { return (size_t(spec_.out) * per_ + 15) / 16 * 16; }
   size_t fold_elems() const { return bias_at() + (size_t(spec_.out) + 15) / 16 * 16; }
 
@@ -104,6 +103,7 @@ class ConvBatchNorm final : public Layer {
   void unfolded(const ops::Exec& e, const Bufs& b, int n) {
     conv_->forward(e, conv_bufs(b), n);
     Bufs nb = b;
+    nb.saved = static_cast<std::byte*>(b.saved) + fold_elems() * esize(b.dt);
     nb.x = nb.xs[0] = b.y;
     nb.w = b.w2, nb.b = b.b2;
     nb.w2 = nb.b2 = nullptr;
@@ -114,6 +114,7 @@ class ConvBatchNorm final : public Layer {
 
   std::unique_ptr<Layer> conv_, bn_;
   size_t per_ = 0;  // weights per output channel: C / groups x R x S
+  uint64_t folded_ = ~uint64_t(0);  // the param_version the saved fold was made from (none yet)
 };
 
 }  // namespace

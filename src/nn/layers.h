@@ -35,8 +35,7 @@ struct Bufs {
   const void* dy;  // output gradient
   const void* w;   // parameters (weight, then bias), null when none
   const void* b;
-  const float* wt; // a frozen f32 plan's copy the unit packed (Plan::freeze): a Linear's weight
-                   // transposed [in, out], a conv2d+batchnorm2d's folded weight and bias; or null
+  const float* wt; // a frozen f32 plan's Linear weight transposed [in, out] (Plan::freeze), or null
   void* dw;
   void* db;
   const void* w2;  // a fused unit's second node's parameters (LayerNorm -> conv: the conv's), or null
@@ -62,6 +61,9 @@ struct Bufs {
   bool frozen;                // the plan is frozen (Plan::freeze): the conv unit does not split
   bool train_mode;            // Plan::set_train_mode: stochastic depth draws masks
   uint64_t noise;             // this unit's random stream for this step (seed, optimizer step, unit)
+  // Counts the plan's parameter changes (init_params, the non-const param_data()): a layer that
+  // keeps a copy derived from its parameters (conv2d+batchnorm2d's fold) makes it again when it moves.
+  uint64_t param_version;
 };
 
 // Runs f(float{}) or f(double{}) for a plan's element type; p<T> views an arena pointer as T.
@@ -135,11 +137,6 @@ class Layer {
   virtual std::string algorithm() const { return {}; }
   // What the saved buffer (saved_bytes) holds, for the plan's memory report.
   virtual std::string saved_what() const { return "saved state"; }
-
-  // A frozen f32 plan's copy of parameters in the layer's own form (Bufs::wt), computed once by
-  // Plan::freeze: packed_elems() floats (0: none), written by pack from b's parameters.
-  virtual size_t packed_elems() const { return 0; }
-  virtual void pack(const ops::Exec& e, const Bufs& b, float* out) {}
 
   virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;
   virtual void backward(const ops::Exec& e, const Bufs& b, int n) = 0;

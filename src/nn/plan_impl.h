@@ -56,8 +56,7 @@ struct Plan::Impl {
   std::vector<UpdateChunk> side_chunks;
   int side_unit = -1;
   Profiler* prof = nullptr;
-  // Plan::freeze: per unit, a Linear weight transposed to [in, out], or the copy its layer packs
-  // (plan_impl::pack_units); empty for other units.
+  // Plan::freeze: per unit, a Linear weight transposed to [in, out] (empty for other units).
   bool frozen = false;
   bool train_mode = true;                        // set from opt.training; Plan::set_train_mode
   std::vector<std::vector<float>> packed;
@@ -72,6 +71,7 @@ struct Plan::Impl {
   // anything else may have written them (init_params, the non-const param_data()).
   size_t wh_off = SIZE_MAX;
   bool wh_stale = true;
+  uint64_t param_version = 0;                    // Bufs::param_version: moved with wh_stale
   bool count_flush = false;                      // Plan::set_flush_counting
   Plan::FlushCount flush;
   std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift
@@ -89,10 +89,6 @@ namespace plan_impl {
 std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
 // A plan compiled with graph passes (tests: a pass that inserts nodes changes no result).
 Plan plan_with_passes(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
-
-// Plan::freeze: each f32 unit whose layer packs a copy (Layer::packed_elems, pack: a
-// conv2d+batchnorm2d's folded weight and bias) writes it into its `packed` entry.
-void pack_units(Plan::Impl& m);
 
 inline void check_thawed(const Plan::Impl& m, const char* what) {
   if (m.frozen)

@@ -71,6 +71,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i, bool rerun = false) {
   b.bg = m.bg_unit[i] ? &m.bg : nullptr;
   b.frozen = m.frozen;
   b.train_mode = m.train_mode;
+  b.param_version = m.param_version;
   // The unit's random stream for this step: a hash of (seed, optimizer steps done, its first
   // node's model layer), so that nodes a pass inserts move no stream.
   uint64_t z = m.opt.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(m.step) + 1) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t(m.g.nodes[size_t(u.first)].source) + 1) * 0x165667B19E3779F9ull;
@@ -94,22 +95,6 @@ void unit_backward(const Plan::Impl& m, const ops::Exec& e, size_t i, int n) {
   }
 }
 
-}  // namespace
-
-namespace plan_impl {
-void pack_units(Plan::Impl& m) {
-  if (m.esz != 4) return;
-  const ops::Exec e = m.exec();
-  for (size_t i = 0; i < m.us.size(); ++i) {
-    const size_t n = m.us[i].layer->packed_elems();
-    if (n == 0) continue;
-    m.packed[i].resize(n);
-    m.us[i].layer->pack(e, bind(m, i), m.packed[i].data());  // not frozen yet: bind leaves wt null
-  }
-}
-}  // namespace plan_impl
-
-namespace {
 // The bf16 weight copy from the masters, when something may have written them since.
 void refresh_copy(Plan::Impl& m) {
   if (m.wh_off == kNone || !m.wh_stale) return;
