@@ -150,8 +150,8 @@ TEST(PlanConvBnFold, OnlyInferencePlansFoldAndOnlyASoleReader) {
 }
 
 // New weights and running statistics written after the plan is built (and after a first forward)
-// change the output as they change the unfused plan's: the fold is never stale. A frozen plan
-// folds again at the next freeze().
+// through param_data() change the output as they change the unfused plan's: the fold is made again
+// (Bufs::param_version), frozen or not.
 TEST(PlanConvBnFold, NewParametersAfterCompileAreSeen) {
   const Model m = conv_bn(R"(, "bias": false)");
   Plan a(m, inference(2, "")), b(m, inference(2, "", DType::f32, false));
