@@ -48,7 +48,8 @@ struct PlanOptions {
   std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
   int threads = 1;
   OptimizerConfig optimizer;    // decides how much optimizer state the arena holds
-  bool fuse = true;             // run Conv2d(stride 1) -> ReLU -> MaxPool2d(2) as one fused unit
+  bool fuse = true;             // run Conv2d(stride 1) -> ReLU -> MaxPool2d(2) as one fused unit, and
+                                // in inference plans Conv2d -> BatchNorm2d as one (the BN folded in)
   bool split_background = true; // f32: a first fused unit whose output a sparse Linear reads hands
                                 // it the windows with an all-zero input patch apart (ops::Background)
   size_t max_arena_bytes = size_t(8) << 30;  // a plan needing more throws (checked before allocating)
@@ -252,7 +253,10 @@ class Plan {
   bool train_mode() const;
 
   // The flat parameter block and its gradient (dtype elements, param_count() of them). The
-  // non-const param_data() throws on a frozen plan; the const one reads.
+  // non-const param_data() throws on a frozen plan; the const one reads. Each call of the
+  // non-const one and init_params count as a parameter change: copies derived from the parameters
+  // (a bf16 plan's weight copy, an inference plan's folded conv2d+batchnorm2d weights) are made
+  // again before the next pass. Write through the pointer of a fresh call, not one kept across passes.
   void* param_data();
   const void* param_data() const;
   void* grad_data();

@@ -199,10 +199,18 @@ bool norm_conv_at(const Graph& g, size_t i) {
   return can_fuse_norm_conv(*g.nodes[i].spec, *g.nodes[i + 1].spec);
 }
 
+// The inference pattern: Conv2d -> BatchNorm2d at nodes i, i + 1, the conv's output read by the
+// BN alone (folded into the conv's weight and bias).
+bool conv_bn_at(const Graph& g, size_t i) {
+  if (i + 1 >= g.nodes.size() || !only_reader_of(g, i, i + 1)) return false;
+  return can_fuse_conv_bn(*g.nodes[i].spec, *g.nodes[i + 1].spec);
+}
+
 // How many nodes the unit starting at node i runs.
 int group_at(const Graph& g, size_t i, bool enabled, bool training) {
   if (enabled && conv_relu_pool_at(g, i)) return 3;
   if (enabled && training && norm_conv_at(g, i)) return 2;
+  if (enabled && !training && conv_bn_at(g, i)) return 2;
   return 1;
 }
 
@@ -227,7 +235,8 @@ std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
       u.layer = make_conv_relu_pool(*g.nodes[i].spec);
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
     } else if (count == 2) {
-      u.layer = make_norm_conv(std::move(g.nodes[i].layer), std::move(g.nodes[i + 1].layer));
+      auto make = g.nodes[i].spec->kind == LayerKind::Conv2d ? make_conv_bn : make_norm_conv;
+      u.layer = make(std::move(g.nodes[i].layer), std::move(g.nodes[i + 1].layer));
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
     } else {
       u.layer = std::move(g.nodes[i].layer);

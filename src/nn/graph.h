@@ -114,9 +114,10 @@ struct Unit {
 
 // Pass 3. Groups nodes into units. With `enabled`, every pattern in the fusion table that matches
 // becomes one unit, where the pattern's inner outputs are read only by its next node:
-// Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2; and, in a `training` plan, LayerNorm (affine)
+// Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2; in a `training` plan, LayerNorm (affine)
 // -> Conv2d or Linear over channels (the normalised tensor is recomputed in backward instead of
-// kept). Moves the nodes' layers into the units.
+// kept); in an inference plan, Conv2d -> BatchNorm2d (the eval-mode BN folded into the conv's
+// weight and bias, conv_bn.cpp). Moves the nodes' layers into the units.
 std::vector<Unit> fuse(Graph& g, bool enabled, bool training);
 // The units fuse would make (after infer): per unit, in node order, how many nodes it runs.
 std::vector<int> fusion_groups(const Graph& g, bool enabled, bool training);

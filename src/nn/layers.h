@@ -61,6 +61,9 @@ struct Bufs {
   bool frozen;                // the plan is frozen (Plan::freeze): the conv unit does not split
   bool train_mode;            // Plan::set_train_mode: stochastic depth draws masks
   uint64_t noise;             // this unit's random stream for this step (seed, optimizer step, unit)
+  // Counts the plan's parameter changes (init_params, the non-const param_data()): a layer that
+  // keeps a copy derived from its parameters (conv2d+batchnorm2d's fold) makes it again when it moves.
+  uint64_t param_version;
 };
 
 // Runs f(float{}) or f(double{}) for a plan's element type; p<T> views an arena pointer as T.
@@ -158,5 +161,10 @@ bool can_fuse_norm_conv(const LayerSpec& norm, const LayerSpec& conv);
 // The two as one unit that never stores the normalised tensor (a training plan's fusion): it
 // takes over both nodes' layers, already inferred.
 std::unique_ptr<Layer> make_norm_conv(std::unique_ptr<Layer> norm, std::unique_ptr<Layer> conv);
+// True when `conv` is a Conv2d and `bn` a BatchNorm2d (conv_bn.cpp).
+bool can_fuse_conv_bn(const LayerSpec& conv, const LayerSpec& bn);
+// The two as one unit of an inference plan: the conv runs once with the eval-mode BN folded into
+// its weight and bias (train mode: the two unfolded); it takes over both nodes' layers, inferred.
+std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn);
 
 }  // namespace ember::nn

@@ -403,6 +403,7 @@ std::vector<int> Plan::output_dims() const { return dims_vec(impl_->g.tensors[im
 void* Plan::param_data() {
   check_thawed(*impl_, "param_data");
   impl_->wh_stale = true;  // the caller may write the masters: round them again before the next pass
+  ++impl_->param_version;  // and fold conv2d+batchnorm2d again
   return impl_->at<std::byte>(impl_->param_off);
 }
 const void* Plan::param_data() const { return impl_->at<std::byte>(impl_->param_off); }
@@ -458,6 +459,7 @@ void Plan::init_params(uint64_t seed) {
   for (int s = 0; s < m.state_count; ++s) std::memset(m.at<std::byte>(m.state_off[s]), 0, m.nparams * m.esz);
   m.step = 0;
   m.wh_stale = true;
+  ++m.param_version;
 }
 
 void Plan::set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift) {

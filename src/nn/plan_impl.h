@@ -71,6 +71,7 @@ struct Plan::Impl {
   // anything else may have written them (init_params, the non-const param_data()).
   size_t wh_off = SIZE_MAX;
   bool wh_stale = true;
+  uint64_t param_version = 0;                    // Bufs::param_version: moved with wh_stale
   bool count_flush = false;                      // Plan::set_flush_counting
   Plan::FlushCount flush;
   std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift

@@ -126,6 +126,29 @@ TEST(Graph, FusionMatchesThePatternOnlyWhereNothingElseReadsInside) {
   EXPECT_EQ(nn::fuse(g3, false, true).size(), 5u);
 }
 
+// Conv2d -> BatchNorm2d is one unit in an inference plan only, and only where the BN alone reads
+// the conv (a conv -> relu -> maxpool run keeps its own fusion).
+TEST(Graph, ConvBatchNormFusesInInferencePlansOnly) {
+  Model m;
+  m.conv2d(4, 3, 1, 1);
+  LayerSpec bn;
+  bn.kind = LayerKind::BatchNorm2d;
+  m.layers.push_back(bn);
+  m.relu().conv2d(4, 3, 1, 1).relu().maxpool2d(2).flatten().linear(10);
+  auto kinds = [&](const Model& model, bool training) {
+    nn::Graph g = nn::resolve(model);
+    g.tensors[0].dims = {2, 8, 8};
+    nn::infer(g, DType::f32, 2);
+    std::vector<std::string> k;
+    for (const nn::Unit& u : nn::fuse(g, true, training)) k.push_back(u.kinds);
+    return k;
+  };
+  EXPECT_EQ(kinds(m, false), (std::vector<std::string>{"conv2d+batchnorm2d", "relu", "conv2d+relu+maxpool2d",
+                                                       "flatten", "linear"}));
+  EXPECT_EQ(kinds(m, true), (std::vector<std::string>{"conv2d", "batchnorm2d", "relu", "conv2d+relu+maxpool2d",
+                                                      "flatten", "linear"}));
+}
+
 TEST(Graph, BackwardIsPrunedUpstreamOfTheFirstParameter) {
   Model m;
   m.maxpool2d(2).named("p").conv2d(2, 3, 1, 1).flatten().linear(10);

@@ -1,5 +1,5 @@
 // Scalar reference of BatchNorm2d (PyTorch's nn.BatchNorm2d): per-channel statistics over N*H*W,
-// the running-statistics update and both backward forms. Templates on T (float, double), raw
+// the running-statistics update, both backward forms, and the eval-mode fold into a convolution. Templates on T (float, double), raw
 // pointers, no allocation; each function runs channels [c0, c1), so a caller splits channels over
 // threads and every channel's sums keep one order (the same bits at any thread count).
 #pragma once
@@ -100,6 +100,20 @@ void batchnorm2d_bwd(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const 
         dx[o + p] = train ? T(k / M * (M * double(dy[o + p]) - sdy - xhat * sdyx)) : T(k * double(dy[o + p]));
       }
     }
+  }
+}
+
+// Eval-mode BatchNorm folded into the convolution before it (an inference plan's conv2d+batchnorm2d
+// unit, ONNX export's formula), output channels [k0, k1): per channel k, a = gamma / sqrt(var + eps),
+// wf = a w (the channel's `per` weights) and bf = a (b - mean) + beta, in double. w [K, per];
+// b, gamma, beta [K] may be null (0, 1, 0); run: running mean [K], then running var [K].
+template <class T>
+void batchnorm_fold(T* wf, T* bf, const T* w, const T* b, const T* gamma, const T* beta, const T* run, int K,
+                    size_t per, double eps, int k0, int k1) {
+  for (int k = k0; k < k1; ++k) {
+    const double a = (gamma ? double(gamma[k]) : 1.0) / std::sqrt(double(run[K + k]) + eps);
+    for (size_t i = size_t(k) * per; i < size_t(k + 1) * per; ++i) wf[i] = T(a * double(w[i]));
+    bf[k] = T(a * ((b ? double(b[k]) : 0.0) - double(run[k])) + (beta ? double(beta[k]) : 0.0));
   }
 }
 

@@ -1,0 +1,130 @@
+// The inference plan's conv2d+batchnorm2d unit: a Conv2d whose output only a BatchNorm2d reads
+// runs once with the eval-mode BN folded into its weight and bias (ref::batchnorm_fold), kept in the
+// unit's own buffer and folded again whenever the plan's parameters may have changed
+// (Bufs::param_version). Train mode (Plan::set_train_mode) runs the two unfolded: batch statistics.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "ember/error.h"
+#include "kernels/ref/ref_batchnorm.h"
+#include "nn/layers.h"
+
+namespace ember::nn {
+
+namespace {
+
+class ConvBatchNorm final : public Layer {
+ public:
+  ConvBatchNorm(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn)
+      : Layer(conv->spec()), conv_(std::move(conv)), bn_(std::move(bn)) {}
+  Dims infer(const Dims& in) override {
+    in_ = in;
+    out_ = conv_->infer(in);
+    bn_->infer(out_);
+    per_ = size_t(in.c / spec_.groups) * spec_.kernel_h * spec_.kernel_w;
+    return out_;
+  }
+  std::vector<std::vector<int>> param_shapes() const override {
+    auto v = conv_->param_shapes();
+    for (auto& s : bn_->param_shapes()) v.push_back(s);
+    return v;
+  }
+  int fan_in() const override { return conv_->fan_in(); }
+  int fan_out() const override { return conv_->fan_out(); }
+  size_t workspace_elems(int batch, int threads) const override { return conv_->workspace_elems(batch, threads); }
+  // The folded weight [K, per] and bias [K] (64-byte steps), then the BN's mean and rstd (train
+  // mode runs it unfolded).
+  size_t saved_bytes(int batch, int threads, DType dt) const override {
+    return fold_elems() * esize(dt) + bn_->saved_bytes(batch, threads, dt);
+  }
+  std::string saved_what() const override { return "folded weight and bias"; }
+  void set_precision(Precision p, bool backward) override { conv_->set_precision(p, backward); }
+  void choose_algorithm(int batch, int threads) override { conv_->choose_algorithm(batch, threads); }
+  std::string algorithm() const override { return conv_->algorithm() + ", batchnorm2d folded"; }
+  // The model's operations (the BN's too), so that rates compare with the unfused plan's.
+  double flops_per_sample() const override { return conv_->flops_per_sample() + bn_->flops_per_sample(); }
+  bool bf16_products() const override { return conv_->bf16_products(); }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
+
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (b.train_mode) return unfolded(e, b, n);
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      T* wf = p<T>(b.saved);
+      if (folded_ != b.param_version) fold<T>(e, b, wf);
+      folded_ = b.param_version;
+      Bufs cb = conv_bufs(b);
+      cb.w = wf;
+      cb.b = wf + bias_at();
+      cb.wh = nullptr;  // a bf16 plan's GEMM rounds the folded weight as it packs it
+      conv_->forward(e, cb, n);
+    });
+  }
+  void backward(const ops::Exec&, const Bufs&, int) override {
+    throw Error("internal: conv2d+batchnorm2d runs in inference plans only (no backward)");
+  }
+
+ private:
+  static size_t esize(DType dt) { return dt == DType::f64 ? 8 : 4; }
+  size_t bias_at() const { return (size_t(spec_.out) * per_ + 15) / 16 * 16; }
+  size_t fold_elems() const { return bias_at() + (size_t(spec_.out) + 15) / 16 * 16; }
+
+  // The folded weight at out, its bias at out + bias_at(), from b's parameters (w, b: the conv's;
+  // w2, b2: the BN's affine, null without; rs: its running statistics), channels split over the pool.
+  template <class T>
+  void fold(const ops::Exec& e, const Bufs& b, T* out) const {
+    const int K = spec_.out;
+    const bool affine = bn_->spec().bias;
+    auto run = [&](int k0, int k1) {
+      ref::batchnorm_fold<T>(out, out + bias_at(), p<T>(b.w), p<T>(b.b), affine ? p<T>(b.w2) : nullptr,
+                             affine ? p<T>(b.b2) : nullptr, p<T>(b.rs), K, per_, bn_->spec().eps, k0, k1);
+    };
+    if (e.pool.size() == 1 || size_t(K) * per_ < (size_t(1) << 14)) return run(0, K);
+    e.pool.run([&](int t) {
+      const Range r = split_range(K, t, e.pool.size());
+      if (r.end > r.begin) run(int(r.begin), int(r.end));
+    });
+  }
+  // The conv's view of the unit's buffers (its own parameters in w, b).
+  static Bufs conv_bufs(const Bufs& b) {
+    Bufs cb = b;
+    cb.w2 = cb.b2 = nullptr;
+    cb.wh2 = nullptr;
+    cb.wt = nullptr;
+    cb.rs = nullptr, cb.rs_update = nullptr;
+    cb.saved = nullptr;
+    return cb;
+  }
+  // Train mode: the conv into y, then the BN over y in place (batch statistics).
+  void unfolded(const ops::Exec& e, const Bufs& b, int n) {
+    conv_->forward(e, conv_bufs(b), n);
+    Bufs nb = b;
+    nb.saved = static_cast<std::byte*>(b.saved) + fold_elems() * esize(b.dt);
+    nb.x = nb.xs[0] = b.y;
+    nb.w = b.w2, nb.b = b.b2;
+    nb.w2 = nb.b2 = nullptr;
+    nb.wh = nb.wh2 = nullptr;
+    nb.wt = nullptr;
+    bn_->forward(e, nb, n);
+  }
+
+  std::unique_ptr<Layer> conv_, bn_;
+  size_t per_ = 0;  // weights per output channel: C / groups x R x S
+  uint64_t folded_ = ~uint64_t(0);  // the param_version the saved fold was made from (none yet)
+};
+
+}  // namespace
+
+bool can_fuse_conv_bn(const LayerSpec& conv, const LayerSpec& bn) {
+  return conv.kind == LayerKind::Conv2d && bn.kind == LayerKind::BatchNorm2d;
+}
+
+std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn) {
+  return std::make_unique<ConvBatchNorm>(std::move(conv), std::move(bn));
+}
+
+}  // namespace ember::nn
