@@ -24,7 +24,7 @@ constexpr size_t kMaxRank = 8;
 constexpr size_t kMaxPrefix = 12;                    // magic 6, version 2, length 2 (v1) or 4
 
 [[noreturn]] void fail(const std::string& name, const std::string& field, const std::string& what) {
-  throw Error(one_line(name) + ": " + field + ": " + what);
+  throw Error(one_line(name + ": " + field + ": " + what));  // a key or text from the file may hold any byte
 }
 
 struct Header {
@@ -60,16 +60,17 @@ class DictParser {
     expect('{', "header");
     while (skip_ws(), !eat('}')) {
       const std::string key = string("header key");
-      expect(':', "header '" + key + "'");
+      const std::string shown = clip_text("'" + key + "'");
+      expect(':', "header " + shown);
       const int k = key == "descr" ? 0 : key == "fortran_order" ? 1 : key == "shape" ? 2 : -1;
-      if (k < 0) fail(name_, "header", "unexpected key " + clip_text("'" + key + "'") + " (expected exactly 'descr', 'fortran_order' and 'shape')");
-      if (seen[k]) fail(name_, "header", "key '" + key + "' appears twice");
+      if (k < 0) fail(name_, "header", "unexpected key " + shown + " (expected exactly 'descr', 'fortran_order' and 'shape')");
+      if (seen[k]) fail(name_, "header", "key " + shown + " appears twice");
       seen[k] = true;
       if (k == 0) h.f64 = descr();
       else if (k == 1) fortran_order();
       else h.shape = shape();
       skip_ws();
-      if (!eat(',') && (skip_ws(), peek() != '}')) fail(name_, "header", "expected ',' or '}' after '" + key + "'" + found());
+      if (!eat(',') && (skip_ws(), peek() != '}')) fail(name_, "header", "expected ',' or '}' after " + shown + found());
     }
     for (int k = 0; k < 3; ++k)
       if (!seen[k]) fail(name_, "header", std::string("missing key '") + (k == 0 ? "descr" : k == 1 ? "fortran_order" : "shape") + "'");

@@ -116,6 +116,9 @@ TEST_F(Npy, RefusesHostileFilesWithOneLineNamingTheField) {
   expect_refused(npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2)", bytes_of(kSix)), "header");
   expect_refused(npy_raw("__import__('os')\n", bytes_of(kSix)), "header", "expected '{'");
   expect_refused(npy_raw(std::string("{'descr\n\x01': 1}"), ""), "header", "unexpected key");
+  // fuzz_npy's finding: a key holding a newline, then no ':' (the key was quoted raw in the field).
+  expect_refused(npy_raw(std::string("{'de\nscr' 'x': 1}"), ""), "header 'de\\nscr'", "expected ':'");
+  expect_refused(npy_raw("{'" + std::string(5000, 'k') + "' 1}", ""), "header '", "bytes)");  // a long key is clipped
 }
 
 TEST_F(Npy, RefusesWhatIsNotARegularFile) {
