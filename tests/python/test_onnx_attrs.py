@@ -153,12 +153,16 @@ def test_auto_pad_and_ceil_mode_import_as_the_explicit_pads(case, tmp_path):
     np.testing.assert_array_equal(got, predict(ref, x, tmp_path, "ref.onnx"))
 
 
-@pytest.mark.parametrize("case", list(SAME_WINDOWS))
-def test_auto_pad_and_ceil_mode_import_as_onnxruntime_runs_them(case, tmp_path):
-    op, attrs, _, hw = SAME_WINDOWS[case]
+def windowed_agrees_with_onnxruntime(op, attrs, hw, tmp_path):
     m = windowed(op, attrs, hw)
     x = RNG.standard_normal((2, 2, *hw)).astype(np.float32)
     close(predict(m, x, tmp_path), ort_output(m, x, tmp_path))
+
+
+@pytest.mark.parametrize("case", list(SAME_WINDOWS))
+def test_auto_pad_and_ceil_mode_import_as_onnxruntime_runs_them(case, tmp_path):
+    op, attrs, _, hw = SAME_WINDOWS[case]
+    windowed_agrees_with_onnxruntime(op, attrs, hw, tmp_path)
 
 
 REFUSED_WINDOWS = {
@@ -241,9 +245,7 @@ def test_pools_with_padding_after_unlike_before_import_as_their_formula(case, tm
 @pytest.mark.parametrize("case", list(ASYMMETRIC_WINDOWS))
 def test_pools_with_padding_after_unlike_before_import_as_onnxruntime_runs_them(case, tmp_path):
     op, attrs, hw, _ = ASYMMETRIC_WINDOWS[case]
-    m = windowed(op, attrs, hw)
-    x = RNG.standard_normal((2, 2, *hw)).astype(np.float32)
-    close(predict(m, x, tmp_path), ort_output(m, x, tmp_path))
+    windowed_agrees_with_onnxruntime(op, attrs, hw, tmp_path)
 
 
 def test_maxpool2d_padding_end_reads_writes_and_trains(tmp_path):
