@@ -124,8 +124,10 @@ TEST_F(Npy, RefusesHostileFilesWithOneLineNamingTheField) {
 TEST_F(Npy, RefusesWhatIsNotARegularFile) {
   const std::string fifo = (dir_ / "fifo.npy").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  for (const std::string& p : {fifo, dir_.string(), (dir_ / "absent.npy").string()}) {
-    try {  // a FIFO without a writer would block a plain open: this must return at once
+  const std::string loop = (dir_ / "loop.npy").string();  // a symlink to itself
+  ASSERT_EQ(::symlink(loop.c_str(), loop.c_str()), 0);
+  for (const std::string& p : {fifo, dir_.string(), (dir_ / "absent.npy").string(), std::string("/dev/zero"), loop}) {
+    try {  // a FIFO without a writer would block a plain open, /dev/zero never ends: each must return at once
       ember::read_npy(p);
       ADD_FAILURE() << p;
     } catch (const ember::Error& e) {
