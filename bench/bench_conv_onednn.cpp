@@ -21,6 +21,7 @@
 #include "core/thread_pool.h"
 #include "ember/ember.h"
 #include "kernels/kernels.h"
+#include "ops/conv_nhwc.h"
 #include "ops/ops.h"
 
 namespace {
@@ -164,6 +165,35 @@ struct Ember {
   }
 };
 
+// The same shape channel-last (ops/conv_nhwc.h), where it runs so: null functions otherwise.
+struct EmberNhwc {
+  std::vector<float> x, w, b, y, dy, dx, dw, db, ws;
+  std::function<void()> fwd, bwd_weights, bwd_both;
+  EmberNhwc(const ConvShape& s, const ember::ops::Exec& e) {
+    if (ember::ops::conv2d_nhwc_algo(s) == ember::ops::NhwcAlgo::none) return;
+    auto fill = [](std::vector<float>& v, size_t n) {
+      v.resize(n);
+      for (size_t i = 0; i < n; ++i) v[i] = float((i * 7919) % 1000) * 1e-3f - 0.5f;
+    };
+    fill(x, size_t(s.N) * s.C * s.H * s.W);
+    fill(w, size_t(s.K) * (s.C / s.groups) * s.R * s.S);
+    fill(b, size_t(s.K));
+    fill(y, size_t(s.N) * s.K * s.P * s.Q);
+    fill(dy, y.size());
+    fill(dx, x.size());
+    fill(dw, w.size());
+    fill(db, b.size());
+    ws.resize(ember::ops::conv2d_nhwc_workspace(s, e.pool.size()) + 1);
+    fwd = [&, s, e] { ember::ops::conv2d_nhwc_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), s, ws.data()); };
+    bwd_weights = [&, s, e] {
+      ember::ops::conv2d_nhwc_bwd<float>(e, nullptr, dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    };
+    bwd_both = [&, s, e] {
+      ember::ops::conv2d_nhwc_bwd<float>(e, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    };
+  }
+};
+
 std::string shape_text(const ConvShape& s) {
   char t[160];
   std::snprintf(t, sizeof t, "N%d C%d K%d %dx%d k%dx%d/%d p%d g%d", s.N, s.C, s.K, s.H, s.W, s.R, s.S, s.stride_h,
@@ -205,6 +235,8 @@ int main(int argc, char** argv) {
               threads, batch, ember::isa_name(e.k.isa));
   std::printf("%-17s %-16s %-34s | %7s %7s %5s | %7s %7s %5s | %7s %7s %7s %5s\n", "model", "node", "shape", "fwd e",
               "fwd d", "e/d", "wgr e", "wgr d", "e/d", "bwd e", "bdat d", "bwd d", "e/d");
+  std::printf("%-70s | %7s %5s | %7s %5s | %7s %5s\n", "  the same channel-last (ember nhwc), where it runs so:", "fwd n",
+              "n/d", "wgr n", "n/d", "bwd n", "n/d");
   for (const Shape& sh : shapes) {
     const ConvShape& s = sh.s;
     const double flop = 2.0 * s.N * s.K * s.P * s.Q * (s.C / s.groups) * s.R * s.S;
@@ -217,8 +249,14 @@ int main(int argc, char** argv) {
                   shape_text(s).c_str(), err.what());
       continue;
     }
-    double t[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
+    EmberNhwc nh(s, e);
+    double t[9] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
     for (int rep = 0; rep < 2; ++rep) {  // alternating: a slow moment of the host hits both sides
+      if (nh.fwd) {
+        t[6] = std::min(t[6], time_best(nh.fwd, seconds));
+        t[7] = std::min(t[7], time_best(nh.bwd_weights, seconds));
+        t[8] = std::min(t[8], time_best(nh.bwd_both, seconds));
+      }
       t[0] = std::min(t[0], time_best(em.fwd, seconds));
       t[1] = std::min(t[1], time_best(dn->fwd, seconds));
       t[2] = std::min(t[2], time_best(em.bwd_weights, seconds));
@@ -230,6 +268,9 @@ int main(int argc, char** argv) {
     std::printf("%-17s %-16s %-34s | %7.1f %7.1f %5.2f | %7.1f %7.1f %5.2f | %7.1f %7.1f %7.1f %5.2f\n",
                 sh.model.c_str(), sh.node.substr(0, 16).c_str(), shape_text(s).c_str(), g / t[0], g / t[1], t[1] / t[0],
                 g / t[2], g / t[3], t[3] / t[2], 2 * g / t[4], g / t[5], 2 * g / (t[3] + t[5]), (t[3] + t[5]) / t[4]);
+    if (nh.fwd)
+      std::printf("%-70s | %7.1f %5.2f | %7.1f %5.2f | %7.1f %5.2f\n", "  nhwc", g / t[6], t[1] / t[6], g / t[7],
+                  t[3] / t[7], 2 * g / t[8], (t[3] + t[5]) / t[8]);
     std::fflush(stdout);
   }
   std::printf("e/d: oneDNN's time over ember's (above 1: ember faster). bwd e: ember's input and weight\n"

@@ -17,6 +17,7 @@ struct BenchOptions {
   int threads = 0;               // 0: each workload's own (the table's: 1 or all hardware threads)
   int batch = 0;                 // 0: each workload's own (64; the MLP tries several; inference 1 and 64)
   std::string isa;               // empty: the best the CPU has
+  std::string layout;            // the model workloads' PlanOptions::layout (empty: auto)
   int64_t samples = 60000;       // training samples timed per training workload (after warm-up)
   std::vector<std::string> only; // workload names to run; empty: all
   std::string data_folder;       // the data workloads' image folder; empty: a generated one

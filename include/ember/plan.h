@@ -46,6 +46,10 @@ struct PlanOptions {
   // stale, and the next forward or backward rounds it again from the fp32 masters.
   Precision precision = Precision::fp32;
   std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
+  // "nchw" | "nhwc" | "auto" (empty: auto): nhwc runs every node that can channel-last, with
+  // reorders at the edges (docs/design.md, the layout pass); auto picks nchw today. bf16 plans
+  // run nchw. Parameters, checkpoints and outputs keep PyTorch's NCHW either way.
+  std::string layout;
   int threads = 1;
   OptimizerConfig optimizer;    // decides how much optimizer state the arena holds
   bool fuse = true;             // run Conv2d(stride 1) -> ReLU -> MaxPool2d(2) as one fused unit, and
@@ -104,6 +108,9 @@ struct UnitInfo {
   // convolution: "im2col-gemm", "direct-s1", "depthwise", ...; "" elsewhere), and its scratch.
   std::string algorithm;
   size_t workspace_bytes = 0;
+  // The layouts of its (first) input and its output: "nchw", "nhwc" or "flat" (PlanOptions::layout;
+  // a "reorder" unit converts between the two).
+  std::string layout_in, layout_out;
 };
 
 struct BufferInfo {

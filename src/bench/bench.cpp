@@ -87,9 +87,9 @@ OptimizerConfig optimizer_of(const Recipe& r) {
 
 // Seconds for `samples` training samples (after `warm` untimed steps) of `model`.
 double time_training(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
-                     int64_t samples, double* flops_per_sample) {
+                     int64_t samples, double* flops_per_sample, const std::string& layout) {
   PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec;
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec, po.layout = layout;
   po.optimizer = optimizer_of(model.recipe);
   Plan plan(model, po);
   plan.init_params(1);
@@ -111,9 +111,9 @@ double time_training(const Model& model, const Dataset& d, int batch, int thread
 
 // Milliseconds per forward pass of a batch (the inference path: no loss, no backward).
 double time_inference(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
-                      double* flops_per_sample) {
+                      double* flops_per_sample, const std::string& layout) {
   PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec;
+  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec, po.layout = layout;
   po.optimizer.kind = OptimizerKind::SGD;
   Plan plan(model, po);
   plan.init_params(1);
@@ -136,9 +136,11 @@ double time_inference(const Model& model, const Dataset& d, int batch, int threa
 // Training: samples per second over whole steps (forward, loss, backward, the recipe's optimizer)
 // after 2 untimed ones, timed
 // for at least 3 steps and 4 s; inference: milliseconds per forward of an inference plan.
-double convnext_run(const Model& model, int batch, int threads, Isa isa, Precision prec, bool training, double* flops) {
+double convnext_run(const Model& model, int batch, int threads, Isa isa, Precision prec, bool training, double* flops,
+                    const std::string& layout) {
   PlanOptions po;
   po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.training = training, po.precision = prec;
+  po.layout = layout;
   po.optimizer = optimizer_of(model.recipe);
   Plan plan(model, po);
   plan.init_params(1);
@@ -336,7 +338,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     r.name = name, r.what = "mnist-cnn training (original recipe), seconds per 60000-sample epoch";
     r.threads = threads_or(std::string(name) == "cnn-train" ? all : 1), r.batch = batch_or(64);
     double fps = 0;
-    const double s = time_training(cnn, train, r.batch, r.threads, isa, prec, o.samples, &fps);
+    const double s = time_training(cnn, train, r.batch, r.threads, isa, prec, o.samples, &fps, o.layout);
     r.value = s * 60000.0 / double(o.samples), r.unit = "s/epoch";
     r.samples_per_s = double(o.samples) / s, r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
@@ -346,7 +348,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     r.name = "peak-rss", r.what = "peak resident memory while training mnist-cnn (data set, plan)";
     r.threads = threads_or(all), r.batch = batch_or(64);
     double fps = 0;
-    time_training(cnn, train, r.batch, r.threads, isa, prec, std::min<int64_t>(o.samples, 6400), &fps);
+    time_training(cnn, train, r.batch, r.threads, isa, prec, std::min<int64_t>(o.samples, 6400), &fps, o.layout);
     r.value = peak_rss_mb(), r.unit = "MB";
     emit(r);
   }
@@ -358,7 +360,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     for (int b : batches) {
       double fps = 0;
       const int64_t samples = std::max<int64_t>(o.samples, 20 * b);
-      const double s = time_training(mlp, train, b, r.threads, isa, prec, samples, &fps);
+      const double s = time_training(mlp, train, b, r.threads, isa, prec, samples, &fps, o.layout);
       if (samples / s > r.samples_per_s) {
         r.samples_per_s = samples / s, r.batch = b, r.gflops = fps * r.samples_per_s / 1e9;
       }
@@ -373,7 +375,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     r.name = name, r.what = "mnist-cnn forward pass, milliseconds per batch";
     r.threads = threads_or(b1 ? 1 : all), r.batch = batch_or(b1 ? 1 : 64);
     double fps = 0;
-    r.value = time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps), r.unit = "ms";
+    r.value = time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps, o.layout), r.unit = "ms";
     r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
   }
@@ -393,7 +395,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     const bool b1 = name.ends_with("-infer-b1");
     r.threads = threads_or(all), r.batch = batch_or(b1 ? 1 : 64);
     double fps = 0;
-    r.value = convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps);
+    r.value = convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps, o.layout);
     r.unit = infer ? "ms" : "samples/s";
     r.samples_per_s = infer ? r.batch / (r.value / 1e3) : r.value;
     r.gflops = fps * r.samples_per_s / 1e9;

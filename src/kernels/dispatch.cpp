@@ -36,6 +36,7 @@ size_t count_nonzero_f32(const float* x, size_t ldx, int N, int c0, int c1);
 size_t adam_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh);
 size_t count_nonfinite_f32(const float* x, size_t n);
+void transpose_f32(float* dst, size_t ldd, const float* src, size_t lds, int rows, int cols);
 size_t count_subnormal_f32(const float* x, size_t n);
 }  // namespace ref
 
@@ -125,6 +126,7 @@ Kernels scalar_table() {
   k.channel_dot = ref::channel_dot_f32;
   k.adam = ref::adam_f32;
   k.adam_bf16 = ref::adam_bf16_f32;
+  k.transpose = ref::transpose_f32;
   k.count_nonfinite = ref::count_nonfinite_f32;
   k.count_subnormal = ref::count_subnormal_f32;
   k.fma_loop = ref::fma_loop;

@@ -12,7 +12,7 @@
   X(relu_maxpool2_bwd) X(conv_s1_relu_pool) X(conv_s1_relu_pool_bf16) X(conv_s1_pool_wgrad)          \
   X(conv_pool_background) X(linear_t1) X(linear_sp_fwd) X(linear_sp_wgrad) X(linear_sp_dgrad)       \
   X(count_nonzero) X(channel_sum) X(channel_axpy) X(channel_dot) X(adam) X(adam_bf16)                \
-  X(count_nonfinite) X(count_subnormal) X(fma_loop)
+  X(transpose) X(count_nonfinite) X(count_subnormal) X(fma_loop)
 
 // The entries each fast set runs as the scalar reference on purpose: dispatch.cpp fills exactly
 // these from the scalar table (only where the set's constructor left them null). im2col and col2im

@@ -245,6 +245,10 @@ using AdamFn = size_t (*)(float* w, float* m, float* v, const float* g, size_t n
 using AdamBf16Fn = size_t (*)(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a,
                               uint16_t* wh);
 
+// dst[c * ldd + r] = src[r * lds + c] for a [rows, cols] matrix: a channel-last plan's per-sample
+// [H*W, C] <-> [C, H*W] (ops/conv_nhwc.h). W x W register blocks.
+using TransposeFn = void (*)(float* dst, size_t ldd, const float* src, size_t lds, int rows, int cols);
+
 // The number of non-finite values (NaN, +-Inf) among x[0..n).
 using CountNonfiniteFn = size_t (*)(const float* x, size_t n);
 
@@ -314,6 +318,7 @@ struct Kernels {
   ChannelDotFn channel_dot;
   AdamFn adam;
   AdamBf16Fn adam_bf16;
+  TransposeFn transpose;
   CountNonfiniteFn count_nonfinite;
   // Non-zero values of magnitude below 2^-126 (fp32 subnormals): what rounding to bf16 flushes to
   // a zero (kernels/bf16.h). A bf16 plan's flush count (Plan::flush_count).
@@ -353,7 +358,7 @@ struct KernelRow {
   const char* entry;
   const char* by_set[3];
 };
-constexpr int kKernelEntries = 46;
+constexpr int kKernelEntries = 47;
 void kernel_rows(KernelRow (&rows)[kKernelEntries]);
 
 // Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).

@@ -19,6 +19,7 @@ class ActLayer final : public Layer {
   bool backward_reads_inputs() const override { return ops::act_reads_input(act_); }
   bool backward_reads_output() const override { return !ops::act_reads_input(act_); }
   bool runs_in_place() const override { return !ops::act_reads_input(act_); }
+  bool layout_agnostic() const override { return true; }  // elementwise
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);

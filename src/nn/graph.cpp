@@ -123,6 +123,7 @@ void infer(Graph& g, DType dt, int batch) {
       in.push_back(g.tensors[size_t(t)].dims);
     }
     n.layer = n.make ? n.make(*n.spec) : make_layer(*n.spec);
+    n.layer->set_layout(n.layout);
     Tensor& out = g.tensors[size_t(n.out)];
     try {
       out.dims = n.layer->infer_inputs(in);
@@ -130,7 +131,7 @@ void infer(Graph& g, DType dt, int batch) {
       throw Error(g.where + ": " + n.label + ": " + e.what());
     }
     out.dtype = dt;
-    out.layout = out.dims.flat() ? Layout::flat : Layout::nchw;
+    out.layout = out.dims.flat() ? Layout::flat : n.layout;
     if (out.dims.size() > max_elems)
       throw Error(g.where + ": " + n.label + ": activation too large for batch " + std::to_string(batch) +
                   " (more than " + std::to_string(max_elems) + " elements per sample)");
@@ -207,11 +208,17 @@ bool conv_bn_at(const Graph& g, size_t i) {
 }
 
 // How many nodes the unit starting at node i runs.
-int group_at(const Graph& g, size_t i, bool enabled, bool training) {
+int pattern_at(const Graph& g, size_t i, bool enabled, bool training) {
   if (enabled && conv_relu_pool_at(g, i)) return 3;
   if (enabled && training && norm_conv_at(g, i)) return 2;
   if (enabled && !training && conv_bn_at(g, i)) return 2;
   return 1;
+}
+int group_at(const Graph& g, size_t i, bool enabled, bool training) {
+  const int count = pattern_at(g, i, enabled, training);
+  for (size_t k = i; k < i + size_t(count); ++k)  // the fused layers run nchw: a channel-last node runs alone
+    if (g.nodes[k].layout == Layout::nhwc) return 1;
+  return count;
 }
 
 }  // namespace
@@ -242,7 +249,8 @@ std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
       u.layer = std::move(g.nodes[i].layer);
     }
     for (size_t k = i; k < i + count; ++k) {
-      u.kinds += std::string(k > i ? "+" : "") + layer_kind_name(g.nodes[k].spec->kind);
+      const char* kind = g.nodes[k].kind_name ? g.nodes[k].kind_name : layer_kind_name(g.nodes[k].spec->kind);
+      u.kinds += std::string(k > i ? "+" : "") + kind;
       if (k != i) g.nodes[k].layer.reset();
     }
     u.has_params = !u.layer->param_shapes().empty();

@@ -16,10 +16,6 @@
 
 namespace ember::nn {
 
-// How a tensor's per-sample elements lie: an image [C, H, W] (row-major, channel planes), or a
-// vector [D] (what a flatten or linear outputs: dims h == w == 1).
-enum class Layout { nchw, flat };
-const char* layout_name(Layout l);  // "nchw", "flat"
 
 struct Tensor {
   Dims dims;
@@ -40,6 +36,8 @@ struct Node {
   std::string label;            // for messages: "layers[3] (conv2d)" or "layers[3] (add \"b1\")"
   std::string param_prefix;     // "3" or the node's name: parameters are PREFIX.weight, PREFIX.bias
   int source = -1;              // its model layer's index (the unit's random stream); -1: made by a pass
+  Layout layout = Layout::nchw; // the layout of its image inputs and output (the layout pass's choice)
+  const char* kind_name = nullptr;  // a pass node's kind in unit names ("reorder"); null: the spec's
   std::vector<int> in;          // input tensors
   int out = -1;                 // output tensor
   std::unique_ptr<Layer> layer; // made by infer
@@ -75,6 +73,13 @@ void replace_node(Graph& g, int node, Node n);
 // the last node needs its input to be the node before's output.
 void remove_node(Graph& g, int node);
 
+// A node that converts its image input between nchw and nhwc (to: the output's layout); its
+// gradient goes back the other way. The layout pass inserts it at the edges of nhwc clusters.
+Node reorder_node(Layout to);
+// Inserts n reading tensor t for the readers listed (nodes that read t; the others keep t): n goes
+// right after t's producer (first for the input), the readers read n's output. Returns n's index.
+int insert_reader(Graph& g, int t, Node n, const std::vector<int>& readers);
+
 // A node that copies its input (y = x, dx = dy) and keeps the kernels around it as they were:
 // its spec is droppath with p 0 (its name, no parameters), its layer its own (Node::make).
 Node identity_node();
@@ -95,6 +100,14 @@ Graph resolve(const Model& m);
 // see shapes), then infer runs again (GraphPass, plan_impl.h).
 // batch: a batch of any tensor must stay below 2^31 elements (the kernels index it with int).
 void infer(Graph& g, DType dt, int batch);
+
+// The layout pass (src/nn/layout.cpp), after infer: "nchw" leaves the graph as it is; "nhwc" runs
+// every node channel-last whose layer can (Layer::runs_nhwc, and layout_agnostic nodes whose first
+// image input is nhwc) and inserts reorder nodes where an image crosses between the two layouts
+// (the model's input and an image output stay nchw); "auto" is nhwc where the model has a node
+// that gains from it (a 1x1 or patchify convolution, a Linear over channels), else nchw. Returns
+// the reorders it inserted. Needs infer again after it.
+int choose_layouts(Graph& g, const std::string& choice);
 
 // The nodes' parameters (after infer, before fuse), tensor after tensor in node order, named
 // PREFIX.weight and PREFIX.bias (PyTorch layouts), with offsets into one flat block.

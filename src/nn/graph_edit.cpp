@@ -7,10 +7,13 @@
 #include <string>
 
 #include "ember/error.h"
+#include "ops/conv_nhwc.h"
 
 namespace ember::nn {
 
-const char* layout_name(Layout l) { return l == Layout::flat ? "flat" : "nchw"; }
+const char* layout_name(Layout l) {
+  return l == Layout::flat ? "flat" : l == Layout::nhwc ? "nhwc" : "nchw";
+}
 
 namespace {
 
@@ -42,6 +45,30 @@ class Identity final : public Layer {
 
 std::unique_ptr<Layer> make_identity(const LayerSpec& s) { return std::make_unique<Identity>(s); }
 
+// [N, C, H, W] <-> [N, H, W, C]: to nhwc where its layout (the output's, set_layout) is nhwc;
+// backward converts the gradient the other way. Reads nothing in backward.
+class Reorder final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override { return in_ = out_ = in; }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override { run(e, b.dt, b.y, b.x, n, nhwc()); }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (b.dx) run(e, b.dt, b.dx, b.dy, n, !nhwc());
+  }
+
+ private:
+  void run(const ops::Exec& e, DType dt, void* dst, const void* src, int n, bool to_nhwc) const {
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::reorder<T>(e, p<T>(dst), static_cast<const T*>(src), n, in_.c, in_.h * in_.w, to_nhwc);
+    });
+  }
+};
+
+std::unique_ptr<Layer> make_reorder(const LayerSpec& s) { return std::make_unique<Reorder>(s); }
+
 }  // namespace
 
 Node identity_node() {
@@ -52,6 +79,15 @@ Node identity_node() {
   n.own = std::move(s);
   n.make = make_identity;
   n.label = "identity";
+  return n;
+}
+
+Node reorder_node(Layout to) {
+  Node n = identity_node();
+  n.make = make_reorder;
+  n.layout = to;
+  n.kind_name = "reorder";
+  n.label = std::string("reorder to ") + layout_name(to);
   return n;
 }
 
@@ -126,6 +162,23 @@ int insert_after(Graph& g, int node, Node n) {
   g.nodes.insert(g.nodes.begin() + node + 1, std::move(n));
   relink(g);
   return node + 1;
+}
+
+int insert_reader(Graph& g, int t, Node n, const std::vector<int>& readers) {
+  if (t < 0 || size_t(t) >= g.tensors.size()) fail(g, "insert_reader: no tensor " + std::to_string(t));
+  adopt(g, n, "insert_reader");
+  const int at = g.tensors[size_t(t)].producer + 1, fresh = int(g.tensors.size());
+  g.tensors.emplace_back();
+  for (int r : readers) {
+    check_index(g, r, "insert_reader");
+    for (int& x : g.nodes[size_t(r)].in)
+      if (x == t) x = fresh;
+  }
+  n.in = {t};
+  n.out = fresh;
+  g.nodes.insert(g.nodes.begin() + at, std::move(n));
+  relink(g);
+  return at;
 }
 
 void replace_node(Graph& g, int node, Node n) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ember/error.h"
+#include "ops/conv_nhwc.h"
 
 namespace ember::nn {
 
@@ -102,23 +103,33 @@ class Conv2d final : public Layer {
     plan_ = ops::conv2d_plan(shape(batch), threads);
     planned_ = true;
   }
-  std::string algorithm() const override { return planned_ ? ops::conv_algo_name(plan_.algo) : ""; }
+  std::string algorithm() const override {
+    if (nhwc()) return ops::nhwc_algo_name(ops::conv2d_nhwc_algo(shape(1)));
+    return planned_ ? ops::conv_algo_name(plan_.algo) : "";
+  }
   size_t workspace_elems(int batch, int threads) const override {
+    if (nhwc()) return ops::conv2d_nhwc_workspace(shape(batch), threads);
     return ops::conv2d_plan(shape(batch), threads).workspace;
   }
+  // Channel-last: pointwise, patchify and depthwise shapes (ops/conv_nhwc.h).
+  bool runs_nhwc() const override { return ops::conv2d_nhwc_algo(shape(1)) != ops::NhwcAlgo::none; }
   double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
   bool bf16_products() const override { return ops::conv2d_plan(shape(1), 1).bf16_products; }
-  bool reads_bf16_input() const override { return ops::conv2d_plan(shape(1), 1).reads_bf16_input; }
+  bool reads_bf16_input() const override { return !nhwc() && ops::conv2d_plan(shape(1), 1).reads_bf16_input; }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
+      if (nhwc()) return ops::conv2d_nhwc_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws));
       ops::conv2d_fwd<T>(e, algo(e, n), p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
+      if (nhwc())
+        return ops::conv2d_nhwc_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
+                                       shape(n), p<T>(b.ws));
       ops::conv2d_bwd<T>(e, algo(e, n), p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
                          shape(n), p<T>(b.ws), b.wh, b.xh);
     });
@@ -213,6 +224,11 @@ class ChannelLinear final : public Layer {
   size_t workspace_elems(int batch, int threads) const override { return conv_.workspace_elems(batch, threads); }
   void choose_algorithm(int batch, int threads) override { conv_.choose_algorithm(batch, threads); }
   std::string algorithm() const override { return conv_.algorithm(); }
+  bool runs_nhwc() const override { return conv_.runs_nhwc(); }  // a GEMM over batch x pixels
+  void set_layout(Layout l) override {
+    layout_ = l;
+    conv_.set_layout(l);
+  }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }
   bool bf16_products() const override { return true; }
   bool backward_reads_output() const override { return false; }
@@ -307,6 +323,7 @@ class Add final : public Layer {
         throw Error("add needs inputs of one shape, found " + dims_str(in[0]) + " and " + dims_str(d));
     return in_ = out_ = in[0];
   }
+  bool layout_agnostic() const override { return true; }
   bool backward_reads_inputs() const override { return false; }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {

@@ -22,6 +22,12 @@ struct Dims {
   bool flat() const { return h == 1 && w == 1; }
 };
 
+// How a tensor's per-sample elements lie: an image [C, H, W] in channel planes (nchw), an image
+// channel-last [H, W, C] (nhwc: issue 41's layout pass, src/nn/layout.cpp), or a vector [D]
+// (flat: what a flatten or linear outputs, dims h == w == 1, the same memory in either layout).
+enum class Layout { nchw, flat, nhwc };
+const char* layout_name(Layout l);  // "nchw", "flat", "nhwc"
+
 // Pointers a layer runs on, resolved by the plan. Elements are float or double (dt).
 struct Bufs {
   DType dt;
@@ -138,12 +144,24 @@ class Layer {
   // What the saved buffer (saved_bytes) holds, for the plan's memory report.
   virtual std::string saved_what() const { return "saved state"; }
 
+  // Channel-last (issue 41). The layout pass asks each layer, after infer, whether it runs its
+  // images channel-last (runs_nhwc: its op has an NHWC path for these shapes), or runs either
+  // layout unchanged (layout_agnostic: elementwise ops, add, stochastic depth); then infer runs
+  // again with set_layout called first. A layer that runs nhwc reads and writes its images as
+  // [N, H, W, C]; flat tensors are the same in both.
+  virtual bool runs_nhwc() const { return false; }
+  virtual bool layout_agnostic() const { return false; }
+  virtual void set_layout(Layout l) { layout_ = l; }
+  Layout layout() const { return layout_; }
+
   virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;
   virtual void backward(const ops::Exec& e, const Bufs& b, int n) = 0;
 
  protected:
   LayerSpec spec_;
   Dims in_, out_;
+  Layout layout_ = Layout::nchw;
+  bool nhwc() const { return layout_ == Layout::nhwc; }
 };
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec);

@@ -37,7 +37,12 @@ class LayerNorm final : public Layer {
     return {shape_, shape_};
   }
   bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
-  size_t workspace_elems(int, int threads) const override { return ops::layernorm_workspace(D_, threads); }
+  // Channel-last over the whole image sample: the same rows, the affine parameters [C, H, W]
+  // permuted to [H, W, C] in scratch (and their gradients back).
+  bool runs_nhwc() const override { return shape_.size() == 3 && !in_.flat(); }
+  size_t workspace_elems(int, int threads) const override {
+    return ops::layernorm_workspace(D_, threads) + (nhwc() ? 4 * size_t(D_) : 0);
+  }
   size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * lead_ * esize(dt); }
   std::string saved_what() const override { return "mean and rstd"; }
   bool backward_reads_output() const override { return false; }
@@ -52,7 +57,13 @@ class LayerNorm final : public Layer {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       T* mean = p<T>(b.saved);
-      ops::layernorm_fwd<T>(e, p<T>(b.y), mean, mean + Rmax, p<T>(b.x), p<T>(b.w), p<T>(b.b), R, D_, T(spec_.eps));
+      const T *w = p<T>(b.w), *bias = p<T>(b.b);
+      if (nhwc() && w) {
+        T* wp = p<T>(b.ws) + ops::layernorm_workspace(D_, e.pool.size());
+        permute(wp, w, true), permute(wp + D_, bias, true);
+        w = wp, bias = wp + D_;
+      }
+      ops::layernorm_fwd<T>(e, p<T>(b.y), mean, mean + Rmax, p<T>(b.x), w, bias, R, D_, T(spec_.eps));
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
@@ -60,12 +71,28 @@ class LayerNorm final : public Layer {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       const T* mean = p<T>(b.saved);
-      ops::layernorm_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), mean, mean + Rmax,
-                            p<T>(b.w), R, D_, p<T>(b.ws));
+      const T* w = p<T>(b.w);
+      T *dw = p<T>(b.dw), *db = p<T>(b.db);
+      T* wp = p<T>(b.ws) + ops::layernorm_workspace(D_, e.pool.size());
+      const bool permuted = nhwc() && w;
+      if (permuted) permute(wp, w, true), w = wp, dw = dw ? wp + 2 * D_ : nullptr, db = db ? wp + 3 * D_ : nullptr;
+      ops::layernorm_bwd<T>(e, p<T>(b.dx), dw, db, p<T>(b.dy), p<T>(b.x), mean, mean + Rmax, w, R, D_, p<T>(b.ws));
+      if (permuted && dw) permute(p<T>(b.dw), dw, false);
+      if (permuted && db) permute(p<T>(b.db), db, false);
     });
   }
 
  private:
+  // [C, H, W] -> [H, W, C] (to_hwc), or back.
+  template <class T>
+  void permute(T* dst, const T* src, bool to_hwc) const {
+    const int C = in_.c, HW = in_.h * in_.w;
+    for (int c = 0; c < C; ++c)
+      for (int i = 0; i < HW; ++i) {
+        if (to_hwc) dst[size_t(i) * C + c] = src[size_t(c) * HW + i];
+        else dst[size_t(c) * HW + i] = src[size_t(i) * C + c];
+      }
+  }
   int rows_max(const Bufs& b) const { return b.batch * lead_; }
   std::vector<int> shape_;
   int D_ = 1, lead_ = 1;
@@ -85,11 +112,15 @@ class LayerNorm2d final : public Layer {
   size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * in_.h * in_.w * esize(dt); }
   std::string saved_what() const override { return "mean and rstd"; }
   bool backward_reads_output() const override { return false; }
+  bool runs_nhwc() const override { return true; }  // channel-last: a LayerNorm over rows of C
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     const size_t half = size_t(b.batch) * in_.h * in_.w;
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       T* mean = p<T>(b.saved);
+      if (nhwc())
+        return ops::layernorm_fwd<T>(e, p<T>(b.y), mean, mean + half, p<T>(b.x), p<T>(b.w), p<T>(b.b),
+                                     n * in_.h * in_.w, in_.c, T(spec_.eps));
       ops::layernorm2d_fwd<T>(e, p<T>(b.y), mean, mean + half, p<T>(b.x), p<T>(b.w), p<T>(b.b), n, in_.c,
                               in_.h * in_.w, T(spec_.eps));
     });
@@ -99,6 +130,9 @@ class LayerNorm2d final : public Layer {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       const T* mean = p<T>(b.saved);
+      if (nhwc())
+        return ops::layernorm_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), mean, mean + half,
+                                     p<T>(b.w), n * in_.h * in_.w, in_.c, p<T>(b.ws));
       ops::layernorm2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), mean, mean + half,
                               p<T>(b.w), n, in_.c, in_.h * in_.w, p<T>(b.ws));
     });
@@ -115,9 +149,11 @@ class GlobalAvgPool final : public Layer {
   }
   bool backward_reads_inputs() const override { return false; }
   bool backward_reads_output() const override { return false; }
+  bool runs_nhwc() const override { return true; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
+      if (nhwc()) return nhwc_fwd<T>(e, p<T>(b.y), p<T>(b.x), n);
       ops::global_avgpool_fwd<T>(e, p<T>(b.y), p<T>(b.x), n, in_.c, in_.h * in_.w);
     });
   }
@@ -125,7 +161,36 @@ class GlobalAvgPool final : public Layer {
     if (!b.dx) return;
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
+      if (nhwc()) return nhwc_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), n);
       ops::global_avgpool_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), n, in_.c, in_.h * in_.w);
+    });
+  }
+
+ private:
+  // Channel-last: y[n, c] = the sum over positions of x[n, hw, c] (in position order) / HW;
+  // dx[n, hw, c] = dy[n, c] / HW. Split over samples.
+  template <class T>
+  void nhwc_fwd(const ops::Exec& e, T* y, const T* x, int n) const {
+    const int C = in_.c, HW = in_.h * in_.w;
+    e.pool.run([&](int t) {
+      const Range r = split_range(n, t, e.pool.size());
+      for (int64_t i = r.begin; i < r.end; ++i) {
+        T* yi = y + i * C;
+        std::fill(yi, yi + C, T(0));
+        for (int j = 0; j < HW; ++j)
+          for (int c = 0; c < C; ++c) yi[c] += x[(size_t(i) * HW + j) * C + c];
+        for (int c = 0; c < C; ++c) yi[c] /= T(HW);
+      }
+    });
+  }
+  template <class T>
+  void nhwc_bwd(const ops::Exec& e, T* dx, const T* dy, int n) const {
+    const int C = in_.c, HW = in_.h * in_.w;
+    e.pool.run([&](int t) {
+      const Range r = split_range(n, t, e.pool.size());
+      for (int64_t i = r.begin; i < r.end; ++i)
+        for (int j = 0; j < HW; ++j)
+          for (int c = 0; c < C; ++c) dx[(size_t(i) * HW + j) * C + c] = dy[i * C + c] / T(HW);
     });
   }
 };
@@ -139,17 +204,21 @@ class LayerScale final : public Layer {
   bool param_constant(size_t, double* v) const override { return *v = spec_.scale_init, true; }
   bool backward_reads_output() const override { return false; }
   size_t workspace_elems(int, int threads) const override { return size_t(in_.c) * size_t(threads); }
+  // Channel-last, [N, HW, C] is [N * HW, C, 1]: the same op over rows of C.
+  bool runs_nhwc() const override { return true; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int rows = nhwc() ? n * in_.h * in_.w : n, HW = nhwc() ? 1 : in_.h * in_.w;
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::channel_scale_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), n, in_.c, in_.h * in_.w);
+      ops::channel_scale_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), rows, in_.c, HW);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int rows = nhwc() ? n * in_.h * in_.w : n, HW = nhwc() ? 1 : in_.h * in_.w;
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      ops::channel_scale_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.dy), p<T>(b.x), p<T>(b.w), n, in_.c,
-                                in_.h * in_.w, p<T>(b.ws));
+      ops::channel_scale_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.dy), p<T>(b.x), p<T>(b.w), rows, in_.c, HW,
+                                p<T>(b.ws));
     });
   }
 };
@@ -170,6 +239,7 @@ class DropPath final : public Layer {
   bool backward_reads_inputs() const override { return false; }
   bool backward_reads_output() const override { return false; }
   bool runs_in_place() const override { return true; }
+  bool layout_agnostic() const override { return true; }  // per sample
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);

@@ -62,7 +62,7 @@ void check_output_fits_loss(const nn::Graph& g, const Model& model) {
 }
 
 nn::Graph compiled_graph(const Model& model, DType dt, int batch, bool training,
-                         const std::vector<nn::GraphPass>& passes = {}) {
+                         const std::vector<nn::GraphPass>& passes = {}, const std::string& layout = "nchw") {
   nn::Graph g = nn::resolve(model);
   g.tensors[0].dims = {model.in_c, model.in_h, model.in_w};
   nn::infer(g, dt, batch);
@@ -71,6 +71,10 @@ nn::Graph compiled_graph(const Model& model, DType dt, int batch, bool training,
     nn::check(g);
   }
   if (!passes.empty()) nn::infer(g, dt, batch);
+  if (nn::choose_layouts(g, layout) > 0 || layout == "nhwc") {  // the layout pass, then infer again
+    nn::check(g);
+    nn::infer(g, dt, batch);
+  }
   if (training) check_output_fits_loss(g, model);
   return g;
 }
@@ -181,7 +185,7 @@ void describe(Plan::Impl& m) {
   for (size_t i = 0; i < L; ++i) {  // per node, from its own layer (before fusion takes it)
     const nn::Node& n = m.g.nodes[i];
     LayerInfo li;
-    li.kind = layer_kind_name(n.spec->kind);
+    li.kind = n.kind_name ? n.kind_name : layer_kind_name(n.spec->kind);
     li.name = n.spec->name;
     li.in_shape = dims_vec(m.g.tensors[size_t(n.in[0])].dims);
     li.out_shape = dims_vec(m.g.tensors[size_t(n.out)].dims);
@@ -206,6 +210,8 @@ void describe_units(Plan::Impl& m) {
     info.flops_fwd = fw;
     info.algorithm = u.layer->algorithm();
     info.workspace_bytes = u.layer->workspace_elems(m.opt.batch, m.opt.threads) * m.esz;
+    info.layout_in = nn::layout_name(m.g.tensors[size_t(u.in[0])].layout);
+    info.layout_out = nn::layout_name(m.g.tensors[size_t(u.out)].layout);
     if (m.opt.precision == Precision::bf16 && u.layer->bf16_products()) info.precision = Precision::bf16;
     if (m.opt.precision == Precision::bf16 && u.layer->bf16_backward_products()) info.precision_bwd = Precision::bf16;
     if (u.backward) {
@@ -233,7 +239,12 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     throw Error("precision: bf16 needs an f32 plan (f64 plans run the scalar references in double)");
   m.k = &choose_kernels(opt);
   m.esz = opt.dtype == DType::f64 ? 8 : 4;
-  m.g = compiled_graph(m.model, opt.dtype, opt.batch, opt.training, passes);  // passes 1-2 (and graph passes)
+  // bf16 plans stay nchw (their channel-last kernels are left for later: issue 41).
+  const std::string layout = opt.layout.empty() ? "auto" : opt.layout;
+  if (layout != "auto" && layout != "nchw" && layout != "nhwc")
+    throw Error("layout: expected auto, nchw or nhwc, found '" + layout + "'");
+  m.g = compiled_graph(m.model, opt.dtype, opt.batch, opt.training, passes,  // passes 1-2 (and graph passes)
+                       opt.precision == Precision::bf16 ? "nchw" : layout);
   m.params = nn::graph_params(m.g);
   for (const ParamInfo& p : m.params) m.nparams += p.size;
   describe(m);

@@ -18,6 +18,7 @@ class PointwiseLayer final : public Layer {
   Dims infer(const Dims& in) override { return in_ = out_ = in; }
   bool backward_reads_output() const override { return false; }
   double flops_per_sample() const override { return 0; }
+  bool layout_agnostic() const override { return true; }  // elementwise
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);

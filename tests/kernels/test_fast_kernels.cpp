@@ -458,3 +458,29 @@ TEST(FastKernels, NonfiniteCounts) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember::test {
+namespace {
+
+// The transpose kernel on every table against the scalar one, bit for bit (a copy): edge blocks
+// of every size below a register block, row strides beyond the width, and what lies between the
+// rows of dst (the padding past `rows`) left as it was.
+TEST(FastKernels, TransposeEqualsTheReference) {
+  for (Isa isa : isas()) {
+    const Kernels& k = kernels_for(isa);
+    for (int rows : {1, 7, 16, 17, 40})
+      for (int cols : {1, 8, 9, 31, 64}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+        const size_t lds = size_t(cols) + 3, ldd = size_t(rows) + 5;
+        auto src = to_float(randn(size_t(rows) * lds, 3));
+        std::vector<float> got(size_t(cols) * ldd, -7.f), want(got.size(), -7.f);
+        k.transpose(got.data(), ldd, src.data(), lds, rows, cols);
+        ref::transpose_f32(want.data(), ldd, src.data(), lds, rows, cols);
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(want[size_t(cols - 1) * ldd + rows - 1], src[size_t(rows - 1) * lds + cols - 1]);
+      }
+  }
+}
+
+}  // namespace
+}  // namespace ember::test

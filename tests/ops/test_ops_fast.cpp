@@ -134,7 +134,7 @@ TEST(ConvPlan, EveryAlgorithmRunsBatchesSmallerThanItsPlan) {
 }
 TEST(FastVsRef, Linear) {
   const int sizes[][3] = {{64, 6272, 128}, {1, 7, 1}, {7, 33, 10}, {17, 1, 5}, {3, 100, 129}, {100, 784, 128},
-                          {128, 50, 129}, {129, 20, 200}};
+                          {128, 50, 129}, {129, 20, 200}, {3100, 24, 40}};  // the last: bias by row chunks
   for (Isa isa : isas())
     for (int threads : {1, 2, 3})
       for (const auto& sz : sizes) {

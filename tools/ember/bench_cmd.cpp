@@ -31,6 +31,7 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
                   "(side by side); the GEMM rows name theirs (sgemm-*, sbgemm-*)")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--layout", a.layout, "auto, nchw or nhwc: the model workloads' activation layout")->capture_default_str();
   cmd->add_option("--samples", a.samples, "Training samples timed per training workload")->capture_default_str();
   cmd->add_option("--workloads", a.workloads, "Comma-separated workloads to run (default: all; see --list)")
       ->delimiter(',');
@@ -166,7 +167,7 @@ int run_bench(const BenchArgs& a) {
     return 0;
   }
   BenchOptions o;
-  o.threads = a.threads, o.batch = a.batch_size, o.isa = a.isa, o.samples = a.samples, o.only = a.workloads;
+  o.threads = a.threads, o.batch = a.batch_size, o.isa = a.isa, o.layout = a.layout, o.samples = a.samples, o.only = a.workloads;
   o.data_folder = a.data_folder;
   o.precisions.clear();
   for (const std::string& p : a.precisions) {

@@ -171,6 +171,10 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
                   "fp32 or bf16: the matrix products' arithmetic (bf16: operands rounded to bf16, products summed "
                   "in fp32; LayerNorm, activations, the loss and the optimizer stay fp32)")
       ->capture_default_str();
+  cmd->add_option("--layout", a.layout,
+                  "auto, nchw or nhwc: the activations' layout (nhwc: channel-last wherever a node can, reorders "
+                  "at the edges; auto: nchw for now; bf16 plans run nchw)")
+      ->capture_default_str();
   cmd->add_option("--limit-test", a.limit_test, "Use only the first N test images (0: all)")
       ->capture_default_str();
 }
@@ -200,6 +204,8 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   if (a.pad != -1) check_integer(L("--pad"), a.pad, 0, 1024);
   resolve_kernel_set(one_line(a.isa), L("--isa"));
   parse_precision(one_line(a.precision), L("--precision"));
+  if (a.layout != "auto" && a.layout != "nchw" && a.layout != "nhwc")
+    bad(L("--layout"), "auto, nchw or nhwc", "'" + one_line(a.layout) + "'");
 }
 
 std::string data_format(const CommonArgs& a, const std::string& dir) {
@@ -409,6 +415,7 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
   po.isa = a.common.isa;
+  po.layout = a.common.layout;
   po.precision = parse_precision(a.common.precision, L("--precision"));
   po.seed = a.seed;  // stochastic depth's masks
   po.optimizer.kind = parse_optimizer(a.optimizer, L("--optimizer"));
@@ -590,6 +597,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   po.batch = a.common.batch_size;
   po.threads = a.common.threads;
   po.isa = a.common.isa;
+  po.layout = a.common.layout;
   po.precision = parse_precision(a.common.precision, "--precision");
   po.optimizer.kind = OptimizerKind::SGD;
   bool augmenting = false;
@@ -620,6 +628,7 @@ void print_plans(const InfoArgs& a) {
     PlanOptions o;
     o.batch = batch;
     o.training = training;
+    o.layout = a.layout;
     const Plan plan(model, o);
     if (training) std::printf("\n%s", plan.summary().c_str());
     std::printf("%s plan, batch %d: arena %.2f MiB\n", training ? "training (Adam)" : "inference", batch,
@@ -633,6 +642,12 @@ void print_plans(const InfoArgs& a) {
       if (!u.algorithm.empty())
         std::printf("  algorithm  %-34s %-38s scratch %.3f MiB\n", u.name.c_str(), u.algorithm.c_str(),
                     double(u.workspace_bytes) / (1 << 20));
+    if (!training) continue;
+    // Each unit's input and output layouts (the layout pass: docs/design.md), reorders marked.
+    std::printf("  layouts (--layout %s): unit, input -> output\n", a.layout.c_str());
+    for (const UnitInfo& u : plan.units())
+      std::printf("  layout     %-34s %s -> %s%s\n", u.name.c_str(), u.layout_in.c_str(), u.layout_out.c_str(),
+                  u.name.rfind("reorder", 0) == 0 ? "  (reorder)" : "");
   }
 }
 

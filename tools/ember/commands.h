@@ -63,6 +63,7 @@ struct CommonArgs {
   int threads = 0;           // 0 is rejected; the default is set from the CPU in add_*_flags
   std::string isa;
   std::string precision = "fp32";  // --precision: fp32 or bf16 (the matrix products)
+  std::string layout = "auto";     // --layout: auto, nchw or nhwc (the activations' layout)
   int64_t limit_test = 0;    // 0: all
   std::string act;           // --act: a ConvNeXt model's block activation; empty: the model's
   std::string data_format = "auto";  // auto, idx, folder, tinyimagenet, cifar
@@ -145,6 +146,7 @@ struct BenchArgs {
   int threads = 0;             // 0: each workload's own
   int batch_size = 0;          // 0: each workload's own
   std::string isa;
+  std::string layout = "auto";  // --layout: the model workloads' activation layout
   int64_t samples = 60000;
   std::vector<std::string> workloads;
   std::string data;
@@ -169,6 +171,7 @@ struct InfoArgs {
   bool ops = false;      // --ops: the op table (alone), as JSON with --json
   bool json = false;
   int batch_size = 0;  // 0: the model's recipe
+  std::string layout = "auto";  // --layout: the plans' (with --model)
 };
 int run_info(const InfoArgs& a);
 int run_info_ops(const InfoArgs& a);

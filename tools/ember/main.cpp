@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
   ember::cli::InfoArgs info;
   info_cmd->add_option("--model", info.model, "A built-in model name or FILE.json: print its layers and the arena of its training and inference plans");
   info_cmd->add_option("--batch-size", info.batch_size, "Batch size of those plans (default: the model's recipe)");
+  info_cmd->add_option("--layout", info.layout, "auto, nchw or nhwc: those plans' activation layout (each unit's input and output layouts are listed)")
+      ->capture_default_str();
   info_cmd->add_flag("--kernels", info.kernels, "List every kernel-table entry and what it runs on each kernel set (own code, the scalar reference, or none)");
   CLI::Option* ops_flag = info_cmd->add_flag("--ops", info.ops, "Print the op table alone: every layer type, its JSON fields, parameters and roles, ONNX types");
   info_cmd->add_flag("--json", info.json, "With --ops: print it as JSON ({\"ops\": [...]}, each with an example model file)")->needs(ops_flag);

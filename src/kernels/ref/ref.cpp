@@ -100,6 +100,10 @@ size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, con
   for (size_t i = 0; i < n; ++i) wh[i] = f32_to_bf16(w[i]);  // a reference: two passes
   return nonfinite;
 }
+void transpose_f32(float* dst, size_t ldd, const float* src, size_t lds, int rows, int cols) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) dst[size_t(c) * ldd + r] = src[size_t(r) * lds + c];
+}
 size_t count_nonfinite_f32(const float* x, size_t n) {
   size_t c = 0;
   for (size_t i = 0; i < n; ++i) c += !std::isfinite(x[i]);

@@ -647,6 +647,8 @@ inline double fma_loop(int64_t iters, float* sink) {
 
 // Adam, then the bf16 copy of the new weights (see AdamBf16Fn).
 size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh);
+// dst[c, r] = src[r, c] (the scalar table's transpose, TransposeFn).
+void transpose_f32(float* dst, size_t ldd, const float* src, size_t lds, int rows, int cols);
 // The number of NaN and +-Inf values among x[0..n) (the scalar table's count_nonfinite).
 size_t count_nonfinite_f32(const float* x, size_t n);
 // The number of non-zero values of magnitude below 2^-126 among x[0..n) (count_subnormal).

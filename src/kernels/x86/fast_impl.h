@@ -319,6 +319,32 @@ size_t adam_bf16_simd(float* w, float* m, float* v, const float* g, size_t n, co
   return adam_loop<true>(w, m, v, g, n, a, wh);
 }
 
+// dst[c, r] = src[r, c]: W x W blocks transposed in registers (S::transpose); the edge blocks by
+// masked loads and stores.
+template <class S>
+void transpose_f32(float* __restrict dst, size_t ldd, const float* __restrict src, size_t lds, int rows, int cols) {
+  constexpr int W = S::W;
+  typename S::V r[W];
+  for (int r0 = 0; r0 < rows; r0 += W) {
+    const int nr = std::min(W, rows - r0);
+    for (int c0 = 0; c0 < cols; c0 += W) {
+      const int nc = std::min(W, cols - c0);
+      const float* s = src + size_t(r0) * lds + c0;
+      float* d = dst + size_t(c0) * ldd + r0;
+      if (nr == W && nc == W) {
+        for (int i = 0; i < W; ++i) r[i] = S::loadu(s + size_t(i) * lds);
+        S::transpose(r);
+        for (int j = 0; j < W; ++j) S::storeu(d + size_t(j) * ldd, r[j]);
+        continue;
+      }
+      const auto mc = S::mask(nc), mr = S::mask(nr);
+      for (int i = 0; i < W; ++i) r[i] = i < nr ? S::load(s + size_t(i) * lds, mc) : S::zero();
+      S::transpose(r);
+      for (int j = 0; j < nc; ++j) S::store(d + size_t(j) * ldd, r[j], mr);
+    }
+  }
+}
+
 size_t count_nonfinite_simd(const float* __restrict x, size_t n) {
   size_t total = 0;
   for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 30)) {  // u32 lane counters cannot overflow
@@ -559,6 +585,7 @@ Kernels fast_table() {
   k.channel_dot = channel_dot<S>;
   k.adam = adam_simd;
   k.adam_bf16 = adam_bf16_simd;
+  k.transpose = transpose_f32<S>;
   k.count_nonfinite = count_nonfinite_simd;
   k.count_subnormal = count_subnormal_simd;
   k.fma_loop = fma_loop<S>;

@@ -1,0 +1,323 @@
+// Conv2d on channel-last activations: pointwise and patchify convolutions as one GEMM over the
+// batch's pixels, depthwise through the NCHW kernels on transposed per-sample planes, and the
+// whole-batch reorders between the two layouts (conv_nhwc.h).
+#include "ops/conv_nhwc.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "ember/error.h"
+#include "ops/parallel_gemm.h"
+
+namespace ember::ops {
+
+namespace {
+
+bool pointwise(const ConvShape& s) {
+  return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
+}
+bool patchify(const ConvShape& s) {
+  return s.stride_h == s.R && s.stride_w == s.S && s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
+}
+bool depthwise(const ConvShape& s) {
+  return s.groups == s.C && s.stride_h == 1 && s.stride_w == 1 && s.K % s.C == 0;
+}
+DwShape dw_shape(const ConvShape& s) { return {s.C, s.K / s.C, s.H, s.W, s.R, s.S, s.P, s.Q, s.pad_h, s.pad_w}; }
+
+size_t rows(const ConvShape& s) { return size_t(s.N) * s.P * s.Q; }
+size_t rsc(const ConvShape& s) { return size_t(s.R) * s.S * s.C; }
+// Per thread for depthwise: x and y planes (and dy, dx planes), the kernels' scratch, and a
+// weight-and-bias gradient partial.
+size_t dw_thread_elems(const ConvShape& s) {
+  const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q;
+  return 2 * (in + out) + dw_scratch_elems(dw_shape(s)) + size_t(s.K) * s.R * s.S + s.K;
+}
+
+// Depthwise on small maps (<= 16 pixels in and out: ConvNeXt's late stages) runs the NCHW plan's
+// dense per-group GEMM (dw_dense) on whole-batch reorders: there most of a 7x7 window lies in the
+// padding, and the direct kernels on transposed planes ran at a quarter of its speed.
+bool small_maps(const ConvShape& s) { return s.P * s.Q <= 16 && s.H * s.W <= 16; }
+ConvShape at_least_8(ConvShape s) {
+  s.N = std::max(s.N, 8);  // dw_dense's plan (its workspace does not grow with the batch)
+  return s;
+}
+size_t dense_ws(const ConvShape& s, int threads) { return conv2d_plan(at_least_8(s), threads).workspace; }
+size_t dense_elems(const ConvShape& s, int threads) {
+  return dense_ws(s, threads) + size_t(s.N) * (2 * size_t(s.C) * s.H * s.W + size_t(s.K) * s.P * s.Q);
+}
+void dense_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+               float* ws) {
+  const int HW = s.H * s.W, PQ = s.P * s.Q;
+  float* xc = ws + dense_ws(s, e.pool.size());
+  float* yc = xc + size_t(s.N) * s.C * HW;
+  reorder<float>(e, xc, x, s.N, s.C, HW, false);
+  conv2d_fwd<float>(e, ConvAlgo::dw_dense, yc, xc, w, b, s, ws);
+  reorder<float>(e, y, yc, s.N, s.K, PQ, true);
+}
+void dense_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+               const ConvShape& s, float* ws) {
+  const int HW = s.H * s.W, PQ = s.P * s.Q;
+  float* xc = ws + dense_ws(s, e.pool.size());
+  float* dxc = xc + size_t(s.N) * s.C * HW;
+  float* dyc = dxc + size_t(s.N) * s.C * HW;
+  reorder<float>(e, xc, x, s.N, s.C, HW, false);
+  reorder<float>(e, dyc, dy, s.N, s.K, PQ, false);
+  conv2d_bwd<float>(e, ConvAlgo::dw_dense, dx ? dxc : nullptr, dw, db, dyc, xc, w, s, ws);
+  if (dx) reorder<float>(e, dx, dxc, s.N, s.C, HW, true);
+}
+
+// Patchify's space-to-depth: a[(n, p, q), (r, s, c)] = x[n, p*R + r, q*S + s, c] (rows of the
+// pixels a patch covers; a map not divisible by the kernel drops its last rows and columns, as
+// PyTorch does). to_rows false: the adjoint, x = the scatter of a (the dropped pixels get 0).
+void space_to_depth(const Exec& e, float* a, float* x, const ConvShape& s, bool to_rows) {
+  const size_t run = size_t(s.S) * s.C, row = size_t(s.W) * s.C;
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, e.pool.size());
+    for (int64_t n = r.begin; n < r.end; ++n) {
+      float* xn = x + size_t(n) * s.H * row;
+      if (!to_rows && (s.P * s.R != s.H || s.Q * s.S != s.W)) std::memset(xn, 0, size_t(s.H) * row * sizeof(float));
+      for (int p = 0; p < s.P; ++p)
+        for (int q = 0; q < s.Q; ++q) {
+          float* an = a + ((size_t(n) * s.P + p) * s.Q + q) * rsc(s);
+          for (int i = 0; i < s.R; ++i) {
+            float* xr = xn + size_t(p * s.R + i) * row + size_t(q) * run;
+            if (to_rows) std::memcpy(an + i * run, xr, run * sizeof(float));
+            else std::memcpy(xr, an + i * run, run * sizeof(float));
+          }
+        }
+    }
+  });
+}
+// wr[k, (r, s, c)] = w[k, c, r, s], or back (to_rows false).
+void reorder_weight(float* wr, float* w, const ConvShape& s, bool to_rows) {
+  for (int k = 0; k < s.K; ++k)
+    for (int c = 0; c < s.C; ++c)
+      for (int i = 0; i < s.R * s.S; ++i) {
+        float& a = wr[size_t(k) * rsc(s) + size_t(i) * s.C + c];
+        float& b = w[(size_t(k) * s.C + c) * s.R * s.S + i];
+        if (to_rows) a = b;
+        else b = a;
+      }
+}
+
+void patchify_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                  float* ws) {
+  float* a = ws;
+  float* wr = a + rows(s) * rsc(s);
+  space_to_depth(e, a, const_cast<float*>(x), s, true);
+  reorder_weight(wr, const_cast<float*>(w), s, true);
+  linear_fwd<float>(e, y, a, wr, b, int(rows(s)), int(rsc(s)), s.K);
+}
+void patchify_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                  const ConvShape& s, float* ws) {
+  float* a = ws;
+  float* wr = a + rows(s) * rsc(s);
+  float* dwr = wr + size_t(s.K) * rsc(s);
+  float* da = dwr + size_t(s.K) * rsc(s);
+  space_to_depth(e, a, const_cast<float*>(x), s, true);
+  reorder_weight(wr, const_cast<float*>(w), s, true);
+  linear_bwd<float>(e, dx ? da : nullptr, dwr, db, dy, a, wr, int(rows(s)), int(rsc(s)), s.K);
+  reorder_weight(dwr, dw, s, false);
+  if (dx) space_to_depth(e, da, dx, s, false);
+}
+
+// db[k] += sum over rows of dy[rows, K].
+void add_bias_grad(float* db, const float* dy, int nrows, int K) {
+  for (int i = 0; i < nrows; ++i)
+    for (int k = 0; k < K; ++k) db[k] += dy[size_t(i) * K + k];
+}
+
+void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                   float* ws) {
+  const DwShape d = dw_shape(s);
+  const int HW = s.H * s.W, PQ = s.P * s.Q;
+  const size_t in = size_t(s.C) * HW, out = size_t(s.K) * PQ;
+  const DwFwdFn f = e.bf16 ? e.k.dw_fwd_bf16 : e.k.dw_fwd;
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, e.pool.size());
+    float* xt = ws + size_t(t) * dw_thread_elems(s);
+    float* yt = xt + in;
+    float* scratch = yt + out;
+    for (int64_t n = r.begin; n < r.end; ++n) {
+      e.k.transpose(xt, size_t(HW), x + n * in, size_t(s.C), HW, s.C);
+      f(yt, xt, w, b, d, scratch);
+      e.k.transpose(y + n * out, size_t(s.K), yt, size_t(PQ), s.K, PQ);
+    }
+  });
+}
+// Each thread sums its samples' weight and bias gradients into its own partial; the partials are
+// added in thread order (bit-identical for a thread count, as the NCHW depthwise).
+void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                   const ConvShape& s, float* ws) {
+  const DwShape d = dw_shape(s);
+  const int HW = s.H * s.W, PQ = s.P * s.Q, T_ = e.pool.size();
+  const size_t in = size_t(s.C) * HW, out = size_t(s.K) * PQ, Kw = size_t(s.K) * s.R * s.S;
+  const DwBwdFn f = e.bf16 ? e.k.dw_bwd_bf16 : e.k.dw_bwd;
+  auto partial = [&](int t) { return ws + size_t(t) * dw_thread_elems(s) + 2 * (in + out) + dw_scratch_elems(d); };
+  e.pool.run([&](int t) {
+    const Range r = split_range(s.N, t, T_);
+    float* xt = ws + size_t(t) * dw_thread_elems(s);
+    float* dyt = xt + in;
+    float* dxt = dyt + out;
+    float* scratch = dxt + in + out;
+    float* dwt = partial(t);
+    std::memset(dwt, 0, (Kw + s.K) * sizeof(float));
+    for (int64_t n = r.begin; n < r.end; ++n) {
+      e.k.transpose(xt, size_t(HW), x + n * in, size_t(s.C), HW, s.C);
+      e.k.transpose(dyt, size_t(PQ), dy + n * out, size_t(s.K), PQ, s.K);
+      f(dx ? dxt : nullptr, dwt, dyt, xt, w, d, scratch);
+      add_bias_grad(dwt + Kw, dy + n * out, PQ, s.K);
+      if (dx) e.k.transpose(dx + n * in, size_t(s.C), dxt, size_t(HW), s.C, HW);
+    }
+  });
+  std::memcpy(dw, partial(0), Kw * sizeof(float));
+  if (db) std::memcpy(db, partial(0) + Kw, size_t(s.K) * sizeof(float));
+  for (int t = 1; t < T_; ++t) {
+    const float* pt = partial(t);
+    for (size_t i = 0; i < Kw; ++i) dw[i] += pt[i];
+    for (int k = 0; db && k < s.K; ++k) db[k] += pt[Kw + k];
+  }
+}
+
+// T = double: the scalar reference in channel-last indexing (any shape; no workspace).
+// y[n, p, q, k] = b[k] + sum over c in k's group, r, s of x[n, h, w, c] w[k, c, r, s].
+template <class F>
+void each_tap(const ConvShape& s, F&& f) {  // f(x index, y index, w index) for every product
+  const int Cg = s.C / s.groups, Kg = s.K / s.groups;
+  for (int n = 0; n < s.N; ++n)
+    for (int p = 0; p < s.P; ++p)
+      for (int q = 0; q < s.Q; ++q)
+        for (int k = 0; k < s.K; ++k) {
+          const size_t yi = ((size_t(n) * s.P + p) * s.Q + q) * s.K + k;
+          for (int c = 0; c < Cg; ++c)
+            for (int r = 0; r < s.R; ++r) {
+              const int h = p * s.stride_h - s.pad_h + r;
+              if (h < 0 || h >= s.H) continue;
+              for (int t = 0; t < s.S; ++t) {
+                const int ww = q * s.stride_w - s.pad_w + t;
+                if (ww < 0 || ww >= s.W) continue;
+                const size_t xi = ((size_t(n) * s.H + h) * s.W + ww) * s.C + size_t(k / Kg) * Cg + c;
+                f(xi, yi, ((size_t(k) * Cg + c) * s.R + r) * s.S + t);
+              }
+            }
+        }
+}
+void reference_fwd(double* y, const double* x, const double* w, const double* b, const ConvShape& s) {
+  for (size_t i = 0; i < rows(s) * s.K; ++i) y[i] = b ? b[i % size_t(s.K)] : 0;
+  each_tap(s, [&](size_t xi, size_t yi, size_t wi) { y[yi] += x[xi] * w[wi]; });
+}
+void reference_bwd(double* dx, double* dw, double* db, const double* dy, const double* x, const double* w,
+                   const ConvShape& s) {
+  if (dx) std::fill(dx, dx + size_t(s.N) * s.H * s.W * s.C, 0.0);
+  std::fill(dw, dw + size_t(s.K) * (s.C / s.groups) * s.R * s.S, 0.0);
+  each_tap(s, [&](size_t xi, size_t yi, size_t wi) {
+    dw[wi] += dy[yi] * x[xi];
+    if (dx) dx[xi] += dy[yi] * w[wi];
+  });
+  if (!db) return;
+  std::fill(db, db + s.K, 0.0);
+  for (size_t i = 0; i < rows(s) * s.K; ++i) db[i % size_t(s.K)] += dy[i];
+}
+
+}  // namespace
+
+const char* nhwc_algo_name(NhwcAlgo a) {
+  switch (a) {
+    case NhwcAlgo::pointwise: return "nhwc-gemm";
+    case NhwcAlgo::patchify: return "nhwc-patchify";
+    case NhwcAlgo::depthwise: return "nhwc-depthwise";
+    case NhwcAlgo::none: break;
+  }
+  return "none";
+}
+
+NhwcAlgo conv2d_nhwc_algo(const ConvShape& s) {
+  if (pointwise(s)) return NhwcAlgo::pointwise;
+  if (patchify(s)) return NhwcAlgo::patchify;
+  if (depthwise(s)) return NhwcAlgo::depthwise;
+  return NhwcAlgo::none;
+}
+
+size_t conv2d_nhwc_workspace(const ConvShape& s, int threads) {
+  switch (conv2d_nhwc_algo(s)) {
+    case NhwcAlgo::pointwise: return 0;
+    case NhwcAlgo::patchify: return 2 * rows(s) * rsc(s) + 2 * size_t(s.K) * rsc(s);
+    case NhwcAlgo::depthwise: return small_maps(s) ? dense_elems(s, threads) : size_t(threads) * dw_thread_elems(s);
+    case NhwcAlgo::none: break;
+  }
+  return 0;
+}
+
+template <class T>
+void conv2d_nhwc_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws) {
+  if constexpr (std::is_same_v<T, double>) {
+    reference_fwd(y, x, w, b, s);
+  } else {
+    switch (conv2d_nhwc_algo(s)) {
+      case NhwcAlgo::pointwise: return linear_fwd<float>(e, y, x, w, b, int(rows(s)), s.C, s.K);
+      case NhwcAlgo::patchify: return patchify_fwd(e, y, x, w, b, s, ws);
+      case NhwcAlgo::depthwise:
+        return small_maps(s) ? dense_fwd(e, y, x, w, b, s, ws) : depthwise_fwd(e, y, x, w, b, s, ws);
+      case NhwcAlgo::none: break;
+    }
+    throw Error("internal: conv2d_nhwc_fwd on a shape with no channel-last algorithm");
+  }
+}
+
+template <class T>
+void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const ConvShape& s,
+                     T* ws) {
+  if constexpr (std::is_same_v<T, double>) {
+    reference_bwd(dx, dw, db, dy, x, w, s);
+  } else {
+    switch (conv2d_nhwc_algo(s)) {
+      case NhwcAlgo::pointwise: return linear_bwd<float>(e, dx, dw, db, dy, x, w, int(rows(s)), s.C, s.K);
+      case NhwcAlgo::patchify: return patchify_bwd(e, dx, dw, db, dy, x, w, s, ws);
+      case NhwcAlgo::depthwise:
+        return small_maps(s) ? dense_bwd(e, dx, dw, db, dy, x, w, s, ws) : depthwise_bwd(e, dx, dw, db, dy, x, w, s, ws);
+      case NhwcAlgo::none: break;
+    }
+    throw Error("internal: conv2d_nhwc_bwd on a shape with no channel-last algorithm");
+  }
+}
+
+template <class T>
+void transpose(T* dst, size_t ld_dst, const T* src, size_t ld_src, int rows, int cols) {
+  constexpr int B = 16;
+  for (int r0 = 0; r0 < rows; r0 += B)
+    for (int c0 = 0; c0 < cols; c0 += B) {
+      const int r1 = std::min(rows, r0 + B), c1 = std::min(cols, c0 + B);
+      for (int c = c0; c < c1; ++c)
+        for (int r = r0; r < r1; ++r) dst[size_t(c) * ld_dst + r] = src[size_t(r) * ld_src + c];
+    }
+}
+
+template <class T>
+void reorder(const Exec& e, T* dst, const T* src, int N, int C, int HW, bool to_nhwc) {
+  const size_t per = size_t(C) * HW;
+  auto tr = [&](T* d, size_t ldd, const T* s, size_t lds, int rows, int cols) {
+    if constexpr (std::is_same_v<T, float>) e.k.transpose(d, ldd, s, lds, rows, cols);
+    else transpose(d, ldd, s, lds, rows, cols);
+  };
+  e.pool.run([&](int t) {
+    const Range r = split_range(N, t, e.pool.size());
+    for (int64_t n = r.begin; n < r.end; ++n) {
+      if (to_nhwc) tr(dst + n * per, size_t(C), src + n * per, size_t(HW), C, HW);
+      else tr(dst + n * per, size_t(HW), src + n * per, size_t(C), HW, C);
+    }
+  });
+}
+
+template void conv2d_nhwc_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*);
+template void conv2d_nhwc_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&, double*);
+template void conv2d_nhwc_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*,
+                                     const ConvShape&, float*);
+template void conv2d_nhwc_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*,
+                                      const double*, const ConvShape&, double*);
+template void transpose<float>(float*, size_t, const float*, size_t, int, int);
+template void transpose<double>(double*, size_t, const double*, size_t, int, int);
+template void reorder<float>(const Exec&, float*, const float*, int, int, int, bool);
+template void reorder<double>(const Exec&, double*, const double*, int, int, int, bool);
+
+}  // namespace ember::ops
