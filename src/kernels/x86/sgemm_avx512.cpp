@@ -1,7 +1,8 @@
 // SGEMM for AVX-512: the micro-kernel traits of the blocked driver (gemm_driver.h). Panels of op(A)
-// (MC x KC) and op(B) (KC x NC) are packed (the packers absorb all four transpose cases), then an
-// 8x32 register-blocked micro-kernel (16 zmm accumulators) runs over them. Edges use masked
-// loads/stores; alpha and beta are applied when the tile is written to C.
+// (MC x KC) and op(B) (KC x NC) are packed (the packers absorb all four transpose cases; op(A) = A
+// with N <= 2048 is read in place), then an 8x32 register-blocked micro-kernel (16 zmm
+// accumulators) runs over them. Edges use masked loads/stores; alpha and beta are applied when
+// the tile is written to C.
 // The small-M path (M <= 4, gemm_small.h) streams op(B) without packing.
 #ifndef __clang__
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -40,10 +41,13 @@ struct Avx512Gemm {
   static constexpr int MC = 128;  // rows of a packed A block: 128 KiB (L2)
   static constexpr int NC = 512;  // columns of a packed B block: 512 KiB (L2)
   static constexpr int kPack = 1;
-  // With at most four B micro-panels an A panel is used at most four times: packing it (an 8x8
-  // transpose per 64 floats) costs more than it saves, so op(A) = A is then read in place
-  // (fc1's forward, N = 128 on one thread: 166 -> 172 GFLOP/s).
-  static constexpr int kDirectAPanels = 4;
+  // op(A) = A is read in place, not packed, for N <= 2048 (64 B micro-panels): packing costs an
+  // 8x8 transpose per 64 floats on the one shuffle port (~9 % of an M8192 N256 K256 call) while
+  // the 8 strided rows of a tile stream well from L2. Measured on 1 thread, M = 8192, % of FMA
+  // peak, packed above 4 panels -> in place: N256 K256 72 -> 84, N384 K384 74 -> 82,
+  // N512 K128 79 -> 85, N1024 K1024 65 -> 67, 2048^3 77 -> 82 (N <= 128 was already in place:
+  // fc1's forward, N = 128: 166 -> 172 GFLOP/s). Larger N is untested and still packs.
+  static constexpr int kDirectAPanels = 64;
   // With all of op(A)'s rows in one block, op(B) = B is read in place rather than copied (fc1's
   // input and weight gradients at 1 thread: copying B cost 0.1 ms of a 2.9 ms step).
   static constexpr bool kReadBInPlace = true;
