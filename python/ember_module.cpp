@@ -433,6 +433,19 @@ class PyModel {
     ember::load_weights(*plan_, path);
   }
 
+  std::string layout() const { return layout_; }
+  // Model.layout: "auto", "nchw" or "nhwc" (PlanOptions::layout); a plan already built is rebuilt
+  // at once in it (the same weights and optimizer state: parameters keep PyTorch's layouts).
+  void set_layout(const std::string& l) {
+    if (l != "auto" && l != "nchw" && l != "nhwc")
+      throw py::value_error("layout: expected auto, nchw or nhwc, found '" + ember::clip_text(l) + "'");
+    layout_ = l;
+    if (!plan_ || plan_->options().layout == layout_) return;
+    ember::PlanOptions o = plan_->options();
+    o.layout = layout_;
+    rebuild(o);
+  }
+
   std::string precision() const { return ember::precision_name(precision_); }
   // A plan already built is rebuilt at once in the new precision, with the same weights and
   // optimizer state (same layout), so predict and evaluate use it too.
@@ -498,6 +511,7 @@ class PyModel {
     o.optimizer.decay_norms = model_.recipe.decay_norms;
     o.optimizer.momentum = model_.recipe.momentum;
     o.precision = precision_;
+    o.layout = layout_;
     as_value_error([&] { ember::validate(o, same_name); });
     return o;
   }
@@ -508,7 +522,8 @@ class PyModel {
   void ensure_plan(ember::PlanOptions o, int64_t n, uint64_t seed) {
     o.batch = int(std::min<int64_t>(o.batch, n));
     if (plan_ && plan_->batch() == o.batch && plan_->threads() == o.threads &&
-        plan_->options().optimizer.kind == o.optimizer.kind && plan_->precision() == o.precision)
+        plan_->options().optimizer.kind == o.optimizer.kind && plan_->precision() == o.precision &&
+        plan_->options().layout == o.layout)
       return;
     auto next = std::make_unique<ember::Plan>(model_, o);
     if (plan_) {  // the same model: the same flat parameter layout
@@ -523,6 +538,7 @@ class PyModel {
 
   ember::Model model_;
   ember::Precision precision_ = ember::Precision::fp32;  // the next plan's (Model.precision)
+  std::string layout_ = "auto";                          // the next plan's (Model.layout)
   std::unique_ptr<ember::Plan> plan_;
   int epoch_ = 0;
   std::shared_ptr<const ember::OnnxImport> onnx_weights_;  // from_onnx: the file's weights
@@ -622,6 +638,9 @@ PYBIND11_MODULE(ember, m) {
       .def("named", [](PyModel& m, const std::string& n) -> PyModel& { return m.build([&](ember::Model& x) { x.named(n); }); },
            py::arg("name"), py::return_value_policy::reference_internal, "Names the last layer (for add and its parameters)")
       .def_property_readonly("name", &PyModel::name)
+      .def_property("layout", &PyModel::layout, &PyModel::set_layout,
+                    "'auto', 'nchw' or 'nhwc': the activations' layout of the plans (nhwc: channel-last wherever a "
+                    "layer can, reorders at the edges; auto: nchw for now; weights and outputs keep PyTorch's layouts)")
       .def_property("precision", &PyModel::precision, &PyModel::set_precision,
                     "'fp32' or 'bf16': the matrix products' arithmetic for fit, predict, evaluate and profile "
                     "(bf16: operands rounded to bf16, products summed in fp32; weights stay fp32)")

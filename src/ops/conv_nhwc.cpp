@@ -69,44 +69,48 @@ void dense_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, 
 
 // Patchify's space-to-depth: a[(n, p, q), (r, s, c)] = x[n, p*R + r, q*S + s, c] (rows of the
 // pixels a patch covers; a map not divisible by the kernel drops its last rows and columns, as
-// PyTorch does). to_rows false: the adjoint, x = the scatter of a (the dropped pixels get 0).
-void space_to_depth(const Exec& e, float* a, float* x, const ConvShape& s, bool to_rows) {
+// PyTorch does). f(the x run, the a run, S*C floats) for each (n, p, q, r), samples split over the pool.
+template <class F>
+void each_patch_run(const Exec& e, const ConvShape& s, F&& f) {
   const size_t run = size_t(s.S) * s.C, row = size_t(s.W) * s.C;
   e.pool.run([&](int t) {
     const Range r = split_range(s.N, t, e.pool.size());
-    for (int64_t n = r.begin; n < r.end; ++n) {
-      float* xn = x + size_t(n) * s.H * row;
-      if (!to_rows && (s.P * s.R != s.H || s.Q * s.S != s.W)) std::memset(xn, 0, size_t(s.H) * row * sizeof(float));
+    for (int64_t n = r.begin; n < r.end; ++n)
       for (int p = 0; p < s.P; ++p)
-        for (int q = 0; q < s.Q; ++q) {
-          float* an = a + ((size_t(n) * s.P + p) * s.Q + q) * rsc(s);
-          for (int i = 0; i < s.R; ++i) {
-            float* xr = xn + size_t(p * s.R + i) * row + size_t(q) * run;
-            if (to_rows) std::memcpy(an + i * run, xr, run * sizeof(float));
-            else std::memcpy(xr, an + i * run, run * sizeof(float));
-          }
-        }
-    }
+        for (int q = 0; q < s.Q; ++q)
+          for (int i = 0; i < s.R; ++i)
+            f((size_t(n) * s.H + size_t(p) * s.R + i) * row + size_t(q) * run,
+              ((size_t(n) * s.P + p) * s.Q + q) * rsc(s) + i * run, run, n);
   });
 }
-// wr[k, (r, s, c)] = w[k, c, r, s], or back (to_rows false).
-void reorder_weight(float* wr, float* w, const ConvShape& s, bool to_rows) {
+void gather_patches(const Exec& e, float* a, const float* x, const ConvShape& s) {
+  each_patch_run(e, s, [&](size_t xi, size_t ai, size_t n, int64_t) { std::memcpy(a + ai, x + xi, n * sizeof(float)); });
+}
+// The adjoint: x = the scatter of a (the dropped pixels get 0).
+void scatter_patches(const Exec& e, float* x, const float* a, const ConvShape& s) {
+  if (s.P * s.R != s.H || s.Q * s.S != s.W) std::memset(x, 0, size_t(s.N) * s.H * s.W * s.C * sizeof(float));
+  each_patch_run(e, s, [&](size_t xi, size_t ai, size_t n, int64_t) { std::memcpy(x + xi, a + ai, n * sizeof(float)); });
+}
+// wr[k, (r, s, c)] = w[k, c, r, s] (to_rows), or w from wr.
+template <class F>
+void each_weight(const ConvShape& s, F&& f) {  // f(index in wr, index in w)
   for (int k = 0; k < s.K; ++k)
     for (int c = 0; c < s.C; ++c)
-      for (int i = 0; i < s.R * s.S; ++i) {
-        float& a = wr[size_t(k) * rsc(s) + size_t(i) * s.C + c];
-        float& b = w[(size_t(k) * s.C + c) * s.R * s.S + i];
-        if (to_rows) a = b;
-        else b = a;
-      }
+      for (int i = 0; i < s.R * s.S; ++i) f(size_t(k) * rsc(s) + size_t(i) * s.C + c, (size_t(k) * s.C + c) * s.R * s.S + i);
+}
+void weight_to_rows(float* wr, const float* w, const ConvShape& s) {
+  each_weight(s, [&](size_t a, size_t b) { wr[a] = w[b]; });
+}
+void weight_from_rows(float* w, const float* wr, const ConvShape& s) {
+  each_weight(s, [&](size_t a, size_t b) { w[b] = wr[a]; });
 }
 
 void patchify_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
                   float* ws) {
   float* a = ws;
   float* wr = a + rows(s) * rsc(s);
-  space_to_depth(e, a, const_cast<float*>(x), s, true);
-  reorder_weight(wr, const_cast<float*>(w), s, true);
+  gather_patches(e, a, x, s);
+  weight_to_rows(wr, w, s);
   linear_fwd<float>(e, y, a, wr, b, int(rows(s)), int(rsc(s)), s.K);
 }
 void patchify_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
@@ -115,11 +119,11 @@ void patchify_bwd(const Exec& e, float* dx, float* dw, float* db, const float* d
   float* wr = a + rows(s) * rsc(s);
   float* dwr = wr + size_t(s.K) * rsc(s);
   float* da = dwr + size_t(s.K) * rsc(s);
-  space_to_depth(e, a, const_cast<float*>(x), s, true);
-  reorder_weight(wr, const_cast<float*>(w), s, true);
+  gather_patches(e, a, x, s);
+  weight_to_rows(wr, w, s);
   linear_bwd<float>(e, dx ? da : nullptr, dwr, db, dy, a, wr, int(rows(s)), int(rsc(s)), s.K);
-  reorder_weight(dwr, dw, s, false);
-  if (dx) space_to_depth(e, da, dx, s, false);
+  weight_from_rows(dw, dwr, s);
+  if (dx) scatter_patches(e, dx, da, s);
 }
 
 // db[k] += sum over rows of dy[rows, K].

@@ -323,6 +323,21 @@ TEST_F(Cli, EmulatedBf16IsNamedInOneLine) {
   }
 }
 
+// --layout (issue 41): a bad name is one line naming the flag; `ember info --model M --layout nhwc`
+// lists each unit's layouts and marks the reorders; train and bench run a channel-last plan.
+TEST_F(Cli, LayoutFlag) {
+  expect_one_line_error(run(train_args("--limit-train 64 --layout nwhc")), {"--layout", "nwhc"});
+  const Result i = run("info --model convnext-atto --layout nhwc --batch-size 2");
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_NE(i.out.find("reorder (0)                        nchw -> nhwc  (reorder)"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("layernorm2d (2)                    nhwc -> nhwc"), std::string::npos) << i.out;
+  EXPECT_EQ(run("info --model convnext-atto --batch-size 2").out.find("(reorder)"), std::string::npos);
+  const Result t = run(train_args("--limit-train 64 --layout nhwc"));
+  EXPECT_EQ(t.code, 0) << t.err;
+  const Result b = run("bench --workloads cnn-infer-b1 --layout nhwc --threads 1");
+  EXPECT_EQ(b.code, 0) << b.err;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Weights: missing, truncated, garbage header length, a different model's weights.
 

@@ -27,7 +27,7 @@ json train_args_json(const TrainArgs& a, uint32_t train_crc, int64_t train_count
           {"data_format", c.data_format}, {"image_size", c.image_size}, {"resize", c.resize}, {"label", c.label},
           {"crop", c.crop}, {"pad", c.pad}, {"flip", c.flip}, {"resized_crop", c.resized_crop},
           {"no_augment", c.no_augment}, {"normalize", c.normalize},
-          {"batch_size", c.batch_size}, {"threads", c.threads}, {"isa", c.isa}, {"precision", c.precision},
+          {"batch_size", c.batch_size}, {"threads", c.threads}, {"isa", c.isa}, {"precision", c.precision}, {"layout", c.layout},
           {"limit_test", c.limit_test}, {"epochs", a.epochs}, {"lr", a.lr},
           {"optimizer", a.optimizer}, {"schedule", a.schedule}, {"lr_min", a.lr_min},
           {"t_max", a.t_max}, {"step_size", a.step_size}, {"gamma", a.gamma}, {"l2", a.l2},
@@ -96,6 +96,7 @@ std::map<std::string, std::string> resume_args(TrainArgs& a, const CLI::App& cmd
   r("threads", "--threads", c.threads, true);
   r("isa", "--isa", c.isa, true);
   if (j.contains("precision")) r("precision", "--precision", c.precision, false);  // absent before bf16: fp32
+  if (j.contains("layout")) r("layout", "--layout", c.layout, false);  // absent before issue 41: auto (nchw)
   r("limit_test", "--limit-test", c.limit_test, true);
   r("epochs", "--epochs", a.epochs, true);
   r("lr", "--lr", a.lr, false);
