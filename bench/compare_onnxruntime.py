@@ -49,7 +49,8 @@ def export(name, path, seed):
 
 def ember_ms(a, model, batch):
     out = subprocess.run([a.ember, "bench", "--json", "--model", model, "--batch-size", str(batch),
-                          "--threads", str(a.threads)] + (["--isa", a.isa] if a.isa else []),
+                          "--threads", str(a.threads)] + (["--isa", a.isa] if a.isa else []) +
+                         (["--layout", a.layout] if a.layout else []),
                          check=True, capture_output=True, text=True).stdout
     doc = json.loads(out)
     ms = [w for w in doc["workloads"] if w.get("name") == f"model-infer-b{batch}" and w.get("unit") == "ms"]
@@ -80,6 +81,7 @@ def main():
     p.add_argument("--batches", default="1,64")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=1, help="PyTorch's seed for the exported weights")
+    p.add_argument("--layout", default="", help="ember's activation layout: auto, nchw or nhwc")
     p.add_argument("--isa", default="", help="ember's kernel set (scalar, avx2, avx512; default: the best the CPU has)")
     a = p.parse_args()
     models = [m for m in a.models.split(",") if m]

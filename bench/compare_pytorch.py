@@ -6,7 +6,7 @@
 #
 #   /usr/bin/python3 bench/compare_pytorch.py [--ember build/release/ember] [--data DIR]
 #       [--threads N] [--samples N] [--workloads a,b] [--repeat R] [--full] [--json FILE]
-#       [--precision fp32,bf16] [--torch-bf16] [--isa avx2]
+#       [--precision fp32,bf16] [--torch-bf16] [--isa avx2] [--layout nhwc]
 #
 # --precision fp32,bf16 runs each workload in ember at both precisions (ember bench --precision),
 # with PyTorch fp32 beside them and, with --torch-bf16, PyTorch under CPU autocast to bfloat16
@@ -335,6 +335,8 @@ def run_ember(a, w, threads, precision="fp32"):
         cmd += ["--batch-size", str(a.batch)]
     if a.isa:
         cmd += ["--isa", a.isa]
+    if a.layout:
+        cmd += ["--layout", a.layout]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     doc = json.loads(out)
     return doc["workloads"][0], doc["machine"]
@@ -425,6 +427,7 @@ def main():
     p.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help="ember's precisions, e.g. fp32,bf16 (a column each)")
     p.add_argument("--torch-bf16", action="store_true", help="also PyTorch under CPU autocast to bfloat16")
+    p.add_argument("--layout", default="", help="ember's activation layout: auto, nchw or nhwc (ember bench --layout)")
     p.add_argument("--isa", default="", help="ember's kernel set: scalar, avx2 or avx512 (default: the best the CPU has); "
                    "with avx2 PyTorch is held to AVX2 as well (ATEN_CPU_CAPABILITY, DNNL_MAX_CPU_ISA, OPENBLAS_CORETYPE)")
     a = p.parse_args()

@@ -50,9 +50,9 @@ namespace {
 // the ONNX file's weights or random ones, 3 untimed passes, then the best of 3 rounds' means
 // (each round at least 3 passes and `seconds` / 3), as bench/onnxruntime_infer.js times its side.
 double time_model(const Model& model, const OnnxImport* onnx, int batch, int threads, const std::string& isa,
-                  Precision prec, double seconds, double* flops) {
+                  Precision prec, double seconds, double* flops, const std::string& layout) {
   PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa, po.training = false, po.precision = prec;
+  po.batch = batch, po.threads = threads, po.isa = isa, po.training = false, po.precision = prec, po.layout = layout;
   Plan plan(model, po);
   if (onnx) load_onnx_weights(plan, *onnx);
   else plan.init_params(1);
@@ -147,7 +147,7 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
       r.what = model.name + " forward pass of random inputs, milliseconds per batch";
       r.threads = o.threads ? o.threads : m.hw_threads, r.batch = b;
       double fps = 0;
-      r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps); });
+      r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout); });
       r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
       r.peak_pct = 100 * r.gflops / ((prec == Precision::bf16 ? rate : 1) * (r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops));
       rep.row(r);
