@@ -100,6 +100,8 @@ Kernels scalar_table() {
   k.dw_bwd = dw_bwd_loops;
   k.dw_fwd_bf16 = dw_fwd_loops<true>;
   k.dw_bwd_bf16 = dw_bwd_loops<true>;
+  k.dw_nhwc_fwd = ref::dw_nhwc_fwd_f32;
+  k.dw_nhwc_bwd = ref::dw_nhwc_bwd_f32;
   k.gelu_fwd = ref::gelu_fwd<float>;
   k.gelu_bwd = ref::gelu_bwd<float>;
   k.gelu_tanh_fwd = ref::gelu_tanh_fwd<float>;

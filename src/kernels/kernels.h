@@ -121,6 +121,25 @@ inline size_t dw_scratch_elems(const DwShape& d) {
   return f32 > bf16 ? f32 : bf16;
 }
 
+// The same depthwise convolution on channel-last data, one sample: x [H, W, G], y [P, Q, G*M],
+// w [G*M, R, S] (PyTorch's layout), b [G*M] or null; output channel k reads input channel k / M.
+// y = conv + b. scratch: dw_nhwc_scratch_elems(d) floats.
+using DwNhwcFwdFn = void (*)(float* y, const float* x, const float* w, const float* b, const DwShape& d,
+                             float* scratch);
+// dw [G*M, R, S] += the filter gradient, db [G*M] += the sums of dy (db may be null); dx [H, W, G]
+// = the input gradient (overwritten; skipped when null). dy [P, Q, G*M].
+using DwNhwcBwdFn = void (*)(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                             const DwShape& d, float* scratch);
+// The fast kernels work on blocks of 16 output channels (8 with AVX2) of a zero-padded, channel-
+// expanded copy of the map, 8 output columns at a time (Q rounded up to 8, the extra columns
+// computed and dropped): per block the tap weights [R*S, 16], x expanded to [P+R-1, cols, 16]
+// and, backward, dy padded to [H+R-1, cols, 16].
+inline int dw_nhwc_cols(int q, int S) { return (q + 7) / 8 * 8 + S - 1; }
+inline size_t dw_nhwc_scratch_elems(const DwShape& d) {
+  const size_t xe = size_t(d.P + d.R - 1) * dw_nhwc_cols(d.Q, d.S), dyp = size_t(d.H + d.R - 1) * dw_nhwc_cols(d.W, d.S);
+  return 16 * (2 * size_t(d.R) * d.S + xe + dyp);
+}
+
 // Pointwise activations over n elements whose backward reads the input x: GELU (erf), GELU (tanh).
 using PointwiseFn = void (*)(float* y, const float* x, size_t n);
 using PointwiseBwdFn = void (*)(float* dx, const float* dy, const float* x, size_t n);
@@ -289,6 +308,8 @@ struct Kernels {
   // copies elsewhere; equal to the fp32 kernels on rounded inputs within fp32 rounding of the sums.
   DwFwdFn dw_fwd_bf16;
   DwBwdFn dw_bwd_bf16;
+  DwNhwcFwdFn dw_nhwc_fwd;
+  DwNhwcBwdFn dw_nhwc_bwd;
   PointwiseFn gelu_fwd, gelu_tanh_fwd;
   PointwiseBwdFn gelu_bwd, gelu_tanh_bwd;
   LnRowsFwdFn ln_fwd;
@@ -358,7 +379,7 @@ struct KernelRow {
   const char* entry;
   const char* by_set[3];
 };
-constexpr int kKernelEntries = 47;
+constexpr int kKernelEntries = 49;
 void kernel_rows(KernelRow (&rows)[kKernelEntries]);
 
 // Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).

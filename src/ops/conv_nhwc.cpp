@@ -1,5 +1,6 @@
 // Conv2d on channel-last activations: pointwise and patchify convolutions as one GEMM over the
-// batch's pixels, depthwise through the NCHW kernels on transposed per-sample planes, and the
+// batch's pixels, depthwise through the channel-last kernels (a bf16 plan: the NCHW kernels on
+// transposed per-sample planes), and the
 // whole-batch reorders between the two layouts (conv_nhwc.h).
 #include "ops/conv_nhwc.h"
 
@@ -27,11 +28,15 @@ DwShape dw_shape(const ConvShape& s) { return {s.C, s.K / s.C, s.H, s.W, s.R, s.
 
 size_t rows(const ConvShape& s) { return size_t(s.N) * s.P * s.Q; }
 size_t rsc(const ConvShape& s) { return size_t(s.R) * s.S * s.C; }
-// Per thread for depthwise: x and y planes (and dy, dx planes), the kernels' scratch, and a
-// weight-and-bias gradient partial.
+// Per thread for depthwise: x and y planes (and dy, dx planes: a bf16 plan's NCHW kernels), the
+// kernels' scratch (the larger of the NCHW and the channel-last kernels'), and a weight-and-bias
+// gradient partial.
+size_t dw_scratch(const ConvShape& s) {
+  return std::max(dw_scratch_elems(dw_shape(s)), dw_nhwc_scratch_elems(dw_shape(s)));
+}
 size_t dw_thread_elems(const ConvShape& s) {
   const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q;
-  return 2 * (in + out) + dw_scratch_elems(dw_shape(s)) + size_t(s.K) * s.R * s.S + s.K;
+  return 2 * (in + out) + dw_scratch(s) + size_t(s.K) * s.R * s.S + s.K;
 }
 
 // Depthwise on small maps (<= 16 pixels in and out: ConvNeXt's late stages) runs the NCHW plan's
@@ -132,6 +137,10 @@ void add_bias_grad(float* db, const float* dy, int nrows, int K) {
     for (int k = 0; k < K; ++k) db[k] += dy[size_t(i) * K + k];
 }
 
+// fp32 runs the channel-last kernels on each sample in place: on convnext-seed's 7x7 layers
+// (bench_conv_onednn, 2 threads, AVX-512, noisy shared host) C64 K256 16x16 fwd / wgr / bwd
+// 27 / 22 / 28 GFLOP/s through the transposed planes -> 64 / 33 / 46, C96 K384 8x8 29 / 13 / 18
+// -> 49 / 33 / 36.
 void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
                    float* ws) {
   const DwShape d = dw_shape(s);
@@ -144,6 +153,10 @@ void depthwise_fwd(const Exec& e, float* y, const float* x, const float* w, cons
     float* yt = xt + in;
     float* scratch = yt + out;
     for (int64_t n = r.begin; n < r.end; ++n) {
+      if (!e.bf16) {  // fp32: the channel-last kernel on the sample in place
+        e.k.dw_nhwc_fwd(y + n * out, x + n * in, w, b, d, scratch);
+        continue;
+      }
       e.k.transpose(xt, size_t(HW), x + n * in, size_t(s.C), HW, s.C);
       f(yt, xt, w, b, d, scratch);
       e.k.transpose(y + n * out, size_t(s.K), yt, size_t(PQ), s.K, PQ);
@@ -158,7 +171,7 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
   const int HW = s.H * s.W, PQ = s.P * s.Q, T_ = e.pool.size();
   const size_t in = size_t(s.C) * HW, out = size_t(s.K) * PQ, Kw = size_t(s.K) * s.R * s.S;
   const DwBwdFn f = e.bf16 ? e.k.dw_bwd_bf16 : e.k.dw_bwd;
-  auto partial = [&](int t) { return ws + size_t(t) * dw_thread_elems(s) + 2 * (in + out) + dw_scratch_elems(d); };
+  auto partial = [&](int t) { return ws + size_t(t) * dw_thread_elems(s) + 2 * (in + out) + dw_scratch(s); };
   e.pool.run([&](int t) {
     const Range r = split_range(s.N, t, T_);
     float* xt = ws + size_t(t) * dw_thread_elems(s);
@@ -168,6 +181,10 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
     float* dwt = partial(t);
     std::memset(dwt, 0, (Kw + s.K) * sizeof(float));
     for (int64_t n = r.begin; n < r.end; ++n) {
+      if (!e.bf16) {  // fp32: the channel-last kernel on the sample in place
+        e.k.dw_nhwc_bwd(dx ? dx + n * in : nullptr, dwt, dwt + Kw, dy + n * out, x + n * in, w, d, scratch);
+        continue;
+      }
       e.k.transpose(xt, size_t(HW), x + n * in, size_t(s.C), HW, s.C);
       e.k.transpose(dyt, size_t(PQ), dy + n * out, size_t(s.K), PQ, s.K);
       f(dx ? dxt : nullptr, dwt, dyt, xt, w, d, scratch);

@@ -484,3 +484,50 @@ TEST(FastKernels, TransposeEqualsTheReference) {
 
 }  // namespace
 }  // namespace ember::test
+
+namespace ember {
+namespace {
+
+// The channel-last depthwise kernels on every table against the scalar reference: channel
+// multipliers 1, 2, 4 (and 3, which the fast backward hands to the reference), channel counts
+// off the 16-lane blocks, 3x3 / 5x5 / 7x7 taps on 5x7, 9x6 and 16x16 maps, 'same' and other
+// padding. dw and db accumulate onto what they held; dx is overwritten, or skipped when null.
+TEST(FastKernels, DepthwiseNhwcMatchesReference) {
+  struct Dw { int G, M, H, W, R, S, pad_h, pad_w; };
+  const Dw cases[] = {{5, 4, 5, 7, 7, 7, 3, 3},   {13, 1, 9, 6, 3, 3, 1, 1},  {7, 2, 16, 16, 5, 5, 2, 2},
+                      {16, 4, 16, 16, 7, 7, 3, 3}, {3, 4, 9, 6, 7, 7, 3, 3},   {9, 2, 5, 7, 3, 3, 0, 1},
+                      {17, 1, 16, 16, 7, 7, 3, 3}, {6, 3, 9, 6, 5, 5, 2, 2},   {4, 4, 5, 7, 5, 5, 1, 3},
+                      {24, 4, 8, 8, 7, 7, 3, 3}};
+  for (Isa isa : isas())
+    for (const Dw& c : cases) {
+      const DwShape d{c.G, c.M, c.H, c.W, c.R, c.S, c.H + 2 * c.pad_h - c.R + 1, c.W + 2 * c.pad_w - c.S + 1,
+                      c.pad_h, c.pad_w};
+      SCOPED_TRACE(std::string(isa_name(isa)) + " G" + std::to_string(c.G) + " M" + std::to_string(c.M) + " " +
+                   std::to_string(c.H) + "x" + std::to_string(c.W) + " R" + std::to_string(c.R) + " pad " +
+                   std::to_string(c.pad_h) + "," + std::to_string(c.pad_w));
+      const Kernels& k = kernels_for(isa);
+      const int K = c.G * c.M;
+      const size_t in = size_t(c.H) * c.W * c.G, out = size_t(d.P) * d.Q * K, nw = size_t(K) * c.R * c.S;
+      const auto x = rnd(in, 1), w = rnd(nw, 2), b = rnd(K, 3), dy = rnd(out, 4), dw0 = rnd(nw, 5), db0 = rnd(K, 6);
+      std::vector<float> scratch(dw_nhwc_scratch_elems(d), 9.f);
+      std::vector<float> y(out, 7.f), y_ref(out, -7.f);
+      k.dw_nhwc_fwd(y.data(), x.data(), w.data(), b.data(), d, scratch.data());
+      ref::dw_nhwc_fwd_f32(y_ref.data(), x.data(), w.data(), b.data(), d, nullptr);
+      expect_close(y, y_ref, c.R * c.S, "y");
+      k.dw_nhwc_fwd(y.data(), x.data(), w.data(), nullptr, d, scratch.data());
+      ref::dw_nhwc_fwd_f32(y_ref.data(), x.data(), w.data(), nullptr, d, nullptr);
+      expect_close(y, y_ref, c.R * c.S, "y without bias");
+      std::vector<float> dx(in, 7.f), dx_ref(in, -7.f), dw = dw0, dw_ref = dw0, db = db0, db_ref = db0;
+      k.dw_nhwc_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), d, scratch.data());
+      ref::dw_nhwc_bwd_f32(dx_ref.data(), dw_ref.data(), db_ref.data(), dy.data(), x.data(), w.data(), d, nullptr);
+      expect_close(dx, dx_ref, c.R * c.S * c.M, "dx");
+      expect_close(dw, dw_ref, d.P * d.Q, "dw");
+      expect_close(db, db_ref, d.P * d.Q, "db");
+      k.dw_nhwc_bwd(nullptr, dw.data(), nullptr, dy.data(), x.data(), w.data(), d, scratch.data());
+      ref::dw_nhwc_bwd_f32(nullptr, dw_ref.data(), nullptr, dy.data(), x.data(), w.data(), d, nullptr);
+      expect_close(dw, dw_ref, 2 * d.P * d.Q, "dw (no dx, no db)");
+    }
+}
+
+}  // namespace
+}  // namespace ember

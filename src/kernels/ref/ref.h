@@ -649,6 +649,11 @@ inline double fma_loop(int64_t iters, float* sink) {
 size_t adam_bf16_f32(float* w, float* m, float* v, const float* g, size_t n, const AdamArgs& a, uint16_t* wh);
 // dst[c, r] = src[r, c] (the scalar table's transpose, TransposeFn).
 void transpose_f32(float* dst, size_t ldd, const float* src, size_t lds, int rows, int cols);
+// Channel-last depthwise convolution, one sample (the scalar table's dw_nhwc_fwd / dw_nhwc_bwd,
+// DwNhwcFwdFn / DwNhwcBwdFn; dw_nhwc_ref.cpp): plain loops, scratch unused.
+void dw_nhwc_fwd_f32(float* y, const float* x, const float* w, const float* b, const DwShape& d, float* scratch);
+void dw_nhwc_bwd_f32(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                     const DwShape& d, float* scratch);
 // The number of NaN and +-Inf values among x[0..n) (the scalar table's count_nonfinite).
 size_t count_nonfinite_f32(const float* x, size_t n);
 // The number of non-zero values of magnitude below 2^-126 among x[0..n) (count_subnormal).

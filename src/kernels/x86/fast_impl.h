@@ -13,6 +13,7 @@
 #include "kernels/dw_impl.h"
 #include "kernels/norm_impl.h"
 #include "kernels/kernels.h"
+#include "kernels/x86/dw_nhwc_impl.h"
 #include "kernels/x86/linear_sparse.h"
 #include "kernels/x86/simd.h"
 
@@ -554,6 +555,8 @@ Kernels fast_table() {
   k.dw_bwd = dw_bwd_loops;
   k.dw_fwd_bf16 = dw_fwd_loops<true>;
   k.dw_bwd_bf16 = dw_bwd_loops<true>;
+  k.dw_nhwc_fwd = dw_nhwc_fwd<S>;  // dw_nhwc_impl.h
+  k.dw_nhwc_bwd = dw_nhwc_bwd<S>;
   k.gelu_fwd = gelu_fwd_v8;  // act_impl.h
   k.gelu_bwd = gelu_bwd_v8;
   k.gelu_tanh_fwd = gelu_tanh_fwd_v8;

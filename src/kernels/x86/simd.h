@@ -25,6 +25,8 @@ struct Avx512 {
   static void store(float* p, V v, M m) { _mm512_mask_storeu_ps(p, m, v); }
   static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  // r[j] = v[idx[j]] (idx: W lane numbers).
+  static V permute_lanes(V v, const int32_t* idx) { return _mm512_permutexvar_ps(_mm512_loadu_si512(idx), v); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }
@@ -127,6 +129,9 @@ struct Avx2 {
   static void store(float* p, V v, M m) { _mm256_maskstore_ps(p, m, v); }
   static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V permute_lanes(V v, const int32_t* idx) {
+    return _mm256_permutevar8x32_ps(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx)));
+  }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static float sum(V v) {
