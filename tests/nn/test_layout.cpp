@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,14 @@ double nhwc_vs_nchw(const Model& m, DType dt, int batch, const std::string& isa,
   EXPECT_EQ(count_units(b, "reorder") > 0, reorders);
   EXPECT_EQ(count_units(a, "reorder"), 0);
   a.init_params(3);
+  // Norm scales and shifts, layer scales and biases start constant (1, 0, 1e-6, 0): random ones
+  // make a permuted affine or a misplaced bias show.
+  std::mt19937 g(11);
+  std::uniform_real_distribution<double> u(0.5, 1.5);
+  T* w = static_cast<T*>(a.param_data());
+  for (const ParamInfo& p : a.params())
+    if (p.role != ParamRole::weight)
+      for (size_t i = p.offset; i < p.offset + p.size; ++i) w[i] = T(u(g) - (p.role == ParamRole::norm_scale ? 0 : 1));
   std::memcpy(b.param_data(), a.param_data(), a.param_count() * sizeof(T));
   const double la = pass(a, batch, 5), lb = pass(b, batch, 5);
   double worst = std::abs(la - lb) / std::abs(la);
