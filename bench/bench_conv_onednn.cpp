@@ -135,12 +135,10 @@ struct Dnnl {
   }
 };
 
-// ember's ops for one shape: forward; backward with the weight gradient only (the first layer's
-// case) and with both gradients (every other layer's), which ember computes in one pass.
-struct Ember {
+// One shape's tensors for ember's side, filled with a fixed pattern.
+struct Buffers {
   std::vector<float> x, w, b, y, dy, dx, dw, db, ws;
-  std::function<void()> fwd, bwd_weights, bwd_both;
-  Ember(const ConvShape& s, const ember::ops::Exec& e) {
+  explicit Buffers(const ConvShape& s) {
     auto fill = [](std::vector<float>& v, size_t n) {
       v.resize(n);
       for (size_t i = 0; i < n; ++i) v[i] = float((i * 7919) % 1000) * 1e-3f - 0.5f;
@@ -153,6 +151,14 @@ struct Ember {
     fill(dx, x.size());
     fill(dw, w.size());
     fill(db, b.size());
+  }
+};
+
+// ember's ops for one shape: forward; backward with the weight gradient only (the first layer's
+// case) and with both gradients (every other layer's), which ember computes in one pass.
+struct Ember : Buffers {
+  std::function<void()> fwd, bwd_weights, bwd_both;
+  Ember(const ConvShape& s, const ember::ops::Exec& e) : Buffers(s) {
     const ember::ops::ConvPlan cp = ember::ops::conv2d_plan(s, e.pool.size());
     ws.resize(cp.workspace);
     fwd = [&, s, e, cp] { ember::ops::conv2d_fwd<float>(e, cp.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data()); };
@@ -166,23 +172,10 @@ struct Ember {
 };
 
 // The same shape channel-last (ops/conv_nhwc.h), where it runs so: null functions otherwise.
-struct EmberNhwc {
-  std::vector<float> x, w, b, y, dy, dx, dw, db, ws;
+struct EmberNhwc : Buffers {
   std::function<void()> fwd, bwd_weights, bwd_both;
-  EmberNhwc(const ConvShape& s, const ember::ops::Exec& e) {
+  EmberNhwc(const ConvShape& s, const ember::ops::Exec& e) : Buffers(s) {
     if (ember::ops::conv2d_nhwc_algo(s) == ember::ops::NhwcAlgo::none) return;
-    auto fill = [](std::vector<float>& v, size_t n) {
-      v.resize(n);
-      for (size_t i = 0; i < n; ++i) v[i] = float((i * 7919) % 1000) * 1e-3f - 0.5f;
-    };
-    fill(x, size_t(s.N) * s.C * s.H * s.W);
-    fill(w, size_t(s.K) * (s.C / s.groups) * s.R * s.S);
-    fill(b, size_t(s.K));
-    fill(y, size_t(s.N) * s.K * s.P * s.Q);
-    fill(dy, y.size());
-    fill(dx, x.size());
-    fill(dw, w.size());
-    fill(db, b.size());
     ws.resize(ember::ops::conv2d_nhwc_workspace(s, e.pool.size()) + 1);
     fwd = [&, s, e] { ember::ops::conv2d_nhwc_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), s, ws.data()); };
     bwd_weights = [&, s, e] {

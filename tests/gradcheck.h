@@ -15,6 +15,14 @@
 namespace ember::test {
 
 // Every kernel set the CPU running the tests supports (the scalar one always).
+// A convolution's shape, its output size P x Q derived (the ops tests' shapes).
+inline ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, int sw, int ph, int pw, int G) {
+  ConvShape s{N, C, H, W, K, R, S, 0, 0, sh, sw, ph, pw, G};
+  s.P = (H + 2 * ph - R) / sh + 1;
+  s.Q = (W + 2 * pw - S) / sw + 1;
+  return s;
+}
+
 inline std::vector<Isa> isas() {
   std::vector<Isa> v;
   for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})

@@ -13,13 +13,6 @@
 namespace ember::test {
 namespace {
 
-ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, int sw, int ph, int pw, int G) {
-  ConvShape s{N, C, H, W, K, R, S, 0, 0, sh, sw, ph, pw, G};
-  s.P = (H + 2 * ph - R) / sh + 1;
-  s.Q = (W + 2 * pw - S) / sw + 1;
-  return s;
-}
-
 // [N, A, B] -> [N, B, A]
 template <class T>
 std::vector<T> swap_last(const std::vector<T>& v, int N, int A, int B) {

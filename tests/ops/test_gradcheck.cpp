@@ -21,13 +21,6 @@ TEST(GradCheck, Linear) {
 struct ConvCase {
   ConvShape s;
 };
-ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, int sw, int ph, int pw, int G) {
-  ConvShape s{N, C, H, W, K, R, S, 0, 0, sh, sw, ph, pw, G};
-  s.P = (H + 2 * ph - R) / sh + 1;
-  s.Q = (W + 2 * pw - S) / sw + 1;
-  return s;
-}
-
 class ConvGrad : public ::testing::TestWithParam<ConvShape> {};
 TEST_P(ConvGrad, DataFilterBias) {
   const ConvShape s = GetParam();

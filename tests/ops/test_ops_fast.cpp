@@ -18,13 +18,6 @@ namespace ember::test {
 namespace {
 
 
-ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, int sw, int ph, int pw, int G) {
-  ConvShape s{N, C, H, W, K, R, S, 0, 0, sh, sw, ph, pw, G};
-  s.P = (H + 2 * ph - R) / sh + 1;
-  s.Q = (W + 2 * pw - S) / sw + 1;
-  return s;
-}
-
 constexpr double kTol = 2e-5;
 
 // Every path of ops::conv2d_plan, with its edges.
