@@ -304,22 +304,15 @@ void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x
 }
 
 template <class T>
-void transpose(T* dst, size_t ld_dst, const T* src, size_t ld_src, int rows, int cols) {
-  constexpr int B = 16;
-  for (int r0 = 0; r0 < rows; r0 += B)
-    for (int c0 = 0; c0 < cols; c0 += B) {
-      const int r1 = std::min(rows, r0 + B), c1 = std::min(cols, c0 + B);
-      for (int c = c0; c < c1; ++c)
-        for (int r = r0; r < r1; ++r) dst[size_t(c) * ld_dst + r] = src[size_t(r) * ld_src + c];
-    }
-}
-
-template <class T>
 void reorder(const Exec& e, T* dst, const T* src, int N, int C, int HW, bool to_nhwc) {
   const size_t per = size_t(C) * HW;
   auto tr = [&](T* d, size_t ldd, const T* s, size_t lds, int rows, int cols) {
-    if constexpr (std::is_same_v<T, float>) e.k.transpose(d, ldd, s, lds, rows, cols);
-    else transpose(d, ldd, s, lds, rows, cols);
+    if constexpr (std::is_same_v<T, float>) {
+      e.k.transpose(d, ldd, s, lds, rows, cols);
+    } else {  // double plans: the plain loops of the scalar table's transpose
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) d[size_t(c) * ldd + r] = s[size_t(r) * lds + c];
+    }
   };
   e.pool.run([&](int t) {
     const Range r = split_range(N, t, e.pool.size());
@@ -336,8 +329,6 @@ template void conv2d_nhwc_bwd<float>(const Exec&, float*, float*, float*, const 
                                      const ConvShape&, float*);
 template void conv2d_nhwc_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*,
                                       const double*, const ConvShape&, double*);
-template void transpose<float>(float*, size_t, const float*, size_t, int, int);
-template void transpose<double>(double*, size_t, const double*, size_t, int, int);
 template void reorder<float>(const Exec&, float*, const float*, int, int, int, bool);
 template void reorder<double>(const Exec&, double*, const double*, int, int, int, bool);
 

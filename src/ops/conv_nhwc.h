@@ -28,10 +28,6 @@ template <class T>
 void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const ConvShape& s,
                      T* ws);
 
-// dst[c, r] = src[r, c] for a [rows, cols] matrix (row strides ld_src, ld_dst): per-sample
-// [H*W, C] <-> [C, H*W]. 16 x 16 blocks.
-template <class T>
-void transpose(T* dst, size_t ld_dst, const T* src, size_t ld_src, int rows, int cols);
 // The whole batch: [N, C, HW] -> [N, HW, C] (to_nhwc) or back, split over the pool by samples.
 template <class T>
 void reorder(const Exec& e, T* dst, const T* src, int N, int C, int HW, bool to_nhwc);
