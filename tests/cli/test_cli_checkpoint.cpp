@@ -193,6 +193,24 @@ TEST_F(Ckpt, ResumeRulesAndBadCheckpoints) {
   EXPECT_EQ(ev.code, 0) << ev.out << ev.err;
 }
 
+// A channel-last run (convnext-fashion, --layout nhwc) stopped after its first epoch and resumed
+// ends with the same bytes as one never stopped; the resume keeps the checkpoint's layout and
+// refuses another (its sums run in another order).
+TEST_F(Ckpt, NhwcRunResumesBitIdentically) {
+  const fs::path ref = tmp_ / "ref.safetensors", out = tmp_ / "out.safetensors";
+  const std::string dir = (tmp_ / "ck").string();
+  const std::string base = "train --data " + quote(data_.string()) +
+                           " --model convnext-fashion --batch-size 16 --threads 2 --quiet --limit-train 64 --limit-test 32 --layout nhwc";
+  ASSERT_EQ(run(base + " --epochs 2 --save " + quote(ref.string())).code, 0);
+  const Result first = run(base + " --epochs 1 --checkpoint-every 2 --checkpoint-dir " + quote(dir));
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Result fin = run("train --resume " + quote(dir) + " --epochs 2 --save " + quote(out.string()));
+  ASSERT_EQ(fin.code, 0) << fin.out << fin.err;
+  EXPECT_EQ(read_text(out), read_text(ref)) << "the resumed nhwc run differs";
+  expect_one_line_error(run("train --resume " + quote(dir) + " --layout nchw"),
+                        {"--layout", "cannot be changed when resuming", "nhwc"});
+}
+
 // A bf16 run (fp32 masters and Adam state in the checkpoint, bf16 products) stopped after its
 // first epoch and resumed ends with the same bytes as one never stopped, and differs from the
 // fp32 run; the resume keeps the checkpoint's precision and refuses another.
