@@ -124,9 +124,10 @@ void patchify_bwd(const Exec& e, float* dx, float* dw, float* db, const float* d
   float* wr = a + rows(s) * rsc(s);
   float* dwr = wr + size_t(s.K) * rsc(s);
   float* da = dwr + size_t(s.K) * rsc(s);
+  float* partials = da + rows(s) * rsc(s);
   gather_patches(e, a, x, s);
   weight_to_rows(wr, w, s);
-  linear_bwd<float>(e, dx ? da : nullptr, dwr, db, dy, a, wr, int(rows(s)), int(rsc(s)), s.K);
+  linear_bwd<float>(e, dx ? da : nullptr, dwr, db, dy, a, wr, int(rows(s)), int(rsc(s)), s.K, nullptr, partials);
   weight_from_rows(dw, dwr, s);
   if (dx) scatter_patches(e, dx, da, s);
 }
@@ -262,8 +263,9 @@ NhwcAlgo conv2d_nhwc_algo(const ConvShape& s) {
 
 size_t conv2d_nhwc_workspace(const ConvShape& s, int threads) {
   switch (conv2d_nhwc_algo(s)) {
-    case NhwcAlgo::pointwise: return 0;
-    case NhwcAlgo::patchify: return 2 * rows(s) * rsc(s) + 2 * size_t(s.K) * rsc(s);
+    case NhwcAlgo::pointwise: return linear_bwd_workspace(int(rows(s)), s.C, s.K);
+    case NhwcAlgo::patchify:
+      return 2 * rows(s) * rsc(s) + 2 * size_t(s.K) * rsc(s) + linear_bwd_workspace(int(rows(s)), int(rsc(s)), s.K);
     case NhwcAlgo::depthwise: return small_maps(s) ? dense_elems(s, threads) : size_t(threads) * dw_thread_elems(s);
     case NhwcAlgo::none: break;
   }
@@ -293,7 +295,7 @@ void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x
     reference_bwd(dx, dw, db, dy, x, w, s);
   } else {
     switch (conv2d_nhwc_algo(s)) {
-      case NhwcAlgo::pointwise: return linear_bwd<float>(e, dx, dw, db, dy, x, w, int(rows(s)), s.C, s.K);
+      case NhwcAlgo::pointwise: return linear_bwd<float>(e, dx, dw, db, dy, x, w, int(rows(s)), s.C, s.K, nullptr, ws);
       case NhwcAlgo::patchify: return patchify_bwd(e, dx, dw, db, dy, x, w, s, ws);
       case NhwcAlgo::depthwise:
         return small_maps(s) ? dense_bwd(e, dx, dw, db, dy, x, w, s, ws) : depthwise_bwd(e, dx, dw, db, dy, x, w, s, ws);

@@ -94,10 +94,14 @@ void bias_grad(T* db, const T* dy, int N, int K) {
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < K; ++k) db[k] += dy[size_t(n) * K + k];
 }
-// dx[N,C] = dy w (skipped when dx is null); dw[K,C] = dy^T x; db[K] = sum_n dy.
+// dx[N,C] = dy w (skipped when dx is null); dw[K,C] = dy^T x; db[K] = sum_n dy. ws (may be null):
+// linear_bwd_workspace(N, C, K) elements, with which a weight gradient over many rows sums fixed
+// chunks of rows (weight_grad_chunks of them; the same bits for any thread count).
 template <class T>
 void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int N,
-                int C, int K, const uint16_t* wh = nullptr);
+                int C, int K, const uint16_t* wh = nullptr, T* ws = nullptr);
+int weight_grad_chunks(int N, int C, int K);
+size_t linear_bwd_workspace(int N, int C, int K);
 
 // Conv2d. Its algorithm, workspace and bf16 use are chosen once, by conv2d_plan, when a plan is
 // built (as oneDNN's primitive descriptors are): every call then runs that algorithm.

@@ -33,6 +33,8 @@ std::vector<ConvShape> shapes() {
       conv(3, 3, 9, 6, 12, 7, 7, 1, 1, 3, 3, 3),   // depthwise x4 (ConvNeXt-seed's)
       conv(2, 5, 4, 4, 5, 3, 3, 1, 1, 1, 1, 5),    // depthwise 3x3
       conv(2, 4, 2, 2, 16, 7, 7, 1, 1, 3, 3, 4),   // depthwise on 2x2 maps: most taps in the padding
+      conv(4, 8, 64, 48, 12, 1, 1, 1, 1, 0, 0, 1), // pointwise, 12,288 rows: the weight gradient in 3 chunks
+      conv(2, 3, 128, 128, 8, 2, 2, 2, 2, 0, 0, 1),// patchify, 8,192 rows: 2 chunks
   };
 }
 
@@ -95,6 +97,26 @@ TEST(ConvNhwc, FastPathsMatchTheReference) {
         EXPECT_LT(max_rel_diff(db, dbr), kTol * red);
         EXPECT_EQ(dw2, dw);  // without the input gradient: the same weight gradient
       }
+}
+
+// The weight gradient over many rows sums fixed chunks of rows: the same bits for any thread count.
+TEST(ConvNhwc, ChunkedWeightGradientIsTheSameForAnyThreadCount) {
+  const ConvShape s = conv(4, 8, 64, 48, 12, 1, 1, 1, 1, 0, 0, 1);
+  const int rows = s.N * s.H * s.W;
+  ASSERT_EQ(ops::weight_grad_chunks(rows, s.C, s.K), 3);
+  const auto x = to_float(randn(size_t(rows) * s.C, 1)), w = to_float(randn(size_t(s.K) * s.C, 2)),
+             g = to_float(randn(size_t(rows) * s.K, 4));
+  std::vector<float> first;
+  for (Isa isa : isas())
+    for (int threads : {1, 2, 3, 4}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads));
+      ThreadPool pool(threads);
+      const ops::Exec e{kernels_for(isa), pool};
+      std::vector<float> ws(ops::conv2d_nhwc_workspace(s, threads), NAN), dw(w.size(), NAN), db(s.K);
+      ops::conv2d_nhwc_bwd<float>(e, nullptr, dw.data(), db.data(), g.data(), x.data(), w.data(), s, ws.data());
+      if (threads == 1) first = dw;
+      else EXPECT_EQ(dw, first);
+    }
 }
 
 TEST(ConvNhwc, OtherShapesHaveNoChannelLastAlgorithm) {
