@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "kernels/x86/dw_nhwc_blocked.h"
 #include "kernels/x86/simd.h"
 
 namespace ember {
@@ -24,7 +25,7 @@ struct DwNhwcBlock {
 
 // out(p, q) = init + sum over r, s of src[p + r, q + s] * wt[r*S + s]; store(p, q, v) for q < Q.
 template <class S, class Store>
-void dw_nhwc_valid(const float* src, const float* wt, typename S::V init, const DwNhwcBlock& g, Store&& store) {
+void dw_nhwc_valid_any(const float* src, const float* wt, typename S::V init, const DwNhwcBlock& g, Store& store) {
   using V = typename S::V;
   constexpr size_t W = S::W;
   for (int p = 0; p < g.P; ++p)
@@ -43,6 +44,16 @@ void dw_nhwc_valid(const float* src, const float* wt, typename S::V init, const 
       const int n = std::min(kDwQ, g.Q - q0);
       for (int i = 0; i < n; ++i) store(p, q0 + i, acc[i]);
     }
+}
+
+// The same, register-blocked (dw_nhwc_blocked.h) for 3, 5 and 7 taps wide.
+template <class S, class Store>
+void dw_nhwc_valid(const float* src, const float* wt, typename S::V init, const DwNhwcBlock& g, Store&& store) {
+  constexpr int NP = S::W == 16 ? 2 : 1;  // AVX2 has 16 registers: one output row at a time
+  if (g.S == 7) return dw_valid_fixed<S, 7, kDwQ, NP>(src, wt, init, g.P, g.Q, g.R, g.cols, store);
+  if (g.S == 5) return dw_valid_fixed<S, 5, kDwQ, NP>(src, wt, init, g.P, g.Q, g.R, g.cols, store);
+  if (g.S == 3) return dw_valid_fixed<S, 3, kDwQ, NP>(src, wt, init, g.P, g.Q, g.R, g.cols, store);
+  dw_nhwc_valid_any<S>(src, wt, init, g, store);
 }
 
 // xe[i, j, l] = x[i - off_h, j - off_w, (k0 + l) / M] (0 outside the map) for i < rows,
@@ -124,6 +135,28 @@ typename S::V dw_nhwc_wgrad(float* dw, const float* dy, const float* xe, const D
   return db;
 }
 
+// The same through the register-blocked loops (dw_nhwc_blocked.h) for 3, 5 and 7 taps wide:
+// overwrites dw[rs] (W lanes each) instead of adding.
+template <class S>
+typename S::V dw_nhwc_wgrad_fast(float* dw, const float* dy, const float* xe, const DwShape& d, int k0, int kn,
+                                 int cols) {
+  constexpr bool z = S::W == 16;  // AVX-512: two filter rows and 8 dy columns per pass
+  if (d.S == 7) z ? dw_wgrad_fixed<S, 7, 8, 2>(dw, dy, xe, d, k0, kn, cols) : dw_wgrad_fixed<S, 7, 4, 1>(dw, dy, xe, d, k0, kn, cols);
+  else if (d.S == 5) z ? dw_wgrad_fixed<S, 5, 8, 2>(dw, dy, xe, d, k0, kn, cols) : dw_wgrad_fixed<S, 5, 4, 1>(dw, dy, xe, d, k0, kn, cols);
+  else if (d.S == 3) z ? dw_wgrad_fixed<S, 3, 8, 3>(dw, dy, xe, d, k0, kn, cols) : dw_wgrad_fixed<S, 3, 4, 2>(dw, dy, xe, d, k0, kn, cols);
+  else return dw_nhwc_wgrad<S>(dw, dy, xe, d, k0, kn, cols);
+  const size_t K = size_t(d.G) * d.M;
+  const auto m = S::mask(kn);
+  typename S::V db0 = S::zero(), db1 = S::zero();
+  size_t i = 0, n = size_t(d.P) * d.Q;
+  for (; i + 1 < n; i += 2) {
+    db0 = S::add(db0, S::load(dy + i * K + k0, m));
+    db1 = S::add(db1, S::load(dy + (i + 1) * K + k0, m));
+  }
+  if (i < n) db0 = S::add(db0, S::load(dy + i * K + k0, m));
+  return S::add(db0, db1);
+}
+
 // dx[h, w, c0 .. c0 + W/M) = the sums of the M lanes of each channel in v (W % M == 0).
 template <class S>
 void dw_nhwc_store_dx(float* dx, typename S::V v, const int32_t* idx, int M, int nc) {
@@ -150,7 +183,7 @@ void dw_nhwc_bwd(float* dx, float* dw, float* db, const float* dy, const float* 
     const int kn = std::min(W, K - k0);
     std::fill(acc, acc + size_t(RS) * W, 0.f);
     dw_nhwc_expand<S>(xe, x, d, k0, d.P + d.R - 1, cols, d.pad_h, d.pad_w);
-    const typename S::V dbv = dw_nhwc_wgrad<S>(acc, dy, xe, d, k0, kn, cols);
+    const typename S::V dbv = dw_nhwc_wgrad_fast<S>(acc, dy, xe, d, k0, kn, cols);
     for (int rs = 0; rs < RS; ++rs)
       for (int l = 0; l < kn; ++l) dw[size_t(k0 + l) * RS + rs] += acc[size_t(rs) * W + l];
     if (db) {
