@@ -56,24 +56,30 @@ void dw_nhwc_valid(const float* src, const float* wt, typename S::V init, const 
   dw_nhwc_valid_any<S>(src, wt, init, g, store);
 }
 
-// xe[i, j, l] = x[i - off_h, j - off_w, (k0 + l) / M] (0 outside the map) for i < rows,
-// j < cols: channels k0 .. k0+W of x [H, W, G] expanded, zero-padded.
+// xe[i, j, l] = x[i - off_h, j - off_w, (k0 + l) / M] for the (i, j) < (rows, cols) inside the
+// map: channels k0 .. k0+W of x [H, W, G] expanded. The border (the same cells for every k0)
+// is left as it was: zero it once (dw_nhwc_zero) before the first block.
 template <class S>
 void dw_nhwc_expand(float* xe, const float* x, const DwShape& d, int k0, int rows, int cols, int off_h,
                     int off_w) {
-  using V = typename S::V;
   constexpr int W = S::W;
   const int c0 = k0 / d.M;
   int32_t idx[W];
   for (int l = 0; l < W; ++l) idx[l] = std::min((k0 + l) / d.M - c0, W - 1);
   const auto m = S::mask(std::min(W, d.G - c0));
-  for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < cols; ++j) {
-      const int h = i - off_h, w = j - off_w;
-      V v = S::zero();
-      if (h >= 0 && h < d.H && w >= 0 && w < d.W) v = S::permute_lanes(S::load(x + (size_t(h) * d.W + w) * d.G + c0, m), idx);
-      S::storeu(xe + (size_t(i) * cols + j) * W, v);
-    }
+  const int h0 = std::max(0, -off_h), h1 = std::min(d.H, rows - off_h);
+  const int w0 = std::max(0, -off_w), w1 = std::min(d.W, cols - off_w);
+  for (int h = h0; h < h1; ++h) {
+    const float* src = x + size_t(h) * d.W * d.G + c0;
+    float* dst = xe + (size_t(h + off_h) * cols + off_w) * W;
+    for (int w = w0; w < w1; ++w) S::storeu(dst + size_t(w) * W, S::permute_lanes(S::load(src + size_t(w) * d.G, m), idx));
+  }
+}
+
+// Zeroes an expanded map's rows x cols cells (W floats each).
+template <int W>
+void dw_nhwc_zero(float* xe, int rows, int cols) {
+  std::fill(xe, xe + size_t(rows) * cols * W, 0.f);
 }
 
 // wt[rs, l] = w[k0 + l, rs] (rs flipped to R*S-1-rs when flip), 0 for l >= kn.
@@ -90,6 +96,7 @@ void dw_nhwc_fwd(float* y, const float* x, const float* w, const float* b, const
   const int K = d.G * d.M, RS = d.R * d.S, cols = dw_nhwc_cols(d.Q, d.S);
   float* wt = scratch;
   float* xe = wt + 2 * 16 * size_t(RS);
+  dw_nhwc_zero<W>(xe, d.P + d.R - 1, cols);
   for (int k0 = 0; k0 < K; k0 += W) {
     const int kn = std::min(W, K - k0);
     const auto m = S::mask(kn);
@@ -179,6 +186,8 @@ void dw_nhwc_bwd(float* dx, float* dw, float* db, const float* dy, const float* 
   int32_t idx[W * W];  // idx[m*W + j] = the lane of channel j's m-th output: j*M + m
   for (int j = 0; j < d.M; ++j)
     for (int l = 0; l < W; ++l) idx[j * W + l] = std::min(l * d.M + j, W - 1);
+  dw_nhwc_zero<W>(xe, d.P + d.R - 1, cols);
+  if (dx) dw_nhwc_zero<W>(dyp, d.H + d.R - 1, dcols);
   for (int k0 = 0; k0 < K; k0 += W) {
     const int kn = std::min(W, K - k0);
     std::fill(acc, acc + size_t(RS) * W, 0.f);
