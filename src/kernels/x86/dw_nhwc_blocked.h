@@ -66,7 +66,10 @@ void dw_wgrad_rows(float* acc, const float* dy, const float* xe, const DwShape& 
   for (int p = 0; p < d.P; ++p)
     for (int q0 = 0; q0 < d.Q; q0 += KQ) {
       V g[KQ];
-      for (int i = 0; i < KQ; ++i) g[i] = q0 + i < d.Q ? S::load(dy + (size_t(p) * d.Q + q0 + i) * K + k0, m) : S::zero();
+      const float* dyp = dy + (size_t(p) * d.Q + q0) * K + k0;
+      for (int i = 0; i < KQ; ++i) g[i] = q0 + i < d.Q ? S::load(dyp + i * K, m) : S::zero();
+      // dy's pixels lie K floats apart, too far for the hardware prefetcher: fetch the next row
+      for (int i = 0; i < KQ && r0 == 0 && p + 1 < d.P && q0 + i < d.Q; ++i) __builtin_prefetch(dyp + (d.Q + i) * K);
       for (int a = 0; a < NR; ++a) {
         const float* row = xe + (size_t(p + r0 + a) * cols + q0) * W;
 #pragma GCC unroll 32

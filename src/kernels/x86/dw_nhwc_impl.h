@@ -72,7 +72,10 @@ void dw_nhwc_expand(float* xe, const float* x, const DwShape& d, int k0, int row
   for (int h = h0; h < h1; ++h) {
     const float* src = x + size_t(h) * d.W * d.G + c0;
     float* dst = xe + (size_t(h + off_h) * cols + off_w) * W;
-    for (int w = w0; w < w1; ++w) S::storeu(dst + size_t(w) * W, S::permute_lanes(S::load(src + size_t(w) * d.G, m), idx));
+    for (int w = w0; w < w1; ++w) {
+      if (h + 2 < h1) __builtin_prefetch(src + (2 * size_t(d.W) + w) * d.G);  // strided: prefetch 2 rows on
+      S::storeu(dst + size_t(w) * W, S::permute_lanes(S::load(src + size_t(w) * d.G, m), idx));
+    }
   }
 }
 
