@@ -1,6 +1,7 @@
 // Conv2d on channel-last activations (issue 41): x [N, H, W, C], y [N, P, Q, K], the weights in
-// PyTorch's layout w [K, C/G, R, S] as everywhere else. Three shapes run channel-last, each with
-// batch x pixels as one long GEMM dimension where oneDNN's blocked formats put it:
+// PyTorch's layout w [K, C/G, R, S] as everywhere else. Four algorithms run channel-last, each with
+// batch x pixels as one long GEMM dimension where oneDNN's blocked formats put it (grouped convs
+// other than depthwise have none: they run nchw):
 //   pointwise  1x1, stride 1, no padding, groups 1: one GEMM over the N*H*W rows (a Linear).
 //   patchify   stride == kernel, no padding, groups 1 (ConvNeXt's 4x4/4 stem and 2x2/2
 //              downsampling): space-to-depth into rows [N*P*Q, R*S*C], then one GEMM.
