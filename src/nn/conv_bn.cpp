@@ -1,7 +1,7 @@
-// The inference plan's conv2d+batchnorm2d unit: a Conv2d whose output only a BatchNorm2d reads
-// runs once with the eval-mode BN folded into its weight and bias (ref::batchnorm_fold), kept in the
-// unit's own buffer and folded again whenever the plan's parameters may have changed
-// (Bufs::param_version). Train mode (Plan::set_train_mode) runs the two unfolded: batch statistics.
+// The inference plan's conv2d+batchnorm2d unit: a Conv2d whose output only a BatchNorm2d reads runs
+// once with the eval-mode BN folded into its weight and bias (ref::batchnorm_fold), refolded whenever
+// the parameters may have changed (Bufs::param_version); in train mode the two run unfolded (batch
+// statistics). Either layout: a channel-last plan's unit runs its two layers nhwc.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -214,10 +214,13 @@ int pattern_at(const Graph& g, size_t i, bool enabled, bool training) {
   if (enabled && !training && conv_bn_at(g, i)) return 2;
   return 1;
 }
+// The fused layers run nchw (a channel-last node runs alone), except conv2d+batchnorm2d: the unit
+// runs its conv and BN layers, which run either layout, so it is formed when both have one layout.
 int group_at(const Graph& g, size_t i, bool enabled, bool training) {
   const int count = pattern_at(g, i, enabled, training);
-  for (size_t k = i; k < i + size_t(count); ++k)  // the fused layers run nchw: a channel-last node runs alone
-    if (g.nodes[k].layout == Layout::nhwc) return 1;
+  const bool conv_bn = count == 2 && !training && g.nodes[i].spec->kind == LayerKind::Conv2d;
+  for (size_t k = i; k < i + size_t(count); ++k)
+    if (g.nodes[k].layout != g.nodes[i].layout || (!conv_bn && g.nodes[k].layout == Layout::nhwc)) return 1;
   return count;
 }
 

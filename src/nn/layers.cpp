@@ -111,7 +111,7 @@ class Conv2d final : public Layer {
     if (nhwc()) return ops::conv2d_nhwc_workspace(shape(batch), threads);
     return ops::conv2d_plan(shape(batch), threads).workspace;
   }
-  // Channel-last: pointwise, patchify and depthwise shapes (ops/conv_nhwc.h).
+  // Channel-last: every shape but grouped non-depthwise ones (ops/conv_nhwc.h).
   bool runs_nhwc() const override { return ops::conv2d_nhwc_algo(shape(1)) != ops::NhwcAlgo::none; }
   double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
   bool bf16_products() const override { return ops::conv2d_plan(shape(1), 1).bf16_products; }
@@ -268,10 +268,12 @@ class Pool2d final : public Layer {
   bool grad_unused_at_zero_output(bool in) const override { return max_ && in; }
   bool backward_reads_inputs() const override { return false; }  // max: the saved indices
   bool backward_reads_output() const override { return false; }
+  bool runs_nhwc() const override { return max_; }  // max: channel-last loops over windows of C runs
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      if (max_) ops::maxpool2d_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), shape(n));
+      if (nhwc()) ops::maxpool2d_nhwc_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), shape(n));
+      else if (max_) ops::maxpool2d_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), shape(n));
       else ops::avgpool2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), shape(n));
     });
   }
@@ -279,7 +281,8 @@ class Pool2d final : public Layer {
     if (!b.dx) return;
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      if (max_) ops::maxpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), b.idx, shape(n));
+      if (nhwc()) ops::maxpool2d_nhwc_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), b.idx, shape(n));
+      else if (max_) ops::maxpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), b.idx, shape(n));
       else ops::avgpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), shape(n));
     });
   }

@@ -1,7 +1,7 @@
 // Conv2d on channel-last activations: pointwise and patchify convolutions as one GEMM over the
 // batch's pixels, depthwise through the channel-last kernels (a bf16 plan: the NCHW kernels on
-// transposed per-sample planes), and the
-// whole-batch reorders between the two layouts (conv_nhwc.h).
+// transposed per-sample planes), the dispatch (im2col: conv_nhwc_im2col.cpp) and the whole-batch
+// reorders between the two layouts (conv_nhwc.h).
 #include "ops/conv_nhwc.h"
 
 #include <algorithm>
@@ -96,18 +96,12 @@ void scatter_patches(const Exec& e, float* x, const float* a, const ConvShape& s
   if (s.P * s.R != s.H || s.Q * s.S != s.W) std::memset(x, 0, size_t(s.N) * s.H * s.W * s.C * sizeof(float));
   each_patch_run(e, s, [&](size_t xi, size_t ai, size_t n, int64_t) { std::memcpy(x + xi, a + ai, n * sizeof(float)); });
 }
-// wr[k, (r, s, c)] = w[k, c, r, s] (to_rows), or w from wr.
+// wr[k, (r, s, c)] = w[k, c, r, s] (conv_weight_to_rows), or w from wr.
 template <class F>
 void each_weight(const ConvShape& s, F&& f) {  // f(index in wr, index in w)
   for (int k = 0; k < s.K; ++k)
     for (int c = 0; c < s.C; ++c)
       for (int i = 0; i < s.R * s.S; ++i) f(size_t(k) * rsc(s) + size_t(i) * s.C + c, (size_t(k) * s.C + c) * s.R * s.S + i);
-}
-void weight_to_rows(float* wr, const float* w, const ConvShape& s) {
-  each_weight(s, [&](size_t a, size_t b) { wr[a] = w[b]; });
-}
-void weight_from_rows(float* w, const float* wr, const ConvShape& s) {
-  each_weight(s, [&](size_t a, size_t b) { w[b] = wr[a]; });
 }
 
 void patchify_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
@@ -115,7 +109,7 @@ void patchify_fwd(const Exec& e, float* y, const float* x, const float* w, const
   float* a = ws;
   float* wr = a + rows(s) * rsc(s);
   gather_patches(e, a, x, s);
-  weight_to_rows(wr, w, s);
+  conv_weight_to_rows(wr, w, s);
   linear_fwd<float>(e, y, a, wr, b, int(rows(s)), int(rsc(s)), s.K);
 }
 void patchify_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
@@ -126,9 +120,9 @@ void patchify_bwd(const Exec& e, float* dx, float* dw, float* db, const float* d
   float* da = dwr + size_t(s.K) * rsc(s);
   float* partials = da + rows(s) * rsc(s);
   gather_patches(e, a, x, s);
-  weight_to_rows(wr, w, s);
+  conv_weight_to_rows(wr, w, s);
   linear_bwd<float>(e, dx ? da : nullptr, dwr, db, dy, a, wr, int(rows(s)), int(rsc(s)), s.K, nullptr, partials);
-  weight_from_rows(dw, dwr, s);
+  conv_weight_from_rows(dw, dwr, s);
   if (dx) scatter_patches(e, dx, da, s);
 }
 
@@ -244,11 +238,19 @@ void reference_bwd(double* dx, double* dw, double* db, const double* dy, const d
 
 }  // namespace
 
+void conv_weight_to_rows(float* wr, const float* w, const ConvShape& s) {
+  each_weight(s, [&](size_t a, size_t b) { wr[a] = w[b]; });
+}
+void conv_weight_from_rows(float* w, const float* wr, const ConvShape& s) {
+  each_weight(s, [&](size_t a, size_t b) { w[b] = wr[a]; });
+}
+
 const char* nhwc_algo_name(NhwcAlgo a) {
   switch (a) {
     case NhwcAlgo::pointwise: return "nhwc-gemm";
     case NhwcAlgo::patchify: return "nhwc-patchify";
     case NhwcAlgo::depthwise: return "nhwc-depthwise";
+    case NhwcAlgo::im2col: return "nhwc-im2col";
     case NhwcAlgo::none: break;
   }
   return "none";
@@ -258,6 +260,7 @@ NhwcAlgo conv2d_nhwc_algo(const ConvShape& s) {
   if (pointwise(s)) return NhwcAlgo::pointwise;
   if (patchify(s)) return NhwcAlgo::patchify;
   if (depthwise(s)) return NhwcAlgo::depthwise;
+  if (s.groups == 1) return NhwcAlgo::im2col;
   return NhwcAlgo::none;
 }
 
@@ -267,6 +270,7 @@ size_t conv2d_nhwc_workspace(const ConvShape& s, int threads) {
     case NhwcAlgo::patchify:
       return 2 * rows(s) * rsc(s) + 2 * size_t(s.K) * rsc(s) + linear_bwd_workspace(int(rows(s)), int(rsc(s)), s.K);
     case NhwcAlgo::depthwise: return small_maps(s) ? dense_elems(s, threads) : size_t(threads) * dw_thread_elems(s);
+    case NhwcAlgo::im2col: return im2col_nhwc_workspace(s);
     case NhwcAlgo::none: break;
   }
   return 0;
@@ -282,6 +286,7 @@ void conv2d_nhwc_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, co
       case NhwcAlgo::patchify: return patchify_fwd(e, y, x, w, b, s, ws);
       case NhwcAlgo::depthwise:
         return small_maps(s) ? dense_fwd(e, y, x, w, b, s, ws) : depthwise_fwd(e, y, x, w, b, s, ws);
+      case NhwcAlgo::im2col: return im2col_nhwc_fwd(e, y, x, w, b, s, ws);
       case NhwcAlgo::none: break;
     }
     throw Error("internal: conv2d_nhwc_fwd on a shape with no channel-last algorithm");
@@ -299,6 +304,7 @@ void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x
       case NhwcAlgo::patchify: return patchify_bwd(e, dx, dw, db, dy, x, w, s, ws);
       case NhwcAlgo::depthwise:
         return small_maps(s) ? dense_bwd(e, dx, dw, db, dy, x, w, s, ws) : depthwise_bwd(e, dx, dw, db, dy, x, w, s, ws);
+      case NhwcAlgo::im2col: return im2col_nhwc_bwd(e, dx, dw, db, dy, x, w, s, ws);
       case NhwcAlgo::none: break;
     }
     throw Error("internal: conv2d_nhwc_bwd on a shape with no channel-last algorithm");

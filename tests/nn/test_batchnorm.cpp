@@ -2,7 +2,7 @@
 // eval mode, the running statistics against PyTorch's formulas computed here from the inputs, the
 // optimizer and weight decay leaving them alone, who may write them (frozen and inference plans,
 // first_nonfinite_output's rerun), and checkpoints, safetensors (num_batches_tracked as I64) and
-// ONNX keeping them.
+// ONNX keeping them; the channel-last functions equal the NCHW ones on transposed data.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "ember/onnx.h"
 #include "gradcheck.h"
 #include "io/source.h"
+#include "kernels/ref/ref_batchnorm_nhwc.h"
 
 namespace ember::test {
 namespace {
@@ -54,6 +55,60 @@ void fill_input(Plan& p, int n, uint32_t seed, double shift = 0) {
   for (size_t i = 0; i < x.size(); ++i) static_cast<T*>(p.input())[i] = T(x[i] * 1.5 + shift);
   for (int i = 0; i < n; ++i) p.labels()[i] = i % p.model().num_classes;
 }
+
+// [N, A, B] -> [N, B, A]
+template <class T>
+std::vector<T> swap_last(const std::vector<T>& v, int N, int A, int B) {
+  std::vector<T> out(v.size());
+  for (int n = 0; n < N; ++n)
+    for (int a = 0; a < A; ++a)
+      for (int b = 0; b < B; ++b) out[(size_t(n) * B + b) * A + a] = v[(size_t(n) * A + a) * B + b];
+  return out;
+}
+
+// The channel-last functions (ref_batchnorm_nhwc.h) against the NCHW ones on transposed data, 37
+// channels (blocks of 16 and a remainder) split into two ranges as two threads would: train and
+// eval forward, the running statistics and both backward forms, without and with the affine.
+template <class T>
+void nhwc_equals_nchw(double tol) {
+  const ref::BatchNorm s{3, 37, 10, 1e-5, 0.1};
+  const size_t n = size_t(s.N) * s.C * s.HW;
+  const auto cvt = [](const std::vector<double>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const auto x = cvt(randn(n, 1, 2.0)), dy = cvt(randn(n, 2)), gamma = cvt(randn(s.C, 3)), beta = cvt(randn(s.C, 4));
+  std::vector<T> run0 = cvt(randn(2 * size_t(s.C), 5));
+  for (int c = 0; c < s.C; ++c) run0[size_t(s.C + c)] = std::abs(run0[size_t(s.C + c)]) + T(0.5);
+  const auto xl = swap_last(x, s.N, s.C, s.HW), dyl = swap_last(dy, s.N, s.C, s.HW);
+  for (bool affine : {true, false})
+    for (bool train : {true, false}) {
+      SCOPED_TRACE(std::string(train ? "train" : "eval") + (affine ? " affine" : ""));
+      const T* g = affine ? gamma.data() : nullptr;
+      const T* b = affine ? beta.data() : nullptr;
+      std::vector<T> y(n), yl(n), st(2 * size_t(s.C)), stl(st.size()), run = run0, runl = run0, dx(n), dxl(n),
+          dg(s.C), dgl(s.C), db(s.C), dbl(s.C);
+      for (int c0 : {0, 21}) {
+        const int c1 = c0 ? s.C : 21;
+        if (train) {
+          ref::batchnorm2d_train_fwd<T>(y.data(), st.data(), st.data() + s.C, run.data(), x.data(), g, b, s, c0, c1);
+          ref::batchnorm2d_train_fwd_nhwc<T>(yl.data(), stl.data(), stl.data() + s.C, runl.data(), xl.data(), g, b, s, c0, c1);
+        } else {
+          ref::batchnorm2d_eval_fwd<T>(y.data(), st.data(), st.data() + s.C, run.data(), x.data(), g, b, s, c0, c1);
+          ref::batchnorm2d_eval_fwd_nhwc<T>(yl.data(), stl.data(), stl.data() + s.C, runl.data(), xl.data(), g, b, s, c0, c1);
+        }
+        ref::batchnorm2d_bwd<T>(dx.data(), dg.data(), db.data(), dy.data(), x.data(), st.data(), st.data() + s.C, g, s,
+                                train, c0, c1);
+        ref::batchnorm2d_bwd_nhwc<T>(dxl.data(), dgl.data(), dbl.data(), dyl.data(), xl.data(), stl.data(),
+                                     stl.data() + s.C, g, s, train, c0, c1);
+      }
+      EXPECT_LE(max_rel_diff(swap_last(yl, s.N, s.HW, s.C), y), tol);
+      EXPECT_LE(max_rel_diff(stl, st), tol);
+      EXPECT_LE(max_rel_diff(runl, run), tol);
+      EXPECT_LE(max_rel_diff(swap_last(dxl, s.N, s.HW, s.C), dx), tol);
+      EXPECT_LE(max_rel_diff(dgl, dg), tol);
+      EXPECT_LE(max_rel_diff(dbl, db), tol);
+    }
+}
+TEST(BatchNormNhwc, EqualsTheNchwFunctionsF64) { nhwc_equals_nchw<double>(1e-15); }
+TEST(BatchNormNhwc, EqualsTheNchwFunctionsF32) { nhwc_equals_nchw<float>(1e-6); }
 
 TEST(OpTableBatchNorm, ParametersAreNamedAndRoledAsPyTorch) {
   Plan p(conv_bn(), PlanOptions{});

@@ -1,8 +1,9 @@
 // The channel-last convolution (ops/conv_nhwc.h) against the references in double: its own scalar
 // reference (channel-last loops) equals the NCHW reference on transposed data (finite differences
 // check that one: test_gradcheck.cpp), and the f32 paths (pointwise GEMM, patchify, depthwise through
-// transposed planes) on every kernel set and 1-3 threads equal it within fp32 rounding; the
-// reorders are exact inverses.
+// transposed planes, im2col over padded overlapping windows) on every kernel set and 1-3 threads
+// equal it within fp32 rounding; channel-last max pooling equals the NCHW one; the reorders are
+// exact inverses.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -35,6 +36,12 @@ std::vector<ConvShape> shapes() {
       conv(2, 4, 2, 2, 16, 7, 7, 1, 1, 3, 3, 4),   // depthwise on 2x2 maps: most taps in the padding
       conv(4, 8, 64, 48, 12, 1, 1, 1, 1, 0, 0, 1), // pointwise, 12,288 rows: the weight gradient in 3 chunks
       conv(2, 3, 128, 128, 8, 2, 2, 2, 2, 0, 0, 1),// patchify, 8,192 rows: 2 chunks
+      conv(2, 5, 7, 6, 6, 3, 3, 1, 1, 1, 1, 1),    // im2col 3x3 s1 p1
+      conv(2, 4, 9, 7, 5, 3, 3, 2, 2, 1, 1, 1),    // im2col 3x3 s2 p1 on an odd map
+      conv(2, 3, 15, 13, 8, 7, 7, 2, 2, 3, 3, 1),  // im2col 7x7 s2 p3 (ResNet's stem)
+      conv(2, 6, 7, 9, 5, 1, 1, 2, 2, 0, 0, 1),    // im2col 1x1 s2 (a downsample)
+      conv(2, 3, 6, 8, 4, 3, 5, 1, 2, 0, 2, 1),    // im2col 3x5, strides 1x2, padding 0x2
+      conv(3, 32, 64, 64, 4, 3, 3, 1, 1, 1, 1, 1), // im2col, 1.2M floats of rows a sample: 3 chunks
   };
 }
 
@@ -99,31 +106,64 @@ TEST(ConvNhwc, FastPathsMatchTheReference) {
       }
 }
 
-// The weight gradient over many rows sums fixed chunks of rows: the same bits for any thread count.
+// The weight gradient over many rows sums fixed chunks of rows (pointwise: linear_bwd's chunks;
+// im2col: chunks of samples, each through linear_bwd): the same bits for any thread count.
 TEST(ConvNhwc, ChunkedWeightGradientIsTheSameForAnyThreadCount) {
-  const ConvShape s = conv(4, 8, 64, 48, 12, 1, 1, 1, 1, 0, 0, 1);
-  const int rows = s.N * s.H * s.W;
-  ASSERT_EQ(ops::weight_grad_chunks(rows, s.C, s.K), 3);
-  const auto x = to_float(randn(size_t(rows) * s.C, 1)), w = to_float(randn(size_t(s.K) * s.C, 2)),
-             g = to_float(randn(size_t(rows) * s.K, 4));
-  std::vector<float> first;
-  for (Isa isa : isas())
-    for (int threads : {1, 2, 3, 4}) {
-      SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads));
-      ThreadPool pool(threads);
-      const ops::Exec e{kernels_for(isa), pool};
-      std::vector<float> ws(ops::conv2d_nhwc_workspace(s, threads), NAN), dw(w.size(), NAN), db(s.K);
-      ops::conv2d_nhwc_bwd<float>(e, nullptr, dw.data(), db.data(), g.data(), x.data(), w.data(), s, ws.data());
-      if (threads == 1) first = dw;
-      else EXPECT_EQ(dw, first);
-    }
+  const ConvShape pw = conv(4, 8, 64, 48, 12, 1, 1, 1, 1, 0, 0, 1), im = conv(3, 32, 64, 64, 4, 3, 3, 1, 1, 1, 1, 1);
+  ASSERT_EQ(ops::weight_grad_chunks(pw.N * pw.H * pw.W, pw.C, pw.K), 3);
+  ASSERT_EQ(ops::im2col_chunk_samples(im), 1);
+  for (const ConvShape& s : {pw, im}) {
+    const size_t nx = size_t(s.N) * s.H * s.W * s.C, nw = size_t(s.K) * s.C * s.R * s.S,
+                 ny = size_t(s.N) * s.P * s.Q * s.K;
+    const auto x = to_float(randn(nx, 1)), w = to_float(randn(nw, 2)), g = to_float(randn(ny, 4));
+    std::vector<float> first, first_dx;
+    for (Isa isa : isas())
+      for (int threads : {1, 2, 3, 4}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " " + trace(s));
+        ThreadPool pool(threads);
+        const ops::Exec e{kernels_for(isa), pool};
+        std::vector<float> ws(ops::conv2d_nhwc_workspace(s, threads), NAN), dw(w.size(), NAN), db(s.K), dx(nx, NAN);
+        ops::conv2d_nhwc_bwd<float>(e, dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), s, ws.data());
+        if (threads == 1) first = dw, first_dx = dx;
+        EXPECT_EQ(dw, first);
+        EXPECT_EQ(dx, first_dx);
+      }
+  }
 }
 
-TEST(ConvNhwc, OtherShapesHaveNoChannelLastAlgorithm) {
-  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1)), ops::NhwcAlgo::none);  // 3x3 dense
-  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 1, 1, 2, 2, 0, 0, 1)), ops::NhwcAlgo::none);  // 1x1/2: left for later
+TEST(ConvNhwc, OnlyGroupedShapesOtherThanDepthwiseHaveNoChannelLastAlgorithm) {
   EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 4)), ops::NhwcAlgo::none);  // grouped /2
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 8, 3, 3, 1, 1, 1, 1, 2)), ops::NhwcAlgo::none);  // grouped
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1)), ops::NhwcAlgo::im2col);  // 3x3 dense
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 1, 1, 2, 2, 0, 0, 1)), ops::NhwcAlgo::im2col);  // 1x1/2
   EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1)), ops::NhwcAlgo::pointwise);
+}
+
+// Channel-last max pooling (ResNet's 3x3/2 pad 1; 2x2/2; a window on an odd map) against the NCHW
+// one on transposed data, values with ties and a NaN: the same maxima, indices and gradient bits.
+TEST(ConvNhwcPool, MaxPoolEqualsTheNchwPool) {
+  const ref::PoolShape shapes[] = {{2, 19, 9, 7, 5, 4, 3, 3, 2, 2, 1, 1}, {3, 5, 8, 6, 4, 3, 2, 2, 2, 2, 0, 0},
+                                   {2, 4, 7, 7, 3, 3, 3, 3, 2, 2, 0, 0}};
+  for (int threads : {1, 3})
+    for (const ref::PoolShape& s : shapes) {
+      ThreadPool pool(threads);
+      const ops::Exec e{kernels_for(best_isa()), pool};
+      const int HW = s.H * s.W, PQ = s.P * s.Q;
+      std::vector<float> x = to_float(randn(size_t(s.N) * s.C * HW, 7)), dy = to_float(randn(size_t(s.N) * s.C * PQ, 8));
+      for (float& v : x) v = std::round(v * 2) / 2;  // ties
+      x[5] = NAN;
+      const auto xl = swap_last(x, s.N, s.C, HW), dyl = swap_last(dy, s.N, s.C, PQ);
+      std::vector<float> y(dy.size()), yl(dy.size()), dx(x.size()), dxl(x.size());
+      std::vector<int32_t> a(dy.size()), al(dy.size());
+      ops::maxpool2d_fwd<float>(e, y.data(), a.data(), x.data(), s);
+      ops::maxpool2d_nhwc_fwd<float>(e, yl.data(), al.data(), xl.data(), s);
+      ops::maxpool2d_bwd<float>(e, dx.data(), dy.data(), a.data(), s);
+      ops::maxpool2d_nhwc_bwd<float>(e, dxl.data(), dyl.data(), al.data(), s);
+      const auto yb = swap_last(yl, s.N, PQ, s.C), dxb = swap_last(dxl, s.N, HW, s.C);
+      for (size_t i = 0; i < y.size(); ++i) EXPECT_TRUE(yb[i] == y[i] || (std::isnan(yb[i]) && std::isnan(y[i]))) << i;
+      EXPECT_EQ(swap_last(al, s.N, PQ, s.C), a);
+      EXPECT_EQ(dxb, dx);
+    }
 }
 
 TEST(Reorder, ToNhwcAndBackIsExact) {

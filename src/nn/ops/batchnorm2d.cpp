@@ -1,12 +1,14 @@
 // Op "batchnorm2d": PyTorch's nn.BatchNorm2d over [N, C, H, W]: per-channel weight and bias
 // ("affine", default true), then the buffers running_mean, running_var, num_batches_tracked
 // (ParamRole::running_stat: never trained nor decayed). Train mode normalises with the batch's
-// statistics and moves the running ones ("momentum"); eval mode uses the running ones.
+// statistics and moves the running ones ("momentum"); eval mode uses the running ones. Channel-last
+// plans run it on rows of C (ref_batchnorm_nhwc.h: the same sums, the same results).
 #include <memory>
 #include <string>
 
 #include "ember/error.h"
 #include "kernels/ref/ref_batchnorm.h"
+#include "kernels/ref/ref_batchnorm_nhwc.h"
 #include "nn/layers.h"
 #include "nn/op_table.h"
 
@@ -48,6 +50,7 @@ class BatchNorm2d final : public Layer {
   std::string saved_what() const override { return "mean, rstd and mode"; }
   bool backward_reads_output() const override { return false; }
   double flops_per_sample() const override { return 4.0 * double(in_.size()); }
+  bool runs_nhwc() const override { return true; }  // per-channel sums over rows of C
 
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     const ref::BatchNorm s = shape(n);
@@ -61,13 +64,16 @@ class BatchNorm2d final : public Layer {
       const T* gamma = spec_.bias ? p<T>(b.w) : nullptr;
       const T* beta = spec_.bias ? p<T>(b.b) : nullptr;
       mean[2 * in_.c] = T(b.train_mode ? 1 : 0);
+      const bool cl = nhwc();
       if (!b.train_mode)
         return over_channels(e, in_.c, [&](int c0, int c1) {
-          ref::batchnorm2d_eval_fwd<T>(p<T>(b.y), mean, rstd, p<T>(b.rs), p<T>(b.x), gamma, beta, s, c0, c1);
+          (cl ? ref::batchnorm2d_eval_fwd_nhwc<T> : ref::batchnorm2d_eval_fwd<T>)(p<T>(b.y), mean, rstd, p<T>(b.rs),
+                                                                                p<T>(b.x), gamma, beta, s, c0, c1);
         });
       T* run = static_cast<T*>(b.rs_update);  // null: the statistics stay (frozen, inference, a rerun)
       over_channels(e, in_.c, [&](int c0, int c1) {
-        ref::batchnorm2d_train_fwd<T>(p<T>(b.y), mean, rstd, run, p<T>(b.x), gamma, beta, s, c0, c1);
+        (cl ? ref::batchnorm2d_train_fwd_nhwc<T> : ref::batchnorm2d_train_fwd<T>)(p<T>(b.y), mean, rstd, run,
+                                                                                  p<T>(b.x), gamma, beta, s, c0, c1);
       });
       if (run) run[2 * in_.c] += T(1);  // num_batches_tracked
     });
@@ -85,7 +91,8 @@ class BatchNorm2d final : public Layer {
       if (b.drs)  // the buffers are not trained: their gradient is 0
         for (int k = 0; k < 2 * in_.c + 1; ++k) p<T>(b.drs)[k] = T(0);
       over_channels(e, in_.c, [&](int c0, int c1) {
-        ref::batchnorm2d_bwd<T>(p<T>(b.dx), dgamma, dbeta, p<T>(b.dy), p<T>(b.x), mean, mean + in_.c, gamma, s, train, c0, c1);
+        (nhwc() ? ref::batchnorm2d_bwd_nhwc<T> : ref::batchnorm2d_bwd<T>)(p<T>(b.dx), dgamma, dbeta, p<T>(b.dy), p<T>(b.x),
+                                                                         mean, mean + in_.c, gamma, s, train, c0, c1);
       });
     });
   }
