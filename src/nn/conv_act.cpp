@@ -1,7 +1,7 @@
 // The channel-last conv2d+<activation> unit: an nhwc 1x1 Conv2d whose output only an elementwise
 // activation of the kernel table reads (ReLU, GELU, GELU-tanh, HardSwish, SiLU, FastSwish, ...)
 // runs as one GEMM with a bias-and-activation epilogue per row chunk (ops::linear_act_fwd); its
-// backward applies the activation's derivative to dy, then the conv's GEMMs (the unfused bits).
+// backward applies the activation's derivative to dy in place, then the conv's GEMMs (the unfused bits).
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -30,11 +30,7 @@ class ConvAct final : public Layer {
   std::vector<std::vector<int>> param_shapes() const override { return conv_->param_shapes(); }
   int fan_in() const override { return conv_->fan_in(); }
   int fan_out() const override { return conv_->fan_out(); }
-  // The conv's workspace, then dz (the gradient at the pre-activation: the unfused plan's tensor
-  // between the two nodes) in 64-byte steps.
-  size_t workspace_elems(int batch, int threads) const override {
-    return dz_at(batch, threads) + (backward_ ? count(batch) : 0);
-  }
+  size_t workspace_elems(int batch, int threads) const override { return conv_->workspace_elems(batch, threads); }
   // The pre-activation where the derivative reads it (GELU, SiLU, ...: the unfused plan keeps it
   // as the tensor between the nodes); ReLU, Sigmoid and Tanh read the output.
   size_t saved_bytes(int batch, int, DType dt) const override {
@@ -73,7 +69,10 @@ class ConvAct final : public Layer {
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      T* dz = p<T>(b.ws) + dz_at(b.batch, e.pool.size());
+      // dz (the gradient at the pre-activation) over dy, elementwise: the unit's output gradient
+      // is read by nothing after this backward (its block's lifetime ends here), so the unit
+      // needs no buffer for the unfused plan's gradient tensor between the two nodes.
+      T* dz = const_cast<T*>(p<T>(b.dy));
       const T* from = keeps_input() ? p<T>(b.saved) : p<T>(b.y);
       ops::act_bwd<T>(e, act_, dz, p<T>(b.dy), from, count(n));
       Bufs cb = b;
@@ -84,7 +83,6 @@ class ConvAct final : public Layer {
 
  private:
   size_t count(int batch) const { return size_t(batch) * out_.size(); }
-  size_t dz_at(int batch, int threads) const { return (conv_->workspace_elems(batch, threads) + 15) / 16 * 16; }
   bool keeps_input() const { return backward_ && ops::act_reads_input(act_); }
 
   std::unique_ptr<Layer> conv_, act_layer_;
