@@ -207,6 +207,13 @@ bool conv_bn_at(const Graph& g, size_t i) {
   return can_fuse_conv_bn(*g.nodes[i].spec, *g.nodes[i + 1].spec);
 }
 
+// The channel-last pattern: an nhwc 1x1 Conv2d -> an activation of the kernel table at nodes i,
+// i + 1, the conv's output read by the activation alone (a GEMM epilogue).
+bool conv_act_at(const Graph& g, size_t i) {
+  if (i + 1 >= g.nodes.size() || !only_reader_of(g, i, i + 1) || !g.nodes[i + 1].layer) return false;
+  return g.nodes[i + 1].layout == Layout::nhwc && can_fuse_conv_act(*g.nodes[i].spec, *g.nodes[i + 1].layer, g.nodes[i].layout);
+}
+
 // How many nodes the unit starting at node i runs.
 int pattern_at(const Graph& g, size_t i, bool enabled, bool training) {
   if (enabled && conv_relu_pool_at(g, i)) return 3;
@@ -214,9 +221,11 @@ int pattern_at(const Graph& g, size_t i, bool enabled, bool training) {
   if (enabled && !training && conv_bn_at(g, i)) return 2;
   return 1;
 }
-// The fused layers run nchw (a channel-last node runs alone), except conv2d+batchnorm2d: the unit
-// runs its conv and BN layers, which run either layout, so it is formed when both have one layout.
+// The fused layers run nchw (a channel-last node runs alone), except conv2d+<act> (a channel-last
+// 1x1 conv's GEMM epilogue) and conv2d+batchnorm2d: that unit runs its conv and BN layers, which
+// run either layout, so it is formed when both have one layout.
 int group_at(const Graph& g, size_t i, bool enabled, bool training) {
+  if (enabled && conv_act_at(g, i)) return 2;
   const int count = pattern_at(g, i, enabled, training);
   const bool conv_bn = count == 2 && !training && g.nodes[i].spec->kind == LayerKind::Conv2d;
   for (size_t k = i; k < i + size_t(count); ++k)
@@ -243,6 +252,9 @@ std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
     u.out = g.nodes[size_t(u.last)].out;
     if (count == 3) {
       u.layer = make_conv_relu_pool(*g.nodes[i].spec);
+      u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
+    } else if (count == 2 && g.nodes[i].layout == Layout::nhwc) {
+      u.layer = make_conv_act(std::move(g.nodes[i].layer), std::move(g.nodes[i + 1].layer));
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
     } else if (count == 2) {
       auto make = g.nodes[i].spec->kind == LayerKind::Conv2d ? make_conv_bn : make_norm_conv;

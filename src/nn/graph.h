@@ -130,7 +130,8 @@ struct Unit {
 // Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2; in a `training` plan, LayerNorm (affine)
 // -> Conv2d or Linear over channels (the normalised tensor is recomputed in backward instead of
 // kept); in an inference plan, Conv2d -> BatchNorm2d (the eval-mode BN folded into the conv's
-// weight and bias, conv_bn.cpp). Moves the nodes' layers into the units.
+// weight and bias, conv_bn.cpp); channel-last, a 1x1 Conv2d -> an activation of the kernel table
+// (one GEMM with a bias-and-activation epilogue, conv_act.cpp). Moves the nodes' layers into the units.
 std::vector<Unit> fuse(Graph& g, bool enabled, bool training);
 // The units fuse would make (after infer): per unit, in node order, how many nodes it runs.
 std::vector<int> fusion_groups(const Graph& g, bool enabled, bool training);

@@ -184,5 +184,11 @@ bool can_fuse_conv_bn(const LayerSpec& conv, const LayerSpec& bn);
 // The two as one unit of an inference plan: the conv runs once with the eval-mode BN folded into
 // its weight and bias (train mode: the two unfolded); it takes over both nodes' layers, inferred.
 std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn);
+// True when `conv` is a 1x1 Conv2d (stride 1, no padding, groups 1) that runs channel-last
+// (layout) and `act` the layer of an activation of the kernel table (conv_act.cpp).
+bool can_fuse_conv_act(const LayerSpec& conv, const Layer& act, Layout layout);
+// The two as one unit: one GEMM over the batch's pixels with the bias and the activation applied
+// per row chunk; it takes over both nodes' layers, already inferred.
+std::unique_ptr<Layer> make_conv_act(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> act);
 
 }  // namespace ember::nn

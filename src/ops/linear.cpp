@@ -35,6 +35,25 @@ size_t linear_fwd_workspace_upto(int batch, int C, int K, int threads) {
   return most;
 }
 
+namespace {
+bool many_rows(int N, int K, int P) { return N >= 2 * kBiasChunkRows * P && N >= K; }
+// out = x w^T in chunks of kBiasChunkRows rows, threads taking 8-aligned row ranges; epi(first
+// row, rows) after each chunk's GEMM, while it is in cache.
+template <class Epi>
+void chunked_rows(const Exec& e, float* out, const float* x, Bf16Operand w, int N, int C, int K, Epi&& epi) {
+  const int P = e.pool.size();
+  e.pool.run([&](int t) {
+    const Range r = split_range_aligned(N, t, P, 8);
+    for (int64_t i = r.begin, m = 0; i < r.end; i += m) {
+      // The last chunk takes the tail: no chunk is short enough for the GEMM's small-M path.
+      m = r.end - i < 2 * kBiasChunkRows ? r.end - i : kBiasChunkRows;
+      gemm_w(e, false, true, int(m), K, C, 1.f, {x + i * C}, C, w, C, 0.f, out + i * K, K);
+      epi(i, int(m));
+    }
+  });
+}
+}  // namespace
+
 // y[N,K] = x[N,C] w[K,C]^T + b[K]. Both operands have C contiguous, so the GEMM packs (transposes)
 // one of them: with a batch smaller than K (and at most 128 rows, where the GEMM reads op(A) in
 // place) it computes y^T = w x^T into ws and transposes that, packing x rather than the larger w
@@ -104,21 +123,26 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
         for (int k = 0; k < K; ++k) y[size_t(n) * K + k] = ws[size_t(k) * N + n] + (b ? b[k] : 0.f);
       return;
     }
-    if (b && N >= 2 * kBiasChunkRows * P && N >= K) {  // many rows: the bias while each chunk is in cache
-      e.pool.run([&](int t) {
-        const Range r = split_range_aligned(N, t, P, 8);
-        for (int64_t i = r.begin, m = 0; i < r.end; i += m) {
-          // The last chunk takes the tail: no chunk is short enough for the GEMM's small-M path.
-          m = r.end - i < 2 * kBiasChunkRows ? r.end - i : kBiasChunkRows;
-          gemm_w(e, false, true, int(m), K, C, 1.f, {x + i * C}, C, {w, wh}, C, 0.f, y + i * K, K);
-          e.k.bias_rows(y + i * K, b, int(m), K);
-        }
-      });
+    if (b && many_rows(N, K, P)) {  // many rows: the bias while each chunk is in cache
+      chunked_rows(e, y, x, {w, wh}, N, C, K, [&](int64_t i, int m) { e.k.bias_rows(y + i * K, b, m, K); });
       return;
     }
     parallel_gemm_w(e, false, true, N, K, C, 1.f, {x}, C, {w, wh}, C, 0.f, y, K);
     if (b) e.k.bias_rows(y, b, N, K);
   }
+}
+
+bool linear_act_chunked(int N, int K, int threads) { return many_rows(N, K, threads) && K % 8 == 0; }
+
+// Each chunk: its GEMM into z (or y), the bias, then the activation into y. A chunk starts at a
+// multiple of 8 rows, so at a multiple of 8 elements: act_fwd's vector lanes and tail, the same bits.
+void linear_act_fwd(const Exec& e, Act a, float* y, float* z, const float* x, const float* w, const float* b,
+                    int N, int C, int K) {
+  float* out = z ? z : y;
+  chunked_rows(e, out, x, {w, nullptr}, N, C, K, [&](int64_t i, int m) {
+    if (b) e.k.bias_rows(out + i * K, b, m, K);
+    act_fwd_span<float>(e, a, y + i * K, out + i * K, size_t(m) * K);
+  });
 }
 
 namespace {

@@ -57,6 +57,14 @@ size_t linear_fwd_workspace_upto(int batch, int C, int K, int threads);
 template <class T>
 void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, int C, int K,
                 T* ws = nullptr, const uint16_t* wh = nullptr);
+// A GEMM activation epilogue (a channel-last 1x1 conv followed by an activation, nn/conv_act.cpp):
+// y = act(x w^T + b) in row chunks, each chunk's bias and activation while it is in cache; z (or
+// null): where the pre-activation is kept. The bits of linear_fwd then act_fwd (ws and wh null).
+// Only where linear_act_chunked(N, K, threads): many rows, K a multiple of 8.
+enum class Act;  // below, with act_fwd
+bool linear_act_chunked(int N, int K, int threads);
+void linear_act_fwd(const Exec& e, Act a, float* y, float* z, const float* x, const float* w, const float* b,
+                    int N, int C, int K);
 // One sample from the transposed weight wt[C,K], reading only the rows of non-zero inputs
 // (kernels.h, LinearT1Fn). A frozen plan's batch-1 forward (Plan::freeze). With C >= 1024 and
 // ws (2K elements) the rows go in two fixed halves, one per thread (in turn on one thread), each
@@ -209,6 +217,12 @@ template <class T>
 void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n);
 template <class T>
 void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y_or_x, size_t n);
+// The same on the calling thread alone (an epilogue inside a pool task: the same bits as act_fwd
+// and act_bwd wherever the span starts at a multiple of 8 elements of theirs).
+template <class T>
+void act_fwd_span(const Exec& e, Act a, T* y, const T* x, size_t n);
+template <class T>
+void act_bwd_span(const Exec& e, Act a, T* dx, const T* dy, const T* y_or_x, size_t n);
 
 // Graph plumbing (f32 and f64, memory-bound loops split over the pool): y = xs[0] + ... + xs[nin-1]
 // over n elements; dst = src, or dst += src (add) where a tensor read by several nodes sums their

@@ -83,52 +83,58 @@ void avgpool2d_bwd(const Exec& e, T* dx, const T* dy, const ref::PoolShape& s) {
 }
 
 template <class T>
+void act_fwd_span(const Exec& e, Act a, T* y, const T* x, size_t n) {
+  switch (a) {
+    case Act::ReLU:
+      if constexpr (std::is_same_v<T, float>) e.k.relu_fwd(y, x, n);
+      else ref::relu_fwd<T>(y, x, n);
+      break;
+    case Act::Sigmoid: ref::sigmoid_fwd<T>(y, x, n); break;
+    case Act::Tanh: ref::tanh_fwd<T>(y, x, n); break;
+    case Act::GELU:
+      if constexpr (std::is_same_v<T, float>) e.k.gelu_fwd(y, x, n);
+      else ref::gelu_fwd<T>(y, x, n);
+      break;
+    case Act::GELUTanh:
+      if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_fwd(y, x, n);
+      else ref::gelu_tanh_fwd<T>(y, x, n);
+      break;
+    case Act::HardSwish: ref::hardswish_fwd<T>(y, x, n); break;
+    case Act::SiLU: ref::silu_fwd<T>(y, x, n); break;
+    case Act::FastSwish: ref::fastswish_fwd<T>(y, x, n); break;
+  }
+}
+template <class T>
+void act_bwd_span(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
+  switch (a) {
+    case Act::ReLU:
+      if constexpr (std::is_same_v<T, float>) e.k.relu_bwd(dx, dy, y, n);
+      else ref::relu_bwd<T>(dx, dy, y, n);
+      break;
+    case Act::Sigmoid: ref::sigmoid_bwd<T>(dx, dy, y, n); break;
+    case Act::Tanh: ref::tanh_bwd<T>(dx, dy, y, n); break;
+    case Act::GELU:  // y_or_x: the input here
+      if constexpr (std::is_same_v<T, float>) e.k.gelu_bwd(dx, dy, y, n);
+      else ref::gelu_bwd<T>(dx, dy, y, n);
+      break;
+    case Act::GELUTanh:
+      if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_bwd(dx, dy, y, n);
+      else ref::gelu_tanh_bwd<T>(dx, dy, y, n);
+      break;
+    case Act::HardSwish: ref::hardswish_bwd<T>(dx, dy, y, n); break;
+    case Act::SiLU: ref::silu_bwd<T>(dx, dy, y, n); break;
+    case Act::FastSwish: ref::fastswish_bwd<T>(dx, dy, y, n); break;
+  }
+}
+template <class T>
 void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n) {
-  over_elements(e, n, std::is_same_v<T, double>, [&](size_t o, size_t len) {
-    switch (a) {
-      case Act::ReLU:
-        if constexpr (std::is_same_v<T, float>) e.k.relu_fwd(y + o, x + o, len);
-        else ref::relu_fwd<T>(y + o, x + o, len);
-        break;
-      case Act::Sigmoid: ref::sigmoid_fwd<T>(y + o, x + o, len); break;
-      case Act::Tanh: ref::tanh_fwd<T>(y + o, x + o, len); break;
-      case Act::GELU:
-        if constexpr (std::is_same_v<T, float>) e.k.gelu_fwd(y + o, x + o, len);
-        else ref::gelu_fwd<T>(y + o, x + o, len);
-        break;
-      case Act::GELUTanh:
-        if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_fwd(y + o, x + o, len);
-        else ref::gelu_tanh_fwd<T>(y + o, x + o, len);
-        break;
-      case Act::HardSwish: ref::hardswish_fwd<T>(y + o, x + o, len); break;
-      case Act::SiLU: ref::silu_fwd<T>(y + o, x + o, len); break;
-      case Act::FastSwish: ref::fastswish_fwd<T>(y + o, x + o, len); break;
-    }
-  });
+  over_elements(e, n, std::is_same_v<T, double>,
+                [&](size_t o, size_t len) { act_fwd_span<T>(e, a, y + o, x + o, len); });
 }
 template <class T>
 void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
-  over_elements(e, n, std::is_same_v<T, double>, [&](size_t o, size_t len) {
-    switch (a) {
-      case Act::ReLU:
-        if constexpr (std::is_same_v<T, float>) e.k.relu_bwd(dx + o, dy + o, y + o, len);
-        else ref::relu_bwd<T>(dx + o, dy + o, y + o, len);
-        break;
-      case Act::Sigmoid: ref::sigmoid_bwd<T>(dx + o, dy + o, y + o, len); break;
-      case Act::Tanh: ref::tanh_bwd<T>(dx + o, dy + o, y + o, len); break;
-      case Act::GELU:  // y_or_x: the input here
-        if constexpr (std::is_same_v<T, float>) e.k.gelu_bwd(dx + o, dy + o, y + o, len);
-        else ref::gelu_bwd<T>(dx + o, dy + o, y + o, len);
-        break;
-      case Act::GELUTanh:
-        if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_bwd(dx + o, dy + o, y + o, len);
-        else ref::gelu_tanh_bwd<T>(dx + o, dy + o, y + o, len);
-        break;
-      case Act::HardSwish: ref::hardswish_bwd<T>(dx + o, dy + o, y + o, len); break;
-      case Act::SiLU: ref::silu_bwd<T>(dx + o, dy + o, y + o, len); break;
-      case Act::FastSwish: ref::fastswish_bwd<T>(dx + o, dy + o, y + o, len); break;
-    }
-  });
+  over_elements(e, n, std::is_same_v<T, double>,
+                [&](size_t o, size_t len) { act_bwd_span<T>(e, a, dx + o, dy + o, y + o, len); });
 }
 
 template <class T>
@@ -184,6 +190,8 @@ void concat_bwd(const Exec& e, T* const* dxs, const T* dy, const size_t* sizes, 
   template void avgpool2d_fwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
   template void avgpool2d_bwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
   template void act_fwd<T>(const Exec&, Act, T*, const T*, size_t);                              \
+  template void act_fwd_span<T>(const Exec&, Act, T*, const T*, size_t);                         \
+  template void act_bwd_span<T>(const Exec&, Act, T*, const T*, const T*, size_t);               \
   template void act_bwd<T>(const Exec&, Act, T*, const T*, const T*, size_t);                    \
   template void add_fwd<T>(const Exec&, T*, const T* const*, int, size_t);                        \
   template void copy_or_add<T>(const Exec&, T*, const T*, size_t, bool);                           \
