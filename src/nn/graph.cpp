@@ -253,7 +253,7 @@ std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
     if (count == 3) {
       u.layer = make_conv_relu_pool(*g.nodes[i].spec);
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
-    } else if (count == 2 && g.nodes[i].layout == Layout::nhwc) {
+    } else if (count == 2 && enabled && conv_act_at(g, i)) {
       u.layer = make_conv_act(std::move(g.nodes[i].layer), std::move(g.nodes[i + 1].layer));
       u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
     } else if (count == 2) {
