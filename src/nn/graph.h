@@ -104,9 +104,9 @@ void infer(Graph& g, DType dt, int batch);
 // The layout pass (src/nn/layout.cpp), after infer: "nchw" leaves the graph as it is; "nhwc" runs
 // every node channel-last whose layer can (Layer::runs_nhwc, and layout_agnostic nodes whose first
 // image input is nhwc) and inserts reorder nodes where an image crosses between the two layouts
-// (the model's input and an image output stay nchw); "auto" is nhwc where the model has a node
-// that gains from it (a 1x1 or patchify convolution, a Linear over channels), else nchw. Returns
-// the reorders it inserted. Needs infer again after it.
+// (the model's input and an image output stay nchw); "auto" is nchw for now (nhwc measured faster
+// at batch 64 but slower at batch 1: BENCHMARKS.md, issue 41). Returns the reorders it inserted.
+// Needs infer again after it.
 int choose_layouts(Graph& g, const std::string& choice);
 
 // The nodes' parameters (after infer, before fuse), tensor after tensor in node order, named
