@@ -1,11 +1,13 @@
 // The three ConvNeXt models against PyTorch (bench/convnext_torch.py, /usr/bin/python3 with
 // python3-torch and python3-torchvision): ember's weights load into the PyTorch modules with
 // load_state_dict(strict=True) and give the same outputs on a batch (1e-5 of the largest), and
-// PyTorch's own weights load into ember and give PyTorch's outputs. Skips when PyTorch is absent.
+// PyTorch's own weights load into ember and give PyTorch's outputs, in nchw and in channel-last
+// (nhwc) plans alike. Skips when PyTorch is absent.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "ember/ember.h"
 #include "gradcheck.h"
@@ -35,17 +37,18 @@ double rel_diff(const float* got, const std::vector<float>& want) {
   return diff / scale;
 }
 
-class ConvNextTorch : public ::testing::TestWithParam<const char*> {};
+class ConvNextTorch : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};  // model, layout
 
 TEST_P(ConvNextTorch, WeightsRoundTripWithPyTorchAndOutputsAgree) {
   if (std::system("/usr/bin/python3 -c 'import torch, torchvision, numpy' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "PyTorch and torchvision (python3-torch, python3-torchvision) are not installed";
-  const std::string name = GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("ember-cnx-" + name + "-" + std::to_string(::getpid()));
+  const std::string name = std::get<0>(GetParam()), layout = std::get<1>(GetParam());
+  const fs::path dir = fs::temp_directory_path() / ("ember-cnx-" + name + "-" + layout + "-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   PlanOptions o;
   o.batch = 2;
   o.training = false;
+  o.layout = layout;
   const Model model = builtin_model(name);
   Plan plan(model, o);
   plan.init_params(3);
@@ -79,14 +82,16 @@ TEST_P(ConvNextTorch, WeightsRoundTripWithPyTorchAndOutputsAgree) {
   for (size_t i = 0; i < x.size(); ++i) in[i] = float(x[i]);
   plan.forward(2);
   const double rel = rel_diff(static_cast<const float*>(plan.output()), read_floats(dir / "torch_out.bin"));
-  std::printf("%s: PyTorch weights in ember: max |difference| / max |output| = %.3g\n", name.c_str(), rel);
+  std::printf("%s %s: PyTorch weights in ember: max |difference| / max |output| = %.3g\n", name.c_str(), layout.c_str(), rel);
   EXPECT_LE(rel, 1e-5);
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ConvNextTorch, ::testing::Values("convnext-fashion", "convnext-seed", "convnext-atto"),
+INSTANTIATE_TEST_SUITE_P(Models, ConvNextTorch,
+                         ::testing::Combine(::testing::Values("convnext-fashion", "convnext-seed", "convnext-atto"),
+                                            ::testing::Values("nchw", "nhwc")),
                          [](const auto& info) {
-                           std::string s = info.param;
+                           std::string s = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                            for (char& c : s) c = c == '-' ? '_' : c;
                            return s;
                          });

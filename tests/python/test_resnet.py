@@ -41,8 +41,9 @@ def scramble_norms(net, seed):
             mod.num_batches_tracked.fill_(7)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("name", ["resnet18", "resnet50"])
-def test_torchvision_state_dicts_load_strictly_both_ways(name, tmp_path):
+def test_torchvision_state_dicts_load_strictly_both_ways(name, layout, tmp_path):
     net = torchvision_resnet(name, 10, 3, seed=1)
     with torch.no_grad():
         scramble_norms(net, 2)
@@ -51,6 +52,8 @@ def test_torchvision_state_dicts_load_strictly_both_ways(name, tmp_path):
     write_safetensors(path, net.state_dict(), {"format": "pt"})
     m = ember.Model.builtin(name)
     m.load(path)  # strict: every name, shape and dtype
+    m.layout = layout
+    assert m.layout == layout
     x = np.random.default_rng(3).random((2, 3, 64, 64), dtype=np.float32)
     with torch.no_grad():
         want = net(torch.from_numpy(x)).numpy()
@@ -100,13 +103,15 @@ def torch_epoch(net, x, y, order, batch, lr):
 # already differ by 1.5-4 points of test accuracy after one short epoch (lr 0.01-0.1, measured), so
 # the agreement is checked at lr 5e-4, where PyTorch fp32 and fp64 agree within 0.5 points and the
 # comparison sees the implementation rather than the chaos (docs/models.md).
-def test_resnet18_one_epoch_agrees_with_pytorch(tmp_path):
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_resnet18_one_epoch_agrees_with_pytorch(layout, tmp_path):
     x, y, xt, yt = fashion_slice(2048, 2000)
     net = torchvision_resnet("resnet18", 10, 1, seed=4)
     init = str(tmp_path / "init.safetensors")
     write_safetensors(init, net.state_dict(), {"format": "pt"})
     m = ember.Model.builtin("resnet18", input=(1, 28, 28), classes=10)
     m.load(init)
+    m.layout = layout
     batch, lr = 64, 5e-4
     torch.set_num_threads(2)
     order = ember.epoch_order(len(x), seed=1, epoch=0)
@@ -116,7 +121,7 @@ def test_resnet18_one_epoch_agrees_with_pytorch(tmp_path):
     with torch.no_grad():
         want_acc = (net(torch.from_numpy(xt.astype(np.float32) / np.float32(255))).argmax(1).numpy() == yt).mean()
     got_acc = m.evaluate(xt, yt)["accuracy"]
-    print(f"resnet18 one epoch: train loss ember {got['train_loss']:.4f} torch {want_loss:.4f}; "
+    print(f"resnet18 one epoch ({layout}): train loss ember {got['train_loss']:.4f} torch {want_loss:.4f}; "
           f"test accuracy ember {got_acc:.4f} torch {want_acc:.4f}")
     assert abs(got["train_loss"] - want_loss) <= 0.02 * want_loss
     assert abs(got_acc - want_acc) <= 0.015
