@@ -51,6 +51,15 @@ inline std::vector<double> distinct(size_t n, uint32_t seed) {
   return v;
 }
 inline std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+// [N, A, B] -> [N, B, A]: per sample, NCHW planes [C, H*W] to channel-last rows [H*W, C] and back.
+template <class T>
+std::vector<T> swap_last(const std::vector<T>& v, int N, int A, int B) {
+  std::vector<T> out(v.size());
+  for (int n = 0; n < N; ++n)
+    for (int a = 0; a < A; ++a)
+      for (int b = 0; b < B; ++b) out[(size_t(n) * B + b) * A + a] = v[(size_t(n) * A + a) * B + b];
+  return out;
+}
 
 // Checks analytic[i] against (loss(x + eps e_i) - loss(x - eps e_i)) / (2 eps) for every i
 // (or every `stride`-th i on big tensors). `x` is perturbed in place and restored.

@@ -56,16 +56,6 @@ void fill_input(Plan& p, int n, uint32_t seed, double shift = 0) {
   for (int i = 0; i < n; ++i) p.labels()[i] = i % p.model().num_classes;
 }
 
-// [N, A, B] -> [N, B, A]
-template <class T>
-std::vector<T> swap_last(const std::vector<T>& v, int N, int A, int B) {
-  std::vector<T> out(v.size());
-  for (int n = 0; n < N; ++n)
-    for (int a = 0; a < A; ++a)
-      for (int b = 0; b < B; ++b) out[(size_t(n) * B + b) * A + a] = v[(size_t(n) * A + a) * B + b];
-  return out;
-}
-
 // The channel-last functions (ref_batchnorm_nhwc.h) against the NCHW ones on transposed data, 37
 // channels (blocks of 16 and a remainder) split into two ranges as two threads would: train and
 // eval forward, the running statistics and both backward forms, without and with the affine.

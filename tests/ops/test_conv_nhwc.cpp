@@ -14,16 +14,6 @@
 namespace ember::test {
 namespace {
 
-// [N, A, B] -> [N, B, A]
-template <class T>
-std::vector<T> swap_last(const std::vector<T>& v, int N, int A, int B) {
-  std::vector<T> out(v.size());
-  for (int n = 0; n < N; ++n)
-    for (int a = 0; a < A; ++a)
-      for (int b = 0; b < B; ++b) out[(size_t(n) * B + b) * A + a] = v[(size_t(n) * A + a) * B + b];
-  return out;
-}
-
 std::vector<ConvShape> shapes() {
   return {
       conv(3, 5, 4, 6, 7, 1, 1, 1, 1, 0, 0, 1),    // pointwise, odd channels
