@@ -272,8 +272,7 @@ class Pool2d final : public Layer {
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      if (nhwc()) ops::maxpool2d_nhwc_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), shape(n));
-      else if (max_) ops::maxpool2d_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), shape(n));
+      if (max_) ops::maxpool2d_fwd<T>(e, p<T>(b.y), b.idx, p<T>(b.x), shape(n), nhwc());
       else ops::avgpool2d_fwd<T>(e, p<T>(b.y), p<T>(b.x), shape(n));
     });
   }
@@ -281,8 +280,7 @@ class Pool2d final : public Layer {
     if (!b.dx) return;
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      if (nhwc()) ops::maxpool2d_nhwc_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), b.idx, shape(n));
-      else if (max_) ops::maxpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), b.idx, shape(n));
+      if (max_) ops::maxpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), b.idx, shape(n), nhwc());
       else ops::avgpool2d_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), shape(n));
     });
   }

@@ -194,16 +194,13 @@ void add_partials(const Exec& e, T* dst, size_t n, const T* parts, size_t stride
   });
 }
 
-// Pools over [N, C, H, W] -> [N, C, P, Q]; maxpool keeps argmax[N, C, P, Q] for backward.
+// Pools over [N, C, H, W] -> [N, C, P, Q]; maxpool keeps argmax[N, C, P, Q] for backward. nhwc:
+// channel-last, x [N, H, W, C], y and argmax [N, P, Q, C] (ref_pool_nhwc.h: the NCHW choice and sums).
 template <class T>
-void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s);
+void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s, bool nhwc = false);
 template <class T>
-void maxpool2d_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s);
-// Channel-last: x [N, H, W, C], y and argmax [N, P, Q, C] (ref_pool_nhwc.h: the NCHW choice and sums).
-template <class T>
-void maxpool2d_nhwc_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s);
-template <class T>
-void maxpool2d_nhwc_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s);
+void maxpool2d_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s,
+                   bool nhwc = false);
 template <class T>
 void avgpool2d_fwd(const Exec& e, T* y, const T* x, const ref::PoolShape& s);
 template <class T>

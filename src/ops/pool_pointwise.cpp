@@ -40,31 +40,17 @@ void over_elements(const Exec& e, size_t n, bool serial, F&& fn) {
 }  // namespace
 
 template <class T>
-void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s) {
+void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s, bool nhwc) {
   const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
   over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
-    ref::maxpool2d_fwd<T>(y + n0 * out, argmax + n0 * out, x + n0 * in, sub);
+    (nhwc ? ref::maxpool2d_fwd_nhwc<T> : ref::maxpool2d_fwd<T>)(y + n0 * out, argmax + n0 * out, x + n0 * in, sub);
   });
 }
 template <class T>
-void maxpool2d_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s) {
+void maxpool2d_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s, bool nhwc) {
   const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
   over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
-    ref::maxpool2d_bwd<T>(dx + n0 * in, dy + n0 * out, argmax + n0 * out, sub);
-  });
-}
-template <class T>
-void maxpool2d_nhwc_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s) {
-  const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
-  over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
-    ref::maxpool2d_fwd_nhwc<T>(y + n0 * out, argmax + n0 * out, x + n0 * in, sub);
-  });
-}
-template <class T>
-void maxpool2d_nhwc_bwd(const Exec& e, T* dx, const T* dy, const int32_t* argmax, const ref::PoolShape& s) {
-  const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
-  over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
-    ref::maxpool2d_bwd_nhwc<T>(dx + n0 * in, dy + n0 * out, argmax + n0 * out, sub);
+    (nhwc ? ref::maxpool2d_bwd_nhwc<T> : ref::maxpool2d_bwd<T>)(dx + n0 * in, dy + n0 * out, argmax + n0 * out, sub);
   });
 }
 template <class T>
@@ -183,10 +169,8 @@ void concat_bwd(const Exec& e, T* const* dxs, const T* dy, const size_t* sizes, 
 }
 
 #define EMBER_POOL_ACT(T)                                                                        \
-  template void maxpool2d_fwd<T>(const Exec&, T*, int32_t*, const T*, const ref::PoolShape&);    \
-  template void maxpool2d_bwd<T>(const Exec&, T*, const T*, const int32_t*, const ref::PoolShape&); \
-  template void maxpool2d_nhwc_fwd<T>(const Exec&, T*, int32_t*, const T*, const ref::PoolShape&); \
-  template void maxpool2d_nhwc_bwd<T>(const Exec&, T*, const T*, const int32_t*, const ref::PoolShape&); \
+  template void maxpool2d_fwd<T>(const Exec&, T*, int32_t*, const T*, const ref::PoolShape&, bool);    \
+  template void maxpool2d_bwd<T>(const Exec&, T*, const T*, const int32_t*, const ref::PoolShape&, bool); \
   template void avgpool2d_fwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
   template void avgpool2d_bwd<T>(const Exec&, T*, const T*, const ref::PoolShape&);              \
   template void act_fwd<T>(const Exec&, Act, T*, const T*, size_t);                              \

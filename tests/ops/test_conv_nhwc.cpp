@@ -146,9 +146,9 @@ TEST(ConvNhwcPool, MaxPoolEqualsTheNchwPool) {
       std::vector<float> y(dy.size()), yl(dy.size()), dx(x.size()), dxl(x.size());
       std::vector<int32_t> a(dy.size()), al(dy.size());
       ops::maxpool2d_fwd<float>(e, y.data(), a.data(), x.data(), s);
-      ops::maxpool2d_nhwc_fwd<float>(e, yl.data(), al.data(), xl.data(), s);
+      ops::maxpool2d_fwd<float>(e, yl.data(), al.data(), xl.data(), s, true);
       ops::maxpool2d_bwd<float>(e, dx.data(), dy.data(), a.data(), s);
-      ops::maxpool2d_nhwc_bwd<float>(e, dxl.data(), dyl.data(), al.data(), s);
+      ops::maxpool2d_bwd<float>(e, dxl.data(), dyl.data(), al.data(), s, true);
       const auto yb = swap_last(yl, s.N, PQ, s.C), dxb = swap_last(dxl, s.N, HW, s.C);
       for (size_t i = 0; i < y.size(); ++i) EXPECT_TRUE(yb[i] == y[i] || (std::isnan(yb[i]) && std::isnan(y[i]))) << i;
       EXPECT_EQ(swap_last(al, s.N, PQ, s.C), a);
