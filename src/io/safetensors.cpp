@@ -250,8 +250,9 @@ std::string safetensors_header_bytes(const std::vector<TensorOut>& tensors,
   json header = json::object();
   uint64_t offset = 0;
   for (const TensorOut& t : tensors) {
-    const uint64_t bytes = t.count * (t.i64 ? 8 : t.bf16 ? 2 : 4);
-    header[t.name] = {{"dtype", t.i64 ? "I64" : t.bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = t.count * (t.raw ? uint64_t(t.raw_size) : t.i64 ? 8 : t.bf16 ? 2 : 4);
+    const char* dtype = t.raw ? t.raw_dtype : t.i64 ? "I64" : t.bf16 ? "BF16" : "F32";
+    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   header["__metadata__"] = metadata;
@@ -271,6 +272,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
   rounded.reserve(tensors.size());
   counts.reserve(tensors.size());
   for (const TensorOut& t : tensors) {
+    if (t.raw) {
+      parts.emplace_back(static_cast<const char*>(t.raw), t.count * size_t(t.raw_size));
+      continue;
+    }
     if (t.i64) {
       std::vector<int64_t>& c = counts.emplace_back(t.count);
       for (size_t i = 0; i < t.count; ++i) c[i] = std::llround(double(t.data[i]));

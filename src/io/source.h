@@ -70,6 +70,11 @@ struct TensorOut {
   size_t count;
   bool bf16 = false;  // written as BF16 (rounded to nearest even, kernels/bf16.h), else F32
   bool i64 = false;   // written as I64 (each value rounded to an integer): a count, whatever bf16 says
+  // Raw little-endian elements of another dtype ("I8", "U8", "I32": quantized weights), written as
+  // they are (count of raw_size bytes each) in place of data.
+  const void* raw = nullptr;
+  const char* raw_dtype = nullptr;
+  int raw_size = 0;
 };
 // Whether a parameter is a count that safetensors holds as I64 (torchvision's dtype): BatchNorm's
 // num_batches_tracked, a running statistic of shape [].

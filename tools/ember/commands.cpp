@@ -1,6 +1,7 @@
 // `ember train`, `ember eval` and `ember info`: flag definitions, the setup train and profile share, validation of every value
 // (one line naming the flag, what was expected and what was found), and the runs themselves.
 #include "commands.h"
+#include "ember/quant.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -376,6 +377,10 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
 
 void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
   add_common(cmd, a.common);
+  cmd->add_option("--calib-samples", a.calib.samples, "--precision int8 with fp32 weights: training images to calibrate on")
+      ->capture_default_str();
+  cmd->add_option("--calib", a.calib.calib, "--precision int8 with fp32 weights: minmax, percentile or mse")
+      ->capture_default_str();
   cmd->add_option("--weights", a.weights,
                   "Weights to evaluate (safetensors, from `ember train --save`); not needed for --model FILE.onnx");
 }
@@ -581,7 +586,15 @@ Model weights_model(const CommonArgs& c, const std::string& weights, bool model_
   return stored;
 }
 
+void add_common_flags(CLI::App* cmd, CommonArgs& a) { add_common(cmd, a); }
+void check_common(const CommonArgs& a) { validate_common(a); }
+TrainTest load_data_for(const CommonArgs& a, int64_t limit_train) { return load_data_named(a, limit_train); }
+
 int run_eval(EvalArgs a, const CLI::App& cmd) {
+  if (a.common.precision == "int8" || (!a.weights.empty() && is_quantized_file(a.weights))) {
+    if (a.weights.empty()) throw Error("--precision int8: needs --weights (fp32 weights to quantize, or quantized ones)");
+    return run_eval_int8(a, cmd);
+  }
   const bool onnx = a.weights.empty() && is_onnx_path(a.common.model);
   if (a.weights.empty() && !onnx) throw Error("--weights: required (or --model FILE.onnx, which holds its weights)");
   if (onnx && cmd.count("--act")) throw Error("--act: an ONNX model keeps its own activations");
@@ -690,7 +703,10 @@ int run_info(const InfoArgs& a) {
   std::printf("threads: %d hardware threads (default --threads %d)\n",
               int(std::thread::hardware_concurrency()), default_threads());
   if (a.kernels) print_kernel_rows(sets);
+  std::printf("int8 path: %s (--precision int8 and quantized weights; EMBER_ISA=avx2 takes the avx2 path)\n",
+              int8_path_name(env && *env ? env : ""));
   if (!a.model.empty()) print_plans(a);
+  if (!a.weights.empty()) print_quantized(a.weights);
   return 0;
 }
 

@@ -130,10 +130,37 @@ struct ProfileArgs {
   std::string flame;         // SVG flame graph of ember's own spans (no perf needed)
 };
 
+// Calibration of post-training quantization (`ember quantize`, and eval's --precision int8).
+struct QuantOptionsCli {
+  int samples = 512;
+  std::string calib = "minmax";
+  double percentile = 99.99;
+  uint64_t seed = 1;
+};
 struct EvalArgs {
   CommonArgs common;
   std::string weights;
+  QuantOptionsCli calib;   // --precision int8 with fp32 weights
 };
+struct QuantizeArgs {
+  CommonArgs common;
+  std::string weights, output;
+  int calib_samples = 512;
+  std::string calib = "minmax";
+  double percentile = 99.99;
+  uint64_t seed = 1;
+};
+void add_quantize_flags(CLI::App* cmd, QuantizeArgs& a);
+int run_quantize(QuantizeArgs a, const CLI::App& cmd);
+// Eval of quantized weights, or of fp32 weights quantized here (--precision int8).
+int run_eval_int8(EvalArgs& a, const CLI::App& cmd);
+// `ember info --weights Wq`: each quantized layer's scales and the calibration used.
+void print_quantized(const std::string& path);
+// The flags and checks train and eval share, and the data set they read (limit_train: the first
+// training images only), for the other commands.
+void add_common_flags(CLI::App* cmd, CommonArgs& a);
+void check_common(const CommonArgs& a);
+TrainTest load_data_for(const CommonArgs& a, int64_t limit_train);
 
 // `ember export WEIGHTS -o FILE.onnx [--model M]`.
 struct ExportArgs {
@@ -172,6 +199,7 @@ struct InfoArgs {
   bool json = false;
   int batch_size = 0;  // 0: the model's recipe
   std::string layout = "auto";  // --layout: the plans' (with --model)
+  std::string weights;          // --weights: a quantized file's scales and calibration
 };
 int run_info(const InfoArgs& a);
 int run_info_ops(const InfoArgs& a);

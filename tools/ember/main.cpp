@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   ember::cli::EvalArgs eval;
   CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluate saved weights on the test set");
   ember::cli::add_eval_flags(eval_cmd, eval);
+  ember::cli::QuantizeArgs quant;
+  CLI::App* quant_cmd = app.add_subcommand("quantize", "Quantize fp32 weights to int8, calibrated on training images (docs/int8.md)");
+  ember::cli::add_quantize_flags(quant_cmd, quant);
 
   ember::cli::ExportArgs exp;
   CLI::App* export_cmd = app.add_subcommand("export", "Write saved weights and their model as an ONNX file");
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--batch-size", info.batch_size, "Batch size of those plans (default: the model's recipe)");
   info_cmd->add_option("--layout", info.layout, "auto, nchw or nhwc: those plans' activation layout (each unit's input and output layouts are listed)")
       ->capture_default_str();
+  info_cmd->add_option("--weights", info.weights, "A quantized weight file: each layer's scales and the calibration used");
   info_cmd->add_flag("--kernels", info.kernels, "List every kernel-table entry and what it runs on each kernel set (own code, the scalar reference, or none)");
   CLI::Option* ops_flag = info_cmd->add_flag("--ops", info.ops, "Print the op table alone: every layer type, its JSON fields, parameters and roles, ONNX types");
   info_cmd->add_flag("--json", info.json, "With --ops: print it as JSON ({\"ops\": [...]}, each with an example model file)")->needs(ops_flag);
@@ -122,6 +126,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return ember::cli::run_train(train, *train_cmd);
     if (profile_cmd->parsed()) return ember::cli::run_profile(profile, *profile_cmd);
     if (eval_cmd->parsed()) return ember::cli::run_eval(eval, *eval_cmd);
+    if (quant_cmd->parsed()) return ember::cli::run_quantize(quant, *quant_cmd);
     if (info_cmd->parsed()) return info.ops ? ember::cli::run_info_ops(info) : ember::cli::run_info(info);
     if (export_cmd->parsed()) return ember::cli::run_export(exp);
     if (bitbench_cmd->parsed()) return ember::cli::run_bitnet_bench(bitbench);

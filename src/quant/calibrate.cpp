@@ -1,0 +1,141 @@
+// Post-training quantization (ember/quant.h): the fp32 model runs over the calibration inputs
+// node by node (NCHW) while an observer per tensor records its range (and, for percentile and
+// mse, a histogram); then every tensor gets u8 QParams and every Conv2d and Linear int8 weights.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ember/error.h"
+#include "ember/quant.h"
+#include "quant/node_run.h"
+#include "quant/quant_math.h"
+
+namespace ember {
+
+const char* calib_method_name(CalibMethod m) {
+  switch (m) {
+    case CalibMethod::percentile: return "percentile";
+    case CalibMethod::mse: return "mse";
+    default: return "minmax";
+  }
+}
+
+CalibMethod parse_calib_method(const std::string& text, const std::string& what) {
+  for (CalibMethod m : {CalibMethod::minmax, CalibMethod::percentile, CalibMethod::mse})
+    if (text == calib_method_name(m)) return m;
+  throw Error(what + ": expected minmax, percentile or mse, found '" + text + "'");
+}
+
+const QuantLayer* QuantizedWeights::layer(const std::string& prefix) const {
+  for (const QuantLayer& l : layers)
+    if (l.prefix == prefix) return &l;
+  return nullptr;
+}
+
+namespace {
+using quant::Observer;
+
+// The fp32 forward over all calibration inputs, batch by batch; see(t, data, count) per tensor.
+template <class See>
+void calibration_pass(const quant::NodeGraph& ng, const std::vector<float>& values, const float* x, int n,
+                      ThreadPool& pool, const Kernels& k, See see) {
+  const nn::Graph& g = ng.g;
+  const int B = ng.batch;
+  std::vector<std::vector<float>> act(g.tensors.size());
+  for (size_t t = 0; t < g.tensors.size(); ++t) act[t].resize(size_t(B) * g.tensors[t].dims.size());
+  std::vector<float> ws(ng.ws_elems);
+  const ops::Exec e{k, pool};
+  const size_t D = g.tensors[0].dims.size();
+  for (int s0 = 0; s0 < n; s0 += B) {
+    const int m = std::min(B, n - s0);
+    std::copy(x + size_t(s0) * D, x + size_t(s0 + m) * D, act[0].data());
+    see(0, act[0].data(), size_t(m) * D);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const nn::Node& node = g.nodes[i];
+      const float* xs[nn::kMaxInputs];
+      for (size_t j = 0; j < node.in.size(); ++j) xs[j] = act[size_t(node.in[j])].data();
+      std::vector<int32_t> idx(ng.idx_elems[i]);
+      std::vector<std::byte> saved(ng.saved_bytes[i]);
+      float* y = act[size_t(node.out)].data();
+      quant::run_node(ng, e, i, xs, y, values.data(), ws.data(), idx.data(), saved.data(), m);
+      see(size_t(node.out), y, size_t(m) * g.tensors[size_t(node.out)].dims.size());
+    }
+  }
+}
+
+// The tensor's name in QuantizedWeights::acts: "input", or its producer's parameter prefix.
+std::string tensor_name(const nn::Graph& g, size_t t) {
+  return t == 0 ? "input" : g.nodes[size_t(g.tensors[t].producer)].param_prefix;
+}
+
+bool quantizable(const LayerSpec& s) { return s.kind == LayerKind::Conv2d || s.kind == LayerKind::Linear; }
+
+// Per output channel, symmetric: w [K, rest] fp32 -> int8 and scales; the values dequantized.
+QuantLayer quantize_weights(const nn::Node& node, const ParamInfo& wp, const ParamInfo* bp, std::vector<float>& values,
+                            float in_scale) {
+  QuantLayer l;
+  l.prefix = node.param_prefix;
+  l.shape = wp.shape;
+  const int K = wp.shape[0];
+  const size_t per = wp.size / size_t(K);
+  l.w.resize(wp.size);
+  l.w_scale.resize(size_t(K));
+  l.bias.assign(size_t(K), 0);
+  l.has_bias = bp != nullptr;
+  float* w = values.data() + wp.offset;
+  for (int k = 0; k < K; ++k) {
+    float m = 0;
+    for (size_t j = 0; j < per; ++j) m = std::max(m, std::fabs(w[size_t(k) * per + j]));
+    const float s = m > 0 ? m / 127.0f : 1.0f;
+    l.w_scale[size_t(k)] = s;
+    for (size_t j = 0; j < per; ++j) {
+      float& v = w[size_t(k) * per + j];
+      const int q = int(std::clamp(std::nearbyint(v / s), -127.0f, 127.0f));
+      l.w[size_t(k) * per + j] = int8_t(q);
+      v = float(q) * s;  // the fp32 copy holds what int8 represents
+    }
+    if (bp) {
+      float& b = values[bp->offset + size_t(k)];
+      l.bias[size_t(k)] = quant::quantize_bias(b, double(in_scale) * s);
+      b = float(double(l.bias[size_t(k)]) * double(in_scale) * s);
+    }
+  }
+  return l;
+}
+}  // namespace
+
+QuantizedWeights quantize_model(const Model& model, const std::vector<float>& values, const float* x, int n,
+                                const QuantOptions& opt) {
+  if (n < 1) throw Error("quantize: no calibration samples");
+  const quant::NodeGraph ng = quant::make_node_graph(model, std::min(n, 32), opt.threads);
+  const nn::Graph& g = ng.g;
+  size_t total = 0;
+  for (const ParamInfo& p : ng.params) total = std::max(total, p.offset + p.size);
+  if (values.size() != total)
+    throw Error("quantize: " + std::to_string(values.size()) + " parameter values for a model of " + std::to_string(total));
+  ThreadPool pool(opt.threads);
+  const Kernels& k = kernels_for(resolve_isa(opt.isa, "quantize: isa"));
+  std::vector<Observer> obs(g.tensors.size());
+  calibration_pass(ng, values, x, n, pool, k, [&](size_t t, const float* d, size_t c) { obs[t].range(d, c); });
+  if (opt.method != CalibMethod::minmax) {
+    for (Observer& o : obs) o.start_histogram();
+    calibration_pass(ng, values, x, n, pool, k, [&](size_t t, const float* d, size_t c) { obs[t].histogram(d, c); });
+  }
+  QuantizedWeights q;
+  q.model = model;
+  q.params = ng.params;
+  q.values = values;
+  q.calib = {opt.method, n, opt.percentile, opt.data};
+  for (size_t t = 0; t < g.tensors.size(); ++t) q.acts[tensor_name(g, t)] = obs[t].qparams(opt.method, opt.percentile);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& node = g.nodes[i];
+    if (!quantizable(*node.spec) || ng.first_param[i] < 0) continue;
+    const size_t t0 = size_t(ng.first_param[i]);
+    const ParamInfo* bp = t0 + 1 < ng.params.size() && ng.params[t0 + 1].layer == int(i) ? &ng.params[t0 + 1] : nullptr;
+    const float in_scale = q.acts[tensor_name(g, size_t(node.in[0]))].scale;
+    q.layers.push_back(quantize_weights(node, ng.params[t0], bp, q.values, in_scale));
+  }
+  return q;
+}
+
+}  // namespace ember

@@ -1,0 +1,175 @@
+// The int8 plan's ops (int8_ops.h): im2col of u8 NHWC rows (padding at the zero point), the GEMM
+// split over the pool by rows (or by 64 columns for a batch-1 Linear), depthwise split by output
+// rows, and the fp32 <-> u8 conversions. Every split is fixed by (size, threads): any thread count
+// gives the same bits (integer sums are exact; the epilogue is per element).
+#include "quant/int8_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ember::quant {
+
+std::vector<int8_t> conv_rows_rsc(const std::vector<int8_t>& w, int K, int C, int R, int S) {
+  std::vector<int8_t> out(w.size());
+  for (int k = 0; k < K; ++k)
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < R; ++r)
+        for (int s = 0; s < S; ++s)
+          out[((size_t(k) * R + r) * S + s) * C + c] = w[((size_t(k) * C + c) * R + r) * S + s];
+  return out;
+}
+
+size_t GemmOp::scratch_bytes(int threads) const {
+  return im2col ? size_t(threads) * size_t(rows_per_chunk) * size_t(R * S * C) + 64 : 0;
+}
+
+void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_rows, const std::vector<int32_t>& bias,
+               const std::vector<float>& scale) {
+  const int J = op.R * op.S * op.C;
+  op.packed.assign(k.packed_b_bytes(op.K, J) + 64, 0);
+  op.packed_at = size_t((64 - reinterpret_cast<uintptr_t>(op.packed.data()) % 64) % 64);
+  k.pack_b(op.packed.data() + op.packed_at, w_rows.data(), op.K, J);
+  op.scale = scale;
+  op.bias.resize(size_t(op.K));
+  for (int n = 0; n < op.K; ++n) {  // the input's zero point: sum_j (x - zp) w = sum_j x w - zp sum_j w
+    int64_t sum = 0;
+    for (int j = 0; j < J; ++j) sum += w_rows[size_t(n) * J + j];
+    op.bias[size_t(n)] = int32_t(int64_t(bias[size_t(n)]) - int64_t(op.x_zp) * sum);
+  }
+  op.rows_per_chunk = std::clamp(32768 / std::max(J, 1), 8, 512);
+}
+
+namespace {
+// im2col rows [m0, m0 + rows) of the op's output pixels into col [rows, R*S*C].
+void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows) {
+  const int PQ = op.P * op.Q, C = op.C;
+  for (int i = 0; i < rows; ++i) {
+    const int64_t m = m0 + i;
+    const int64_t n = m / PQ;
+    const int p = int(m % PQ) / op.Q, q = int(m % PQ) % op.Q;
+    uint8_t* dst = col + size_t(i) * size_t(op.R * op.S * C);
+    for (int r = 0; r < op.R; ++r) {
+      const int h = p * op.stride_h - op.pad_h + r;
+      for (int s = 0; s < op.S; ++s, dst += C) {
+        const int w = q * op.stride_w - op.pad_w + s;
+        if (h < 0 || h >= op.H || w < 0 || w >= op.W) std::memset(dst, int(op.x_zp), size_t(C));
+        else std::memcpy(dst, x + ((size_t(n) * op.H + h) * op.W + w) * C, size_t(C));
+      }
+    }
+  }
+}
+
+// Rows [m0, m1) of the output: the kernel over all columns, A either x's rows or im2col chunks.
+void gemm_rows(const Int8Kernels& k, const GemmOp& op, const Int8Epilogue& ep, const uint8_t* x, void* y,
+               uint8_t* col, int64_t m0, int64_t m1) {
+  const void* B = op.packed.data() + op.packed_at;
+  const int J = op.R * op.S * op.C;
+  const size_t esz = ep.f32_out ? 4 : 1;
+  const int64_t step = op.im2col ? op.rows_per_chunk : m1 - m0;
+  for (int64_t m = m0; m < m1; m += step) {
+    const int rows = int(std::min(step, m1 - m));
+    Int8Epilogue e = ep;
+    if (e.res) e.res += size_t(m) * size_t(e.ldr);
+    const uint8_t* A = x + size_t(m) * size_t(J);
+    if (op.im2col) im2col_rows(op, col, x, m, rows), A = col;
+    k.gemm(rows, 0, op.K, op.K, J, A, J, B, e, static_cast<char*>(y) + size_t(m) * size_t(op.K) * esz, op.K);
+  }
+}
+}  // namespace
+
+void run_gemm(const Int8Kernels& k, ThreadPool& pool, const GemmOp& op, Int8Epilogue ep, const uint8_t* x, void* y,
+              uint8_t* scratch, int n) {
+  ep.bias = op.bias.data();
+  ep.scale = op.scale.data();
+  ep.ldr = op.K;
+  const int64_t M = int64_t(n) * op.P * op.Q;
+  const int T = pool.size();
+  const int J = op.R * op.S * op.C;
+  if (T == 1) return gemm_rows(k, op, ep, x, y, scratch, 0, M);
+  if (M < 8 * T && !op.im2col) {  // few rows (a batch-1 Linear): split the columns in 64s
+    const int blocks = (op.K + 63) / 64;
+    pool.run([&](int t) {
+      const Range r = split_range(blocks, t, T);
+      if (r.end > r.begin)
+        k.gemm(int(M), int(r.begin) * 64, std::min(op.K, int(r.end) * 64), op.K, J, x, J,
+               op.packed.data() + op.packed_at, ep, y, op.K);
+    });
+    return;
+  }
+  const size_t chunk = size_t(op.rows_per_chunk) * size_t(J);
+  pool.run([&](int t) {
+    const Range r = split_range(M, t, T);
+    if (r.end > r.begin) gemm_rows(k, op, ep, x, y, scratch + size_t(t) * chunk, r.begin, r.end);
+  });
+}
+
+void run_dw(const Int8Kernels& k, ThreadPool& pool, const DwOp& op, Int8Epilogue ep, const uint8_t* x, void* y, int n) {
+  ep.bias = op.bias.data();
+  ep.scale = op.scale.data();
+  ep.ldr = op.s.K;
+  const Int8DwShape& s = op.s;
+  const size_t in = size_t(s.H) * s.W * s.C, out = size_t(s.P) * s.Q * s.K, esz = ep.f32_out ? 4 : 1;
+  const int64_t rows = int64_t(n) * s.P;
+  pool.run([&](int t) {
+    const Range r = split_range(rows, t, pool.size());
+    for (int64_t i = r.begin; i < r.end;) {
+      const int64_t smp = i / s.P;
+      const int p0 = int(i % s.P), p1 = int(std::min<int64_t>(s.P, p0 + (r.end - i)));
+      Int8Epilogue e = ep;
+      if (e.res) e.res += size_t(smp) * out;
+      k.dw(x + size_t(smp) * in, op.x_zp, op.w.data(), s, e, static_cast<char*>(y) + size_t(smp) * out * esz, p0, p1);
+      i += p1 - p0;
+    }
+  });
+}
+
+namespace {
+// [C, HW] -> [HW, C] (to_nhwc) or back, one sample.
+void transpose_one(float* y, const float* x, int C, int HW, bool to_nhwc) {
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < HW; ++i) {
+      if (to_nhwc) y[size_t(i) * C + c] = x[size_t(c) * HW + i];
+      else y[size_t(c) * HW + i] = x[size_t(i) * C + c];
+    }
+}
+}  // namespace
+
+void quantize_rows(const Int8Kernels& k, ThreadPool& pool, uint8_t* q, const float* x, int n, int C, int HW,
+                   bool from_nchw, float scale, int32_t zp, float* scratch) {
+  const size_t D = size_t(C) * HW;
+  const float inv = 1.0f / scale;
+  pool.run([&](int t) {
+    const Range r = split_range(n, t, pool.size());
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      const float* src = x + size_t(i) * D;
+      if (from_nchw && HW > 1) transpose_one(scratch + size_t(t) * D, src, C, HW, true), src = scratch + size_t(t) * D;
+      k.quantize(q + size_t(i) * D, src, D, inv, zp);
+    }
+  });
+}
+
+void dequantize_rows(const Int8Kernels& k, ThreadPool& pool, float* x, const uint8_t* q, int n, int C, int HW,
+                     bool to_nchw, float scale, int32_t zp, float* scratch) {
+  const size_t D = size_t(C) * HW;
+  pool.run([&](int t) {
+    const Range r = split_range(n, t, pool.size());
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      if (!(to_nchw && HW > 1)) {
+        k.dequantize(x + size_t(i) * D, q + size_t(i) * D, D, scale, zp);
+        continue;
+      }
+      k.dequantize(scratch + size_t(t) * D, q + size_t(i) * D, D, scale, zp);
+      transpose_one(x + size_t(i) * D, scratch + size_t(t) * D, C, HW, false);
+    }
+  });
+}
+
+void transpose_rows(ThreadPool& pool, float* y, const float* x, int n, int C, int HW, bool to_nhwc) {
+  const size_t D = size_t(C) * HW;
+  pool.run([&](int t) {
+    const Range r = split_range(n, t, pool.size());
+    for (int64_t i = r.begin; i < r.end; ++i) transpose_one(y + size_t(i) * D, x + size_t(i) * D, C, HW, to_nhwc);
+  });
+}
+
+}  // namespace ember::quant

@@ -1,0 +1,517 @@
+// The int8 plan (ember/quant.h): compiles a quantized model into steps. Conv2d (groups 1 or
+// depthwise), Linear, ReLU, 2x2 max-pool and flatten run on u8 NHWC activations, a Conv2d or
+// Linear taking the ReLU, the residual add (and a ReLU after it) into its requantization; every
+// other node runs its fp32 layer (channel-last where it can) with conversions inserted where a
+// tensor is read in another form than it was written. Buffers are placed by lifetime.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "ember/error.h"
+#include "ember/quant.h"
+#include "kernels/int8_kernels.h"
+#include "quant/int8_ops.h"
+#include "quant/node_run.h"
+
+namespace ember {
+
+namespace {
+enum Form { kU8 = 0, kF32Nhwc = 1, kF32Nchw = 2 };  // flat tensors use kU8 and kF32Nchw
+enum class Role { fallback, gemm, dw, relu8, pool8, flatten8, fused };
+
+struct TensorInfo {
+  QParams qp;
+  int buf[3] = {-1, -1, -1};  // block per form
+  int native = -1;            // the form its producer writes
+  int C = 0, HW = 1;          // per-sample [C, H*W] (flat: HW 1)
+  bool image = false;
+  int hwc_from = -1;          // a flatten8 output: the image tensor whose NHWC order it keeps
+};
+
+struct Step {
+  enum Kind { gemm, dw, relu8, pool8, fallback, convert } kind = fallback;
+  int node = -1, op = -1;
+  int tensor = -1, from = -1, to = -1;   // convert
+  int in = -1, res = -1, out = -1;       // blocks
+  std::vector<int> ins;                  // fallback: input blocks
+  Int8Epilogue ep;
+  std::string what;                      // for summary()
+};
+}  // namespace
+
+struct Int8Plan::Impl {
+  QuantizedWeights q;
+  quant::NodeGraph ng;
+  int batch = 1, threads = 1;
+  std::unique_ptr<ThreadPool> pool;
+  const Kernels* fk = nullptr;
+  const Int8Kernels* k = nullptr;
+  std::vector<Role> role;                // per node
+  std::vector<int> final_of;             // per gemm/dw node: the tensor its fused step writes
+  std::vector<int> res_of;               // per gemm/dw node: the residual tensor, or -1
+  std::vector<TensorInfo> ts;
+  std::vector<nn::Block> blocks;
+  std::vector<quant::GemmOp> gemms;
+  std::vector<quant::DwOp> dws;
+  std::vector<Step> steps;
+  std::vector<std::vector<int32_t>> idx;
+  std::vector<std::vector<std::byte>> saved;
+  std::vector<std::byte> arena;
+  size_t base = 0, scratch_off = 0, scratch_bytes = 0;
+  std::vector<int32_t> labels;
+  std::vector<double> in_scale, in_shift;
+  Profiler* prof = nullptr;
+
+  template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.data() + base + blocks[size_t(block)].offset); }
+  template <class T> const T* at(int block) const {
+    return reinterpret_cast<const T*>(arena.data() + base + blocks[size_t(block)].offset);
+  }
+  const nn::Graph& g() const { return ng.g; }
+  std::string name(size_t t) const {
+    return t == 0 ? "input" : g().nodes[size_t(g().tensors[t].producer)].param_prefix;
+  }
+};
+
+namespace {
+using Impl = Int8Plan::Impl;
+
+const LayerSpec& spec(const Impl& m, int node) { return *m.g().nodes[size_t(node)].spec; }
+bool kind_is(const Impl& m, int node, LayerKind k) { return spec(m, node).kind == k; }
+int only_reader(const Impl& m, int t) {
+  const auto& r = m.g().tensors[size_t(t)].readers;
+  return r.size() == 1 ? r[0] : -1;
+}
+
+// The node's int8 role before fusion (by kind, parameters and shapes).
+Role base_role(const Impl& m, int i) {
+  const nn::Node& n = m.g().nodes[size_t(i)];
+  const LayerSpec& s = *n.spec;
+  const nn::Dims in = m.g().tensors[size_t(n.in[0])].dims;
+  if (s.kind == LayerKind::Conv2d && m.q.layer(n.param_prefix)) {
+    if (s.groups == 1) return Role::gemm;
+    if (s.groups == in.c && s.out % in.c == 0 && s.stride_h == s.stride_w) return Role::dw;
+    return Role::fallback;
+  }
+  if (s.kind == LayerKind::Linear && m.q.layer(n.param_prefix)) return Role::gemm;
+  const int p = m.g().tensors[size_t(n.in[0])].producer;
+  const bool u8_in = p >= 0 && m.role[size_t(p)] != Role::fallback;
+  if (s.kind == LayerKind::ReLU && u8_in) return Role::relu8;
+  if (s.kind == LayerKind::MaxPool2d && u8_in && s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 &&
+      s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0 && s.pad_h_end <= 0 && s.pad_w_end <= 0)
+    return Role::pool8;
+  if (s.kind == LayerKind::Flatten && u8_in && !m.g().tensors[size_t(n.out)].readers.empty()) {
+    for (int r : m.g().tensors[size_t(n.out)].readers)
+      if (!kind_is(m, r, LayerKind::Linear) || spec(m, r).over_channels || !m.q.layer(m.g().nodes[size_t(r)].param_prefix))
+        return Role::fallback;
+    return Role::flatten8;
+  }
+  return Role::fallback;
+}
+
+// Fuses a ReLU, or an Add (with the other input ready) and a ReLU after it, into gemm/dw node i.
+void fuse_after(Impl& m, int i) {
+  int t = m.g().nodes[size_t(i)].out;
+  int r = only_reader(m, t);
+  if (r >= 0 && kind_is(m, r, LayerKind::Add) && m.g().nodes[size_t(r)].in.size() == 2) {
+    const auto& in = m.g().nodes[size_t(r)].in;
+    const int other = in[0] == t ? in[1] : in[0];
+    const int p = m.g().tensors[size_t(other)].producer;
+    if (other != t && p < i) {
+      m.role[size_t(r)] = Role::fused, m.res_of[size_t(i)] = other;
+      t = m.g().nodes[size_t(r)].out, r = only_reader(m, t);
+    }
+  }
+  if (r >= 0 && kind_is(m, r, LayerKind::ReLU)) m.role[size_t(r)] = Role::fused, t = m.g().nodes[size_t(r)].out;
+  m.final_of[size_t(i)] = t;
+}
+
+void classify(Impl& m) {
+  const size_t n = m.g().nodes.size();
+  m.role.assign(n, Role::fallback);
+  m.final_of.assign(n, -1);
+  m.res_of.assign(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    if (m.role[i] == Role::fused) continue;
+    m.role[i] = base_role(m, int(i));
+    if (m.role[i] == Role::gemm || m.role[i] == Role::dw) fuse_after(m, int(i));
+  }
+}
+
+// Per tensor: dims, qparams (the exact u8 ops keep their input's), the form its producer writes.
+void tensor_forms(Impl& m) {
+  const nn::Graph& g = m.g();
+  m.ts.assign(g.tensors.size(), {});
+  for (size_t t = 0; t < g.tensors.size(); ++t) {
+    const nn::Dims d = g.tensors[t].dims;
+    TensorInfo& x = m.ts[t];
+    x.image = !d.flat(), x.C = d.c, x.HW = d.h * d.w;
+    x.qp = m.q.acts.at(m.name(t));
+  }
+  m.ts[0].native = kF32Nchw;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    TensorInfo& out = m.ts[size_t(n.out)];
+    switch (m.role[i]) {
+      case Role::fused: break;
+      case Role::gemm:
+      case Role::dw: {
+        TensorInfo& f = m.ts[size_t(m.final_of[i])];
+        bool f32 = true;  // every reader runs fp32 (none: the model's output)
+        for (int r : g.tensors[size_t(m.final_of[i])].readers) f32 = f32 && m.role[size_t(r)] == Role::fallback;
+        f.native = !f32 ? kU8 : f.image ? kF32Nhwc : kF32Nchw;
+        break;
+      }
+      case Role::relu8:
+      case Role::pool8:
+      case Role::flatten8:
+        out.native = kU8, out.qp = m.ts[size_t(n.in[0])].qp;
+        if (m.role[i] == Role::flatten8 && m.ts[size_t(n.in[0])].image) out.hwc_from = n.in[0];
+        break;
+      case Role::fallback:
+        out.native = !out.image ? kF32Nchw : n.layout == nn::Layout::nhwc ? kF32Nhwc : kF32Nchw;
+        break;
+    }
+  }
+}
+
+int new_block(Impl& m, int t, int form, int step) {
+  const TensorInfo& x = m.ts[size_t(t)];
+  nn::Block b;
+  b.bytes = size_t(m.batch) * size_t(x.C) * size_t(x.HW) * (form == kU8 ? 1 : 4);
+  b.first = b.last = step;
+  m.blocks.push_back(b);
+  return int(m.blocks.size()) - 1;
+}
+void read_block(Impl& m, int b) { m.blocks[size_t(b)].last = std::max(m.blocks[size_t(b)].last, int(m.steps.size())); }
+
+// Tensor t in form f for the next step: a conversion from its native form the first time.
+int form_of(Impl& m, int t, int f) {
+  TensorInfo& x = m.ts[size_t(t)];
+  if (!x.image && f == kF32Nhwc) f = kF32Nchw;
+  if (x.buf[f] < 0) {
+    if (x.hwc_from >= 0 && f != kU8)
+      throw Error("internal: int8 plan: a flattened NHWC tensor read in fp32");
+    Step c;
+    c.kind = Step::convert;
+    c.tensor = t, c.from = x.native, c.to = f;
+    c.in = x.buf[x.native];
+    read_block(m, c.in);
+    c.out = x.buf[f] = new_block(m, t, f, int(m.steps.size()));
+    c.what = std::string(f == kU8 ? "quantize" : x.native == kU8 ? "dequantize" : "transpose") + " " + m.name(size_t(t));
+    m.steps.push_back(c);
+  }
+  read_block(m, x.buf[f]);
+  return x.buf[f];
+}
+
+// The requantization of node i's fused step into tensor `final` (u8, or f32 for fp32 readers).
+Int8Epilogue epilogue(const Impl& m, int i, std::vector<float>* scale, const QuantLayer& l, float s_in) {
+  const int final = m.final_of[size_t(i)];
+  const TensorInfo& f = m.ts[size_t(final)];
+  Int8Epilogue ep;
+  ep.f32_out = f.native != kU8;
+  const float s_out = ep.f32_out ? 1.0f : f.qp.scale;
+  const bool relu = kind_is(m, m.g().tensors[size_t(final)].producer, LayerKind::ReLU);
+  ep.relu = relu && ep.f32_out;
+  ep.zero_point = f.qp.zero_point;
+  ep.lo = relu && !ep.f32_out ? f.qp.zero_point : 0;
+  scale->resize(l.w_scale.size());
+  for (size_t k = 0; k < scale->size(); ++k) (*scale)[k] = float(double(s_in) * l.w_scale[k] / s_out);
+  if (const int r = m.res_of[size_t(i)]; r >= 0) {
+    ep.res_scale = float(double(m.ts[size_t(r)].qp.scale) / s_out);
+    ep.res_zp = m.ts[size_t(r)].qp.zero_point;
+  }
+  return ep;
+}
+
+// Linear weights [K, C*H*W] read by an NHWC flatten: columns in (h, w, c) order.
+std::vector<int8_t> hwc_columns(const std::vector<int8_t>& w, int K, int C, int HW) {
+  std::vector<int8_t> out(w.size());
+  for (int k = 0; k < K; ++k)
+    for (int c = 0; c < C; ++c)
+      for (int i = 0; i < HW; ++i) out[(size_t(k) * HW + i) * C + c] = w[(size_t(k) * C + c) * HW + i];
+  return out;
+}
+
+void add_gemm(Impl& m, int i, Step& st) {
+  const nn::Node& n = m.g().nodes[size_t(i)];
+  const LayerSpec& s = *n.spec;
+  const QuantLayer& l = *m.q.layer(n.param_prefix);
+  const TensorInfo& x = m.ts[size_t(n.in[0])];
+  const nn::Dims in = m.g().tensors[size_t(n.in[0])].dims, out = m.g().tensors[size_t(n.out)].dims;
+  quant::GemmOp op;
+  op.x_zp = x.qp.zero_point;
+  op.K = l.shape[0];
+  std::vector<int8_t> rows = l.w;
+  if (s.kind == LayerKind::Conv2d) {
+    op.C = in.c, op.H = in.h, op.W = in.w, op.R = s.kernel_h, op.S = s.kernel_w, op.P = out.h, op.Q = out.w;
+    op.stride_h = s.stride_h, op.stride_w = s.stride_w;
+    op.pad_h = s.same ? (s.kernel_h - 1) / 2 : s.pad_h, op.pad_w = s.same ? (s.kernel_w - 1) / 2 : s.pad_w;
+    op.im2col = !(op.R == 1 && op.S == 1 && op.stride_h == 1 && op.stride_w == 1 && op.pad_h == 0 && op.pad_w == 0);
+    rows = quant::conv_rows_rsc(l.w, op.K, op.C, op.R, op.S);
+  } else if (s.over_channels) {
+    op.C = in.c, op.H = op.P = in.h, op.W = op.Q = in.w;
+  } else {
+    op.C = int(in.size());
+    if (x.hwc_from >= 0) {
+      const TensorInfo& img = m.ts[size_t(x.hwc_from)];
+      rows = hwc_columns(l.w, op.K, img.C, img.HW);
+    }
+  }
+  std::vector<float> scale;
+  st.ep = epilogue(m, i, &scale, l, x.qp.scale);
+  quant::pack_gemm(*m.k, op, rows, l.bias, scale);
+  st.op = int(m.gemms.size());
+  m.gemms.push_back(std::move(op));
+}
+
+void add_dw(Impl& m, int i, Step& st) {
+  const nn::Node& n = m.g().nodes[size_t(i)];
+  const LayerSpec& s = *n.spec;
+  const QuantLayer& l = *m.q.layer(n.param_prefix);
+  const TensorInfo& x = m.ts[size_t(n.in[0])];
+  const nn::Dims in = m.g().tensors[size_t(n.in[0])].dims, out = m.g().tensors[size_t(n.out)].dims;
+  quant::DwOp op;
+  const int ph = s.same ? (s.kernel_h - 1) / 2 : s.pad_h, pw = s.same ? (s.kernel_w - 1) / 2 : s.pad_w;
+  op.s = {in.h, in.w, in.c, out.c, s.kernel_h, s.kernel_w, s.stride_h, ph, pw, out.h, out.w};
+  op.x_zp = x.qp.zero_point;
+  op.w.resize(l.w.size());
+  const int RS = s.kernel_h * s.kernel_w;
+  for (int k = 0; k < out.c; ++k)
+    for (int j = 0; j < RS; ++j) op.w[size_t(j) * out.c + k] = l.w[size_t(k) * RS + j];
+  op.bias = l.bias;
+  st.ep = epilogue(m, i, &op.scale, l, x.qp.scale);
+  st.op = int(m.dws.size());
+  m.dws.push_back(std::move(op));
+}
+
+// Node i's step, after the conversions its inputs need.
+void add_step(Impl& m, int i) {
+  const nn::Node& n = m.g().nodes[size_t(i)];
+  const Role r = m.role[size_t(i)];
+  if (r == Role::fused) return;
+  Step st;
+  st.kind = r == Role::gemm ? Step::gemm : r == Role::dw ? Step::dw : r == Role::relu8 ? Step::relu8
+            : r == Role::pool8 ? Step::pool8 : Step::fallback;
+  st.node = i;
+  int out = n.out;
+  if (r == Role::fallback) {
+    for (int t : n.in) st.ins.push_back(form_of(m, t, n.layout == nn::Layout::nhwc ? kF32Nhwc : kF32Nchw));
+  } else if (r == Role::flatten8) {  // the same bytes: the output shares its input's block
+    m.ts[size_t(out)].buf[kU8] = form_of(m, n.in[0], kU8);
+    return;
+  } else {
+    st.in = form_of(m, n.in[0], kU8);
+    if (r == Role::gemm || r == Role::dw) {
+      out = m.final_of[size_t(i)];
+      if (m.res_of[size_t(i)] >= 0) st.res = form_of(m, m.res_of[size_t(i)], kU8);
+      if (r == Role::gemm) add_gemm(m, i, st);
+      else add_dw(m, i, st);
+    }
+  }
+  // Inputs are read at this step (a later input's conversion may have come between).
+  for (int b : {st.in, st.res}) if (b >= 0) read_block(m, b);
+  for (int b : st.ins) read_block(m, b);
+  TensorInfo& o = m.ts[size_t(out)];
+  st.out = o.buf[o.native] = new_block(m, out, o.native, int(m.steps.size()));
+  st.what = std::string(r == Role::fallback ? "fp32 " : "int8 ") + n.label;
+  m.steps.push_back(std::move(st));
+}
+
+size_t step_scratch(const Impl& m, const Step& st) {
+  const int T = m.threads;
+  if (st.kind == Step::gemm) return m.gemms[size_t(st.op)].scratch_bytes(T);
+  if (st.kind == Step::fallback) return m.ng.ws_elems * 4;
+  if (st.kind == Step::convert) return size_t(T) * m.ts[size_t(st.tensor)].C * m.ts[size_t(st.tensor)].HW * 4;
+  return 0;
+}
+
+void compile(Impl& m) {
+  m.ng = quant::make_node_graph(m.q.model, m.batch, m.threads);
+  classify(m);
+  std::vector<bool> nhwc(m.role.size());
+  for (size_t i = 0; i < nhwc.size(); ++i) nhwc[i] = m.role[i] == Role::fallback;
+  m.ng = quant::make_node_graph(m.q.model, m.batch, m.threads, nhwc);
+  tensor_forms(m);
+  m.ts[0].buf[kF32Nchw] = new_block(m, 0, kF32Nchw, 0);
+  for (size_t i = 0; i < m.g().nodes.size(); ++i) add_step(m, int(i));
+  const int out = nn::output(m.g());
+  form_of(m, out, kF32Nchw);
+  const int end = int(m.steps.size()) + 1;
+  m.blocks[size_t(m.ts[0].buf[kF32Nchw])].last = end;
+  m.blocks[size_t(m.ts[size_t(out)].buf[kF32Nchw])].last = end;
+  const size_t placed = nn::place(m.blocks);
+  for (const Step& st : m.steps) m.scratch_bytes = std::max(m.scratch_bytes, step_scratch(m, st));
+  m.scratch_off = (placed + 63) / 64 * 64;
+  m.arena.assign(m.scratch_off + m.scratch_bytes + 128, std::byte{0});
+  m.base = size_t((64 - reinterpret_cast<uintptr_t>(m.arena.data()) % 64) % 64);
+  for (size_t i = 0; i < m.g().nodes.size(); ++i) {
+    m.idx.emplace_back(m.ng.idx_elems[i]);
+    m.saved.emplace_back(m.ng.saved_bytes[i]);
+  }
+  m.labels.assign(size_t(m.batch), 0);
+}
+
+void run_convert(Impl& m, const Step& st, int n, void* scratch) {
+  const TensorInfo& x = m.ts[size_t(st.tensor)];
+  float* sf = static_cast<float*>(scratch);
+  if (st.to == kU8)
+    quant::quantize_rows(*m.k, *m.pool, m.at<uint8_t>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.from == kF32Nchw,
+                         x.qp.scale, x.qp.zero_point, sf);
+  else if (st.from == kU8)
+    quant::dequantize_rows(*m.k, *m.pool, m.at<float>(st.out), m.at<uint8_t>(st.in), n, x.C, x.HW, st.to == kF32Nchw,
+                           x.qp.scale, x.qp.zero_point, sf);
+  else
+    quant::transpose_rows(*m.pool, m.at<float>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.to == kF32Nhwc);
+}
+
+void run_step(Impl& m, const Step& st, int n) {
+  std::byte* scratch = m.arena.data() + m.base + m.scratch_off;
+  const nn::Node* node = st.node >= 0 ? &m.g().nodes[size_t(st.node)] : nullptr;
+  switch (st.kind) {
+    case Step::gemm:
+    case Step::dw: {
+      Int8Epilogue ep = st.ep;
+      if (st.res >= 0) ep.res = m.at<uint8_t>(st.res);
+      if (st.kind == Step::gemm)
+        quant::run_gemm(*m.k, *m.pool, m.gemms[size_t(st.op)], ep, m.at<uint8_t>(st.in), m.at<std::byte>(st.out),
+                        reinterpret_cast<uint8_t*>(scratch), n);
+      else
+        quant::run_dw(*m.k, *m.pool, m.dws[size_t(st.op)], ep, m.at<uint8_t>(st.in), m.at<std::byte>(st.out), n);
+      break;
+    }
+    case Step::relu8: {
+      const TensorInfo& x = m.ts[size_t(node->in[0])];
+      const uint8_t z = uint8_t(x.qp.zero_point), *src = m.at<uint8_t>(st.in);
+      uint8_t* dst = m.at<uint8_t>(st.out);
+      for (size_t j = 0, e = size_t(n) * x.C * x.HW; j < e; ++j) dst[j] = std::max(src[j], z);
+      break;
+    }
+    case Step::pool8: {
+      const nn::Dims d = m.g().tensors[size_t(node->in[0])].dims, o = m.g().tensors[size_t(node->out)].dims;
+      const uint8_t* src = m.at<uint8_t>(st.in);
+      uint8_t* dst = m.at<uint8_t>(st.out);
+      m.pool->run([&](int t) {
+        const Range r = split_range(n, t, m.pool->size());
+        for (int64_t j = r.begin; j < r.end; ++j) m.k->maxpool2(dst + size_t(j) * o.size(), src + size_t(j) * d.size(), d.h, d.w, d.c);
+      });
+      break;
+    }
+    case Step::fallback: {
+      const float* xs[nn::kMaxInputs];
+      for (size_t j = 0; j < st.ins.size(); ++j) xs[j] = m.at<float>(st.ins[j]);
+      const ops::Exec e{*m.fk, *m.pool};
+      quant::run_node(m.ng, e, size_t(st.node), xs, m.at<float>(st.out), m.q.values.data(), reinterpret_cast<float*>(scratch),
+                      m.idx[size_t(st.node)].data(), m.saved[size_t(st.node)].data(), n);
+      break;
+    }
+    case Step::convert: run_convert(m, st, n, scratch); break;
+  }
+}
+}  // namespace
+
+Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std::string& isa) : impl_(std::make_unique<Impl>()) {
+  if (batch < 1) throw Error("int8 plan: batch must be >= 1, found " + std::to_string(batch));
+  if (threads < 1) throw Error("int8 plan: threads must be >= 1, found " + std::to_string(threads));
+  Impl& m = *impl_;
+  m.q = q;
+  m.batch = batch, m.threads = threads;
+  const Isa set = resolve_isa(isa, "isa");
+  m.fk = &kernels_for(set);
+  m.k = &int8_kernels_for(set);
+  m.pool = std::make_unique<ThreadPool>(threads);
+  compile(m);
+}
+Int8Plan::~Int8Plan() = default;
+Int8Plan::Int8Plan(Int8Plan&&) noexcept = default;
+Int8Plan& Int8Plan::operator=(Int8Plan&&) noexcept = default;
+
+int Int8Plan::batch() const { return impl_->batch; }
+int Int8Plan::threads() const { return impl_->threads; }
+const char* Int8Plan::int8_path() const { return impl_->k->name; }
+const Model& Int8Plan::model() const { return impl_->q.model; }
+float* Int8Plan::input() { return impl_->at<float>(impl_->ts[0].buf[kF32Nchw]); }
+int32_t* Int8Plan::labels() { return impl_->labels.data(); }
+void Int8Plan::set_profiler(Profiler* p) { impl_->prof = p; }
+
+std::vector<std::string> Int8Plan::node_paths() const {
+  std::vector<std::string> out;
+  for (Role r : impl_->role)
+    out.push_back(r == Role::fallback ? "fp32" : r == Role::fused || r == Role::flatten8 ? "int8 (fused)" : "int8");
+  return out;
+}
+
+std::string Int8Plan::summary() const {
+  std::ostringstream os;
+  for (const Step& st : impl_->steps) os << "  " << st.what << "\n";
+  return os.str();
+}
+
+void Int8Plan::forward(int n) {
+  Impl& m = *impl_;
+  if (n < 1 || n > m.batch) throw Error("int8 plan: forward of " + std::to_string(n) + " samples, batch " + std::to_string(m.batch));
+  for (const Step& st : m.steps) run_step(m, st, n);
+}
+
+const float* Int8Plan::output() const { return impl_->at<float>(impl_->ts[size_t(nn::output(impl_->g()))].buf[kF32Nchw]); }
+
+std::vector<int> Int8Plan::output_dims() const {
+  const nn::Dims d = impl_->g().tensors[size_t(nn::output(impl_->g()))].dims;
+  return d.flat() ? std::vector<int>{d.c} : std::vector<int>{d.c, d.h, d.w};
+}
+
+int Int8Plan::correct(int n) const {
+  const size_t D = impl_->g().tensors[size_t(nn::output(impl_->g()))].dims.size();
+  const float* y = output();
+  int ok = 0;
+  for (int i = 0; i < n; ++i) {
+    const float* r = y + size_t(i) * D;
+    ok += int(std::max_element(r, r + D) - r) == impl_->labels[size_t(i)];
+  }
+  return ok;
+}
+
+double Int8Plan::loss(int n) const {
+  const size_t D = impl_->g().tensors[size_t(nn::output(impl_->g()))].dims.size();
+  const float* y = output();
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const float* r = y + size_t(i) * D;
+    const double mx = *std::max_element(r, r + D);
+    double z = 0;
+    for (size_t d = 0; d < D; ++d) z += std::exp(double(r[d]) - mx);
+    sum += std::log(z) + mx - r[std::clamp<int32_t>(impl_->labels[size_t(i)], 0, int32_t(D) - 1)];
+  }
+  return sum / std::max(n, 1);
+}
+
+double Int8Plan::flops_per_sample() const {
+  double f = 0;
+  for (const nn::Node& n : impl_->g().nodes) f += n.layer->flops_per_sample();
+  return f;
+}
+
+void Int8Plan::set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift) {
+  impl_->in_scale = scale, impl_->in_shift = shift;
+}
+
+void Int8Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n) {
+  Impl& m = *impl_;
+  const size_t D = m.g().tensors[0].dims.size(), plane = D / size_t(m.q.model.in_c);
+  float* x = input();
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* src = images + size_t(index[i]) * D;
+    float* dst = x + size_t(i) * D;
+    if (m.in_scale.empty())
+      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0f / 255.0f);
+    else
+      for (size_t d = 0; d < D; ++d)
+        dst[d] = src[d] * float(m.in_scale[d / plane]) + float(m.in_shift[d / plane]);
+    m.labels[size_t(i)] = labels[index[i]];
+  }
+}
+
+const char* int8_path_name(const std::string& isa) { return int8_kernels_for(resolve_isa(isa, "isa")).name; }
+
+}  // namespace ember

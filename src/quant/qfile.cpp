@@ -1,0 +1,241 @@
+// The quantized weight file (ember/quant.h): safetensors with I8 weights beside their F32 scales
+// and I8 zero points, I32 biases, per-tensor activation scales and U8 zero points, every other
+// parameter F32, the model and the calibration in __metadata__. The reader checks every tensor
+// against the model before it allocates, and refuses bad scales, zero points, shapes and mixes.
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ember/error.h"
+#include "ember/json.h"
+#include "ember/quant.h"
+#include "ember/version.h"
+#include "io/source.h"
+#include "quant/node_run.h"
+
+namespace ember {
+
+namespace {
+using json = nlohmann::json;
+
+std::string scale_name(const std::string& act) { return act == "input" ? "input.scale" : act + ".output_scale"; }
+std::string zp_name(const std::string& act) { return act == "input" ? "input.zero_point" : act + ".output_zero_point"; }
+
+std::vector<int64_t> shape64(const std::vector<int>& s) { return {s.begin(), s.end()}; }
+
+// The tensor name of the input of the node owning parameter p ("input" or a producer's prefix).
+std::string input_act(const nn::Graph& g, int layer) {
+  const int t = g.nodes[size_t(layer)].in[0];
+  return t == 0 ? "input" : g.nodes[size_t(g.tensors[size_t(t)].producer)].param_prefix;
+}
+}  // namespace
+
+void save_quantized(const QuantizedWeights& q, const std::string& path) {
+  std::vector<io::TensorOut> out;
+  std::vector<std::vector<int8_t>> zeros;  // the weight zero points
+  zeros.reserve(q.layers.size());
+  for (const ParamInfo& p : q.params) {
+    const QuantLayer* l = nullptr;
+    for (const QuantLayer& c : q.layers)
+      if (p.name == c.prefix + ".weight" || (c.has_bias && p.name == c.prefix + ".bias")) l = &c;
+    if (!l) {
+      out.push_back({p.name, shape64(p.shape), q.values.data() + p.offset, p.size, false, io::param_is_count(p)});
+      continue;
+    }
+    const size_t K = l->w_scale.size();
+    if (p.name == l->prefix + ".bias") {
+      out.push_back({p.name, {int64_t(K)}, nullptr, K, false, false, l->bias.data(), "I32", 4});
+      continue;
+    }
+    out.push_back({p.name, shape64(l->shape), nullptr, l->w.size(), false, false, l->w.data(), "I8", 1});
+    out.push_back({l->prefix + ".weight_scale", {int64_t(K)}, l->w_scale.data(), K});
+    const std::vector<int8_t>& z = zeros.emplace_back(K, 0);
+    out.push_back({l->prefix + ".weight_zero_point", {int64_t(K)}, nullptr, K, false, false, z.data(), "I8", 1});
+  }
+  std::vector<uint8_t> zps;
+  zps.reserve(q.acts.size());
+  for (const auto& [name, a] : q.acts) {
+    out.push_back({scale_name(name), {}, &a.scale, 1});
+    zps.push_back(uint8_t(a.zero_point));
+    out.push_back({zp_name(name), {}, nullptr, 1, false, false, &zps.back(), "U8", 1});
+  }
+  const json calib = {{"version", 1},
+                      {"scheme", "int8 weights symmetric per output channel; u8 activations per tensor"},
+                      {"calib", calib_method_name(q.calib.method)},
+                      {"calib_samples", q.calib.samples},
+                      {"percentile", q.calib.percentile},
+                      {"data", q.calib.data}};
+  io::write_safetensors(path, out,
+                        {{"format", "pt"}, {"ember_version", kVersion}, {"model", model_to_json(q.model)},
+                         {"ember_quant", json_text(calib)}});
+}
+
+namespace {
+// Reads and checks the file's tensors against the model (everything before anything large is allocated).
+class Reader {
+ public:
+  Reader(const io::ByteSource& src) : src_(src), h_(io::read_safetensors_header(src)), file_(src.name()) {}
+
+  QuantizedWeights read() {
+    QuantizedWeights q;
+    read_metadata(q);
+    const quant::NodeGraph ng = quant::make_node_graph(q.model, 1, 1);
+    q.params = ng.params;
+    size_t total = 0;
+    for (const ParamInfo& p : q.params) total = std::max(total, p.offset + p.size);
+    check_layout(q, ng);
+    read_acts(q, ng.g);
+    q.values.assign(total, 0.0f);
+    for (const ParamInfo& p : q.params)
+      if (!quantized(p)) io::read_tensor_f32(src_, h_, entry(p.name), q.values.data() + p.offset, p.size);
+    for (const ParamInfo& p : q.params)
+      if (!quantized(p)) io::check_finite(q.values.data() + p.offset, p.size, file_ + ": tensor '" + p.name + "'");
+    for (size_t i = 0; i < ng.g.nodes.size(); ++i) read_layer(q, ng, i);
+    for (const SafetensorsEntry& e : h_.tensors)
+      if (!used_.count(e.name)) fail(e.name, "is not a tensor of model " + q.model.name + "'s quantized weights");
+    return q;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& tensor, const std::string& msg) const {
+    throw Error(file_ + ": tensor '" + tensor + "': " + msg);
+  }
+  const SafetensorsEntry& entry(const std::string& name) {
+    const SafetensorsEntry* e = h_.find(name);
+    if (!e) throw Error(file_ + ": tensor '" + name + "' is missing");
+    used_.insert(name);
+    return *e;
+  }
+  const SafetensorsEntry& typed(const std::string& name, const char* dtype, const std::vector<int64_t>& shape) {
+    const SafetensorsEntry& e = entry(name);
+    if (e.dtype != dtype) fail(name, std::string("expected dtype ") + dtype + ", found " + e.dtype);
+    if (e.shape != shape) fail(name, "expected shape " + json(shape).dump() + ", found " + json(e.shape).dump());
+    return e;
+  }
+  bool quantized(const ParamInfo& p) const { return quantized_.count(p.name) > 0; }
+
+  void read_metadata(QuantizedWeights& q) {
+    const auto m = h_.metadata.find("model");
+    const auto c = h_.metadata.find("ember_quant");
+    if (c == h_.metadata.end())
+      throw Error(file_ + ": __metadata__.ember_quant is missing: not a quantized weights file (`ember quantize` writes one)");
+    if (m == h_.metadata.end()) throw Error(file_ + ": __metadata__.model is missing");
+    q.model = parse_model_json(m->second, file_ + ": __metadata__.model");
+    const json j = parse_json(c->second, file_ + ": __metadata__.ember_quant");
+    const std::string where = file_ + ": __metadata__.ember_quant";
+    if (!j.is_object() || !j.contains("calib") || !j["calib"].is_string())
+      throw Error(where + ": expected an object with \"calib\" (minmax, percentile or mse)");
+    q.calib.method = parse_calib_method(j["calib"].get<std::string>(), where + ".calib");
+    if (j.contains("calib_samples") && j["calib_samples"].is_number_integer())
+      q.calib.samples = int(std::clamp<int64_t>(j["calib_samples"].get<int64_t>(), 0, INT32_MAX));
+    if (j.contains("percentile") && j["percentile"].is_number()) q.calib.percentile = j["percentile"].get<double>();
+    if (j.contains("data") && j["data"].is_string()) q.calib.data = j["data"].get<std::string>();
+  }
+
+  // Which parameters are quantized (an I8 weight), each with the shapes it must have; mixes refused.
+  void check_layout(const QuantizedWeights& q, const quant::NodeGraph& ng) {
+    for (const ParamInfo& p : q.params) {
+      const SafetensorsEntry* e = h_.find(p.name);
+      if (!e) throw Error(file_ + ": tensor '" + p.name + "' is missing");
+      if (e->shape != shape64(p.shape))
+        fail(p.name, "expected shape " + json(p.shape).dump() + ", found " + json(e->shape).dump());
+      const LayerKind k = ng.g.nodes[size_t(p.layer)].spec->kind;
+      const bool qk = k == LayerKind::Conv2d || k == LayerKind::Linear;
+      if (e->dtype == "I8" && (!qk || p.role != ParamRole::weight))
+        fail(p.name, "is I8, but only Conv2d and Linear weights are quantized");
+      if (e->dtype == "I8") quantized_.insert(p.name);
+      if (e->dtype == "I32" && (!qk || p.role != ParamRole::bias)) fail(p.name, "is I32, but only quantized biases are");
+    }
+    for (const ParamInfo& p : q.params) {
+      if (p.role != ParamRole::bias) continue;
+      const std::string w = ng.g.nodes[size_t(p.layer)].param_prefix + ".weight";
+      const bool wq = quantized_.count(w) > 0, bq = h_.find(p.name)->dtype == "I32";
+      if (wq != bq)
+        fail(p.name, std::string(bq ? "is I32 (quantized) but '" : "is fp32 but '") + w +
+                         (wq ? "' is I8: a quantized layer's bias is I32" : "' is fp32: quantized and fp32 tensors mixed in one layer"));
+      if (bq) quantized_.insert(p.name);
+    }
+  }
+
+  float scalar_scale(const std::string& name) {
+    float s;
+    src_.read(&s, 4, h_.data_offset + typed(name, "F32", {}).begin, name);
+    if (!std::isfinite(s) || !(s > 0)) fail(name, "the scale " + std::to_string(s) + " is not finite and > 0");
+    return s;
+  }
+
+  void read_acts(QuantizedWeights& q, const nn::Graph& g) {
+    std::vector<std::string> names{"input"};
+    for (const nn::Node& n : g.nodes) names.push_back(n.param_prefix);
+    for (const std::string& a : names) {
+      QParams p;
+      p.scale = scalar_scale(scale_name(a));
+      uint8_t z;
+      src_.read(&z, 1, h_.data_offset + typed(zp_name(a), "U8", {}).begin, zp_name(a));
+      p.zero_point = z;
+      q.acts[a] = p;
+    }
+  }
+
+  void read_layer(QuantizedWeights& q, const quant::NodeGraph& ng, size_t i) {
+    const nn::Node& node = ng.g.nodes[i];
+    const std::string w = node.param_prefix + ".weight";
+    if (!quantized_.count(w)) return;
+    const ParamInfo* wp = nullptr;
+    const ParamInfo* bp = nullptr;
+    for (const ParamInfo& p : q.params)
+      if (p.layer == int(i)) (p.role == ParamRole::bias ? bp : wp) = &p;
+    QuantLayer l;
+    l.prefix = node.param_prefix;
+    l.shape = wp->shape;
+    const int64_t K = wp->shape[0];
+    l.w.resize(wp->size);
+    src_.read(l.w.data(), l.w.size(), h_.data_offset + entry(w).begin, w);
+    l.w_scale.resize(size_t(K));
+    src_.read(l.w_scale.data(), size_t(K) * 4, h_.data_offset + typed(w + "_scale", "F32", {K}).begin, w + "_scale");
+    for (int64_t k = 0; k < K; ++k)
+      if (!std::isfinite(l.w_scale[size_t(k)]) || !(l.w_scale[size_t(k)] > 0))
+        fail(w + "_scale", "the scale at index " + std::to_string(k) + " is " + std::to_string(l.w_scale[size_t(k)]) +
+                               ": scales must be finite and > 0");
+    std::vector<int8_t> z(static_cast<size_t>(K));
+    src_.read(z.data(), z.size(), h_.data_offset + typed(w + "_zero_point", "I8", {K}).begin, w + "_zero_point");
+    for (int64_t k = 0; k < K; ++k)
+      if (z[size_t(k)] != 0)
+        fail(w + "_zero_point", "the zero point at index " + std::to_string(k) + " is " + std::to_string(z[size_t(k)]) +
+                                    ": weights are symmetric (zero points 0)");
+    l.has_bias = bp != nullptr;
+    l.bias.assign(size_t(K), 0);
+    if (bp) src_.read(l.bias.data(), size_t(K) * 4, h_.data_offset + entry(bp->name).begin, bp->name);
+    const size_t per = wp->size / size_t(K);
+    const double in_scale = q.acts.at(input_act(ng.g, int(i))).scale;
+    for (size_t k = 0; k < size_t(K); ++k) {
+      for (size_t j = 0; j < per; ++j) q.values[wp->offset + k * per + j] = float(l.w[k * per + j]) * l.w_scale[k];
+      if (bp) q.values[bp->offset + k] = float(double(l.bias[k]) * in_scale * l.w_scale[k]);
+    }
+    q.layers.push_back(std::move(l));
+  }
+
+  const io::ByteSource& src_;
+  SafetensorsHeader h_;
+  std::string file_;
+  std::set<std::string> used_, quantized_;
+};
+}  // namespace
+
+QuantizedWeights load_quantized(const std::string& path) {
+  const io::FileSource src(path);
+  return Reader(src).read();
+}
+
+QuantizedWeights load_quantized_from_memory(const uint8_t* bytes, size_t n, const std::string& name) {
+  const io::MemorySource src(bytes, n, name);
+  return Reader(src).read();
+}
+
+bool is_quantized_file(const std::string& path) {
+  const io::FileSource src(path);
+  return io::read_safetensors_header(src).metadata.count("ember_quant") > 0;
+}
+
+}  // namespace ember

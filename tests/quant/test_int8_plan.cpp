@@ -1,0 +1,149 @@
+// The int8 plan against references: mnist-cnn against a double-precision fake-quantized
+// reference written out here (quantize, dequantize, products in double), and models with fp32
+// nodes (LayerNorm, GELU, residual adds) against the fp32 plan of the dequantized weights.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "ember/quant.h"
+#include "quant/quant_math.h"
+
+namespace ember {
+namespace {
+
+std::vector<float> random_values(const Model& m, uint64_t seed) {
+  PlanOptions o;
+  o.batch = 1, o.training = false;
+  Plan p(m, o);
+  p.init_params(seed);
+  const float* v = static_cast<const float*>(std::as_const(p).param_data());
+  return {v, v + p.param_count()};
+}
+
+std::vector<float> random_inputs(const Model& m, int n, uint64_t seed) {
+  std::mt19937 rng{uint32_t(seed)};
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> x(size_t(n) * m.in_c * m.in_h * m.in_w);
+  for (float& v : x) v = u(rng);
+  return x;
+}
+
+// fp32 plan outputs of the dequantized weights.
+std::vector<float> fp32_outputs(const QuantizedWeights& q, const std::vector<float>& x, int n) {
+  PlanOptions o;
+  o.batch = n, o.training = false, o.threads = 1;
+  Plan p(q.model, o);
+  std::copy(q.values.begin(), q.values.end(), static_cast<float*>(p.param_data()));
+  std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
+  p.forward(n);
+  const float* y = static_cast<const float*>(p.output());
+  size_t D = 1;
+  for (int d : p.output_dims()) D *= size_t(d);
+  return {y, y + size_t(n) * D};
+}
+
+std::vector<float> int8_outputs(const QuantizedWeights& q, const std::vector<float>& x, int n, int threads,
+                                const std::string& isa = "") {
+  Int8Plan p(q, n, threads, isa);
+  std::copy(x.begin(), x.end(), p.input());
+  p.forward(n);
+  size_t D = 1;
+  for (int d : p.output_dims()) D *= size_t(d);
+  return {p.output(), p.output() + size_t(n) * D};
+}
+
+double fq(double v, QParams q) { return quant::dequantize_value(quant::quantize_value(float(v), q), q); }
+
+// mnist-cnn in double: conv 5x5 pad 2 -> ReLU -> max-pool 2 -> flatten -> linear -> ReLU -> linear,
+// every int8 tensor fake-quantized as the int8 plan stores it (ReLU's output after the conv, the
+// pool and flatten keeping its QParams; the first Linear's ReLU output), weights dequantized.
+std::vector<double> mnist_reference(const QuantizedWeights& q, const std::vector<float>& x, int n) {
+  const auto p = [&](const std::string& name) {
+    for (const ParamInfo& i : q.params)
+      if (i.name == name) return q.values.data() + i.offset;
+    return static_cast<const float*>(nullptr);
+  };
+  const float *w0 = p("0.weight"), *b0 = p("0.bias"), *w4 = p("4.weight"), *b4 = p("4.bias"), *w6 = p("6.weight"),
+              *b6 = p("6.bias");
+  std::vector<double> out;
+  for (int s = 0; s < n; ++s) {
+    std::vector<double> in(784), a(32 * 784), pooled(32 * 196), h(128);
+    for (int i = 0; i < 784; ++i) in[size_t(i)] = fq(x[size_t(s) * 784 + i], q.acts.at("input"));
+    for (int k = 0; k < 32; ++k)
+      for (int y = 0; y < 28; ++y)
+        for (int xx = 0; xx < 28; ++xx) {
+          double acc = b0[k];
+          for (int r = 0; r < 5; ++r)
+            for (int c = 0; c < 5; ++c) {
+              const int iy = y + r - 2, ix = xx + c - 2;
+              if (iy >= 0 && iy < 28 && ix >= 0 && ix < 28) acc += in[size_t(iy) * 28 + ix] * w0[k * 25 + r * 5 + c];
+            }
+          a[(size_t(k) * 28 + y) * 28 + xx] = fq(std::max(acc, 0.0), q.acts.at("1"));
+        }
+    for (int k = 0; k < 32; ++k)
+      for (int y = 0; y < 14; ++y)
+        for (int xx = 0; xx < 14; ++xx) {
+          const double* c = &a[(size_t(k) * 28 + 2 * y) * 28 + 2 * xx];
+          pooled[(size_t(k) * 14 + y) * 14 + xx] = std::max({c[0], c[1], c[28], c[29]});
+        }
+    for (int k = 0; k < 128; ++k) {
+      double acc = b4[k];
+      for (int j = 0; j < 6272; ++j) acc += pooled[size_t(j)] * w4[size_t(k) * 6272 + j];
+      h[size_t(k)] = fq(std::max(acc, 0.0), q.acts.at("5"));
+    }
+    for (int k = 0; k < 10; ++k) {
+      double acc = b6[k];
+      for (int j = 0; j < 128; ++j) acc += h[size_t(j)] * w6[k * 128 + j];
+      out.push_back(acc);
+    }
+  }
+  return out;
+}
+
+QuantizedWeights quantized(const Model& m, int calib, CalibMethod method = CalibMethod::minmax) {
+  const std::vector<float> x = random_inputs(m, calib, 7);
+  QuantOptions o;
+  o.method = method;
+  return quantize_model(m, random_values(m, 3), x.data(), calib, o);
+}
+
+TEST(Int8Plan, MnistCnnMatchesDoubleFakeQuantReference) {
+  const Model m = builtin_model("mnist-cnn");
+  const QuantizedWeights q = quantized(m, 64);
+  const int n = 8;
+  const std::vector<float> x = random_inputs(m, n, 11);
+  const std::vector<double> ref = mnist_reference(q, x, n);
+  for (int threads : {1, 2}) {
+    const std::vector<float> y = int8_outputs(q, x, n, threads);
+    ASSERT_EQ(y.size(), ref.size());
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) scale = std::max(scale, std::fabs(ref[i])), worst = std::max(worst, std::fabs(y[i] - ref[i]));
+    // The int8 plan rounds in float where the reference rounds in double: a tie may land one
+    // step apart (one u8 step of fc1's output moves a logit by at most 128 * |w| * step).
+    EXPECT_LE(worst, 0.02 * scale) << "threads " << threads;
+  }
+}
+
+TEST(Int8Plan, SameBitsForAnyThreadCount) {
+  const Model m = builtin_model("mnist-cnn");
+  const QuantizedWeights q = quantized(m, 32);
+  const std::vector<float> x = random_inputs(m, 5, 12);
+  EXPECT_EQ(int8_outputs(q, x, 5, 1), int8_outputs(q, x, 5, 3));
+}
+
+// Argmax agreement and a relative error bound against the fp32 plan of the dequantized weights.
+void expect_close_to_fp32(const QuantizedWeights& q, int n, double tol) {
+  const std::vector<float> x = random_inputs(q.model, n, 21);
+  const std::vector<float> ref = fp32_outputs(q, x, n), y = int8_outputs(q, x, n, 2);
+  ASSERT_EQ(y.size(), ref.size());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < y.size(); ++i) scale += ref[i] * double(ref[i]), err += (y[i] - ref[i]) * double(y[i] - ref[i]);
+  EXPECT_LE(std::sqrt(err / std::max(scale, 1e-30)), tol) << q.model.name;
+}
+
+TEST(Int8Plan, MnistCnnCloseToFp32) { expect_close_to_fp32(quantized(builtin_model("mnist-cnn"), 64), 16, 0.05); }
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,131 @@
+// `ember quantize W.safetensors --data DIR --calib-samples N --calib minmax|percentile|mse -o Wq`:
+// post-training quantization (docs/int8.md) of saved fp32 weights, calibrated on the first N
+// training images (shuffled), written atomically as a quantized weight file; and the int8 paths
+// of `ember eval` (quantized weights, or --precision int8 quantizing on the fly) and `ember info`.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "ember/error.h"
+#include "ember/files.h"
+#include "ember/io.h"
+#include "ember/quant.h"
+
+namespace ember::cli {
+
+void add_quantize_flags(CLI::App* cmd, QuantizeArgs& a) {
+  cmd->add_option("weights", a.weights, "fp32 weights (safetensors from `ember train --save`)")->required();
+  cmd->add_option("-o,--output", a.output, "The quantized weight file to write (safetensors)")->required();
+  add_common_flags(cmd, a.common);
+  cmd->add_option("--calib-samples", a.calib_samples, "Training images the activation ranges are calibrated on")
+      ->capture_default_str();
+  cmd->add_option("--calib", a.calib, "minmax, percentile or mse: how each activation's range is chosen")
+      ->capture_default_str();
+  cmd->add_option("--percentile", a.percentile, "--calib percentile: the central share of values kept, in %")
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Shuffles the training images the calibration samples are taken from")
+      ->capture_default_str();
+}
+
+namespace {
+// The fp32 weights of `model` from `path` (model_params order).
+std::vector<float> fp32_values(const Model& model, const std::string& path) {
+  check_weights_fit(model, path);
+  PlanOptions po;
+  po.batch = 1, po.threads = 1, po.training = false;
+  Plan plan(model, po);
+  load_weights(plan, path);
+  const float* v = static_cast<const float*>(std::as_const(plan).param_data());
+  return std::vector<float>(v, v + plan.param_count());
+}
+
+QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std::string& weights, const Dataset& train,
+                              const QuantOptionsCli& o) {
+  check_integer("--calib-samples", o.samples, 1, 1 << 20);
+  if (train.rows != model.in_h || train.cols != model.in_w || train.channels != model.in_c)
+    throw Error("--data: calibration needs images of the model's input [" + std::to_string(model.in_c) + ", " +
+                std::to_string(model.in_h) + ", " + std::to_string(model.in_w) + "], the training set's are [" +
+                std::to_string(train.channels) + ", " + std::to_string(train.rows) + ", " + std::to_string(train.cols) + "]");
+  bool active = false;
+  const Augment aug = augment_of(c, model, train.channels, &active);
+  std::vector<double> scale, shift;
+  input_affine(aug, &scale, &shift);
+  const int n = int(std::min<int64_t>(o.samples, train.count));
+  const std::vector<float> x = calibration_inputs(train, n, o.seed, scale, shift);
+  QuantOptions qo;
+  qo.method = parse_calib_method(o.calib, "--calib");
+  qo.percentile = o.percentile;
+  if (!(o.percentile > 50 && o.percentile <= 100)) throw Error("--percentile: expected a number in (50, 100], found " + std::to_string(o.percentile));
+  qo.data = c.data.empty() ? "default data set" : c.data;
+  qo.threads = c.threads, qo.isa = c.isa;
+  return quantize_model(model, fp32_values(model, weights), x.data(), n, qo);
+}
+}  // namespace
+
+int run_quantize(QuantizeArgs a, const CLI::App& cmd) {
+  check_output(a.output, "--output");
+  check_distinct({{"--output", a.output}}, run_inputs(a.common, a.weights, ""));
+  if (is_quantized_file(a.weights)) throw Error(a.weights + ": already quantized (its metadata has ember_quant)");
+  const Model model = weights_model(a.common, a.weights, cmd.count("--model") || cmd.count("--act"));
+  check_common(a.common);
+  const TrainTest data = load_data_for(a.common, a.calib_samples);
+  const QuantizedWeights q = quantize_for(a.common, model, a.weights, data.train,
+                                          {a.calib_samples, a.calib, a.percentile, a.seed});
+  save_quantized(q, a.output);
+  std::printf("ember quantize: model %s, weights %s -> %s: %zu layers int8, activations calibrated (%s) on %d images of %s; "
+              "%s -> %s\n", model.name.c_str(), one_line(a.weights).c_str(), one_line(a.output).c_str(), q.layers.size(),
+              calib_method_name(q.calib.method), q.calib.samples, one_line(q.calib.data).c_str(),
+              mib(std::filesystem::file_size(a.weights)).c_str(), mib(std::filesystem::file_size(a.output)).c_str());
+  return 0;
+}
+
+int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
+  const bool stored = is_quantized_file(a.weights);
+  QuantizedWeights q;
+  TrainTest data;
+  if (stored) {
+    q = load_quantized(a.weights);
+    if (!cmd.count("--batch-size")) a.common.batch_size = q.model.recipe.batch_size;
+    check_common(a.common);
+    data = load_data_for(a.common, 1);
+  } else {  // --precision int8 with fp32 weights: quantized here, calibrated on the training set
+    const Model model = weights_model(a.common, a.weights, cmd.count("--model") || cmd.count("--act"));
+    if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
+    check_common(a.common);
+    data = load_data_for(a.common, a.calib.samples);
+    q = quantize_for(a.common, model, a.weights, data.train, a.calib);
+  }
+  a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
+  bool augmenting = false;
+  const Augment aug = augment_of(a.common, q.model, data.test.channels, &augmenting);
+  Int8Plan plan(q, a.common.batch_size, a.common.threads, a.common.isa);
+  std::vector<double> scale, shift;
+  input_affine(aug, &scale, &shift);
+  plan.set_input_affine(scale, shift);
+  if (data.test.rows != q.model.in_h || data.test.cols != q.model.in_w || data.test.channels != q.model.in_c)
+    if (!augmenting) throw Error("--data: the test images do not have the model's input size");
+  const EvalResult r = evaluate(plan, data.test, augmenting ? &aug : nullptr);
+  std::printf("ember eval: model %s, weights %s (int8, %s kernels%s): test accuracy %.2f%% (loss %.4f) on %lld images\n",
+              q.model.name.c_str(), one_line(a.weights).c_str(), plan.int8_path(), stored ? "" : ", quantized on the fly",
+              100 * r.accuracy, r.loss, (long long)r.count);
+  if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");
+  return 0;
+}
+
+void print_quantized(const std::string& path) {
+  const QuantizedWeights q = load_quantized(path);
+  std::printf("\nquantized weights %s: model %s, calibration %s on %d samples of %s", one_line(path).c_str(),
+              q.model.name.c_str(), calib_method_name(q.calib.method), q.calib.samples, one_line(q.calib.data).c_str());
+  if (q.calib.method == CalibMethod::percentile) std::printf(" (%.4g %%)", q.calib.percentile);
+  std::printf("\n  input: scale %.6g zero point %d\n", double(q.acts.at("input").scale), q.acts.at("input").zero_point);
+  for (const QuantLayer& l : q.layers) {
+    float lo = l.w_scale[0], hi = l.w_scale[0];
+    for (float s : l.w_scale) lo = std::min(lo, s), hi = std::max(hi, s);
+    const QParams& o = q.acts.at(l.prefix);
+    std::printf("  %-24s int8 weights %zu channels, scales %.4g .. %.4g; output scale %.6g zero point %d\n",
+                l.prefix.c_str(), l.w_scale.size(), double(lo), double(hi), double(o.scale), o.zero_point);
+  }
+}
+
+}  // namespace ember::cli
