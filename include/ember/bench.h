@@ -24,6 +24,11 @@ struct BenchOptions {
   // The model workloads' plans run in each precision in turn (fp32 then bf16: side by side, one
   // workload at a time); the GEMM rows have their own fp32 (sgemm-*) and bf16 (sbgemm-*) names.
   std::vector<Precision> precisions{Precision::fp32};
+  // Weight files for the inference workloads (cnn-infer-*, the model workloads' *-infer-*): each
+  // workload runs once per file of its model, in the order given, an fp32 file in an fp32 plan with
+  // those weights, a quantized one (ember quantize) in the int8 plan (precision "int8"); none: random
+  // fp32 weights. A file whose model no named workload runs is an error.
+  std::vector<std::string> weights;
 };
 
 struct BenchMachine {
@@ -44,7 +49,8 @@ struct BenchResult {
   double gflops = 0;             // 0 where it does not apply
   double peak_pct = 0;           // gflops against the peak of `threads` threads: the FMA peak, or
                                  // for bf16 (sbgemm rows, bf16 plans) that times the table's bf16_rate
-  std::string precision = "fp32";  // the plan's precision (fp32 or bf16); the GEMM rows': their operands'
+  std::string precision = "fp32";  // the plan's precision (fp32, bf16, int8); the GEMM rows': their operands'
+  std::string weights;           // the weight file it ran with (BenchOptions::weights), or empty
 };
 
 // The names run_bench knows, in the order it runs them.

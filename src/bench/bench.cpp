@@ -3,6 +3,8 @@
 // forward, weight and input gradients) or 2*M*N*K; % of peak is against the FMA loop's rate
 // for the same number of threads.
 #include "ember/bench.h"
+#include "ember/quant.h"
+#include "ember/io.h"
 
 #include <unistd.h>
 
@@ -111,12 +113,13 @@ double time_training(const Model& model, const Dataset& d, int batch, int thread
 
 // Milliseconds per forward pass of a batch (the inference path: no loss, no backward).
 double time_inference(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
-                      double* flops_per_sample, const std::string& layout) {
+                      double* flops_per_sample, const std::string& layout, const std::string& weights = "") {
   PlanOptions po;
   po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec, po.layout = layout;
   po.optimizer.kind = OptimizerKind::SGD;
   Plan plan(model, po);
   plan.init_params(1);
+  if (!weights.empty()) load_weights(plan, weights);
   plan.freeze();  // inference only: batch 1 reads fc1's weight rows for non-zero inputs only
   *flops_per_sample = plan.flops_per_sample(false);
   std::vector<int64_t> idx(batch);
@@ -132,18 +135,59 @@ double time_inference(const Model& model, const Dataset& d, int batch, int threa
   return since(t0) / reps * 1e3;
 }
 
+// The weight files a workload of `model` runs with (BenchOptions::weights): each with its model's
+// name and whether it is quantized; {""} (random fp32 weights) when none are given.
+struct WeightRun {
+  std::string path;
+  bool int8 = false;
+};
+std::vector<WeightRun> weight_runs(const BenchOptions& o, const std::string& model) {
+  if (o.weights.empty()) return {WeightRun{}};
+  std::vector<WeightRun> out;
+  for (const std::string& w : o.weights) {
+    const auto meta = read_weights_metadata(w);
+    const auto it = meta.find("model");
+    if (it == meta.end()) throw Error("weights: " + w + " names no model (no __metadata__.model)");
+    const Model m = parse_model_json(it->second, w + ": __metadata__.model");
+    if (m.name == model) out.push_back({w, meta.count("ember_quant") > 0});
+  }
+  return out;
+}
+
+// Milliseconds per forward pass of an int8 plan (quantized weights from `path`), inputs from d
+// (MNIST-shaped) or random normal ones when d is null.
+double time_int8(const std::string& path, const Dataset* d, int batch, int threads, Isa isa, double* flops, double min_s) {
+  const QuantizedWeights q = load_quantized(path);
+  Int8Plan plan(q, batch, threads, isa_name(isa));
+  *flops = plan.flops_per_sample();
+  if (d) {
+    std::vector<int64_t> idx(static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) idx[size_t(i)] = i % d->count;
+    plan.gather_u8(d->images.data(), d->labels.data(), idx.data(), batch);
+  } else {
+    Pcg32 rng(7, 1);
+    for (size_t i = 0; i < size_t(batch) * q.model.in_c * q.model.in_h * q.model.in_w; ++i) plan.input()[i] = float(rng.normal());
+  }
+  for (int i = 0; i < 3; ++i) plan.forward(batch);
+  int64_t reps = 0;
+  const auto t0 = Clock::now();
+  while (reps < 3 || since(t0) < min_s) plan.forward(batch), ++reps;
+  return since(t0) / double(reps) * 1e3;
+}
+
 // The model workloads (ConvNeXts, ResNets): random inputs [batch, C, H, W] and labels, no data set.
 // Training: samples per second over whole steps (forward, loss, backward, the recipe's optimizer)
 // after 2 untimed ones, timed
 // for at least 3 steps and 4 s; inference: milliseconds per forward of an inference plan.
 double convnext_run(const Model& model, int batch, int threads, Isa isa, Precision prec, bool training, double* flops,
-                    const std::string& layout) {
+                    const std::string& layout, const std::string& weights = "") {
   PlanOptions po;
   po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.training = training, po.precision = prec;
   po.layout = layout;
   po.optimizer = optimizer_of(model.recipe);
   Plan plan(model, po);
   plan.init_params(1);
+  if (!weights.empty()) load_weights(plan, weights);
   *flops = plan.flops_per_sample(training);
   Pcg32 rng(7, 1);
   float* x = static_cast<float*>(plan.input());
@@ -322,8 +366,8 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
   auto threads_or = [&](int t) { return o.threads > 0 ? o.threads : t; };
   auto batch_or = [&](int b) { return o.batch > 0 ? o.batch : b; };
   auto peak = [&](int t) { return t == 1 ? machine.peak_gflops_1t : machine.peak_gflops_1t * t; };
-  auto emit = [&](BenchResult r) {
-    r.precision = precision_name(prec);
+  auto emit = [&](BenchResult r, bool int8 = false) {
+    r.precision = int8 ? "int8" : precision_name(prec);
     // bf16 rows: against the bf16 peak (the FMA peak times the table's bf16 rate: 2 with VDPBF16PS)
     if (r.name.rfind("sbgemm", 0) == 0) r.precision = "bf16";
     const double rate = r.precision == "bf16" ? kernels_for(isa).bf16_rate : 1;
@@ -371,13 +415,18 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
   for (const char* name : {"cnn-infer-b1", "cnn-infer-b64"}) {
     if (!wants(name)) continue;
     const bool b1 = std::string(name) == "cnn-infer-b1";
-    BenchResult r;
-    r.name = name, r.what = "mnist-cnn forward pass, milliseconds per batch";
-    r.threads = threads_or(b1 ? 1 : all), r.batch = batch_or(b1 ? 1 : 64);
-    double fps = 0;
-    r.value = time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps, o.layout), r.unit = "ms";
-    r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
-    emit(r);
+    for (const WeightRun& wr : weight_runs(o, "mnist-cnn")) {
+      if (wr.int8 && prec != Precision::fp32) continue;
+      BenchResult r;
+      r.name = name, r.what = "mnist-cnn forward pass, milliseconds per batch", r.weights = wr.path;
+      r.threads = threads_or(b1 ? 1 : all), r.batch = batch_or(b1 ? 1 : 64);
+      double fps = 0;
+      r.value = wr.int8 ? time_int8(wr.path, &train, r.batch, r.threads, isa, &fps, 0.5)
+                        : time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps, o.layout, wr.path);
+      r.unit = "ms";
+      r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
+      emit(r, wr.int8);
+    }
   }
   // The model workloads (ConvNeXts, ResNets) run only when named (--workloads): each takes 10-60 s.
   auto named = wants;
@@ -394,12 +443,17 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
                                           : " training on random 64x64 inputs (" + m.recipe.optimizer + "), samples per second");
     const bool b1 = name.ends_with("-infer-b1");
     r.threads = threads_or(all), r.batch = batch_or(b1 ? 1 : 64);
-    double fps = 0;
-    r.value = convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps, o.layout);
-    r.unit = infer ? "ms" : "samples/s";
-    r.samples_per_s = infer ? r.batch / (r.value / 1e3) : r.value;
-    r.gflops = fps * r.samples_per_s / 1e9;
-    emit(r);
+    for (const WeightRun& wr : infer ? weight_runs(o, m.name) : std::vector<WeightRun>{WeightRun{}}) {
+      if (wr.int8 && prec != Precision::fp32) continue;
+      double fps = 0;
+      r.weights = wr.path;
+      r.value = wr.int8 ? time_int8(wr.path, nullptr, r.batch, r.threads, isa, &fps, 4.0)
+                        : convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps, o.layout, wr.path);
+      r.unit = infer ? "ms" : "samples/s";
+      r.samples_per_s = infer ? r.batch / (r.value / 1e3) : r.value;
+      r.gflops = fps * r.samples_per_s / 1e9;
+      emit(r, wr.int8);
+    }
   }
   for (const std::string& name : data_workloads()) {
     if (!named(name)) continue;
@@ -465,6 +519,18 @@ void run_bench(const BenchOptions& o, const BenchMachine& machine, const Dataset
   for (const auto& n : data_workloads()) data_named = data_named || std::find(o.only.begin(), o.only.end(), n) != o.only.end();
   if (data_named && o.data_folder.empty()) run.data_folder = make_jpeg_folder();  // removed below
   const auto base = bench_workloads();  // what runs when no workload is named
+  for (const std::string& w : o.weights) {  // each file needs an inference workload of its model
+    const auto meta = read_weights_metadata(w);
+    const auto it = meta.find("model");
+    const std::string model = it == meta.end() ? "" : parse_model_json(it->second, w + ": __metadata__.model").name;
+    bool runs = false;
+    for (const char* n : {"cnn-infer-b1", "cnn-infer-b64"})
+      runs = runs || (model == "mnist-cnn" && (o.only.empty() || std::find(o.only.begin(), o.only.end(), n) != o.only.end()));
+    for (const ModelWorkload& mw : model_workloads())
+      runs = runs || (model == mw.model && std::string(mw.name).find("-infer-") != std::string::npos &&
+                      std::find(o.only.begin(), o.only.end(), mw.name) != o.only.end());
+    if (!runs) throw Error("weights: " + w + " holds model '" + model + "', which no inference workload named runs");
+  }
   try {
     for (const std::string& name : names) {
       const bool selected = std::find(o.only.begin(), o.only.end(), name) != o.only.end();

@@ -41,6 +41,10 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
                   "Time only this model's forward pass (a built-in name, FILE.json, or FILE.onnx with its weights) at "
                   "--batch-size (default: 1 and 64): workloads model-infer-bB");
   cmd->add_flag("--json", a.json, "Print one JSON document instead of the table");
+  cmd->add_option("--weights", a.weights,
+                  "Weight files (fp32, or quantized by `ember quantize`) the inference workloads of their model run with, "
+                  "one row each, side by side (int8 rows: precision int8)")
+      ->delimiter(',');
   cmd->add_flag("--list", a.list, "List the workloads and exit");
 }
 
@@ -92,7 +96,7 @@ class Reporter {
     if (a_.json) {
       rows_.push_back({{"name", r.name}, {"what", r.what}, {"threads", r.threads}, {"batch", r.batch},
                        {"value", r.value}, {"unit", r.unit}, {"samples_per_s", r.samples_per_s},
-                       {"gflops", r.gflops}, {"peak_pct", r.peak_pct}, {"precision", r.precision}});
+                       {"gflops", r.gflops}, {"peak_pct", r.peak_pct}, {"precision", r.precision}, {"weights", r.weights}});
       return;
     }
     auto num = [](double v, const char* fmt) {
@@ -105,6 +109,7 @@ class Reporter {
                 r.batch ? std::to_string(r.batch).c_str() : "-", num(r.value, "%.4g").c_str(), r.unit.c_str(),
                 num(r.samples_per_s, "%.0f").c_str(), num(r.gflops, "%.1f").c_str(),
                 num(r.peak_pct, "%.1f").c_str());
+    if (!r.weights.empty()) std::printf("%-14s   weights %s\n", "", one_line(r.weights).c_str());
     std::fflush(stdout);
   }
   void finish() {
@@ -169,6 +174,7 @@ int run_bench(const BenchArgs& a) {
   BenchOptions o;
   o.threads = a.threads, o.batch = a.batch_size, o.isa = a.isa, o.layout = a.layout, o.samples = a.samples, o.only = a.workloads;
   o.data_folder = a.data_folder;
+  o.weights = a.weights;
   o.precisions.clear();
   for (const std::string& p : a.precisions) {
     const Precision prec = parse_precision(p, "--precision");

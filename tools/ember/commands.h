@@ -180,6 +180,7 @@ struct BenchArgs {
   std::string data_folder;   // the data-* workloads' image folder (empty: generated)
   std::string model;         // --model: time only this model's forward pass (model-infer-bB)
   std::vector<std::string> precisions{"fp32"};  // --precision fp32,bf16: each model workload in each
+  std::vector<std::string> weights;  // --weights: fp32 or quantized files the inference workloads run with
   bool json = false;
   bool list = false;
 };
