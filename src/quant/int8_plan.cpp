@@ -50,6 +50,7 @@ struct Int8Plan::Impl {
   std::vector<Role> role;                // per node
   std::vector<int> final_of;             // per gemm/dw node: the tensor its fused step writes
   std::vector<int> res_of;               // per gemm/dw node: the residual tensor, or -1
+  std::vector<int> bn_of;                // per gemm/dw node: the BatchNorm2d folded into it, or -1
   std::vector<TensorInfo> ts;
   std::vector<nn::Block> blocks;
   std::vector<quant::GemmOp> gemms;
@@ -109,10 +110,33 @@ Role base_role(const Impl& m, int i) {
   return Role::fallback;
 }
 
-// Fuses a ReLU, or an Add (with the other input ready) and a ReLU after it, into gemm/dw node i.
+// The eval-mode BatchNorm2d of node bn as y = a x + c per channel (false where some a is 0: the
+// requantization could not carry c then).
+bool bn_affine(const Impl& m, int bn, std::vector<double>* a, std::vector<double>* c) {
+  const int t = m.ng.first_param[size_t(bn)];
+  const int C = m.g().tensors[size_t(m.g().nodes[size_t(bn)].out)].dims.c;
+  const float* p = m.q.values.data();
+  const float *g = p + m.ng.params[size_t(t)].offset, *b = p + m.ng.params[size_t(t) + 1].offset,
+              *mean = p + m.ng.params[size_t(t) + 2].offset, *var = p + m.ng.params[size_t(t) + 3].offset;
+  a->resize(size_t(C)), c->resize(size_t(C));
+  for (int k = 0; k < C; ++k) {
+    (*a)[size_t(k)] = double(g[k]) / std::sqrt(double(var[k]) + spec(m, bn).eps);
+    (*c)[size_t(k)] = double(b[k]) - (*a)[size_t(k)] * mean[k];
+    if (!(std::fabs((*a)[size_t(k)]) > 1e-30) || !std::isfinite((*a)[size_t(k)])) return false;
+  }
+  return true;
+}
+
+// Fuses a BatchNorm2d, then a ReLU, or an Add (with the other input ready) and a ReLU after it,
+// into gemm/dw node i.
 void fuse_after(Impl& m, int i) {
   int t = m.g().nodes[size_t(i)].out;
   int r = only_reader(m, t);
+  std::vector<double> a, c;
+  if (r >= 0 && kind_is(m, r, LayerKind::BatchNorm2d) && bn_affine(m, r, &a, &c)) {
+    m.role[size_t(r)] = Role::fused, m.bn_of[size_t(i)] = r;
+    t = m.g().nodes[size_t(r)].out, r = only_reader(m, t);
+  }
   if (r >= 0 && kind_is(m, r, LayerKind::Add) && m.g().nodes[size_t(r)].in.size() == 2) {
     const auto& in = m.g().nodes[size_t(r)].in;
     const int other = in[0] == t ? in[1] : in[0];
@@ -131,6 +155,7 @@ void classify(Impl& m) {
   m.role.assign(n, Role::fallback);
   m.final_of.assign(n, -1);
   m.res_of.assign(n, -1);
+  m.bn_of.assign(n, -1);
   for (size_t i = 0; i < n; ++i) {
     if (m.role[i] == Role::fused) continue;
     m.role[i] = base_role(m, int(i));
@@ -205,19 +230,32 @@ int form_of(Impl& m, int t, int f) {
   return x.buf[f];
 }
 
-// The requantization of node i's fused step into tensor `final` (u8, or f32 for fp32 readers).
-Int8Epilogue epilogue(const Impl& m, int i, std::vector<float>* scale, const QuantLayer& l, float s_in) {
+// The requantization of node i's fused step into tensor `final` (u8, or f32 for fp32 readers):
+// per channel k, z = a_k (s_in s_w[k] acc + B_k) + c_k with the layer's real bias B_k and a fused
+// BatchNorm's affine (else a 1, c 0) is z = scale_k (acc + bias_k) in units of the output.
+Int8Epilogue epilogue(const Impl& m, int i, const QuantLayer& l, float s_in, std::vector<float>* scale,
+                      std::vector<int32_t>* bias) {
   const int final = m.final_of[size_t(i)];
   const TensorInfo& f = m.ts[size_t(final)];
   Int8Epilogue ep;
   ep.f32_out = f.native != kU8;
-  const float s_out = ep.f32_out ? 1.0f : f.qp.scale;
+  const double s_out = ep.f32_out ? 1.0 : f.qp.scale;
   const bool relu = kind_is(m, m.g().tensors[size_t(final)].producer, LayerKind::ReLU);
   ep.relu = relu && ep.f32_out;
   ep.zero_point = f.qp.zero_point;
   ep.lo = relu && !ep.f32_out ? f.qp.zero_point : 0;
-  scale->resize(l.w_scale.size());
-  for (size_t k = 0; k < scale->size(); ++k) (*scale)[k] = float(double(s_in) * l.w_scale[k] / s_out);
+  const size_t K = l.w_scale.size();
+  std::vector<double> a(K, 1.0), c(K, 0.0);
+  if (m.bn_of[size_t(i)] >= 0) bn_affine(m, m.bn_of[size_t(i)], &a, &c);
+  const int in = m.g().nodes[size_t(i)].in[0];
+  const double s_file = m.q.acts.at(m.name(size_t(in))).scale;  // the file's bias is in its units
+  scale->resize(K), bias->resize(K);
+  for (size_t k = 0; k < K; ++k) {
+    const double unit = double(s_in) * l.w_scale[k];
+    const double B = double(l.bias[k]) * s_file * l.w_scale[k];
+    (*scale)[k] = float(a[k] * unit / s_out);
+    (*bias)[k] = int32_t(std::clamp(std::nearbyint((B + c[k] / a[k]) / unit), -2147483647.0, 2147483647.0));
+  }
   if (const int r = m.res_of[size_t(i)]; r >= 0) {
     ep.res_scale = float(double(m.ts[size_t(r)].qp.scale) / s_out);
     ep.res_zp = m.ts[size_t(r)].qp.zero_point;
@@ -260,8 +298,9 @@ void add_gemm(Impl& m, int i, Step& st) {
     }
   }
   std::vector<float> scale;
-  st.ep = epilogue(m, i, &scale, l, x.qp.scale);
-  quant::pack_gemm(*m.k, op, rows, l.bias, scale);
+  std::vector<int32_t> bias;
+  st.ep = epilogue(m, i, l, x.qp.scale, &scale, &bias);
+  quant::pack_gemm(*m.k, op, rows, bias, scale);
   st.op = int(m.gemms.size());
   m.gemms.push_back(std::move(op));
 }
@@ -280,8 +319,7 @@ void add_dw(Impl& m, int i, Step& st) {
   const int RS = s.kernel_h * s.kernel_w;
   for (int k = 0; k < out.c; ++k)
     for (int j = 0; j < RS; ++j) op.w[size_t(j) * out.c + k] = l.w[size_t(k) * RS + j];
-  op.bias = l.bias;
-  st.ep = epilogue(m, i, &op.scale, l, x.qp.scale);
+  st.ep = epilogue(m, i, l, x.qp.scale, &op.scale, &op.bias);
   st.op = int(m.dws.size());
   m.dws.push_back(std::move(op));
 }
@@ -316,6 +354,12 @@ void add_step(Impl& m, int i) {
   TensorInfo& o = m.ts[size_t(out)];
   st.out = o.buf[o.native] = new_block(m, out, o.native, int(m.steps.size()));
   st.what = std::string(r == Role::fallback ? "fp32 " : "int8 ") + n.label;
+  if (r == Role::gemm || r == Role::dw) {  // what its requantization carries
+    if (m.bn_of[size_t(i)] >= 0) st.what += " + batchnorm2d";
+    if (m.res_of[size_t(i)] >= 0) st.what += " + add " + m.name(size_t(m.res_of[size_t(i)]));
+    if (kind_is(m, m.g().tensors[size_t(out)].producer, LayerKind::ReLU)) st.what += " + relu";
+    st.what += m.ts[size_t(out)].native == kU8 ? " -> u8" : " -> fp32";
+  }
   m.steps.push_back(std::move(st));
 }
 

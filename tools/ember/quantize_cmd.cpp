@@ -126,6 +126,9 @@ void print_quantized(const std::string& path) {
     std::printf("  %-24s int8 weights %zu channels, scales %.4g .. %.4g; output scale %.6g zero point %d\n",
                 l.prefix.c_str(), l.w_scale.size(), double(lo), double(hi), double(o.scale), o.zero_point);
   }
+  // The int8 plan's steps: what runs in int8, in fp32, and the quantize / dequantize between.
+  const Int8Plan plan(q, 1, 1);
+  std::printf("int8 plan (%s kernels), in order:\n%s", plan.int8_path(), plan.summary().c_str());
 }
 
 }  // namespace ember::cli
