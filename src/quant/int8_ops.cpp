@@ -40,20 +40,30 @@ void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_ro
 }
 
 namespace {
-// im2col rows [m0, m0 + rows) of the op's output pixels into col [rows, R*S*C].
+// im2col rows [m0, m0 + rows) of the op's output pixels into col [rows, R*S*C]: per tap, C bytes
+// of the input pixel, or C zero points outside the image (a few bytes per tap when C is small:
+// copied by a loop, not a call).
 void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows) {
   const int PQ = op.P * op.Q, C = op.C;
+  const uint8_t zp = uint8_t(op.x_zp);
   for (int i = 0; i < rows; ++i) {
     const int64_t m = m0 + i;
     const int64_t n = m / PQ;
     const int p = int(m % PQ) / op.Q, q = int(m % PQ) % op.Q;
     uint8_t* dst = col + size_t(i) * size_t(op.R * op.S * C);
+    const uint8_t* img = x + size_t(n) * op.H * op.W * C;
     for (int r = 0; r < op.R; ++r) {
       const int h = p * op.stride_h - op.pad_h + r;
       for (int s = 0; s < op.S; ++s, dst += C) {
         const int w = q * op.stride_w - op.pad_w + s;
-        if (h < 0 || h >= op.H || w < 0 || w >= op.W) std::memset(dst, int(op.x_zp), size_t(C));
-        else std::memcpy(dst, x + ((size_t(n) * op.H + h) * op.W + w) * C, size_t(C));
+        const bool inside = h >= 0 && h < op.H && w >= 0 && w < op.W;
+        const uint8_t* src = inside ? img + (size_t(h) * op.W + w) * C : nullptr;
+        if (C >= 16) {
+          if (inside) std::memcpy(dst, src, size_t(C));
+          else std::memset(dst, zp, size_t(C));
+        } else {
+          for (int c = 0; c < C; ++c) dst[c] = inside ? src[c] : zp;
+        }
       }
     }
   }
