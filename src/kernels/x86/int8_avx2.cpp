@@ -79,9 +79,11 @@ void tile(const Block& b, int m, int n, int n1, const Int8Epilogue& ep, void* C,
       for (int j = 0; j < NV; ++j) acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(av, bv[j]));
     }
   }
-  for (int r = 0; r < R; ++r) {
-    if (b.last) epi_row<V256, NV>(acc[r], m + r, n, n1, ep, C, ldc);
-    else
+  if (b.last) {
+    const EpiConsts<V256> k(ep);
+    for (int r = 0; r < R; ++r) epi_row<V256, NV>(acc[r], m + r, n, n1, k, C, ldc);
+  } else {
+    for (int r = 0; r < R; ++r)
       for (int j = 0; j < NV; ++j) V256::storei(b.part + r * kPanel + j * 8, acc[r][j]);
   }
 }

@@ -97,25 +97,42 @@ struct V512 {
 };
 #endif
 
+// The epilogue's options with its constants broadcast once (a local per tile: kept in registers, never
+// reloaded after the stores to C, which may alias anything).
+template <class V>
+struct EpiConsts {
+  const Int8Epilogue& ep;
+  typename V::F lo, hi, res_scale;
+  typename V::I zp, res_zp;
+  explicit EpiConsts(const Int8Epilogue& e)
+      : ep(e), lo(V::set1f(float(e.lo - e.zero_point))), hi(V::set1f(float(e.hi - e.zero_point))),
+        res_scale(V::set1f(e.res_scale)), zp(V::set1(e.zero_point)), res_zp(V::set1(e.res_zp)) {}
+};
+
 // The epilogue on W exact sums at (m, n .. n + W): the steps of int8_scalar.h's epilogue_one, lane-wise
 // (float multiply and add as separate instructions: these files build with -ffp-contract=off).
 template <class V>
-inline void epi_vec(typename V::I acc, int m, int n, const Int8Epilogue& ep, void* C, int ldc) {
-  using F = typename V::F;
-  if (ep.bias) acc = V::add(acc, V::loadi(ep.bias + n));
-  F v = V::mul(V::cvt(acc), V::loadf(ep.scale + n));
-  if (ep.res) {
-    const auto r = V::sub(V::load_u8(ep.res + size_t(m) * ep.ldr + n), V::set1(ep.res_zp));
-    v = V::addf(v, V::mul(V::cvt(r), V::set1f(ep.res_scale)));
+inline void epi_vec(typename V::I acc, int m, int n, const EpiConsts<V>& k, const int32_t* bias, const float* scale,
+                    const uint8_t* res, bool f32, bool relu, void* C, int ldc) {
+  if (bias) acc = V::add(acc, V::loadi(bias + n));
+  typename V::F v = V::mul(V::cvt(acc), V::loadf(scale + n));
+  if (res) {
+    const auto r = V::sub(V::load_u8(res + size_t(m) * k.ep.ldr + n), k.res_zp);
+    v = V::addf(v, V::mul(V::cvt(r), k.res_scale));
   }
-  if (ep.f32_out) {
-    if (ep.relu) v = V::maxf(v, V::zerof());
+  if (f32) {
+    if (relu) v = V::maxf(v, V::zerof());
     V::storef(static_cast<float*>(C) + size_t(m) * ldc + n, v);
     return;
   }
-  v = V::maxf(v, V::set1f(float(ep.lo - ep.zero_point)));  // NaN -> lo'
-  v = V::minf(v, V::set1f(float(ep.hi - ep.zero_point)));
-  V::store_u8(static_cast<uint8_t*>(C) + size_t(m) * ldc + n, V::add(V::round(v), V::set1(ep.zero_point)));
+  v = V::minf(V::maxf(v, k.lo), k.hi);  // max(v, lo'): NaN -> lo'
+  V::store_u8(static_cast<uint8_t*>(C) + size_t(m) * ldc + n, V::add(V::round(v), k.zp));
+}
+
+template <class V>
+inline void epi_vec(typename V::I acc, int m, int n, const EpiConsts<V>& k, void* C, int ldc) {
+  const Int8Epilogue& e = k.ep;
+  epi_vec<V>(acc, m, n, k, e.bias, e.scale, e.res, e.f32_out, e.relu, C, ldc);
 }
 
 // The epilogue on the first `count` (< W) lanes of acc, one element at a time.
@@ -128,11 +145,16 @@ inline void epi_part(typename V::I acc, int count, int m, int n, const Int8Epilo
 
 // NV vectors of sums for columns n .. n + NV*W of row m; columns from n1 on are not written.
 template <class V, int NV>
-inline void epi_row(const typename V::I* acc, int m, int n, int n1, const Int8Epilogue& ep, void* C, int ldc) {
+inline void epi_row(const typename V::I* acc, int m, int n, int n1, const EpiConsts<V>& k, void* C, int ldc) {
+  const Int8Epilogue& e = k.ep;
+  const int32_t* bias = e.bias;
+  const float* scale = e.scale;
+  const uint8_t* res = e.res;
+  const bool f32 = e.f32_out, relu = e.relu;
   for (int j = 0; j < NV; ++j) {
     const int c = n + j * V::W;
-    if (c + V::W <= n1) epi_vec<V>(acc[j], m, c, ep, C, ldc);
-    else if (c < n1) epi_part<V>(acc[j], n1 - c, m, c, ep, C, ldc);
+    if (c + V::W <= n1) epi_vec<V>(acc[j], m, c, k, bias, scale, res, f32, relu, C, ldc);
+    else if (c < n1) epi_part<V>(acc[j], n1 - c, m, c, e, C, ldc);
   }
 }
 
@@ -173,11 +195,12 @@ template <class V>
 void dw_impl(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, const Int8Epilogue& ep, void* y,
              int p0, int p1) {
   const Int8Epilogue e = dw_epilogue(ep, s);
+  const EpiConsts<V> ek(e);
   for (int p = p0; p < p1; ++p)
     for (int q = 0; q < s.Q; ++q) {
       const int m = p * s.Q + q;
       int k = 0;
-      for (; k + V::W <= s.K; k += V::W) epi_vec<V>(dw_vec<V>(x, x_zp, w, s, p, q, k), m, k, e, y, s.K);
+      for (; k + V::W <= s.K; k += V::W) epi_vec<V>(dw_vec<V>(x, x_zp, w, s, p, q, k), m, k, ek, y, s.K);
       for (; k < s.K; ++k) epilogue_one(dw_sum_one(x, x_zp, w, s, p, q, k), m, k, e, y, s.K);
     }
 }

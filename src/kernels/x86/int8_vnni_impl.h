@@ -68,9 +68,11 @@ void vnni_tile(const VnniBlock& b, int m, int n, int n1, const Int8Epilogue& ep,
       const auto av = D::set1(load_a4(a + size_t(r) * b.lda + 4 * b.groups, b.tail));
       for (int j = 0; j < NV; ++j) acc[r][j] = D::dp(acc[r][j], av, D::loadi(bp + 4 * D::W * j));
     }
-  for (int r = 0; r < R; ++r) {
-    if (b.last) epi_row<D, NV>(acc[r], m + r, n, n1, ep, C, ldc);
-    else
+  if (b.last) {
+    const EpiConsts<D> k(ep);
+    for (int r = 0; r < R; ++r) epi_row<D, NV>(acc[r], m + r, n, n1, k, C, ldc);
+  } else {
+    for (int r = 0; r < R; ++r)
       for (int j = 0; j < NV; ++j) D::storei(b.part + r * kVnniPanel + j * D::W, acc[r][j]);
   }
 }
