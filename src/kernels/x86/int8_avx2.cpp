@@ -12,8 +12,8 @@ namespace ember {
 namespace {
 
 constexpr int kPanel = 64;  // columns per packed panel (n0 is a multiple of it)
-constexpr int kMR = 6;      // rows per register tile
-constexpr int kNV = 2;      // ymm vectors (8 columns each) per tile of kMR rows: 12 accumulators of 16
+constexpr int kMR = 4;      // rows per register tile
+constexpr int kNV = 2;      // ymm vectors (8 columns each) per tile of kMR rows: 8 accumulators of 16 (6 rows spill with GCC)
 constexpr int kKC = 256;    // k per cache block (even): 32 KiB of a panel
 constexpr int kMC = 48;     // rows per block of int32 partial sums when K spans several cache blocks
 
@@ -81,7 +81,11 @@ void tile(const Block& b, int m, int n, int n1, const Int8Epilogue& ep, void* C,
   }
   if (b.last) {
     const EpiConsts<V256> k(ep);
-    for (int r = 0; r < R; ++r) epi_row<V256, NV>(acc[r], m + r, n, n1, k, C, ldc);
+    for (int r = 0; r < R; ++r) {
+      __m256i row[NV];  // a copy: acc's address never escapes, so it stays in registers
+      for (int j = 0; j < NV; ++j) row[j] = acc[r][j];
+      epi_row<V256, NV>(row, m + r, n, n1, k, C, ldc);
+    }
   } else {
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < NV; ++j) V256::storei(b.part + r * kPanel + j * 8, acc[r][j]);
@@ -106,8 +110,6 @@ void rows_any(int rows, const Block& b, int m, int nb, int n1, const Int8Epilogu
     case 1: rows_of<1>(b, m, nb, n1, ep, C, ldc); break;
     case 2: rows_of<2>(b, m, nb, n1, ep, C, ldc); break;
     case 3: rows_of<3>(b, m, nb, n1, ep, C, ldc); break;
-    case 4: rows_of<4>(b, m, nb, n1, ep, C, ldc); break;
-    case 5: rows_of<5>(b, m, nb, n1, ep, C, ldc); break;
     default: rows_of<kMR>(b, m, nb, n1, ep, C, ldc); break;
   }
 }

@@ -70,7 +70,11 @@ void vnni_tile(const VnniBlock& b, int m, int n, int n1, const Int8Epilogue& ep,
     }
   if (b.last) {
     const EpiConsts<D> k(ep);
-    for (int r = 0; r < R; ++r) epi_row<D, NV>(acc[r], m + r, n, n1, k, C, ldc);
+    for (int r = 0; r < R; ++r) {
+      typename D::I row[NV];  // a copy: acc's address never escapes, so it stays in registers
+      for (int j = 0; j < NV; ++j) row[j] = acc[r][j];
+      epi_row<D, NV>(row, m + r, n, n1, k, C, ldc);
+    }
   } else {
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < NV; ++j) D::storei(b.part + r * kVnniPanel + j * D::W, acc[r][j]);
