@@ -8,6 +8,7 @@ namespace ember {
 namespace {
 
 struct D512 : V512 {
+  static constexpr int kRows = 6;         // rows per register tile
   static constexpr int kTileVectors = 4;  // 64 columns: 24 accumulators of 32 zmm
   static I dp(I acc, I a, I b) { return _mm512_dpbusd_epi32(acc, a, b); }  // u8 a x s8 b, no saturation
 };

@@ -8,9 +8,8 @@ namespace ember {
 namespace {
 
 constexpr int kVnniPanel = 64;  // columns per packed panel (n0 is a multiple of it)
-constexpr int kVnniMR = 6;      // rows per register tile
 constexpr int kVnniKCG = 128;   // k-groups (4 k each) per cache block: 32 KiB of a panel
-constexpr int kVnniMC = 48;     // rows per block of int32 partial sums when K spans several cache blocks
+constexpr int kVnniMC = 48;     // rows (a multiple of every D::kRows) per block of int32 partial sums when K spans several cache blocks
 
 size_t vnni_packed_bytes(int N, int K) {
   return size_t((N + kVnniPanel - 1) / kVnniPanel) * kVnniPanel * size_t((K + 3) / 4 * 4);
@@ -95,7 +94,7 @@ void vnni_rows(VnniBlock b, int m, int nb, int n1, const Int8Epilogue& ep, void*
   }
 }
 
-template <class D>
+template <class D>  // rows <= D::kRows
 void vnni_rows_any(int rows, const VnniBlock& b, int m, int nb, int n1, const Int8Epilogue& ep, void* C, int ldc) {
   switch (rows) {
     case 1: vnni_rows<D, 1>(b, m, nb, n1, ep, C, ldc); break;
@@ -103,12 +102,12 @@ void vnni_rows_any(int rows, const VnniBlock& b, int m, int nb, int n1, const In
     case 3: vnni_rows<D, 3>(b, m, nb, n1, ep, C, ldc); break;
     case 4: vnni_rows<D, 4>(b, m, nb, n1, ep, C, ldc); break;
     case 5: vnni_rows<D, 5>(b, m, nb, n1, ep, C, ldc); break;
-    default: vnni_rows<D, kVnniMR>(b, m, nb, n1, ep, C, ldc); break;
+    default: vnni_rows<D, D::kRows>(b, m, nb, n1, ep, C, ldc); break;
   }
 }
 
 // C[M, n0:n1] (kernels/int8_kernels.h): rows in blocks of kVnniMC, 64-column panels, K in cache blocks
-// of kVnniKCG groups (int32 partial sums on the stack between blocks), register tiles of kVnniMR rows.
+// of kVnniKCG groups (int32 partial sums on the stack between blocks), register tiles of D::kRows rows.
 template <class D>
 void vnni_gemm(int M, int n0, int n1, int, int K, const uint8_t* A, int lda, const void* Bp, const Int8Epilogue& ep,
                void* C, int ldc) {
@@ -127,11 +126,11 @@ void vnni_gemm(int M, int n0, int n1, int, int K, const uint8_t* A, int lda, con
         b.last = g1 == G;
         b.groups = b.last ? K / 4 - g0 : g1 - g0;
         b.tail = b.last ? K % 4 : 0;
-        for (int r0 = 0; r0 < mc; r0 += kVnniMR) {
+        for (int r0 = 0; r0 < mc; r0 += D::kRows) {
           b.A = A + size_t(m0 + r0) * lda + 4 * size_t(g0);
           b.B = panel + size_t(g0) * 4 * kVnniPanel;
           b.part = blocked ? part + r0 * kVnniPanel : nullptr;
-          vnni_rows_any<D>(std::min(kVnniMR, mc - r0), b, m0 + r0, nb, n1, ep, C, ldc);
+          vnni_rows_any<D>(std::min(D::kRows, mc - r0), b, m0 + r0, nb, n1, ep, C, ldc);
         }
       }
     }
