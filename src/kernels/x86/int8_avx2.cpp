@@ -106,6 +106,7 @@ void rows_of(Block b, int m, int nb, int n1, const Int8Epilogue& ep, void* C, in
 }
 
 void rows_any(int rows, const Block& b, int m, int nb, int n1, const Int8Epilogue& ep, void* C, int ldc) {
+  static_assert(kMR == 4 && kMC % kMR == 0);
   switch (rows) {
     case 1: rows_of<1>(b, m, nb, n1, ep, C, ldc); break;
     case 2: rows_of<2>(b, m, nb, n1, ep, C, ldc); break;

@@ -96,12 +96,16 @@ void vnni_rows(VnniBlock b, int m, int nb, int n1, const Int8Epilogue& ep, void*
 
 template <class D>  // rows <= D::kRows
 void vnni_rows_any(int rows, const VnniBlock& b, int m, int nb, int n1, const Int8Epilogue& ep, void* C, int ldc) {
+  static_assert(D::kRows <= 8 && kVnniMC % D::kRows == 0);
+  if (rows >= D::kRows) return vnni_rows<D, D::kRows>(b, m, nb, n1, ep, C, ldc);
   switch (rows) {
     case 1: vnni_rows<D, 1>(b, m, nb, n1, ep, C, ldc); break;
     case 2: vnni_rows<D, 2>(b, m, nb, n1, ep, C, ldc); break;
     case 3: vnni_rows<D, 3>(b, m, nb, n1, ep, C, ldc); break;
     case 4: vnni_rows<D, 4>(b, m, nb, n1, ep, C, ldc); break;
     case 5: vnni_rows<D, 5>(b, m, nb, n1, ep, C, ldc); break;
+    case 6: vnni_rows<D, 6>(b, m, nb, n1, ep, C, ldc); break;
+    case 7: vnni_rows<D, 7>(b, m, nb, n1, ep, C, ldc); break;
     default: vnni_rows<D, D::kRows>(b, m, nb, n1, ep, C, ldc); break;
   }
 }
