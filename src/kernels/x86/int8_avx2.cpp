@@ -1,15 +1,15 @@
 // The AVX2 int8 set (built with -mavx2 -mfma; no VNNI, e.g. Zen 3). The GEMM widens both operands
 // to int16 and multiplies with VPMADDWD: B at pack time (64-column panels [Kp/2][64][2] s16, Kp = K
 // rounded up to 2), A per cache block into a small stack panel. Shapes as in kernels/int8_kernels.h.
-//
-// Why not VPMADDUBSW (u8 x s8 -> s16 pair sums): it saturates int16 (255*127*2 > 32767), so it is
-// wrong for unrestricted operands. VPMADDWD on s16 x s16 gives exact int32 pair sums (|sum| <= 2*255*128),
-// then VPADDD: the same multiply-uop rate as VPMADDUBSW + VPMADDWD, exact for every input, and no
-// compensation term.
 #include "kernels/x86/int8_simd.h"
 
 namespace ember {
 namespace {
+
+// Why not VPMADDUBSW (u8 x s8 -> s16 pair sums): it saturates int16 (255*127*2 > 32767), so it is
+// wrong for unrestricted operands. VPMADDWD on s16 x s16 gives exact int32 pair sums (|sum| <= 2*255*128),
+// then VPADDD: the same multiply-uop rate as VPMADDUBSW + VPMADDWD, exact for every input, and no
+// compensation term.
 
 constexpr int kPanel = 64;  // columns per packed panel (n0 is a multiple of it)
 constexpr int kMR = 4;      // rows per register tile

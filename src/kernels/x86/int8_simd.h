@@ -27,6 +27,7 @@ struct V256 {
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I madd16(I a, I b) { return _mm256_madd_epi16(a, b); }  // int16 pair products summed in int32
   static I permute(I v, I idx) { return _mm256_permutevar8x32_epi32(v, idx); }
   static I load_u8(const uint8_t* p) {  // W bytes, zero-extended
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -69,6 +70,7 @@ struct V512 {
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I madd16(I a, I b) { return _mm512_madd_epi16(a, b); }
   static I permute(I v, I idx) { return _mm512_permutexvar_epi32(idx, v); }
   static I load_u8(const uint8_t* p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -167,27 +169,43 @@ inline typename V::I load_channels(const uint8_t* p, bool whole, int need) {
   return V::load_u8(t);
 }
 
-// The exact depthwise sums of output (p, q), channels k .. k + W (k + W <= K).
+// Which input channel each of the W lanes at output channel k reads (channel multiplier mult): W bytes
+// are loaded from channel `base` (moved back from k / mult so that they stay inside the pixel when C >= W).
 template <class V>
-inline typename V::I dw_vec(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, int p, int q,
-                            int k) {
-  const int mult = s.K / s.C, c0 = k / mult;
-  const int need = (k + V::W - 1) / mult - c0 + 1;  // channels the W lanes read
-  const bool whole = c0 + V::W <= s.C;
-  alignas(64) int32_t idx[V::W];
-  for (int l = 0; l < V::W; ++l) idx[l] = (k + l) / mult - c0;
-  const auto iv = V::loadi(idx), zp = V::set1(x_zp);
+struct DwLanes {
+  int base, need;     // first channel loaded; channels the lanes span (C < W: only those are read)
+  bool whole;         // W channels from base lie inside the pixel (one plain load)
+  typename V::I idx;  // lane l reads channel base + idx[l]
+  DwLanes(int k, int mult, int C) {
+    const int c0 = k / mult;
+    need = (k + V::W - 1) / mult - c0 + 1;
+    whole = C >= V::W;
+    base = whole ? std::min(c0, C - V::W) : c0;
+    alignas(64) int32_t t[V::W];
+    for (int l = 0; l < V::W; ++l) t[l] = (k + l) / mult - base;
+    idx = V::loadi(t);
+  }
+};
+
+// The exact depthwise sums of output (p, q), channels k .. k + W (k + W <= K). Each tap is one VPMADDWD
+// of the u8 input (upper 16 bits zero) by the sign-extended weight: x * w exactly; the zero point comes
+// off once at the end as x_zp * (the sum of the taps' weights), all in int32.
+template <class V>
+inline typename V::I dw_vec(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s,
+                            const DwLanes<V>& ln, int p, int q, int k) {
+  const bool permute = s.K != s.C;
   const int h0 = p * s.stride - s.pad_h, w0 = q * s.stride - s.pad_w;
   const int r0 = std::max(0, -h0), r1 = std::min(s.R, s.H - h0), t0 = std::max(0, -w0), t1 = std::min(s.S, s.W - w0);
-  auto acc = V::zero();
+  auto acc = V::zero(), wsum = V::zero();
   for (int r = r0; r < r1; ++r)
     for (int t = t0; t < t1; ++t) {
-      auto xv = load_channels<V>(x + (size_t(h0 + r) * s.W + (w0 + t)) * s.C + c0, whole, need);
-      if (mult > 1) xv = V::permute(xv, iv);
+      auto xv = load_channels<V>(x + (size_t(h0 + r) * s.W + (w0 + t)) * s.C + ln.base, ln.whole, ln.need);
+      if (permute) xv = V::permute(xv, ln.idx);
       const auto wv = V::load_s8(w + size_t(r * s.S + t) * s.K + k);
-      acc = V::add(acc, V::mullo(V::sub(xv, zp), wv));
+      acc = V::add(acc, V::madd16(xv, wv));
+      wsum = V::add(wsum, wv);
     }
-  return acc;
+  return V::sub(acc, V::mullo(wsum, V::set1(x_zp)));
 }
 
 // Depthwise convolution (kernels/int8_kernels.h), vectorized over output channels.
@@ -196,13 +214,16 @@ void dw_impl(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape&
              int p0, int p1) {
   const Int8Epilogue e = dw_epilogue(ep, s);
   const EpiConsts<V> ek(e);
-  for (int p = p0; p < p1; ++p)
-    for (int q = 0; q < s.Q; ++q) {
-      const int m = p * s.Q + q;
-      int k = 0;
-      for (; k + V::W <= s.K; k += V::W) epi_vec<V>(dw_vec<V>(x, x_zp, w, s, p, q, k), m, k, ek, y, s.K);
-      for (; k < s.K; ++k) epilogue_one(dw_sum_one(x, x_zp, w, s, p, q, k), m, k, e, y, s.K);
+  const int mult = s.K / s.C;
+  for (int p = p0; p < p1; ++p) {
+    int k = 0;
+    for (; k + V::W <= s.K; k += V::W) {
+      const DwLanes<V> ln(k, mult, s.C);
+      for (int q = 0; q < s.Q; ++q) epi_vec<V>(dw_vec<V>(x, x_zp, w, s, ln, p, q, k), p * s.Q + q, k, ek, y, s.K);
     }
+    for (; k < s.K; ++k)
+      for (int q = 0; q < s.Q; ++q) epilogue_one(dw_sum_one(x, x_zp, w, s, p, q, k), p * s.Q + q, k, e, y, s.K);
+  }
 }
 
 template <class V>
