@@ -10,7 +10,12 @@ namespace {
 struct D512 : V512 {
   static constexpr int kRows = 8;         // rows per register tile (6 x 64 spills with GCC)
   static constexpr int kTileVectors = 2;  // 32 columns: 16 accumulators of 32 zmm
-  static I dp(I acc, I a, I b) { return _mm512_dpbusd_epi32(acc, a, b); }  // u8 a x s8 b, no saturation
+  // acc + u8 a x s8 b, no saturation (_mm512_dpbusd_epi32, written as asm: GCC 12 copies every
+  // accumulator once per step around the builtin).
+  static I dp(I acc, I a, I b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+    return acc;
+  }
 };
 
 }  // namespace

@@ -8,7 +8,12 @@ namespace {
 struct D256 : V256 {
   static constexpr int kRows = 4;         // rows per register tile (6 spill with GCC)
   static constexpr int kTileVectors = 2;  // 16 columns: 8 accumulators of 16 ymm
-  static I dp(I acc, I a, I b) { return _mm256_dpbusd_avx_epi32(acc, a, b); }  // u8 a x s8 b, no saturation
+  // acc + u8 a x s8 b, no saturation (_mm256_dpbusd_avx_epi32, written as asm: GCC 12 copies every
+  // accumulator once per step around the builtin). "x": ymm0-15, VEX-encodable.
+  static I dp(I acc, I a, I b) {
+    __asm__("{vex} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+    return acc;
+  }
 };
 
 }  // namespace
