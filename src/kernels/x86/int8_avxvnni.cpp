@@ -11,7 +11,7 @@ struct D256 : V256 {
   // acc + u8 a x s8 b, no saturation (_mm256_dpbusd_avx_epi32, written as asm: GCC 12 copies every
   // accumulator once per step around the builtin). "x": ymm0-15, VEX-encodable.
   static I dp(I acc, I a, I b) {
-    __asm__("{vex} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
     return acc;
   }
 };
