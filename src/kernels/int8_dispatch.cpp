@@ -20,9 +20,8 @@ bool int8_isa_supported(Int8Isa isa) {
     case Int8Isa::avx2: return isa_supported(Isa::avx2);
     case Int8Isa::avx_vnni: return isa_supported(Isa::avx2) && __builtin_cpu_supports("avxvnni");
     case Int8Isa::avx512_vnni:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-             isa_supported(Isa::avx2);
+      // isa_supported(avx512): F, BW, VL and DQ (the file builds with the fp32 set's AVX-512 flags).
+      return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni") && isa_supported(Isa::avx2);
   }
   return false;
 }

@@ -73,7 +73,7 @@ struct Int8Kernels {
   DequantizeU8Fn dequantize;
   MaxPool2U8Fn maxpool2;
 };
-// Whether this CPU runs a set (cpuid via __builtin_cpu_supports: "avx512vnni" with AVX-512 F/BW/VL,
+// Whether this CPU runs a set (cpuid via __builtin_cpu_supports: "avx512vnni" with AVX-512 F/BW/VL/DQ,
 // "avxvnni" for avx_vnni, avx2+fma for avx2; scalar always).
 bool int8_isa_supported(Int8Isa);
 // The int8 table for the fp32 kernel set `isa` (kernels.h): avx512 -> avx512_vnni where supported, else

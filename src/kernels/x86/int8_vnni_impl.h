@@ -28,7 +28,7 @@ void vnni_pack(void* packed, const int8_t* w, int N, int K) {
         }
 }
 
-// One cache block of k-groups for the tile at panel column col: which groups, where partial sums live.
+// One cache block of k-groups for one register tile: which groups, where partial sums live.
 struct VnniBlock {
   const uint8_t* A;  // row m's first byte of this block
   int lda;
