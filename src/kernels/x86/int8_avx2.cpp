@@ -12,8 +12,8 @@ namespace {
 // compensation term.
 
 constexpr int kPanel = 64;  // columns per packed panel (n0 is a multiple of it)
-constexpr int kMR = 4;      // rows per register tile
-constexpr int kNV = 2;      // ymm vectors (8 columns each) per tile of kMR rows: 8 accumulators of 16 (6 rows spill with GCC)
+constexpr int kMR = 6;      // rows per register tile
+constexpr int kNV = 2;      // ymm vectors (8 columns each) per tile of kMR rows: 12 accumulators of 16
 constexpr int kKC = 256;    // k per cache block (even): 32 KiB of a panel
 constexpr int kMC = 48;     // rows per block of int32 partial sums when K spans several cache blocks
 
@@ -114,11 +114,13 @@ void rows_of(Block b, int m, int nb, int n1, const Int8Epilogue& ep, void* C, in
 }
 
 void rows_any(int rows, const Block& b, int m, int nb, int n1, const Int8Epilogue& ep, void* C, int ldc) {
-  static_assert(kMR == 4 && kMC % kMR == 0);
+  static_assert(kMR == 6 && kMC % kMR == 0);
   switch (rows) {
     case 1: rows_of<1>(b, m, nb, n1, ep, C, ldc); break;
     case 2: rows_of<2>(b, m, nb, n1, ep, C, ldc); break;
     case 3: rows_of<3>(b, m, nb, n1, ep, C, ldc); break;
+    case 4: rows_of<4>(b, m, nb, n1, ep, C, ldc); break;
+    case 5: rows_of<5>(b, m, nb, n1, ep, C, ldc); break;
     default: rows_of<kMR>(b, m, nb, n1, ep, C, ldc); break;
   }
 }
