@@ -1,7 +1,8 @@
 // Single-thread throughput of the table's non-GEMM kernels per ISA, on mnist-cnn's shapes:
 // direct conv forward and weight gradient (GFLOP/s), fused ReLU + max-pool and its adjoint,
 // ReLU, Adam, im2col (GB/s of bytes read + written), the FMA loop (the peak), the sparse-input
-// Linear against the dense GEMM, and the bitnet bit convolution (bit-MACs/s).
+// Linear against the dense GEMM, the bitnet bit convolution (bit-MACs/s), and the int8 GEMM of each
+// int8 set against the fp32 sgemm on the same shapes (GOP/s, u8 output).
 #include <benchmark/benchmark.h>
 
 #include <new>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernels/bit_kernels.h"
+#include "kernels/int8_kernels.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -263,7 +265,63 @@ void bit_conv(benchmark::State& st, Isa isa) {
   st.SetLabel(k.name);
 }
 
+// The int8 GEMM shapes of issue 42: mnist's fc1, a 1x1 conv of 64 -> 256 and 256 -> 64 channels on
+// 128 x 128 pixels, and a batch-1 fc1. GOP/s counts a multiply-add as 2.
+struct GemmShape {
+  const char* name;
+  int M, N, K;
+};
+const GemmShape kGemmShapes[] = {{"fc1", 64, 128, 6272}, {"conv1x1_64_256", 16384, 256, 64},
+                                 {"conv1x1_256_64", 16384, 64, 256}, {"fc1_batch1", 1, 128, 6272}};
+
+void int8_gemm(benchmark::State& st, ember::Int8Isa isa, GemmShape s) {
+  if (!ember::int8_isa_supported(isa)) return st.SkipWithError("int8 set not supported by this CPU");
+  const auto& k = ember::int8_kernels(isa);
+  std::mt19937 g(1);
+  std::vector<uint8_t> A(size_t(s.M) * s.K), C(size_t(s.M) * s.N);
+  std::vector<int8_t> w(size_t(s.N) * s.K);
+  for (auto& a : A) a = uint8_t(g());
+  for (auto& v : w) v = int8_t(g());
+  std::vector<uint8_t, Aligned64<uint8_t>> packed(k.packed_b_bytes(s.N, s.K));
+  k.pack_b(packed.data(), w.data(), s.N, s.K);
+  std::vector<float> scale(size_t(s.N), 1e-3f);
+  ember::Int8Epilogue ep;
+  ep.scale = scale.data();
+  for (auto _ : st) {
+    k.gemm(s.M, 0, s.N, s.N, s.K, A.data(), s.K, packed.data(), ep, C.data(), s.N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  st.counters["GOP/s"] = benchmark::Counter(2.0 * s.M * s.N * s.K * st.iterations(), benchmark::Counter::kIsRate);
+}
+
+// The fp32 baseline: C[M, N] = A[M, K] * W[N, K]^T with the table's sgemm.
+void f32_gemm(benchmark::State& st, Isa isa, GemmShape s) {
+  if (skip(st, isa)) return;
+  const auto& k = ember::kernels_for(isa);
+  Floats A = rnd(size_t(s.M) * s.K), W = rnd(size_t(s.N) * s.K), C(size_t(s.M) * s.N);
+  for (auto _ : st) {
+    k.sgemm(false, true, s.M, s.N, s.K, 1.f, A.data(), s.K, W.data(), s.K, 0.f, C.data(), s.N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  st.counters["GOP/s"] = benchmark::Counter(2.0 * s.M * s.N * s.K * st.iterations(), benchmark::Counter::kIsRate);
+}
+
+void register_gemms() {
+  using ember::Int8Isa;
+  for (const GemmShape& s : kGemmShapes) {
+    for (Isa isa : {Isa::avx2, Isa::avx512})
+      benchmark::RegisterBenchmark((std::string("gemm_f32/") + ember::isa_name(isa) + "/" + s.name).c_str(), f32_gemm,
+                                   isa, s)
+          ->Unit(benchmark::kMicrosecond);
+    for (Int8Isa isa : {Int8Isa::avx2, Int8Isa::avx_vnni, Int8Isa::avx512_vnni})
+      benchmark::RegisterBenchmark((std::string("gemm_int8/") + ember::int8_isa_name(isa) + "/" + s.name).c_str(),
+                                   int8_gemm, isa, s)
+          ->Unit(benchmark::kMicrosecond);
+  }
+}
+
 void register_all() {
+  register_gemms();
   using Fn = void (*)(benchmark::State&, Isa);
   const std::pair<const char*, Fn> all[] = {{"conv_s1_fwd", conv_fwd}, {"conv_s1_relu_pool", conv_relu_pool_dense}, {"conv_s1_relu_pool_mnist", conv_relu_pool_mnist},     {"conv_s1_wgrad", conv_wgrad}, {"conv_s1_pool_wgrad", conv_pool_wgrad_dense}, {"conv_s1_pool_wgrad_mnist", conv_pool_wgrad_mnist},
                                             {"relu_maxpool2", relu_pool},  {"relu_maxpool2_bwd", relu_pool_bwd},

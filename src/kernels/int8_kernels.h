@@ -1,4 +1,7 @@
-// PROVISIONAL (replaced by the int8-kernels branch): the int8 kernel table's interface.
+// The int8 kernel table (issue 42, int8 inference): u8 x s8 GEMM with exact int32 sums, depthwise
+// convolution, quantize/dequantize and 2x2 max-pool on u8, each followed by one requantization
+// epilogue. One table per ISA (scalar, AVX2, AVX-VNNI, AVX-512 VNNI), chosen at run time next to
+// the fp32 table (kernels.h). Kernels take raw pointers and sizes; they never allocate, throw, log or start threads.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -6,29 +9,59 @@
 #include "kernels/kernels.h"
 
 namespace ember {
+
 enum class Int8Isa { scalar, avx2, avx_vnni, avx512_vnni };
-const char* int8_isa_name(Int8Isa);
+const char* int8_isa_name(Int8Isa);  // "scalar", "avx2", "avx_vnni", "avx512_vnni"
+
+// Requantization epilogue, applied per output element (m, n) of a GEMM or depthwise conv:
+//   acc = (the kernel's exact int32 sum) + (bias ? bias[n] : 0)
+//   v   = float(acc) * scale[n]                      (one IEEE float multiply: never fused into an FMA)
+//   if (res) v = v + float(int32_t(res[m * ldr + n]) - res_zp) * res_scale   (multiply, then add; no FMA)
+//   f32_out:  y = relu ? (v > 0 ? v : 0) : v         written to ((float*)C)[m * ldc + n]
+//   else:     lo' = float(lo - zero_point), hi' = float(hi - zero_point);
+//             v = v >= lo' ? v : lo' (so NaN -> lo');  v = v <= hi' ? v : hi';
+//             q = int32_t(nearbyint(v)) + zero_point (round half to even, as CVTPS2DQ does)
+//             written as uint8_t to ((uint8_t*)C)[m * ldc + n]
 struct Int8Epilogue {
-  const int32_t* bias = nullptr;
-  const float* scale = nullptr;
+  const int32_t* bias = nullptr;  // [N] or null
+  const float* scale = nullptr;   // [N] (required)
   bool f32_out = false;
-  bool relu = false;
-  int32_t zero_point = 0, lo = 0, hi = 255;
-  const uint8_t* res = nullptr;
+  bool relu = false;              // f32_out only (u8 output clamps with lo/hi instead)
+  int32_t zero_point = 0, lo = 0, hi = 255;  // u8 output: 0 <= lo <= hi <= 255
+  const uint8_t* res = nullptr;   // optional residual [M, ldr] u8 (same m, n indexing as C)
   int ldr = 0;
   float res_scale = 0;
   int32_t res_zp = 0;
 };
+
+// B: the weights, given as w[N, K] row-major (PyTorch's [out, in]; s8, any value in [-128, 127]),
+// packed once per set into that set's layout (packed_b_bytes(N, K) bytes, 64-byte aligned by the caller).
 using Int8PackedBytesFn = size_t (*)(int N, int K);
 using Int8PackBFn = void (*)(void* packed, const int8_t* w, int N, int K);
+// C[m, n] for m in [0, M), n in [n0, n1): acc = sum_k A[m*lda + k] * w[n, k] (u8 x s8 in exact int32),
+// then the epilogue. n0 is a multiple of 64 (the caller splits columns across threads in 64s);
+// n1 <= N; N and K are the values given to pack. Any M >= 1 (M == 1: a batch-1 Linear, must be fast: no
+// A packing beyond a small stack panel). Single-threaded. K <= 65793 (K * 255 * 128 < 2^31).
 using Int8GemmFn = void (*)(int M, int n0, int n1, int N, int K, const uint8_t* A, int lda, const void* Bp,
                             const Int8Epilogue& ep, void* C, int ldc);
+// Depthwise (channel multiplier m = K / C >= 1: output channel k reads input channel k / m) convolution,
+// NHWC, one sample, output rows p in [p0, p1):
+//   acc[p, q, k] = sum over taps (r, s) inside the image of (int32(x[(h*W + w)*C + k/m]) - x_zp) * w[(r*S + s)*K + k]
+//   with h = p*stride - pad_h + r, w = q*stride - pad_w + s (taps outside contribute nothing),
+//   then the epilogue with m = p*Q + q, n = k, ldc = K (and ldr = K for a residual: ep.ldr is not read).
+// The weights are plain [R, S, K] s8 (no packing).
 struct Int8DwShape { int H, W, C, K, R, S, stride, pad_h, pad_w, P, Q; };
 using Int8DwFn = void (*)(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s,
                           const Int8Epilogue& ep, void* y, int p0, int p1);
+// q[i] = the u8 epilogue rule on v = x[i] * inv_scale (one multiply) with zero_point = zp, lo = 0,
+// hi = 255: clamp to [float(-zp), float(255 - zp)] (NaN -> float(-zp), so q = 0), round half to even, + zp.
 using QuantizeU8Fn = void (*)(uint8_t* q, const float* x, size_t n, float inv_scale, int32_t zp);
+// x[i] = float(int32(q[i]) - zp) * scale.
 using DequantizeU8Fn = void (*)(float* x, const uint8_t* q, size_t n, float scale, int32_t zp);
+// 2x2 max-pool, stride 2, NHWC u8, one sample: y[(p*Q + q)*C + c] = max of x's 2x2 window
+// (P = H / 2, Q = W / 2, floor).
 using MaxPool2U8Fn = void (*)(uint8_t* y, const uint8_t* x, int H, int W, int C);
+
 struct Int8Kernels {
   Int8Isa isa;
   const char* name;
@@ -40,7 +73,18 @@ struct Int8Kernels {
   DequantizeU8Fn dequantize;
   MaxPool2U8Fn maxpool2;
 };
+// Whether this CPU runs a set (cpuid via __builtin_cpu_supports: "avx512vnni" with AVX-512 F/BW/VL/DQ,
+// "avxvnni" for avx_vnni, avx2+fma for avx2; scalar always).
 bool int8_isa_supported(Int8Isa);
+// The int8 table for the fp32 kernel set `isa` (kernels.h): avx512 -> avx512_vnni where supported, else
+// avx_vnni where supported, else avx2; avx2 -> avx2 (so EMBER_ISA=avx2 behaves like an AVX2-only CPU, Zen 3);
+// scalar -> scalar. Static, immutable.
 const Int8Kernels& int8_kernels_for(Isa isa);
+// A set by its enum (tests run every supported one); the caller checks int8_isa_supported first.
 const Int8Kernels& int8_kernels(Int8Isa);
+Int8Kernels int8_kernels_scalar();  // per-set constructors (ref/int8_ref.cpp, x86/...)
+Int8Kernels int8_kernels_avx2();
+Int8Kernels int8_kernels_avx_vnni();
+Int8Kernels int8_kernels_avx512_vnni();
+
 }  // namespace ember

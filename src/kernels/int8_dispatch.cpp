@@ -1,0 +1,61 @@
+// The int8 kernel table (next to the fp32 table in dispatch.cpp): one immutable table per set,
+// built on first use; the fp32 set picks its int8 set (avx512 -> the best VNNI the CPU has).
+#include "kernels/int8_kernels.h"
+
+namespace ember {
+
+const char* int8_isa_name(Int8Isa isa) {
+  switch (isa) {
+    case Int8Isa::scalar: return "scalar";
+    case Int8Isa::avx2: return "avx2";
+    case Int8Isa::avx_vnni: return "avx_vnni";
+    case Int8Isa::avx512_vnni: return "avx512_vnni";
+  }
+  return "?";
+}
+
+bool int8_isa_supported(Int8Isa isa) {
+  switch (isa) {
+    case Int8Isa::scalar: return true;
+    case Int8Isa::avx2: return isa_supported(Isa::avx2);
+    case Int8Isa::avx_vnni: return isa_supported(Isa::avx2) && __builtin_cpu_supports("avxvnni");
+    case Int8Isa::avx512_vnni:
+      // isa_supported(avx512): F, BW, VL and DQ (the file builds with the fp32 set's AVX-512 flags).
+      return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni") && isa_supported(Isa::avx2);
+  }
+  return false;
+}
+
+const Int8Kernels& int8_kernels(Int8Isa isa) {
+  switch (isa) {
+    case Int8Isa::avx512_vnni: {
+      static const Int8Kernels t = int8_kernels_avx512_vnni();
+      return t;
+    }
+    case Int8Isa::avx_vnni: {
+      static const Int8Kernels t = int8_kernels_avx_vnni();
+      return t;
+    }
+    case Int8Isa::avx2: {
+      static const Int8Kernels t = int8_kernels_avx2();
+      return t;
+    }
+    default: {
+      static const Int8Kernels t = int8_kernels_scalar();
+      return t;
+    }
+  }
+}
+
+const Int8Kernels& int8_kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::avx512:
+      if (int8_isa_supported(Int8Isa::avx512_vnni)) return int8_kernels(Int8Isa::avx512_vnni);
+      if (int8_isa_supported(Int8Isa::avx_vnni)) return int8_kernels(Int8Isa::avx_vnni);
+      return int8_kernels(Int8Isa::avx2);
+    case Isa::avx2: return int8_kernels(Int8Isa::avx2);
+    default: return int8_kernels(Int8Isa::scalar);
+  }
+}
+
+}  // namespace ember
