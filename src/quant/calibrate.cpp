@@ -102,6 +102,21 @@ QuantLayer quantize_weights(const nn::Node& node, const ParamInfo& wp, const Par
   }
   return l;
 }
+// The parameters that stay fp32 (norms, layer scales, running statistics), rounded to binary16
+// where every value of the tensor is 0 or a normal half (2^-14 <= |v| <= 65504: 11 significant
+// bits, far finer than the int8 steps around them); others (a layer scale of 1e-6) stay fp32.
+// The file then stores them in half the bytes (save_quantized: F16 where exact).
+void round_to_half(QuantizedWeights& q) {
+  for (const ParamInfo& p : q.params) {
+    const LayerKind k = q.model.layers[size_t(p.layer)].kind;
+    if (k == LayerKind::Conv2d || k == LayerKind::Linear || (p.role == ParamRole::running_stat && p.shape.empty())) continue;
+    float* v = q.values.data() + p.offset;
+    bool fits = true;
+    for (size_t i = 0; i < p.size && fits; ++i) fits = v[i] == 0 || (std::fabs(v[i]) >= 0x1p-14f && std::fabs(v[i]) <= 65504.0f);
+    if (fits)
+      for (size_t i = 0; i < p.size; ++i) v[i] = quant::half_to_float(quant::float_to_half(v[i]));
+  }
+}
 }  // namespace
 
 QuantizedWeights quantize_model(const Model& model, const std::vector<float>& values, const float* x, int n,
@@ -127,6 +142,7 @@ QuantizedWeights quantize_model(const Model& model, const std::vector<float>& va
   q.values = values;
   q.calib = {opt.method, n, opt.percentile, opt.data};
   for (size_t t = 0; t < g.tensors.size(); ++t) q.acts[tensor_name(g, t)] = obs[t].qparams(opt.method, opt.percentile);
+  round_to_half(q);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& node = g.nodes[i];
     if (!quantizable(*node.spec) || ng.first_param[i] < 0) continue;

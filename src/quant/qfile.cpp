@@ -13,6 +13,7 @@
 #include "ember/version.h"
 #include "io/source.h"
 #include "quant/node_run.h"
+#include "quant/quant_math.h"
 
 namespace ember {
 
@@ -35,12 +36,21 @@ void save_quantized(const QuantizedWeights& q, const std::string& path) {
   std::vector<io::TensorOut> out;
   std::vector<std::vector<int8_t>> zeros;  // the weight zero points
   zeros.reserve(q.layers.size());
+  std::vector<std::vector<uint16_t>> halves;  // the fp32 parameters that binary16 holds exactly
+  halves.reserve(q.params.size());
   for (const ParamInfo& p : q.params) {
     const QuantLayer* l = nullptr;
     for (const QuantLayer& c : q.layers)
       if (p.name == c.prefix + ".weight" || (c.has_bias && p.name == c.prefix + ".bias")) l = &c;
     if (!l) {
-      out.push_back({p.name, shape64(p.shape), q.values.data() + p.offset, p.size, false, io::param_is_count(p)});
+      const float* v = q.values.data() + p.offset;
+      if (io::param_is_count(p) || !quant::exact_in_half(v, p.size)) {
+        out.push_back({p.name, shape64(p.shape), v, p.size, false, io::param_is_count(p)});
+        continue;
+      }
+      std::vector<uint16_t>& h = halves.emplace_back(p.size);  // quantize_model rounded it to fit
+      for (size_t i = 0; i < p.size; ++i) h[i] = quant::float_to_half(v[i]);
+      out.push_back({p.name, shape64(p.shape), nullptr, p.size, false, false, h.data(), "F16", 2});
       continue;
     }
     const size_t K = l->w_scale.size();
@@ -145,6 +155,10 @@ class Reader {
       if (e->dtype == "I8" && (!qk || p.role != ParamRole::weight))
         fail(p.name, "is I8, but only Conv2d and Linear weights are quantized");
       if (e->dtype == "I8") quantized_.insert(p.name);
+      const bool fp = e->dtype == "F32" || e->dtype == "F16" || e->dtype == "BF16" || e->dtype == "F64" ||
+                      (e->dtype == "I64" && p.role == ParamRole::running_stat);
+      if (e->dtype != "I8" && e->dtype != "I32" && !fp)
+        fail(p.name, "has dtype " + e->dtype + ": expected I8 (a quantized weight), I32 (its bias) or a float type");
       if (e->dtype == "I32" && (!qk || p.role != ParamRole::bias)) fail(p.name, "is I32, but only quantized biases are");
     }
     for (const ParamInfo& p : q.params) {
