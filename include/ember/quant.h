@@ -99,6 +99,8 @@ const char* int8_path_name(const std::string& isa);
 // ReLU and the residual; every other op runs fp32 between a dequantize and a quantize.
 class Int8Plan {
  public:
+  // isa: an fp32 kernel set (scalar, avx2, avx512; empty: the best), whose int8 path it takes
+  // (int8_path_name), or an int8 set by name (avx_vnni, avx512_vnni) with the best fp32 set.
   Int8Plan(const QuantizedWeights& q, int batch, int threads = 1, const std::string& isa = "");
   ~Int8Plan();
   Int8Plan(Int8Plan&&) noexcept;

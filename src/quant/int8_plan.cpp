@@ -461,9 +461,16 @@ Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std:
   Impl& m = *impl_;
   m.q = q;
   m.batch = batch, m.threads = threads;
-  const Isa set = resolve_isa(isa, "isa");
+  // An int8 set by name (avx_vnni, avx512_vnni: tests and benchmarks) runs with the best fp32 set.
+  const Int8Kernels* named = nullptr;
+  for (Int8Isa s : {Int8Isa::avx_vnni, Int8Isa::avx512_vnni})
+    if (isa == int8_isa_name(s)) {
+      if (!int8_isa_supported(s)) throw Error("isa: " + isa + " is not on this CPU");
+      named = &int8_kernels(s);
+    }
+  const Isa set = resolve_isa(named ? "" : isa, "isa");
   m.fk = &kernels_for(set);
-  m.k = &int8_kernels_for(set);
+  m.k = named ? named : &int8_kernels_for(set);
   m.pool = std::make_unique<ThreadPool>(threads);
   compile(m);
 }

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "ember/ember.h"
+#include "ember/quant.h"
+#include "kernels/int8_kernels.h"
 #include "gradcheck.h"
 #include "kernels/kernels.h"
 #include "nn/op_table.h"
@@ -428,6 +430,64 @@ void run_case(const nn::OpDesc& d, const Case& c, Tally& tally) {
   run_f64(c, data, p64, ref, tally, what);
   run_f32(d, c, data, p64, ref, tally, what);
   ++tally.models;
+}
+
+// int8: every row's models quantized (random weights, calibrated on the row's inputs) and run by
+// the int8 plan on every int8 kernel set this CPU has, at 1 and 2 threads, against the scalar
+// reference set at 1 thread: bit-exact where every step is int8 (integer sums, the same epilogue
+// arithmetic), within fp32 tolerance where an op runs fp32 between a dequantize and a quantize.
+void run_int8(const Case& c, Tally& tally, int* exact) {
+  const Data data = data_of(c);
+  const std::vector<float> values(data.params.begin(), data.params.end()), x(data.x.begin(), data.x.end());
+  QuantOptions qo;
+  const QuantizedWeights q = quantize_model(c.model, values, x.data(), c.batch, qo);
+  auto run = [&](const std::string& isa, int threads) {
+    Int8Plan p(q, c.batch, threads, isa);
+    std::copy(x.begin(), x.end(), p.input());
+    p.forward(c.batch);
+    size_t D = 1;
+    for (int d : p.output_dims()) D *= size_t(d);
+    return std::make_pair(std::vector<float>(p.output(), p.output() + c.batch * D), p.node_paths());
+  };
+  const auto [ref, paths] = run("scalar", 1);
+  const bool all_int8 = std::none_of(paths.begin(), paths.end(), [](const std::string& s) { return s == "fp32"; });
+  *exact += all_int8;
+  double scale = 0;
+  for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
+  const std::pair<const char*, Int8Isa> sets[] = {
+      {"scalar", Int8Isa::scalar}, {"avx2", Int8Isa::avx2}, {"avx_vnni", Int8Isa::avx_vnni}, {"avx512", Int8Isa::avx512_vnni}};
+  for (const auto& [isa, set] : sets) {
+    if (!int8_isa_supported(set)) continue;
+    for (int threads : {1, 2}) {
+      const std::vector<float> y = run(isa, threads).first;
+      double worst = 0;
+      for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, double(std::fabs(y[i] - ref[i])));
+      const bool ok = all_int8 ? y == ref : worst <= 1e-3 * std::max(scale, 1.0);
+      if (!ok) {
+        ++tally.failed;
+        ADD_FAILURE() << c.what << ": int8 on " << isa << ", " << threads << " threads: largest difference " << worst
+                      << (all_int8 ? " (every step int8: must be bit-exact)" : "");
+      }
+      ++tally.combinations;
+    }
+  }
+}
+
+TEST(OpsAll, Int8OfEveryOpOnEveryInt8KernelSet) {
+  Tally tally;
+  int all_int8 = 0, exact = 0;
+  for (const nn::OpDesc* d : nn::op_table()) {
+    const Row* row = find_row(d->name);
+    if (!row) continue;
+    for (const Case& c : cases_of(*d, *row)) {
+      SCOPED_TRACE(c.what);
+      run_int8(c, tally, &exact);
+    }
+    ++all_int8;
+  }
+  EXPECT_EQ(tally.failed, 0);
+  EXPECT_GT(exact, 3) << "models whose every step is int8 (the bit-exact comparisons)";
+  std::printf("int8: %d ops, %d combinations, %d models all int8 (bit-exact across sets)\n", all_int8, tally.combinations, exact);
 }
 
 TEST(OpsAll, EveryOpHasOneRowAndEveryRowAnOp) {
