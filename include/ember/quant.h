@@ -119,7 +119,15 @@ class Int8Plan {
   // As Plan::gather_u8 (u8 images scaled by 1/255, or the per-channel affine) into the input.
   void gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n);
   void set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift);
-  void set_profiler(Profiler* p);
+  // Per-step timing (ember profile): while on, each forward adds every step's wall time to its total.
+  struct StepTime {
+    std::string what;     // as summary() names the step
+    std::string kind;     // "int8", "fp32", "convert"
+    double seconds = 0;   // summed over the forwards since set_step_timing(true)
+    int64_t calls = 0;
+  };
+  void set_step_timing(bool on);
+  std::vector<StepTime> step_times() const;
   void forward(int n);
   const float* output() const;            // [batch, output dims] fp32
   std::vector<int> output_dims() const;

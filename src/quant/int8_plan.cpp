@@ -4,6 +4,7 @@
 // other node runs its fp32 layer (channel-last where it can) with conversions inserted where a
 // tensor is read in another form than it was written. Buffers are placed by lifetime.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -62,7 +63,9 @@ struct Int8Plan::Impl {
   size_t base = 0, scratch_off = 0, scratch_bytes = 0;
   std::vector<int32_t> labels;
   std::vector<double> in_scale, in_shift;
-  Profiler* prof = nullptr;
+  bool timing = false;
+  std::vector<double> step_s;                       // per step, with timing on
+  std::vector<int64_t> step_calls;
 
   template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.data() + base + blocks[size_t(block)].offset); }
   template <class T> const T* at(int block) const {
@@ -484,7 +487,21 @@ const char* Int8Plan::int8_path() const { return impl_->k->name; }
 const Model& Int8Plan::model() const { return impl_->q.model; }
 float* Int8Plan::input() { return impl_->at<float>(impl_->ts[0].buf[kF32Nchw]); }
 int32_t* Int8Plan::labels() { return impl_->labels.data(); }
-void Int8Plan::set_profiler(Profiler* p) { impl_->prof = p; }
+void Int8Plan::set_step_timing(bool on) {
+  impl_->timing = on;
+  impl_->step_s.assign(impl_->steps.size(), 0.0);
+  impl_->step_calls.assign(impl_->steps.size(), 0);
+}
+
+std::vector<Int8Plan::StepTime> Int8Plan::step_times() const {
+  std::vector<StepTime> out;
+  for (size_t i = 0; i < impl_->steps.size() && i < impl_->step_s.size(); ++i) {
+    const Step& st = impl_->steps[i];
+    const char* kind = st.kind == Step::convert ? "convert" : st.kind == Step::fallback ? "fp32" : "int8";
+    out.push_back({st.what, kind, impl_->step_s[i], impl_->step_calls[i]});
+  }
+  return out;
+}
 
 std::vector<std::string> Int8Plan::node_paths() const {
   std::vector<std::string> out;
@@ -502,7 +519,16 @@ std::string Int8Plan::summary() const {
 void Int8Plan::forward(int n) {
   Impl& m = *impl_;
   if (n < 1 || n > m.batch) throw Error("int8 plan: forward of " + std::to_string(n) + " samples, batch " + std::to_string(m.batch));
-  for (const Step& st : m.steps) run_step(m, st, n);
+  if (!m.timing) {
+    for (const Step& st : m.steps) run_step(m, st, n);
+    return;
+  }
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_step(m, m.steps[i], n);
+    m.step_s[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++m.step_calls[i];
+  }
 }
 
 const float* Int8Plan::output() const { return impl_->at<float>(impl_->ts[size_t(nn::output(impl_->g()))].buf[kF32Nchw]); }

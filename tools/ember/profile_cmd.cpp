@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <algorithm>
+#include <map>
 #include <memory>
 
 #include "commands.h"
+#include "ember/quant.h"
 #include "ember/error.h"
 #include "ember/files.h"
 #include "ember/io.h"
@@ -37,8 +39,55 @@ double plain_step_ms(Plan& plan, const Dataset& tr, const Dataset& te, TrainConf
 }
 }  // namespace
 
+namespace {
+// `ember profile --weights Wq` of a quantized file: the int8 plan's forward over --limit-samples
+// training images, timed per step (int8 kernels, fp32 nodes, the conversions between), one table.
+int run_profile_int8(ProfileArgs& a, const CLI::App& cmd) {
+  TrainArgs& t = a.train;
+  for (const char* flag : {"--trace", "--folded", "--flame", "--json"})
+    if (cmd.count(flag)) throw Error(std::string(flag) + ": not available for quantized weights (the table is printed)");
+  const QuantizedWeights q = load_quantized(t.weights);
+  if (!cmd.count("--batch-size")) t.common.batch_size = q.model.recipe.batch_size;
+  check_common(t.common);
+  const TrainTest data = load_data_for(t.common, a.limit_samples);
+  const int B = clamp_batch(t.common.batch_size, data.train.count, "training set");
+  Int8Plan plan(q, B, t.common.threads, t.common.isa);
+  bool augmenting = false;
+  const Augment aug = augment_of(t.common, q.model, data.train.channels, &augmenting);
+  std::vector<double> scale, shift;
+  input_affine(aug, &scale, &shift);
+  plan.set_input_affine(scale, shift);
+  if (data.train.rows != q.model.in_h || data.train.cols != q.model.in_w || data.train.channels != q.model.in_c)
+    throw Error("--data: profiling int8 needs images of the model's input size");
+  std::vector<int64_t> idx(static_cast<size_t>(B));
+  auto batch = [&](int64_t s0) {
+    const int n = int(std::min<int64_t>(B, data.train.count - s0));
+    for (int i = 0; i < n; ++i) idx[size_t(i)] = s0 + i;
+    plan.gather_u8(data.train.images.data(), data.train.labels.data(), idx.data(), n);
+    plan.forward(n);
+    return n;
+  };
+  for (int w = 0; w < a.warmup_steps; ++w) batch(0);
+  plan.set_step_timing(true);
+  int64_t samples = 0, batches = 0;
+  for (int64_t s0 = 0; s0 < data.train.count; s0 += B) samples += batch(s0), ++batches;
+  double total = 0;
+  std::map<std::string, double> by_kind;
+  for (const Int8Plan::StepTime& st : plan.step_times()) total += st.seconds, by_kind[st.kind] += st.seconds;
+  std::printf("ember profile: model %s, int8 (%s kernels), %lld samples in %lld batches of %d, %d threads: "
+              "%.3f ms per batch, %.0f samples/s\n", q.model.name.c_str(), plan.int8_path(), (long long)samples,
+              (long long)batches, B, plan.threads(), 1e3 * total / double(batches), double(samples) / total);
+  for (const auto& [kind, s] : by_kind) std::printf("  %-8s %6.1f %%\n", kind.c_str(), 100 * s / total);
+  std::printf("  %9s %6s  step\n", "ms/batch", "share");
+  for (const Int8Plan::StepTime& st : plan.step_times())
+    std::printf("  %9.3f %5.1f%%  %s\n", 1e3 * st.seconds / double(batches), 100 * st.seconds / total, st.what.c_str());
+  return 0;
+}
+}  // namespace
+
 int run_profile(ProfileArgs a, const CLI::App& cmd) {
   TrainArgs& t = a.train;
+  if (!t.weights.empty() && is_quantized_file(t.weights)) return run_profile_int8(a, cmd);
   if (a.limit_samples < 1 || a.limit_samples > (int64_t(1) << 40))
     throw Error("--limit-samples: expected an integer in [1, 1099511627776], found " + std::to_string(a.limit_samples));
   if (a.warmup_steps < 0 || a.warmup_steps > 100000)
