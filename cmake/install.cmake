@@ -5,7 +5,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 set(EMBER_PARTS ember_kernels ember_fs ember_core ember_ops ember_nn ember_train ember_data ember_io
-    ember_onnx ember_bench ember_report ember_bitnet)
+    ember_onnx ember_quant ember_bench ember_report ember_bitnet)
 set(EMBER_OBJECTS "")
 foreach(part IN LISTS EMBER_PARTS)
   list(APPEND EMBER_OBJECTS $<TARGET_OBJECTS:${part}>)

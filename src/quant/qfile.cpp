@@ -120,7 +120,7 @@ class Reader {
   const SafetensorsEntry& typed(const std::string& name, const char* dtype, const std::vector<int64_t>& shape) {
     const SafetensorsEntry& e = entry(name);
     if (e.dtype != dtype) fail(name, std::string("expected dtype ") + dtype + ", found " + e.dtype);
-    if (e.shape != shape) fail(name, "expected shape " + json(shape).dump() + ", found " + json(e.shape).dump());
+    if (e.shape != shape) fail(name, "expected shape " + json_text(json(shape)) + ", found " + json_text(json(e.shape)));
     return e;
   }
   bool quantized(const ParamInfo& p) const { return quantized_.count(p.name) > 0; }
@@ -149,7 +149,7 @@ class Reader {
       const SafetensorsEntry* e = h_.find(p.name);
       if (!e) throw Error(file_ + ": tensor '" + p.name + "' is missing");
       if (e->shape != shape64(p.shape))
-        fail(p.name, "expected shape " + json(p.shape).dump() + ", found " + json(e->shape).dump());
+        fail(p.name, "expected shape " + json_text(json(p.shape)) + ", found " + json_text(json(e->shape)));
       const LayerKind k = ng.g.nodes[size_t(p.layer)].spec->kind;
       const bool qk = k == LayerKind::Conv2d || k == LayerKind::Linear;
       if (e->dtype == "I8" && (!qk || p.role != ParamRole::weight))
