@@ -1,0 +1,131 @@
+// int8 inference (docs/int8.md): post-training quantization calibrated on data, quantized weight
+// files (safetensors: I8 weights beside their scales and zero points, the model and the calibration
+// in the metadata), and the int8 plan that runs them (u8 activations, int32 sums, fp32 where an op
+// has no int8 kernel).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/model.h"
+#include "ember/plan.h"
+
+namespace ember {
+
+// How an activation's range is chosen from the values the calibration data produced.
+// minmax: the smallest and largest value; percentile: the central `percentile` % of a histogram
+// (the tails clipped); mse: the clipping range of the histogram whose quantization error is least.
+enum class CalibMethod { minmax, percentile, mse };
+const char* calib_method_name(CalibMethod m);  // "minmax", "percentile", "mse"
+// Parses a name; anything else throws Error starting "WHAT: ".
+CalibMethod parse_calib_method(const std::string& text, const std::string& what);
+
+// A tensor's 8-bit quantization (activations, per tensor): real = (q - zero_point) * scale, q u8.
+struct QParams {
+  float scale = 1.0f;
+  int32_t zero_point = 0;
+};
+
+// A Conv2d's or Linear's quantized parameters: weights int8, symmetric per output channel (q in
+// [-127, 127], real = q * w_scale[k], zero points 0), the bias int32 in units of
+// in_scale * w_scale[k] (in_scale: the scale of the layer's input tensor).
+struct QuantLayer {
+  std::string prefix;             // the node's parameter prefix: "0", "stem.0"
+  std::vector<int> shape;         // PyTorch layout: Conv2d [K, C/G, R, S], Linear [K, C]
+  std::vector<int8_t> w;
+  std::vector<float> w_scale;     // [K]
+  bool has_bias = true;           // the fp32 layer's; the file then holds PREFIX.bias as I32
+  std::vector<int32_t> bias;      // [K] (zeros where the layer has none)
+};
+
+struct QuantCalib {
+  CalibMethod method = CalibMethod::minmax;
+  int samples = 0;                // calibration inputs seen
+  double percentile = 99.99;      // percentile only
+  std::string data;               // where they came from (a directory, "qat", ...)
+};
+
+struct QuantizedWeights {
+  Model model;
+  std::vector<QuantLayer> layers;           // in node order
+  // Per tensor: "input" (the model's input) and each node's parameter prefix (its output).
+  std::map<std::string, QParams> acts;
+  // The model's parameters (model_params order, names and shapes), fp32: the quantized layers'
+  // weights and biases dequantized, every other parameter (LayerNorm, ...) as the fp32 file had it.
+  std::vector<ParamInfo> params;
+  std::vector<float> values;
+  QuantCalib calib;
+  const QuantLayer* layer(const std::string& prefix) const;  // null: not quantized
+};
+
+struct QuantOptions {
+  CalibMethod method = CalibMethod::minmax;
+  double percentile = 99.99;
+  std::string data;               // recorded in the file
+  int threads = 1;
+  std::string isa;                // the fp32 kernel set of the calibration runs
+};
+
+// Quantizes a model's fp32 parameters (values: model_params order) after running it over n
+// calibration inputs x [n, C, H, W] (already normalised as training fed them) and observing
+// every tensor. Conv2d and Linear layers get int8 weights; every tensor gets activation QParams.
+QuantizedWeights quantize_model(const Model& model, const std::vector<float>& values, const float* x, int n,
+                                const QuantOptions& opt);
+
+// The quantized weight file: safetensors with PREFIX.weight (I8, PyTorch shape),
+// PREFIX.weight_scale (F32 [K]), PREFIX.weight_zero_point (I8 [K], zeros), PREFIX.bias (I32 [K]),
+// NAME.output_scale (F32 []) and NAME.output_zero_point (U8 []) per tensor ("input.scale" and
+// "input.zero_point" for the model's input), every other parameter F32 under its own name; the
+// model (metadata "model") and the calibration ("ember_quant": JSON) in __metadata__. Written atomically.
+void save_quantized(const QuantizedWeights& q, const std::string& path);
+// Reads and checks everything (scales finite and > 0, zero points in range, shapes against the
+// model, no tensor both quantized and fp32, nothing missing or extra): Error naming the tensor.
+QuantizedWeights load_quantized(const std::string& path);
+QuantizedWeights load_quantized_from_memory(const uint8_t* bytes, size_t n, const std::string& name);
+// Whether a weights file is a quantized one (its metadata has "ember_quant"); reads the header only.
+bool is_quantized_file(const std::string& path);
+
+// The int8 path this CPU runs for an fp32 kernel set (empty: the best): "avx512_vnni", "avx_vnni",
+// "avx2" or "scalar" (EMBER_ISA=avx2 gives avx2, as on an AVX2-only CPU).
+const char* int8_path_name(const std::string& isa);
+
+// A quantized model compiled for a batch size: Conv2d, Linear, ReLU, max-pool, flatten and the
+// residual add run on u8 activations (NHWC) with int32 sums and requantization fused with the bias,
+// ReLU and the residual; every other op runs fp32 between a dequantize and a quantize.
+class Int8Plan {
+ public:
+  Int8Plan(const QuantizedWeights& q, int batch, int threads = 1, const std::string& isa = "");
+  ~Int8Plan();
+  Int8Plan(Int8Plan&&) noexcept;
+  Int8Plan& operator=(Int8Plan&&) noexcept;
+
+  int batch() const;
+  int threads() const;
+  const char* int8_path() const;          // int8_path_name of its kernels
+  const Model& model() const;
+  // Per node: "int8", "int8 (fused)", or "fp32" (a dequantize before, a quantize after where needed).
+  std::vector<std::string> node_paths() const;
+  std::string summary() const;            // one line per step: what runs, in which arithmetic
+
+  float* input();                         // [batch, C, H, W] fp32
+  int32_t* labels();                      // [batch]
+  // As Plan::gather_u8 (u8 images scaled by 1/255, or the per-channel affine) into the input.
+  void gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n);
+  void set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift);
+  void set_profiler(Profiler* p);
+  void forward(int n);
+  const float* output() const;            // [batch, output dims] fp32
+  std::vector<int> output_dims() const;
+  int correct(int n) const;               // arg-max against labels()
+  double loss(int n) const;               // mean softmax cross-entropy of the first n (classifiers)
+  double flops_per_sample() const;        // a multiply-add as 2
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember
