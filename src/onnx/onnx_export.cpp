@@ -11,69 +11,22 @@
 #include "ember/files.h"
 #include "ember/onnx.h"
 #include "ember/version.h"
-#include "ember_onnx.pb.h"
 #include "nn/graph.h"
 #include "nn/op_table.h"
+#include "onnx/onnx_export.h"
 
 namespace ember {
 namespace {
 
 namespace pb = ember_onnx;
 using nn::Dims;
+using onnx::ExportHook;
+using onnx::Writer;
 
 // One ONNX value per ember tensor: its name and rank (4: [N, C, H, W]; 2: [N, D]).
 struct Value {
   std::string name;
   int rank = 4;
-};
-
-class Writer {
- public:
-  explicit Writer(pb::GraphProto* g) : g_(g) {}
-
-  std::string fresh(const std::string& base) { return base + "_" + std::to_string(next_++); }
-
-  pb::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                      const std::string& name) {
-    pb::NodeProto* n = g_->add_node();
-    n->set_op_type(op);
-    n->set_name(fresh(name));
-    for (auto& s : in) n->add_input(s);
-    for (auto& s : out) n->add_output(s);
-    return n;
-  }
-  // A one-output node whose output gets a fresh name; returns it.
-  std::string op(const std::string& op, std::vector<std::string> in, const std::string& name) {
-    const std::string out = fresh(name + "_" + op);
-    node(op, std::move(in), {out}, name);
-    return out;
-  }
-  std::string floats(const std::string& name, std::vector<int64_t> dims, const float* v, size_t n) {
-    pb::TensorProto* t = g_->add_initializer();
-    t->set_name(name);
-    t->set_data_type(pb::TensorProto::FLOAT);
-    for (int64_t d : dims) t->add_dims(d);
-    t->set_raw_data(std::string(reinterpret_cast<const char*>(v), n * sizeof(float)));  // little-endian
-    return name;
-  }
-  std::string scalar(float v) {
-    auto it = scalars_.find(v);
-    if (it != scalars_.end()) return it->second;
-    return scalars_[v] = floats(fresh("const"), {}, &v, 1);
-  }
-  std::string ints(const std::string& base, const std::vector<int64_t>& v) {
-    pb::TensorProto* t = g_->add_initializer();
-    t->set_name(fresh(base));
-    t->set_data_type(pb::TensorProto::INT64);
-    t->add_dims(int64_t(v.size()));
-    for (int64_t x : v) t->add_int64_data(x);
-    return t->name();
-  }
-
- private:
-  pb::GraphProto* g_;
-  int next_ = 0;
-  std::map<float, std::string> scalars_;
 };
 
 void attr(pb::NodeProto* n, const std::string& name, int64_t v) {
@@ -113,19 +66,24 @@ class TableOut final : public nn::OnnxOut {
 // Exports one graph; `weights` maps each parameter name to its data in the plan.
 class Exporter {
  public:
-  Exporter(const nn::Graph& g, const std::map<std::string, const float*>& weights, pb::GraphProto* out)
-      : g_(g), w_(weights), W_(out) {}
+  Exporter(const nn::Graph& g, const std::map<std::string, const float*>& weights, pb::GraphProto* out,
+           ExportHook* hook)
+      : g_(g), w_(weights), W_(out), hook_(hook) {}
 
   void run() {
     vals_.assign(g_.tensors.size(), {});
-    vals_[0] = {"input", 4};
+    vals_[0] = {seen("input", "input"), 4};
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       if (folds_batchnorm(i)) {  // conv -> batchnorm2d: one Conv with the eval-mode BN folded in
-        vals_[size_t(g_.nodes[i + 1].out)] = vals_[size_t(g_.nodes[i].out)] = conv(int(i), vals_[size_t(g_.nodes[i].in[0])], int(i + 1));
+        Value v = conv(int(i), vals_[size_t(g_.nodes[i].in[0])], int(i + 1));
+        v.name = seen(g_.nodes[i + 1].param_prefix, v.name);
+        vals_[size_t(g_.nodes[i + 1].out)] = vals_[size_t(g_.nodes[i].out)] = v;
         ++i;
         continue;
       }
-      vals_[size_t(g_.nodes[i].out)] = node(int(i));
+      Value v = node(int(i));
+      v.name = seen(g_.nodes[i].param_prefix, v.name);
+      vals_[size_t(g_.nodes[i].out)] = v;
     }
     const Value& last = vals_[size_t(nn::output(g_))];
     std::string y = last.name;
@@ -139,6 +97,12 @@ class Exporter {
     auto it = w_.find(g_.nodes[size_t(i)].param_prefix + "." + what);
     if (it == w_.end()) throw Error("export: " + g_.nodes[size_t(i)].label + ": no parameter " + what);
     return it->second;
+  }
+  std::string seen(const std::string& key, const std::string& name) { return hook_ ? hook_->tensor(W_, key, name) : name; }
+  // A Conv's or Linear's weight or bias: the hook's value, else the fp32 initializer.
+  std::string wparam(int i, const std::string& what, std::vector<int64_t> dims) {
+    std::string v = hook_ ? hook_->param(W_, g_.nodes[size_t(i)].param_prefix, what, dims) : std::string();
+    return v.empty() ? init(i, what, std::move(dims)) : v;
   }
   std::string init(int i, const std::string& what, std::vector<int64_t> dims) {
     size_t n = 1;
@@ -212,6 +176,7 @@ class Exporter {
   // as one Conv (PyTorch's eval-mode export does the same).
   bool folds_batchnorm(size_t i) const {
     if (i + 1 >= g_.nodes.size() || g_.nodes[i].spec->kind != LayerKind::Conv2d) return false;
+    if (hook_ && hook_->keeps_weights(g_.nodes[i].param_prefix)) return false;
     const nn::Node& bn = g_.nodes[i + 1];
     return bn.spec->kind == LayerKind::BatchNorm2d && bn.in[0] == g_.nodes[i].out &&
            g_.tensors[size_t(g_.nodes[i].out)].readers.size() == 1;
@@ -226,8 +191,8 @@ class Exporter {
     const std::vector<int64_t> wdims{s.out, d.c / s.groups, s.kernel_h, s.kernel_w};
     std::vector<std::string> in{img(x, nm)};
     if (bn < 0) {
-      in.push_back(init(i, "weight", wdims));
-      if (s.bias) in.push_back(init(i, "bias", {s.out}));
+      in.push_back(wparam(i, "weight", wdims));
+      if (s.bias) in.push_back(wparam(i, "bias", {s.out}));
     } else {
       const LayerSpec& b = *g_.nodes[size_t(bn)].spec;
       const size_t K = size_t(s.out), per = size_t(d.c / s.groups) * s.kernel_h * s.kernel_w;
@@ -256,14 +221,14 @@ class Exporter {
     const std::string nm = g_.nodes[size_t(i)].param_prefix;
     const Dims d = in_dims(i);
     if (s.over_channels) {
-      std::vector<std::string> in{img(x, nm), init(i, "weight", {s.out, d.c, 1, 1})};
-      if (s.bias) in.push_back(init(i, "bias", {s.out}));
+      std::vector<std::string> in{img(x, nm), wparam(i, "weight", {s.out, d.c, 1, 1})};
+      if (s.bias) in.push_back(wparam(i, "bias", {s.out}));
       pb::NodeProto* n = W_.node("Conv", in, {W_.fresh(nm + "_linear")}, nm);
       attr(n, "kernel_shape", std::vector<int64_t>{1, 1});
       return {n->output(0), 4};
     }
-    std::vector<std::string> in{flat(x, nm), init(i, "weight", {s.out, int64_t(d.size())})};
-    if (s.bias) in.push_back(init(i, "bias", {s.out}));
+    std::vector<std::string> in{flat(x, nm), wparam(i, "weight", {s.out, int64_t(d.size())})};
+    if (s.bias) in.push_back(wparam(i, "bias", {s.out}));
     pb::NodeProto* n = W_.node("Gemm", in, {W_.fresh(nm + "_gemm")}, nm);
     attr(n, "transB", int64_t(1));
     return {n->output(0), 2};
@@ -346,26 +311,24 @@ class Exporter {
   const nn::Graph& g_;
   const std::map<std::string, const float*>& w_;
   Writer W_;
+  ExportHook* hook_;
   std::vector<Value> vals_;
 };
 
 }  // namespace
 
-std::string onnx_export_bytes(const Plan& plan) {
-  if (plan.dtype() != DType::f32) throw Error("export: only f32 plans can be exported");
-  const Model& m = plan.model();
+namespace onnx {
+
+std::string export_model_bytes(const Model& m, const std::map<std::string, const float*>& weights, ExportHook* hook,
+                               const std::string& doc) {
   nn::Graph g = nn::resolve(m);
   g.tensors[0].dims = {m.in_c, m.in_h, m.in_w};
   nn::infer(g, DType::f32, 1);
-  std::map<std::string, const float*> weights;
-  const float* base = static_cast<const float*>(plan.param_data());
-  for (const ParamInfo& p : plan.params()) weights[p.name] = base + p.offset;
-
   pb::ModelProto model;
   model.set_ir_version(8);
   model.set_producer_name("ember");
   model.set_producer_version(kVersion);
-  model.set_doc_string("ember model " + m.name + ": the output is the last layer's (logits before the loss)");
+  model.set_doc_string(doc);
   pb::OperatorSetIdProto* op = model.add_opset_import();
   op->set_domain("");
   op->set_version(kOnnxOpset);
@@ -375,12 +338,24 @@ std::string onnx_export_bytes(const Plan& plan) {
   pb::GraphProto* graph = model.mutable_graph();
   graph->set_name(m.name);
   value_info(graph->add_input(), "input", {m.in_c, m.in_h, m.in_w});
-  Exporter(g, weights, graph).run();
+  Exporter(g, weights, graph, hook).run();
   const nn::Dims out = g.tensors[size_t(nn::output(g))].dims;
   value_info(graph->add_output(), "output", out.flat() ? std::vector<int64_t>{out.c} : std::vector<int64_t>{out.c, out.h, out.w});
   std::string bytes;
   if (!model.SerializeToString(&bytes)) throw Error("export: the model is too large for one ONNX file (2 GiB)");
   return bytes;
+}
+
+}  // namespace onnx
+
+std::string onnx_export_bytes(const Plan& plan) {
+  if (plan.dtype() != DType::f32) throw Error("export: only f32 plans can be exported");
+  const Model& m = plan.model();
+  std::map<std::string, const float*> weights;
+  const float* base = static_cast<const float*>(plan.param_data());
+  for (const ParamInfo& p : plan.params()) weights[p.name] = base + p.offset;
+  return onnx::export_model_bytes(m, weights, nullptr,
+                                  "ember model " + m.name + ": the output is the last layer's (logits before the loss)");
 }
 
 void export_onnx(const Plan& plan, const std::string& path) {

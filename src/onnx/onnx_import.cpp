@@ -11,6 +11,7 @@
 #include "ember/onnx.h"
 #include "nn/layers.h"
 #include "onnx/onnx_import_ops.h"
+#include "onnx/onnx_qdq.h"
 #include "onnx/onnx_scan.h"
 
 namespace ember {
@@ -237,22 +238,26 @@ void check_ir_version(int64_t v, const std::string& name) {
 }
 }  // namespace
 
-OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::string& name) {
-  onnx::scan_onnx(bytes, n, name);  // the counts, before the parse allocates for them
-  onnx::pb::ModelProto model;
+namespace onnx {
+
+void parse_model(const uint8_t* bytes, size_t n, const std::string& name, pb::ModelProto& model, int& opset_out) {
+  scan_onnx(bytes, n, name);  // the counts, before the parse allocates for them
   if (n > size_t(INT32_MAX) || !model.ParseFromArray(bytes, int(n)))
     throw Error(name + ": not an ONNX model (the protobuf does not parse)");
   int64_t opset = 0;
   for (const auto& op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx") opset = op.version();
-    else throw Error(name + ": opset_import: domain '" + one_line(onnx::shown(op.domain())) + "' is not supported");
+    else throw Error(name + ": opset_import: domain '" + one_line(shown(op.domain())) + "' is not supported");
   if (model.opset_import_size() == 0) throw Error(name + ": no opset_import (is this an ONNX model?)");
   check_ir_version(model.ir_version(), name);
   // Opsets 1 to 6 too: the ops' attributes are checked one by one (an attribute an old version
   // had and ember does not know, such as Add-1's broadcast, is refused by name).
   if (opset < 1 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (1..21)");
   if (!model.has_graph()) throw Error(name + ": no graph");
-  onnx::Importer im(model.graph(), name, int(opset), n);
+  opset_out = int(opset);
+}
+
+OnnxImport run_import(Importer& im, const std::string& name) {
   try {
     im.run();
   } catch (const Error& e) {  // names from the file may hold newlines or control bytes
@@ -267,6 +272,23 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
   checked.source = name;
   out.model = std::move(checked);
   return out;
+}
+
+}  // namespace onnx
+
+OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::string& name) {
+  onnx::pb::ModelProto model;
+  int opset = 0;
+  onnx::parse_model(bytes, n, name, model, opset);
+  if (onnx::has_quant_ops(model.graph())) {  // QDQ: the fp32 graph it computes (docs/onnx.md, "QDQ")
+    try {
+      onnx::dequantize_graph(*model.mutable_graph(), name);
+    } catch (const Error& e) {
+      throw Error(one_line(e.what()));
+    }
+  }
+  onnx::Importer im(model.graph(), name, opset, n);
+  return onnx::run_import(im, name);
 }
 
 OnnxImport import_onnx(const std::string& path) {

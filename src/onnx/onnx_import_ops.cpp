@@ -276,6 +276,8 @@ void Importer::conv(int i) {
   if (st[0] < 1 || st[1] < 1 || Ho < 1 || Wo < 1) throw Error(where(i) + ": the kernel does not fit the input");
   Val y = emit(s, {&x}, val(i, 1).weight_name, {int(K), int(Ho), int(Wo)}, x.lay);
   weight(y.ref, "weight", W.f);
+  sources_[y.ref + ".weight"] = g_.node(i).input(1);
+  if (has_b) sources_[y.ref + ".bias"] = g_.node(i).input(2);
   if (has_b) {
     const Const& B = constant(i, 2);
     if (B.count() != size_t(K)) throw Error(where(i) + ": bias has " + std::to_string(B.count()) + " values, expected " + std::to_string(K));
@@ -344,6 +346,8 @@ void Importer::gemm(int i) {
     for (float& v : w) v *= alpha;
   weight(y.ref, "weight", std::move(w));
   if (has_c) weight(y.ref, "bias", bias);
+  sources_[y.ref + ".weight"] = g_.node(i).input(1);
+  if (has_c) sources_[y.ref + ".bias"] = g_.node(i).input(2);
   set(i, 0, std::move(y));
 }
 
@@ -366,7 +370,9 @@ void Importer::matmul(int i) {
   s.kind = LayerKind::Linear, s.out = int(K), s.over_channels = over, s.bias = add >= 0;
   Val y = emit(s, {&x}, bname, {int(K), over ? x.d.h : 1, over ? x.d.w : 1}, over ? Layout::NHWC : Layout::Flat);
   weight(y.ref, "weight", transpose2(B));
+  sources_[y.ref + ".weight"] = g_.node(i).input(1);
   if (add >= 0) {
+    sources_[y.ref + ".bias"] = bname;
     weight(y.ref, "bias", bias);
     set(add, 0, std::move(y));
   } else {

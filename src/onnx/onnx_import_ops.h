@@ -37,6 +37,10 @@ class Importer {
   static constexpr size_t kMaxFoldedTotal = size_t(1) << 24;
   void run();
   OnnxImport take() { return std::move(out_); }
+  // After run(): each ONNX value as mapped ("ref": the layer that makes it, or "input"), and the
+  // ONNX name each Conv/Gemm/MatMul parameter came from ("conv1.weight" -> the initializer).
+  const std::map<std::string, Val>& values() const { return vals_; }
+  const std::map<std::string, std::string>& sources() const { return sources_; }
 
  private:
   // onnx_import.cpp: the walk.
@@ -90,7 +94,13 @@ class Importer {
   std::map<std::string, int> producer_;  // value -> the node that outputs it
   std::vector<bool> done_, live_;
   std::set<std::string> names_;
+  std::map<std::string, std::string> sources_;  // parameter name -> the ONNX initializer's
   size_t folded_ = 0, weights_ = 0, weight_budget_;
 };
+
+// onnx_import.cpp: the parse and header checks (opset_out: the default domain's opset), and the
+// walk with its one-line errors and the model's name and JSON check.
+void parse_model(const uint8_t* bytes, size_t n, const std::string& name, pb::ModelProto& model, int& opset_out);
+OnnxImport run_import(Importer& im, const std::string& name);
 
 }  // namespace ember::onnx

@@ -34,7 +34,8 @@ size_t elem_bytes(int type, const std::string& what) {
     case pb::TensorProto::FLOAT: case pb::TensorProto::INT32: return 4;
     case pb::TensorProto::DOUBLE: case pb::TensorProto::INT64: return 8;
     case pb::TensorProto::FLOAT16: return 2;
-    default: throw Error(what + ".data_type: " + std::to_string(type) + " is not supported (float, double, float16, int32, int64)");
+    case pb::TensorProto::INT8: case pb::TensorProto::UINT8: return 1;
+    default: throw Error(what + ".data_type: " + std::to_string(type) + " is not supported (float, double, float16, int8, uint8, int32, int64)");
   }
 }
 
@@ -57,7 +58,8 @@ Const read_tensor(const pb::TensorProto& t, const std::string& what) {
   }
   if (t.dims_size() > 8) throw Error(what + ".dims: rank " + std::to_string(t.dims_size()) + " is more than 8");
   const int type = t.data_type();
-  c.is_int = type == pb::TensorProto::INT32 || type == pb::TensorProto::INT64;
+  c.is_int = type == pb::TensorProto::INT32 || type == pb::TensorProto::INT64 || type == pb::TensorProto::INT8 ||
+             type == pb::TensorProto::UINT8;
   auto need = [&](uint64_t have, const char* field) {
     if (have != n) throw Error(what + "." + field + ": holds " + std::to_string(have) + " values, dims say " + std::to_string(n));
   };
@@ -73,6 +75,8 @@ Const read_tensor(const pb::TensorProto& t, const std::string& what) {
       else if (type == pb::TensorProto::DOUBLE) { double d; std::memcpy(&d, p, 8); c.f[k] = float(d); }
       else if (type == pb::TensorProto::FLOAT16) { uint16_t h; std::memcpy(&h, p, 2); c.f[k] = half_to_float(h); }
       else if (type == pb::TensorProto::INT32) { int32_t v; std::memcpy(&v, p, 4); c.i[k] = v, c.f[k] = float(v); }
+      else if (type == pb::TensorProto::INT8) c.i[k] = int8_t(*p), c.f[k] = float(c.i[k]);
+      else if (type == pb::TensorProto::UINT8) c.i[k] = uint8_t(*p), c.f[k] = float(c.i[k]);
       else { int64_t v; std::memcpy(&v, p, 8); c.i[k] = v, c.f[k] = float(v); }
     }
     return c;
@@ -94,6 +98,18 @@ Const read_tensor(const pb::TensorProto& t, const std::string& what) {
       need(uint64_t(t.int32_data_size()), "int32_data");
       for (int32_t v : t.int32_data()) c.i.push_back(v), c.f.push_back(float(v));
       break;
+    case pb::TensorProto::INT8:
+    case pb::TensorProto::UINT8: {  // one value per int32_data entry
+      need(uint64_t(t.int32_data_size()), "int32_data");
+      const int32_t lo = type == pb::TensorProto::INT8 ? -128 : 0, hi = type == pb::TensorProto::INT8 ? 127 : 255;
+      for (int32_t v : t.int32_data()) {
+        if (v < lo || v > hi)
+          throw Error(what + ".int32_data: " + std::to_string(v) + " is outside " + std::to_string(lo) + ".." +
+                      std::to_string(hi) + " (" + (lo ? "int8" : "uint8") + ")");
+        c.i.push_back(v), c.f.push_back(float(v));
+      }
+      break;
+    }
     default:
       need(uint64_t(t.int64_data_size()), "int64_data");
       for (int64_t v : t.int64_data()) c.i.push_back(v), c.f.push_back(float(v));

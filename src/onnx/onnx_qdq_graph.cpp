@@ -1,0 +1,354 @@
+// QDQ and integer-op ONNX graphs rewritten as fp32 graphs (onnx_qdq.h): one pass over the nodes in
+// order. Quantized activations become aliases of the fp32 values they quantize (their QParams
+// kept), quantized initializers are dequantized in place under their own names.
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "ember/error.h"
+#include "onnx/onnx_qdq.h"
+
+namespace ember::onnx {
+namespace {
+
+bool is_quant_op(const std::string& op) {
+  static const char* const kOps[] = {"QuantizeLinear", "DequantizeLinear", "QLinearConv",          "QLinearMatMul",
+                                     "ConvInteger",    "MatMulInteger",    "DynamicQuantizeLinear"};
+  for (const char* k : kOps)
+    if (op == k) return true;
+  return false;
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t k = 0; k < d.size(); ++k) s += (k ? ", " : "") + std::to_string(d[k]);
+  return s + "]";
+}
+
+class Rewriter {
+ public:
+  Rewriter(pb::GraphProto& g, std::string file) : g_(g), file_(std::move(file)) {
+    for (int k = 0; k < g.initializer_size(); ++k) inits_[g.initializer(k).name()] = g.mutable_initializer(k);
+    for (int k = 0; k < g.node_size(); ++k)
+      for (const std::string& in : g.node(k).input()) readers_[in].push_back(k);
+  }
+
+  QdqInfo run() {
+    info_.quantized = has_quant_ops(g_);
+    for (int i = 0; i < g_.node_size(); ++i)
+      if (!skip_.count(i)) map(i);
+    finish();
+    return std::move(info_);
+  }
+
+ private:
+  struct QVal {
+    std::string f;  // the fp32 value
+    QParams p;
+  };
+
+  std::string where(int i) const {
+    const pb::NodeProto& n = g_.node(i);
+    return file_ + ": node " + std::to_string(i) + " '" + shown(n.name()) + "' (" + shown(n.op_type()) + ")";
+  }
+  std::string tname(const std::string& name) const { return file_ + ": tensor '" + shown(name) + "'"; }
+  bool has_in(int i, int k) const { return g_.node(i).input_size() > k && !g_.node(i).input(k).empty(); }
+
+  pb::TensorProto* init_of(int i, int k) {
+    if (!has_in(i, k)) throw Error(where(i) + ": input " + std::to_string(k) + " is missing");
+    auto it = inits_.find(g_.node(i).input(k));
+    if (it == inits_.end())
+      throw Error(where(i) + ": input " + std::to_string(k) + " ('" + shown(g_.node(i).input(k)) + "') must be an initializer");
+    return it->second;
+  }
+  Const read(const pb::TensorProto* t) const { return read_tensor(*t, tname(t->name())); }
+
+  std::vector<float> scales(const pb::TensorProto* t) const {
+    if (t->data_type() != pb::TensorProto::FLOAT) throw Error(tname(t->name()) + ": a scale must be float");
+    const Const c = read(t);
+    if (c.dims.size() > 1) throw Error(tname(t->name()) + ": scales " + dims_str(c.dims) + " must be a scalar or 1-D");
+    if (c.f.empty()) throw Error(tname(t->name()) + ": no scale");
+    for (float s : c.f)
+      if (!std::isfinite(s) || s <= 0) throw Error(tname(t->name()) + ": scale " + std::to_string(s) + " is not finite and > 0");
+    return c.f;
+  }
+
+  // An activation's (scale, zero point) inputs ks, kz of node i, as u8 QParams (int8: shifted by 128).
+  QParams act_params(int i, int ks, int kz) {
+    const pb::TensorProto* st = init_of(i, ks);
+    const std::vector<float> s = scales(st);
+    if (s.size() != 1)
+      throw Error(tname(st->name()) + ": " + std::to_string(s.size()) + " scales; activations are quantized per tensor (one scale)");
+    QParams p;
+    p.scale = s[0];
+    if (!has_in(i, kz)) return p;
+    const pb::TensorProto* zt = init_of(i, kz);
+    const Const z = read(zt);
+    if (z.count() != 1 || !z.is_int) throw Error(tname(zt->name()) + ": expected one integer zero point");
+    const int64_t v = z.i[0];
+    const bool s8 = zt->data_type() == pb::TensorProto::INT8;
+    if (s8 ? (v < -128 || v > 127) : (v < 0 || v > 255))
+      throw Error(tname(zt->name()) + ": zero point " + std::to_string(v) + " is outside " + (s8 ? "-128..127 (int8)" : "0..255 (uint8)"));
+    p.zero_point = int32_t(s8 ? v + 128 : v);  // int8 q with zero point z is u8 q + 128 with z + 128
+    return p;
+  }
+
+  void set_float(pb::TensorProto* t, const std::vector<float>& f) {
+    t->set_data_type(pb::TensorProto::FLOAT);
+    t->clear_int32_data(), t->clear_int64_data(), t->clear_float_data();
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(f.data()), f.size() * 4));
+  }
+
+  // Dequantizes weight initializer wt (INT8 or UINT8) with scales s along axis (per tensor: one),
+  // zero points zt (may be null): symmetric int8 in -127..127 after the zero point, or refused.
+  void dequant_weight(pb::TensorProto* wt, const std::vector<float>& s, const pb::TensorProto* zt, int64_t axis) {
+    const std::string name = wt->name();
+    if (info_.weights.count(name)) {
+      if (info_.weights[name].scale != s) throw Error(tname(name) + ": dequantized twice with different scales");
+      return;
+    }
+    const int type = wt->data_type();
+    if (type != pb::TensorProto::INT8 && type != pb::TensorProto::UINT8)
+      throw Error(tname(name) + ": quantized weights must be int8 or uint8, found data_type " + std::to_string(type));
+    const Const w = read(wt);
+    const int64_t rank = int64_t(w.dims.size());
+    if (axis < 0) axis += rank;
+    const bool per_tensor = s.size() == 1;
+    if (!per_tensor && (axis < 0 || axis >= rank || w.dims[size_t(axis)] != int64_t(s.size())))
+      throw Error(tname(name) + ": " + std::to_string(s.size()) + " scales do not match axis " + std::to_string(axis) + " of its dims " + dims_str(w.dims));
+    std::vector<int64_t> z(s.size(), 0);
+    if (zt) z = weight_zero_points(zt, type, s.size());
+    size_t inner = 1;
+    for (int64_t k = axis + 1; !per_tensor && k < rank; ++k) inner *= size_t(w.dims[size_t(k)]);
+    std::vector<float> f(w.count());
+    for (size_t j = 0; j < f.size(); ++j) {
+      const size_t c = per_tensor ? 0 : (j / inner) % s.size();
+      const int64_t q = w.i[j] - z[c];
+      if (q < -127 || q > 127)
+        throw Error(tname(name) + ": weight " + std::to_string(w.i[j]) + " (zero point " + std::to_string(z[c]) +
+                    ") is outside ember's symmetric int8 range -127..127");
+      f[j] = float(q) * s[c];
+    }
+    info_.weights[name] = {s, per_tensor ? -1 : int(axis), w.dims};
+    set_float(wt, f);
+  }
+  std::vector<int64_t> weight_zero_points(const pb::TensorProto* zt, int type, size_t n) const {
+    if (zt->data_type() != type) throw Error(tname(zt->name()) + ": the zero point's type differs from the weight's");
+    const Const z = read(zt);
+    if (z.count() != n)
+      throw Error(tname(zt->name()) + ": " + std::to_string(z.count()) + " zero points for " + std::to_string(n) + " scales");
+    for (int64_t v : z.i)  // int8: symmetric only; uint8: any zero point whose shift stays in range (checked per value)
+      if (type == pb::TensorProto::INT8 && v != 0)
+        throw Error(tname(zt->name()) + ": weight zero point " + std::to_string(v) + " is not 0 (ember's int8 weights are symmetric)");
+    return z.i;
+  }
+
+  // Dequantizes an INT32 bias with per-channel scales s (one: broadcast); zero points must be 0.
+  void dequant_bias(pb::TensorProto* bt, const std::vector<float>& s, const pb::TensorProto* zt) {
+    const std::string name = bt->name();
+    if (info_.biases.count(name)) return;
+    if (bt->data_type() != pb::TensorProto::INT32) throw Error(tname(name) + ": a quantized bias must be int32");
+    const Const b = read(bt);
+    if (b.dims.size() > 1 || (s.size() != 1 && b.count() != s.size()))
+      throw Error(tname(name) + ": bias " + dims_str(b.dims) + " does not match its " + std::to_string(s.size()) + " scales");
+    if (zt) {
+      const Const z = read(zt);
+      if (!z.is_int || (z.count() != 1 && z.count() != s.size())) throw Error(tname(zt->name()) + ": zero points do not match the scales");
+      for (int64_t v : z.i)
+        if (v != 0) throw Error(tname(zt->name()) + ": zero point " + std::to_string(v) + " is not 0 (int32 biases are symmetric)");
+    }
+    QdqInfo::Bias q;
+    std::vector<float> f(b.count());
+    for (size_t k = 0; k < f.size(); ++k) {
+      q.q.push_back(int32_t(b.i[k]));
+      q.scale.push_back(s[s.size() == 1 ? 0 : k]);
+      f[k] = float(b.i[k]) * q.scale.back();
+    }
+    info_.biases[name] = std::move(q);
+    set_float(bt, f);
+  }
+
+  // The fp32 value a quantized input stands for.
+  const QVal& qval(int i, int k) const {
+    auto it = has_in(i, k) ? qvals_.find(g_.node(i).input(k)) : qvals_.end();
+    if (it == qvals_.end())
+      throw Error(where(i) + ": input " + std::to_string(k) + " must be a QuantizeLinear or QLinear output (ember's input is float)");
+    return it->second;
+  }
+
+  void map(int i) {
+    const std::string& op = g_.node(i).op_type();
+    if (op == "QuantizeLinear") return quantize(i);
+    if (op == "DequantizeLinear") return dequantize(i);
+    if (op == "QLinearConv" || op == "QLinearMatMul") return qlinear(i, op == "QLinearConv");
+    if (op == "ConvInteger" || op == "MatMulInteger") return integer(i, op == "ConvInteger");
+    if (op == "DynamicQuantizeLinear")
+      throw Error(where(i) + ": dynamic quantization is not supported (ember's activations have calibrated scales)");
+    nodes_.push_back(g_.node(i));
+  }
+
+  void quantize(int i) {
+    const pb::NodeProto& n = g_.node(i);
+    const QParams p = act_params(i, 1, 2);
+    const std::string x = resolve(n.input(0));
+    info_.acts[x] = p;
+    rename_[n.output(0)] = x;
+    qvals_[n.output(0)] = {x, p};
+  }
+
+  void dequantize(int i) {
+    const pb::NodeProto& n = g_.node(i);
+    if (n.output_size() < 1) throw Error(where(i) + ": no output");
+    const std::string& y = n.input_size() ? n.input(0) : std::string();
+    if (qvals_.count(y)) {
+      rename_[n.output(0)] = qvals_[y].f;
+      return;
+    }
+    pb::TensorProto* t = init_of(i, 0);
+    const pb::TensorProto* zt = has_in(i, 2) ? init_of(i, 2) : nullptr;
+    const std::vector<float> s = scales(init_of(i, 1));
+    int64_t axis = 1;
+    for (const auto& a : n.attribute())
+      if (a.name() == "axis") axis = a.i();
+    if (t->data_type() == pb::TensorProto::INT32 || info_.biases.count(t->name())) dequant_bias(t, s, zt);
+    else dequant_weight(t, s, zt, axis);
+    rename_[n.output(0)] = t->name();
+  }
+
+  // QLinearConv (x, xs, xz, w, ws, wz, ys, yz[, B]) / QLinearMatMul (a, as, az, b, bs, bz, ys, yz):
+  // Conv / MatMul of the fp32 values, the output's QParams kept.
+  void qlinear(int i, bool conv) {
+    const pb::NodeProto& n = g_.node(i);
+    const QVal x = qval(i, 0);
+    info_.acts[x.f] = act_params(i, 1, 2);
+    pb::TensorProto* wt = init_of(i, 3);
+    const std::vector<float> ws = scales(init_of(i, 4));
+    dequant_weight(wt, ws, has_in(i, 5) ? init_of(i, 5) : nullptr, conv ? 0 : 1);
+    pb::NodeProto out;
+    out.set_name(n.name()), out.set_op_type(conv ? "Conv" : "MatMul");
+    out.add_input(x.f), out.add_input(wt->name());
+    if (conv && has_in(i, 8)) {
+      std::vector<float> bs(ws.size());
+      for (size_t k = 0; k < bs.size(); ++k) bs[k] = info_.acts[x.f].scale * ws[k];
+      pb::TensorProto* bt = init_of(i, 8);
+      dequant_bias(bt, bs, nullptr);
+      out.add_input(bt->name());
+    }
+    if (conv) *out.mutable_attribute() = n.attribute();
+    const QParams yp = act_params(i, 6, 7);
+    out.add_output(n.output(0));
+    info_.acts[n.output(0)] = yp;
+    qvals_[n.output(0)] = {n.output(0), yp};
+    nodes_.push_back(std::move(out));
+  }
+
+  // ConvInteger / MatMulInteger (x, w, x_zp, w_zp) -> Cast(float) -> Mul(c): the weight's scales
+  // are c / the input's scale; Conv / MatMul writes the Mul's output.
+  void integer(int i, bool conv) {
+    const pb::NodeProto& n = g_.node(i);
+    const QVal x = qval(i, 0);
+    if (has_in(i, 2)) {
+      const QParams z = act_params_zero(i, 2, x.p);
+      if (z.zero_point != x.p.zero_point) throw Error(where(i) + ": x_zero_point differs from the QuantizeLinear's");
+    }
+    const int cast = only_reader(n.output(0)), mul = cast < 0 ? -1 : only_reader(g_.node(cast).output(0));
+    if (cast < 0 || g_.node(cast).op_type() != "Cast" || mul < 0 || g_.node(mul).op_type() != "Mul")
+      throw Error(where(i) + ": expected its output to be read by Cast(float) then Mul by the scales (the int32 sum alone has no scale)");
+    const pb::NodeProto& m = g_.node(mul);
+    const int kc = m.input(0) == g_.node(cast).output(0) ? 1 : 0;
+    std::vector<float> ws = mul_scales(init_of(mul, kc), conv);
+    for (float& s : ws) s /= x.p.scale;
+    pb::TensorProto* wt = init_of(i, 1);
+    dequant_weight(wt, ws, has_in(i, 3) ? init_of(i, 3) : nullptr, conv ? 0 : 1);
+    pb::NodeProto out;
+    out.set_name(n.name()), out.set_op_type(conv ? "Conv" : "MatMul");
+    out.add_input(x.f), out.add_input(wt->name()), out.add_output(m.output(0));
+    if (conv) *out.mutable_attribute() = n.attribute();
+    skip_.insert(cast), skip_.insert(mul);
+    nodes_.push_back(std::move(out));
+  }
+  // The Mul's scales: one, or one per output channel ([K, 1, 1] / [1, K, 1, 1] for Conv, [K] /
+  // [1, K] for MatMul).
+  std::vector<float> mul_scales(const pb::TensorProto* t, bool conv) const {
+    if (t->data_type() != pb::TensorProto::FLOAT) throw Error(tname(t->name()) + ": a scale must be float");
+    const Const c = read(t);
+    size_t big = 0;
+    for (size_t k = 0; k < c.dims.size(); ++k)
+      if (c.dims[k] != 1) big = k + 1;
+    const size_t want = conv ? c.dims.size() - 2 : c.dims.size();  // the channel axis, 1-based
+    if (c.f.empty() || (big && (c.dims.size() < (conv ? 3u : 1u) || big != want)))
+      throw Error(tname(t->name()) + ": scales " + dims_str(c.dims) + " are not one per tensor or per output channel");
+    for (float s : c.f)
+      if (!std::isfinite(s) || s <= 0) throw Error(tname(t->name()) + ": scale " + std::to_string(s) + " is not finite and > 0");
+    return c.f;
+  }
+  QParams act_params_zero(int i, int kz, QParams p) {
+    const pb::TensorProto* zt = init_of(i, kz);
+    const Const z = read(zt);
+    if (z.count() != 1 || !z.is_int) throw Error(tname(zt->name()) + ": expected one integer zero point");
+    p.zero_point = int32_t(zt->data_type() == pb::TensorProto::INT8 ? z.i[0] + 128 : z.i[0]);
+    return p;
+  }
+  int only_reader(const std::string& v) const {
+    auto it = readers_.find(v);
+    return it == readers_.end() || it->second.size() != 1 ? -1 : it->second[0];
+  }
+
+  std::string resolve(std::string v) const {
+    for (int k = 0; k < 1000; ++k) {
+      auto it = rename_.find(v);
+      if (it == rename_.end() || it->second == v) return v;
+      v = it->second;
+    }
+    throw Error(file_ + ": value '" + shown(v) + "': the quantization pairs loop");
+  }
+
+  // The new node list (inputs renamed), Identity for renamed graph outputs, unread initializers out.
+  void finish() {
+    std::set<std::string> read;
+    for (pb::NodeProto& n : nodes_)
+      for (int k = 0; k < n.input_size(); ++k) n.set_input(k, resolve(n.input(k))), read.insert(n.input(k));
+    for (const pb::ValueInfoProto& o : g_.output())
+      if (resolve(o.name()) != o.name()) {
+        pb::NodeProto id;
+        id.set_op_type("Identity"), id.set_name(o.name() + "_dequantized");
+        id.add_input(resolve(o.name())), id.add_output(o.name());
+        read.insert(id.input(0));
+        nodes_.push_back(std::move(id));
+      }
+    g_.clear_node();
+    for (pb::NodeProto& n : nodes_) *g_.add_node() = std::move(n);
+    drop_unread(read);
+  }
+  void drop_unread(const std::set<std::string>& read) {
+    std::set<std::string> dropped;
+    auto* in = g_.mutable_initializer();
+    for (int k = in->size() - 1; k >= 0; --k)
+      if (!read.count(in->Get(k).name())) dropped.insert(in->Get(k).name()), in->DeleteSubrange(k, 1);
+    auto* gi = g_.mutable_input();
+    for (int k = gi->size() - 1; k >= 0; --k)
+      if (dropped.count(gi->Get(k).name())) gi->DeleteSubrange(k, 1);
+  }
+
+  pb::GraphProto& g_;
+  std::string file_;
+  std::map<std::string, pb::TensorProto*> inits_;
+  std::map<std::string, std::vector<int>> readers_;
+  std::map<std::string, std::string> rename_;  // a dropped node's output -> the value it stands for
+  std::map<std::string, QVal> qvals_;          // quantized values
+  std::set<int> skip_;
+  std::vector<pb::NodeProto> nodes_;
+  QdqInfo info_;
+};
+
+}  // namespace
+
+bool has_quant_ops(const pb::GraphProto& g) {
+  for (const pb::NodeProto& n : g.node())
+    if (is_quant_op(n.op_type())) return true;
+  return false;
+}
+
+QdqInfo dequantize_graph(pb::GraphProto& g, const std::string& file) { return Rewriter(g, file).run(); }
+
+}  // namespace ember::onnx

@@ -1,0 +1,203 @@
+// QDQ import of files ember did not write (raw protobuf bytes, tests/cli/onnx_wire.h): the integer
+// ops QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger, and hostile quantization
+// parameters (scales 0, -1, NaN, Inf; zero points out of range; lying shapes) refused in one line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cli/onnx_wire.h"
+#include "ember/error.h"
+#include "ember/onnx_quant.h"
+
+using namespace ember;
+using namespace onnx_wire;
+
+namespace {
+
+enum Type { FLOAT = 1, UINT8 = 2, INT8 = 3, INT32 = 6 };
+
+template <class T>
+Bytes typed(const std::string& name, const std::vector<int64_t>& dims, Type type, const std::vector<T>& v) {
+  Bytes t;
+  for (int64_t d : dims) t += num(1, uint64_t(d));
+  return str(5, t + num(2, type) + str(8, name) + str(9, Bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T))));
+}
+Bytes floats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) { return typed(name, dims, FLOAT, v); }
+Bytes u8(const std::string& name, uint8_t v) { return typed(name, {}, UINT8, std::vector<uint8_t>{v}); }
+Bytes i8(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int8_t>& v) { return typed(name, dims, INT8, v); }
+Bytes i32(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int32_t>& v) { return typed(name, dims, INT32, v); }
+Bytes n(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out, const Bytes& attrs = "") {
+  return str(1, node(op, in, out, out[0] + "_node", attrs));
+}
+Bytes conv_attrs() { return attr_ints("kernel_shape", {3, 3}) + attr_ints("pads", {1, 1, 1, 1}); }
+
+std::vector<int8_t> weights(size_t count, int seed) {
+  std::vector<int8_t> w(count);
+  for (size_t k = 0; k < count; ++k) w[k] = int8_t(int((k * 37 + size_t(seed) * 11) % 255) - 127);
+  return w;
+}
+
+QuantizedWeights import(const onnx_wire::Model& m) {
+  const Bytes b = m.bytes();
+  return import_onnx_quantized_from_memory(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "t.onnx");
+}
+
+const QuantLayer* layer_with(const QuantizedWeights& q, size_t rank) {
+  for (const QuantLayer& l : q.layers)
+    if (l.shape.size() == rank) return &l;
+  return nullptr;
+}
+
+// x [N, 1, 4, 4] -> Q -> QLinearConv (2 channels, per-channel scales, int32 bias) -> DQ -> Flatten
+// -> Q -> QLinearMatMul ([32, 3], per-column scales) -> DQ -> y [N, 3].
+TEST(OnnxQdqOps, QLinearConvAndQLinearMatMulImport) {
+  onnx_wire::Model m;
+  const std::vector<int8_t> cw = weights(18, 1), mw = weights(96, 2);
+  m.nodes = n("QuantizeLinear", {"x", "xs", "xz"}, {"xq"}) +
+            n("QLinearConv", {"xq", "xs", "xz", "conv.weight", "cws", "cwz", "cs", "cz", "conv.bias"}, {"cq"}, conv_attrs()) +
+            n("DequantizeLinear", {"cq", "cs", "cz"}, {"c"}) + n("Flatten", {"c"}, {"f"}) +
+            n("QuantizeLinear", {"f", "cs", "cz"}, {"fq"}) +
+            n("QLinearMatMul", {"fq", "cs", "cz", "fc.weight", "mws", "mwz", "ys", "yz"}, {"yq"}) +
+            n("DequantizeLinear", {"yq", "ys", "yz"}, {"y"});
+  m.initializers = floats("xs", {}, {0.004f}) + u8("xz", 3) + i8("conv.weight", {2, 1, 3, 3}, cw) + floats("cws", {2}, {0.01f, 0.02f}) +
+                   i8("cwz", {2}, {0, 0}) + i32("conv.bias", {2}, {-70, 1234}) + floats("cs", {}, {0.05f}) + u8("cz", 128) +
+                   i8("fc.weight", {32, 3}, mw) + floats("mws", {3}, {0.001f, 0.002f, 0.003f}) + i8("mwz", {3}, {0, 0, 0}) +
+                   floats("ys", {}, {0.1f}) + u8("yz", 100);
+  m.inputs = str(11, value_info("x", float_type({0, 1, 4, 4})));
+  m.outputs = str(12, value_info("y", float_type({0, 3})));
+  const QuantizedWeights q = import(m);
+  ASSERT_EQ(q.layers.size(), 2u);
+  const QuantLayer& c = *layer_with(q, 4);
+  EXPECT_EQ(c.prefix, "conv");
+  EXPECT_EQ(c.w, cw);
+  EXPECT_EQ(c.w_scale, (std::vector<float>{0.01f, 0.02f}));
+  EXPECT_EQ(c.bias, (std::vector<int32_t>{-70, 1234}));
+  const QuantLayer& l = *layer_with(q, 2);
+  EXPECT_EQ(l.shape, (std::vector<int>{3, 32}));  // PyTorch's [K, C]: MatMul's [C, K] transposed
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < 32; ++j) ASSERT_EQ(l.w[size_t(k * 32 + j)], mw[size_t(j * 3 + k)]);
+  EXPECT_EQ(l.w_scale, (std::vector<float>{0.001f, 0.002f, 0.003f}));
+  EXPECT_FALSE(l.has_bias);
+  EXPECT_EQ(q.acts.at("input").scale, 0.004f);
+  EXPECT_EQ(q.acts.at("input").zero_point, 3);
+  EXPECT_EQ(q.acts.at("conv").zero_point, 128);
+  EXPECT_EQ(q.acts.at(l.prefix).scale, 0.1f);
+  EXPECT_EQ(q.acts.at(l.prefix).zero_point, 100);
+  EXPECT_EQ(q.acts.size(), 4u);  // input, conv, flatten, the linear
+}
+
+// x -> Q -> ConvInteger -> Cast -> Mul (x_scale * w_scale per channel) -> Relu -> Flatten -> Q ->
+// MatMulInteger -> Cast -> Mul (one scale) -> y.
+TEST(OnnxQdqOps, ConvIntegerAndMatMulIntegerImport) {
+  onnx_wire::Model m;
+  const std::vector<int8_t> cw = weights(18, 3), mw = weights(96, 4);
+  m.nodes = n("QuantizeLinear", {"x", "xs", "xz"}, {"xq"}) + n("ConvInteger", {"xq", "conv.weight", "xz"}, {"ci"}, conv_attrs()) +
+            n("Cast", {"ci"}, {"cf"}, attr_int("to", 1)) + n("Mul", {"cf", "cmul"}, {"c"}) + n("Relu", {"c"}, {"r"}) +
+            n("Flatten", {"r"}, {"f"}) + n("QuantizeLinear", {"f", "fs", "fz"}, {"fq"}) +
+            n("MatMulInteger", {"fq", "fc.weight", "fz"}, {"mi"}) + n("Cast", {"mi"}, {"mf"}, attr_int("to", 1)) +
+            n("Mul", {"mf", "mmul"}, {"y"});
+  const float xs = 0.5f, fs = 0.25f;
+  m.initializers = floats("xs", {}, {xs}) + u8("xz", 0) + i8("conv.weight", {2, 1, 3, 3}, cw) +
+                   floats("cmul", {2, 1, 1}, {xs * 0.01f, xs * 0.02f}) + floats("fs", {}, {fs}) + u8("fz", 0) +
+                   i8("fc.weight", {32, 3}, mw) + floats("mmul", {}, {fs * 0.125f});
+  m.inputs = str(11, value_info("x", float_type({0, 1, 4, 4})));
+  m.outputs = str(12, value_info("y", float_type({0, 3})));
+  const QuantizedWeights q = import(m);
+  ASSERT_EQ(q.layers.size(), 2u);
+  const QuantLayer& c = *layer_with(q, 4);
+  EXPECT_EQ(c.w, cw);
+  EXPECT_FLOAT_EQ(c.w_scale[0], 0.01f);
+  EXPECT_FLOAT_EQ(c.w_scale[1], 0.02f);
+  const QuantLayer& l = *layer_with(q, 2);
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < 32; ++j) ASSERT_EQ(l.w[size_t(k * 32 + j)], mw[size_t(j * 3 + k)]);
+  EXPECT_FLOAT_EQ(l.w_scale[2], 0.125f);
+  EXPECT_EQ(q.acts.at("input").scale, xs);
+}
+
+// The hostile cases' base: x -> Q -> DQ -> Conv(DQ(int8 w), DQ(int32 b)) -> Flatten -> y.
+struct Hostile {
+  Bytes xs = floats("x_scale", {}, {0.01f}), xz = u8("x_zp", 0), ws = floats("w_scale", {2}, {0.1f, 0.2f});
+  Bytes wz = i8("w_zp", {2}, {0, 0}), w = i8("w", {2, 1, 3, 3}, weights(18, 5));
+  Bytes bs = floats("b_scale", {2}, {0.001f, 0.002f}), bz = i32("b_zp", {2}, {0, 0}), b = i32("b", {2}, {5, -5});
+  onnx_wire::Model model() const {
+    onnx_wire::Model m;
+    m.nodes = n("QuantizeLinear", {"x", "x_scale", "x_zp"}, {"xq"}) + n("DequantizeLinear", {"xq", "x_scale", "x_zp"}, {"xd"}) +
+              n("DequantizeLinear", {"w", "w_scale", "w_zp"}, {"wd"}, attr_int("axis", 0)) +
+              n("DequantizeLinear", {"b", "b_scale", "b_zp"}, {"bd"}, attr_int("axis", 0)) +
+              n("Conv", {"xd", "wd", "bd"}, {"c"}, conv_attrs()) + n("Flatten", {"c"}, {"y"});
+    m.initializers = xs + xz + ws + wz + w + bs + bz + b;
+    m.inputs = str(11, value_info("x", float_type({0, 1, 4, 4})));
+    m.outputs = str(12, value_info("y", float_type({0, 32})));
+    return m;
+  }
+};
+
+void expect_refused(const Hostile& h, const std::string& tensor, const std::string& what) {
+  try {
+    import(h.model());
+    ADD_FAILURE() << "imported; expected a refusal naming '" << tensor << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + tensor + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+}
+
+TEST(OnnxQdqOps, TheHostileBaseImports) {
+  const QuantizedWeights q = import(Hostile().model());
+  ASSERT_EQ(q.layers.size(), 1u);
+  EXPECT_EQ(q.layers[0].bias, (std::vector<int32_t>{5, -5}));  // b_scale = x_scale * w_scale
+}
+
+TEST(OnnxQdqOps, BadScalesAreRefusedNamingTheTensor) {
+  for (float bad : {0.f, -1.f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    Hostile h;
+    h.xs = floats("x_scale", {}, {bad});
+    expect_refused(h, "x_scale", "is not finite and > 0");
+    Hostile w;
+    w.ws = floats("w_scale", {2}, {0.1f, bad});
+    expect_refused(w, "w_scale", "is not finite and > 0");
+    Hostile b;
+    b.bs = floats("b_scale", {2}, {bad, 0.1f});
+    expect_refused(b, "b_scale", "is not finite and > 0");
+  }
+}
+
+TEST(OnnxQdqOps, ZeroPointsOutOfRangeAreRefusedNamingTheTensor) {
+  Hostile b;
+  b.bz = i32("b_zp", {2}, {300, 0});  // an int32 zero point: a bias's must be 0
+  expect_refused(b, "b_zp", "is not 0");
+  Hostile x;
+  x.xz = i32("x_zp", {}, {300});  // an activation's zero point given as int32
+  expect_refused(x, "x_zp", "300 is outside 0..255");
+  Hostile u;
+  u.xz = str(5, num(2, UINT8) + str(8, "x_zp") + num(5, 300));  // uint8 in int32_data
+  expect_refused(u, "x_zp", "300 is outside 0..255");
+  Hostile w;
+  w.wz = i8("w_zp", {2}, {0, 4});
+  expect_refused(w, "w_zp", "not 0");
+}
+
+TEST(OnnxQdqOps, LyingShapesAreRefusedNamingTheTensor) {
+  Hostile s;
+  s.ws = floats("w_scale", {3}, {0.1f, 0.2f, 0.3f});  // 3 scales for 2 output channels
+  expect_refused(s, "w", "3 scales do not match axis 0");
+  Hostile w;
+  w.w = i8("w", {2, 1, 3, 3}, weights(17, 5));  // 17 bytes for 18 values
+  expect_refused(w, "w", "dims say 18");
+  Hostile b;
+  b.b = i32("b", {3}, {1, 2, 3});
+  expect_refused(b, "b", "does not match its 2 scales");
+  Hostile z;
+  z.wz = i8("w_zp", {3}, {0, 0, 0});
+  expect_refused(z, "w_zp", "3 zero points for 2 scales");
+  Hostile x;
+  x.xs = floats("x_scale", {2}, {0.1f, 0.1f});
+  expect_refused(x, "x_scale", "per tensor");
+}
+
+}  // namespace
