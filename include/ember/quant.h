@@ -113,6 +113,9 @@ class Int8Plan {
   // Per node: "int8", "int8 (fused)", or "fp32" (a dequantize before, a quantize after where needed).
   std::vector<std::string> node_paths() const;
   std::string summary() const;            // one line per step: what runs, in which arithmetic
+  // The tensors it holds in u8 (QuantizedWeights::acts names): where its arithmetic rounds an
+  // activation to 8 bits (a QDQ export puts its Q/DQ pairs there and nowhere else).
+  std::vector<std::string> u8_tensors() const;
 
   float* input();                         // [batch, C, H, W] fp32
   int32_t* labels();                      // [batch]

@@ -510,6 +510,13 @@ std::vector<std::string> Int8Plan::node_paths() const {
   return out;
 }
 
+std::vector<std::string> Int8Plan::u8_tensors() const {
+  std::vector<std::string> out;
+  for (size_t t = 0; t < impl_->ts.size(); ++t)
+    if (impl_->ts[t].buf[kU8] >= 0) out.push_back(impl_->name(t));
+  return out;
+}
+
 std::string Int8Plan::summary() const {
   std::ostringstream os;
   for (const Step& st : impl_->steps) os << "  " << st.what << "\n";

@@ -1,6 +1,7 @@
 // `ember export WEIGHTS -o model.onnx`: the model stored in a weights file (or a checkpoint, or
 // --model) with those weights, as an ONNX file (opset 17, dynamic batch) for ONNX Runtime and
 // other runtimes. The output is written atomically; the weights file is only read.
+#include <algorithm>
 #include <cstdio>
 
 #include "commands.h"
@@ -8,6 +9,8 @@
 #include "ember/files.h"
 #include "ember/io.h"
 #include "ember/onnx.h"
+#include "ember/onnx_quant.h"
+#include "ember/quant.h"
 #include "ember/plan.h"
 
 namespace ember::cli {
@@ -26,6 +29,18 @@ int run_export(const ExportArgs& a) {
   std::vector<NamedPath> inputs{{"weights", a.weights}};  // by name, symlink or hard link
   if (a.model.ends_with(".json") || is_onnx_path(a.model)) inputs.push_back({"--model", a.model});
   check_distinct({{"--output", a.output}}, inputs);
+  if (is_quantized_file(a.weights)) {  // a QDQ model ONNX Runtime runs with its int8 kernels
+    if (!a.model.empty()) throw Error("--model: a quantized file names its own model; leave --model out");
+    QuantizedWeights q = load_quantized(a.weights);
+    // Q/DQ only where ember's int8 plan rounds to u8 (not on the fp32 outputs it gives LayerNorm,
+    // nor inside what it fuses), so that ONNX Runtime computes what ember computes.
+    const std::vector<std::string> u8 = Int8Plan(q, 1, 1).u8_tensors();
+    std::erase_if(q.acts, [&](const auto& a) { return std::find(u8.begin(), u8.end(), a.first) == u8.end(); });
+    export_onnx_quantized(q, a.output);
+    std::printf("ember export: model %s, quantized weights %s -> %s (QDQ, ONNX opset %d, dynamic batch)\n",
+                q.model.name.c_str(), one_line(a.weights).c_str(), one_line(a.output).c_str(), kOnnxOpset);
+    return 0;
+  }
   const auto meta = read_weights_metadata(a.weights);
   const auto it = meta.find("model");
   Model model;
