@@ -84,7 +84,11 @@ with torch.inference_mode():
 print((time.perf_counter() - t0) / reps * 1e3)
 """
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run(["/usr/bin/python3", "-c", code], check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, env=env)
+    if out.returncode != 0:  # e.g. FX cannot trace or quantize the model: the row says so
+        last = (out.stderr.strip().splitlines() or ["failed"])[-1]
+        print(f"  (pytorch {'int8' if int8 else 'fp32'}: {last[:160]})", file=sys.stderr)
+        return float("nan")
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -112,7 +116,7 @@ def main():
             sides["pytorch fp32"] = torch_ms(a.model, b, threads, False)
             sides["pytorch int8 (onednn)"] = torch_ms(a.model, b, threads, True)
             for k, v in sides.items():
-                best[k] = min(best.get(k, 1e30), v)
+                best[k] = v if v != v else min(best.get(k, 1e30), v)  # NaN: the side failed
         print(f"\n{a.model} batch {b}, {threads} threads, {machine['cpu']} (FMA peak {machine['peak_gflops_1t']:.0f} "
               f"GFLOP/s on 1 thread, {machine['peak_gflops']:.0f} on {machine['hw_threads']}), ember kernels {machine['isa']}")
         for k, v in best.items():

@@ -1,0 +1,165 @@
+// The quantized weight file (ember/quant.h, src/quant/qfile.cpp): a round trip is exact, and every
+// defect a hostile or damaged file can hold (bad scales and zero points, lying shapes, quantized
+// and fp32 tensors mixed in a layer, missing or extra tensors, bad metadata, a huge model in the
+// metadata) is refused with one Error naming the tensor or field, before anything large is allocated.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+#include "ember/error.h"
+#include "ember/quant.h"
+
+namespace ember {
+namespace {
+using json = nlohmann::json;
+
+QuantizedWeights mnist_quantized() {
+  const Model m = builtin_model("mnist-cnn");
+  PlanOptions o;
+  o.batch = 1, o.training = false;
+  Plan p(m, o);
+  p.init_params(5);
+  const float* v = static_cast<const float*>(std::as_const(p).param_data());
+  std::vector<float> values(v, v + p.param_count()), x(16 * 784);
+  std::mt19937 rng{3};
+  std::uniform_real_distribution<float> u(0, 1);
+  for (float& f : x) f = u(rng);
+  return quantize_model(m, values, x.data(), 16, QuantOptions{});
+}
+
+// A safetensors file as its header (JSON) and data bytes, edited and written back.
+struct File {
+  json header;
+  std::string data;
+  static File read(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string b = ss.str();
+    uint64_t n = 0;
+    std::memcpy(&n, b.data(), 8);
+    return {json::parse(b.substr(8, n)), b.substr(8 + n)};
+  }
+  void write(const std::string& path) const {
+    std::string h = header.dump();
+    h.append((8 - h.size() % 8) % 8, ' ');
+    const uint64_t n = h.size();
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << h << data;
+  }
+  template <class T> void set(const std::string& tensor, size_t index, T v) {
+    const size_t at = header[tensor]["data_offsets"][0].get<size_t>() + index * sizeof(T);
+    std::memcpy(data.data() + at, &v, sizeof(T));
+  }
+};
+
+class QuantizedFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "/q_" + std::to_string(::getpid()) + ".safetensors";
+    bad_ = path_ + ".bad";
+    save_quantized(q_, path_);
+  }
+  void TearDown() override {
+    std::remove(path_.c_str());
+    std::remove(bad_.c_str());
+  }
+  // The edited file is refused naming `what`.
+  template <class Edit> void expect_refused(Edit edit, const std::string& what) {
+    File f = File::read(path_);
+    edit(f);
+    f.write(bad_);
+    try {
+      load_quantized(bad_);
+      ADD_FAILURE() << "accepted; expected an error naming " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
+    }
+  }
+  static inline const QuantizedWeights q_ = mnist_quantized();
+  std::string path_, bad_;
+};
+
+TEST_F(QuantizedFile, RoundTripIsExact) {
+  const QuantizedWeights r = load_quantized(path_);
+  ASSERT_EQ(r.layers.size(), q_.layers.size());
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    EXPECT_EQ(r.layers[i].w, q_.layers[i].w);
+    EXPECT_EQ(r.layers[i].w_scale, q_.layers[i].w_scale);
+    EXPECT_EQ(r.layers[i].bias, q_.layers[i].bias);
+  }
+  ASSERT_EQ(r.acts.size(), q_.acts.size());
+  for (const auto& [name, a] : q_.acts) {
+    EXPECT_EQ(r.acts.at(name).scale, a.scale) << name;
+    EXPECT_EQ(r.acts.at(name).zero_point, a.zero_point) << name;
+  }
+  EXPECT_EQ(r.values, q_.values);
+  EXPECT_EQ(r.calib.samples, 16);
+  EXPECT_TRUE(is_quantized_file(path_));
+}
+
+TEST_F(QuantizedFile, BadWeightScales) {
+  for (float v : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    expect_refused([&](File& f) { f.set<float>("0.weight_scale", 3, v); }, "0.weight_scale");
+}
+
+TEST_F(QuantizedFile, BadActivationScales) {
+  expect_refused([](File& f) { f.set<float>("input.scale", 0, 0.0f); }, "input.scale");
+  expect_refused([](File& f) { f.set<float>("4.output_scale", 0, std::nan("")); }, "4.output_scale");
+}
+
+TEST_F(QuantizedFile, NonZeroWeightZeroPoint) {
+  expect_refused([](File& f) { f.set<int8_t>("4.weight_zero_point", 7, int8_t(3)); }, "4.weight_zero_point");
+}
+
+TEST_F(QuantizedFile, WrongDtypes) {
+  // A zero point as I32 (4 bytes where the data holds 1: the header no longer fits the data).
+  expect_refused([](File& f) { f.header["input.zero_point"]["dtype"] = "I32"; }, "input.zero_point");
+  expect_refused([](File& f) { f.header["0.weight"]["dtype"] = "U8"; }, "0.weight");
+  // An I32 bias beside an fp32 weight, and an F32 bias beside an I8 weight: mixed in one layer.
+  expect_refused([](File& f) { f.header["6.bias"]["dtype"] = "F32"; }, "6.bias");
+}
+
+TEST_F(QuantizedFile, LyingShapes) {
+  expect_refused([](File& f) { f.header["0.weight"]["shape"] = {32, 1, 5, 4}; }, "0.weight");
+  expect_refused([](File& f) { f.header["0.weight_scale"]["shape"] = {31}; }, "0.weight_scale");
+}
+
+TEST_F(QuantizedFile, MissingAndExtraTensors) {
+  expect_refused([](File& f) { f.header.erase("5.output_scale"); }, "5.output_scale");
+  expect_refused([](File& f) { f.header.erase("0.bias"); }, "0.bias");
+  expect_refused([](File& f) { f.header["stray"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {0, 0}}}; }, "stray");
+}
+
+TEST_F(QuantizedFile, BadMetadata) {
+  expect_refused([](File& f) { f.header["__metadata__"].erase("ember_quant"); }, "ember_quant");
+  expect_refused([](File& f) { f.header["__metadata__"]["ember_quant"] = "{not json"; }, "ember_quant");
+  expect_refused([](File& f) { f.header["__metadata__"]["ember_quant"] = R"({"calib": "bogus"})"; }, "calib");
+}
+
+// A model in the metadata far larger than the file: refused from the header alone, before any
+// allocation of the model's size (6.3 billion weights: by the model's own limits; 627 million: the
+// file's tensors do not match it).
+TEST_F(QuantizedFile, HugeModelInMetadataIsRefusedBeforeAllocating) {
+  for (const auto& [out, what] : {std::pair<int, const char*>{1000000, "layers[4]"}, {100000, "4.weight"}})
+    expect_refused(
+        [out = out](File& f) {
+          json m = json::parse(f.header["__metadata__"]["model"].get<std::string>());
+          for (json& l : m["layers"])
+            if (l["type"] == "linear" && l["out_features"] == 128) l["out_features"] = out;
+          f.header["__metadata__"]["model"] = m.dump();
+        },
+        what);
+}
+
+}  // namespace
+}  // namespace ember
