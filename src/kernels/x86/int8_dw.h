@@ -1,0 +1,264 @@
+// The int8 depthwise convolution of the x86 sets (kernels/int8_kernels.h's Int8DwFn), over SIMD lanes of
+// output channels: input rows expanded once per channel block into a stack ring (taps of a row grouped
+// in 32-bit lanes: 4 u8 for VPDPBUSD, 2 s16 for VPMADDWD), 8 output pixels per weight load. Exact int32.
+// In an anonymous namespace, like x86/int8_simd.h: each translation unit keeps its own copy.
+#pragma once
+#include "kernels/x86/int8_simd.h"
+
+namespace ember {
+namespace {
+
+// Input channels c0 .. of one pixel as W int32 lanes: `need` bytes valid, read without passing them.
+template <class V>
+inline typename V::I load_channels(const uint8_t* p, bool whole, int need) {
+  if (whole) return V::load_u8(p);
+  alignas(16) uint8_t t[V::W] = {};
+  std::memcpy(t, p, size_t(need));
+  return V::load_u8(t);
+}
+
+// Which input channel each of the W lanes at output channel k reads (channel multiplier mult): W bytes
+// are loaded from channel `base` (moved back from k / mult so that they stay inside the pixel when C >= W).
+template <class V>
+struct DwLanes {
+  int base, need;     // first channel loaded; channels the lanes span (C < W: only those are read)
+  bool whole;         // W channels from base lie inside the pixel (one plain load)
+  typename V::I idx;  // lane l reads channel base + idx[l]
+  DwLanes(int k, int mult, int C) {
+    const int c0 = k / mult;
+    need = (k + V::W - 1) / mult - c0 + 1;
+    whole = C >= V::W;
+    base = whole ? std::min(c0, C - V::W) : c0;
+    alignas(64) int32_t t[V::W];
+    for (int l = 0; l < V::W; ++l) t[l] = (k + l) / mult - base;
+    idx = V::loadi(t);
+  }
+};
+
+// The fallback: the exact sums of output (p, q), channels k .. k + W (k + W <= K), one VPMADDWD per tap
+// (u8 input by the sign-extended weight); the zero point comes off at the end as x_zp * (sum of weights).
+template <class V>
+inline typename V::I dw_vec(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s,
+                            const DwLanes<V>& ln, int p, int q, int k) {
+  const bool permute = s.K != s.C;
+  const int h0 = p * s.stride - s.pad_h, w0 = q * s.stride - s.pad_w;
+  const int r0 = std::max(0, -h0), r1 = std::min(s.R, s.H - h0), t0 = std::max(0, -w0), t1 = std::min(s.S, s.W - w0);
+  auto acc = V::zero(), wsum = V::zero();
+  for (int r = r0; r < r1; ++r)
+    for (int t = t0; t < t1; ++t) {
+      auto xv = load_channels<V>(x + (size_t(h0 + r) * s.W + (w0 + t)) * s.C + ln.base, ln.whole, ln.need);
+      if (permute) xv = V::permute(xv, ln.idx);
+      const auto wv = V::load_s8(w + size_t(r * s.S + t) * s.K + k);
+      acc = V::add(acc, V::madd16(xv, wv));
+      wsum = V::add(wsum, wv);
+    }
+  return V::sub(acc, V::mullo(wsum, V::set1(x_zp)));
+}
+
+// Stack budgets of the ring path (dw_ring_fits); shapes past them take the fallback.
+constexpr int kDwRingBytes = 24576;  // R expanded rows of one channel block
+constexpr int kDwRowBytes = 4096;    // one input row's bytes for one channel block
+constexpr int kDwWeightBytes = 4096; // one channel block's grouped weights
+
+// W bytes (8 or 16) at p.
+template <int W>
+inline __m128i load_bytes(const void* p) {
+  if constexpr (W == 16) return _mm_loadu_si128(static_cast<const __m128i*>(p));
+  else return _mm_loadl_epi64(static_cast<const __m128i*>(p));
+}
+
+// W 32-bit lanes from the low W bytes of a, b, c, d: lane l = a[l] | b[l] << 8 | c[l] << 16 | d[l] << 24.
+template <int W>
+inline void store_quads(uint8_t* out, __m128i a, __m128i b, __m128i c, __m128i d) {
+  auto st = [out](int i, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(out) + i, v); };
+  const __m128i ab = _mm_unpacklo_epi8(a, b), cd = _mm_unpacklo_epi8(c, d);
+  st(0, _mm_unpacklo_epi16(ab, cd));
+  st(1, _mm_unpackhi_epi16(ab, cd));
+  if constexpr (W == 16) {
+    const __m128i ab1 = _mm_unpackhi_epi8(a, b), cd1 = _mm_unpackhi_epi8(c, d);
+    st(2, _mm_unpacklo_epi16(ab1, cd1));
+    st(3, _mm_unpackhi_epi16(ab1, cd1));
+  }
+}
+
+// How G consecutive taps of a filter row share a 32-bit lane. With VNNI (V::dp): 4 u8 inputs by 4 s8
+// weights, one VPDPBUSD. Otherwise 2 zero-extended s16 inputs by 2 sign-extended s16 weights, VPMADDWD
+// then VPADDD. Every product and sum is exact in int32.
+template <class V>
+struct DwTaps {
+  using I = typename V::I;
+  static constexpr bool quads = requires(I a) { V::dp(a, a, a); };
+  static constexpr int G = quads ? 4 : 2;
+  static I dot(I acc, I x, I w) {
+    if constexpr (quads) return V::dp(acc, x, w);
+    else return V::add(acc, V::madd16(x, w));
+  }
+  // The lanes of expanded input columns j .. j + G - 1 (each W bytes, consecutive at col).
+  static void pack_x(uint8_t* out, const uint8_t* col) {
+    auto ld = [col](int i) { return load_bytes<V::W>(col + i * V::W); };
+    const __m128i z = _mm_setzero_si128();
+    if constexpr (quads) store_quads<V::W>(out, ld(0), ld(1), ld(2), ld(3));
+    else store_quads<V::W>(out, ld(0), z, ld(1), z);
+  }
+  // The lanes of the weights of taps t .. t + G - 1 (n of them real, the rest 0) at w, taps K apart.
+  static void pack_w(uint8_t* out, const int8_t* w, int n, int K) {
+    const __m128i z = _mm_setzero_si128();
+    auto ld = [&](int i) { return i < n ? load_bytes<V::W>(w + size_t(i) * K) : z; };
+    if constexpr (quads) {
+      store_quads<V::W>(out, ld(0), ld(1), ld(2), ld(3));
+    } else {
+      const __m128i a = ld(0), b = ld(1);
+      store_quads<V::W>(out, a, _mm_cmplt_epi8(a, z), b, _mm_cmplt_epi8(b, z));
+    }
+  }
+};
+
+// One channel block's state: the ring of expanded rows (padded row hh in slot hh % R, ncols lanes of
+// WB bytes; lane j holds padded columns j .. j + G - 1, pixels outside the image read as x_zp), the
+// grouped weights [R][ng] and the zero-point correction x_zp * (sum of the block's weights).
+template <class V>
+struct DwBlock {
+  const uint8_t* x;
+  int32_t x_zp;
+  const Int8DwShape& s;
+  int k, ncols, ng;
+  DwLanes<V> ln;
+  uint8_t* ring;     // [R][ncols][WB]
+  uint8_t* row;      // [ncols + G - 1][W]: one padded input row, channels expanded
+  const uint8_t* wq; // [R][ng][WB]
+  typename V::I corr;
+};
+
+// Whether the ring path takes shape s (stack budgets, non-negative padding, x_zp a u8 value).
+template <class V>
+inline bool dw_ring_fits(const Int8DwShape& s, int32_t x_zp, int& ncols, int& ng) {
+  constexpr int G = DwTaps<V>::G;
+  ng = (s.S + G - 1) / G;
+  ncols = (s.Q - 1) * s.stride + G * (ng - 1) + 1;
+  return x_zp >= 0 && x_zp <= 255 && s.pad_h >= 0 && s.pad_w >= 0 && s.K >= V::W &&
+         s.R * ncols * V::WB <= kDwRingBytes && (ncols + G - 1) * V::W <= kDwRowBytes &&
+         s.R * ng * V::WB <= kDwWeightBytes;
+}
+
+// The block's grouped weights into wq; returns x_zp * (sum of the block's weights) per lane.
+template <class V>
+inline typename V::I dw_pack_weights(uint8_t* wq, const int8_t* w, int32_t x_zp, const Int8DwShape& s, int k, int ng) {
+  constexpr int G = DwTaps<V>::G;
+  auto wsum = V::zero();
+  for (int r = 0; r < s.R; ++r) {
+    for (int g = 0; g < ng; ++g)
+      DwTaps<V>::pack_w(wq + (r * ng + g) * V::WB, w + size_t(r * s.S + G * g) * s.K + k, std::min(G, s.S - G * g), s.K);
+    for (int t = 0; t < s.S; ++t) wsum = V::add(wsum, V::load_s8(w + size_t(r * s.S + t) * s.K + k));
+  }
+  return V::mullo(wsum, V::set1(x_zp));
+}
+
+// Padded row hh (input row hh - pad_h) of the block into its ring slot.
+template <class V>
+inline void dw_fill_row(const DwBlock<V>& b, int hh) {
+  constexpr int G = DwTaps<V>::G;
+  const Int8DwShape& s = b.s;
+  const int n = b.ncols + G - 1, h = hh - s.pad_h;
+  std::memset(b.row, int(b.x_zp), size_t(n) * V::W);
+  if (h >= 0 && h < s.H) {
+    const bool permute = s.K != s.C;
+    const int w1 = std::min(s.W, n - s.pad_w);
+    for (int wc = 0; wc < w1; ++wc) {
+      auto v = load_channels<V>(b.x + (size_t(h) * s.W + wc) * s.C + b.ln.base, b.ln.whole, b.ln.need);
+      if (permute) v = V::permute(v, b.ln.idx);
+      V::store_u8(b.row + (wc + s.pad_w) * V::W, v);
+    }
+  }
+  uint8_t* slot = b.ring + size_t(hh % s.R) * b.ncols * V::WB;
+  for (int j = 0; j < b.ncols; ++j) DwTaps<V>::pack_x(slot + j * V::WB, b.row + j * V::W);
+}
+
+// Outputs (p, q0 .. q0 + NQ) of the block: each grouped weight vector loaded once for the NQ pixels.
+template <class V, int NQ>
+inline void dw_pixels(const DwBlock<V>& b, const uint8_t* const* rows, int p, int q0, const EpiConsts<V>& ek, void* y) {
+  using I = typename V::I;
+  constexpr int G = DwTaps<V>::G;
+  const Int8DwShape& s = b.s;
+  const size_t step = size_t(s.stride) * V::WB;
+  I acc[NQ];
+  for (int i = 0; i < NQ; ++i) acc[i] = V::zero();
+  for (int r = 0; r < s.R; ++r) {
+    const uint8_t* xr = rows[r] + q0 * step;
+    for (int g = 0; g < b.ng; ++g) {
+      const I wv = V::loadi(b.wq + (r * b.ng + g) * V::WB);
+      const uint8_t* xp = xr + g * G * V::WB;
+      for (int i = 0; i < NQ; ++i) acc[i] = DwTaps<V>::dot(acc[i], V::loadi(xp + i * step), wv);
+    }
+  }
+  for (int i = 0; i < NQ; ++i) epi_vec<V>(V::sub(acc[i], b.corr), p * s.Q + q0 + i, b.k, ek, y, s.K);
+}
+
+// One output row p of the block, its rows already in the ring.
+template <class V>
+inline void dw_ring_row(const DwBlock<V>& b, int p, const EpiConsts<V>& ek, void* y) {
+  const Int8DwShape& s = b.s;
+  const uint8_t* rows[16];
+  for (int r = 0; r < s.R; ++r) rows[r] = b.ring + size_t((p * s.stride + r) % s.R) * b.ncols * V::WB;
+  int q = 0;
+  for (; q + 8 <= s.Q; q += 8) dw_pixels<V, 8>(b, rows, p, q, ek, y);
+  if (q + 4 <= s.Q) dw_pixels<V, 4>(b, rows, p, q, ek, y), q += 4;
+  if (q + 2 <= s.Q) dw_pixels<V, 2>(b, rows, p, q, ek, y), q += 2;
+  if (q < s.Q) dw_pixels<V, 1>(b, rows, p, q, ek, y);
+}
+
+// Output rows [p0, p1) of channels k .. k + W through the ring: each padded input row expanded once.
+template <class V>
+void dw_ring_block(DwBlock<V>& b, int p0, int p1, const EpiConsts<V>& ek, void* y) {
+  const Int8DwShape& s = b.s;
+  int next = p0 * s.stride;  // the next padded row to expand; the R before it are in the ring
+  for (int p = p0; p < p1; ++p) {
+    const int lo = p * s.stride;
+    next = std::max(next, lo);
+    for (; next < lo + s.R; ++next) dw_fill_row(b, next);
+    dw_ring_row(b, p, ek, y);
+  }
+}
+
+// Channels [0, K - K % W) through the ring (dw_ring_fits(s) holds).
+template <class V>
+void dw_ring(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, const EpiConsts<V>& ek, void* y,
+             int p0, int p1, int ncols, int ng) {
+  alignas(64) uint8_t ring[kDwRingBytes];
+  alignas(64) uint8_t row[kDwRowBytes];
+  alignas(64) uint8_t wq[kDwWeightBytes];
+  for (int k = 0; k + V::W <= s.K; k += V::W) {
+    DwBlock<V> b{x, x_zp, s, k, ncols, ng, DwLanes<V>(k, s.K / s.C, s.C), ring, row, wq, V::zero()};
+    b.corr = dw_pack_weights<V>(wq, w, x_zp, s, k, ng);
+    dw_ring_block(b, p0, p1, ek, y);
+  }
+}
+
+// Channels [0, K - K % W), one output pixel and channel vector at a time (shapes past the ring's budgets).
+template <class V>
+void dw_direct(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, const EpiConsts<V>& ek, void* y,
+               int p0, int p1) {
+  const int mult = s.K / s.C;
+  for (int k = 0; k + V::W <= s.K; k += V::W) {
+    const DwLanes<V> ln(k, mult, s.C);
+    for (int p = p0; p < p1; ++p)
+      for (int q = 0; q < s.Q; ++q) epi_vec<V>(dw_vec<V>(x, x_zp, w, s, ln, p, q, k), p * s.Q + q, k, ek, y, s.K);
+  }
+}
+
+// Depthwise convolution (kernels/int8_kernels.h): full channel vectors by the ring (or the fallback),
+// the last K % W channels one at a time.
+template <class V>
+void dw_impl(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, const Int8Epilogue& ep, void* y,
+             int p0, int p1) {
+  const Int8Epilogue e = dw_epilogue(ep, s);
+  const EpiConsts<V> ek(e);
+  int ncols = 0, ng = 0;
+  if (s.R <= 16 && dw_ring_fits<V>(s, x_zp, ncols, ng)) dw_ring<V>(x, x_zp, w, s, ek, y, p0, p1, ncols, ng);
+  else dw_direct<V>(x, x_zp, w, s, ek, y, p0, p1);
+  for (int k = s.K - s.K % V::W; k < s.K; ++k)
+    for (int p = p0; p < p1; ++p)
+      for (int q = 0; q < s.Q; ++q) epilogue_one(dw_sum_one(x, x_zp, w, s, p, q, k), p * s.Q + q, k, e, y, s.K);
+}
+
+}  // namespace
+}  // namespace ember
