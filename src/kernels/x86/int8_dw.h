@@ -57,7 +57,6 @@ inline typename V::I dw_vec(const uint8_t* x, int32_t x_zp, const int8_t* w, con
 
 // Stack budgets of the ring path (dw_ring_fits); shapes past them take the fallback.
 constexpr int kDwRingBytes = 24576;  // R expanded rows of one channel block
-constexpr int kDwRowBytes = 4096;    // one input row's bytes for one channel block
 constexpr int kDwWeightBytes = 4096; // one channel block's grouped weights
 
 // W bytes (8 or 16) at p.
@@ -93,13 +92,6 @@ struct DwTaps {
     if constexpr (quads) return V::dp(acc, x, w);
     else return V::add(acc, V::madd16(x, w));
   }
-  // The lanes of expanded input columns j .. j + G - 1 (each W bytes, consecutive at col).
-  static void pack_x(uint8_t* out, const uint8_t* col) {
-    auto ld = [col](int i) { return load_bytes<V::W>(col + i * V::W); };
-    const __m128i z = _mm_setzero_si128();
-    if constexpr (quads) store_quads<V::W>(out, ld(0), ld(1), ld(2), ld(3));
-    else store_quads<V::W>(out, ld(0), z, ld(1), z);
-  }
   // The lanes of the weights of taps t .. t + G - 1 (n of them real, the rest 0) at w, taps K apart.
   static void pack_w(uint8_t* out, const int8_t* w, int n, int K) {
     const __m128i z = _mm_setzero_si128();
@@ -124,7 +116,6 @@ struct DwBlock {
   int k, ncols, ng;
   DwLanes<V> ln;
   uint8_t* ring;     // [R][ncols][WB]
-  uint8_t* row;      // [ncols + G - 1][W]: one padded input row, channels expanded
   const uint8_t* wq; // [R][ng][WB]
   typename V::I corr;
 };
@@ -136,7 +127,7 @@ inline bool dw_ring_fits(const Int8DwShape& s, int32_t x_zp, int& ncols, int& ng
   ng = (s.S + G - 1) / G;
   ncols = (s.Q - 1) * s.stride + G * (ng - 1) + 1;
   return x_zp >= 0 && x_zp <= 255 && s.pad_h >= 0 && s.pad_w >= 0 && s.K >= V::W &&
-         s.R * ncols * V::WB <= kDwRingBytes && (ncols + G - 1) * V::W <= kDwRowBytes &&
+         s.R * ncols * V::WB <= kDwRingBytes &&
          s.R * ng * V::WB <= kDwWeightBytes;
 }
 
@@ -153,24 +144,32 @@ inline typename V::I dw_pack_weights(uint8_t* wq, const int8_t* w, int32_t x_zp,
   return V::mullo(wsum, V::set1(x_zp));
 }
 
-// Padded row hh (input row hh - pad_h) of the block into its ring slot.
+// Padded column jj of input row h (pad_h/pad_w already taken off by the caller: wc = jj - pad_w) as W
+// int32 lanes, channels expanded; x_zp outside the image.
+template <class V>
+inline typename V::I dw_column(const DwBlock<V>& b, int h, int wc, typename V::I zp) {
+  const Int8DwShape& s = b.s;
+  if (h < 0 || h >= s.H || wc < 0 || wc >= s.W) return zp;
+  const auto v = load_channels<V>(b.x + (size_t(h) * s.W + wc) * s.C + b.ln.base, b.ln.whole, b.ln.need);
+  return s.K != s.C ? V::permute(v, b.ln.idx) : v;
+}
+
+// Padded row hh (input row hh - pad_h) of the block into its ring slot: the lanes roll along the row,
+// each column shifted in at the top 32/G bits.
 template <class V>
 inline void dw_fill_row(const DwBlock<V>& b, int hh) {
-  constexpr int G = DwTaps<V>::G;
+  constexpr int G = DwTaps<V>::G, B = 32 / G;
   const Int8DwShape& s = b.s;
-  const int n = b.ncols + G - 1, h = hh - s.pad_h;
-  std::memset(b.row, int(b.x_zp), size_t(n) * V::W);
-  if (h >= 0 && h < s.H) {
-    const bool permute = s.K != s.C;
-    const int w1 = std::min(s.W, n - s.pad_w);
-    for (int wc = 0; wc < w1; ++wc) {
-      auto v = load_channels<V>(b.x + (size_t(h) * s.W + wc) * s.C + b.ln.base, b.ln.whole, b.ln.need);
-      if (permute) v = V::permute(v, b.ln.idx);
-      V::store_u8(b.row + (wc + s.pad_w) * V::W, v);
-    }
-  }
+  const int h = hh - s.pad_h;
+  const auto zp = V::set1(b.x_zp);
   uint8_t* slot = b.ring + size_t(hh % s.R) * b.ncols * V::WB;
-  for (int j = 0; j < b.ncols; ++j) DwTaps<V>::pack_x(slot + j * V::WB, b.row + j * V::W);
+  auto acc = V::zero();
+  for (int jj = 0; jj < G - 1; ++jj) acc = V::or_(V::template srli<B>(acc), V::template slli<32 - B>(dw_column(b, h, jj - s.pad_w, zp)));
+  for (int j = 0; j < b.ncols; ++j) {
+    const auto c = dw_column(b, h, j + G - 1 - s.pad_w, zp);
+    acc = V::or_(V::template srli<B>(acc), V::template slli<32 - B>(c));
+    V::storei(slot + j * V::WB, acc);
+  }
 }
 
 // Outputs (p, q0 .. q0 + NQ) of the block: each grouped weight vector loaded once for the NQ pixels.
@@ -224,10 +223,9 @@ template <class V>
 void dw_ring(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, const EpiConsts<V>& ek, void* y,
              int p0, int p1, int ncols, int ng) {
   alignas(64) uint8_t ring[kDwRingBytes];
-  alignas(64) uint8_t row[kDwRowBytes];
   alignas(64) uint8_t wq[kDwWeightBytes];
   for (int k = 0; k + V::W <= s.K; k += V::W) {
-    DwBlock<V> b{x, x_zp, s, k, ncols, ng, DwLanes<V>(k, s.K / s.C, s.C), ring, row, wq, V::zero()};
+    DwBlock<V> b{x, x_zp, s, k, ncols, ng, DwLanes<V>(k, s.K / s.C, s.C), ring, wq, V::zero()};
     b.corr = dw_pack_weights<V>(wq, w, x_zp, s, k, ng);
     dw_ring_block(b, p0, p1, ek, y);
   }

@@ -27,6 +27,9 @@ struct V256 {
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I or_(I a, I b) { return _mm256_or_si256(a, b); }
+  template <int N> static I srli(I v) { return _mm256_srli_epi32(v, N); }
+  template <int N> static I slli(I v) { return _mm256_slli_epi32(v, N); }
   static I madd16(I a, I b) { return _mm256_madd_epi16(a, b); }  // int16 pair products summed in int32
   static I permute(I v, I idx) { return _mm256_permutevar8x32_epi32(v, idx); }
   static I load_u8(const uint8_t* p) {  // W bytes, zero-extended
@@ -70,6 +73,9 @@ struct V512 {
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  template <int N> static I srli(I v) { return _mm512_srli_epi32(v, N); }
+  template <int N> static I slli(I v) { return _mm512_slli_epi32(v, N); }
   static I madd16(I a, I b) { return _mm512_madd_epi16(a, b); }
   static I permute(I v, I idx) { return _mm512_permutexvar_epi32(idx, v); }
   static I load_u8(const uint8_t* p) {
