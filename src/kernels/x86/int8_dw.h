@@ -30,7 +30,10 @@ struct DwLanes {
     whole = C >= V::W;
     base = whole ? std::min(c0, C - V::W) : c0;
     alignas(64) int32_t t[V::W];
-    for (int l = 0; l < V::W; ++l) t[l] = (k + l) / mult - base;
+    for (int l = 0, c = c0, rem = k % mult; l < V::W; ++l) {  // t[l] = (k + l) / mult - base, one division
+      t[l] = c - base;
+      if (++rem == mult) rem = 0, ++c;
+    }
     idx = V::loadi(t);
   }
 };
@@ -135,12 +138,14 @@ inline bool dw_ring_fits(const Int8DwShape& s, int32_t x_zp, int& ncols, int& ng
 template <class V>
 inline typename V::I dw_pack_weights(uint8_t* wq, const int8_t* w, int32_t x_zp, const Int8DwShape& s, int k, int ng) {
   constexpr int G = DwTaps<V>::G;
+  const auto ones = V::set1(G == 4 ? 0x01010101 : 0x00010001);  // the weights' sum by the same dot
   auto wsum = V::zero();
-  for (int r = 0; r < s.R; ++r) {
-    for (int g = 0; g < ng; ++g)
-      DwTaps<V>::pack_w(wq + (r * ng + g) * V::WB, w + size_t(r * s.S + G * g) * s.K + k, std::min(G, s.S - G * g), s.K);
-    for (int t = 0; t < s.S; ++t) wsum = V::add(wsum, V::load_s8(w + size_t(r * s.S + t) * s.K + k));
-  }
+  for (int r = 0; r < s.R; ++r)
+    for (int g = 0; g < ng; ++g) {
+      uint8_t* o = wq + (r * ng + g) * V::WB;
+      DwTaps<V>::pack_w(o, w + size_t(r * s.S + G * g) * s.K + k, std::min(G, s.S - G * g), s.K);
+      wsum = DwTaps<V>::dot(wsum, ones, V::loadi(o));
+    }
   return V::mullo(wsum, V::set1(x_zp));
 }
 
@@ -164,7 +169,8 @@ inline void dw_fill_row(const DwBlock<V>& b, int hh) {
   const auto zp = V::set1(b.x_zp);
   uint8_t* slot = b.ring + size_t(hh % s.R) * b.ncols * V::WB;
   auto acc = V::zero();
-  for (int jj = 0; jj < G - 1; ++jj) acc = V::or_(V::template srli<B>(acc), V::template slli<32 - B>(dw_column(b, h, jj - s.pad_w, zp)));
+  for (int jj = 0; jj < G - 1; ++jj)
+    acc = V::or_(V::template srli<B>(acc), V::template slli<32 - B>(dw_column(b, h, jj - s.pad_w, zp)));
   for (int j = 0; j < b.ncols; ++j) {
     const auto c = dw_column(b, h, j + G - 1 - s.pad_w, zp);
     acc = V::or_(V::template srli<B>(acc), V::template slli<32 - B>(c));
