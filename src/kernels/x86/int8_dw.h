@@ -60,7 +60,7 @@ inline typename V::I dw_vec(const uint8_t* x, int32_t x_zp, const int8_t* w, con
 
 // Stack budgets of the ring path (dw_ring_fits); shapes past them take the fallback.
 constexpr int kDwRingBytes = 24576;  // R expanded rows of one channel block
-constexpr int kDwWeightBytes = 4096; // one channel block's grouped weights
+constexpr int kDwWeightBytes = 4096; // one channel block's grouped weights (and again their sums)
 
 // W bytes (8 or 16) at p.
 template <int W>
@@ -110,7 +110,8 @@ struct DwTaps {
 
 // One channel block's state: the ring of expanded rows (padded row hh in slot hh % R, ncols lanes of
 // WB bytes; lane j holds padded columns j .. j + G - 1, pixels outside the image read as x_zp), the
-// grouped weights [R][ng] and the zero-point correction x_zp * (sum of the block's weights).
+// grouped weights [R][ng] and each group's weight sum (for the zero point: x_zp * the sums of the
+// groups a pixel reads; the groups that read only padding are skipped, they would add x_zp * their sum).
 template <class V>
 struct DwBlock {
   const uint8_t* x;
@@ -119,8 +120,8 @@ struct DwBlock {
   int k, ncols, ng;
   DwLanes<V> ln;
   uint8_t* ring;     // [R][ncols][WB]
-  const uint8_t* wq; // [R][ng][WB]
-  typename V::I corr;
+  const uint8_t* wq; // [R][ng][WB] grouped weights
+  const uint8_t* ws; // [R][ng][WB] their int32 sums per lane
 };
 
 // Whether the ring path takes shape s (stack budgets, non-negative padding, x_zp a u8 value).
@@ -130,23 +131,20 @@ inline bool dw_ring_fits(const Int8DwShape& s, int32_t x_zp, int& ncols, int& ng
   ng = (s.S + G - 1) / G;
   ncols = (s.Q - 1) * s.stride + G * (ng - 1) + 1;
   return x_zp >= 0 && x_zp <= 255 && s.pad_h >= 0 && s.pad_w >= 0 && s.K >= V::W &&
-         s.R * ncols * V::WB <= kDwRingBytes &&
-         s.R * ng * V::WB <= kDwWeightBytes;
+         s.R * ncols * V::WB <= kDwRingBytes && s.R * ng * V::WB <= kDwWeightBytes;
 }
 
-// The block's grouped weights into wq; returns x_zp * (sum of the block's weights) per lane.
+// The block's grouped weights into wq and each group's sum into ws.
 template <class V>
-inline typename V::I dw_pack_weights(uint8_t* wq, const int8_t* w, int32_t x_zp, const Int8DwShape& s, int k, int ng) {
+inline void dw_pack_weights(uint8_t* wq, uint8_t* ws, const int8_t* w, const Int8DwShape& s, int k, int ng) {
   constexpr int G = DwTaps<V>::G;
-  const auto ones = V::set1(G == 4 ? 0x01010101 : 0x00010001);  // the weights' sum by the same dot
-  auto wsum = V::zero();
+  const auto ones = V::set1(G == 4 ? 0x01010101 : 0x00010001);  // the sum by the same dot as the taps
   for (int r = 0; r < s.R; ++r)
     for (int g = 0; g < ng; ++g) {
-      uint8_t* o = wq + (r * ng + g) * V::WB;
-      DwTaps<V>::pack_w(o, w + size_t(r * s.S + G * g) * s.K + k, std::min(G, s.S - G * g), s.K);
-      wsum = DwTaps<V>::dot(wsum, ones, V::loadi(o));
+      const int o = (r * ng + g) * V::WB;
+      DwTaps<V>::pack_w(wq + o, w + size_t(r * s.S + G * g) * s.K + k, std::min(G, s.S - G * g), s.K);
+      V::storei(ws + o, DwTaps<V>::dot(V::zero(), ones, V::loadi(wq + o)));
     }
-  return V::mullo(wsum, V::set1(x_zp));
 }
 
 // Padded column jj of input row h (pad_h/pad_w already taken off by the caller: wc = jj - pad_w) as W
@@ -166,6 +164,7 @@ inline void dw_fill_row(const DwBlock<V>& b, int hh) {
   constexpr int G = DwTaps<V>::G, B = 32 / G;
   const Int8DwShape& s = b.s;
   const int h = hh - s.pad_h;
+  if (h < 0 || h >= s.H) return;  // padding rows are skipped (dw_taps)
   const auto zp = V::set1(b.x_zp);
   uint8_t* slot = b.ring + size_t(hh % s.R) * b.ncols * V::WB;
   auto acc = V::zero();
@@ -178,6 +177,16 @@ inline void dw_fill_row(const DwBlock<V>& b, int hh) {
   }
 }
 
+// The filter rows [r0, r1) and tap groups [g0, g1) that outputs (p, q0 .. q0 + nq) read inside the image.
+struct DwTaps2D { int r0, r1, g0, g1; };
+inline DwTaps2D dw_taps(const Int8DwShape& s, int G, int ng, int p, int q0, int nq) {
+  const int h0 = p * s.stride, lo = q0 * s.stride, hi = (q0 + nq - 1) * s.stride + G - 1;  // padded coordinates
+  DwTaps2D t{std::max(0, s.pad_h - h0), std::min(s.R, s.H + s.pad_h - h0), 0, ng};
+  while (t.g0 < ng && hi + G * t.g0 < s.pad_w) ++t.g0;               // only left padding
+  while (t.g1 > t.g0 && lo + G * (t.g1 - 1) >= s.pad_w + s.W) --t.g1;  // only right padding
+  return t;
+}
+
 // Outputs (p, q0 .. q0 + NQ) of the block: each grouped weight vector loaded once for the NQ pixels.
 template <class V, int NQ>
 inline void dw_pixels(const DwBlock<V>& b, const uint8_t* const* rows, int p, int q0, const EpiConsts<V>& ek, void* y) {
@@ -185,20 +194,23 @@ inline void dw_pixels(const DwBlock<V>& b, const uint8_t* const* rows, int p, in
   constexpr int G = DwTaps<V>::G;
   const Int8DwShape& s = b.s;
   const size_t step = size_t(s.stride) * V::WB;
-  I acc[NQ];
+  const DwTaps2D t = dw_taps(s, G, b.ng, p, q0, NQ);
+  I acc[NQ], ws = V::zero();
   for (int i = 0; i < NQ; ++i) acc[i] = V::zero();
-  for (int r = 0; r < s.R; ++r) {
+  for (int r = t.r0; r < t.r1; ++r) {
     const uint8_t* xr = rows[r] + q0 * step;
-    for (int g = 0; g < b.ng; ++g) {
+    for (int g = t.g0; g < t.g1; ++g) {
       const I wv = V::loadi(b.wq + (r * b.ng + g) * V::WB);
+      ws = V::add(ws, V::loadi(b.ws + (r * b.ng + g) * V::WB));
       const uint8_t* xp = xr + g * G * V::WB;
       for (int i = 0; i < NQ; ++i) acc[i] = DwTaps<V>::dot(acc[i], V::loadi(xp + i * step), wv);
     }
   }
-  for (int i = 0; i < NQ; ++i) epi_vec<V>(V::sub(acc[i], b.corr), p * s.Q + q0 + i, b.k, ek, y, s.K);
+  const I corr = V::mullo(ws, V::set1(b.x_zp));
+  for (int i = 0; i < NQ; ++i) epi_vec<V>(V::sub(acc[i], corr), p * s.Q + q0 + i, b.k, ek, y, s.K);
 }
 
-// One output row p of the block, its rows already in the ring.
+// One output row p of the block, its rows inside the image already in the ring.
 template <class V>
 inline void dw_ring_row(const DwBlock<V>& b, int p, const EpiConsts<V>& ek, void* y) {
   const Int8DwShape& s = b.s;
@@ -213,7 +225,7 @@ inline void dw_ring_row(const DwBlock<V>& b, int p, const EpiConsts<V>& ek, void
 
 // Output rows [p0, p1) of channels k .. k + W through the ring: each padded input row expanded once.
 template <class V>
-void dw_ring_block(DwBlock<V>& b, int p0, int p1, const EpiConsts<V>& ek, void* y) {
+void dw_ring_block(const DwBlock<V>& b, int p0, int p1, const EpiConsts<V>& ek, void* y) {
   const Int8DwShape& s = b.s;
   int next = p0 * s.stride;  // the next padded row to expand; the R before it are in the ring
   for (int p = p0; p < p1; ++p) {
@@ -229,10 +241,10 @@ template <class V>
 void dw_ring(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, const EpiConsts<V>& ek, void* y,
              int p0, int p1, int ncols, int ng) {
   alignas(64) uint8_t ring[kDwRingBytes];
-  alignas(64) uint8_t wq[kDwWeightBytes];
+  alignas(64) uint8_t wq[kDwWeightBytes], ws[kDwWeightBytes];
   for (int k = 0; k + V::W <= s.K; k += V::W) {
-    DwBlock<V> b{x, x_zp, s, k, ncols, ng, DwLanes<V>(k, s.K / s.C, s.C), ring, wq, V::zero()};
-    b.corr = dw_pack_weights<V>(wq, w, x_zp, s, k, ng);
+    const DwBlock<V> b{x, x_zp, s, k, ncols, ng, DwLanes<V>(k, s.K / s.C, s.C), ring, wq, ws};
+    dw_pack_weights<V>(wq, ws, w, s, k, ng);
     dw_ring_block(b, p0, p1, ek, y);
   }
 }
