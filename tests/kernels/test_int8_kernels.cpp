@@ -271,6 +271,31 @@ TEST(Int8Kernels, DepthwiseMatchesReference) {
         }
 }
 
+// The convnext shapes (7x7, pad 3, multiplier 4 and 1 at 16x16, 8x8, 4x4), odd widths (pixel blocks of
+// 8, 4, 2, 1), extreme weights and inputs, and zero points outside [0, 255] (the fallback path).
+TEST(Int8Kernels, DepthwiseModelShapesMatchReference) {
+  struct Case { int HW, C, mult, R, stride; int32_t x_zp; int wlo, whi, xlo, xhi; };
+  const Case cases[] = {{16, 64, 4, 7, 1, 0, -128, 127, 0, 255},   {8, 96, 4, 7, 1, 255, -128, 127, 0, 255},
+                        {4, 128, 4, 7, 1, 17, -128, 127, 0, 255},  {16, 64, 1, 7, 1, 128, -128, -128, 255, 255},
+                        {15, 32, 1, 7, 1, 0, 127, 127, 255, 255},  {23, 48, 2, 3, 2, 77, -128, 127, 0, 255},
+                        {13, 16, 1, 5, 1, -3, -128, 127, 0, 255},  {7, 64, 4, 7, 1, 300, -128, 127, 250, 255},
+                        {1, 16, 1, 7, 1, 9, -128, 127, 0, 255},    {31, 24, 3, 3, 1, 200, -128, 127, 0, 255}};
+  int i = 100;
+  for (const Case& c : cases) {
+    const int K = c.C * c.mult, pad = c.R / 2, P = (c.HW + 2 * pad - c.R) / c.stride + 1;
+    const Int8DwShape s{c.HW, c.HW, c.C, K, c.R, c.R, c.stride, pad, pad, P, P};
+    const auto x = rnd<uint8_t>(size_t(c.HW) * c.HW * c.C, uint32_t(++i), c.xlo, c.xhi);
+    const auto w = rnd<int8_t>(size_t(c.R) * c.R * K, uint32_t(++i), c.wlo, c.whi);
+    Gemm g = make_gemm(P * P, K, 1, uint32_t(++i), i);
+    const auto want = run_dw(int8_kernels(Int8Isa::scalar), x, c.x_zp, w, s, g.ep, 0, P);
+    for (Int8Isa isa : fast_sets()) {
+      const auto got = run_dw(int8_kernels(isa), x, c.x_zp, w, s, g.ep, 0, P);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
+          << int8_isa_name(isa) << " HW=" << c.HW << " C=" << c.C << " mult=" << c.mult << " R=" << c.R;
+    }
+  }
+}
+
 // Independent rounding: half to even by hand, clamp to [0, 255] after adding zp; NaN -> 0.
 uint8_t quantize_expected(float x, float inv_scale, int32_t zp) {
   const float v = x * inv_scale;

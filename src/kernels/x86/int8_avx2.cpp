@@ -1,7 +1,7 @@
 // The AVX2 int8 set (built with -mavx2 -mfma; no VNNI, e.g. Zen 3). The GEMM widens both operands
 // to int16 and multiplies with VPMADDWD: B at pack time (64-column panels [Kp/2][64][2] s16, Kp = K
 // rounded up to 2), A per cache block into a small stack panel. Shapes as in kernels/int8_kernels.h.
-#include "kernels/x86/int8_simd.h"
+#include "kernels/x86/int8_dw.h"
 
 namespace ember {
 namespace {

@@ -1,6 +1,6 @@
 // SIMD pieces shared by the int8 kernel sets (x86/int8_avx2.cpp, int8_avxvnni.cpp, int8_avx512vnni.cpp):
 // int32/float/u8 lane traits for 256 and 512 bits, the vectorized requantization epilogue (bit-exact
-// with kernels/int8_scalar.h), and the depthwise, quantize, dequantize and max-pool loops over lanes.
+// with kernels/int8_scalar.h), the quantize, dequantize and max-pool loops over lanes (depthwise: x86/int8_dw.h).
 // In an anonymous namespace: each translation unit, built with its own ISA flags, keeps its own copy.
 #pragma once
 #include <immintrin.h>
@@ -27,6 +27,9 @@ struct V256 {
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I or_(I a, I b) { return _mm256_or_si256(a, b); }
+  template <int N> static I srli(I v) { return _mm256_srli_epi32(v, N); }
+  template <int N> static I slli(I v) { return _mm256_slli_epi32(v, N); }
   static I madd16(I a, I b) { return _mm256_madd_epi16(a, b); }  // int16 pair products summed in int32
   static I permute(I v, I idx) { return _mm256_permutevar8x32_epi32(v, idx); }
   static I load_u8(const uint8_t* p) {  // W bytes, zero-extended
@@ -70,6 +73,9 @@ struct V512 {
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  template <int N> static I srli(I v) { return _mm512_srli_epi32(v, N); }
+  template <int N> static I slli(I v) { return _mm512_slli_epi32(v, N); }
   static I madd16(I a, I b) { return _mm512_madd_epi16(a, b); }
   static I permute(I v, I idx) { return _mm512_permutexvar_epi32(idx, v); }
   static I load_u8(const uint8_t* p) {
@@ -157,72 +163,6 @@ inline void epi_row(const typename V::I* acc, int m, int n, int n1, const EpiCon
     const int c = n + j * V::W;
     if (c + V::W <= n1) epi_vec<V>(acc[j], m, c, k, bias, scale, res, f32, relu, C, ldc);
     else if (c < n1) epi_part<V>(acc[j], n1 - c, m, c, e, C, ldc);
-  }
-}
-
-// Input channels c0 .. of one pixel as W int32 lanes: `need` bytes valid, read without passing them.
-template <class V>
-inline typename V::I load_channels(const uint8_t* p, bool whole, int need) {
-  if (whole) return V::load_u8(p);
-  alignas(16) uint8_t t[V::W] = {};
-  std::memcpy(t, p, size_t(need));
-  return V::load_u8(t);
-}
-
-// Which input channel each of the W lanes at output channel k reads (channel multiplier mult): W bytes
-// are loaded from channel `base` (moved back from k / mult so that they stay inside the pixel when C >= W).
-template <class V>
-struct DwLanes {
-  int base, need;     // first channel loaded; channels the lanes span (C < W: only those are read)
-  bool whole;         // W channels from base lie inside the pixel (one plain load)
-  typename V::I idx;  // lane l reads channel base + idx[l]
-  DwLanes(int k, int mult, int C) {
-    const int c0 = k / mult;
-    need = (k + V::W - 1) / mult - c0 + 1;
-    whole = C >= V::W;
-    base = whole ? std::min(c0, C - V::W) : c0;
-    alignas(64) int32_t t[V::W];
-    for (int l = 0; l < V::W; ++l) t[l] = (k + l) / mult - base;
-    idx = V::loadi(t);
-  }
-};
-
-// The exact depthwise sums of output (p, q), channels k .. k + W (k + W <= K). Each tap is one VPMADDWD
-// of the u8 input (upper 16 bits zero) by the sign-extended weight: x * w exactly; the zero point comes
-// off once at the end as x_zp * (the sum of the taps' weights), all in int32.
-template <class V>
-inline typename V::I dw_vec(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s,
-                            const DwLanes<V>& ln, int p, int q, int k) {
-  const bool permute = s.K != s.C;
-  const int h0 = p * s.stride - s.pad_h, w0 = q * s.stride - s.pad_w;
-  const int r0 = std::max(0, -h0), r1 = std::min(s.R, s.H - h0), t0 = std::max(0, -w0), t1 = std::min(s.S, s.W - w0);
-  auto acc = V::zero(), wsum = V::zero();
-  for (int r = r0; r < r1; ++r)
-    for (int t = t0; t < t1; ++t) {
-      auto xv = load_channels<V>(x + (size_t(h0 + r) * s.W + (w0 + t)) * s.C + ln.base, ln.whole, ln.need);
-      if (permute) xv = V::permute(xv, ln.idx);
-      const auto wv = V::load_s8(w + size_t(r * s.S + t) * s.K + k);
-      acc = V::add(acc, V::madd16(xv, wv));
-      wsum = V::add(wsum, wv);
-    }
-  return V::sub(acc, V::mullo(wsum, V::set1(x_zp)));
-}
-
-// Depthwise convolution (kernels/int8_kernels.h), vectorized over output channels.
-template <class V>
-void dw_impl(const uint8_t* x, int32_t x_zp, const int8_t* w, const Int8DwShape& s, const Int8Epilogue& ep, void* y,
-             int p0, int p1) {
-  const Int8Epilogue e = dw_epilogue(ep, s);
-  const EpiConsts<V> ek(e);
-  const int mult = s.K / s.C;
-  for (int p = p0; p < p1; ++p) {
-    int k = 0;
-    for (; k + V::W <= s.K; k += V::W) {
-      const DwLanes<V> ln(k, mult, s.C);
-      for (int q = 0; q < s.Q; ++q) epi_vec<V>(dw_vec<V>(x, x_zp, w, s, ln, p, q, k), p * s.Q + q, k, ek, y, s.K);
-    }
-    for (; k < s.K; ++k)
-      for (int q = 0; q < s.Q; ++q) epilogue_one(dw_sum_one(x, x_zp, w, s, p, q, k), p * s.Q + q, k, e, y, s.K);
   }
 }
 

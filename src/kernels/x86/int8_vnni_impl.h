@@ -2,7 +2,7 @@
 // VEX VPDPBUSD), templated on the lane traits D (int8_simd.h plus dp): u8 x s8, 4 products per int32
 // lane, no saturation (the non-S form). B packed in 64-column panels [Kp/4][64][4] s8, Kp = K rounded up to 4.
 #pragma once
-#include "kernels/x86/int8_simd.h"
+#include "kernels/x86/int8_dw.h"
 
 namespace ember {
 namespace {
