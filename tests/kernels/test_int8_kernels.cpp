@@ -286,7 +286,8 @@ TEST(Int8Kernels, DepthwiseModelShapesMatchReference) {
     const Int8DwShape s{c.HW, c.HW, c.C, K, c.R, c.R, c.stride, pad, pad, P, P};
     const auto x = rnd<uint8_t>(size_t(c.HW) * c.HW * c.C, uint32_t(++i), c.xlo, c.xhi);
     const auto w = rnd<int8_t>(size_t(c.R) * c.R * K, uint32_t(++i), c.wlo, c.whi);
-    Gemm g = make_gemm(P * P, K, 1, uint32_t(++i), i);
+    ++i;
+    Gemm g = make_gemm(P * P, K, 1, uint32_t(i), i);
     const auto want = run_dw(int8_kernels(Int8Isa::scalar), x, c.x_zp, w, s, g.ep, 0, P);
     for (Int8Isa isa : fast_sets()) {
       const auto got = run_dw(int8_kernels(isa), x, c.x_zp, w, s, g.ep, 0, P);
