@@ -13,6 +13,7 @@
 #include "ember/version.h"
 #include "io/source.h"
 #include "kernels/bf16.h"
+#include "kernels/half.h"
 
 namespace ember {
 
@@ -44,22 +45,6 @@ void check_name(const std::string& file, const char* what, const std::string& na
       throw Error(file + ": " + what + " " + json_brief(json(name)) + ": contains a control character");
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) bits = sign | 0x7f800000u | (mant << 13);            // Inf, NaN
-  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal
-  else if (mant == 0) bits = sign;                                      // zero
-  else {                                                                // subnormal
-    int e = -1;
-    uint32_t m = mant;
-    do { ++e; m <<= 1; } while (!(m & 0x400));
-    bits = sign | uint32_t(112 - e) << 23 | ((m & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 }  // namespace
 
 const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {

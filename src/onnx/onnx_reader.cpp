@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ember/error.h"
+#include "kernels/half.h"
 
 namespace ember::onnx {
 
@@ -13,21 +14,6 @@ namespace {
 
 constexpr uint64_t kMaxElems = uint64_t(1) << 31;  // one tensor: at most 2^31 elements (8 GiB f32)
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0 && man == 0) bits = sign;
-  else if (exp == 0) {  // subnormal: renormalise
-    int e = -1;
-    uint32_t m = man;
-    do ++e, m <<= 1; while (!(m & 0x400));
-    bits = sign | uint32_t(127 - 15 - e) << 23 | (m & 0x3ff) << 13;
-  } else if (exp == 31) bits = sign | 0x7f800000u | man << 13;
-  else bits = sign | (exp + 127 - 15) << 23 | man << 13;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 size_t elem_bytes(int type, const std::string& what) {
   switch (type) {

@@ -114,7 +114,7 @@ void round_to_half(QuantizedWeights& q) {
     bool fits = true;
     for (size_t i = 0; i < p.size && fits; ++i) fits = v[i] == 0 || (std::fabs(v[i]) >= 0x1p-14f && std::fabs(v[i]) <= 65504.0f);
     if (fits)
-      for (size_t i = 0; i < p.size; ++i) v[i] = quant::half_to_float(quant::float_to_half(v[i]));
+      for (size_t i = 0; i < p.size; ++i) v[i] = half_to_float(float_to_half(v[i]));
   }
 }
 }  // namespace

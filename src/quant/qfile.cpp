@@ -49,7 +49,7 @@ void save_quantized(const QuantizedWeights& q, const std::string& path) {
         continue;
       }
       std::vector<uint16_t>& h = halves.emplace_back(p.size);  // quantize_model rounded it to fit
-      for (size_t i = 0; i < p.size; ++i) h[i] = quant::float_to_half(v[i]);
+      for (size_t i = 0; i < p.size; ++i) h[i] = float_to_half(v[i]);
       out.push_back({p.name, shape64(p.shape), nullptr, p.size, false, false, h.data(), "F16", 2});
       continue;
     }
