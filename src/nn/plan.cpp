@@ -20,6 +20,7 @@
 #include "kernels/ref/ref.h"
 #include "nn/graph.h"
 #include "nn/layers.h"
+#include "nn/input_u8.h"
 #include "nn/plan_impl.h"
 
 namespace ember {
@@ -488,18 +489,7 @@ void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t
   const int C = m.model.in_c;
   const size_t plane = D / size_t(C);
   int32_t* lab = m.at<int32_t>(m.labels_off);
-  // Without an affine: x = u8 * (1/255) exactly as before (a multiply, no add).
-  auto convert = [&](auto* dst, const uint8_t* src) {
-    using T = std::remove_pointer_t<decltype(dst)>;
-    if (m.in_scale.empty()) {
-      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (T(1) / T(255));
-      return;
-    }
-    for (int c = 0; c < C; ++c) {
-      const T a = T(m.in_scale[size_t(c)]), b = T(m.in_shift[size_t(c)]);
-      for (size_t d = size_t(c) * plane; d < size_t(c + 1) * plane; ++d) dst[d] = src[d] * a + b;
-    }
-  };
+  auto convert = [&](auto* dst, const uint8_t* src) { nn::u8_to_input(dst, src, D, plane, m.in_scale, m.in_shift); };
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const uint8_t* src = images + size_t(index[i]) * D;

@@ -6,6 +6,7 @@
 
 #include "ember/error.h"
 #include "ember/quant.h"
+#include "nn/input_u8.h"
 
 namespace ember {
 
@@ -54,10 +55,7 @@ std::vector<float> calibration_inputs(const Dataset& data, int n, uint64_t seed,
   std::vector<float> x(size_t(n) * D);
   std::vector<uint8_t> scratch(D);
   for (int i = 0; i < n; ++i) {
-    const uint8_t* src = data.image(order[size_t(i)], scratch.data());
-    float* dst = x.data() + size_t(i) * D;
-    for (size_t d = 0; d < D; ++d)
-      dst[d] = scale.empty() ? src[d] * (1.0f / 255.0f) : src[d] * float(scale[d / plane]) + float(shift[d / plane]);
+    nn::u8_to_input(x.data() + size_t(i) * D, data.image(order[size_t(i)], scratch.data()), D, plane, scale, shift);
   }
   return x;
 }

@@ -12,6 +12,7 @@
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "kernels/int8_kernels.h"
+#include "nn/input_u8.h"
 #include "quant/int8_ops.h"
 #include "quant/node_run.h"
 
@@ -586,12 +587,7 @@ void Int8Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int
   float* x = input();
   for (int i = 0; i < n; ++i) {
     const uint8_t* src = images + size_t(index[i]) * D;
-    float* dst = x + size_t(i) * D;
-    if (m.in_scale.empty())
-      for (size_t d = 0; d < D; ++d) dst[d] = src[d] * (1.0f / 255.0f);
-    else
-      for (size_t d = 0; d < D; ++d)
-        dst[d] = src[d] * float(m.in_scale[d / plane]) + float(m.in_shift[d / plane]);
+    nn::u8_to_input(x + size_t(i) * D, src, D, plane, m.in_scale, m.in_shift);
     m.labels[size_t(i)] = labels[index[i]];
   }
 }
