@@ -7,36 +7,22 @@
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "nn/input_u8.h"
+#include "train/eval_batches.h"
 
 namespace ember {
 
 EvalResult evaluate(Int8Plan& plan, const Dataset& data, const Augment* augment) {
-  const int B = plan.batch();
-  std::vector<int64_t> index(size_t(data.count));
-  std::iota(index.begin(), index.end(), int64_t(0));
-  std::vector<int64_t> ident(static_cast<size_t>(B));
-  std::iota(ident.begin(), ident.end(), int64_t(0));
-  std::unique_ptr<BatchLoader> loader;
-  const Augment none;
-  if (augment || data.streamed()) {
-    loader = std::make_unique<BatchLoader>(data, augment ? *augment : none, B, data.streamed() ? 2 : 1, 3, 0);
-    loader->start(index.data(), data.count, 0, 0, false);
-  }
   EvalResult r;
   double loss_sum = 0;
   int64_t correct = 0;
-  for (int64_t start = 0; start < data.count; start += B) {
-    const int n = int(std::min<int64_t>(B, data.count - start));
-    if (loader) {
-      const BatchLoader::Batch b = loader->next();
-      plan.gather_u8(b.images, b.labels, ident.data(), n);
-    } else {
-      plan.gather_u8(data.images.data(), data.labels.data(), index.data() + start, n);
-    }
-    plan.forward(n);
-    loss_sum += plan.loss(n) * n;
-    correct += plan.correct(n);
-  }
+  eval_batches(
+      data, augment, plan.batch(), 0, data.count,
+      [&](const uint8_t* images, const uint8_t* labels, const int64_t* idx, int n) { plan.gather_u8(images, labels, idx, n); },
+      [&](const int64_t*, int n) {
+        plan.forward(n);
+        loss_sum += plan.loss(n) * n;
+        correct += plan.correct(n);
+      });
   r.count = data.count;
   r.loss = data.count ? loss_sum / double(data.count) : 0;
   r.accuracy = data.count ? double(correct) / double(data.count) : 0;

@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "ember/error.h"
+#include "train/eval_batches.h"
 #include "train/blocks.h"
 
 namespace ember {
@@ -80,32 +81,18 @@ EvalResult evaluate(Plan& plan, const Dataset& data, const Augment* augment, Gra
     explicit EvalMode(Plan& q) : p(q), was(q.train_mode()) { p.set_train_mode(false); }
     ~EvalMode() { p.set_train_mode(was); }
   } mode(plan);
-  std::vector<int64_t> index(size_t(end - first));
-  std::iota(index.begin(), index.end(), first);
-  std::vector<int64_t> ident(static_cast<size_t>(B));
-  std::iota(ident.begin(), ident.end(), int64_t(0));
-  std::unique_ptr<BatchLoader> loader;
-  const Augment none;  // a streamed set without augmentation: the loader decodes, nothing else
-  if (augment || data.streamed()) {
-    loader = std::make_unique<BatchLoader>(data, augment ? *augment : none, B, data.streamed() ? 2 : 1, 3, 0);
-    loader->start(index.data(), end - first, 0, 0, false);
-  }
   EvalResult r;
   double loss_sum = 0;
   int64_t correct = 0;
-  for (int64_t start = 0; start < end - first; start += B) {
-    const int n = int(std::min<int64_t>(B, end - first - start));
-    if (loader) {
-      const BatchLoader::Batch b = loader->next();
-      plan.gather_u8(b.images, b.labels, ident.data(), n);  // the batch in order: index 0 .. n-1
-    } else {
-      plan.gather_u8(data.images.data(), data.labels.data(), index.data() + start, n);
-    }
-    if (targets) gather_targets(plan, *targets, index.data() + start, n);
-    plan.forward(n);
-    loss_sum += plan.loss(n, false) * n;
-    if (!targets) correct += plan.correct(n);
-  }
+  eval_batches(
+      data, augment, B, first, end,
+      [&](const uint8_t* images, const uint8_t* labels, const int64_t* idx, int n) { plan.gather_u8(images, labels, idx, n); },
+      [&](const int64_t* idx, int n) {
+        if (targets) gather_targets(plan, *targets, idx, n);
+        plan.forward(n);
+        loss_sum += plan.loss(n, false) * n;
+        if (!targets) correct += plan.correct(n);
+      });
   if (reducer) {
     double v[2] = {loss_sum, double(correct)};
     reducer->start_sum(v, 2);
