@@ -152,7 +152,7 @@ void quantize_rows(const Int8Kernels& k, ThreadPool& pool, uint8_t* q, const flo
     const Range r = split_range(n, t, pool.size());
     for (int64_t i = r.begin; i < r.end; ++i) {
       const float* src = x + size_t(i) * D;
-      if (from_nchw && HW > 1) transpose_one(scratch + size_t(t) * D, src, C, HW, true), src = scratch + size_t(t) * D;
+      if (from_nchw && HW > 1 && C > 1) transpose_one(scratch + size_t(t) * D, src, C, HW, true), src = scratch + size_t(t) * D;
       k.quantize(q + size_t(i) * D, src, D, inv, zp);
     }
   });
@@ -164,7 +164,7 @@ void dequantize_rows(const Int8Kernels& k, ThreadPool& pool, float* x, const uin
   pool.run([&](int t) {
     const Range r = split_range(n, t, pool.size());
     for (int64_t i = r.begin; i < r.end; ++i) {
-      if (!(to_nchw && HW > 1)) {
+      if (!(to_nchw && HW > 1 && C > 1)) {  // one channel (or one pixel): the two layouts are the same bytes
         k.dequantize(x + size_t(i) * D, q + size_t(i) * D, D, scale, zp);
         continue;
       }
