@@ -23,8 +23,10 @@
 #include "ember/ember.h"
 #include "ember/files.h"
 #include "ember/onnx.h"
+#include "ember/onnx_quant.h"
 #include "ember/ops.h"
 #include "ember/profile.h"
+#include "ember/quant.h"
 
 namespace py = pybind11;
 
@@ -173,18 +175,23 @@ Truth truth_of(const py::array& y, int64_t n, const ember::Model& m) {
   return t;
 }
 
-// Copies samples index[0 .. n) into the plan's input (u8: x / 255) and their labels.
+// Sample i of s as the model's input (u8: x / 255) into dst [C, H, W].
+void copy_sample(const Samples& s, int64_t i, float* dst) {
+  const size_t at = size_t(i) * s.per;
+  if (s.u8) {
+    const uint8_t* src = static_cast<const uint8_t*>(s.buf.ptr) + at;
+    for (size_t d = 0; d < s.per; ++d) dst[d] = src[d] * (1.0f / 255.0f);
+  } else {
+    std::memcpy(dst, static_cast<const float*>(s.buf.ptr) + at, s.per * sizeof(float));
+  }
+}
+
+// Copies samples index[0 .. n) into the plan's input and their labels.
 void load_batch(ember::Plan& plan, const Samples& s, const Truth* truth, const int64_t* index, int n) {
   const int32_t* labels = truth ? truth->label_data() : nullptr;
   float* in = static_cast<float*>(plan.input());
   for (int i = 0; i < n; ++i) {
-    const size_t at = size_t(index[i]) * s.per;
-    if (s.u8) {
-      const uint8_t* src = static_cast<const uint8_t*>(s.buf.ptr) + at;
-      for (size_t d = 0; d < s.per; ++d) in[size_t(i) * s.per + d] = src[d] * (1.0f / 255.0f);
-    } else {
-      std::memcpy(in + size_t(i) * s.per, static_cast<const float*>(s.buf.ptr) + at, s.per * sizeof(float));
-    }
+    copy_sample(s, index[i], in + size_t(i) * s.per);
     if (labels) plan.labels()[i] = labels[index[i]];
     if (truth && truth->per)
       std::memcpy(static_cast<float*>(plan.targets()) + size_t(i) * truth->per, truth->targets.data() + size_t(index[i]) * truth->per,
@@ -271,6 +278,11 @@ class PyModel {
       im = ember::import_onnx(path);
     }
     PyModel m(im.model);
+    if (im.quantized) {  // a QDQ or integer-op file: its int8 model too, which runs (precision "int8")
+      py::gil_scoped_release nogil;
+      m.quant_ = std::make_shared<const ember::QuantizedWeights>(ember::import_onnx_quantized(path));
+      m.int8_ = true;
+    }
     m.onnx_weights_ = std::make_shared<ember::OnnxImport>(std::move(im));
     return m;
   }
@@ -290,10 +302,12 @@ class PyModel {
 
   py::list fit(const py::buffer& x, const py::array& y, int epochs, int batch_size, const std::string& optimizer, double lr,
                int threads, uint64_t seed, const py::object& callback) {
+    refuse_int8("fit");
     const Samples s = samples_of(x, model_, "x");
     const Truth truth = truth_of(y, s.n, model_);
     const ember::PlanOptions o =
         options(batch_size, model_.recipe.batch_size, threads, optimizer.empty() ? model_.recipe.optimizer : optimizer);
+    quant_.reset(), int8_plan_.reset();  // the weights move on: a quantization of the old ones is stale
     ember::TrainConfig cfg;  // fit's loop: a constant lr (0: the recipe's)
     cfg.epochs = epochs, cfg.schedule.lr = lr != 0 ? lr : model_.recipe.lr;
     as_value_error([&] { ember::validate(cfg, same_name); });
@@ -346,6 +360,12 @@ class PyModel {
     for (int v : dims) shape.push_back(v), per *= size_t(v);
     py::array_t<float> out(shape);
     float* o = out.mutable_data();
+    if (int8_) {
+      in_int8_batches(s, nullptr, batch_size, [&](int64_t start, int n) {
+        std::memcpy(o + size_t(start) * per, int8_plan_->output(), size_t(n) * per * sizeof(float));
+      });
+      return out;
+    }
     in_eval_batches(s, nullptr, batch_size, [&](int64_t start, int n) {
       const float* y = static_cast<const float*>(plan_->output());
       std::memcpy(o + size_t(start) * per, y, size_t(n) * per * sizeof(float));
@@ -359,6 +379,7 @@ class PyModel {
     double loss_sum = 0;
     int64_t correct = 0;
     bool scores = false;
+    if (int8_) return evaluate_int8(s, truth, batch_size);
     in_eval_batches(s, &truth, batch_size, [&](int64_t, int n) {
       loss_sum += plan_->loss(n, false) * n;
       scores = truth.per == 0 && plan_->has_class_scores();
@@ -370,13 +391,29 @@ class PyModel {
     return r;
   }
 
-  void save(const std::string& path, const std::string& dtype) {
-    if (dtype != "fp32" && dtype != "bf16") throw py::value_error("dtype: expected 'fp32' or 'bf16', found '" + ember::clip_text(dtype) + "'");
+  // dtype "" saves as the model runs: "int8" (a quantized weight file) when its precision is int8,
+  // else fp32; "fp32" and "bf16" save the fp32 weights (those that were quantized, after quantize).
+  void save(const std::string& path, const std::string& dtype_arg) {
+    const std::string dtype = !dtype_arg.empty() ? dtype_arg : int8_ ? "int8" : "fp32";
+    if (dtype == "int8") {
+      if (!quant_) throw py::value_error("dtype: 'int8' needs quantized weights: call Model.quantize(x_calib) first");
+      py::gil_scoped_release nogil;
+      ember::save_quantized(*quant_, path);
+      return;
+    }
+    if (dtype != "fp32" && dtype != "bf16")
+      throw py::value_error("dtype: expected 'fp32', 'bf16' or 'int8', found '" + ember::clip_text(dtype) + "'");
     if (!plan_) ensure_plan(default_options(), 1, 1);
     py::gil_scoped_release nogil;
     ember::save_weights(*plan_, path, dtype == "bf16" ? ember::WeightDtype::bf16 : ember::WeightDtype::f32);
   }
+  // int8: a QDQ model (as `ember export Wq`), Q/DQ where the int8 plan rounds to u8.
   void save_onnx(const std::string& path) {
+    if (int8_) {
+      py::gil_scoped_release nogil;
+      ember::export_onnx_quantized(ember::keep_plan_u8_acts(*quant_), path);
+      return;
+    }
     if (!plan_) ensure_plan(default_options(), 1, 1);
     py::gil_scoped_release nogil;
     ember::export_onnx(*plan_, path);
@@ -386,6 +423,7 @@ class PyModel {
   // on; returns `ember profile --json`'s object. The weights are put back afterwards; the
   // optimizer's state (Adam moments, step count) moves on as after those steps.
   py::object profile(const py::buffer& x, const py::array& y, int steps, int batch_size, int threads) {
+    refuse_int8("profile");
     const Samples s = samples_of(x, model_, "x");
     const Truth truth = truth_of(y, s.n, model_);
     as_value_error([&] { ember::check_integer("steps", steps, 1, 1000000); });
@@ -427,10 +465,53 @@ class PyModel {
     return py::module_::import("json").attr("loads")(json);
   }
 
+  // fp32 or bf16 weights (ember's or PyTorch's), or a quantized file (`ember quantize`, save with
+  // dtype "int8") of this model: the precision becomes int8, and fp32 runs its dequantized weights.
   void load(const std::string& path) {
     if (!plan_) ensure_plan(default_options(), 1, 1);
-    py::gil_scoped_release nogil;
-    ember::load_weights(*plan_, path);
+    if (!ember::is_quantized_file(path)) {
+      py::gil_scoped_release nogil;
+      ember::load_weights(*plan_, path);
+      quant_.reset(), int8_plan_.reset(), int8_ = false;
+      return;
+    }
+    std::shared_ptr<ember::QuantizedWeights> q;
+    {
+      py::gil_scoped_release nogil;
+      q = std::make_shared<ember::QuantizedWeights>(ember::load_quantized(path));
+    }
+    if (!same_network(q->model, model_))
+      throw py::value_error(ember::quote_path(path) + ": its quantized model '" + ember::clip_text(q->model.name) +
+                            "' is not this model '" + ember::clip_text(model_.name) + "' (layers or input differ)");
+    if (q->values.size() != plan_->param_count())
+      throw py::value_error(ember::quote_path(path) + ": holds " + std::to_string(q->values.size()) + " parameters, the model has " +
+                            std::to_string(plan_->param_count()));
+    std::memcpy(plan_->param_data(), q->values.data(), q->values.size() * sizeof(float));
+    quant_ = std::move(q), int8_plan_.reset(), int8_ = true;
+  }
+
+  // Post-training quantization (docs/int8.md) of the current weights, activation ranges calibrated
+  // on x_calib (taken as predict takes x) by method minmax, percentile or mse; the precision becomes
+  // "int8" (predict, evaluate, save and save_onnx then run or write the int8 model).
+  void quantize(const py::buffer& x, const std::string& method, double percentile, int threads) {
+    const Samples s = samples_of(x, model_, "x_calib");
+    ember::QuantOptions qo;
+    qo.method = as_value_error([&] { return ember::parse_calib_method(method, "method"); });
+    if (!(percentile > 50 && percentile <= 100))
+      throw py::value_error("percentile: expected a number in (50, 100], found " + std::to_string(percentile));
+    if (s.n > (1 << 20)) throw py::value_error("x_calib: at most 1048576 samples, found " + std::to_string(s.n));
+    qo.percentile = percentile, qo.data = "python";
+    qo.threads = options(1, 1, threads, model_.recipe.optimizer).threads;  // checked as fit checks it
+    if (!plan_) ensure_plan(default_options(), 1, 1);
+    const float* w = static_cast<const float*>(std::as_const(*plan_).param_data());
+    const std::vector<float> values(w, w + plan_->param_count());
+    {
+      py::gil_scoped_release nogil;
+      std::vector<float> xs(size_t(s.n) * s.per);
+      for (int64_t i = 0; i < s.n; ++i) copy_sample(s, i, xs.data() + size_t(i) * s.per);
+      quant_ = std::make_shared<const ember::QuantizedWeights>(ember::quantize_model(model_, values, xs.data(), int(s.n), qo));
+    }
+    int8_plan_.reset(), int8_ = true;
   }
 
   std::string layout() const { return layout_; }
@@ -446,15 +527,22 @@ class PyModel {
     rebuild(o);
   }
 
-  std::string precision() const { return ember::precision_name(precision_); }
+  std::string precision() const { return int8_ ? "int8" : ember::precision_name(precision_); }
   // A plan already built is rebuilt at once in the new precision, with the same weights and
-  // optimizer state (same layout), so predict and evaluate use it too.
+  // optimizer state (same layout), so predict and evaluate use it too. "int8" runs the quantized
+  // weights of Model.quantize or load (ValueError when there are none).
   void set_precision(const std::string& p) {
+    if (p == "int8") {
+      if (!quant_) throw py::value_error("precision: 'int8' needs quantized weights: call Model.quantize(x_calib) or load a quantized file first");
+      int8_ = true;
+      return;
+    }
     try {
       precision_ = ember::parse_precision(p, "precision");
     } catch (const ember::Error& e) {
       throw py::value_error(e.what());
     }
+    int8_ = false;
     if (!plan_ || plan_->precision() == precision_) return;
     ember::PlanOptions o = plan_->options();
     o.precision = precision_;
@@ -462,6 +550,58 @@ class PyModel {
   }
 
  private:
+  void refuse_int8(const char* what) const {
+    if (int8_)
+      throw py::value_error(std::string(what) + ": the model's precision is int8, which runs inference only; set Model.precision = 'fp32' "
+                            "to train (and quantize again after)");
+  }
+  // Whether two models are one network (layers and input; names and recipes may differ).
+  static bool same_network(ember::Model a, const ember::Model& b) {
+    a.name = b.name, a.recipe = b.recipe, a.init = b.init;
+    return ember::model_to_json(a) == ember::model_to_json(b);
+  }
+
+  // The int8 plan for batch_size (0: 64) and the thread count fit would use, over s in order
+  // without the GIL: after each batch of n samples from `start`, fn(start, n) reads it.
+  template <class Fn>
+  void in_int8_batches(const Samples& s, const Truth* truth, int batch_size, Fn fn) {
+    const ember::PlanOptions o = options(batch_size, 64, 0, model_.recipe.optimizer);
+    const int B = int(std::min<int64_t>(o.batch, s.n));
+    py::gil_scoped_release nogil;
+    if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != o.threads)
+      int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, o.threads);
+    ember::Int8Plan& p = *int8_plan_;
+    const int32_t* labels = truth ? truth->label_data() : nullptr;
+    for (int64_t start = 0; start < s.n; start += B) {
+      const int n = int(std::min<int64_t>(B, s.n - start));
+      for (int i = 0; i < n; ++i) {
+        copy_sample(s, start + i, p.input() + size_t(i) * s.per);
+        if (labels) p.labels()[i] = labels[start + i];
+      }
+      p.forward(n);
+      fn(start, n);
+      check_signals();
+    }
+  }
+  // evaluate() of the int8 plan: classifiers on labels (loss: softmax cross-entropy; NaN for
+  // models trained with another loss).
+  py::dict evaluate_int8(const Samples& s, const Truth& truth, int batch_size) {
+    if (truth.per != 0) throw py::value_error("y: the int8 model evaluates class labels, not dense targets");
+    const std::vector<int> dims = as_value_error([&] { return ember::model_output_dims(model_); });
+    if (dims.size() != 1) throw py::value_error("evaluate: the int8 model's output is not class scores (use predict)");
+    const bool ce = model_.loss == ember::LossKind::SoftmaxCrossEntropy;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    in_int8_batches(s, &truth, batch_size, [&](int64_t, int n) {
+      if (ce) loss_sum += int8_plan_->loss(n) * n;
+      correct += int8_plan_->correct(n);
+    });
+    py::dict r;
+    r["loss"] = ce ? loss_sum / double(s.n) : std::nan("");
+    r["accuracy"] = double(correct) / double(s.n);
+    return r;
+  }
+
   // The plan again for o (the same model layout), with the same weights, optimizer state and mode.
   void rebuild(const ember::PlanOptions& o) {
     auto next = std::make_unique<ember::Plan>(model_, o);
@@ -542,6 +682,9 @@ class PyModel {
   std::unique_ptr<ember::Plan> plan_;
   int epoch_ = 0;
   std::shared_ptr<const ember::OnnxImport> onnx_weights_;  // from_onnx: the file's weights
+  std::shared_ptr<const ember::QuantizedWeights> quant_;   // Model.quantize, or load of a quantized file
+  bool int8_ = false;                                      // precision "int8": quant_ runs (int8_plan_)
+  std::unique_ptr<ember::Int8Plan> int8_plan_;
 };
 
 // A parameter-free activation's kind from its model-format name ("relu", "gelu-tanh", ...): the
@@ -654,9 +797,14 @@ PYBIND11_MODULE(ember, m) {
            "batch_size, optimizer, lr, threads: 0 or '' for the recipe's; checked as the CLI's flags are (ValueError).")
       .def("predict", &PyModel::predict, py::arg("x"), py::arg("batch_size") = 0, "Outputs [N, *output] (float32): [N, classes], or [N, C, H, W] for a feature map")
       .def("evaluate", &PyModel::evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size") = 0, "{'loss', 'accuracy'}")
-      .def("save", &PyModel::save, py::arg("path"), py::arg("dtype") = "fp32",
-           "Writes the weights (safetensors, PyTorch names); dtype 'bf16' rounds them to nearest even")
-      .def("load", &PyModel::load, py::arg("path"), "Reads weights written by save() or by PyTorch")
+      .def("save", &PyModel::save, py::arg("path"), py::arg("dtype") = "",
+           "Writes the weights (safetensors, PyTorch names); dtype 'bf16' rounds them to nearest even, 'int8' writes the "
+           "quantized file (the default when the precision is int8, else 'fp32')")
+      .def("load", &PyModel::load, py::arg("path"),
+           "Reads weights written by save() or by PyTorch, or a quantized file (the precision becomes 'int8')")
+      .def("quantize", &PyModel::quantize, py::arg("x_calib"), py::arg("method") = "minmax", py::arg("percentile") = 99.99,
+           py::arg("threads") = 0,
+           "Post-training int8 quantization of the current weights, calibrated on x_calib; the precision becomes 'int8'")
       .def_static("from_onnx", &PyModel::from_onnx, py::arg("path"),
                   "A model imported from an ONNX file (torch.onnx.export, ember export, ...) with its weights")
       .def("save_onnx", &PyModel::save_onnx, py::arg("path"),

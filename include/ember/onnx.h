@@ -28,6 +28,8 @@ struct OnnxImport {
   Model model;
   std::map<std::string, std::vector<float>> weights;
   std::vector<std::string> notes;  // what was folded or read as a view ("Transpose /x: layout view")
+  bool quantized = false;          // a QDQ or integer-op file, imported as the fp32 graph it computes
+                                   // (import_onnx_quantized, onnx_quant.h, reads its int8 model)
 };
 
 // Reads and checks an ONNX file: every header and tensor field against the file's bytes before

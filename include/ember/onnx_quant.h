@@ -27,5 +27,7 @@ void export_onnx_quantized(const QuantizedWeights& q, const std::string& path);
 // same. Bad scales, zero points or shapes: Error in one line naming the tensor.
 QuantizedWeights import_onnx_quantized(const std::string& path);
 QuantizedWeights import_onnx_quantized_from_memory(const uint8_t* bytes, size_t n, const std::string& name);
+// Whether an ONNX file holds QuantizeLinear, DequantizeLinear or an integer op (parses it whole).
+bool is_quantized_onnx(const std::string& path);
 
 }  // namespace ember

@@ -90,7 +90,7 @@ QuantizedWeights load_quantized_from_memory(const uint8_t* bytes, size_t n, cons
 // Whether a weights file is a quantized one (its metadata has "ember_quant"); reads the header only.
 bool is_quantized_file(const std::string& path);
 
-// The int8 path this CPU runs for an fp32 kernel set (empty: the best): "avx512_vnni", "avx_vnni",
+// The int8 path this CPU runs for an fp32 kernel set (empty: EMBER_ISA when set, else the best): "avx512_vnni", "avx_vnni",
 // "avx2" or "scalar" (EMBER_ISA=avx2 gives avx2, as on an AVX2-only CPU).
 const char* int8_path_name(const std::string& isa);
 
@@ -99,7 +99,7 @@ const char* int8_path_name(const std::string& isa);
 // ReLU and the residual; every other op runs fp32 between a dequantize and a quantize.
 class Int8Plan {
  public:
-  // isa: an fp32 kernel set (scalar, avx2, avx512; empty: the best), whose int8 path it takes
+  // isa: an fp32 kernel set (scalar, avx2, avx512; empty: EMBER_ISA when set, else the best), whose int8 path it takes
   // (int8_path_name), or an int8 set by name (avx_vnni, avx512_vnni) with the best fp32 set.
   Int8Plan(const QuantizedWeights& q, int batch, int threads = 1, const std::string& isa = "");
   ~Int8Plan();
@@ -143,6 +143,11 @@ class Int8Plan {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// q with activation entries only at the tensors its Int8Plan holds in u8 (u8_tensors): what a QDQ
+// export takes, so that ONNX Runtime rounds where ember rounds (not on the fp32 outputs the plan
+// gives LayerNorm, nor inside what it fuses).
+QuantizedWeights keep_plan_u8_acts(QuantizedWeights q);
 
 // Evaluates an int8 plan on all of `data` (as evaluate() does a Plan: a centre crop through the
 // Augment's deterministic path when one is given).

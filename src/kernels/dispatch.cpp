@@ -1,6 +1,9 @@
 // The one kernel table: CPU feature detection and the immutable per-ISA tables.
 // Every other part of ember reaches fast code only through kernels_for(isa).
 #include "kernels/kernels.h"
+
+#include <cstdlib>
+
 #include "kernels/dw_impl.h"
 #include "kernels/kernel_entries.h"
 #include "kernels/ref/ref_convnext.h"
@@ -82,6 +85,11 @@ Isa resolve_isa(std::string_view text, const std::string& what) {
   if (!isa_supported(isa))
     throw Error(what + ": this CPU does not support " + shown + " (best available: " + isa_name(best_isa()) + ")");
   return isa;
+}
+
+Isa resolve_isa_option(const std::string& option) {
+  const char* env = std::getenv("EMBER_ISA");
+  return option.empty() && env ? resolve_isa(env, "EMBER_ISA") : resolve_isa(option, "isa");
 }
 
 namespace {

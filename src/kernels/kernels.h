@@ -23,6 +23,9 @@ Isa best_isa();
 // parser or this CPU does not know throws ember::Error starting "WHAT: " (the flag, option or
 // environment variable it came from), naming the best set available.
 Isa resolve_isa(std::string_view text, const std::string& what);
+// A plan's kernel set: `option` ("isa", as resolve_isa reads it) when given, else the EMBER_ISA
+// environment variable when set, else best_isa().
+Isa resolve_isa_option(const std::string& option);
 
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, all row-major.
 // op(A) = A, stored [M, lda >= K]; or A^T when trans_a, A stored [K, lda >= M].

@@ -41,9 +41,7 @@ std::string shape_text(const std::vector<int>& v) {
 }
 
 const Kernels& choose_kernels(const PlanOptions& opt) {
-  const char* env = std::getenv("EMBER_ISA");
-  const std::string text = !opt.isa.empty() ? opt.isa : (env ? env : "");
-  Isa isa = resolve_isa(text, !opt.isa.empty() ? "isa" : "EMBER_ISA");
+  Isa isa = resolve_isa_option(opt.isa);
   if (opt.dtype == DType::f64) isa = Isa::scalar;  // f64 runs the scalar references only
   return kernels_for(isa);
 }

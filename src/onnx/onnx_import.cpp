@@ -280,7 +280,8 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
   onnx::pb::ModelProto model;
   int opset = 0;
   onnx::parse_model(bytes, n, name, model, opset);
-  if (onnx::has_quant_ops(model.graph())) {  // QDQ: the fp32 graph it computes (docs/onnx.md, "QDQ")
+  const bool quantized = onnx::has_quant_ops(model.graph());
+  if (quantized) {  // QDQ: the fp32 graph it computes (docs/onnx.md, "QDQ")
     try {
       onnx::dequantize_graph(*model.mutable_graph(), name);
     } catch (const Error& e) {
@@ -288,7 +289,9 @@ OnnxImport import_onnx_from_memory(const uint8_t* bytes, size_t n, const std::st
     }
   }
   onnx::Importer im(model.graph(), name, opset, n);
-  return onnx::run_import(im, name);
+  OnnxImport out = onnx::run_import(im, name);
+  out.quantized = quantized;
+  return out;
 }
 
 OnnxImport import_onnx(const std::string& path) {

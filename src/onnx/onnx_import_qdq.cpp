@@ -121,8 +121,8 @@ class Mapper {
     l.w.resize(pw.size);
     for (size_t j = 0; j < pw.size; ++j) {
       const double r = double(q.values[pw.offset + j]) / l.w_scale[j / per], qr = std::nearbyint(r);
-      if (std::fabs(r - qr) > 1e-3 || std::fabs(qr) > 127)
-        throw Error(tname(src) + ": the layer's weights are not integers -127..127 times its scales (a Gemm alpha?)");
+      if (std::fabs(r - qr) > 1e-3 || qr < -128 || qr > 127)
+        throw Error(tname(src) + ": the layer's weights are not integers -128..127 times its scales (a Gemm alpha?)");
       l.w[j] = int8_t(qr);
     }
     bias(q, g, n, l);
@@ -208,6 +208,14 @@ QuantizedWeights import_onnx_quantized_from_memory(const uint8_t* bytes, size_t 
   } catch (const Error& e) {  // names from the file may hold newlines or control bytes
     throw Error(one_line(e.what()));
   }
+}
+
+bool is_quantized_onnx(const std::string& path) {
+  const std::string bytes = read_input(path, onnx::ScanLimits{}.file_bytes, "ONNX model");
+  onnx::pb::ModelProto model;
+  int opset = 0;
+  onnx::parse_model(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, model, opset);
+  return onnx::has_quant_ops(model.graph());
 }
 
 QuantizedWeights import_onnx_quantized(const std::string& path) {

@@ -28,6 +28,7 @@ std::string dims_str(const std::vector<int64_t>& d) {
 class Rewriter {
  public:
   Rewriter(pb::GraphProto& g, std::string file) : g_(g), file_(std::move(file)) {
+    fold_constants();
     for (int k = 0; k < g.initializer_size(); ++k) inits_[g.initializer(k).name()] = g.mutable_initializer(k);
     for (int k = 0; k < g.node_size(); ++k)
       for (const std::string& in : g.node(k).input()) readers_[in].push_back(k);
@@ -45,7 +46,83 @@ class Rewriter {
   struct QVal {
     std::string f;  // the fp32 value
     QParams p;
+    int type = pb::TensorProto::UINT8;  // the quantized value's ONNX type (UINT8 or INT8)
   };
+
+  // torch.onnx.export writes scales, zero points and quantized weights as Constant nodes, and a
+  // bias's zero point as Cast(ConstantOfShape): these become initializers (under their output's
+  // name) before the pass, so the quantization ops read them as they read any initializer.
+  void fold_constants() {
+    std::map<std::string, const pb::TensorProto*> consts;  // RepeatedPtrField: elements stay put
+    for (const pb::TensorProto& t : g_.initializer()) consts.emplace(t.name(), &t);
+    auto* nodes = g_.mutable_node();
+    for (int i = 0; i < nodes->size(); ++i) {
+      const pb::NodeProto& n = nodes->Get(i);
+      const std::string w = file_ + ": node " + std::to_string(i) + " '" + shown(n.name()) + "' (" + shown(n.op_type()) + ")";
+      const bool all_const = n.input_size() > 0 && consts.count(n.input(0)) && n.output_size() == 1;
+      pb::TensorProto t;
+      if (n.op_type() == "Constant" && n.output_size() == 1 && n.attribute_size() == 1 && n.attribute(0).name() == "value" &&
+          n.attribute(0).has_t()) {
+        t = n.attribute(0).t();
+      } else if ((n.op_type() == "ConstantOfShape" || n.op_type() == "Cast") && all_const && n.input_size() == 1) {
+        t = fold_node(n, *consts.at(n.input(0)), w);
+      } else {
+        continue;
+      }
+      t.set_name(n.output(0));
+      pb::TensorProto* added = g_.add_initializer();
+      *added = std::move(t);
+      consts[n.output(0)] = added;
+      nodes->DeleteSubrange(i--, 1);
+    }
+  }
+  // ConstantOfShape (shape [at most 2^16 elements]) or Cast (between int8, uint8, int32, int64 and
+  // float, values that fit) of an initializer.
+  pb::TensorProto fold_node(const pb::NodeProto& n, const pb::TensorProto& in, const std::string& w) const {
+    const Const c = read_tensor(in, w + ": input");
+    const Attrs a(n, w);
+    Const v;
+    int type;
+    if (n.op_type() == "ConstantOfShape") {
+      const pb::TensorProto* value = a.tensor("value");
+      v = value ? read_tensor(*value, w + ": value") : Const{{1}, {0.f}, {0}, true};
+      type = value ? value->data_type() : int(pb::TensorProto::FLOAT);
+      if (v.count() != 1 || !c.is_int || c.dims.size() > 1) throw Error(w + ": expected a 1-D integer shape and one value");
+      size_t count = 1;
+      for (int64_t d : c.i)
+        if (d < 0 || (count *= size_t(d)) > (size_t(1) << 16)) throw Error(w + ": a constant of more than 65536 values");
+      v.dims = c.i;
+      v.f.assign(count, v.f[0]);
+      if (v.is_int) v.i.assign(count, v.i[0]);
+    } else {
+      v = c;
+      type = int(a.i("to", 0));
+    }
+    return typed_tensor(v, type, w);
+  }
+  static pb::TensorProto typed_tensor(const Const& v, int type, const std::string& w) {
+    pb::TensorProto t;
+    t.set_data_type(type);
+    for (int64_t d : v.dims) t.add_dims(d);
+    std::string raw;
+    const auto put = [&](auto x) { raw.append(reinterpret_cast<const char*>(&x), sizeof x); };
+    for (size_t k = 0; k < v.count(); ++k) {
+      const double x = v.is_int ? double(v.i[k]) : double(v.f[k]);
+      const auto fits = [&](double lo, double hi) {
+        if (!(x >= lo && x <= hi && x == std::nearbyint(x))) throw Error(w + ": " + std::to_string(x) + " does not fit the Cast's type");
+      };
+      switch (type) {
+        case pb::TensorProto::FLOAT: put(float(x)); break;
+        case pb::TensorProto::INT8: fits(-128, 127), put(int8_t(x)); break;
+        case pb::TensorProto::UINT8: fits(0, 255), put(uint8_t(x)); break;
+        case pb::TensorProto::INT32: fits(-2147483648.0, 2147483647.0), put(int32_t(x)); break;
+        case pb::TensorProto::INT64: fits(-9.2e18, 9.2e18), put(v.is_int ? v.i[k] : int64_t(x)); break;
+        default: throw Error(w + ": folds to float, int8, uint8, int32 or int64, not type " + std::to_string(type));
+      }
+    }
+    t.set_raw_data(raw);
+    return t;
+  }
 
   std::string where(int i) const {
     const pb::NodeProto& n = g_.node(i);
@@ -100,7 +177,8 @@ class Rewriter {
   }
 
   // Dequantizes weight initializer wt (INT8 or UINT8) with scales s along axis (per tensor: one),
-  // zero points zt (may be null): symmetric int8 in -127..127 after the zero point, or refused.
+  // zero points zt (may be null): int8 in -128..127 after the zero point (ember writes -127..127;
+  // PyTorch's symmetric observers give -128 too, which ember's kernels take), or refused.
   void dequant_weight(pb::TensorProto* wt, const std::vector<float>& s, const pb::TensorProto* zt, int64_t axis) {
     const std::string name = wt->name();
     if (info_.weights.count(name)) {
@@ -124,9 +202,9 @@ class Rewriter {
     for (size_t j = 0; j < f.size(); ++j) {
       const size_t c = per_tensor ? 0 : (j / inner) % s.size();
       const int64_t q = w.i[j] - z[c];
-      if (q < -127 || q > 127)
+      if (q < -128 || q > 127)
         throw Error(tname(name) + ": weight " + std::to_string(w.i[j]) + " (zero point " + std::to_string(z[c]) +
-                    ") is outside ember's symmetric int8 range -127..127");
+                    ") is outside the int8 range -128..127");
       f[j] = float(q) * s[c];
     }
     info_.weights[name] = {s, per_tensor ? -1 : int(axis), w.dims};
@@ -182,6 +260,7 @@ class Rewriter {
     if (op == "DequantizeLinear") return dequantize(i);
     if (op == "QLinearConv" || op == "QLinearMatMul") return qlinear(i, op == "QLinearConv");
     if (op == "ConvInteger" || op == "MatMulInteger") return integer(i, op == "ConvInteger");
+    if (op == "Cast" && g_.node(i).input_size() == 1 && qvals_.count(g_.node(i).input(0))) return cast(i);
     if (op == "DynamicQuantizeLinear")
       throw Error(where(i) + ": dynamic quantization is not supported (ember's activations have calibrated scales)");
     nodes_.push_back(g_.node(i));
@@ -193,7 +272,18 @@ class Rewriter {
     const std::string x = resolve(n.input(0));
     info_.acts[x] = p;
     rename_[n.output(0)] = x;
-    qvals_[n.output(0)] = {x, p};
+    const bool s8 = has_in(i, 2) && init_of(i, 2)->data_type() == pb::TensorProto::INT8;
+    qvals_[n.output(0)] = {x, p, s8 ? pb::TensorProto::INT8 : pb::TensorProto::UINT8};
+  }
+  // Cast of a quantized value to its own type (torch.onnx.export writes one after each
+  // QuantizeLinear): the same value.
+  void cast(int i) {
+    const pb::NodeProto& n = g_.node(i);
+    const QVal& v = qvals_.at(n.input(0));
+    if (Attrs(n, where(i)).i("to", 0) != v.type || n.output_size() != 1)
+      throw Error(where(i) + ": a Cast of a quantized value to another type (its type is " + std::to_string(v.type) + ")");
+    rename_[n.output(0)] = n.input(0);
+    qvals_[n.output(0)] = QVal(v);
   }
 
   void dequantize(int i) {

@@ -88,19 +88,31 @@ int only_reader(const Impl& m, int t) {
   return r.size() == 1 ? r[0] : -1;
 }
 
-// The node's int8 role before fusion (by kind, parameters and shapes).
+bool has_act(const Impl& m, int t) { return m.q.acts.count(m.name(size_t(t))) > 0; }
+// Whether tensor t (its producer's role known) has 8-bit parameters: its own activation entry, or
+// those of an exact u8 op's input. A tensor without (a QDQ file that quantizes only some) stays
+// fp32: every node that reads it runs fp32.
+bool has_qp(const Impl& m, int t) {
+  if (has_act(m, t)) return true;
+  const int p = m.g().tensors[size_t(t)].producer;
+  return p >= 0 && (m.role[size_t(p)] == Role::relu8 || m.role[size_t(p)] == Role::pool8 || m.role[size_t(p)] == Role::flatten8);
+}
+
+// The node's int8 role before fusion (by kind, parameters, shapes and which tensors have 8-bit
+// parameters).
 Role base_role(const Impl& m, int i) {
   const nn::Node& n = m.g().nodes[size_t(i)];
   const LayerSpec& s = *n.spec;
   const nn::Dims in = m.g().tensors[size_t(n.in[0])].dims;
-  if (s.kind == LayerKind::Conv2d && m.q.layer(n.param_prefix)) {
+  const bool act_in = has_act(m, n.in[0]);  // the file's bias is in units of the input's scale
+  if (s.kind == LayerKind::Conv2d && m.q.layer(n.param_prefix) && act_in) {
     if (s.groups == 1) return Role::gemm;
     if (s.groups == in.c && s.out % in.c == 0 && s.stride_h == s.stride_w) return Role::dw;
     return Role::fallback;
   }
-  if (s.kind == LayerKind::Linear && m.q.layer(n.param_prefix)) return Role::gemm;
+  if (s.kind == LayerKind::Linear && m.q.layer(n.param_prefix) && act_in) return Role::gemm;
   const int p = m.g().tensors[size_t(n.in[0])].producer;
-  const bool u8_in = p >= 0 && m.role[size_t(p)] != Role::fallback;
+  const bool u8_in = p >= 0 && m.role[size_t(p)] != Role::fallback && has_qp(m, n.in[0]);
   if (s.kind == LayerKind::ReLU && u8_in) return Role::relu8;
   if (s.kind == LayerKind::MaxPool2d && u8_in && s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 &&
       s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0 && s.pad_h_end <= 0 && s.pad_w_end <= 0)
@@ -145,7 +157,7 @@ void fuse_after(Impl& m, int i) {
     const auto& in = m.g().nodes[size_t(r)].in;
     const int other = in[0] == t ? in[1] : in[0];
     const int p = m.g().tensors[size_t(other)].producer;
-    if (other != t && p < i) {
+    if (other != t && p < i && has_qp(m, other)) {
       m.role[size_t(r)] = Role::fused, m.res_of[size_t(i)] = other;
       t = m.g().nodes[size_t(r)].out, r = only_reader(m, t);
     }
@@ -175,7 +187,8 @@ void tensor_forms(Impl& m) {
     const nn::Dims d = g.tensors[t].dims;
     TensorInfo& x = m.ts[t];
     x.image = !d.flat(), x.C = d.c, x.HW = d.h * d.w;
-    x.qp = m.q.acts.at(m.name(t));
+    const auto a = m.q.acts.find(m.name(t));  // none: fp32 only (has_qp), or inherited below
+    if (a != m.q.acts.end()) x.qp = a->second;
   }
   m.ts[0].native = kF32Nchw;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -472,7 +485,7 @@ Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std:
       if (!int8_isa_supported(s)) throw Error("isa: " + isa + " is not on this CPU");
       named = &int8_kernels(s);
     }
-  const Isa set = resolve_isa(named ? "" : isa, "isa");
+  const Isa set = named ? best_isa() : resolve_isa_option(isa);  // "": EMBER_ISA, else the best
   m.fk = &kernels_for(set);
   m.k = named ? named : &int8_kernels_for(set);
   m.pool = std::make_unique<ThreadPool>(threads);
@@ -592,6 +605,12 @@ void Int8Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int
   }
 }
 
-const char* int8_path_name(const std::string& isa) { return int8_kernels_for(resolve_isa(isa, "isa")).name; }
+QuantizedWeights keep_plan_u8_acts(QuantizedWeights q) {
+  const std::vector<std::string> u8 = Int8Plan(q, 1, 1).u8_tensors();
+  std::erase_if(q.acts, [&](const auto& a) { return std::find(u8.begin(), u8.end(), a.first) == u8.end(); });
+  return q;
+}
+
+const char* int8_path_name(const std::string& isa) { return int8_kernels_for(resolve_isa_option(isa)).name; }
 
 }  // namespace ember

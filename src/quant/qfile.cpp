@@ -179,10 +179,15 @@ class Reader {
     return s;
   }
 
+  // Per tensor, where the file has one (a QDQ import quantizes only some tensors: the others stay
+  // fp32); both halves or neither.
   void read_acts(QuantizedWeights& q, const nn::Graph& g) {
     std::vector<std::string> names{"input"};
     for (const nn::Node& n : g.nodes) names.push_back(n.param_prefix);
     for (const std::string& a : names) {
+      const bool has_s = h_.find(scale_name(a)) != nullptr, has_z = h_.find(zp_name(a)) != nullptr;
+      if (has_s != has_z) fail(has_s ? zp_name(a) : scale_name(a), std::string("is missing (the file has ") + (has_s ? scale_name(a) : zp_name(a)) + ")");
+      if (!has_s) continue;
       QParams p;
       p.scale = scalar_scale(scale_name(a));
       uint8_t z;
@@ -222,7 +227,10 @@ class Reader {
     l.bias.assign(size_t(K), 0);
     if (bp) src_.read(l.bias.data(), size_t(K) * 4, h_.data_offset + entry(bp->name).begin, bp->name);
     const size_t per = wp->size / size_t(K);
-    const double in_scale = q.acts.at(input_act(ng.g, int(i))).scale;
+    const auto in_act = q.acts.find(input_act(ng.g, int(i)));
+    if (in_act == q.acts.end())
+      fail(scale_name(input_act(ng.g, int(i))), "is missing: quantized layer " + node.param_prefix + " reads that tensor");
+    const double in_scale = in_act->second.scale;
     for (size_t k = 0; k < size_t(K); ++k) {
       for (size_t j = 0; j < per; ++j) q.values[wp->offset + k * per + j] = float(l.w[k * per + j]) * l.w_scale[k];
       if (bp) q.values[bp->offset + k] = float(double(l.bias[k]) * in_scale * l.w_scale[k]);

@@ -140,6 +140,24 @@ TEST_F(QuantizedFile, MissingAndExtraTensors) {
   expect_refused([](File& f) { f.header["stray"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {0, 0}}}; }, "stray");
 }
 
+// A tensor's activation entry is optional (a QDQ import quantizes only some tensors; the int8 plan
+// keeps the others fp32), but not half of one, nor the input's of a quantized layer.
+TEST_F(QuantizedFile, ActivationEntriesAreOptionalExceptAQuantizedLayersInput) {
+  expect_refused([](File& f) { f.header.erase("5.output_zero_point"); }, "5.output_zero_point");
+  expect_refused([](File& f) { f.header.erase("5.output_scale"), f.header.erase("5.output_zero_point"); },
+                 "5.output_scale': is missing: quantized layer 6 reads that tensor");
+  File f = File::read(path_);
+  f.header.erase("6.output_scale"), f.header.erase("6.output_zero_point");  // the model's output
+  f.write(bad_);
+  const QuantizedWeights r = load_quantized(bad_);
+  EXPECT_EQ(r.acts.count("6"), 0u);
+  EXPECT_EQ(r.acts.size(), q_.acts.size() - 1);
+  Int8Plan plan(r, 2, 1);  // runs: the last linear layer writes fp32
+  std::fill(plan.input(), plan.input() + 2 * 784, 0.5f);
+  plan.forward(2);
+  EXPECT_TRUE(std::isfinite(plan.output()[0]));
+}
+
 TEST_F(QuantizedFile, BadMetadata) {
   expect_refused([](File& f) { f.header["__metadata__"].erase("ember_quant"); }, "ember_quant");
   expect_refused([](File& f) { f.header["__metadata__"]["ember_quant"] = "{not json"; }, "ember_quant");

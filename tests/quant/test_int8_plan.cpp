@@ -58,8 +58,13 @@ double fq(double v, QParams q) { return quant::dequantize_value(quant::quantize_
 
 // mnist-cnn in double: conv 5x5 pad 2 -> ReLU -> max-pool 2 -> flatten -> linear -> ReLU -> linear,
 // every int8 tensor fake-quantized as the int8 plan stores it (ReLU's output after the conv, the
-// pool and flatten keeping its QParams; the first Linear's ReLU output), weights dequantized.
+// pool and flatten keeping its QParams; the first Linear's ReLU output), weights dequantized. A
+// tensor without an activation entry is not rounded (the int8 plan keeps it fp32).
 std::vector<double> mnist_reference(const QuantizedWeights& q, const std::vector<float>& x, int n) {
+  const auto fqa = [&](double v, const char* t) {
+    const auto a = q.acts.find(t);
+    return a == q.acts.end() ? v : fq(v, a->second);
+  };
   const auto p = [&](const std::string& name) {
     for (const ParamInfo& i : q.params)
       if (i.name == name) return q.values.data() + i.offset;
@@ -70,7 +75,7 @@ std::vector<double> mnist_reference(const QuantizedWeights& q, const std::vector
   std::vector<double> out;
   for (int s = 0; s < n; ++s) {
     std::vector<double> in(784), a(32 * 784), pooled(32 * 196), h(128);
-    for (int i = 0; i < 784; ++i) in[size_t(i)] = fq(x[size_t(s) * 784 + i], q.acts.at("input"));
+    for (int i = 0; i < 784; ++i) in[size_t(i)] = fqa(x[size_t(s) * 784 + i], "input");
     for (int k = 0; k < 32; ++k)
       for (int y = 0; y < 28; ++y)
         for (int xx = 0; xx < 28; ++xx) {
@@ -80,7 +85,7 @@ std::vector<double> mnist_reference(const QuantizedWeights& q, const std::vector
               const int iy = y + r - 2, ix = xx + c - 2;
               if (iy >= 0 && iy < 28 && ix >= 0 && ix < 28) acc += in[size_t(iy) * 28 + ix] * w0[k * 25 + r * 5 + c];
             }
-          a[(size_t(k) * 28 + y) * 28 + xx] = fq(std::max(acc, 0.0), q.acts.at("1"));
+          a[(size_t(k) * 28 + y) * 28 + xx] = fqa(std::max(acc, 0.0), "1");
         }
     for (int k = 0; k < 32; ++k)
       for (int y = 0; y < 14; ++y)
@@ -91,7 +96,7 @@ std::vector<double> mnist_reference(const QuantizedWeights& q, const std::vector
     for (int k = 0; k < 128; ++k) {
       double acc = b4[k];
       for (int j = 0; j < 6272; ++j) acc += pooled[size_t(j)] * w4[size_t(k) * 6272 + j];
-      h[size_t(k)] = fq(std::max(acc, 0.0), q.acts.at("5"));
+      h[size_t(k)] = fqa(std::max(acc, 0.0), "5");
     }
     for (int k = 0; k < 10; ++k) {
       double acc = b6[k];
@@ -138,6 +143,28 @@ TEST(Int8Plan, MnistCnnMatchesDoubleFakeQuantReference) {
     // step apart (one u8 step of fc1's output moves a logit by at most 128 * |w| * step).
     EXPECT_LE(worst, 0.02 * scale) << "threads " << threads;
   }
+}
+
+// A QDQ file may quantize only some tensors: without an entry for the first Linear's output, that
+// Linear writes fp32 and the last one runs fp32, and the plan still matches the reference.
+TEST(Int8Plan, TensorsWithoutActivationEntriesStayFp32) {
+  const Model m = builtin_model("mnist-cnn");
+  QuantizedWeights q = quantized(m, 64);
+  q.acts.erase("5");
+  const int n = 4;
+  const std::vector<float> x = random_inputs(m, n, 12);
+  const std::vector<double> ref = mnist_reference(q, x, n);
+  const std::vector<float> y = int8_outputs(q, x, n, 1);
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) scale = std::max(scale, std::fabs(ref[i])), worst = std::max(worst, std::fabs(y[i] - ref[i]));
+  EXPECT_LE(worst, 0.02 * scale);
+  const std::vector<std::string> paths = Int8Plan(q, 1, 1).node_paths();
+  EXPECT_EQ(paths.at(4), "int8");
+  EXPECT_EQ(paths.at(6), "fp32");
+  q.acts.erase("input");  // the conv cannot quantize its input now; the Linear after flatten still can
+  const std::vector<std::string> later = Int8Plan(q, 1, 1).node_paths();
+  for (int i : {0, 1, 2, 3, 6}) EXPECT_EQ(later.at(size_t(i)), "fp32") << i;
+  EXPECT_EQ(later.at(4), "int8");
 }
 
 TEST(Int8Plan, SameBitsForAnyThreadCount) {

@@ -28,6 +28,7 @@
 #include "ember/plan.h"
 #include "ember/train.h"
 #include "ember/onnx.h"
+#include "ember/onnx_quant.h"
 #include "ember/ops.h"
 #include "ember/version.h"
 
@@ -170,7 +171,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--isa", a.isa, "Force a kernel set: scalar, avx2 or avx512 (default: best the CPU has; env EMBER_ISA)");
   cmd->add_option("--precision", a.precision,
                   "fp32 or bf16: the matrix products' arithmetic (bf16: operands rounded to bf16, products summed "
-                  "in fp32; LayerNorm, activations, the loss and the optimizer stay fp32)")
+                  "in fp32; LayerNorm, activations, the loss and the optimizer stay fp32); eval also takes int8")
       ->capture_default_str();
   cmd->add_option("--layout", a.layout,
                   "auto, nchw or nhwc: the activations' layout (nhwc: channel-last wherever a node can, reorders "
@@ -204,7 +205,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   if (a.cache_mb != -1) check_integer(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
   if (a.pad != -1) check_integer(L("--pad"), a.pad, 0, 1024);
   resolve_kernel_set(one_line(a.isa), L("--isa"));
-  parse_precision(one_line(a.precision), L("--precision"));
+  if (a.precision != "int8") parse_precision(one_line(a.precision), L("--precision"));  // int8: eval's, checked there
   if (a.layout != "auto" && a.layout != "nchw" && a.layout != "nhwc")
     bad(L("--layout"), "auto, nchw or nhwc", "'" + one_line(a.layout) + "'");
 }
@@ -591,11 +592,14 @@ void check_common(const CommonArgs& a) { validate_common(a); }
 TrainTest load_data_for(const CommonArgs& a, int64_t limit_train) { return load_data_named(a, limit_train); }
 
 int run_eval(EvalArgs a, const CLI::App& cmd) {
-  if (a.common.precision == "int8" || (!a.weights.empty() && is_quantized_file(a.weights))) {
-    if (a.weights.empty()) throw Error("--precision int8: needs --weights (fp32 weights to quantize, or quantized ones)");
+  const bool onnx = a.weights.empty() && is_onnx_path(a.common.model);
+  // A QDQ --model FILE.onnx runs int8 unless --precision names another precision.
+  const bool qdq = onnx && (a.common.precision == "int8" || !cmd.count("--precision")) && is_quantized_onnx(a.common.model);
+  if (qdq || a.common.precision == "int8" || (!a.weights.empty() && is_quantized_file(a.weights))) {
+    if (a.weights.empty() && !qdq)
+      throw Error("--precision int8: needs --weights (fp32 weights to quantize, or quantized ones) or a QDQ --model FILE.onnx");
     return run_eval_int8(a, cmd);
   }
-  const bool onnx = a.weights.empty() && is_onnx_path(a.common.model);
   if (a.weights.empty() && !onnx) throw Error("--weights: required (or --model FILE.onnx, which holds its weights)");
   if (onnx && cmd.count("--act")) throw Error("--act: an ONNX model keeps its own activations");
   std::optional<OnnxImport> imported;

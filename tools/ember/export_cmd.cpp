@@ -31,12 +31,8 @@ int run_export(const ExportArgs& a) {
   check_distinct({{"--output", a.output}}, inputs);
   if (is_quantized_file(a.weights)) {  // a QDQ model ONNX Runtime runs with its int8 kernels
     if (!a.model.empty()) throw Error("--model: a quantized file names its own model; leave --model out");
-    QuantizedWeights q = load_quantized(a.weights);
-    // Q/DQ only where ember's int8 plan rounds to u8 (not on the fp32 outputs it gives LayerNorm,
-    // nor inside what it fuses), so that ONNX Runtime computes what ember computes.
-    const std::vector<std::string> u8 = Int8Plan(q, 1, 1).u8_tensors();
-    std::erase_if(q.acts, [&](const auto& a) { return std::find(u8.begin(), u8.end(), a.first) == u8.end(); });
-    export_onnx_quantized(q, a.output);
+    const QuantizedWeights q = load_quantized(a.weights);
+    export_onnx_quantized(keep_plan_u8_acts(q), a.output);  // Q/DQ only where ember rounds to u8
     std::printf("ember export: model %s, quantized weights %s -> %s (QDQ, ONNX opset %d, dynamic batch)\n",
                 q.model.name.c_str(), one_line(a.weights).c_str(), one_line(a.output).c_str(), kOnnxOpset);
     return 0;

@@ -10,6 +10,7 @@
 #include "ember/error.h"
 #include "ember/files.h"
 #include "ember/io.h"
+#include "ember/onnx_quant.h"
 #include "ember/quant.h"
 
 namespace ember::cli {
@@ -81,11 +82,12 @@ int run_quantize(QuantizeArgs a, const CLI::App& cmd) {
 }
 
 int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
-  const bool stored = is_quantized_file(a.weights);
+  const bool from_onnx = a.weights.empty();  // a QDQ --model FILE.onnx (run_eval checked it)
+  const bool stored = from_onnx || is_quantized_file(a.weights);
   QuantizedWeights q;
   TrainTest data;
   if (stored) {
-    q = load_quantized(a.weights);
+    q = from_onnx ? import_onnx_quantized(a.common.model) : load_quantized(a.weights);
     if (!cmd.count("--batch-size")) a.common.batch_size = q.model.recipe.batch_size;
     check_common(a.common);
     data = load_data_for(a.common, 1);
@@ -107,7 +109,8 @@ int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
     if (!augmenting) throw Error("--data: the test images do not have the model's input size");
   const EvalResult r = evaluate(plan, data.test, augmenting ? &aug : nullptr);
   std::printf("ember eval: model %s, weights %s (int8, %s kernels%s): test accuracy %.2f%% (loss %.4f) on %lld images\n",
-              q.model.name.c_str(), one_line(a.weights).c_str(), plan.int8_path(), stored ? "" : ", quantized on the fly",
+              q.model.name.c_str(), one_line(from_onnx ? a.common.model : a.weights).c_str(), plan.int8_path(),
+              from_onnx ? ", QDQ ONNX" : stored ? "" : ", quantized on the fly",
               100 * r.accuracy, r.loss, (long long)r.count);
   if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");
   return 0;

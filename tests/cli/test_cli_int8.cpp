@@ -1,0 +1,82 @@
+// The int8 commands end to end (docs/int8.md): `ember quantize` writes a smaller quantized file;
+// `ember eval` of it, of the fp32 weights with --precision int8 (the same calibration), and of its
+// QDQ export (`ember export Wq`, then `eval --model q.onnx`) give the same numbers; `ember info
+// --weights Wq` shows the plan; misuse gets one-line errors and leaves files alone.
+#include "cli/cli_util.h"
+
+namespace {
+
+class Int8Cli : public Cli {
+ protected:
+  fs::path quantized(const fs::path& w, const std::string& name = "wq.safetensors") {
+    const fs::path out = tmp_ / name;
+    const Result r = run("quantize " + quote(w.string()) + " --data " + quote(data_.string()) +
+                         " --calib-samples 64 --threads 1 -o " + quote(out.string()));
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+    return out;
+  }
+  // `ember eval ... WHAT`: its line from "test accuracy" on, and the whole line.
+  std::string eval_numbers(const std::string& what, std::string* line = nullptr) {
+    const Result r = run("eval --data " + quote(data_.string()) + " --threads 1 " + what);
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+    if (line) *line = r.out;
+    const size_t p = r.out.find("test accuracy");
+    return p == std::string::npos ? "" : r.out.substr(p);
+  }
+};
+
+TEST_F(Int8Cli, QuantizeEvalOnTheFlyAndQdqExportAgree) {
+  const fs::path w = trained_weights();
+  const fs::path wq = quantized(w);
+  ASSERT_TRUE(fs::is_regular_file(wq));
+  EXPECT_GE(double(fs::file_size(w)), 3.5 * double(fs::file_size(wq)));
+  std::string line;
+  const std::string stored = eval_numbers("--weights " + quote(wq.string()), &line);
+  ASSERT_NE(stored, "");
+  EXPECT_NE(line.find("(int8, "), std::string::npos) << line;
+  // --precision int8 calibrates as `ember quantize` did (the same samples): the same model.
+  EXPECT_EQ(eval_numbers("--weights " + quote(w.string()) + " --precision int8 --calib-samples 64"), stored);
+  // The QDQ export imports back as the same int8 model.
+  const fs::path onnx = tmp_ / "q.onnx";
+  const Result e = run("export " + quote(wq.string()) + " -o " + quote(onnx.string()));
+  ASSERT_EQ(e.code, 0) << e.cmd << "\n" << e.out << e.err;
+  EXPECT_EQ(eval_numbers("--model " + quote(onnx.string()), &line), stored);
+  EXPECT_NE(line.find("QDQ ONNX"), std::string::npos) << line;
+  // --precision fp32 runs the file's fp32 graph (weights dequantized, activations not rounded).
+  EXPECT_NE(eval_numbers("--model " + quote(onnx.string()) + " --precision fp32", &line), "");
+  EXPECT_EQ(line.find("int8"), std::string::npos) << line;
+  // int8 is close to fp32 on this small set (a few of 50 images may flip).
+  const double a8 = final_accuracy(stored, "test accuracy "), a32 = final_accuracy(eval_numbers("--weights " + quote(w.string())), "test accuracy ");
+  EXPECT_NEAR(a8, a32, 6.0);
+}
+
+TEST_F(Int8Cli, InfoShowsScalesAndThePlan) {
+  const fs::path wq = quantized(trained_weights());
+  const Result r = run("info --weights " + quote(wq.string()));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("calibration minmax on 64 samples"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("int8 plan ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("int8 path: "), std::string::npos) << r.out;
+}
+
+TEST_F(Int8Cli, MisuseIsRefusedInOneLineAndFilesStay) {
+  const fs::path w = trained_weights();
+  const fs::path wq = quantized(w);
+  const std::string before = read_text(w), qbefore = read_text(wq);
+  // quantizing a quantized file; the output over its own input; a bad method
+  expect_one_line_error(run("quantize " + quote(wq.string()) + " --data " + quote(data_.string()) + " -o " +
+                            quote((tmp_ / "again.safetensors").string())),
+                        {"already quantized"});
+  expect_one_line_error(run("quantize " + quote(w.string()) + " --data " + quote(data_.string()) + " -o " + quote(w.string())),
+                        {"--output"});
+  expect_one_line_error(run("quantize " + quote(w.string()) + " --data " + quote(data_.string()) + " --calib kl -o " +
+                            quote((tmp_ / "x.safetensors").string())),
+                        {"--calib"});
+  expect_one_line_error(run("eval --data " + quote(data_.string()) + " --precision int8"), {"--precision int8"});
+  EXPECT_EQ(read_text(w), before);
+  EXPECT_EQ(read_text(wq), qbefore);
+  EXPECT_FALSE(fs::exists(tmp_ / "again.safetensors"));
+  EXPECT_FALSE(fs::exists(tmp_ / "x.safetensors"));
+}
+
+}  // namespace
