@@ -20,15 +20,18 @@ std::vector<int8_t> conv_rows_rsc(const std::vector<int8_t>& w, int K, int C, in
 }
 
 size_t GemmOp::scratch_bytes(int threads) const {
-  return im2col ? size_t(threads) * size_t(rows_per_chunk) * size_t(R * S * C) + 64 : 0;
+  return im2col ? size_t(threads) * size_t(rows_per_chunk) * size_t(J) + 64 : 0;
 }
 
 void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_rows, const std::vector<int32_t>& bias,
                const std::vector<float>& scale) {
   const int J = op.R * op.S * op.C;
-  op.packed.assign(k.packed_b_bytes(op.K, J) + 64, 0);
+  op.J = op.im2col ? (J + 3) / 4 * 4 : J;
+  std::vector<int8_t> padded(size_t(op.K) * size_t(op.J), 0);  // [K, op.J]: zeros past J
+  for (int n = 0; n < op.K; ++n) std::copy_n(w_rows.begin() + ptrdiff_t(n) * J, J, padded.begin() + ptrdiff_t(n) * op.J);
+  op.packed.assign(k.packed_b_bytes(op.K, op.J) + 64, 0);
   op.packed_at = size_t((64 - reinterpret_cast<uintptr_t>(op.packed.data()) % 64) % 64);
-  k.pack_b(op.packed.data() + op.packed_at, w_rows.data(), op.K, J);
+  k.pack_b(op.packed.data() + op.packed_at, padded.data(), op.K, op.J);
   op.scale = scale;
   op.bias.resize(size_t(op.K));
   for (int n = 0; n < op.K; ++n) {  // the input's zero point: sum_j (x - zp) w = sum_j x w - zp sum_j w
@@ -36,44 +39,75 @@ void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_ro
     for (int j = 0; j < J; ++j) sum += w_rows[size_t(n) * J + j];
     op.bias[size_t(n)] = int32_t(int64_t(bias[size_t(n)]) - int64_t(op.x_zp) * sum);
   }
-  op.rows_per_chunk = std::clamp(32768 / std::max(J, 1), 8, 512);
+  op.rows_per_chunk = std::clamp(32768 / std::max(op.J, 1), 8, 512);
 }
 
 namespace {
-// im2col rows [m0, m0 + rows) of the op's output pixels into col [rows, R*S*C]: per tap, C bytes
-// of the input pixel, or C zero points outside the image (a few bytes per tap when C is small:
-// copied by a loop, not a call).
+// n bytes from s to d, n small (a tap row of a few channels): two overlapping fixed-size moves
+// where n >= 4, not a call.
+inline void copy_small(uint8_t* d, const uint8_t* s, int n) {
+  if (n >= 16) return void(std::memcpy(d, s, size_t(n)));
+  const auto two = [&](auto word) {
+    decltype(word) a, b;
+    std::memcpy(&a, s, sizeof a), std::memcpy(&b, s + n - int(sizeof b), sizeof b);
+    std::memcpy(d, &a, sizeof a), std::memcpy(d + n - int(sizeof b), &b, sizeof b);
+  };
+  if (n >= 8) return two(uint64_t{});
+  if (n >= 4) return two(uint32_t{});
+  for (int i = 0; i < n; ++i) d[i] = s[i];
+}
+}  // namespace
+
+// Output pixel m = (n, p, q) walks on by one per row (no division per row); per tap row r, the
+// S*C bytes are one run of the input row when the window is inside horizontally, else per tap.
+// The op's fields are read into locals once: stores through col (bytes) could alias them.
 void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows) {
-  const int PQ = op.P * op.Q, C = op.C;
+  const int R = op.R, S = op.S, H = op.H, W = op.W, P = op.P, Q = op.Q, C = op.C;
+  const int sh = op.stride_h, sw = op.stride_w, ph = op.pad_h, pw = op.pad_w;
+  const int SC = S * C, J = op.J, pad = J - R * SC;
+  const size_t row_bytes = size_t(W) * C, image_bytes = size_t(H) * row_bytes;
   const uint8_t zp = uint8_t(op.x_zp);
+  const int PQ = P * Q;
+  int64_t n = m0 / PQ;
+  int p = int(m0 % PQ) / Q, q = int(m0 % PQ) % Q;
   for (int i = 0; i < rows; ++i) {
-    const int64_t m = m0 + i;
-    const int64_t n = m / PQ;
-    const int p = int(m % PQ) / op.Q, q = int(m % PQ) % op.Q;
-    uint8_t* dst = col + size_t(i) * size_t(op.R * op.S * C);
-    const uint8_t* img = x + size_t(n) * op.H * op.W * C;
-    for (int r = 0; r < op.R; ++r) {
-      const int h = p * op.stride_h - op.pad_h + r;
-      for (int s = 0; s < op.S; ++s, dst += C) {
-        const int w = q * op.stride_w - op.pad_w + s;
-        const bool inside = h >= 0 && h < op.H && w >= 0 && w < op.W;
-        const uint8_t* src = inside ? img + (size_t(h) * op.W + w) * C : nullptr;
-        if (C >= 16) {
-          if (inside) std::memcpy(dst, src, size_t(C));
-          else std::memset(dst, zp, size_t(C));
+    uint8_t* dst = col + size_t(i) * size_t(J);
+    const uint8_t* img = x + size_t(n) * image_bytes;
+    const int h0 = p * sh - ph, w0 = q * sw - pw;
+    const bool w_inside = w0 >= 0 && w0 + S <= W;
+    if (w_inside && h0 >= 0 && h0 + R <= H) {  // the window inside the image: R runs of S*C bytes
+      const uint8_t* src = img + size_t(h0) * row_bytes + size_t(w0) * C;
+      for (int r = 0; r < R; ++r, dst += SC, src += row_bytes) copy_small(dst, src, SC);
+    } else {
+      for (int r = 0; r < R; ++r, dst += SC) {
+        const int h = h0 + r;
+        if (h < 0 || h >= H) {
+          std::memset(dst, zp, size_t(SC));
+        } else if (w_inside) {
+          copy_small(dst, img + size_t(h) * row_bytes + size_t(w0) * C, SC);
         } else {
-          for (int c = 0; c < C; ++c) dst[c] = inside ? src[c] : zp;
+          for (int s = 0; s < S; ++s) {
+            const int w = w0 + s;
+            if (w >= 0 && w < W) copy_small(dst + s * C, img + size_t(h) * row_bytes + size_t(w) * C, C);
+            else std::memset(dst + s * C, zp, size_t(C));
+          }
         }
       }
+    }
+    for (int j = 0; j < pad; ++j) dst[j] = 0;  // dst: past the R tap rows now
+    if (++q == Q) {
+      q = 0;
+      if (++p == P) p = 0, ++n;
     }
   }
 }
 
+namespace {
 // Rows [m0, m1) of the output: the kernel over all columns, A either x's rows or im2col chunks.
 void gemm_rows(const Int8Kernels& k, const GemmOp& op, const Int8Epilogue& ep, const uint8_t* x, void* y,
                uint8_t* col, int64_t m0, int64_t m1) {
   const void* B = op.packed.data() + op.packed_at;
-  const int J = op.R * op.S * op.C;
+  const int J = op.J;
   const size_t esz = ep.f32_out ? 4 : 1;
   const int64_t step = op.im2col ? op.rows_per_chunk : m1 - m0;
   for (int64_t m = m0; m < m1; m += step) {
@@ -94,7 +128,7 @@ void run_gemm(const Int8Kernels& k, ThreadPool& pool, const GemmOp& op, Int8Epil
   ep.ldr = op.K;
   const int64_t M = int64_t(n) * op.P * op.Q;
   const int T = pool.size();
-  const int J = op.R * op.S * op.C;
+  const int J = op.J;
   if (T == 1) return gemm_rows(k, op, ep, x, y, scratch, 0, M);
   if (M < 8 * T && !op.im2col) {  // few rows (a batch-1 Linear): split the columns in 64s
     const int blocks = (op.K + 63) / 64;

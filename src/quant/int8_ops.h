@@ -24,6 +24,8 @@ struct GemmOp {
   std::vector<int32_t> bias;             // [K]: the int32 bias minus x_zp * sum_j w[k, j]
   std::vector<float> scale;              // [K]
   int rows_per_chunk = 0;                // im2col rows a chunk packs
+  int J = 0;                             // A's columns: R*S*C, for im2col rounded up to 4 (zero weights
+                                         // there: no partial group of 4 bytes in the kernels' inner loop)
   size_t scratch_bytes(int threads) const;
 };
 
@@ -32,6 +34,9 @@ struct GemmOp {
 std::vector<int8_t> conv_rows_rsc(const std::vector<int8_t>& w, int K, int C, int R, int S);
 void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_rows, const std::vector<int32_t>& bias,
                const std::vector<float>& scale);
+// im2col of output pixels [m0, m0 + rows) (m = (n * P + p) * Q + q) into col [rows, op.J], taps in
+// (r, s, c) order, C zero points outside the image, zeros in the columns past R*S*C.
+void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows);
 // Runs the op over n samples: x u8, y u8 or f32 (ep.f32_out), ep's bias and scale are the op's
 // (set here); ep.res, when set, is the residual [n, P, Q, K] u8.
 void run_gemm(const Int8Kernels& k, ThreadPool& pool, const GemmOp& op, Int8Epilogue ep, const uint8_t* x, void* y,

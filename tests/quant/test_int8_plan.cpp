@@ -8,6 +8,7 @@
 #include <random>
 
 #include "ember/quant.h"
+#include "quant/int8_ops.h"
 #include "quant/quant_math.h"
 
 namespace ember {
@@ -165,6 +166,41 @@ TEST(Int8Plan, TensorsWithoutActivationEntriesStayFp32) {
   const std::vector<std::string> later = Int8Plan(q, 1, 1).node_paths();
   for (int i : {0, 1, 2, 3, 6}) EXPECT_EQ(later.at(size_t(i)), "fp32") << i;
   EXPECT_EQ(later.at(4), "int8");
+}
+
+// im2col (the fast runs of small channel counts, the window edges, strides, any starting pixel)
+// against the plain per-tap definition.
+TEST(Int8Plan, Im2colMatchesThePerTapDefinition) {
+  struct Shape { int N, H, W, C, R, S, sh, sw, ph, pw; };
+  for (const Shape& t : {Shape{2, 28, 28, 1, 5, 5, 1, 1, 2, 2}, Shape{1, 7, 9, 3, 3, 3, 2, 2, 1, 1}, Shape{2, 5, 6, 2, 3, 5, 1, 2, 0, 2},
+                         Shape{1, 6, 5, 17, 3, 2, 1, 1, 1, 0}, Shape{3, 4, 4, 5, 4, 4, 4, 4, 0, 0}, Shape{1, 3, 11, 9, 1, 7, 1, 3, 0, 3}}) {
+    quant::GemmOp op;
+    op.N = t.N, op.H = t.H, op.W = t.W, op.C = t.C, op.R = t.R, op.S = t.S, op.stride_h = t.sh, op.stride_w = t.sw;
+    op.pad_h = t.ph, op.pad_w = t.pw, op.x_zp = 77;
+    op.P = (t.H + 2 * t.ph - t.R) / t.sh + 1, op.Q = (t.W + 2 * t.pw - t.S) / t.sw + 1;
+    std::vector<uint8_t> x(size_t(t.N) * t.H * t.W * t.C);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = uint8_t(i * 2654435761u >> 24);
+    const int J = t.R * t.S * t.C;
+    op.J = (J + 3) / 4 * 4;  // as pack_gemm sets it for an im2col op: zeros past J
+    const int64_t M = int64_t(t.N) * op.P * op.Q;
+    for (int64_t m0 : {int64_t(0), M / 3 + 1}) {
+      const int rows = int(M - m0);
+      std::vector<uint8_t> col(size_t(rows) * op.J, 1), want(col.size(), 0);
+      quant::im2col_rows(op, col.data(), x.data(), m0, rows);
+      for (int i = 0; i < rows; ++i) {
+        const int64_t m = m0 + i, n = m / (op.P * op.Q);
+        const int p = int(m % (op.P * op.Q)) / op.Q, q = int(m % (op.P * op.Q)) % op.Q;
+        for (int r = 0; r < t.R; ++r)
+          for (int s = 0; s < t.S; ++s)
+            for (int c = 0; c < t.C; ++c) {
+              const int h = p * t.sh - t.ph + r, w = q * t.sw - t.pw + s;
+              const bool in = h >= 0 && h < t.H && w >= 0 && w < t.W;
+              want[size_t(i) * op.J + (r * t.S + s) * t.C + c] = in ? x[((size_t(n) * t.H + h) * t.W + w) * t.C + c] : 77;
+            }
+      }
+      EXPECT_EQ(col, want) << "C " << t.C << " R " << t.R << " S " << t.S << " from " << m0;
+    }
+  }
 }
 
 TEST(Int8Plan, SameBitsForAnyThreadCount) {

@@ -80,7 +80,8 @@ void vnni_tile(const VnniBlock& b, int m, int n, int n1, const Int8Epilogue& ep,
   }
 }
 
-// R rows of one cache block across the panel at column nb: tiles of NV vectors (one row: the whole panel).
+// R rows of one cache block across the panel at column nb: tiles of NV vectors (one row: the whole
+// panel), a tile of NV / 2 where at most half a tile of columns is left.
 template <class D, int R>
 void vnni_rows(VnniBlock b, int m, int nb, int n1, const Int8Epilogue& ep, void* C, int ldc) {
   constexpr int NV = R == 1 ? kVnniPanel / D::W : D::kTileVectors;
@@ -90,6 +91,12 @@ void vnni_rows(VnniBlock b, int m, int nb, int n1, const Int8Epilogue& ep, void*
   for (int t = 0; t < kVnniPanel && nb + t < n1; t += TN) {
     b.B = B0 + 4 * t;
     b.part = part0 ? part0 + t : nullptr;
+    if constexpr (NV % 2 == 0) {  // half a tile or less left (32 output channels of a 64-column tile): half the work
+      if (n1 - (nb + t) <= TN / 2) {
+        vnni_tile<D, R, NV / 2>(b, m, nb + t, n1, ep, C, ldc);
+        continue;
+      }
+    }
     vnni_tile<D, R, NV>(b, m, nb + t, n1, ep, C, ldc);
   }
 }
