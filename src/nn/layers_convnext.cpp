@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "ember/error.h"
 #include "nn/layers.h"
@@ -60,7 +61,7 @@ class LayerNorm final : public Layer {
       const T *w = p<T>(b.w), *bias = p<T>(b.b);
       if (nhwc() && w) {
         T* wp = p<T>(b.ws) + ops::layernorm_workspace(D_, e.pool.size());
-        permute(wp, w, true), permute(wp + D_, bias, true);
+        permute(e, wp, w, true), permute(e, wp + D_, bias, true);
         w = wp, bias = wp + D_;
       }
       ops::layernorm_fwd<T>(e, p<T>(b.y), mean, mean + Rmax, p<T>(b.x), w, bias, R, D_, T(spec_.eps));
@@ -75,18 +76,25 @@ class LayerNorm final : public Layer {
       T *dw = p<T>(b.dw), *db = p<T>(b.db);
       T* wp = p<T>(b.ws) + ops::layernorm_workspace(D_, e.pool.size());
       const bool permuted = nhwc() && w;
-      if (permuted) permute(wp, w, true), w = wp, dw = dw ? wp + 2 * D_ : nullptr, db = db ? wp + 3 * D_ : nullptr;
+      if (permuted) permute(e, wp, w, true), w = wp, dw = dw ? wp + 2 * D_ : nullptr, db = db ? wp + 3 * D_ : nullptr;
       ops::layernorm_bwd<T>(e, p<T>(b.dx), dw, db, p<T>(b.dy), p<T>(b.x), mean, mean + Rmax, w, R, D_, p<T>(b.ws));
-      if (permuted && dw) permute(p<T>(b.dw), dw, false);
-      if (permuted && db) permute(p<T>(b.db), db, false);
+      if (permuted && dw) permute(e, p<T>(b.dw), dw, false);
+      if (permuted && db) permute(e, p<T>(b.db), db, false);
     });
   }
 
  private:
-  // [C, H, W] -> [H, W, C] (to_hwc), or back.
+  // [C, H, W] -> [H, W, C] (to_hwc), or back: every forward of a channel-last plan (the weights
+  // move in training), so fp32 takes the kernel table's blocked transpose (a plain loop scatters
+  // with stride C: at batch 1 it cost more than the normalisation itself); f64 the loop.
   template <class T>
-  void permute(T* dst, const T* src, bool to_hwc) const {
+  void permute(const ops::Exec& e, T* dst, const T* src, bool to_hwc) const {
     const int C = in_.c, HW = in_.h * in_.w;
+    if constexpr (std::is_same_v<T, float>) {
+      if (to_hwc) e.k.transpose(dst, size_t(C), src, size_t(HW), C, HW);
+      else e.k.transpose(dst, size_t(HW), src, size_t(C), HW, C);
+      return;
+    }
     for (int c = 0; c < C; ++c)
       for (int i = 0; i < HW; ++i) {
         if (to_hwc) dst[size_t(i) * C + c] = src[size_t(c) * HW + i];
