@@ -48,6 +48,7 @@ struct QuantCalib {
   int samples = 0;                // calibration inputs seen
   double percentile = 99.99;      // percentile only
   std::string data;               // where they came from (a directory, "qat", ...)
+  int weight_bits = 8;            // 8: weights in [-127, 127]; 7: [-63, 63] (the avx2 VPMADDUBSW GEMM's range)
 };
 
 struct QuantizedWeights {
@@ -69,6 +70,10 @@ struct QuantOptions {
   std::string data;               // recorded in the file
   int threads = 1;
   std::string isa;                // the fp32 kernel set of the calibration runs
+  // 8, or 7: weights in [-63, 63] per channel (scale max|w| / 63), so that on AVX2 without VNNI every
+  // quantized layer runs the VPMADDUBSW GEMM (exact for |w| <= 64; docs/int8.md) at a small cost in
+  // accuracy. VNNI sets run either at the same speed.
+  int weight_bits = 8;
 };
 
 // Quantizes a model's fp32 parameters (values: model_params order) after running it over n

@@ -68,6 +68,12 @@ struct Int8Kernels {
   Int8PackedBytesFn packed_b_bytes;
   Int8PackBFn pack_b;
   Int8GemmFn gemm;
+  // A faster GEMM for weights that all lie in [-64, 64] (`ember quantize --weight-bits 7`), exact
+  // there (avx2: VPMADDUBSW, whose int16 pair sums 2 * 255 * 64 cannot saturate); null where the
+  // set's own GEMM is as fast (VNNI) or is the reference. Its own packing.
+  Int8PackedBytesFn packed_b_bytes_w7;
+  Int8PackBFn pack_b_w7;
+  Int8GemmFn gemm_w7;
   Int8DwFn dw;
   QuantizeU8Fn quantize;
   DequantizeU8Fn dequantize;

@@ -72,7 +72,8 @@ bool quantizable(const LayerSpec& s) { return s.kind == LayerKind::Conv2d || s.k
 
 // Per output channel, symmetric: w [K, rest] fp32 -> int8 and scales; the values dequantized.
 QuantLayer quantize_weights(const nn::Node& node, const ParamInfo& wp, const ParamInfo* bp, std::vector<float>& values,
-                            float in_scale) {
+                            float in_scale, int bits) {
+  const float qmax = float((1 << (bits - 1)) - 1);  // 127, or 63 for 7-bit weights
   QuantLayer l;
   l.prefix = node.param_prefix;
   l.shape = wp.shape;
@@ -86,11 +87,11 @@ QuantLayer quantize_weights(const nn::Node& node, const ParamInfo& wp, const Par
   for (int k = 0; k < K; ++k) {
     float m = 0;
     for (size_t j = 0; j < per; ++j) m = std::max(m, std::fabs(w[size_t(k) * per + j]));
-    const float s = m > 0 ? m / 127.0f : 1.0f;
+    const float s = m > 0 ? m / qmax : 1.0f;
     l.w_scale[size_t(k)] = s;
     for (size_t j = 0; j < per; ++j) {
       float& v = w[size_t(k) * per + j];
-      const int q = int(std::clamp(std::nearbyint(v / s), -127.0f, 127.0f));
+      const int q = int(std::clamp(std::nearbyint(v / s), -qmax, qmax));
       l.w[size_t(k) * per + j] = int8_t(q);
       v = float(q) * s;  // the fp32 copy holds what int8 represents
     }
@@ -122,6 +123,8 @@ void round_to_half(QuantizedWeights& q) {
 QuantizedWeights quantize_model(const Model& model, const std::vector<float>& values, const float* x, int n,
                                 const QuantOptions& opt) {
   if (n < 1) throw Error("quantize: no calibration samples");
+  if (opt.weight_bits != 7 && opt.weight_bits != 8)
+    throw Error("weight_bits: expected 7 or 8, found " + std::to_string(opt.weight_bits));
   const quant::NodeGraph ng = quant::make_node_graph(model, std::min(n, 32), opt.threads);
   const nn::Graph& g = ng.g;
   size_t total = 0;
@@ -140,7 +143,7 @@ QuantizedWeights quantize_model(const Model& model, const std::vector<float>& va
   q.model = model;
   q.params = ng.params;
   q.values = values;
-  q.calib = {opt.method, n, opt.percentile, opt.data};
+  q.calib = {opt.method, n, opt.percentile, opt.data, opt.weight_bits};
   for (size_t t = 0; t < g.tensors.size(); ++t) q.acts[tensor_name(g, t)] = obs[t].qparams(opt.method, opt.percentile);
   round_to_half(q);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -149,7 +152,7 @@ QuantizedWeights quantize_model(const Model& model, const std::vector<float>& va
     const size_t t0 = size_t(ng.first_param[i]);
     const ParamInfo* bp = t0 + 1 < ng.params.size() && ng.params[t0 + 1].layer == int(i) ? &ng.params[t0 + 1] : nullptr;
     const float in_scale = q.acts[tensor_name(g, size_t(node.in[0]))].scale;
-    q.layers.push_back(quantize_weights(node, ng.params[t0], bp, q.values, in_scale));
+    q.layers.push_back(quantize_weights(node, ng.params[t0], bp, q.values, in_scale, opt.weight_bits));
   }
   return q;
 }

@@ -29,9 +29,10 @@ void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_ro
   op.J = op.im2col ? (J + 3) / 4 * 4 : J;
   std::vector<int8_t> padded(size_t(op.K) * size_t(op.J), 0);  // [K, op.J]: zeros past J
   for (int n = 0; n < op.K; ++n) std::copy_n(w_rows.begin() + ptrdiff_t(n) * J, J, padded.begin() + ptrdiff_t(n) * op.J);
-  op.packed.assign(k.packed_b_bytes(op.K, op.J) + 64, 0);
+  op.w7 = k.gemm_w7 && std::all_of(padded.begin(), padded.end(), [](int8_t v) { return v >= -64 && v <= 64; });
+  op.packed.assign((op.w7 ? k.packed_b_bytes_w7 : k.packed_b_bytes)(op.K, op.J) + 64, 0);
   op.packed_at = size_t((64 - reinterpret_cast<uintptr_t>(op.packed.data()) % 64) % 64);
-  k.pack_b(op.packed.data() + op.packed_at, padded.data(), op.K, op.J);
+  (op.w7 ? k.pack_b_w7 : k.pack_b)(op.packed.data() + op.packed_at, padded.data(), op.K, op.J);
   op.scale = scale;
   op.bias.resize(size_t(op.K));
   for (int n = 0; n < op.K; ++n) {  // the input's zero point: sum_j (x - zp) w = sum_j x w - zp sum_j w
@@ -116,7 +117,7 @@ void gemm_rows(const Int8Kernels& k, const GemmOp& op, const Int8Epilogue& ep, c
     if (e.res) e.res += size_t(m) * size_t(e.ldr);
     const uint8_t* A = x + size_t(m) * size_t(J);
     if (op.im2col) im2col_rows(op, col, x, m, rows), A = col;
-    k.gemm(rows, 0, op.K, op.K, J, A, J, B, e, static_cast<char*>(y) + size_t(m) * size_t(op.K) * esz, op.K);
+    (op.w7 ? k.gemm_w7 : k.gemm)(rows, 0, op.K, op.K, J, A, J, B, e, static_cast<char*>(y) + size_t(m) * size_t(op.K) * esz, op.K);
   }
 }
 }  // namespace
@@ -135,7 +136,7 @@ void run_gemm(const Int8Kernels& k, ThreadPool& pool, const GemmOp& op, Int8Epil
     pool.run([&](int t) {
       const Range r = split_range(blocks, t, T);
       if (r.end > r.begin)
-        k.gemm(int(M), int(r.begin) * 64, std::min(op.K, int(r.end) * 64), op.K, J, x, J,
+        (op.w7 ? k.gemm_w7 : k.gemm)(int(M), int(r.begin) * 64, std::min(op.K, int(r.end) * 64), op.K, J, x, J,
                op.packed.data() + op.packed_at, ep, y, op.K);
     });
     return;

@@ -24,6 +24,7 @@ struct GemmOp {
   std::vector<int32_t> bias;             // [K]: the int32 bias minus x_zp * sum_j w[k, j]
   std::vector<float> scale;              // [K]
   int rows_per_chunk = 0;                // im2col rows a chunk packs
+  bool w7 = false;                       // every weight in [-64, 64] and the set has gemm_w7: it runs that
   int J = 0;                             // A's columns: R*S*C, for im2col rounded up to 4 (zero weights
                                          // there: no partial group of 4 bytes in the kernels' inner loop)
   size_t scratch_bytes(int threads) const;

@@ -376,6 +376,7 @@ void add_step(Impl& m, int i) {
     if (m.res_of[size_t(i)] >= 0) st.what += " + add " + m.name(size_t(m.res_of[size_t(i)]));
     if (kind_is(m, m.g().tensors[size_t(out)].producer, LayerKind::ReLU)) st.what += " + relu";
     st.what += m.ts[size_t(out)].native == kU8 ? " -> u8" : " -> fp32";
+    if (r == Role::gemm && m.gemms[size_t(st.op)].w7) st.what += " (7-bit weights: " + std::string(m.k->name) + " VPMADDUBSW)";
   }
   m.steps.push_back(std::move(st));
 }

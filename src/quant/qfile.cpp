@@ -75,6 +75,7 @@ void save_quantized(const QuantizedWeights& q, const std::string& path) {
                       {"calib", calib_method_name(q.calib.method)},
                       {"calib_samples", q.calib.samples},
                       {"percentile", q.calib.percentile},
+                      {"weight_bits", q.calib.weight_bits},
                       {"data", q.calib.data}};
   io::write_safetensors(path, out,
                         {{"format", "pt"}, {"ember_version", kVersion}, {"model", model_to_json(q.model)},
@@ -141,6 +142,8 @@ class Reader {
       q.calib.samples = int(std::clamp<int64_t>(j["calib_samples"].get<int64_t>(), 0, INT32_MAX));
     if (j.contains("percentile") && j["percentile"].is_number()) q.calib.percentile = j["percentile"].get<double>();
     if (j.contains("data") && j["data"].is_string()) q.calib.data = j["data"].get<std::string>();
+    if (j.contains("weight_bits") && j["weight_bits"].is_number_integer())  // what was asked: the I8 values decide the kernels
+      q.calib.weight_bits = int(std::clamp<int64_t>(j["weight_bits"].get<int64_t>(), 2, 8));
   }
 
   // Which parameters are quantized (an I8 weight), each with the shapes it must have; mixes refused.

@@ -59,6 +59,24 @@ TEST_F(Int8Cli, InfoShowsScalesAndThePlan) {
   EXPECT_NE(r.out.find("int8 path: "), std::string::npos) << r.out;
 }
 
+TEST_F(Int8Cli, SevenBitWeights) {
+  const fs::path w = trained_weights();
+  const fs::path out = tmp_ / "w7.safetensors";
+  const Result r = run("quantize " + quote(w.string()) + " --data " + quote(data_.string()) +
+                       " --calib-samples 64 --threads 1 --weight-bits 7 -o " + quote(out.string()));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  const Result i = run("info --weights " + quote(out.string()), "EMBER_ISA=avx2");
+  ASSERT_EQ(i.code, 0) << i.cmd << "\n" << i.out << i.err;
+  EXPECT_NE(i.out.find("7-bit weights"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("VPMADDUBSW"), std::string::npos) << i.out;  // the avx2 plan takes its 7-bit GEMM
+  std::string line;
+  EXPECT_NE(eval_numbers("--weights " + quote(out.string()), &line), "");
+  expect_one_line_error(run("quantize " + quote(w.string()) + " --data " + quote(data_.string()) + " --weight-bits 6 -o " +
+                            quote((tmp_ / "w6.safetensors").string())),
+                        {"--weight-bits"});
+  EXPECT_FALSE(fs::exists(tmp_ / "w6.safetensors"));
+}
+
 TEST_F(Int8Cli, MisuseIsRefusedInOneLineAndFilesStay) {
   const fs::path w = trained_weights();
   const fs::path wq = quantized(w);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -231,6 +232,58 @@ TEST(Int8Kernels, GemmExtremeSumsAreExact) {
     expect_sets_match(g, 0, 70, "extreme u8");
     g.ep.bias = g.bias.data();
     expect_sets_match(g, 64, 70, "extreme u8 bias");
+  }
+}
+
+// The 7-bit-weight GEMM (gemm_w7: avx2's VPMADDUBSW) against the reference on weights in [-64, 64]:
+// every shape class, every epilogue, and the extreme sums (A all 255 with w all -64 and all 64, where
+// a VPMADDUBSW pair sum is 2 * 255 * 64 = 32640, the nearest it comes to saturating int16).
+std::vector<uint8_t> run_gemm_w7(const Int8Kernels& k, const Gemm& g, int n0, int n1) {
+  Aligned packed(k.packed_b_bytes_w7(g.N, g.K));
+  k.pack_b_w7(packed.p.get(), g.w.data(), g.N, g.K);
+  std::vector<uint8_t> C(size_t(g.M) * g.ldc * (g.ep.f32_out ? 4 : 1), 0xA5);
+  k.gemm_w7(g.M, n0, n1, g.N, g.K, g.A.data(), g.lda, packed.p.get(), g.ep, C.data(), g.ldc);
+  return C;
+}
+int sets_with_w7(const Gemm& g, int n0, int n1, const std::string& what) {
+  const std::vector<uint8_t> want = run_gemm(int8_kernels(Int8Isa::scalar), g, n0, n1);
+  int sets = 0;
+  for (Int8Isa isa : fast_sets()) {
+    const Int8Kernels& k = int8_kernels(isa);
+    if (!k.gemm_w7) continue;
+    ++sets;
+    const std::vector<uint8_t> got = run_gemm_w7(k, g, n0, n1);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << int8_isa_name(isa) << " w7 " << what;
+  }
+  return sets;
+}
+TEST(Int8Kernels, Gemm7BitWeightsMatchReference) {
+  if (!int8_isa_supported(Int8Isa::avx2)) GTEST_SKIP() << "no AVX2: no set has a 7-bit GEMM";
+  EXPECT_TRUE(int8_kernels(Int8Isa::avx2).gemm_w7);
+  EXPECT_FALSE(int8_kernels(Int8Isa::scalar).gemm_w7);  // the reference takes every weight
+  int i = 0;
+  for (int M : {1, 3, 4, 5, 17, 65})
+    for (int N : {1, 8, 16, 17, 32, 64, 65, 129})
+      for (int K : {1, 3, 4, 25, 28, 65, 513}) {
+        Gemm g = make_gemm(M, N, K, uint32_t(700 + i), i % 84);
+        for (int8_t& w : g.w) w = int8_t(std::clamp<int>(w / 2, -64, 64));
+        ASSERT_EQ(sets_with_w7(g, 0, N, shape_name(M, N, K, i % 84)), 1);
+        if (N > 64) sets_with_w7(g, 64, N, shape_name(M, N, K, i % 84) + " from 64");
+        ++i;
+      }
+  for (int8_t wv : {int8_t(-64), int8_t(64)}) {
+    Gemm g = make_gemm(6, 70, 4096, 7, 0);
+    std::fill(g.A.begin(), g.A.end(), uint8_t(255));
+    std::fill(g.w.begin(), g.w.end(), wv);
+    std::fill(g.scale.begin(), g.scale.end(), 1.0f);
+    g.ep = Int8Epilogue{};
+    g.ep.scale = g.scale.data();
+    g.ep.f32_out = true;
+    const std::vector<uint8_t> C = run_gemm_w7(int8_kernels(Int8Isa::avx2), g, 0, 70);
+    float v;
+    std::memcpy(&v, C.data(), 4);
+    EXPECT_EQ(double(v), 255.0 * wv * 4096);
+    sets_with_w7(g, 0, 70, "extreme f32");
   }
 }
 

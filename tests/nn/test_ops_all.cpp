@@ -436,10 +436,12 @@ void run_case(const nn::OpDesc& d, const Case& c, Tally& tally) {
 // the int8 plan on every int8 kernel set this CPU has, at 1 and 2 threads, against the scalar
 // reference set at 1 thread: bit-exact where every step is int8 (integer sums, the same epilogue
 // arithmetic), within fp32 tolerance where an op runs fp32 between a dequantize and a quantize.
-void run_int8(const Case& c, Tally& tally, int* exact) {
+// weight_bits 7: avx2 runs its VPMADDUBSW GEMM (gemm_w7), bit-exact too.
+void run_int8(const Case& c, Tally& tally, int* exact, int weight_bits) {
   const Data data = data_of(c);
   const std::vector<float> values(data.params.begin(), data.params.end()), x(data.x.begin(), data.x.end());
   QuantOptions qo;
+  qo.weight_bits = weight_bits;
   const QuantizedWeights q = quantize_model(c.model, values, x.data(), c.batch, qo);
   auto run = [&](const std::string& isa, int threads) {
     Int8Plan p(q, c.batch, threads, isa);
@@ -465,7 +467,8 @@ void run_int8(const Case& c, Tally& tally, int* exact) {
       const bool ok = all_int8 ? y == ref : worst <= 1e-3 * std::max(scale, 1.0);
       if (!ok) {
         ++tally.failed;
-        ADD_FAILURE() << c.what << ": int8 on " << isa << ", " << threads << " threads: largest difference " << worst
+        ADD_FAILURE() << c.what << ": int8 (" << weight_bits << "-bit weights) on " << isa << ", " << threads
+                      << " threads: largest difference " << worst
                       << (all_int8 ? " (every step int8: must be bit-exact)" : "");
       }
       ++tally.combinations;
@@ -481,7 +484,7 @@ TEST(OpsAll, Int8OfEveryOpOnEveryInt8KernelSet) {
     if (!row) continue;
     for (const Case& c : cases_of(*d, *row)) {
       SCOPED_TRACE(c.what);
-      run_int8(c, tally, &exact);
+      for (int bits : {8, 7}) run_int8(c, tally, &exact, bits);
     }
     ++all_int8;
   }

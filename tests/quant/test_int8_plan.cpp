@@ -203,6 +203,35 @@ TEST(Int8Plan, Im2colMatchesThePerTapDefinition) {
   }
 }
 
+// 7-bit weights (QuantOptions::weight_bits, `ember quantize --weight-bits 7`): every weight in
+// [-63, 63]; the plan (avx2: the VPMADDUBSW GEMM) matches the reference and the scalar set bit for bit.
+TEST(Int8Plan, SevenBitWeightsMatchTheReferenceOnEverySet) {
+  const Model m = builtin_model("mnist-cnn");
+  const std::vector<float> calib = random_inputs(m, 64, 7);
+  QuantOptions o;
+  o.weight_bits = 7;
+  const QuantizedWeights q = quantize_model(m, random_params(m, 3), calib.data(), 64, o);
+  EXPECT_EQ(q.calib.weight_bits, 7);
+  for (const QuantLayer& l : q.layers) {
+    const auto [lo, hi] = std::minmax_element(l.w.begin(), l.w.end());
+    EXPECT_GE(*lo, -63) << l.prefix;
+    EXPECT_LE(*hi, 63) << l.prefix;
+    EXPECT_TRUE(*lo == -63 || *hi == 63) << l.prefix << ": the largest weight takes the top step";
+  }
+  const int n = 4;
+  const std::vector<float> x = random_inputs(m, n, 13);
+  const std::vector<double> ref = mnist_reference(q, x, n);
+  const std::vector<float> scalar = int8_outputs(q, x, n, 1, "scalar");
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < scalar.size(); ++i) scale = std::max(scale, std::fabs(ref[i])), worst = std::max(worst, std::fabs(scalar[i] - ref[i]));
+  EXPECT_LE(worst, 0.02 * scale);
+  for (const char* isa : {"avx2", "avx512"})
+    if (isa_supported(std::string(isa) == "avx2" ? Isa::avx2 : Isa::avx512)) EXPECT_EQ(int8_outputs(q, x, n, 2, isa), scalar) << isa;
+  QuantOptions bad;
+  bad.weight_bits = 6;
+  EXPECT_THROW(quantize_model(m, random_params(m, 3), calib.data(), 64, bad), Error);
+}
+
 TEST(Int8Plan, SameBitsForAnyThreadCount) {
   const Model m = builtin_model("mnist-cnn");
   const QuantizedWeights q = quantized(m, 32);

@@ -382,6 +382,8 @@ void add_eval_flags(CLI::App* cmd, EvalArgs& a) {
       ->capture_default_str();
   cmd->add_option("--calib", a.calib.calib, "--precision int8 with fp32 weights: minmax, percentile or mse")
       ->capture_default_str();
+  cmd->add_option("--weight-bits", a.calib.weight_bits, "--precision int8 with fp32 weights: 8, or 7 (as ember quantize)")
+      ->capture_default_str();
   cmd->add_option("--weights", a.weights,
                   "Weights to evaluate (safetensors, from `ember train --save`); not needed for --model FILE.onnx");
 }

@@ -136,6 +136,7 @@ struct QuantOptionsCli {
   std::string calib = "minmax";
   double percentile = 99.99;
   uint64_t seed = 1;
+  int weight_bits = 8;
 };
 struct EvalArgs {
   CommonArgs common;
@@ -149,6 +150,7 @@ struct QuantizeArgs {
   std::string calib = "minmax";
   double percentile = 99.99;
   uint64_t seed = 1;
+  int weight_bits = 8;
 };
 void add_quantize_flags(CLI::App* cmd, QuantizeArgs& a);
 int run_quantize(QuantizeArgs a, const CLI::App& cmd);

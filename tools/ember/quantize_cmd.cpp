@@ -27,6 +27,9 @@ void add_quantize_flags(CLI::App* cmd, QuantizeArgs& a) {
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Shuffles the training images the calibration samples are taken from")
       ->capture_default_str();
+  cmd->add_option("--weight-bits", a.weight_bits,
+                  "8, or 7: weights in [-63, 63], which AVX2 CPUs without VNNI run with VPMADDUBSW (faster; docs/int8.md)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -59,6 +62,8 @@ QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std
   qo.percentile = o.percentile;
   if (!(o.percentile > 50 && o.percentile <= 100)) throw Error("--percentile: expected a number in (50, 100], found " + std::to_string(o.percentile));
   qo.data = c.data.empty() ? "default data set" : c.data;
+  if (o.weight_bits != 7 && o.weight_bits != 8) throw Error("--weight-bits: expected 7 or 8, found " + std::to_string(o.weight_bits));
+  qo.weight_bits = o.weight_bits;
   qo.threads = c.threads, qo.isa = c.isa;
   return quantize_model(model, fp32_values(model, weights), x.data(), n, qo);
 }
@@ -72,7 +77,7 @@ int run_quantize(QuantizeArgs a, const CLI::App& cmd) {
   check_common(a.common);
   const TrainTest data = load_data_for(a.common, a.calib_samples);
   const QuantizedWeights q = quantize_for(a.common, model, a.weights, data.train,
-                                          {a.calib_samples, a.calib, a.percentile, a.seed});
+                                          {a.calib_samples, a.calib, a.percentile, a.seed, a.weight_bits});
   save_quantized(q, a.output);
   std::printf("ember quantize: model %s, weights %s -> %s: %zu layers int8, activations calibrated (%s) on %d images of %s; "
               "%s -> %s\n", model.name.c_str(), one_line(a.weights).c_str(), one_line(a.output).c_str(), q.layers.size(),
@@ -121,6 +126,7 @@ void print_quantized(const std::string& path) {
   std::printf("\nquantized weights %s: model %s, calibration %s on %d samples of %s", one_line(path).c_str(),
               q.model.name.c_str(), calib_method_name(q.calib.method), q.calib.samples, one_line(q.calib.data).c_str());
   if (q.calib.method == CalibMethod::percentile) std::printf(" (%.4g %%)", q.calib.percentile);
+  std::printf(", %d-bit weights", q.calib.weight_bits);
   std::printf("\n  input: scale %.6g zero point %d\n", double(q.acts.at("input").scale), q.acts.at("input").zero_point);
   for (const QuantLayer& l : q.layers) {
     float lo = l.w_scale[0], hi = l.w_scale[0];

@@ -1,15 +1,17 @@
 // The AVX2 int8 set (built with -mavx2 -mfma; no VNNI, e.g. Zen 3). The GEMM widens both operands
 // to int16 and multiplies with VPMADDWD: B at pack time (64-column panels [Kp/2][64][2] s16, Kp = K
 // rounded up to 2), A per cache block into a small stack panel. Shapes as in kernels/int8_kernels.h.
-#include "kernels/x86/int8_dw.h"
+#include "kernels/x86/int8_vnni_impl.h"
 
 namespace ember {
 namespace {
 
-// Why not VPMADDUBSW (u8 x s8 -> s16 pair sums): it saturates int16 (255*127*2 > 32767), so it is
-// wrong for unrestricted operands. VPMADDWD on s16 x s16 gives exact int32 pair sums (|sum| <= 2*255*128),
-// then VPADDD: the same multiply-uop rate as VPMADDUBSW + VPMADDWD, exact for every input, and no
-// compensation term.
+// Why not VPMADDUBSW (u8 x s8 -> s16 pair sums) for every layer: it saturates int16 (255*127*2 >
+// 32767), so it is wrong for unrestricted operands. VPMADDWD on s16 x s16 gives exact int32 pair sums
+// (|sum| <= 2*255*128), then VPADDD, exact for every input, and no compensation term. Where a layer's
+// weights all lie in [-64, 64] (7-bit weights, `ember quantize --weight-bits 7`), no pair sum can
+// saturate (2*255*64 = 32640): gemm_w7 below runs VPMADDUBSW + VPMADDWD(ones) + VPADDD, 32
+// multiply-adds in 3 uops (4 here), on the VNNI layout (x86/int8_vnni_impl.h) as an emulated VPDPBUSD.
 
 constexpr int kPanel = 64;  // columns per packed panel (n0 is a multiple of it)
 constexpr int kMR = 6;      // rows per register tile
@@ -156,6 +158,15 @@ void gemm(int M, int n0, int n1, int, int K, const uint8_t* A, int lda, const vo
   }
 }
 
+// VPDPBUSD emulated for 7-bit weights: exact while |b| <= 64 (the caller checks every weight).
+struct D256Maddubs : V256 {
+  static constexpr int kRows = 4;         // rows per register tile: 8 accumulators, the rest for B, A, ones
+  static constexpr int kTileVectors = 2;  // 16 columns
+  static I dp(I acc, I a, I b) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+  }
+};
+
 }  // namespace
 
 Int8Kernels int8_kernels_avx2() {
@@ -165,6 +176,9 @@ Int8Kernels int8_kernels_avx2() {
   k.packed_b_bytes = packed_bytes;
   k.pack_b = pack;
   k.gemm = gemm;
+  k.packed_b_bytes_w7 = vnni_packed_bytes;
+  k.pack_b_w7 = vnni_pack;
+  k.gemm_w7 = vnni_gemm<D256Maddubs>;
   k.dw = dw_impl<V256>;
   k.quantize = quantize_impl<V256>;
   k.dequantize = dequantize_impl<V256>;
