@@ -493,14 +493,15 @@ class PyModel {
   // Post-training quantization (docs/int8.md) of the current weights, activation ranges calibrated
   // on x_calib (taken as predict takes x) by method minmax, percentile or mse; the precision becomes
   // "int8" (predict, evaluate, save and save_onnx then run or write the int8 model).
-  void quantize(const py::buffer& x, const std::string& method, double percentile, int threads) {
+  void quantize(const py::buffer& x, const std::string& method, double percentile, int threads, int weight_bits) {
     const Samples s = samples_of(x, model_, "x_calib");
     ember::QuantOptions qo;
     qo.method = as_value_error([&] { return ember::parse_calib_method(method, "method"); });
     if (!(percentile > 50 && percentile <= 100))
       throw py::value_error("percentile: expected a number in (50, 100], found " + std::to_string(percentile));
     if (s.n > (1 << 20)) throw py::value_error("x_calib: at most 1048576 samples, found " + std::to_string(s.n));
-    qo.percentile = percentile, qo.data = "python";
+    if (weight_bits != 7 && weight_bits != 8) throw py::value_error("weight_bits: expected 7 or 8, found " + std::to_string(weight_bits));
+    qo.percentile = percentile, qo.data = "python", qo.weight_bits = weight_bits;
     qo.threads = options(1, 1, threads, model_.recipe.optimizer).threads;  // checked as fit checks it
     if (!plan_) ensure_plan(default_options(), 1, 1);
     const float* w = static_cast<const float*>(std::as_const(*plan_).param_data());
@@ -803,7 +804,7 @@ PYBIND11_MODULE(ember, m) {
       .def("load", &PyModel::load, py::arg("path"),
            "Reads weights written by save() or by PyTorch, or a quantized file (the precision becomes 'int8')")
       .def("quantize", &PyModel::quantize, py::arg("x_calib"), py::arg("method") = "minmax", py::arg("percentile") = 99.99,
-           py::arg("threads") = 0,
+           py::arg("threads") = 0, py::arg("weight_bits") = 8,
            "Post-training int8 quantization of the current weights, calibrated on x_calib; the precision becomes 'int8'")
       .def_static("from_onnx", &PyModel::from_onnx, py::arg("path"),
                   "A model imported from an ONNX file (torch.onnx.export, ember export, ...) with its weights")

@@ -78,6 +78,21 @@ def test_save_and_load_quantized_weights(trained, tmp_path):
         other.load(q)
 
 
+def test_seven_bit_weights(trained, tmp_path):
+    m = trained
+    xt, _ = templates_data(64, 8)
+    m.quantize(templates_data(64, 3)[0], weight_bits=7)
+    p7 = m.predict(xt)
+    m.precision = "fp32"
+    assert np.mean(p7.argmax(1) == m.predict(xt).argmax(1)) >= 0.95
+    path = str(tmp_path / "q7.safetensors")
+    m.precision = "int8"
+    m.save(path)
+    fresh = ember.Model.builtin("mnist-cnn")
+    fresh.load(path)
+    assert np.array_equal(fresh.predict(xt), p7)
+
+
 def test_save_onnx_of_int8_is_qdq(trained, tmp_path):
     m = trained
     m.quantize(templates_data(32, 5)[0], method="mse")
@@ -99,6 +114,8 @@ def test_int8_errors(trained):
         m.quantize(x, method="kl")
     with pytest.raises(ValueError, match="percentile: "):
         m.quantize(x, method="percentile", percentile=20)
+    with pytest.raises(ValueError, match="weight_bits: expected 7 or 8"):
+        m.quantize(x, weight_bits=4)
     bad = x.astype(np.float32) / 255
     bad[3, 0, 2, 2] = np.nan
     with pytest.raises(ValueError, match=r"x_calib\[3, 0, 2, 2\]: found nan"):
