@@ -82,12 +82,12 @@ Gemm make_gemm(int M, int N, int K, uint32_t seed, int variant) {
   return g;
 }
 
-// C[M, ldc] (u8 or f32 bytes) of one set, sentinel-filled first.
-std::vector<uint8_t> run_gemm(const Int8Kernels& k, const Gemm& g, int n0, int n1) {
-  Aligned packed(k.packed_b_bytes(g.N, g.K));
-  k.pack_b(packed.p.get(), g.w.data(), g.N, g.K);
+// C[M, ldc] (u8 or f32 bytes) of one set, sentinel-filled first; w7: its 7-bit-weight GEMM.
+std::vector<uint8_t> run_gemm(const Int8Kernels& k, const Gemm& g, int n0, int n1, bool w7 = false) {
+  Aligned packed((w7 ? k.packed_b_bytes_w7 : k.packed_b_bytes)(g.N, g.K));
+  (w7 ? k.pack_b_w7 : k.pack_b)(packed.p.get(), g.w.data(), g.N, g.K);
   std::vector<uint8_t> C(size_t(g.M) * g.ldc * (g.ep.f32_out ? 4 : 1), 0xA5);
-  k.gemm(g.M, n0, n1, g.N, g.K, g.A.data(), g.lda, packed.p.get(), g.ep, C.data(), g.ldc);
+  (w7 ? k.gemm_w7 : k.gemm)(g.M, n0, n1, g.N, g.K, g.A.data(), g.lda, packed.p.get(), g.ep, C.data(), g.ldc);
   return C;
 }
 
@@ -212,20 +212,28 @@ TEST(Int8Kernels, GemmEpiloguesMatchReference) {
     }
 }
 
+// [6, 70] of K = 4096 with A all 255 and w all wv, f32 out at scale 1: the largest sums.
+Gemm extreme_gemm(int8_t wv) {
+  Gemm g = make_gemm(6, 70, 4096, 7, 0);
+  std::fill(g.A.begin(), g.A.end(), uint8_t(255));
+  std::fill(g.w.begin(), g.w.end(), wv);
+  std::fill(g.scale.begin(), g.scale.end(), 1.0f);
+  g.ep = Int8Epilogue{};
+  g.ep.scale = g.scale.data();
+  g.ep.f32_out = true;
+  return g;
+}
+float first_f32(const std::vector<uint8_t>& C) {
+  float v;
+  std::memcpy(&v, C.data(), 4);
+  return v;
+}
+
 // The largest sums of K = 4096 at both ends: A all 255 with w all -128, and with w all 127.
 TEST(Int8Kernels, GemmExtremeSumsAreExact) {
   for (int8_t wv : {int8_t(-128), int8_t(127)}) {
-    Gemm g = make_gemm(6, 70, 4096, 7, 0);
-    std::fill(g.A.begin(), g.A.end(), uint8_t(255));
-    std::fill(g.w.begin(), g.w.end(), wv);
-    std::fill(g.scale.begin(), g.scale.end(), 1.0f);
-    g.ep = Int8Epilogue{};
-    g.ep.scale = g.scale.data();
-    g.ep.f32_out = true;
-    const std::vector<uint8_t> C = run_gemm(int8_kernels(Int8Isa::scalar), g, 0, 70);
-    float v;
-    std::memcpy(&v, C.data(), 4);
-    EXPECT_EQ(double(v), 255.0 * wv * 4096);
+    Gemm g = extreme_gemm(wv);
+    EXPECT_EQ(double(first_f32(run_gemm(int8_kernels(Int8Isa::scalar), g, 0, 70))), 255.0 * wv * 4096);
     expect_sets_match(g, 0, 70, "extreme f32");
     g.ep.f32_out = false;  // u8: clamped at 0 or 255
     g.ep.zero_point = 128;
@@ -238,13 +246,6 @@ TEST(Int8Kernels, GemmExtremeSumsAreExact) {
 // The 7-bit-weight GEMM (gemm_w7: avx2's VPMADDUBSW) against the reference on weights in [-64, 64]:
 // every shape class, every epilogue, and the extreme sums (A all 255 with w all -64 and all 64, where
 // a VPMADDUBSW pair sum is 2 * 255 * 64 = 32640, the nearest it comes to saturating int16).
-std::vector<uint8_t> run_gemm_w7(const Int8Kernels& k, const Gemm& g, int n0, int n1) {
-  Aligned packed(k.packed_b_bytes_w7(g.N, g.K));
-  k.pack_b_w7(packed.p.get(), g.w.data(), g.N, g.K);
-  std::vector<uint8_t> C(size_t(g.M) * g.ldc * (g.ep.f32_out ? 4 : 1), 0xA5);
-  k.gemm_w7(g.M, n0, n1, g.N, g.K, g.A.data(), g.lda, packed.p.get(), g.ep, C.data(), g.ldc);
-  return C;
-}
 int sets_with_w7(const Gemm& g, int n0, int n1, const std::string& what) {
   const std::vector<uint8_t> want = run_gemm(int8_kernels(Int8Isa::scalar), g, n0, n1);
   int sets = 0;
@@ -252,7 +253,7 @@ int sets_with_w7(const Gemm& g, int n0, int n1, const std::string& what) {
     const Int8Kernels& k = int8_kernels(isa);
     if (!k.gemm_w7) continue;
     ++sets;
-    const std::vector<uint8_t> got = run_gemm_w7(k, g, n0, n1);
+    const std::vector<uint8_t> got = run_gemm(k, g, n0, n1, true);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << int8_isa_name(isa) << " w7 " << what;
   }
   return sets;
@@ -272,17 +273,8 @@ TEST(Int8Kernels, Gemm7BitWeightsMatchReference) {
         ++i;
       }
   for (int8_t wv : {int8_t(-64), int8_t(64)}) {
-    Gemm g = make_gemm(6, 70, 4096, 7, 0);
-    std::fill(g.A.begin(), g.A.end(), uint8_t(255));
-    std::fill(g.w.begin(), g.w.end(), wv);
-    std::fill(g.scale.begin(), g.scale.end(), 1.0f);
-    g.ep = Int8Epilogue{};
-    g.ep.scale = g.scale.data();
-    g.ep.f32_out = true;
-    const std::vector<uint8_t> C = run_gemm_w7(int8_kernels(Int8Isa::avx2), g, 0, 70);
-    float v;
-    std::memcpy(&v, C.data(), 4);
-    EXPECT_EQ(double(v), 255.0 * wv * 4096);
+    const Gemm g = extreme_gemm(wv);
+    EXPECT_EQ(double(first_f32(run_gemm(int8_kernels(Int8Isa::avx2), g, 0, 70, true))), 255.0 * wv * 4096);
     sets_with_w7(g, 0, 70, "extreme f32");
   }
 }
