@@ -1,6 +1,7 @@
 // QDQ import of files ember did not write (raw protobuf bytes, tests/cli/onnx_wire.h): the integer
 // ops QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger, and hostile quantization
-// parameters (scales 0, -1, NaN, Inf; zero points out of range; lying shapes) refused in one line.
+// parameters (scales 0, -1, NaN, Inf; zero points out of range; lying shapes) refused in one line;
+// torch.onnx.export's forms (Constant nodes, folded Casts) and hostile variants of them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -198,6 +199,53 @@ TEST(OnnxQdqOps, LyingShapesAreRefusedNamingTheTensor) {
   Hostile x;
   x.xs = floats("x_scale", {2}, {0.1f, 0.1f});
   expect_refused(x, "x_scale", "per tensor");
+}
+
+// What torch.onnx.export writes around a quantized model: scales and zero points as Constant
+// nodes, a zero point as Cast(Constant) or Cast(ConstantOfShape), a Cast after each QuantizeLinear.
+// `zp` makes "xz" (x's zero point); `cast_to` is the type of the Cast after QuantizeLinear.
+Bytes const_node(const std::string& out, const Bytes& tensor) { return n("Constant", {}, {out}, str(5, str(1, "value") + tensor + num(20, 4))); }
+onnx_wire::Model torch_style(const Bytes& zp, int cast_to) {
+  Hostile h;
+  onnx_wire::Model m;
+  m.nodes = const_node("xs", floats("", {}, {0.01f})) + zp + n("QuantizeLinear", {"x", "xs", "xz"}, {"xq"}) +
+            n("Cast", {"xq"}, {"xc"}, attr_int("to", cast_to)) + n("DequantizeLinear", {"xc", "xs", "xz"}, {"xd"}) +
+            n("DequantizeLinear", {"w", "w_scale", "w_zp"}, {"wd"}, attr_int("axis", 0)) +
+            n("DequantizeLinear", {"b", "b_scale", "b_zp"}, {"bd"}, attr_int("axis", 0)) +
+            n("Conv", {"xd", "wd", "bd"}, {"c"}, conv_attrs()) + n("Flatten", {"c"}, {"y"});
+  m.initializers = h.ws + h.wz + h.w + h.bs + h.bz + h.b;
+  m.inputs = str(11, value_info("x", float_type({0, 1, 4, 4})));
+  m.outputs = str(12, value_info("y", float_type({0, 32})));
+  m.opset = 13;
+  return m;
+}
+void expect_torch_refused(const onnx_wire::Model& m, const std::string& node, const std::string& what) {
+  try {
+    import(m);
+    ADD_FAILURE() << "imported; expected a refusal naming node '" << node << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + node + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+}
+
+TEST(OnnxQdqOps, TorchExportFormsImportAndHostileOnesAreRefused) {
+  const Bytes zp_cast = const_node("z32", typed("", {}, INT32, std::vector<int32_t>{7})) + n("Cast", {"z32"}, {"xz"}, attr_int("to", UINT8));
+  const QuantizedWeights q = import(torch_style(zp_cast, UINT8));
+  EXPECT_EQ(q.acts.at("input").zero_point, 7);
+  EXPECT_FLOAT_EQ(q.acts.at("input").scale, 0.01f);
+  ASSERT_EQ(q.layers.size(), 1u);
+  // a folded zero point that does not fit its type
+  const Bytes big = const_node("z32", typed("", {}, INT32, std::vector<int32_t>{300})) + n("Cast", {"z32"}, {"xz"}, attr_int("to", UINT8));
+  expect_torch_refused(torch_style(big, UINT8), "xz_node", "does not fit the Cast's type");
+  // ConstantOfShape claiming 2^20 values
+  const Bytes huge = const_node("shape", typed("", {1}, Type(7), std::vector<int64_t>{int64_t(1) << 20})) +
+                     n("ConstantOfShape", {"shape"}, {"xz"}, str(5, str(1, "value") + typed("", {1}, UINT8, std::vector<uint8_t>{0}) + num(20, 4)));
+  expect_torch_refused(torch_style(huge, UINT8), "xz_node", "more than 65536 values");
+  // the Cast after QuantizeLinear to another type than the quantized value's
+  expect_torch_refused(torch_style(zp_cast, FLOAT), "xc_node", "a Cast of a quantized value to another type");
 }
 
 }  // namespace
