@@ -84,6 +84,17 @@ struct Recipe {
   std::string normalize = "none";
 };
 
+// Quantization-aware training (docs/int8.md): the plan of a model with a QatSpec fake-quantizes
+// each tensor listed (u8 per tensor: a fakequant node inserted after its producer, parameters
+// TENSOR.fake_quant.range and .observed) and every Conv2d and Linear weight (int8 per output
+// channel, symmetric), with the straight-through estimator; `ember quantize` keeps the ranges.
+struct QatSpec {
+  std::vector<std::string> tensors;  // "input" or a layer's parameter prefix ("0", "stem.0"); empty: no QAT
+  int weight_bits = 8;               // 8, or 7 (weights in [-63, 63])
+  int64_t freeze_after = -1;         // the observers stop after this many optimizer steps; -1: never
+  bool on() const { return !tensors.empty(); }
+};
+
 struct Model {
   std::string name = "custom";
   std::string source;                  // the file it was read from, named in shape errors
@@ -95,6 +106,7 @@ struct Model {
   LossKind loss = LossKind::SoftmaxCrossEntropy;
   Init init = Init::Kaiming;
   Recipe recipe;
+  QatSpec qat;                         // JSON "qat"; off unless tensors are listed
 
   // Builder: each call appends one layer and returns *this.
   Model& conv2d(int out_channels, int kernel, int stride = 1, int pad = 0, int groups = 1);

@@ -49,6 +49,7 @@ struct QuantCalib {
   double percentile = 99.99;      // percentile only
   std::string data;               // where they came from (a directory, "qat", ...)
   int weight_bits = 8;            // 8: weights in [-127, 127]; 7: [-63, 63] (the avx2 VPMADDUBSW GEMM's range)
+  int qat_ranges = 0;             // tensors whose range quantization-aware training learnt (Model::qat)
 };
 
 struct QuantizedWeights {
@@ -79,6 +80,8 @@ struct QuantOptions {
 // Quantizes a model's fp32 parameters (values: model_params order) after running it over n
 // calibration inputs x [n, C, H, W] (already normalised as training fed them) and observing
 // every tensor. Conv2d and Linear layers get int8 weights; every tensor gets activation QParams.
+// A model trained with Model::qat: its fakequant nodes go, and their learnt ranges replace the
+// calibrated QParams of their tensors (opt.weight_bits must be the model's qat.weight_bits).
 QuantizedWeights quantize_model(const Model& model, const std::vector<float>& values, const float* x, int n,
                                 const QuantOptions& opt);
 
@@ -121,6 +124,9 @@ class Int8Plan {
   // The tensors it holds in u8 (QuantizedWeights::acts names): where its arithmetic rounds an
   // activation to 8 bits (a QDQ export puts its Q/DQ pairs there and nowhere else).
   std::vector<std::string> u8_tensors() const;
+  // Those of them with QParams of their own (not a ReLU's, max-pool's or flatten's, which keep
+  // their input's): the tensors quantization-aware training fake-quantizes (Model::qat).
+  std::vector<std::string> qat_tensors() const;
 
   float* input();                         // [batch, C, H, W] fp32
   int32_t* labels();                      // [batch]

@@ -84,6 +84,12 @@ int insert_reader(Graph& g, int t, Node n, const std::vector<int>& readers);
 // its spec is droppath with p 0 (its name, no parameters), its layer its own (Node::make).
 Node identity_node();
 
+// The QAT pass (qat.cpp; Model::qat): after the producer of each tensor q names, a fakequant node
+// that all the tensor's readers read instead. Throws Error naming a name that is no tensor or is
+// listed twice. qat_weight: whether the plan fake-quantizes parameter p (a Conv2d or Linear weight).
+void insert_fake_quant(Graph& g, const QatSpec& q);
+bool qat_weight(const Graph& g, const ParamInfo& p);
+
 // A pass: edits the graph after infer (it sees dims, dtypes and layouts). The plan checks the
 // graph and runs infer again after its passes (plan_impl.h: plan_with_passes).
 using GraphPass = std::function<void(Graph&)>;

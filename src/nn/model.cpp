@@ -14,6 +14,7 @@
 #include "ember/error.h"
 #include "ember/files.h"
 #include "ember/model.h"
+#include "ember/plan.h"
 #include "fs/json_read.h"
 #include "nn/graph.h"
 #include "nn/op_table.h"
@@ -184,13 +185,35 @@ void check_loss(const nn::JsonFields& r, const Model& m) {
                        " is a softmax too (applied twice): remove it, or use \"cross_entropy\"");
 }
 
+// "qat": {"tensors": [names], "weight_bits": 8 | 7, "freeze_after": steps (-1: never)}.
+QatSpec read_qat(const nn::JsonFields& r, const json& j) {
+  if (!j.is_object()) r.fail("qat", "expected an object, found " + brief(j));
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "tensors" && it.key() != "weight_bits" && it.key() != "freeze_after")
+      r.fail("qat." + nn::json_key(it.key()), "unknown key (expected one of tensors, weight_bits, freeze_after)");
+  QatSpec q;
+  if (!j.contains("tensors") || !j["tensors"].is_array() || j["tensors"].empty() || j["tensors"].size() > kMaxLayers + 1)
+    r.fail("qat.tensors", "expected a non-empty array of tensor names (\"input\" or a layer's parameter prefix)");
+  for (size_t i = 0; i < j["tensors"].size(); ++i) {
+    const json& t = j["tensors"][i];
+    if (!t.is_string() || t.get<std::string>().empty() || t.get<std::string>().size() > 256)
+      r.fail("qat.tensors[" + std::to_string(i) + "]", "expected a tensor name, found " + brief(t));
+    q.tensors.push_back(t.get<std::string>());
+  }
+  if (j.contains("weight_bits")) {
+    q.weight_bits = r.integer(j["weight_bits"], "qat.weight_bits", 7, 8);
+  }
+  if (j.contains("freeze_after")) q.freeze_after = r.integer(j["freeze_after"], "qat.freeze_after", -1, 2147483647);
+  return q;
+}
+
 }  // namespace
 
 Model parse_model_json(const std::string& text, const std::string& source) {
   const nn::JsonFields r{source};
   const json j = parse_json(text, source, kMaxDepth);  // depth counted before parsing
   if (!j.is_object()) r.fail("(top level)", "expected an object, found " + brief(j));
-  only(r, j, {"name", "input", "classes", "loss", "init", "layers"});
+  only(r, j, {"name", "input", "classes", "loss", "init", "layers", "qat"});
   Model m;
   m.source = source;
   if (j.contains("name")) {
@@ -222,7 +245,9 @@ Model parse_model_json(const std::string& text, const std::string& source) {
   for (size_t i = 0; i < j["layers"].size(); ++i)
     m.layers.push_back(nn::read_layer(r, j["layers"][i], "layers[" + std::to_string(i) + "]"));
   check_loss(r, m);
+  if (j.contains("qat")) m.qat = read_qat(r, j["qat"]);
   nn::resolve(m);  // names and inputs: errors name the layer now, not when a plan is built
+  if (m.qat.on()) model_params(m);  // the QAT pass: every tensor it names must exist
   return m;
 }
 
@@ -238,6 +263,7 @@ std::string model_to_json(const Model& m) {
          {"init", init_name(m.init)},
          {"layers", json::array()}};
   for (auto& s : m.layers) j["layers"].push_back(nn::write_layer(s));
+  if (m.qat.on()) j["qat"] = {{"tensors", m.qat.tensors}, {"weight_bits", m.qat.weight_bits}, {"freeze_after", m.qat.freeze_after}};
   return json_text(j, 2);
 }
 

@@ -103,6 +103,9 @@ struct OpDesc {
   // the ops whose onnx[0] is a node's type, the longer pattern (more types in onnx) is tried
   // first: silu's Sigmoid -> Mul before sigmoid's Sigmoid.
   bool (*onnx_import)(OnnxIn& g, int node) = nullptr;
+  // Its backward is the straight-through estimator (fakequant), not the derivative: the op test
+  // checks it against the estimator's definition (tests/quant/test_qat.cpp), not finite differences.
+  bool straight_through = false;
 };
 
 // Every op, in LayerKind order; the descriptor of a kind; the op of a JSON name (or null).

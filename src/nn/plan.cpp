@@ -65,6 +65,11 @@ nn::Graph compiled_graph(const Model& model, DType dt, int batch, bool training,
   nn::Graph g = nn::resolve(model);
   g.tensors[0].dims = {model.in_c, model.in_h, model.in_w};
   nn::infer(g, dt, batch);
+  if (model.qat.on()) {  // the QAT pass: fakequant nodes (nn/qat.cpp)
+    nn::insert_fake_quant(g, model.qat);
+    nn::check(g);
+    nn::infer(g, dt, batch);
+  }
   for (const nn::GraphPass& pass : passes) {
     pass(g);
     nn::check(g);
@@ -119,6 +124,10 @@ void place_buffers(Plan::Impl& m, const std::vector<bool>& needs_grad) {
   m.labels_off = a.reserve(size_t(N) * sizeof(int32_t));
   if (loss_takes_targets(m.model.loss)) m.targets_off = a.reserve(m.tensor_bytes(m.out_tensor()));
   if (m.opt.precision == Precision::bf16) m.wh_off = a.reserve(m.nparams * sizeof(uint16_t));
+  if (m.model.qat.on()) {  // QAT: the fake-quantized weights the layers read (the masters stay)
+    m.wq_off = a.reserve(m.nparams * m.esz);
+    for (const ParamInfo& p : m.params) m.qat_weight.push_back(nn::qat_weight(m.g, p));
+  }
   nn::Lifetimes lt = nn::lifetimes(m.g, m.us, needs_grad, m.opt.training, N, m.esz);
   const size_t T = m.g.tensors.size();
   std::vector<nn::Block> blocks;
@@ -236,6 +245,8 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     throw Error("threads: expected an integer in [1, 256], found " + std::to_string(opt.threads));
   if (opt.precision == Precision::bf16 && opt.dtype != DType::f32)
     throw Error("precision: bf16 needs an f32 plan (f64 plans run the scalar references in double)");
+  if (opt.precision == Precision::bf16 && model.qat.on())
+    throw Error("precision: bf16 plans do not run quantization-aware training (the model has \"qat\"): use fp32");
   m.k = &choose_kernels(opt);
   m.esz = opt.dtype == DType::f64 ? 8 : 4;
   // bf16 plans stay nchw (their channel-last kernels are left for later: issue 41).
@@ -352,6 +363,7 @@ std::vector<BufferInfo> Plan::buffers() const {
     out.push_back({std::string("optimizer state ") + (s == 0 ? "1" : "2"), m.nparams * m.esz});
   out.push_back({"labels", N * sizeof(int32_t)});
   if (m.wh_off != kNone) out.push_back({"bf16 copy of the parameters", m.nparams * sizeof(uint16_t)});
+  if (m.wq_off != kNone) out.push_back({"QAT: fake-quantized weights", m.nparams * m.esz});
   auto of = [&](size_t t) {
     const int p = m.g.tensors[t].producer;
     return p < 0 ? std::string(" (input batch)") : " (" + m.units[size_t(m.layer_unit[size_t(p)])].name + " output)";
@@ -420,6 +432,7 @@ const void* Plan::param_data() const { return impl_->at<std::byte>(impl_->param_
 
 void Plan::freeze() {
   Impl& m = *impl_;
+  plan_impl::refresh_qat_weights(m);
   m.packed.assign(m.us.size(), {});
   if (m.esz == 4 && m.opt.precision == Precision::fp32)  // a bf16 plan's Linear runs the bf16 GEMM instead
     for (size_t i = 0; i < m.us.size(); ++i) {
@@ -427,7 +440,7 @@ void Plan::freeze() {
       if (s.kind != LayerKind::Linear || s.over_channels || m.first_param[i] < 0) continue;
       const ParamInfo& p = m.params[m.first_param[i]];  // w[K, C]
       const int K = p.shape[0], C = p.shape[1];
-      const float* w = m.at<float>(m.param_off) + p.offset;
+      const float* w = m.at<float>(m.wq_off != kNone ? m.wq_off : m.param_off) + p.offset;  // QAT: the copy
       std::vector<float>& wt = m.packed[i];
       wt.resize(p.size);
       for (int k = 0; k < K; ++k)

@@ -20,6 +20,7 @@ namespace plan_impl {
 constexpr size_t kNone = SIZE_MAX;  // an arena offset that is not there
 }  // namespace plan_impl
 
+
 struct Plan::Impl {
   Model model;
   PlanOptions opt;
@@ -72,6 +73,12 @@ struct Plan::Impl {
   size_t wh_off = SIZE_MAX;
   bool wh_stale = true;
   uint64_t param_version = 0;                    // Bufs::param_version: moved with wh_stale
+  // QAT (Model::qat): per parameter whether it is a fake-quantized weight; their copy (wq_off, the
+  // parameters' offsets), made again before a pass when the step or the parameters moved.
+  std::vector<bool> qat_weight;
+  size_t wq_off = SIZE_MAX;
+  int64_t wq_step = -1;
+  uint64_t wq_version = ~uint64_t(0);
   bool count_flush = false;                      // Plan::set_flush_counting
   Plan::FlushCount flush;
   std::vector<double> in_scale, in_shift;        // per input channel: x = u8 * scale + shift
@@ -89,6 +96,9 @@ namespace plan_impl {
 std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
 // A plan compiled with graph passes (tests: a pass that inserts nodes changes no result).
 Plan plan_with_passes(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
+// QAT: the fake-quantized weight copy from the masters (per output channel, ref_fake_quant.h),
+// when the optimizer step or the parameters moved since it was made (plan_run.cpp).
+void refresh_qat_weights(Plan::Impl& m);
 
 inline void check_thawed(const Plan::Impl& m, const char* what) {
   if (m.frozen)

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/rng.h"
+#include "kernels/ref/ref_fake_quant.h"
 #include "nn/plan_impl.h"
 
 namespace ember {
@@ -49,14 +50,17 @@ nn::Bufs bind(const Plan::Impl& m, size_t i, bool rerun = false) {
       if (b.rs) continue;
       b.rs = base + m.param_off + q.offset * m.esz;
       b.drs = base + m.grad_off + q.offset * m.esz;
-      const bool may_update = m.opt.training && m.train_mode && !m.frozen && !rerun;
+      const bool fq = m.g.nodes[size_t(q.layer)].spec->kind == LayerKind::FakeQuant;
+      const bool observing = !fq || m.model.qat.freeze_after < 0 || m.step < m.model.qat.freeze_after;
+      const bool may_update = m.opt.training && m.train_mode && !m.frozen && !rerun && observing;
       b.rs_update = may_update ? base + m.param_off + q.offset * m.esz : nullptr;
       continue;
     }
     const bool second = q.layer != u.first, bias = t > 0 && m.params[t - 1].layer == q.layer;
     const void*& v = second ? (bias ? b.b2 : b.w2) : (bias ? b.b : b.w);
     void*& d = second ? (bias ? b.db2 : b.dw2) : (bias ? b.db : b.dw);
-    v = base + m.param_off + q.offset * m.esz;
+    const bool fq_w = m.wq_off != kNone && m.qat_weight[t];  // QAT: the layer reads the fake-quantized copy
+    v = base + (fq_w ? m.wq_off : m.param_off) + q.offset * m.esz;
     d = base + m.grad_off + q.offset * m.esz;
     if (!bias && m.wh_off != kNone) (second ? b.wh2 : b.wh) = m.at<uint16_t>(m.wh_off) + q.offset;
   }
@@ -107,6 +111,24 @@ void refresh_copy(Plan::Impl& m) {
   m.wh_stale = false;
 }
 
+template <class T>
+void fake_quant_weights(Plan::Impl& m) {
+  const T* w = m.at<T>(m.param_off);
+  T* wq = m.at<T>(m.wq_off);
+  const int bits = m.model.qat.weight_bits;
+  for (size_t t = 0; t < m.params.size(); ++t) {
+    if (!m.qat_weight[t]) continue;
+    const ParamInfo& p = m.params[t];  // [K, ...]: per output channel
+    const int K = p.shape[0];
+    const size_t per = p.size / size_t(K);
+    m.pool->run([&](int th) {
+      const Range r = split_range(K, th, m.pool->size());
+      for (int64_t k = r.begin; k < r.end; ++k)
+        ref::fake_quant_channel<T>(wq + p.offset + size_t(k) * per, w + p.offset + size_t(k) * per, per, bits);
+    });
+  }
+}
+
 void check_training(const Plan::Impl& m, const char* what) {
   if (!m.opt.training) throw Error(std::string(what) + ": an inference plan (PlanOptions::training false) has no gradients");
 }
@@ -127,6 +149,7 @@ bool decays(const OptimizerConfig& o, const ParamInfo& p) {
 void Plan::forward(int n) {
   Impl& m = *impl_;
   refresh_copy(m);
+  plan_impl::refresh_qat_weights(m);
   const ops::Exec e = m.exec();
   for (size_t i = 0; i < m.us.size(); ++i)
     timed(m.prof, Phase::forward, int(i), [&] { m.us[i].layer->forward(e, bind(m, i), n); });
@@ -216,6 +239,13 @@ void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, co
   }
 }
 }  // namespace
+
+void plan_impl::refresh_qat_weights(Plan::Impl& m) {
+  if (m.wq_off == kNone || (m.wq_step == m.step && m.wq_version == m.param_version)) return;
+  if (m.esz == 8) fake_quant_weights<double>(m);
+  else fake_quant_weights<float>(m);
+  m.wq_step = m.step, m.wq_version = m.param_version;
+}
 
 void Plan::backward(int n, GradsFinal on_final, void* ctx) { run_backward(*impl_, n, on_final, ctx, nullptr); }
 

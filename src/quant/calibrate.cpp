@@ -8,6 +8,7 @@
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "quant/node_run.h"
+#include "quant/qat.h"
 #include "quant/quant_math.h"
 
 namespace ember {
@@ -120,8 +121,10 @@ void round_to_half(QuantizedWeights& q) {
 }
 }  // namespace
 
-QuantizedWeights quantize_model(const Model& model, const std::vector<float>& values, const float* x, int n,
-                                const QuantOptions& opt) {
+namespace {
+// learnt: QAT's ranges (strip_qat), which replace the calibrated QParams of their tensors.
+QuantizedWeights quantize(const Model& model, const std::vector<float>& values, const float* x, int n,
+                          const QuantOptions& opt, const std::map<std::string, QParams>& learnt) {
   if (n < 1) throw Error("quantize: no calibration samples");
   if (opt.weight_bits != 7 && opt.weight_bits != 8)
     throw Error("weight_bits: expected 7 or 8, found " + std::to_string(opt.weight_bits));
@@ -145,6 +148,8 @@ QuantizedWeights quantize_model(const Model& model, const std::vector<float>& va
   q.values = values;
   q.calib = {opt.method, n, opt.percentile, opt.data, opt.weight_bits};
   for (size_t t = 0; t < g.tensors.size(); ++t) q.acts[tensor_name(g, t)] = obs[t].qparams(opt.method, opt.percentile);
+  for (const auto& [name, qp] : learnt) q.acts[name] = qp;
+  q.calib.qat_ranges = int(learnt.size());
   round_to_half(q);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& node = g.nodes[i];
@@ -155,6 +160,17 @@ QuantizedWeights quantize_model(const Model& model, const std::vector<float>& va
     q.layers.push_back(quantize_weights(node, ng.params[t0], bp, q.values, in_scale, opt.weight_bits));
   }
   return q;
+}
+}  // namespace
+
+QuantizedWeights quantize_model(const Model& model, const std::vector<float>& values, const float* x, int n,
+                                const QuantOptions& opt) {
+  if (!model.qat.on()) return quantize(model, values, x, n, opt, {});
+  if (opt.weight_bits != model.qat.weight_bits)
+    throw Error("weight_bits: the model was trained with " + std::to_string(model.qat.weight_bits) +
+                "-bit fake-quantized weights (qat.weight_bits); quantize it with " + std::to_string(model.qat.weight_bits));
+  const quant::QatStripped s = quant::strip_qat(model, values);
+  return quantize(s.model, s.values, x, n, opt, s.ranges);
 }
 
 }  // namespace ember

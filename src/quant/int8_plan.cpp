@@ -532,6 +532,18 @@ std::vector<std::string> Int8Plan::u8_tensors() const {
   return out;
 }
 
+std::vector<std::string> Int8Plan::qat_tensors() const {
+  const Impl& m = *impl_;
+  std::vector<std::string> out;
+  for (size_t t = 0; t < m.ts.size(); ++t) {
+    if (m.ts[t].buf[kU8] < 0) continue;
+    const int p = m.g().tensors[t].producer;
+    const Role r = p < 0 ? Role::fallback : m.role[size_t(p)];
+    if (r != Role::relu8 && r != Role::pool8 && r != Role::flatten8) out.push_back(m.name(t));
+  }
+  return out;
+}
+
 std::string Int8Plan::summary() const {
   std::ostringstream os;
   for (const Step& st : impl_->steps) os << "  " << st.what << "\n";

@@ -76,6 +76,7 @@ void save_quantized(const QuantizedWeights& q, const std::string& path) {
                       {"calib_samples", q.calib.samples},
                       {"percentile", q.calib.percentile},
                       {"weight_bits", q.calib.weight_bits},
+                      {"qat_ranges", q.calib.qat_ranges},
                       {"data", q.calib.data}};
   io::write_safetensors(path, out,
                         {{"format", "pt"}, {"ember_version", kVersion}, {"model", model_to_json(q.model)},
@@ -142,6 +143,8 @@ class Reader {
       q.calib.samples = int(std::clamp<int64_t>(j["calib_samples"].get<int64_t>(), 0, INT32_MAX));
     if (j.contains("percentile") && j["percentile"].is_number()) q.calib.percentile = j["percentile"].get<double>();
     if (j.contains("data") && j["data"].is_string()) q.calib.data = j["data"].get<std::string>();
+    if (j.contains("qat_ranges") && j["qat_ranges"].is_number_integer())
+      q.calib.qat_ranges = int(std::clamp<int64_t>(j["qat_ranges"].get<int64_t>(), 0, INT32_MAX));
     if (j.contains("weight_bits") && j["weight_bits"].is_number_integer())  // what was asked: the I8 values decide the kernels
       q.calib.weight_bits = int(std::clamp<int64_t>(j["weight_bits"].get<int64_t>(), 2, 8));
   }

@@ -97,4 +97,46 @@ TEST_F(Int8Cli, MisuseIsRefusedInOneLineAndFilesStay) {
   EXPECT_FALSE(fs::exists(tmp_ / "x.safetensors"));
 }
 
+// `ember train --qat`: fine-tunes fp32 weights with fake quantization; stopped after its first
+// epoch and resumed, it ends with the bytes of a run never stopped; `ember quantize` of its file
+// keeps the learnt ranges (and says so), its int8 eval is near its fake-quantized one; misuse of
+// the QAT flags is refused in one line.
+TEST_F(Int8Cli, QatTrainsResumesBitIdenticallyAndQuantizeKeepsItsRanges) {
+  const fs::path w = trained_weights();
+  const fs::path ref = tmp_ / "qat.safetensors", out = tmp_ / "resumed.safetensors";
+  const std::string dir = (tmp_ / "ck").string();
+  const std::string base = "train --data " + quote(data_.string()) + " --weights " + quote(w.string()) +
+                           " --qat --qat-freeze-after 15 --qat-calib-samples 64 --batch-size 16 --threads 2 --quiet --lr 1e-4";
+  const Result full = run(base + " --epochs 2 --save " + quote(ref.string()));
+  ASSERT_EQ(full.code, 0) << full.cmd << "\n" << full.out << full.err;
+  const Result first = run(base + " --epochs 1 --checkpoint-every 4 --checkpoint-dir " + quote(dir));
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Result fin = run("train --resume " + quote(dir) + " --epochs 2 --save " + quote(out.string()));
+  ASSERT_EQ(fin.code, 0) << fin.out << fin.err;
+  EXPECT_EQ(read_text(out), read_text(ref)) << "the resumed QAT run differs";
+  EXPECT_NE(read_text(ref).find(".fake_quant.range"), std::string::npos) << "the saved file has no learnt ranges";
+  const fs::path wq = tmp_ / "qatq.safetensors";
+  const Result q = run("quantize " + quote(ref.string()) + " --data " + quote(data_.string()) + " --calib-samples 64 -o " + quote(wq.string()));
+  ASSERT_EQ(q.code, 0) << q.out << q.err;
+  EXPECT_NE(q.out.find("ranges learnt by QAT"), std::string::npos) << q.out;
+  const Result info = run("info --weights " + quote(wq.string()));
+  EXPECT_NE(info.out.find("learnt by quantization-aware training"), std::string::npos) << info.out;
+  const double a8 = final_accuracy(eval_numbers("--weights " + quote(wq.string())), "test accuracy ");
+  const double aq = final_accuracy(eval_numbers("--weights " + quote(ref.string())), "test accuracy ");
+  EXPECT_NEAR(a8, aq, 4.0) << "int8 against the fake-quantized model (50 images)";
+  const std::string wbefore = read_text(w);
+  const std::string plain = "train --data " + quote(data_.string()) + " --batch-size 16 --quiet --epochs 1 ";
+  expect_one_line_error(run(plain + "--model mnist-mlp --qat"), {"--qat", "--weights"});
+  expect_one_line_error(run(plain + "--weights " + quote(w.string()) + " --qat-freeze-after 3"), {"--qat-freeze-after", "only with --qat"});
+  expect_one_line_error(run(plain + "--weights " + quote(w.string()) + " --qat --qat-weight-bits 6"), {"--qat-weight-bits"});
+  expect_one_line_error(run(plain + "--weights " + quote(w.string()) + " --qat --precision bf16"), {"--qat", "bf16"});
+  expect_one_line_error(run(plain + "--weights " + quote(ref.string()) + " --qat"), {"already trained with --qat"});
+  expect_one_line_error(run("train --resume " + quote(dir) + " --qat"), {"--qat", "--resume"});
+  expect_one_line_error(run("quantize " + quote(ref.string()) + " --data " + quote(data_.string()) + " --weight-bits 7 -o " +
+                            quote((tmp_ / "q7.safetensors").string())),
+                        {"--weight-bits", "8-bit"});
+  EXPECT_EQ(read_text(w), wbefore);
+  EXPECT_FALSE(fs::exists(tmp_ / "q7.safetensors"));
+}
+
 }  // namespace

@@ -115,6 +115,9 @@ TEST(OpTable, OwnLayersMatchFiniteDifferences) {
     double* w = static_cast<double*>(plan.param_data());
     const double* g = static_cast<const double*>(plan.grad_data());
     for (const ParamInfo& p : plan.params()) {
+      // A straight-through op's own parameters: its backward is the estimator (test_qat.cpp), and
+      // its example puts it first, so every other gradient here is the derivative.
+      if (d->straight_through && p.layer == 0) continue;
       std::vector<double> vals(w + p.offset, w + p.offset + p.size), grads(g + p.offset, g + p.offset + p.size);
       expect_gradient(p.name, vals, grads, [&] {
         std::copy(vals.begin(), vals.end(), w + p.offset);

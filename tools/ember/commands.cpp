@@ -352,6 +352,15 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
                 "profile.folded and trace.json");
   cmd->add_flag("--quiet", a.quiet, "No progress display and no per-epoch lines");
   cmd->add_option("--weights", a.weights, "Start training from these weights (safetensors, PyTorch names and layouts)");
+  cmd->add_flag("--qat", a.qat,
+                "Quantization-aware training of --weights: fake-quantized activations and weights (straight-through), "
+                "ranges calibrated first, then learnt; `ember quantize` of the saved file keeps them (docs/int8.md)");
+  cmd->add_option("--qat-freeze-after", a.qat_freeze_after,
+                  "--qat: the range observers stop after N optimizer steps (default: half the run's; -1: never)");
+  cmd->add_option("--qat-weight-bits", a.qat_weight_bits, "--qat: 8, or 7 (weights in [-63, 63], for AVX2 CPUs)")
+      ->capture_default_str();
+  cmd->add_option("--qat-calib-samples", a.qat_calib_samples, "--qat: training images the starting ranges are calibrated on")
+      ->capture_default_str();
   cmd->add_option("--checkpoint-every", a.checkpoint_every,
                   "Write a checkpoint every N steps, and at the end (0: only on SIGINT/SIGTERM)")
       ->capture_default_str();

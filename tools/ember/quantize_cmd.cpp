@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "commands.h"
 #include "ember/error.h"
@@ -69,19 +70,65 @@ QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std
 }
 }  // namespace
 
+Model qat_model(const TrainArgs& a, const Model& model, const Dataset& train, int64_t steps, QuantizedWeights* calibrated) {
+  if (a.weights.empty()) throw Error("--qat: needs --weights W.safetensors (the trained fp32 model to fine-tune)");
+  if (a.common.precision != "fp32" && !a.common.precision.empty())
+    throw Error("--qat: runs fp32 plans with fake quantization; --precision " + a.common.precision + " does not apply");
+  if (model.qat.on()) throw Error(a.weights + ": already trained with --qat (its model has \"qat\"); drop --qat to go on");
+  check_integer("--qat-calib-samples", a.qat_calib_samples, 1, 1 << 20);
+  if (a.qat_freeze_after < -2) throw Error("--qat-freeze-after: expected a step count >= 0, or -1 (never), found " +
+                                           std::to_string(a.qat_freeze_after));
+  if (a.qat_weight_bits != 7 && a.qat_weight_bits != 8)
+    throw Error("--qat-weight-bits: expected 7 or 8, found " + std::to_string(a.qat_weight_bits));
+  *calibrated = quantize_for(a.common, model, a.weights, train, {a.qat_calib_samples, "minmax", 99.99, a.seed, a.qat_weight_bits});
+  Model m = model;
+  m.qat.tensors = Int8Plan(*calibrated, 1, 1).qat_tensors();
+  m.qat.weight_bits = a.qat_weight_bits;
+  m.qat.freeze_after = a.qat_freeze_after == -2 ? steps / 2 : a.qat_freeze_after;
+  if (!m.qat.on()) throw Error("--qat: the model has no tensor its int8 plan rounds to 8 bits (no Conv2d or Linear runs int8)");
+  return m;
+}
+
+void load_qat_start(Plan& plan, const std::string& weights, const QuantizedWeights& calibrated) {
+  const std::vector<float> v = fp32_values(calibrated.model, weights);
+  std::map<std::string, const ParamInfo*> fp32;
+  for (const ParamInfo& p : calibrated.params) fp32[p.name] = &p;  // the fp32 model's names and offsets
+  float* dst = static_cast<float*>(plan.param_data());
+  const std::string fq = ".fake_quant.";
+  for (const ParamInfo& p : plan.params()) {
+    const auto it = fp32.find(p.name);
+    if (it != fp32.end()) {
+      std::copy(v.begin() + long(it->second->offset), v.begin() + long(it->second->offset + p.size), dst + p.offset);
+      continue;
+    }
+    const size_t at = p.name.rfind(fq);  // TENSOR.fake_quant.range [2] or .observed []
+    if (at == std::string::npos) throw Error("internal: --qat: parameter " + p.name + " is neither the model's nor a range");
+    const QParams& q = calibrated.acts.at(p.name.substr(0, at));
+    if (p.name.compare(at + fq.size(), std::string::npos, "range") == 0)
+      dst[p.offset] = float(-q.zero_point) * q.scale, dst[p.offset + 1] = float(255 - q.zero_point) * q.scale;
+    else
+      dst[p.offset] = 1;  // observed: the calibration counts as the first observation
+  }
+}
+
 int run_quantize(QuantizeArgs a, const CLI::App& cmd) {
   check_output(a.output, "--output");
   check_distinct({{"--output", a.output}}, run_inputs(a.common, a.weights, ""));
   if (is_quantized_file(a.weights)) throw Error(a.weights + ": already quantized (its metadata has ember_quant)");
   const Model model = weights_model(a.common, a.weights, cmd.count("--model") || cmd.count("--act"));
+  if (model.qat.on() && !cmd.count("--weight-bits")) a.weight_bits = model.qat.weight_bits;  // as it was trained
+  if (model.qat.on() && a.weight_bits != model.qat.weight_bits)
+    throw Error("--weight-bits: " + a.weights + " was trained (--qat) with " + std::to_string(model.qat.weight_bits) +
+                "-bit weights; quantize it with those");
   check_common(a.common);
   const TrainTest data = load_data_for(a.common, a.calib_samples);
   const QuantizedWeights q = quantize_for(a.common, model, a.weights, data.train,
                                           {a.calib_samples, a.calib, a.percentile, a.seed, a.weight_bits});
   save_quantized(q, a.output);
-  std::printf("ember quantize: model %s, weights %s -> %s: %zu layers int8, activations calibrated (%s) on %d images of %s; "
+  const std::string learnt = q.calib.qat_ranges > 0 ? std::to_string(q.calib.qat_ranges) + " ranges learnt by QAT, the others " : "";
+  std::printf("ember quantize: model %s, weights %s -> %s: %zu layers int8, activations %scalibrated (%s) on %d images of %s; "
               "%s -> %s\n", model.name.c_str(), one_line(a.weights).c_str(), one_line(a.output).c_str(), q.layers.size(),
-              calib_method_name(q.calib.method), q.calib.samples, one_line(q.calib.data).c_str(),
+              learnt.c_str(), calib_method_name(q.calib.method), q.calib.samples, one_line(q.calib.data).c_str(),
               mib(std::filesystem::file_size(a.weights)).c_str(), mib(std::filesystem::file_size(a.output)).c_str());
   return 0;
 }
@@ -126,6 +173,7 @@ void print_quantized(const std::string& path) {
   std::printf("\nquantized weights %s: model %s, calibration %s on %d samples of %s", one_line(path).c_str(),
               q.model.name.c_str(), calib_method_name(q.calib.method), q.calib.samples, one_line(q.calib.data).c_str());
   if (q.calib.method == CalibMethod::percentile) std::printf(" (%.4g %%)", q.calib.percentile);
+  if (q.calib.qat_ranges > 0) std::printf(", %d ranges learnt by quantization-aware training", q.calib.qat_ranges);
   std::printf(", %d-bit weights", q.calib.weight_bits);
   std::printf("\n  input: scale %.6g zero point %d\n", double(q.acts.at("input").scale), q.acts.at("input").zero_point);
   for (const QuantLayer& l : q.layers) {

@@ -341,6 +341,8 @@ struct Resumed {
 
 Resumed read_resume(TrainArgs& a, const CLI::App& cmd) {
   if (!a.weights.empty()) throw Error("--weights: cannot be combined with --resume (a checkpoint holds its own weights)");
+  for (const char* f : {"--qat", "--qat-freeze-after", "--qat-weight-bits", "--qat-calib-samples"})
+    if (cmd.count(f)) throw Error(std::string(f) + ": cannot be combined with --resume (the checkpoint's model holds its QAT settings)");
   Resumed r;
   r.info = resolve_resume(a.resume);
   r.taken = resume_args(a, cmd, r.info);
@@ -472,6 +474,10 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   } else if (!a.weights.empty()) {
     check_weights_fit(su.model, a.weights);
   }
+  for (const char* f : {"--qat-freeze-after", "--qat-weight-bits", "--qat-calib-samples"})
+    if (cmd.count(f) && !a.qat) throw Error(std::string(f) + ": only with --qat");
+  QuantizedWeights qat_start;  // --qat: the calibration its ranges start from
+  if (a.qat) su.model = qat_model(a, su.model, data.train, int64_t(a.epochs) * ((data.train.count + a.common.batch_size - 1) / a.common.batch_size), &qat_start);
   Plan plan(su.model, su.plan);
   if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
   set_normalisation(plan, aug);
@@ -485,7 +491,8 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
     ckpts.set_last(resumed.info.path);
   } else {
     plan.init_params(a.seed);
-    if (!a.weights.empty()) load_weights(plan, a.weights);
+    if (a.qat) load_qat_start(plan, a.weights, qat_start);
+    else if (!a.weights.empty()) load_weights(plan, a.weights);
     if (onnx_weights) load_onnx_weights(plan, import_model_file(a.common.model));
   }
   ckpts.set_config(train_args_json(a, crc, data.train.count));
