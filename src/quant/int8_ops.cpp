@@ -19,9 +19,12 @@ std::vector<int8_t> conv_rows_rsc(const std::vector<int8_t>& w, int K, int C, in
   return out;
 }
 
-size_t GemmOp::scratch_bytes(int threads) const {
-  return im2col ? size_t(threads) * size_t(rows_per_chunk) * size_t(J) + 64 : 0;
-}
+namespace {
+// Per thread: the im2col chunk, then the padded rows (64-byte steps).
+size_t thread_scratch(const GemmOp& op) { return (size_t(op.rows_per_chunk) * size_t(op.J) + op.pad_bytes + 63) / 64 * 64; }
+}  // namespace
+
+size_t GemmOp::scratch_bytes(int threads) const { return im2col ? size_t(threads) * thread_scratch(*this) + 64 : 0; }
 
 void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_rows, const std::vector<int32_t>& bias,
                const std::vector<float>& scale) {
@@ -41,6 +44,8 @@ void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_ro
     op.bias[size_t(n)] = int32_t(int64_t(bias[size_t(n)]) - int64_t(op.x_zp) * sum);
   }
   op.rows_per_chunk = std::clamp(32768 / std::max(op.J, 1), 8, 512);
+  const size_t image = size_t(op.H + 2 * op.pad_h) * size_t(op.W + 2 * op.pad_w) * size_t(op.C);
+  op.pad_bytes = op.im2col && op.C <= 4 && (op.pad_h > 0 || op.pad_w > 0) && image <= (size_t(1) << 20) ? image + 16 : 0;
 }
 
 namespace {
@@ -59,10 +64,59 @@ inline void copy_small(uint8_t* d, const uint8_t* s, int n) {
 }
 }  // namespace
 
+namespace {
+// Padded rows [a, b) (padded coordinates: input row a - pad_h) of one image into pad, whose rows
+// are (W + 2 pad_w) * C bytes: the zero point outside the image.
+void pad_rows(const GemmOp& op, uint8_t* pad, const uint8_t* img, int a, int b) {
+  const int C = op.C, pw = op.pad_w, row = (op.W + 2 * pw) * C;
+  const uint8_t zp = uint8_t(op.x_zp);
+  for (int hp = a; hp < b; ++hp) {
+    uint8_t* d = pad + size_t(hp) * size_t(row);
+    const int h = hp - op.pad_h;
+    if (h < 0 || h >= op.H) {
+      std::memset(d, zp, size_t(row));
+      continue;
+    }
+    std::memset(d, zp, size_t(pw) * C);
+    std::memcpy(d + size_t(pw) * C, img + size_t(h) * op.W * C, size_t(op.W) * C);
+    std::memset(d + size_t(pw + op.W) * C, zp, size_t(pw) * C);
+  }
+}
+
+// The padded path: per image the chunk touches, its rows the windows read are padded first; each
+// window is then R runs of S*C bytes, the first R - 1 as 8-byte moves where S*C <= 8 (the next
+// run overwrites the excess; pad has 16 bytes of slack for the reads).
+void im2col_rows_padded(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows, uint8_t* pad) {
+  const int R = op.R, Q = op.Q, PQ = op.P * op.Q, sh = op.stride_h, sw = op.stride_w, C = op.C;
+  const int SC = op.S * C, J = op.J, tail = J - R * SC;
+  const size_t row = size_t(op.W + 2 * op.pad_w) * size_t(C), image_bytes = size_t(op.H) * op.W * C;
+  int64_t n = m0 / PQ;
+  int e = int(m0 % PQ);  // the pixel inside image n
+  for (int i = 0; i < rows;) {
+    const int count = std::min(rows - i, PQ - e);
+    pad_rows(op, pad, x + size_t(n) * image_bytes, (e / Q) * sh, ((e + count - 1) / Q) * sh + R);
+    int p = e / Q, q = e % Q;
+    for (int k = 0; k < count; ++k) {
+      uint8_t* dst = col + size_t(i + k) * size_t(J);
+      const uint8_t* src = pad + size_t(p * sh) * row + size_t(q * sw) * C;
+      for (int r = 0; r + 1 < R; ++r, dst += SC, src += row) {
+        if (SC <= 8) std::memcpy(dst, src, 8);
+        else copy_small(dst, src, SC);
+      }
+      copy_small(dst, src, SC);
+      for (int j = 0; j < tail; ++j) dst[SC + j] = 0;
+      if (++q == Q) q = 0, ++p;
+    }
+    i += count, ++n, e = 0;
+  }
+}
+}  // namespace
+
 // Output pixel m = (n, p, q) walks on by one per row (no division per row); per tap row r, the
 // S*C bytes are one run of the input row when the window is inside horizontally, else per tap.
 // The op's fields are read into locals once: stores through col (bytes) could alias them.
-void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows) {
+void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows, uint8_t* padded) {
+  if (padded) return im2col_rows_padded(op, col, x, m0, rows, padded);
   const int R = op.R, S = op.S, H = op.H, W = op.W, P = op.P, Q = op.Q, C = op.C;
   const int sh = op.stride_h, sw = op.stride_w, ph = op.pad_h, pw = op.pad_w;
   const int SC = S * C, J = op.J, pad = J - R * SC;
@@ -116,7 +170,7 @@ void gemm_rows(const Int8Kernels& k, const GemmOp& op, const Int8Epilogue& ep, c
     Int8Epilogue e = ep;
     if (e.res) e.res += size_t(m) * size_t(e.ldr);
     const uint8_t* A = x + size_t(m) * size_t(J);
-    if (op.im2col) im2col_rows(op, col, x, m, rows), A = col;
+    if (op.im2col) im2col_rows(op, col, x, m, rows, op.pad_bytes ? col + size_t(op.rows_per_chunk) * size_t(J) : nullptr), A = col;
     (op.w7 ? k.gemm_w7 : k.gemm)(rows, 0, op.K, op.K, J, A, J, B, e, static_cast<char*>(y) + size_t(m) * size_t(op.K) * esz, op.K);
   }
 }
@@ -141,7 +195,7 @@ void run_gemm(const Int8Kernels& k, ThreadPool& pool, const GemmOp& op, Int8Epil
     });
     return;
   }
-  const size_t chunk = size_t(op.rows_per_chunk) * size_t(J);
+  const size_t chunk = thread_scratch(op);
   pool.run([&](int t) {
     const Range r = split_range(M, t, T);
     if (r.end > r.begin) gemm_rows(k, op, ep, x, y, scratch + size_t(t) * chunk, r.begin, r.end);

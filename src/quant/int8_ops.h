@@ -27,6 +27,10 @@ struct GemmOp {
   bool w7 = false;                       // every weight in [-64, 64] and the set has gemm_w7: it runs that
   int J = 0;                             // A's columns: R*S*C, for im2col rounded up to 4 (zero weights
                                          // there: no partial group of 4 bytes in the kernels' inner loop)
+  // im2col through a zero-point-padded copy of the input rows a chunk reads (few channels and
+  // padding: the first convolution over grey or RGB images), so every window is inside: bytes
+  // per thread (0: the direct path).
+  size_t pad_bytes = 0;
   size_t scratch_bytes(int threads) const;
 };
 
@@ -36,8 +40,9 @@ std::vector<int8_t> conv_rows_rsc(const std::vector<int8_t>& w, int K, int C, in
 void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_rows, const std::vector<int32_t>& bias,
                const std::vector<float>& scale);
 // im2col of output pixels [m0, m0 + rows) (m = (n * P + p) * Q + q) into col [rows, op.J], taps in
-// (r, s, c) order, C zero points outside the image, zeros in the columns past R*S*C.
-void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows);
+// (r, s, c) order, C zero points outside the image, zeros in the columns past R*S*C. padded (null:
+// the direct path): (H + 2 pad_h) * (W + 2 pad_w) * C + 16 bytes of scratch for the padded rows.
+void im2col_rows(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows, uint8_t* padded = nullptr);
 // Runs the op over n samples: x u8, y u8 or f32 (ep.f32_out), ep's bias and scale are the op's
 // (set here); ep.res, when set, is the residual [n, P, Q, K] u8.
 void run_gemm(const Int8Kernels& k, ThreadPool& pool, const GemmOp& op, Int8Epilogue ep, const uint8_t* x, void* y,

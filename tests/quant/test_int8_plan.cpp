@@ -168,8 +168,8 @@ TEST(Int8Plan, TensorsWithoutActivationEntriesStayFp32) {
   EXPECT_EQ(later.at(4), "int8");
 }
 
-// im2col (the fast runs of small channel counts, the window edges, strides, any starting pixel)
-// against the plain per-tap definition.
+// im2col (the fast runs of small channel counts, the window edges, strides, any starting pixel),
+// direct and through padded rows, against the plain per-tap definition.
 TEST(Int8Plan, Im2colMatchesThePerTapDefinition) {
   struct Shape { int N, H, W, C, R, S, sh, sw, ph, pw; };
   for (const Shape& t : {Shape{2, 28, 28, 1, 5, 5, 1, 1, 2, 2}, Shape{1, 7, 9, 3, 3, 3, 2, 2, 1, 1}, Shape{2, 5, 6, 2, 3, 5, 1, 2, 0, 2},
@@ -185,8 +185,11 @@ TEST(Int8Plan, Im2colMatchesThePerTapDefinition) {
     const int64_t M = int64_t(t.N) * op.P * op.Q;
     for (int64_t m0 : {int64_t(0), M / 3 + 1}) {
       const int rows = int(M - m0);
-      std::vector<uint8_t> col(size_t(rows) * op.J, 1), want(col.size(), 0);
+      std::vector<uint8_t> col(size_t(rows) * op.J, 1), want(col.size(), 0), padded(col.size(), 1);
       quant::im2col_rows(op, col.data(), x.data(), m0, rows);
+      // The padded path (what pack_gemm picks for few channels with padding), in chunks of 7 rows.
+      std::vector<uint8_t> pad(size_t(t.H + 2 * t.ph) * (t.W + 2 * t.pw) * t.C + 16, 3);
+      for (int i = 0; i < rows; i += 7) quant::im2col_rows(op, padded.data() + size_t(i) * op.J, x.data(), m0 + i, std::min(7, rows - i), pad.data());
       for (int i = 0; i < rows; ++i) {
         const int64_t m = m0 + i, n = m / (op.P * op.Q);
         const int p = int(m % (op.P * op.Q)) / op.Q, q = int(m % (op.P * op.Q)) % op.Q;
@@ -199,6 +202,7 @@ TEST(Int8Plan, Im2colMatchesThePerTapDefinition) {
             }
       }
       EXPECT_EQ(col, want) << "C " << t.C << " R " << t.R << " S " << t.S << " from " << m0;
+      EXPECT_EQ(padded, want) << "padded path: C " << t.C << " R " << t.R << " S " << t.S << " from " << m0;
     }
   }
 }
