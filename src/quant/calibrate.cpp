@@ -107,14 +107,19 @@ QuantLayer quantize_weights(const nn::Node& node, const ParamInfo& wp, const Par
 // The parameters that stay fp32 (norms, layer scales, running statistics), rounded to binary16
 // where every value of the tensor is 0 or a normal half (2^-14 <= |v| <= 65504: 11 significant
 // bits, far finer than the int8 steps around them); others (a layer scale of 1e-6) stay fp32.
-// The file then stores them in half the bytes (save_quantized: F16 where exact).
+// A norm's scale and shift may also hold values below 2^-14 (subnormal halves, or 0 below 2^-25):
+// they act on normalised values of magnitude about 1, where an absolute error of at most 2^-25 is
+// nothing beside the int8 steps. The file then stores them in half the bytes (save_quantized:
+// F16 where exact).
 void round_to_half(QuantizedWeights& q) {
   for (const ParamInfo& p : q.params) {
     const LayerKind k = q.model.layers[size_t(p.layer)].kind;
     if (k == LayerKind::Conv2d || k == LayerKind::Linear || (p.role == ParamRole::running_stat && p.shape.empty())) continue;
+    const bool norm = p.role == ParamRole::norm_scale || p.role == ParamRole::norm_shift;
     float* v = q.values.data() + p.offset;
     bool fits = true;
-    for (size_t i = 0; i < p.size && fits; ++i) fits = v[i] == 0 || (std::fabs(v[i]) >= 0x1p-14f && std::fabs(v[i]) <= 65504.0f);
+    for (size_t i = 0; i < p.size && fits; ++i)
+      fits = v[i] == 0 || ((norm || std::fabs(v[i]) >= 0x1p-14f) && std::fabs(v[i]) <= 65504.0f);
     if (fits)
       for (size_t i = 0; i < p.size; ++i) v[i] = half_to_float(float_to_half(v[i]));
   }

@@ -236,6 +236,35 @@ TEST(Int8Plan, SevenBitWeightsMatchTheReferenceOnEverySet) {
   EXPECT_THROW(quantize_model(m, random_params(m, 3), calib.data(), 64, bad), Error);
 }
 
+// The fp32 parameters a quantized file keeps are rounded to binary16 where that loses nothing
+// that matters: a norm's scale and shift even with values below 2^-14 (absolute error at most
+// 2^-25 on values that act on normalised activations), a layer scale only when every value is a
+// normal half (1e-6 stays fp32: its relative precision matters).
+TEST(Int8Plan, NormParametersRoundToHalfAndSmallLayerScalesStayFp32) {
+  const Model m = parse_model_json(R"({"input": [2, 6, 6], "classes": 3, "layers": [
+      {"type": "conv2d", "name": "c", "out_channels": 4, "kernel": 3}, {"type": "layernorm2d", "name": "n"},
+      {"type": "layerscale", "name": "s"}, {"type": "flatten"}, {"type": "linear", "out_features": 3}]})", "half");
+  std::vector<float> v = random_params(m, 4);
+  const std::vector<ParamInfo> ps = model_params(m);
+  auto at = [&](const std::string& name) -> const ParamInfo& {
+    return *std::find_if(ps.begin(), ps.end(), [&](const ParamInfo& p) { return p.name == name; });
+  };
+  const float tiny[4] = {1e-6f, -3.3e-7f, 2e-9f, 0.731f};
+  std::copy(tiny, tiny + 4, v.begin() + long(at("n.bias").offset));
+  std::copy(tiny, tiny + 4, v.begin() + long(at("n.weight").offset));
+  std::fill_n(v.begin() + long(at("s.layer_scale").offset), 4, 1e-6f);
+  const std::vector<float> x = random_inputs(m, 8, 2);
+  const QuantizedWeights q = quantize_model(m, v, x.data(), 8, {});
+  for (const char* name : {"n.bias", "n.weight"}) {
+    const ParamInfo& p = at(name);
+    EXPECT_TRUE(quant::exact_in_half(q.values.data() + p.offset, p.size)) << name;
+    for (size_t i = 0; i < p.size; ++i)
+      EXPECT_LE(std::fabs(q.values[p.offset + i] - v[p.offset + i]), std::max(0x1p-25f, std::fabs(v[p.offset + i]) * 0x1p-11f)) << name;
+  }
+  const ParamInfo& ls = at("s.layer_scale");
+  for (size_t i = 0; i < ls.size; ++i) EXPECT_EQ(q.values[ls.offset + i], 1e-6f);
+}
+
 TEST(Int8Plan, SameBitsForAnyThreadCount) {
   const Model m = builtin_model("mnist-cnn");
   const QuantizedWeights q = quantized(m, 32);
