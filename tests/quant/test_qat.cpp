@@ -228,10 +228,21 @@ TEST(Qat, QuantizeKeepsTheLearntRangesAndInt8AgreesWithTheQatPlan) {
     agree += std::max_element(y8 + s * 10, y8 + s * 10 + 10) - y8 - s * 10 == std::max_element(yq + s * 10, yq + s * 10 + 10) - yq - s * 10;
   EXPECT_LT(worst, 0.02 * scale) << "int8 against the QAT plan";
   EXPECT_GE(agree, n - 2);
-  // Another weight width than the model was trained with is refused.
+  // Another weight width than the model was trained with is refused; so is a range that is not
+  // finite or not ordered, naming its tensor.
   QuantOptions seven;
   seven.weight_bits = 7;
   EXPECT_THROW(quantize_model(m, all, x.data(), n, seven), Error);
+  for (const float bad : {std::nanf(""), -1e30f * 1e30f}) {
+    std::vector<float> broken = all;
+    broken[param(qp, "5.fake_quant.range").offset + 1] = bad;
+    try {
+      quantize_model(m, broken, x.data(), n, {});
+      ADD_FAILURE() << "a range with " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("5.fake_quant.range"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Qat, JsonRoundTripAndBadForms) {
