@@ -57,6 +57,11 @@ TEST_F(Int8Cli, InfoShowsScalesAndThePlan) {
   EXPECT_NE(r.out.find("calibration minmax on 64 samples"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("int8 plan ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("int8 path: "), std::string::npos) << r.out;
+  // `ember info --model M`: the plan M would run once quantized, the quantize steps around its fp32 ops.
+  const Result m = run("info --model convnext-fashion");
+  ASSERT_EQ(m.code, 0) << m.cmd << "\n" << m.out << m.err;
+  EXPECT_NE(m.out.find("int8 plan once quantized"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("fp32 layers[2] (layernorm \"stem.1\")\n  quantize stem.1\n  int8 layers[3]"), std::string::npos) << m.out;
 }
 
 TEST_F(Int8Cli, SevenBitWeights) {

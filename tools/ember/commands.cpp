@@ -721,6 +721,7 @@ int run_info(const InfoArgs& a) {
   std::printf("int8 path: %s (--precision int8 and quantized weights; EMBER_ISA=avx2 takes the avx2 path)\n",
               int8_path_name(env && *env ? env : ""));
   if (!a.model.empty()) print_plans(a);
+  if (!a.model.empty() && a.weights.empty()) print_int8_plan_of(model_flag(a.model));
   if (!a.weights.empty()) print_quantized(a.weights);
   return 0;
 }

@@ -169,6 +169,9 @@ void load_qat_start(Plan& plan, const std::string& weights, const QuantizedWeigh
 int run_eval_int8(EvalArgs& a, const CLI::App& cmd);
 // `ember info --weights Wq`: each quantized layer's scales and the calibration used.
 void print_quantized(const std::string& path);
+// `ember info --model M`: the int8 plan's steps for M once quantized (int8 kernels, the fp32 ops
+// between a dequantize and a quantize): they depend on the layers, not the weights' values.
+void print_int8_plan_of(const Model& model);
 // The flags and checks train and eval share, and the data set they read (limit_train: the first
 // training images only), for the other commands.
 void add_common_flags(CLI::App* cmd, CommonArgs& a);
