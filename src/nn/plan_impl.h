@@ -97,8 +97,10 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
 // A plan compiled with graph passes (tests: a pass that inserts nodes changes no result).
 Plan plan_with_passes(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
 // QAT: the fake-quantized weight copy from the masters (per output channel, ref_fake_quant.h),
-// when the optimizer step or the parameters moved since it was made (plan_run.cpp).
-void refresh_qat_weights(Plan::Impl& m);
+// when the parameters were written (param_version) or, with `steps`, the optimizer stepped since
+// it was made (plan_run.cpp). Backward passes steps false: backward_step counts its step before
+// its updates, and the copy must still be made again after them.
+void refresh_qat_weights(Plan::Impl& m, bool steps = true);
 
 inline void check_thawed(const Plan::Impl& m, const char* what) {
   if (m.frozen)

@@ -223,6 +223,7 @@ void count_flush(Plan::Impl& m, size_t i, int n) {
 void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, const ops::SideWork* side) {
   check_training(m, "backward");
   refresh_copy(m);
+  plan_impl::refresh_qat_weights(m, false);
   const ops::Exec e = m.exec(), es = m.exec(side);
   for (size_t i = m.us.size(); i-- > 0;) {
     if (!m.us[i].backward) continue;
@@ -240,11 +241,12 @@ void run_backward(Plan::Impl& m, int n, Plan::GradsFinal on_final, void* ctx, co
 }
 }  // namespace
 
-void plan_impl::refresh_qat_weights(Plan::Impl& m) {
-  if (m.wq_off == kNone || (m.wq_step == m.step && m.wq_version == m.param_version)) return;
+void plan_impl::refresh_qat_weights(Plan::Impl& m, bool steps) {
+  if (m.wq_off == kNone || ((!steps || m.wq_step == m.step) && m.wq_version == m.param_version)) return;
   if (m.esz == 8) fake_quant_weights<double>(m);
   else fake_quant_weights<float>(m);
-  m.wq_step = m.step, m.wq_version = m.param_version;
+  m.wq_version = m.param_version;
+  if (steps) m.wq_step = m.step;
 }
 
 void Plan::backward(int n, GradsFinal on_final, void* ctx) { run_backward(*impl_, n, on_final, ctx, nullptr); }

@@ -3,6 +3,7 @@
 // tensor then reads; and which parameters the plan fake-quantizes (Conv2d and Linear weights).
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ember/error.h"
 #include "nn/graph.h"
@@ -30,7 +31,8 @@ void insert_fake_quant(Graph& g, const QatSpec& q) {
     const std::string where = g.where + ": qat.tensors[" + std::to_string(k) + "] \"" + name + "\"";
     if (!seen.insert(name).second) throw Error(where + ": listed twice");
     if (name == "input") {
-      insert_reader(g, 0, fake_quant_node(name), g.tensors[0].readers);
+      const std::vector<int> readers = g.tensors[0].readers;  // a copy: the insert grows g.tensors
+      insert_reader(g, 0, fake_quant_node(name), readers);
       continue;
     }
     int producer = -1;

@@ -84,8 +84,8 @@ void pad_rows(const GemmOp& op, uint8_t* pad, const uint8_t* img, int a, int b) 
 }
 
 // The padded path: per image the chunk touches, its rows the windows read are padded first; each
-// window is then R runs of S*C bytes, the first R - 1 as 8-byte moves where S*C <= 8 (the next
-// run overwrites the excess; pad has 16 bytes of slack for the reads).
+// window is then R runs of S*C bytes, the first R - 1 as 8-byte moves where S*C <= 8 and the move
+// ends inside the row (the next run overwrites the excess; pad has 16 bytes of slack for the reads).
 void im2col_rows_padded(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_t m0, int rows, uint8_t* pad) {
   const int R = op.R, Q = op.Q, PQ = op.P * op.Q, sh = op.stride_h, sw = op.stride_w, C = op.C;
   const int SC = op.S * C, J = op.J, tail = J - R * SC;
@@ -100,7 +100,7 @@ void im2col_rows_padded(const GemmOp& op, uint8_t* col, const uint8_t* x, int64_
       uint8_t* dst = col + size_t(i + k) * size_t(J);
       const uint8_t* src = pad + size_t(p * sh) * row + size_t(q * sw) * C;
       for (int r = 0; r + 1 < R; ++r, dst += SC, src += row) {
-        if (SC <= 8) std::memcpy(dst, src, 8);
+        if (SC <= 8 && r * SC + 8 <= J) std::memcpy(dst, src, 8);
         else copy_small(dst, src, SC);
       }
       copy_small(dst, src, SC);

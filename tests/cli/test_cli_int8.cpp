@@ -134,6 +134,7 @@ TEST_F(Int8Cli, QatTrainsResumesBitIdenticallyAndQuantizeKeepsItsRanges) {
   expect_one_line_error(run(plain + "--model mnist-mlp --qat"), {"--qat", "--weights"});
   expect_one_line_error(run(plain + "--weights " + quote(w.string()) + " --qat-freeze-after 3"), {"--qat-freeze-after", "only with --qat"});
   expect_one_line_error(run(plain + "--weights " + quote(w.string()) + " --qat --qat-weight-bits 6"), {"--qat-weight-bits"});
+  expect_one_line_error(run(plain + "--weights " + quote(w.string()) + " --qat --qat-freeze-after -2"), {"--qat-freeze-after"});
   expect_one_line_error(run(plain + "--weights " + quote(w.string()) + " --qat --precision bf16"), {"--qat", "bf16"});
   expect_one_line_error(run(plain + "--weights " + quote(ref.string()) + " --qat"), {"already trained with --qat"});
   expect_one_line_error(run("train --resume " + quote(dir) + " --qat"), {"--qat", "--resume"});

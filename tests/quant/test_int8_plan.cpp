@@ -173,7 +173,8 @@ TEST(Int8Plan, TensorsWithoutActivationEntriesStayFp32) {
 TEST(Int8Plan, Im2colMatchesThePerTapDefinition) {
   struct Shape { int N, H, W, C, R, S, sh, sw, ph, pw; };
   for (const Shape& t : {Shape{2, 28, 28, 1, 5, 5, 1, 1, 2, 2}, Shape{1, 7, 9, 3, 3, 3, 2, 2, 1, 1}, Shape{2, 5, 6, 2, 3, 5, 1, 2, 0, 2},
-                         Shape{1, 6, 5, 17, 3, 2, 1, 1, 1, 0}, Shape{3, 4, 4, 5, 4, 4, 4, 4, 0, 0}, Shape{1, 3, 11, 9, 1, 7, 1, 3, 0, 3}}) {
+                         Shape{1, 6, 5, 17, 3, 2, 1, 1, 1, 0}, Shape{3, 4, 4, 5, 4, 4, 4, 4, 0, 0}, Shape{1, 3, 11, 9, 1, 7, 1, 3, 0, 3},
+                         Shape{2, 9, 1, 1, 3, 1, 1, 1, 1, 0}, Shape{1, 5, 6, 2, 3, 1, 2, 1, 1, 0}}) {
     quant::GemmOp op;
     op.N = t.N, op.H = t.H, op.W = t.W, op.C = t.C, op.R = t.R, op.S = t.S, op.stride_h = t.sh, op.stride_w = t.sw;
     op.pad_h = t.ph, op.pad_w = t.pw, op.x_zp = 77;

@@ -1,8 +1,7 @@
-// Quantization-aware training (docs/int8.md): the fakequant op against the int8 path's own
-// quantize/dequantize and its straight-through backward against its definition; the observer and
-// its freeze; a QAT plan against the same model written out by hand (fakequant layers, weights
-// fake-quantized per channel), its master-weight update; quantize_model keeping the learnt ranges
-// and the int8 plan agreeing with the QAT plan; the JSON "qat" object and its bad forms.
+// Quantization-aware training (docs/int8.md): fakequant against the int8 round trip, its
+// straight-through backward, the observer and its freeze; a QAT plan against the same network
+// written out by hand, its master update; quantize_model keeping the learnt ranges (the int8 plan
+// agreeing with the QAT plan); the JSON "qat" object and its bad forms.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -120,7 +120,7 @@ struct TrainArgs {
   double comm_timeout = 60;     // seconds a rank waits for the others before it gives up
   // Quantization-aware training (docs/int8.md): fine-tune --weights with fake quantization.
   bool qat = false;
-  int64_t qat_freeze_after = -2;  // observers frozen after N optimizer steps (-2: half the run's, -1: never)
+  int64_t qat_freeze_after = -1;  // observers frozen after N optimizer steps (-1: never; not given: half the run's)
   int qat_weight_bits = 8;
   int qat_calib_samples = 512;    // the ranges start from a minmax calibration on these training images
 };
@@ -163,7 +163,9 @@ int run_quantize(QuantizeArgs a, const CLI::App& cmd);
 // --qat: the model with Model::qat (the tensors its int8 plan rounds to u8, from a minmax
 // calibration of the weights on the training set), and the QAT plan started from the fp32 weights
 // with those calibrated ranges (quantize_cmd.cpp).
-Model qat_model(const TrainArgs& a, const Model& model, const Dataset& train, int64_t steps, QuantizedWeights* calibrated);
+// freeze_given: --qat-freeze-after was typed (else half the run's `steps`).
+Model qat_model(const TrainArgs& a, bool freeze_given, const Model& model, const Dataset& train, int64_t steps,
+                QuantizedWeights* calibrated);
 void load_qat_start(Plan& plan, const std::string& weights, const QuantizedWeights& calibrated);
 // Eval of quantized weights, or of fp32 weights quantized here (--precision int8).
 int run_eval_int8(EvalArgs& a, const CLI::App& cmd);

@@ -70,21 +70,22 @@ QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std
 }
 }  // namespace
 
-Model qat_model(const TrainArgs& a, const Model& model, const Dataset& train, int64_t steps, QuantizedWeights* calibrated) {
+Model qat_model(const TrainArgs& a, bool freeze_given, const Model& model, const Dataset& train, int64_t steps,
+                QuantizedWeights* calibrated) {
   if (a.weights.empty()) throw Error("--qat: needs --weights W.safetensors (the trained fp32 model to fine-tune)");
   if (a.common.precision != "fp32" && !a.common.precision.empty())
     throw Error("--qat: runs fp32 plans with fake quantization; --precision " + a.common.precision + " does not apply");
   if (model.qat.on()) throw Error(a.weights + ": already trained with --qat (its model has \"qat\"); drop --qat to go on");
   check_integer("--qat-calib-samples", a.qat_calib_samples, 1, 1 << 20);
-  if (a.qat_freeze_after < -2) throw Error("--qat-freeze-after: expected a step count >= 0, or -1 (never), found " +
-                                           std::to_string(a.qat_freeze_after));
+  if (freeze_given && a.qat_freeze_after < -1)
+    throw Error("--qat-freeze-after: expected a step count >= 0, or -1 (never), found " + std::to_string(a.qat_freeze_after));
   if (a.qat_weight_bits != 7 && a.qat_weight_bits != 8)
     throw Error("--qat-weight-bits: expected 7 or 8, found " + std::to_string(a.qat_weight_bits));
   *calibrated = quantize_for(a.common, model, a.weights, train, {a.qat_calib_samples, "minmax", 99.99, a.seed, a.qat_weight_bits});
   Model m = model;
   m.qat.tensors = Int8Plan(*calibrated, 1, 1).qat_tensors();
   m.qat.weight_bits = a.qat_weight_bits;
-  m.qat.freeze_after = a.qat_freeze_after == -2 ? steps / 2 : a.qat_freeze_after;
+  m.qat.freeze_after = freeze_given ? a.qat_freeze_after : steps / 2;
   if (!m.qat.on()) throw Error("--qat: the model has no tensor its int8 plan rounds to 8 bits (no Conv2d or Linear runs int8)");
   return m;
 }
@@ -145,6 +146,7 @@ int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
     data = load_data_for(a.common, 1);
   } else {  // --precision int8 with fp32 weights: quantized here, calibrated on the training set
     const Model model = weights_model(a.common, a.weights, cmd.count("--model") || cmd.count("--act"));
+    if (model.qat.on() && !cmd.count("--weight-bits")) a.calib.weight_bits = model.qat.weight_bits;  // as it was trained
     if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
     check_common(a.common);
     data = load_data_for(a.common, a.calib.samples);
@@ -197,7 +199,9 @@ void print_int8_plan_of(const Model& model) {
     const float* v = static_cast<const float*>(std::as_const(p).param_data());
     std::vector<float> x(size_t(2) * model.in_c * model.in_h * model.in_w);
     for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 2654435761u) >> 8 & 0xffff) / 65536.0f;
-    const QuantizedWeights q = quantize_model(model, std::vector<float>(v, v + p.param_count()), x.data(), 2, {});
+    QuantOptions o;
+    o.weight_bits = model.qat.on() ? model.qat.weight_bits : 8;
+    const QuantizedWeights q = quantize_model(model, std::vector<float>(v, v + p.param_count()), x.data(), 2, o);
     const Int8Plan plan(q, 1, 1);
     std::printf("\nint8 plan once quantized (`ember quantize`; %s kernels), in order:\n%s", plan.int8_path(), plan.summary().c_str());
   } catch (const Error& e) {

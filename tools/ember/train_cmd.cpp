@@ -477,7 +477,14 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   for (const char* f : {"--qat-freeze-after", "--qat-weight-bits", "--qat-calib-samples"})
     if (cmd.count(f) && !a.qat) throw Error(std::string(f) + ": only with --qat");
   QuantizedWeights qat_start;  // --qat: the calibration its ranges start from
-  if (a.qat) su.model = qat_model(a, su.model, data.train, int64_t(a.epochs) * ((data.train.count + a.common.batch_size - 1) / a.common.batch_size), &qat_start);
+  if (a.qat)
+    su.model = qat_model(a, cmd.count("--qat-freeze-after") > 0, su.model, data.train,
+                         int64_t(a.epochs) * ((data.train.count + a.common.batch_size - 1) / a.common.batch_size), &qat_start);
+  // Each rank (and each gradient block) would observe only its share of the batch: the ranges
+  // would differ between ranks and the run would not be the one-process run.
+  if (su.model.qat.on() && (par.ranks > 1 || par.blocks > 0))
+    throw Error("--qat: not with data-parallel training or --deterministic gradient blocks yet (each would observe "
+                "only its share of the batch); train it in one process");
   Plan plan(su.model, su.plan);
   if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
   set_normalisation(plan, aug);
