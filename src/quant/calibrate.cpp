@@ -7,6 +7,7 @@
 
 #include "ember/error.h"
 #include "ember/quant.h"
+#include "kernels/ref/ref_fake_quant.h"
 #include "quant/node_run.h"
 #include "quant/qat.h"
 #include "quant/quant_math.h"
@@ -74,7 +75,6 @@ bool quantizable(const LayerSpec& s) { return s.kind == LayerKind::Conv2d || s.k
 // Per output channel, symmetric: w [K, rest] fp32 -> int8 and scales; the values dequantized.
 QuantLayer quantize_weights(const nn::Node& node, const ParamInfo& wp, const ParamInfo* bp, std::vector<float>& values,
                             float in_scale, int bits) {
-  const float qmax = float((1 << (bits - 1)) - 1);  // 127, or 63 for 7-bit weights
   QuantLayer l;
   l.prefix = node.param_prefix;
   l.shape = wp.shape;
@@ -86,16 +86,9 @@ QuantLayer quantize_weights(const nn::Node& node, const ParamInfo& wp, const Par
   l.has_bias = bp != nullptr;
   float* w = values.data() + wp.offset;
   for (int k = 0; k < K; ++k) {
-    float m = 0;
-    for (size_t j = 0; j < per; ++j) m = std::max(m, std::fabs(w[size_t(k) * per + j]));
-    const float s = m > 0 ? m / qmax : 1.0f;
+    float* wk = w + size_t(k) * per;  // rewritten with what int8 represents
+    const float s = ref::fake_quant_channel<float>(wk, wk, per, bits, l.w.data() + size_t(k) * per);
     l.w_scale[size_t(k)] = s;
-    for (size_t j = 0; j < per; ++j) {
-      float& v = w[size_t(k) * per + j];
-      const int q = int(std::clamp(std::nearbyint(v / s), -qmax, qmax));
-      l.w[size_t(k) * per + j] = int8_t(q);
-      v = float(q) * s;  // the fp32 copy holds what int8 represents
-    }
     if (bp) {
       float& b = values[bp->offset + size_t(k)];
       l.bias[size_t(k)] = quant::quantize_bias(b, double(in_scale) * s);

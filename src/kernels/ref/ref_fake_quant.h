@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 namespace ember::ref {
 
@@ -44,16 +45,21 @@ inline void observe_range(double* lo, double* hi, double batch_lo, double batch_
   *hi += c * (batch_hi - *hi);
 }
 
-// One output channel's weights w[n] -> their int8 values times the channel's scale (symmetric,
-// max |w| / qmax; qmax 127, or 63 for 7-bit weights); returns the scale.
-// T float: calibrate.cpp's arithmetic exactly; T double (f64 plans) the same in double.
+// One output channel's weights w[n] -> their int8 values q (into q8 when not null) and q times the
+// channel's scale (into out, which may be w; symmetric, max |w| / qmax; qmax 127, or 63 for 7-bit
+// weights); returns the scale. The one rounding of weights: calibrate.cpp's quantization and QAT's
+// fake quantization (T double in f64 plans) both call it.
 template <class T>
-T fake_quant_channel(T* out, const T* w, size_t n, int bits) {
+T fake_quant_channel(T* out, const T* w, size_t n, int bits, int8_t* q8 = nullptr) {
   const T qmax = T((1 << (bits - 1)) - 1);
   T m = 0;
   for (size_t j = 0; j < n; ++j) m = std::max(m, T(std::fabs(w[j])));
   const T s = m > 0 ? m / qmax : T(1);
-  for (size_t j = 0; j < n; ++j) out[j] = T(int(std::clamp(T(std::nearbyint(w[j] / s)), -qmax, qmax))) * s;
+  for (size_t j = 0; j < n; ++j) {
+    const int q = int(std::clamp(T(std::nearbyint(w[j] / s)), -qmax, qmax));
+    if (q8) q8[j] = int8_t(q);
+    out[j] = T(q) * s;
+  }
   return s;
 }
 
