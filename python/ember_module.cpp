@@ -242,7 +242,7 @@ class PyModel {
   void save_onnx(const std::string& path) {
     if (int8_) {
       py::gil_scoped_release nogil;
-      ember::export_onnx_quantized(ember::keep_plan_u8_acts(*quant_), path);
+      ember::export_onnx_quantized(ember::qdq_export_view(*quant_), path);
       return;
     }
     if (!plan_) ensure_plan(default_options(), 1, 1);

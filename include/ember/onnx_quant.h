@@ -15,10 +15,14 @@ namespace ember {
 // activation entry go through QuantizeLinear -> DequantizeLinear (uint8); each quantized Conv2d
 // and Linear reads DequantizeLinear of its INT8 weight (per output channel, axis 0) and of its
 // INT32 bias (scale in_scale * w_scale[k]); every other parameter fp32. The output stays float.
-// Throws Error naming the layer or tensor when q is inconsistent.
+// Throws Error naming the layer or tensor when q is inconsistent. With a QdqExport
+// (qdq_export_view: what `ember export` writes), each Conv2d in folded_bn is one Conv carrying its
+// BatchNorm2d (its layer in q already folded), and that BatchNormalization is left out.
 std::string onnx_export_quantized_bytes(const QuantizedWeights& q);
+std::string onnx_export_quantized_bytes(const QdqExport& v);
 // The same written atomically to `path`.
 void export_onnx_quantized(const QuantizedWeights& q, const std::string& path);
+void export_onnx_quantized(const QdqExport& v, const std::string& path);
 
 // Reads a QDQ or integer-op ONNX file into a QuantizedWeights: Q -> DQ pairs on activations give
 // the acts of the tensor's producer ("input" for the model's input), DequantizeLinear of INT8 or

@@ -102,6 +102,20 @@ bool is_quantized_file(const std::string& path);
 // "avx2" or "scalar" (EMBER_ISA=avx2 gives avx2, as on an AVX2-only CPU).
 const char* int8_path_name(const std::string& isa);
 
+// What a QDQ export (ember/onnx_quant.h) writes: ember's int8 arithmetic as ONNX can state it, so
+// that ONNX Runtime rounds where and as ember does. q keeps activation entries only at the tensors
+// the Int8Plan holds in u8, with the QParams it rounds them by (a ReLU's, max-pool's or flatten's
+// are its input's), not on the fp32 outputs it gives LayerNorm nor inside what it fuses; and each
+// BatchNorm2d the plan folds into a Conv2d's requantization is folded into that layer as the plan
+// computes it: per output channel k (BN y = a x + c), int8 weights times sign(a_k), scale
+// s_w[k] |a_k|, int32 bias the plan's round((B_k + c_k / a_k) / (s_in s_w[k])) times sign(a_k).
+// A layer with a weight of -128 where some a_k < 0 (a QDQ import's) keeps its BatchNorm2d.
+// The view is for export only: its layers no longer match its model's BatchNorm2d nodes.
+struct QdqExport {
+  QuantizedWeights q;
+  std::map<std::string, std::string> folded_bn;  // Conv2d prefix -> the BatchNorm2d prefix it carries
+};
+
 // A quantized model compiled for a batch size: Conv2d, Linear, ReLU, max-pool, flatten and the
 // residual add run on u8 activations (NHWC) with int32 sums and requantization fused with the bias,
 // ReLU and the residual; every other op runs fp32 between a dequantize and a quantize.
@@ -127,6 +141,8 @@ class Int8Plan {
   // Those of them with QParams of their own (not a ReLU's, max-pool's or flatten's, which keep
   // their input's): the tensors quantization-aware training fake-quantizes (Model::qat).
   std::vector<std::string> qat_tensors() const;
+  // Its arithmetic as a QDQ export states it (qdq_export_view).
+  QdqExport qdq_export() const;
 
   float* input();                         // [batch, C, H, W] fp32
   int32_t* labels();                      // [batch]
@@ -155,10 +171,7 @@ class Int8Plan {
   std::unique_ptr<Impl> impl_;
 };
 
-// q with activation entries only at the tensors its Int8Plan holds in u8 (u8_tensors): what a QDQ
-// export takes, so that ONNX Runtime rounds where ember rounds (not on the fp32 outputs the plan
-// gives LayerNorm, nor inside what it fuses).
-QuantizedWeights keep_plan_u8_acts(QuantizedWeights q);
+QdqExport qdq_export_view(const QuantizedWeights& q);
 
 // Evaluates an int8 plan on all of `data` (as evaluate() does a Plan: a centre crop through the
 // Augment's deterministic path when one is given).

@@ -73,12 +73,14 @@ class Exporter {
   void run() {
     vals_.assign(g_.tensors.size(), {});
     vals_[0] = {seen("input", "input"), 4};
+    std::vector<bool> folded(g_.nodes.size());
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      if (folds_batchnorm(i)) {  // conv -> batchnorm2d: one Conv with the eval-mode BN folded in
-        Value v = conv(int(i), vals_[size_t(g_.nodes[i].in[0])], int(i + 1));
-        v.name = seen(g_.nodes[i + 1].param_prefix, v.name);
-        vals_[size_t(g_.nodes[i + 1].out)] = vals_[size_t(g_.nodes[i].out)] = v;
-        ++i;
+      if (folded[i]) continue;
+      if (const int bn = folded_batchnorm(i); bn >= 0) {  // conv -> batchnorm2d: one Conv with the eval-mode BN folded in
+        Value v = conv(int(i), vals_[size_t(g_.nodes[i].in[0])], bn);
+        v.name = seen(g_.nodes[size_t(bn)].param_prefix, v.name);
+        vals_[size_t(g_.nodes[size_t(bn)].out)] = vals_[size_t(g_.nodes[i].out)] = v;
+        folded[size_t(bn)] = true;
         continue;
       }
       Value v = node(int(i));
@@ -172,14 +174,19 @@ class Exporter {
     throw Error("export: " + nd.label + ": no ONNX mapping for " + layer_kind_name(s.kind));
   }
 
-  // Whether node i is a conv2d whose output only the batchnorm2d right after it reads: exported
-  // as one Conv (PyTorch's eval-mode export does the same).
-  bool folds_batchnorm(size_t i) const {
-    if (i + 1 >= g_.nodes.size() || g_.nodes[i].spec->kind != LayerKind::Conv2d) return false;
-    if (hook_ && hook_->keeps_weights(g_.nodes[i].param_prefix)) return false;
-    const nn::Node& bn = g_.nodes[i + 1];
-    return bn.spec->kind == LayerKind::BatchNorm2d && bn.in[0] == g_.nodes[i].out &&
-           g_.tensors[size_t(g_.nodes[i].out)].readers.size() == 1;
+  // The batchnorm2d node that is the only reader of conv2d node i's output, exported folded into
+  // it as one Conv (PyTorch's eval-mode export does the same), or -1. A Conv with the hook's
+  // weights folds only the batchnorm2d they already carry (ExportHook::folded_bn).
+  int folded_batchnorm(size_t i) const {
+    if (g_.nodes[i].spec->kind != LayerKind::Conv2d) return -1;
+    const std::string& nm = g_.nodes[i].param_prefix;
+    const std::string carried = hook_ && hook_->keeps_weights(nm) ? hook_->folded_bn(nm) : "";
+    const auto& r = g_.tensors[size_t(g_.nodes[i].out)].readers;
+    const int bn = r.size() == 1 && g_.nodes[size_t(r[0])].spec->kind == LayerKind::BatchNorm2d ? r[0] : -1;
+    if (!carried.empty() && (bn < 0 || g_.nodes[size_t(bn)].param_prefix != carried))
+      throw Error("export: layer '" + nm + "': its weights carry batchnorm2d '" + carried + "', which is not the only reader of its output");
+    if (hook_ && hook_->keeps_weights(nm) && carried.empty()) return -1;
+    return bn;
   }
 
   // Conv; with bn >= 0 (a batchnorm2d node after it), the eval-mode BN folded in: per output
@@ -190,7 +197,10 @@ class Exporter {
     const std::string nm = g_.nodes[size_t(i)].param_prefix;
     const std::vector<int64_t> wdims{s.out, d.c / s.groups, s.kernel_h, s.kernel_w};
     std::vector<std::string> in{img(x, nm)};
-    if (bn < 0) {
+    if (bn >= 0 && hook_ && hook_->keeps_weights(nm)) {  // the hook's weight and bias carry the BN
+      in.push_back(wparam(i, "weight", wdims));
+      in.push_back(wparam(i, "bias", {s.out}));
+    } else if (bn < 0) {
       in.push_back(wparam(i, "weight", wdims));
       if (s.bias) in.push_back(wparam(i, "bias", {s.out}));
     } else {

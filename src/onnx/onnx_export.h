@@ -82,8 +82,11 @@ class ExportHook {
   // A tensor was written under `name` ("input", or the output of the node of prefix `key`):
   // the name its readers read instead (or `name`).
   virtual std::string tensor(Writer& w, const std::string& key, const std::string& name) = 0;
-  // Whether the Conv of this prefix keeps its own weights (no BatchNorm folded into them).
+  // Whether the Conv of this prefix reads the hook's weights (param) rather than fp32 ones.
   virtual bool keeps_weights(const std::string& prefix) const = 0;
+  // For such a Conv: the prefix of the BatchNorm2d its weight and bias already carry (exported as
+  // one Conv, the BatchNormalization left out), or "" (the BatchNorm2d stays a node).
+  virtual std::string folded_bn(const std::string&) const { return ""; }
 };
 
 // The ModelProto bytes of a model with these weights (by parameter name), through `hook`.

@@ -1,6 +1,7 @@
 // QDQ export of an int8 model: the fp32 exporter (onnx_export.cpp) with a hook that puts
 // QuantizeLinear -> DequantizeLinear after the input and every tensor that has activation
-// QParams, and gives each quantized Conv/Linear DequantizeLinear of its INT8 weight and INT32 bias.
+// QParams, and gives each quantized Conv/Linear DequantizeLinear of its INT8 weight and INT32 bias
+// (for a QdqExport, with the BatchNorm2d the int8 plan folds into it already carried).
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -44,7 +45,7 @@ void check_layer(const QuantLayer& l) {
 // The hook: Q -> DQ on activations, DQ of the int8 weights and int32 biases.
 class QdqHook final : public onnx::ExportHook {
  public:
-  explicit QdqHook(const QuantizedWeights& q) : q_(q) {
+  QdqHook(const QuantizedWeights& q, const std::map<std::string, std::string>& folded_bn) : q_(q), folded_(folded_bn) {
     for (const QuantLayer& l : q.layers) check_layer(l), layers_[l.prefix] = &l;
     for (const auto& [k, p] : q.acts) check_qparams(k, p);
     const nn::Graph g = nn::resolve(q.model);
@@ -76,6 +77,10 @@ class QdqHook final : public onnx::ExportHook {
   }
 
   bool keeps_weights(const std::string& prefix) const override { return layers_.count(prefix) > 0; }
+  std::string folded_bn(const std::string& prefix) const override {
+    const auto it = folded_.find(prefix);
+    return it == folded_.end() ? "" : it->second;
+  }
 
  private:
   std::string weight(Writer& w, const QuantLayer& l, const std::vector<int64_t>& dims, int64_t K) {
@@ -110,27 +115,35 @@ class QdqHook final : public onnx::ExportHook {
   }
 
   const QuantizedWeights& q_;
+  const std::map<std::string, std::string>& folded_;  // conv prefix -> the batchnorm2d its layer carries
   std::map<std::string, const QuantLayer*> layers_;
   std::map<std::string, std::string> in_key_;  // node prefix -> the key of the tensor it reads
 };
 
 }  // namespace
 
-std::string onnx_export_quantized_bytes(const QuantizedWeights& q) {
+std::string onnx_export_quantized_bytes(const QdqExport& v) {
+  const QuantizedWeights& q = v.q;
   std::map<std::string, const float*> weights;
   for (const ParamInfo& p : q.params) {
     if (p.offset + p.size > q.values.size() || p.offset + p.size < p.offset)
       throw Error("export: parameter '" + p.name + "' lies outside the values (" + std::to_string(q.values.size()) + ")");
     weights[p.name] = q.values.data() + p.offset;
   }
-  QdqHook hook(q);
+  for (const auto& [conv, bn] : v.folded_bn)
+    if (!q.layer(conv)) throw Error("export: layer '" + conv + "' carries batchnorm2d '" + bn + "' but is not quantized");
+  QdqHook hook(q, v.folded_bn);
   return onnx::export_model_bytes(q.model, weights, &hook,
                                   "ember int8 model " + q.model.name + " (QDQ): the output is the last layer's, fp32");
 }
 
-void export_onnx_quantized(const QuantizedWeights& q, const std::string& path) {
-  const std::string bytes = onnx_export_quantized_bytes(q);
+std::string onnx_export_quantized_bytes(const QuantizedWeights& q) { return onnx_export_quantized_bytes(QdqExport{q, {}}); }
+
+void export_onnx_quantized(const QdqExport& v, const std::string& path) {
+  const std::string bytes = onnx_export_quantized_bytes(v);
   write_file_atomic(path, {bytes});
 }
+
+void export_onnx_quantized(const QuantizedWeights& q, const std::string& path) { export_onnx_quantized(QdqExport{q, {}}, path); }
 
 }  // namespace ember

@@ -247,9 +247,27 @@ int form_of(Impl& m, int t, int f) {
   return x.buf[f];
 }
 
+// The int32 bias of node i's requantization, in units of s_in s_w[k]: per channel, with the
+// layer's real bias B_k and a fused BatchNorm's affine y = a_k x + c_k (else a 1, c 0), the sum
+// a_k (s_in s_w[k] acc + B_k) + c_k is a_k s_in s_w[k] (acc + bias_k). a, c: that affine.
+std::vector<int32_t> requant_bias(const Impl& m, int i, const QuantLayer& l, float s_in, std::vector<double>* a,
+                                  std::vector<double>* c) {
+  const size_t K = l.w_scale.size();
+  a->assign(K, 1.0), c->assign(K, 0.0);
+  if (m.bn_of[size_t(i)] >= 0) bn_affine(m, m.bn_of[size_t(i)], a, c);
+  const int in = m.g().nodes[size_t(i)].in[0];
+  const double s_file = m.q.acts.at(m.name(size_t(in))).scale;  // the file's bias is in its units
+  std::vector<int32_t> bias(K);
+  for (size_t k = 0; k < K; ++k) {
+    const double unit = double(s_in) * l.w_scale[k];
+    const double B = double(l.bias[k]) * s_file * l.w_scale[k];
+    bias[k] = int32_t(std::clamp(std::nearbyint((B + (*c)[k] / (*a)[k]) / unit), -2147483647.0, 2147483647.0));
+  }
+  return bias;
+}
+
 // The requantization of node i's fused step into tensor `final` (u8, or f32 for fp32 readers):
-// per channel k, z = a_k (s_in s_w[k] acc + B_k) + c_k with the layer's real bias B_k and a fused
-// BatchNorm's affine (else a 1, c 0) is z = scale_k (acc + bias_k) in units of the output.
+// z = scale_k (acc + bias_k) in units of the output, scale_k = a_k s_in s_w[k] / s_out.
 Int8Epilogue epilogue(const Impl& m, int i, const QuantLayer& l, float s_in, std::vector<float>* scale,
                       std::vector<int32_t>* bias) {
   const int final = m.final_of[size_t(i)];
@@ -261,18 +279,10 @@ Int8Epilogue epilogue(const Impl& m, int i, const QuantLayer& l, float s_in, std
   ep.relu = relu && ep.f32_out;
   ep.zero_point = f.qp.zero_point;
   ep.lo = relu && !ep.f32_out ? f.qp.zero_point : 0;
-  const size_t K = l.w_scale.size();
-  std::vector<double> a(K, 1.0), c(K, 0.0);
-  if (m.bn_of[size_t(i)] >= 0) bn_affine(m, m.bn_of[size_t(i)], &a, &c);
-  const int in = m.g().nodes[size_t(i)].in[0];
-  const double s_file = m.q.acts.at(m.name(size_t(in))).scale;  // the file's bias is in its units
-  scale->resize(K), bias->resize(K);
-  for (size_t k = 0; k < K; ++k) {
-    const double unit = double(s_in) * l.w_scale[k];
-    const double B = double(l.bias[k]) * s_file * l.w_scale[k];
-    (*scale)[k] = float(a[k] * unit / s_out);
-    (*bias)[k] = int32_t(std::clamp(std::nearbyint((B + c[k] / a[k]) / unit), -2147483647.0, 2147483647.0));
-  }
+  std::vector<double> a, c;
+  *bias = requant_bias(m, i, l, s_in, &a, &c);
+  scale->resize(a.size());
+  for (size_t k = 0; k < a.size(); ++k) (*scale)[k] = float(a[k] * double(s_in) * l.w_scale[k] / s_out);
   if (const int r = m.res_of[size_t(i)]; r >= 0) {
     ep.res_scale = float(double(m.ts[size_t(r)].qp.scale) / s_out);
     ep.res_zp = m.ts[size_t(r)].qp.zero_point;
@@ -618,11 +628,50 @@ void Int8Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int
   }
 }
 
-QuantizedWeights keep_plan_u8_acts(QuantizedWeights q) {
-  const std::vector<std::string> u8 = Int8Plan(q, 1, 1).u8_tensors();
-  std::erase_if(q.acts, [&](const auto& a) { return std::find(u8.begin(), u8.end(), a.first) == u8.end(); });
-  return q;
+namespace {
+// Conv2d node i's layer with the BatchNorm2d its requantization carries folded in (QdqExport);
+// false where a weight of -128 would need negating.
+bool fold_bn_layer(const Impl& m, int i, QuantLayer* l) {
+  std::vector<double> a, c;
+  const std::vector<int32_t> bias = requant_bias(m, i, *l, m.ts[size_t(m.g().nodes[size_t(i)].in[0])].qp.scale, &a, &c);
+  const size_t K = a.size(), per = l->w.size() / K;
+  for (size_t k = 0; k < K; ++k)
+    if (a[k] < 0 && std::find(l->w.begin() + long(k * per), l->w.begin() + long((k + 1) * per), int8_t(-128)) !=
+                        l->w.begin() + long((k + 1) * per))
+      return false;
+  for (size_t k = 0; k < K; ++k) {
+    const int sign = a[k] < 0 ? -1 : 1;
+    for (size_t j = 0; j < per; ++j) l->w[k * per + j] = int8_t(sign * l->w[k * per + j]);
+    l->w_scale[k] = float(double(l->w_scale[k]) * std::fabs(a[k]));
+    l->bias[k] = sign * bias[k];
+  }
+  l->has_bias = true;
+  return true;
 }
+}  // namespace
+
+QdqExport Int8Plan::qdq_export() const {
+  const Impl& m = *impl_;
+  QdqExport v;
+  v.q = m.q;
+  v.q.acts.clear();
+  for (size_t t = 0; t < m.ts.size(); ++t)
+    if (m.ts[t].buf[kU8] >= 0) v.q.acts[m.name(t)] = m.ts[t].qp;
+  for (size_t i = 0; i < m.g().nodes.size(); ++i) {
+    const nn::Node& n = m.g().nodes[i];
+    auto l = std::find_if(v.q.layers.begin(), v.q.layers.end(), [&](const QuantLayer& x) { return x.prefix == n.param_prefix; });
+    if ((m.role[i] != Role::gemm && m.role[i] != Role::dw) || l == v.q.layers.end()) continue;
+    if (m.bn_of[i] < 0) {  // the bias in units of the input scale the plan uses (a max-pool's: its input's)
+      std::vector<double> a, c;
+      if (l->has_bias) l->bias = requant_bias(m, int(i), *l, m.ts[size_t(n.in[0])].qp.scale, &a, &c);
+    } else if (n.spec->kind == LayerKind::Conv2d && fold_bn_layer(m, int(i), &*l)) {
+      v.folded_bn[n.param_prefix] = m.g().nodes[size_t(m.bn_of[i])].param_prefix;
+    }
+  }
+  return v;
+}
+
+QdqExport qdq_export_view(const QuantizedWeights& q) { return Int8Plan(q, 1, 1).qdq_export(); }
 
 const char* int8_path_name(const std::string& isa) { return int8_kernels_for(resolve_isa_option(isa)).name; }
 

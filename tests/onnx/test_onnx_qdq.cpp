@@ -16,9 +16,12 @@
 #include "ember/error.h"
 #include "ember/onnx_quant.h"
 #include "ember/plan.h"
+#include "ort_node.h"
 
 using namespace ember;
 namespace fs = std::filesystem;
+using ember::test::ort_node_modules;
+using ember::test::run_ort;
 
 namespace {
 
@@ -178,41 +181,6 @@ TEST(OnnxQdq, PlainImportReadsAQdqFileAsItsDequantizedModel) {
     const std::vector<float>& v = imp.weights.at(theirs[k].name);
     EXPECT_TRUE(std::equal(v.begin(), v.end(), q.values.begin() + long(q.params[k].offset))) << theirs[k].name;
   }
-}
-
-// ONNX Runtime through node (tests/onnx/ort_run.js); "" when it is not there (skip), or fails
-// with EMBER_REQUIRE_ORT=1.
-std::string ort_node_modules() {
-  // EMBER_ORT_NODE_MODULES, else where scripts/setup.sh --tests installs it (as CI runs the suite).
-  const char* env = std::getenv("EMBER_ORT_NODE_MODULES");
-  const std::string fallback = std::string(EMBER_SOURCE_DIR) + "/build/npm/node_modules";
-  const char* nm = env && *env ? env : fallback.c_str();
-  const bool need = std::getenv("EMBER_REQUIRE_ORT") && std::string(std::getenv("EMBER_REQUIRE_ORT")) == "1";
-  std::string why;
-  if (!nm || !*nm) why = "EMBER_ORT_NODE_MODULES is not set";
-  else if (!fs::is_directory(fs::path(nm) / "onnxruntime-node")) why = std::string(nm) + ": no onnxruntime-node";
-  else if (std::system("node --version > /dev/null 2>&1") != 0) why = "node is not on PATH";
-  if (why.empty()) return nm;
-  if (need) ADD_FAILURE() << "ONNX Runtime: " << why << " (EMBER_REQUIRE_ORT=1)";
-  return "";
-}
-
-std::vector<float> run_ort(const std::string& nm, const std::string& model, const std::vector<float>& x, const std::string& shape,
-                           const fs::path& dir) {
-  const fs::path in = dir / "in.f32", out = dir / "out.f32";
-  std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
-  const std::string cmd = "NODE_PATH='" + nm + "' node '" + std::string(EMBER_SOURCE_DIR) + "/tests/onnx/ort_run.js' '" + model +
-                          "' '" + in.string() + "' '" + out.string() + "' --shape " + shape + " --threads 1 > '" +
-                          (dir / "ort.log").string() + "' 2>&1";
-  if (std::system(cmd.c_str()) != 0) {
-    std::ifstream log(dir / "ort.log");
-    ADD_FAILURE() << "ort_run.js failed: " << std::string(std::istreambuf_iterator<char>(log), {});
-    return {};
-  }
-  std::ifstream f(out, std::ios::binary);
-  std::vector<float> y(size_t(fs::file_size(out)) / 4);
-  f.read(reinterpret_cast<char*>(y.data()), std::streamsize(y.size() * 4));
-  return y;
 }
 
 // ORT runs the QDQ export with int8 kernels (u8 activations requantized after every node); ember

@@ -32,7 +32,7 @@ int run_export(const ExportArgs& a) {
   if (is_quantized_file(a.weights)) {  // a QDQ model ONNX Runtime runs with its int8 kernels
     if (!a.model.empty()) throw Error("--model: a quantized file names its own model; leave --model out");
     const QuantizedWeights q = load_quantized(a.weights);
-    export_onnx_quantized(keep_plan_u8_acts(q), a.output);  // Q/DQ only where ember rounds to u8
+    export_onnx_quantized(qdq_export_view(q), a.output);  // ember's int8 arithmetic as QDQ
     std::printf("ember export: model %s, quantized weights %s -> %s (QDQ, ONNX opset %d, dynamic batch)\n",
                 q.model.name.c_str(), one_line(a.weights).c_str(), one_line(a.output).c_str(), kOnnxOpset);
     return 0;

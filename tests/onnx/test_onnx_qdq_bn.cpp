@@ -1,0 +1,159 @@
+// The QDQ export of BatchNorm2d models (qdq_export_view, what `ember export` writes): each
+// BatchNorm2d the int8 plan folds into a Conv2d's requantization leaves as one Conv carrying it, so
+// that the file, imported back into ember or run by ONNX Runtime, computes what ember's plan does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include <unistd.h>
+
+#include "ember/onnx_quant.h"
+#include "ember/plan.h"
+#include "ort_node.h"
+
+namespace ember {
+namespace {
+
+Model& bn(Model& m, const std::string& name) {
+  LayerSpec s;
+  s.kind = LayerKind::BatchNorm2d;
+  s.name = name;
+  m.layers.push_back(s);
+  return m;
+}
+Model& conv(Model& m, int out, int k, int stride, int pad) {
+  m.conv2d(out, k, stride, pad);
+  m.layers.back().bias = false;  // as torchvision's ResNets: the BN's shift is the bias
+  return m;
+}
+
+// A small ResNet: conv-bn-relu, a residual block (conv-bn-relu, conv-bn, add, relu), a strided
+// 1x1 conv-bn-relu, max-pool, linear. Input [N, 3, 8, 8].
+Model bn_model() {
+  Model m;
+  m.name = "bn-resnet";
+  m.in_c = 3, m.in_h = 8, m.in_w = 8, m.num_classes = 5;
+  bn(conv(m, 8, 3, 1, 1), "bn0").relu().named("a");
+  bn(conv(m, 8, 3, 1, 1), "bn1").relu();
+  bn(conv(m, 8, 3, 1, 1), "bn2").named("b");
+  m.add({"a", "b"}).relu();
+  bn(conv(m, 16, 1, 2, 0), "bn3").relu().maxpool2d(2).flatten().linear(5);
+  return m;
+}
+
+// Initialised weights with BatchNorm statistics drawn, and gammas of both signs (a negative a_k
+// is folded by negating the channel's int8 weights).
+std::vector<float> bn_params(const Model& m, uint32_t seed) {
+  PlanOptions o;
+  o.batch = 1, o.training = false;
+  Plan p(m, o);
+  p.init_params(seed);
+  float* v = static_cast<float*>(p.param_data());
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(0.5f, 1.5f), shift(-0.3f, 0.3f);
+  for (const ParamInfo& pi : p.params()) {
+    const bool gamma = pi.role == ParamRole::norm_scale, var = pi.name.ends_with("running_var");
+    if (!gamma && !var && pi.role != ParamRole::norm_shift && !pi.name.ends_with("running_mean")) continue;
+    for (size_t i = 0; i < pi.size; ++i)
+      v[pi.offset + i] = gamma ? (i % 3 == 1 ? -mag(rng) : mag(rng)) : var ? mag(rng) : shift(rng);
+  }
+  return {v, v + p.param_count()};
+}
+
+std::vector<float> images(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  std::vector<float> x(size_t(n) * 3 * 8 * 8);
+  for (float& v : x) v = u(rng);
+  return x;
+}
+
+QuantizedWeights quantized_bn_model(int calib) {
+  const Model m = bn_model();
+  const std::vector<float> x = images(calib, 5);
+  return quantize_model(m, bn_params(m, 3), x.data(), calib, {});
+}
+
+std::vector<float> int8_outputs(const QuantizedWeights& q, const std::vector<float>& x, int n) {
+  Int8Plan p(q, n, 1);
+  std::copy(x.begin(), x.end(), p.input());
+  p.forward(n);
+  return {p.output(), p.output() + size_t(n) * size_t(q.model.num_classes)};
+}
+
+QuantizedWeights import_bytes(const std::string& b) {
+  return import_onnx_quantized_from_memory(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "q.onnx");
+}
+int batchnorms(const Model& m) {
+  return int(std::count_if(m.layers.begin(), m.layers.end(), [](const LayerSpec& s) { return s.kind == LayerKind::BatchNorm2d; }));
+}
+
+// max |a - b| / max |b|, and on how many of the n samples the arg-max agrees.
+std::pair<float, int> compare(const std::vector<float>& a, const std::vector<float>& b, int n) {
+  float top = 0, err = 0;
+  for (size_t j = 0; j < b.size(); ++j) top = std::max(top, std::fabs(b[j])), err = std::max(err, std::fabs(a[j] - b[j]));
+  const long k = long(b.size()) / n;
+  int agree = 0;
+  for (long s = 0; s < n; ++s)
+    agree += std::max_element(a.begin() + s * k, a.begin() + (s + 1) * k) - a.begin() ==
+             std::max_element(b.begin() + s * k, b.begin() + (s + 1) * k) - b.begin();
+  return {err / top, agree};
+}
+
+TEST(OnnxQdqBn, TheExportFoldsEveryBatchNormAndComputesWhatTheInt8PlanDoes) {
+  const QuantizedWeights q = quantized_bn_model(32);
+  const QdqExport v = qdq_export_view(q);
+  EXPECT_EQ(v.folded_bn, (std::map<std::string, std::string>{{"0", "bn0"}, {"3", "bn1"}, {"6", "b"}, {"10", "bn3"}}));
+  const QuantizedWeights back = import_bytes(onnx_export_quantized_bytes(v));
+  EXPECT_EQ(batchnorms(back.model), 0);
+  EXPECT_EQ(batchnorms(import_bytes(onnx_export_quantized_bytes(q)).model), 4);  // q as given: BN nodes
+  // The imported file's plan (Conv with int8 weights times sign a, scales s_w |a|, the plan's
+  // int32 bias) against the original plan (BN folded into the requantization): the same integer
+  // sums; only the float requantization scale may round differently (an ulp), so the logits agree
+  // to float noise unless a value lands on a rounding tie.
+  const int n = 64;
+  const std::vector<float> x = images(n, 9);
+  const auto [err, agree] = compare(int8_outputs(back, x, n), int8_outputs(q, x, n), n);
+  std::printf("imported QDQ export vs int8 plan: max error %.3g of max |logit|, top-1 %d/%d\n", double(err), agree, n);
+  EXPECT_LE(err, 1e-3f);
+  EXPECT_EQ(agree, n);
+}
+
+TEST(OnnxQdqBn, AMinus128WeightWithANegativeGammaKeepsItsBatchNorm) {
+  QuantizedWeights q = quantized_bn_model(16);
+  const size_t per = q.layers[1].w.size() / q.layers[1].w_scale.size();
+  q.layers[1].w[1 * per] = -128;  // channel 1 of conv "3": gamma < 0 (bn_params), so no negation
+  const QdqExport v = qdq_export_view(q);
+  EXPECT_EQ(v.folded_bn.count("3"), 0u);
+  EXPECT_EQ(v.folded_bn.size(), 3u);
+  const QuantizedWeights back = import_bytes(onnx_export_quantized_bytes(v));
+  EXPECT_EQ(batchnorms(back.model), 1);
+  EXPECT_EQ(back.layer("3")->w[per], -128);
+}
+
+// ONNX Runtime on the export against ember's int8 plan: its Conv (DQ'd int8 weights, int32 bias)
+// carries the BN as ember's requantization does, so the two round alike; what ORT runs in fp32
+// on dequantized values (the residual add) differs from ember's integer sums by float noise.
+TEST(OnnxQdqBn, OnnxRuntimeComputesWhatTheInt8PlanDoes) {
+  const std::string nm = test::ort_node_modules();
+  if (nm.empty()) GTEST_SKIP() << "ONNX Runtime not available (set EMBER_ORT_NODE_MODULES)";
+  const QuantizedWeights q = quantized_bn_model(32);
+  const int n = 64;
+  const std::vector<float> x = images(n, 13);
+  const auto dir = std::filesystem::temp_directory_path() / ("ember_qdq_bn_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  export_onnx_quantized(qdq_export_view(q), (dir / "q.onnx").string());
+  const std::vector<float> got = test::run_ort(nm, (dir / "q.onnx").string(), x, "64,3,8,8", dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(got.size(), size_t(n) * 5);
+  const auto [err, agree] = compare(got, int8_outputs(q, x, n), n);
+  std::printf("ORT on the QDQ export vs ember int8: max error %.3g of max |logit|, top-1 %d/%d\n", double(err), agree, n);
+  EXPECT_LE(err, 1e-3f);
+  EXPECT_EQ(agree, n);
+}
+
+}  // namespace
+}  // namespace ember
