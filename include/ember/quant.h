@@ -109,7 +109,9 @@ const char* int8_path_name(const std::string& isa);
 // BatchNorm2d the plan folds into a Conv2d's requantization is folded into that layer as the plan
 // computes it: per output channel k (BN y = a x + c), int8 weights times sign(a_k), scale
 // s_w[k] |a_k|, int32 bias the plan's round((B_k + c_k / a_k) / (s_in s_w[k])) times sign(a_k).
-// A layer with a weight of -128 where some a_k < 0 (a QDQ import's) keeps its BatchNorm2d.
+// A layer with a weight of -128 where some a_k < 0 (a QDQ import's) keeps its BatchNorm2d (its
+// bias alone in the plan's units). Other biases are in units of the input scale the plan uses; a
+// quantized layer the plan runs fp32 (a grouped, non-depthwise conv) is written fp32, as it runs.
 // The view is for export only: its layers no longer match its model's BatchNorm2d nodes.
 struct QdqExport {
   QuantizedWeights q;

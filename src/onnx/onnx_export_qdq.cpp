@@ -100,7 +100,12 @@ class QdqHook final : public onnx::ExportHook {
     if (in == q_.acts.end())
       throw Error("export: layer '" + l.prefix + "': its input '" + in_key_.at(l.prefix) + "' has no activation scale (the bias needs it)");
     std::vector<float> scale(static_cast<size_t>(K));
-    for (size_t k = 0; k < scale.size(); ++k) scale[k] = in->second.scale * l.w_scale[k];
+    for (size_t k = 0; k < scale.size(); ++k) {
+      scale[k] = in->second.scale * l.w_scale[k];
+      if (!std::isfinite(scale[k]) || !(scale[k] > 0))
+        throw Error("export: layer '" + l.prefix + "': its bias scale (input scale " + std::to_string(in->second.scale) +
+                    " times weight scale " + std::to_string(l.w_scale[k]) + ") is not finite and > 0");
+    }
     const std::string b = w.raw(l.prefix + ".bias", pb::TensorProto::INT32, {K}, bytes_of(l.bias));
     const std::string s = w.floats(l.prefix + ".bias_scale", {K}, scale.data(), scale.size());
     const std::string z = w.raw(l.prefix + ".bias_zero_point", pb::TensorProto::INT32, {K}, std::string(size_t(K) * 4, '\0'));

@@ -127,17 +127,19 @@ Role base_role(const Impl& m, int i) {
 }
 
 // The eval-mode BatchNorm2d of node bn as y = a x + c per channel (false where some a is 0: the
-// requantization could not carry c then).
+// requantization could not carry c then). Its parameters: weight, bias (affine only), running_mean,
+// running_var, num_batches_tracked.
 bool bn_affine(const Impl& m, int bn, std::vector<double>* a, std::vector<double>* c) {
-  const int t = m.ng.first_param[size_t(bn)];
+  const size_t t = size_t(m.ng.first_param[size_t(bn)]);
+  const bool affine = spec(m, bn).bias;
   const int C = m.g().tensors[size_t(m.g().nodes[size_t(bn)].out)].dims.c;
   const float* p = m.q.values.data();
-  const float *g = p + m.ng.params[size_t(t)].offset, *b = p + m.ng.params[size_t(t) + 1].offset,
-              *mean = p + m.ng.params[size_t(t) + 2].offset, *var = p + m.ng.params[size_t(t) + 3].offset;
+  const float *g = affine ? p + m.ng.params[t].offset : nullptr, *b = affine ? p + m.ng.params[t + 1].offset : nullptr;
+  const float *mean = p + m.ng.params[t + (affine ? 2 : 0)].offset, *var = p + m.ng.params[t + (affine ? 3 : 1)].offset;
   a->resize(size_t(C)), c->resize(size_t(C));
   for (int k = 0; k < C; ++k) {
-    (*a)[size_t(k)] = double(g[k]) / std::sqrt(double(var[k]) + spec(m, bn).eps);
-    (*c)[size_t(k)] = double(b[k]) - (*a)[size_t(k)] * mean[k];
+    (*a)[size_t(k)] = (g ? double(g[k]) : 1.0) / std::sqrt(double(var[k]) + spec(m, bn).eps);
+    (*c)[size_t(k)] = (b ? double(b[k]) : 0.0) - (*a)[size_t(k)] * mean[k];
     if (!(std::fabs((*a)[size_t(k)]) > 1e-30) || !std::isfinite((*a)[size_t(k)])) return false;
   }
   return true;
@@ -149,7 +151,8 @@ void fuse_after(Impl& m, int i) {
   int t = m.g().nodes[size_t(i)].out;
   int r = only_reader(m, t);
   std::vector<double> a, c;
-  if (r >= 0 && kind_is(m, r, LayerKind::BatchNorm2d) && bn_affine(m, r, &a, &c)) {
+  // A BatchNorm2d after a Conv2d only (the QDQ export folds it into the Conv the same way).
+  if (r >= 0 && kind_is(m, i, LayerKind::Conv2d) && kind_is(m, r, LayerKind::BatchNorm2d) && bn_affine(m, r, &a, &c)) {
     m.role[size_t(r)] = Role::fused, m.bn_of[size_t(i)] = r;
     t = m.g().nodes[size_t(r)].out, r = only_reader(m, t);
   }
@@ -249,12 +252,13 @@ int form_of(Impl& m, int t, int f) {
 
 // The int32 bias of node i's requantization, in units of s_in s_w[k]: per channel, with the
 // layer's real bias B_k and a fused BatchNorm's affine y = a_k x + c_k (else a 1, c 0), the sum
-// a_k (s_in s_w[k] acc + B_k) + c_k is a_k s_in s_w[k] (acc + bias_k). a, c: that affine.
+// a_k (s_in s_w[k] acc + B_k) + c_k is a_k s_in s_w[k] (acc + bias_k). a, c: that affine
+// (with_bn false: the layer's own bias alone, for an export that keeps the BatchNorm2d).
 std::vector<int32_t> requant_bias(const Impl& m, int i, const QuantLayer& l, float s_in, std::vector<double>* a,
-                                  std::vector<double>* c) {
+                                  std::vector<double>* c, bool with_bn = true) {
   const size_t K = l.w_scale.size();
   a->assign(K, 1.0), c->assign(K, 0.0);
-  if (m.bn_of[size_t(i)] >= 0) bn_affine(m, m.bn_of[size_t(i)], a, c);
+  if (with_bn && m.bn_of[size_t(i)] >= 0) bn_affine(m, m.bn_of[size_t(i)], a, c);
   const int in = m.g().nodes[size_t(i)].in[0];
   const double s_file = m.q.acts.at(m.name(size_t(in))).scale;  // the file's bias is in its units
   std::vector<int32_t> bias(K);
@@ -660,12 +664,16 @@ QdqExport Int8Plan::qdq_export() const {
   for (size_t i = 0; i < m.g().nodes.size(); ++i) {
     const nn::Node& n = m.g().nodes[i];
     auto l = std::find_if(v.q.layers.begin(), v.q.layers.end(), [&](const QuantLayer& x) { return x.prefix == n.param_prefix; });
-    if ((m.role[i] != Role::gemm && m.role[i] != Role::dw) || l == v.q.layers.end()) continue;
-    if (m.bn_of[i] < 0) {  // the bias in units of the input scale the plan uses (a max-pool's: its input's)
-      std::vector<double> a, c;
-      if (l->has_bias) l->bias = requant_bias(m, int(i), *l, m.ts[size_t(n.in[0])].qp.scale, &a, &c);
-    } else if (n.spec->kind == LayerKind::Conv2d && fold_bn_layer(m, int(i), &*l)) {
+    if (l == v.q.layers.end()) continue;
+    if (m.role[i] != Role::gemm && m.role[i] != Role::dw) {  // runs fp32 on its dequantized values: so written
+      v.q.layers.erase(l);
+      continue;
+    }
+    if (m.bn_of[i] >= 0 && fold_bn_layer(m, int(i), &*l)) {
       v.folded_bn[n.param_prefix] = m.g().nodes[size_t(m.bn_of[i])].param_prefix;
+    } else if (l->has_bias) {  // in units of the input scale the plan uses (a max-pool's: its input's)
+      std::vector<double> a, c;
+      l->bias = requant_bias(m, int(i), *l, m.ts[size_t(n.in[0])].qp.scale, &a, &c, false);
     }
   }
   return v;

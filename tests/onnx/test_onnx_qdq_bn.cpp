@@ -30,22 +30,26 @@ Model& conv(Model& m, int out, int k, int stride, int pad) {
   return m;
 }
 
-// A small ResNet: conv-bn-relu, a residual block (conv-bn-relu, conv-bn, add, relu), a strided
-// 1x1 conv-bn-relu, max-pool, linear. Input [N, 3, 8, 8].
+// A small ResNet: conv-bn-relu, a residual block (conv-bn-relu with a non-affine BN, conv-bn, add,
+// relu), a strided 1x1 conv with a bias -bn-relu, max-pool, linear. Input [N, 3, 8, 8]. Layers:
+// 0 conv, 1 bn0, 2 a, 3 conv, 4 bn1, 5 relu, 6 conv, 7 b (BN), 8 add, 9 relu, 10 conv, 11 bn3,
+// 12 relu, 13 max-pool, 14 flatten, 15 linear.
 Model bn_model() {
   Model m;
   m.name = "bn-resnet";
   m.in_c = 3, m.in_h = 8, m.in_w = 8, m.num_classes = 5;
   bn(conv(m, 8, 3, 1, 1), "bn0").relu().named("a");
   bn(conv(m, 8, 3, 1, 1), "bn1").relu();
+  m.layers[4].bias = false;  // affine false: running statistics only
   bn(conv(m, 8, 3, 1, 1), "bn2").named("b");
   m.add({"a", "b"}).relu();
   bn(conv(m, 16, 1, 2, 0), "bn3").relu().maxpool2d(2).flatten().linear(5);
+  m.layers[10].bias = true;
   return m;
 }
 
-// Initialised weights with BatchNorm statistics drawn, and gammas of both signs (a negative a_k
-// is folded by negating the channel's int8 weights).
+// Initialised weights with BatchNorm statistics and layer biases drawn, and gammas of both signs (a
+// negative a_k is folded by negating the channel's int8 weights).
 std::vector<float> bn_params(const Model& m, uint32_t seed) {
   PlanOptions o;
   o.batch = 1, o.training = false;
@@ -56,7 +60,8 @@ std::vector<float> bn_params(const Model& m, uint32_t seed) {
   std::uniform_real_distribution<float> mag(0.5f, 1.5f), shift(-0.3f, 0.3f);
   for (const ParamInfo& pi : p.params()) {
     const bool gamma = pi.role == ParamRole::norm_scale, var = pi.name.ends_with("running_var");
-    if (!gamma && !var && pi.role != ParamRole::norm_shift && !pi.name.ends_with("running_mean")) continue;
+    const bool shifts = pi.role == ParamRole::norm_shift || pi.role == ParamRole::bias || pi.name.ends_with("running_mean");
+    if (!gamma && !var && !shifts) continue;
     for (size_t i = 0; i < pi.size; ++i)
       v[pi.offset + i] = gamma ? (i % 3 == 1 ? -mag(rng) : mag(rng)) : var ? mag(rng) : shift(rng);
   }
@@ -122,16 +127,56 @@ TEST(OnnxQdqBn, TheExportFoldsEveryBatchNormAndComputesWhatTheInt8PlanDoes) {
   EXPECT_EQ(agree, n);
 }
 
+// The int8 plan folds both kinds of BN (affine and not) and a conv's own bias with them: it stays
+// within int8 noise of the fp32 plan of the dequantized weights.
+TEST(OnnxQdqBn, TheInt8PlanOfTheBatchNormModelIsCloseToFp32) {
+  const QuantizedWeights q = quantized_bn_model(64);
+  const int n = 64;
+  const std::vector<float> x = images(n, 17);
+  PlanOptions o;
+  o.batch = n, o.training = false, o.threads = 1;
+  Plan p(q.model, o);
+  std::copy(q.values.begin(), q.values.end(), static_cast<float*>(p.param_data()));
+  std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
+  p.forward(n);
+  const float* y = static_cast<const float*>(p.output());
+  const auto [err, agree] = compare(int8_outputs(q, x, n), {y, y + size_t(n) * 5}, n);
+  std::printf("int8 plan vs fp32: max error %.3g of max |logit|, top-1 %d/%d\n", double(err), agree, n);
+  EXPECT_LE(err, 0.05f);
+  EXPECT_GE(agree, 58);
+}
+
+// A tensor whose file QParams the plan does not use (a flatten's: it keeps its input's): the
+// Linear reading it has its bias in the file's units, which the export converts to the plan's.
+TEST(OnnxQdqBn, ABiasInAnotherScalesUnitsIsExportedInThePlans) {
+  QuantizedWeights q = quantized_bn_model(32);
+  q.acts.at("14").scale *= 1.37f;
+  const QdqExport v = qdq_export_view(q);
+  EXPECT_EQ(v.q.acts.at("14").scale, q.acts.at("13").scale);
+  const int n = 64;
+  const std::vector<float> x = images(n, 19);
+  const auto [err, agree] = compare(int8_outputs(import_bytes(onnx_export_quantized_bytes(v)), x, n), int8_outputs(q, x, n), n);
+  EXPECT_LE(err, 1e-3f);
+  EXPECT_EQ(agree, n);
+}
+
+// Its conv is written unfolded (Conv with its own bias in the plan's units, then BatchNormalization):
+// the shift then adds in fp32 where the plan rounds it into the int32 bias, so close, not equal.
 TEST(OnnxQdqBn, AMinus128WeightWithANegativeGammaKeepsItsBatchNorm) {
   QuantizedWeights q = quantized_bn_model(16);
-  const size_t per = q.layers[1].w.size() / q.layers[1].w_scale.size();
-  q.layers[1].w[1 * per] = -128;  // channel 1 of conv "3": gamma < 0 (bn_params), so no negation
+  const size_t per = q.layers[2].w.size() / q.layers[2].w_scale.size();
+  q.layers[2].w[1 * per] = -128;  // channel 1 of conv "6": gamma < 0 (bn_params), so no negation
   const QdqExport v = qdq_export_view(q);
-  EXPECT_EQ(v.folded_bn.count("3"), 0u);
+  EXPECT_EQ(v.folded_bn.count("6"), 0u);
   EXPECT_EQ(v.folded_bn.size(), 3u);
   const QuantizedWeights back = import_bytes(onnx_export_quantized_bytes(v));
   EXPECT_EQ(batchnorms(back.model), 1);
-  EXPECT_EQ(back.layer("3")->w[per], -128);
+  EXPECT_EQ(back.layer("6")->w[per], -128);
+  const int n = 64;
+  const std::vector<float> x = images(n, 23);
+  const auto [err, agree] = compare(int8_outputs(back, x, n), int8_outputs(q, x, n), n);
+  EXPECT_LE(err, 0.02f);
+  EXPECT_GE(agree, 60);
 }
 
 // ONNX Runtime on the export against ember's int8 plan: its Conv (DQ'd int8 weights, int32 bias)
