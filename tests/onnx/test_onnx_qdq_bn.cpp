@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "ember/error.h"
 #include "ember/onnx_quant.h"
 #include "ember/plan.h"
 #include "ort_node.h"
@@ -177,6 +178,20 @@ TEST(OnnxQdqBn, AMinus128WeightWithANegativeGammaKeepsItsBatchNorm) {
   const auto [err, agree] = compare(int8_outputs(back, x, n), int8_outputs(q, x, n), n);
   EXPECT_LE(err, 0.02f);
   EXPECT_GE(agree, 60);
+}
+
+// A loadable but hostile file: finite scales whose product (the bias's DQ scale) overflows is
+// refused naming the layer, not written as inf (a zero bias would dequantize to NaN).
+TEST(OnnxQdqBn, ABiasScaleThatOverflowsIsRefusedNamingTheLayer) {
+  QuantizedWeights q = quantized_bn_model(16);
+  q.acts.at("input").scale = 4.0f;
+  q.layers[0].w_scale.assign(q.layers[0].w_scale.size(), 1e38f);  // conv "0"'s bias: 4 * 1e38 |a| = inf
+  try {
+    onnx_export_quantized_bytes(qdq_export_view(q));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer '0': its bias scale"), std::string::npos) << e.what();
+  }
 }
 
 // ONNX Runtime on the export against ember's int8 plan: its Conv (DQ'd int8 weights, int32 bias)
