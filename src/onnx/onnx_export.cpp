@@ -197,12 +197,10 @@ class Exporter {
     const std::string nm = g_.nodes[size_t(i)].param_prefix;
     const std::vector<int64_t> wdims{s.out, d.c / s.groups, s.kernel_h, s.kernel_w};
     std::vector<std::string> in{img(x, nm)};
-    if (bn >= 0 && hook_ && hook_->keeps_weights(nm)) {  // the hook's weight and bias carry the BN
+    const bool carried = bn >= 0 && hook_ && hook_->keeps_weights(nm);  // the hook's weight and bias carry the BN
+    if (bn < 0 || carried) {
       in.push_back(wparam(i, "weight", wdims));
-      in.push_back(wparam(i, "bias", {s.out}));
-    } else if (bn < 0) {
-      in.push_back(wparam(i, "weight", wdims));
-      if (s.bias) in.push_back(wparam(i, "bias", {s.out}));
+      if (s.bias || carried) in.push_back(wparam(i, "bias", {s.out}));
     } else {
       const LayerSpec& b = *g_.nodes[size_t(bn)].spec;
       const size_t K = size_t(s.out), per = size_t(d.c / s.groups) * s.kernel_h * s.kernel_w;
