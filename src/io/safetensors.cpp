@@ -187,9 +187,13 @@ void read_tensor_f32(const ByteSource& src, const SafetensorsHeader& h, const Sa
 
 namespace {
 // Every parameter of `model` is in `h` with its shape and a float dtype, and every other tensor's
-// name starts with `ignored_prefix` (empty: none may). Reads the header only.
+// name starts with `ignored_prefix` (empty: none may); a quantized file (ember/quant.h) is refused
+// as such. Reads the header only.
 void check_params(const std::vector<ParamInfo>& params, const Model& m, const SafetensorsHeader& h,
                   const std::string& file, const std::string& ignored_prefix) {
+  if (h.metadata.count("ember_quant"))  // its scales are no parameters of the model: say what it is
+    throw Error(file + " is a quantized (int8) file (its metadata has ember_quant); training and fp32 plans need fp32 "
+                "weights (the file `ember quantize` read)");
   const std::string model = m.source.empty() ? m.name : m.source;
   for (const SafetensorsEntry& e : h.tensors) {
     if (!ignored_prefix.empty() && e.name.rfind(ignored_prefix, 0) == 0) continue;

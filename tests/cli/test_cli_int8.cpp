@@ -102,6 +102,17 @@ TEST_F(Int8Cli, MisuseIsRefusedInOneLineAndFilesStay) {
   EXPECT_FALSE(fs::exists(tmp_ / "x.safetensors"));
 }
 
+// Training from a quantized file: refused in one line saying what the file is and what training
+// needs (not that its activation scales are parameters the model lacks).
+TEST_F(Int8Cli, TrainingFromAQuantizedFileSaysItNeedsFp32Weights) {
+  const fs::path wq = quantized(trained_weights());
+  const std::string before = read_text(wq);
+  const std::string base = "train --data " + quote(data_.string()) + " --epochs 1 --batch-size 16 --quiet --weights " + quote(wq.string());
+  expect_one_line_error(run(base), {"wq.safetensors", "is a quantized (int8) file", "fp32 weights"});
+  expect_one_line_error(run(base + " --qat"), {"is a quantized (int8) file", "fp32 weights"});
+  EXPECT_EQ(read_text(wq), before);
+}
+
 // `ember train --qat`: fine-tunes fp32 weights with fake quantization; stopped after its first
 // epoch and resumed, it ends with the bytes of a run never stopped; `ember quantize` of its file
 // keeps the learnt ranges (and says so), its int8 eval is near its fake-quantized one; misuse of
