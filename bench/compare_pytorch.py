@@ -23,6 +23,7 @@ import json
 import os
 import resource
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -306,7 +307,9 @@ def full_run(a):
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20, eta_min=1e-5)
     g = torch.Generator().manual_seed(1)
     t0 = time.perf_counter()
+    epochs = []
     for _ in range(10):
+        te = time.perf_counter()
         m.train()
         perm = torch.randperm(images.shape[0], generator=g)
         for i in range(0, images.shape[0], 64):
@@ -319,7 +322,9 @@ def full_run(a):
         with torch.inference_mode():
             correct = sum(int((m(timages[i:i + 1000].float().div_(255.0)).argmax(1) == tlabels[i:i + 1000]).sum())
                           for i in range(0, timages.shape[0], 1000))
-    return {"value": time.perf_counter() - t0, "unit": "s", "test_acc": 100.0 * correct / timages.shape[0]}
+        epochs.append(time.perf_counter() - te)
+    return {"value": time.perf_counter() - t0, "unit": "s", "test_acc": 100.0 * correct / timages.shape[0],
+            "epochs": epochs}
 
 
 # ---------------------------------------------------------------- the driver
@@ -484,16 +489,26 @@ def main():
         runs = []
         for _ in range(a.repeat):  # alternating, like the workloads
             t0 = time.perf_counter()
-            out = subprocess.run([a.ember, "train", "--data", a.data, "--threads", str(a.threads or hw)],
-                                 check=True, capture_output=True, text=True).stdout
+            with tempfile.TemporaryDirectory() as tmp:
+                metrics = os.path.join(tmp, "run.jsonl")
+                out = subprocess.run([a.ember, "train", "--data", a.data, "--threads", str(a.threads or hw),
+                                      "--metrics", metrics], check=True, capture_output=True, text=True).stdout
+                with open(metrics) as f:
+                    epochs = [json.loads(l)["seconds"] for l in f if l.strip()]
             ember_s = time.perf_counter() - t0
             acc = float(out.strip().splitlines()[-1].split("accuracy ")[1].split("%")[0])
-            runs.append((ember_s, acc, run_torch(a, "mnist-10", a.threads or hw, 64)))
-        ember_s, acc = min((r[0], r[1]) for r in runs)
+            runs.append((ember_s, acc, run_torch(a, "mnist-10", a.threads or hw, 64), epochs))
+        best = min(runs, key=lambda r: r[0])
+        ember_s, acc, ember_epochs = best[0], best[1], best[3]
         t = min((r[2] for r in runs), key=lambda r: r["value"])
         rows.append({"workload": "10-epoch run", "unit": "s", "ember": ember_s, "pytorch": t["value"],
                      "speedup": t["value"] / ember_s, "ember_test_acc": acc, "pytorch_test_acc": t["test_acc"],
+                     "ember_epochs": ember_epochs, "pytorch_epochs": t.get("epochs", []),
                      "ember_all": [r[0] for r in runs], "pytorch_all": [r[2]["value"] for r in runs]})
+        # Per epoch, side by side: a steady state shows as epochs 2-10 within a little of the first
+        # (denormals once made ember's later epochs 13x slower on Intel cores).
+        print("  per epoch, s:  ember " + " ".join(f"{x:.2f}" for x in ember_epochs) +
+              "\n                 pytorch " + " ".join(f"{x:.2f}" for x in t.get("epochs", [])))
         note = ""
         if a.repeat > 1:
             note = (f"   (of {a.repeat}: ember {spread([r[0] for r in runs])}, "

@@ -44,6 +44,10 @@ class Model:
     @layout.setter
     def layout(self, value: str) -> None: ...
     @property
+    def denormals(self) -> str: ...  # 'flush' (default) or 'keep'
+    @denormals.setter
+    def denormals(self, value: str) -> None: ...
+    @property
     def precision(self) -> str: ...  # fp32 | bf16 | int8 (int8: inference after quantize or load of a quantized file)
     @precision.setter
     def precision(self, value: str) -> None: ...

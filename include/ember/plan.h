@@ -24,6 +24,17 @@ const char* precision_name(Precision p);  // "fp32", "bf16"
 // "fp32" or "bf16"; anything else throws Error starting "WHAT: ".
 Precision parse_precision(const std::string& text, const std::string& what);
 
+// Denormal numbers (|x| < 2^-126) in the kernels' arithmetic. flush (the default): flush-to-zero
+// and denormals-are-zero on every thread while it runs a plan's kernels (the pool's workers, the
+// calling thread for the length of each call, its own mode restored on return), as TensorFlow,
+// ONNX Runtime's set_denormal_as_zero and torch.set_flush_denormal(True) do: Intel cores take a
+// ~100-cycle assist per denormal, and a trained network's small gradients and optimizer state go
+// denormal (the README's run slowed 13x after its first epoch). keep: exact IEEE arithmetic.
+enum class Denormals { flush, keep };
+const char* denormals_name(Denormals d);  // "flush", "keep"
+// "flush" or "keep"; anything else throws Error starting "WHAT: ".
+Denormals parse_denormals(const std::string& text, const std::string& what);
+
 enum class OptimizerKind { SGD, Momentum, Nesterov, Adam, AdamW };
 
 struct OptimizerConfig {
@@ -61,6 +72,7 @@ struct PlanOptions {
   // once nothing reads them (loss(n, true), backward and the optimizer then throw).
   bool training = true;
   uint64_t seed = 1;            // stochastic depth's masks: drawn from (seed, optimizer step, unit)
+  Denormals denormals = Denormals::flush;
 };
 
 // What a parameter is for (the op table says, per op): the optimizer's weight decay and L2 apply

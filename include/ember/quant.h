@@ -70,6 +70,7 @@ struct QuantOptions {
   double percentile = 99.99;
   std::string data;               // recorded in the file
   int threads = 1;
+  Denormals denormals = Denormals::flush;  // the calibration runs' floating-point mode (PlanOptions)
   std::string isa;                // the fp32 kernel set of the calibration runs
   // 8, or 7: weights in [-63, 63] per channel (scale max|w| / 63), so that on AVX2 without VNNI every
   // quantized layer runs the VPMADDUBSW GEMM (exact for |w| <= 64; docs/int8.md) at a small cost in
@@ -125,7 +126,9 @@ class Int8Plan {
  public:
   // isa: an fp32 kernel set (scalar, avx2, avx512; empty: EMBER_ISA when set, else the best), whose int8 path it takes
   // (int8_path_name), or an int8 set by name (avx_vnni, avx512_vnni) with the best fp32 set.
-  Int8Plan(const QuantizedWeights& q, int batch, int threads = 1, const std::string& isa = "");
+  // denormals: the floating-point mode of its fp32 steps and requantization (PlanOptions::denormals).
+  Int8Plan(const QuantizedWeights& q, int batch, int threads = 1, const std::string& isa = "",
+           Denormals denormals = Denormals::flush);
   ~Int8Plan();
   Int8Plan(Int8Plan&&) noexcept;
   Int8Plan& operator=(Int8Plan&&) noexcept;

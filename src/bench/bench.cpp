@@ -87,11 +87,19 @@ OptimizerConfig optimizer_of(const Recipe& r) {
   return o;
 }
 
-// Seconds for `samples` training samples (after `warm` untimed steps) of `model`.
-double time_training(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
-                     int64_t samples, double* flops_per_sample, const std::string& layout) {
+// The settings every workload's plan shares.
+PlanOptions plan_options(int batch, int threads, Isa isa, Precision prec, const std::string& layout, Denormals dn) {
   PlanOptions po;
   po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec, po.layout = layout;
+  po.denormals = dn;
+  return po;
+}
+
+// Seconds for `samples` training samples of `model`, after `warmup` untimed ones (at least 10
+// steps): from a state that has trained, as an epoch after the first sees it.
+double time_training(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
+                     int64_t samples, double* flops_per_sample, const std::string& layout, int64_t warmup, Denormals dn) {
+  PlanOptions po = plan_options(batch, threads, isa, prec, layout, dn);
   po.optimizer = optimizer_of(model.recipe);
   Plan plan(model, po);
   plan.init_params(1);
@@ -105,7 +113,7 @@ double time_training(const Model& model, const Dataset& d, int batch, int thread
     plan.loss(n, true);
     plan.backward_step(n, model.recipe.lr);
   };
-  for (int i = 0; i < 10; ++i) step(batch);
+  for (int64_t done = 0, i = 0; i < 10 || done < warmup; ++i, done += batch) step(batch);
   const auto t0 = Clock::now();
   for (int64_t done = 0; done < samples; done += batch) step(int(std::min<int64_t>(batch, samples - done)));
   return since(t0);
@@ -113,9 +121,8 @@ double time_training(const Model& model, const Dataset& d, int batch, int thread
 
 // Milliseconds per forward pass of a batch (the inference path: no loss, no backward).
 double time_inference(const Model& model, const Dataset& d, int batch, int threads, Isa isa, Precision prec,
-                      double* flops_per_sample, const std::string& layout, const std::string& weights = "") {
-  PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.precision = prec, po.layout = layout;
+                      double* flops_per_sample, const std::string& layout, Denormals dn, const std::string& weights = "") {
+  PlanOptions po = plan_options(batch, threads, isa, prec, layout, dn);
   po.optimizer.kind = OptimizerKind::SGD;
   Plan plan(model, po);
   plan.init_params(1);
@@ -156,9 +163,10 @@ std::vector<WeightRun> weight_runs(const BenchOptions& o, const std::string& mod
 
 // Milliseconds per forward pass of an int8 plan (quantized weights from `path`), inputs from d
 // (MNIST-shaped) or random normal ones when d is null.
-double time_int8(const std::string& path, const Dataset* d, int batch, int threads, Isa isa, double* flops, double min_s) {
+double time_int8(const std::string& path, const Dataset* d, int batch, int threads, Isa isa, double* flops, double min_s,
+                 Denormals dn) {
   const QuantizedWeights q = load_quantized(path);
-  Int8Plan plan(q, batch, threads, isa_name(isa));
+  Int8Plan plan(q, batch, threads, isa_name(isa), dn);
   *flops = plan.flops_per_sample();
   if (d) {
     std::vector<int64_t> idx(static_cast<size_t>(batch));
@@ -180,10 +188,9 @@ double time_int8(const std::string& path, const Dataset* d, int batch, int threa
 // after 2 untimed ones, timed
 // for at least 3 steps and 4 s; inference: milliseconds per forward of an inference plan.
 double convnext_run(const Model& model, int batch, int threads, Isa isa, Precision prec, bool training, double* flops,
-                    const std::string& layout, const std::string& weights = "") {
-  PlanOptions po;
-  po.batch = batch, po.threads = threads, po.isa = isa_name(isa), po.training = training, po.precision = prec;
-  po.layout = layout;
+                    const std::string& layout, Denormals dn, const std::string& weights = "") {
+  PlanOptions po = plan_options(batch, threads, isa, prec, layout, dn);
+  po.training = training;
   po.optimizer = optimizer_of(model.recipe);
   Plan plan(model, po);
   plan.init_params(1);
@@ -379,10 +386,11 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
   for (const char* name : {"cnn-train", "cnn-train-1t"}) {
     if (!wants(name)) continue;
     BenchResult r;
-    r.name = name, r.what = "mnist-cnn training (original recipe), seconds per 60000-sample epoch";
+    r.name = name, r.what = "mnist-cnn training (original recipe), seconds per 60000-sample epoch after " +
+                            std::to_string(o.warmup_samples) + " warm-up samples";
     r.threads = threads_or(std::string(name) == "cnn-train" ? all : 1), r.batch = batch_or(64);
     double fps = 0;
-    const double s = time_training(cnn, train, r.batch, r.threads, isa, prec, o.samples, &fps, o.layout);
+    const double s = time_training(cnn, train, r.batch, r.threads, isa, prec, o.samples, &fps, o.layout, o.warmup_samples, o.denormals);
     r.value = s * 60000.0 / double(o.samples), r.unit = "s/epoch";
     r.samples_per_s = double(o.samples) / s, r.gflops = fps * r.samples_per_s / 1e9;
     emit(r);
@@ -392,7 +400,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     r.name = "peak-rss", r.what = "peak resident memory while training mnist-cnn (data set, plan)";
     r.threads = threads_or(all), r.batch = batch_or(64);
     double fps = 0;
-    time_training(cnn, train, r.batch, r.threads, isa, prec, std::min<int64_t>(o.samples, 6400), &fps, o.layout);
+    time_training(cnn, train, r.batch, r.threads, isa, prec, std::min<int64_t>(o.samples, 6400), &fps, o.layout, 0, o.denormals);
     r.value = peak_rss_mb(), r.unit = "MB";
     emit(r);
   }
@@ -404,7 +412,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     for (int b : batches) {
       double fps = 0;
       const int64_t samples = std::max<int64_t>(o.samples, 20 * b);
-      const double s = time_training(mlp, train, b, r.threads, isa, prec, samples, &fps, o.layout);
+      const double s = time_training(mlp, train, b, r.threads, isa, prec, samples, &fps, o.layout, o.warmup_samples, o.denormals);
       if (samples / s > r.samples_per_s) {
         r.samples_per_s = samples / s, r.batch = b, r.gflops = fps * r.samples_per_s / 1e9;
       }
@@ -421,8 +429,8 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
       r.name = name, r.what = "mnist-cnn forward pass, milliseconds per batch", r.weights = wr.path;
       r.threads = threads_or(b1 ? 1 : all), r.batch = batch_or(b1 ? 1 : 64);
       double fps = 0;
-      r.value = wr.int8 ? time_int8(wr.path, &train, r.batch, r.threads, isa, &fps, 0.5)
-                        : time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps, o.layout, wr.path);
+      r.value = wr.int8 ? time_int8(wr.path, &train, r.batch, r.threads, isa, &fps, 0.5, o.denormals)
+                        : time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps, o.layout, o.denormals, wr.path);
       r.unit = "ms";
       r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
       emit(r, wr.int8);
@@ -443,12 +451,14 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
                                           : " training on random 64x64 inputs (" + m.recipe.optimizer + "), samples per second");
     const bool b1 = name.ends_with("-infer-b1");
     r.threads = threads_or(all), r.batch = batch_or(b1 ? 1 : 64);
-    for (const WeightRun& wr : infer ? weight_runs(o, m.name) : std::vector<WeightRun>{WeightRun{}}) {
-      if (wr.int8 && prec != Precision::fp32) continue;
+    // Training starts from an fp32 --weights file of the model when given (a state that has
+    // trained), else from a fresh initialisation; quantized files are for inference only.
+    for (const WeightRun& wr : weight_runs(o, m.name)) {
+      if (wr.int8 && (prec != Precision::fp32 || !infer)) continue;
       double fps = 0;
       r.weights = wr.path;
-      r.value = wr.int8 ? time_int8(wr.path, nullptr, r.batch, r.threads, isa, &fps, 4.0)
-                        : convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps, o.layout, wr.path);
+      r.value = wr.int8 ? time_int8(wr.path, nullptr, r.batch, r.threads, isa, &fps, 4.0, o.denormals)
+                        : convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps, o.layout, o.denormals, wr.path);
       r.unit = infer ? "ms" : "samples/s";
       r.samples_per_s = infer ? r.batch / (r.value / 1e3) : r.value;
       r.gflops = fps * r.samples_per_s / 1e9;

@@ -3,6 +3,8 @@
 // nobody has started is run by whichever thread is free, so a worker whose vCPU the hypervisor
 // has descheduled does not hold up the region: the caller runs its part. Parts therefore must not
 // wait for each other. No allocation per run: the job is a non-owning function reference.
+// Every part runs in the pool's floating-point mode (core/fp_mode.h): the workers hold it for
+// their lifetime, the caller for the length of run(), its own mode restored on return.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -17,12 +19,14 @@ namespace ember {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);
+  // flush_denormals: FTZ and DAZ on in every part (ember's default); false: exact IEEE.
+  explicit ThreadPool(int threads, bool flush_denormals = true);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
+  bool flushes_denormals() const { return flush_; }
   // With a profiler, each worker's share of every run is recorded on its own track, attributed
   // to the profiler's current context. Set between runs only (null: off, no cost but a test).
   void set_profiler(Profiler* p) { prof_ = p; }
@@ -44,6 +48,7 @@ class ThreadPool {
   void run_parts(uint64_t gen, int t, JobRef job);
 
   int size_;
+  bool flush_;
   std::vector<std::thread> workers_;
   JobRef job_{nullptr, nullptr};
   std::atomic<uint64_t> generation_{0};

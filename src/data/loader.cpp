@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fp_mode.h"
 #include "ember/error.h"
 #include "ember/loader.h"
 
@@ -53,6 +54,7 @@ struct BatchLoader::Impl {
     for (auto& t : threads) t.join();
   }
   void work() {
+    set_thread_fp_mode(true);  // ember's thread: denormals flushed (core/fp_mode.h); u8 results either way
     std::vector<uint8_t> scratch(d.streamed() ? d.image_elems() : 0);  // a streamed image, decoded
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {

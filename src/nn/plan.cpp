@@ -295,7 +295,7 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
   } catch (const std::bad_alloc&) {
     throw Error(m.g.where + ": cannot allocate " + std::to_string(a.size() >> 20) + " MiB for the plan");
   }
-  m.pool = std::make_unique<ThreadPool>(opt.threads);
+  m.pool = std::make_unique<ThreadPool>(opt.threads, opt.denormals == Denormals::flush);
   if (bg_mask != kNone) {
     m.bg.mask = a.at<float>(bg_mask);
     m.bg.value = a.at<float>(bg_value);
@@ -338,6 +338,16 @@ Precision parse_precision(const std::string& text, const std::string& what) {
   std::string shown;  // one line, however hostile the text
   for (char c : text.substr(0, 40)) shown += (c >= 32 && c < 127) ? c : '?';
   throw Error(what + ": expected fp32 or bf16, found '" + shown + (text.size() > 40 ? "...'" : "'"));
+}
+
+const char* denormals_name(Denormals d) { return d == Denormals::keep ? "keep" : "flush"; }
+
+Denormals parse_denormals(const std::string& text, const std::string& what) {
+  if (text == "flush") return Denormals::flush;
+  if (text == "keep") return Denormals::keep;
+  std::string shown;
+  for (char c : text.substr(0, 40)) shown += (c >= 32 && c < 127) ? c : '?';
+  throw Error(what + ": expected flush or keep, found '" + shown + (text.size() > 40 ? "...'" : "'"));
 }
 const char* Plan::isa_name() const { return ember::isa_name(impl_->k->isa); }
 bool Plan::bf16_emulated() const { return impl_->opt.precision == Precision::bf16 && impl_->k->bf16_rate < 2; }
@@ -457,6 +467,7 @@ void* Plan::grad_data() { return impl_->at<std::byte>(impl_->grad_off); }
 const void* Plan::output() const { return impl_->at<std::byte>(impl_->act[impl_->out_tensor()]); }  // [batch, output_dims()]
 
 void Plan::init_params(uint64_t seed) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   check_thawed(m, "init_params");
   for (size_t t = 0; t < m.params.size(); ++t) {
@@ -495,6 +506,7 @@ void Plan::set_input_affine(const std::vector<double>& scale, const std::vector<
 }
 
 void Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   const size_t D = m.g.tensors[0].dims.size();
   const int C = m.model.in_c;

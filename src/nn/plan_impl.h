@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/fp_mode.h"
 #include "core/thread_pool.h"
 #include "ember/error.h"
 #include "ember/plan.h"
@@ -26,6 +27,9 @@ struct Plan::Impl {
   PlanOptions opt;
   const Kernels* k = nullptr;
   std::unique_ptr<ThreadPool> pool;
+  // The floating-point mode (PlanOptions::denormals) on the calling thread for one public call
+  // that computes; the pool's workers hold it already. Restores the caller's on return.
+  FpModeScope fp_scope() const { return FpModeScope(opt.denormals == Denormals::flush); }
   Arena arena;
   size_t esz = 4;  // bytes per element
   nn::Graph g;                                   // nodes point into `model`

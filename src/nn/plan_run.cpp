@@ -147,6 +147,7 @@ bool decays(const OptimizerConfig& o, const ParamInfo& p) {
 }  // namespace
 
 void Plan::forward(int n) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   refresh_copy(m);
   plan_impl::refresh_qat_weights(m);
@@ -156,6 +157,7 @@ void Plan::forward(int n) {
 }
 
 double Plan::loss(int n, bool grad, int mean_over) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   if (grad) check_training(m, "loss");
   if (mean_over != 0 && mean_over < n)
@@ -181,6 +183,7 @@ double Plan::loss(int n, bool grad, int mean_over) {
 }
 
 int Plan::correct(int n) const {
+  const FpModeScope fp = impl_->fp_scope();
   const Impl& m = *impl_;
   check_class_scores(*this, m, "correct");
   const int D = m.model.num_classes;
@@ -249,7 +252,10 @@ void plan_impl::refresh_qat_weights(Plan::Impl& m, bool steps) {
   if (steps) m.wq_step = m.step;
 }
 
-void Plan::backward(int n, GradsFinal on_final, void* ctx) { run_backward(*impl_, n, on_final, ctx, nullptr); }
+void Plan::backward(int n, GradsFinal on_final, void* ctx) {
+  const FpModeScope fp = impl_->fp_scope();
+  run_backward(*impl_, n, on_final, ctx, nullptr);
+}
 
 void Plan::set_flush_counting(bool on) { impl_->count_flush = on; }
 Plan::FlushCount Plan::flush_count() const { return impl_->flush; }
@@ -265,6 +271,7 @@ ops::AdamArgs adam_args(const OptimizerConfig& o, const ParamInfo& p, double lr,
 }  // namespace
 
 int Plan::backward_step(int n, double lr) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   if (m.esz != 4) throw Error("backward_step: only f32 plans train (f64 plans are for gradient checks)");
   check_thawed(m, "backward_step");
@@ -351,6 +358,7 @@ void check_updatable(const Plan::Impl& m, const char* what) {
 }  // namespace
 
 int Plan::optimizer_step(double lr) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   check_updatable(m, "optimizer_step");
   const ops::Exec e = m.exec();
@@ -364,6 +372,7 @@ int Plan::optimizer_step(double lr) {
 }
 
 int Plan::update_elements(double lr, size_t begin, size_t end) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   check_updatable(m, "update_elements");
   if (begin > end || end > m.nparams)
@@ -405,6 +414,7 @@ void Plan::set_optimizer_steps(int64_t t) {
 }
 
 int Plan::first_nonfinite_grad() {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   if (m.esz != 4) throw Error("first_nonfinite_grad: f32 plans only");
   const ops::Exec e = m.exec();
@@ -419,6 +429,7 @@ void Plan::set_train_mode(bool on) { impl_->train_mode = on; }
 bool Plan::train_mode() const { return impl_->train_mode; }
 
 int Plan::first_nonfinite_output(int n) {
+  const FpModeScope fp = impl_->fp_scope();
   Impl& m = *impl_;
   const ops::Exec e = m.exec();
   for (size_t i = 0; i < m.us.size(); ++i) {

@@ -33,6 +33,12 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
       ->capture_default_str();
   cmd->add_option("--layout", a.layout, "auto, nchw or nhwc: the model workloads' activation layout")->capture_default_str();
   cmd->add_option("--samples", a.samples, "Training samples timed per training workload")->capture_default_str();
+  cmd->add_option("--warmup-samples", a.warmup_samples,
+                  "cnn-train, mlp-train: samples trained untimed first, so that the timed ones start from a trained "
+                  "state (default: one epoch; 0: from a fresh initialisation)")
+      ->capture_default_str();
+  cmd->add_option("--denormals", a.denormals, "flush or keep: every plan's denormal mode (as train's --denormals)")
+      ->capture_default_str();
   cmd->add_option("--workloads", a.workloads, "Comma-separated workloads to run (default: all; see --list)")
       ->delimiter(',');
   cmd->add_option("--data", a.data, "MNIST-format directory to train on (default: Fashion-MNIST)");
@@ -54,9 +60,10 @@ namespace {
 // the ONNX file's weights or random ones, 3 untimed passes, then the best of 3 rounds' means
 // (each round at least 3 passes and `seconds` / 3), as bench/onnxruntime_infer.js times its side.
 double time_model(const Model& model, const OnnxImport* onnx, int batch, int threads, const std::string& isa,
-                  Precision prec, double seconds, double* flops, const std::string& layout) {
+                  Precision prec, double seconds, double* flops, const std::string& layout, Denormals dn) {
   PlanOptions po;
   po.batch = batch, po.threads = threads, po.isa = isa, po.training = false, po.precision = prec, po.layout = layout;
+  po.denormals = dn;
   Plan plan(model, po);
   if (onnx) load_onnx_weights(plan, *onnx);
   else plan.init_params(1);
@@ -152,7 +159,7 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
       r.what = model.name + " forward pass of random inputs, milliseconds per batch";
       r.threads = o.threads ? o.threads : m.hw_threads, r.batch = b;
       double fps = 0;
-      r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout); });
+      r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout, o.denormals); });
       r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
       r.peak_pct = 100 * r.gflops / ((prec == Precision::bf16 ? rate : 1) * (r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops));
       rep.row(r);
@@ -175,6 +182,8 @@ int run_bench(const BenchArgs& a) {
   o.threads = a.threads, o.batch = a.batch_size, o.isa = a.isa, o.layout = a.layout, o.samples = a.samples, o.only = a.workloads;
   o.data_folder = a.data_folder;
   o.weights = a.weights;
+  o.warmup_samples = a.warmup_samples;
+  o.denormals = parse_denormals(a.denormals, "--denormals");
   o.precisions.clear();
   for (const std::string& p : a.precisions) {
     const Precision prec = parse_precision(p, "--precision");
@@ -183,6 +192,8 @@ int run_bench(const BenchArgs& a) {
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
+  if (o.warmup_samples < 0 || o.warmup_samples > 100000000)
+    throw Error("--warmup-samples: expected 0..100000000, found " + std::to_string(o.warmup_samples));
   const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), Precision::bf16) != o.precisions.end();
   const KernelSet isa = resolve_kernel_set(a.isa, "--isa");
   if (bf16 && isa.bf16_rate < 2) note_emulated_bf16(isa.name);
