@@ -14,6 +14,7 @@ struct ImageFiles;
 
 struct Dataset {
   int64_t count = 0;             // N
+  int64_t total = 0;             // the split's samples before a limit kept the first N (0: unknown)
   int rows = 0, cols = 0;        // H, W
   int channels = 1;              // C: 1 (grey) or 3 (RGB)
   int num_classes = 10;

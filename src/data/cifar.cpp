@@ -102,6 +102,7 @@ void read_batch(Dataset& d, const std::string& path, bool hundred, bool fine, ui
   } closer{fd};
   check_size(size, hundred, max_records, path);
   int64_t n = int64_t(size / rec);
+  d.total += n;
   if (room >= 0) n = std::min(n, room);
   std::vector<uint8_t> buf;
   named_alloc(quote_path(path), "reading " + std::to_string(n) + " records", size_t(n) * rec, [&] { buf.resize(size_t(n) * rec); });
@@ -122,11 +123,19 @@ Dataset load_split(const std::vector<std::string>& files, bool hundred, bool fin
                    const char* field) {
   if (limit < 0) throw Error(std::string(field) + ": expected >= 0 (0: all images), found " + std::to_string(limit));
   Dataset d = empty_set(hundred, fine);
+  bool counted = true;  // every file's records in d.total (the files past the limit from their sizes)
   for (const std::string& f : files) {
-    if (limit > 0 && d.count >= limit) break;
+    if (limit > 0 && d.count >= limit) {
+      struct stat st;
+      const uint64_t rec = uint64_t(hundred ? 2 : 1) + kImage;
+      counted = counted && ::stat(f.c_str(), &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) % rec == 0;
+      if (counted) d.total += int64_t(uint64_t(st.st_size) / rec);
+      continue;
+    }
     if (!present(f)) throw Error(quote_path(f) + ": missing (a CIFAR" + (hundred ? "-100" : "-10") + " data set has it)");
     read_batch(d, f, hundred, fine, max_records, limit > 0 ? limit - d.count : -1);
   }
+  if (!counted) d.total = 0;
   return d;
 }
 

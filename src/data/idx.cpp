@@ -465,6 +465,7 @@ Dataset load_idx_dataset(const std::string& images_path, const std::string& labe
   const int64_t n = img.header().dims[0];
   Dataset ds;
   ds.count = limit > 0 ? std::min(n, limit) : n;
+  ds.total = n;
   ds.rows = static_cast<int>(img.header().dims[1]);
   ds.cols = static_cast<int>(img.header().dims[2]);
   ds.num_classes = num_classes;

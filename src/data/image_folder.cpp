@@ -204,6 +204,7 @@ TrainTest load_image_folder(const std::string& dir, const FolderOptions& o, Fold
   const Shape s = check_heads(l, ha, hb, o);
   const int classes = int(l.classes.size());
   TrainTest t{files_of(l.train.items, ha, s, classes, o, budget), files_of(l.test.items, hb, s, classes, o, budget)};
+  t.train.total = l.train.total, t.test.total = l.test.total;
   const uint64_t bytes = uint64_t(t.train.count + t.test.count) * t.train.image_elems();
   const bool stream = bytes > o.cache_bytes;
   if (!stream) cache(t.train, dir, o), cache(t.test, dir, o);

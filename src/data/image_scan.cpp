@@ -164,6 +164,7 @@ Listing list_image_folder(const std::string& dir, const FolderOptions& o) {
     l.test = scan_classes(test_dir, l.classes, false, what);
     if (l.test.items.empty()) throw Error(what + " " + quote_path(test_dir) + ": no .png/.jpg/.jpeg images");
   }
+  l.train.total = int64_t(l.train.items.size()), l.test.total = int64_t(l.test.items.size());
   keep_first(l.train.items, o.limit_train, "limit_train");
   keep_first(l.test.items, o.limit_test, "limit_test");
   return l;

@@ -19,6 +19,7 @@ struct Item {
 struct Split {
   std::vector<Item> items;
   int64_t skipped = 0;  // files that are not named as images
+  int64_t total = 0;    // images listed before the limit kept the first ones
 };
 struct Listing {
   std::vector<std::string> classes;

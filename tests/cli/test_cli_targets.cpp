@@ -1,7 +1,7 @@
 // `ember train --targets FILE.npy` (issue 40): a model without class scores trained with MSE on
 // dense targets, read by each batch's shuffled sample indices (gradient blocks too), the test set
-// evaluated on --test-targets; a wrong sample count, a cross-entropy loss, a FIFO and an output
-// that is the targets file are each refused with one line.
+// evaluated on --test-targets; a wrong sample count (under --limit-* too: the file holds the whole
+// split), a cross-entropy loss, a FIFO and an output that is the targets file are each refused with one line.
 #include <sys/stat.h>
 
 #include "cli/cli_util.h"
@@ -113,6 +113,26 @@ TEST_F(Targets, BadTargetsAreRefusedWithOneLine) {
   // An output that is the targets file.
   expect_one_line_error(run(train("--epochs 1 --targets " + quote(c) + " --metrics " + quote(c))), {"--metrics", "--targets"});
   EXPECT_EQ(read_text(c).substr(1, 5), "NUMPY");
+}
+
+// With --limit-train/--limit-test a targets file still holds the whole split: its first dimension
+// must be the data set's sample count (200 train, 50 test here), however few samples the limits
+// keep, and every row is checked. Before, the limited N was the one checked (199 or 49 rows were
+// accepted, a NaN in row 150 was not seen) and the message showed it as the file's shape.
+TEST_F(Targets, UnderLimitsTheFileStillHoldsEverySample) {
+  const std::string tr = constant_targets("c.npy", 200, 1), te = constant_targets("te.npy", 50, 1);
+  const std::string tr199 = constant_targets("n199.npy", 199, 1), te49 = constant_targets("te49.npy", 49, 1);
+  const std::string wide = (tmp_ / "wide.npy").string(), nan = (tmp_ / "nan.npy").string();
+  write_file(wide, npy_f32(200, 3, [](int64_t, int) { return 1.0; }));
+  write_file(nan, npy_f32(200, 2, [](int64_t r, int) { return r == 150 ? std::nan("") : 1.0; }));
+  const std::string lim = "--epochs 1 --limit-train 64 --limit-test 16 --targets ";
+  const Result ok = run(train(lim + quote(tr) + " --test-targets " + quote(te)));
+  EXPECT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.out << ok.err;
+  expect_one_line_error(run(train(lim + quote(tr199))), {"--targets", tr199, "expected [200, 2]", "found [199, 2]"});
+  expect_one_line_error(run(train(lim + quote(tr) + " --test-targets " + quote(te49))),
+                        {"--test-targets", te49, "expected [50, 2]", "found [49, 2]"});
+  expect_one_line_error(run(train(lim + quote(wide))), {"--targets", wide, "expected [200, 2]", "found [200, 3]"});
+  expect_one_line_error(run(train(lim + quote(nan))), {"--targets", nan, "value [150][0]", "finite"});
 }
 
 }  // namespace

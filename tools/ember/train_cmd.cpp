@@ -217,17 +217,18 @@ void check_outputs(TrainArgs& a, const std::string& resume_path) {
   check_distinct(outs, ins);
 }
 
-// One flag's .npy targets for `count` samples; with a --limit-* in force, a file of more rows
-// gives its first `count` (the data set's first samples, as the limit keeps them).
-Targets read_targets(const char* flag, const std::string& path, const std::vector<int>& out, int64_t count, bool limited) {
+// One flag's .npy targets for the samples of split d: the file holds the whole split (its first
+// dimension the split's sample count, every row checked); with a --limit-* in force the run keeps
+// the rows of its first d.count samples.
+Targets read_targets(const char* flag, const std::string& path, const std::vector<int>& out, const Dataset& d) {
   try {
-    NpyArray v = read_npy(path);
-    if (limited && v.shape[0] > count) {
-      const size_t row = v.size() / size_t(v.shape[0]);
-      v.shape[0] = count;
-      v.f32.resize(v.is_f64 ? 0 : row * size_t(count)), v.f64.resize(v.is_f64 ? row * size_t(count) : 0);
+    Targets t = targets_of(read_npy(path), out, d.total > 0 ? d.total : d.count, path);
+    if (t.count > d.count) {
+      NpyArray& v = t.values;
+      v.shape[0] = t.count = d.count;
+      v.f32.resize(v.is_f64 ? 0 : t.per * size_t(d.count)), v.f64.resize(v.is_f64 ? t.per * size_t(d.count) : 0);
     }
-    return targets_of(std::move(v), out, count, path);
+    return t;
   } catch (const Error& e) {
     throw Error(std::string(flag) + ": " + e.what());
   }
@@ -247,9 +248,8 @@ RunTargets load_run_targets(const TrainArgs& a, const Model& model, const TrainT
     throw Error("--targets: model " + one_line(model.name) + " has the loss " + loss_kind_name(model.loss) +
                 ", which takes class labels; dense targets need the loss mse or l1 (\"loss\" in a model description)");
   const std::vector<int> out = model_output_dims(model);
-  t.train = read_targets("--targets", a.targets, out, data.train.count, a.limit_train > 0);
-  if (!a.test_targets.empty())
-    t.test = read_targets("--test-targets", a.test_targets, out, data.test.count, a.common.limit_test > 0);
+  t.train = read_targets("--targets", a.targets, out, data.train);
+  if (!a.test_targets.empty()) t.test = read_targets("--test-targets", a.test_targets, out, data.test);
   return t;
 }
 
