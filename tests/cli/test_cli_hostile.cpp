@@ -1,6 +1,8 @@
 // ember used as a hostile user would (issue 21): device nodes, FIFOs and symlinks as outputs and
 // inputs, JSON nested 100,000 deep, edited checkpoints, signals before training, two runs on one
-// checkpoint directory, outputs that are inputs. Each test failed on 86f41b9 (see the comments).
+// checkpoint directory, outputs that are inputs. Each test failed on 86f41b9 (see the comments);
+// those numbered 13, from the hostile-input run of 2026-12-01 (flags that do not apply, misleading
+// errors), failed on b049ce3.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -493,6 +495,77 @@ TEST_F(Hostile, EvalUsesTheModelStoredInTheWeights) {
   EXPECT_NE(r.out.find("model mnist-mlp"), std::string::npos) << r.out;
   expect_one_line_error(run("eval --model mnist-cnn --data " + quote(data_.string()) + " --weights " + quote(w.string())),
                         {"--model", "mnist-cnn", "mnist-mlp"});
+}
+
+// 13. (hostile-input run 2026-12-01, M3) --qat-freeze-after is checked at parse time against the
+// range a saved model's "qat.freeze_after" takes: above int32 it trained and saved a file that no
+// command could load. The top of the range trains, and eval loads what it saved.
+TEST_F(Hostile, QatFreezeAfterBeyondInt32IsRefusedBeforeTraining) {
+  const fs::path w = trained_weights(), f = tmp_ / "f.safetensors";
+  const std::string qat = train_args("--weights " + quote(w.string()) + " --qat --qat-calib-samples 64 --quiet --save " +
+                                     quote(f.string()) + " --qat-freeze-after ");
+  for (const char* n : {"2147483648", "99999999999", "-2", "1.5"})
+    expect_one_line_error(run(qat + n), {"--qat-freeze-after", n, "2147483647"});
+  EXPECT_FALSE(fs::exists(f));
+  const Result top = run(qat + "2147483647");
+  ASSERT_EQ(top.code, 0) << top.cmd << "\n" << top.out << top.err;
+  const Result e = run("eval --data " + quote(data_.string()) + " --threads 1 --weights " + quote(f.string()));
+  EXPECT_EQ(e.code, 0) << e.out << e.err;
+}
+
+// 13. (M6) Flags that do not apply to a run are refused naming the flag and why, not accepted and
+// ignored: another precision for a quantized file, eval's calibration flags where nothing is
+// quantized on the fly, and quantize's flags of a run it does not make. Those that apply still run.
+TEST_F(Hostile, FlagsThatDoNotApplyAreRefusedNotIgnored) {
+  const fs::path w = trained_weights(), wq = tmp_ / "wq.safetensors", q2 = tmp_ / "q2.safetensors";
+  const std::string data = " --data " + quote(data_.string()) + " --threads 1 ";
+  const Result q = run("quantize " + quote(w.string()) + data + "--calib-samples 64 -o " + quote(wq.string()));
+  ASSERT_EQ(q.code, 0) << q.cmd << "\n" << q.out << q.err;
+  const std::string eval_w = "eval" + data + "--weights " + quote(w.string()) + " ", eval_q = "eval" + data + "--weights " + quote(wq.string()) + " ";
+  for (const std::string p : {"bf16", "fp32"})
+    expect_one_line_error(run(eval_q + "--precision " + p), {"--precision " + p, wq.string(), "int8"});
+  for (const std::string flag : {"--calib mse", "--calib-samples 3", "--weight-bits 7"}) {
+    const std::string name = flag.substr(0, flag.find(' '));
+    expect_one_line_error(run(eval_q + flag), {name, "already quantized"});
+    expect_one_line_error(run(eval_q + "--precision int8 " + flag), {name, "already quantized"});
+    expect_one_line_error(run(eval_w + flag), {name, "--precision int8", "fp32"});
+    expect_one_line_error(run(eval_w + "--precision bf16 " + flag), {name, "--precision int8", "bf16"});
+  }
+  for (const std::string flag : {"--precision bf16", "--layout nhwc", "--flip", "--limit-test 5", "--crop 20", "--pad 2",
+                                 "--resized-crop", "--batch-size 8"})
+    expect_one_line_error(run("quantize " + quote(w.string()) + data + flag + " -o " + quote(q2.string())),
+                          {flag.substr(0, flag.find(' ')), "quantize"});
+  EXPECT_FALSE(fs::exists(q2));
+  // What applies: calibration flags on fp32 weights quantized here, --precision int8 on a quantized file.
+  const Result fly = run(eval_w + "--precision int8 --calib mse --calib-samples 32 --weight-bits 7");
+  EXPECT_EQ(fly.code, 0) << fly.out << fly.err;
+  const Result stored = run(eval_q + "--precision int8");
+  EXPECT_EQ(stored.code, 0) << stored.out << stored.err;
+}
+
+// 13. (M7, L5, L3) Errors name the real cause: --model given with a file already trained with --qat
+// ("'mnist-mlp' (mnist-mlp) is not the model ... (mnist-mlp)" before), a negative
+// --calib-samples (blamed on the IDX file's limit before); quantize --seed -1 is refused as
+// train's is (it wrapped to 2^64 - 1); eval's bad --precision lists int8.
+TEST_F(Hostile, ErrorsNameTheRealCause) {
+  const fs::path w = trained_weights(), qat = tmp_ / "qat.safetensors", out = tmp_ / "q.safetensors";
+  const Result t = run(train_args("--weights " + quote(w.string()) + " --qat --qat-calib-samples 64 --quiet --save " + quote(qat.string())));
+  ASSERT_EQ(t.code, 0) << t.cmd << "\n" << t.out << t.err;
+  expect_one_line_error(run(train_args("--weights " + quote(qat.string()) + " --qat")), {"already trained with --qat"});
+  const Result on = run(train_args("--weights " + quote(qat.string()) + " --quiet"));  // --model mnist-mlp: its model
+  EXPECT_EQ(on.code, 0) << on.out << on.err;
+  const std::string data = " --data " + quote(data_.string()) + " --threads 1 ";
+  for (const std::string& cmd : {"quantize " + quote(w.string()) + data + "-o " + quote(out.string()),
+                                "eval" + data + "--weights " + quote(w.string()) + " --precision int8"}) {
+    const Result r = run(cmd + " --calib-samples -5");
+    expect_one_line_error(r, {"--calib-samples", "-5"});
+    EXPECT_EQ(r.err.find("limit"), std::string::npos) << r.err;
+  }
+  expect_one_line_error(run("quantize " + quote(w.string()) + data + "--seed -1 -o " + quote(out.string())), {"--seed", "-1"});
+  EXPECT_FALSE(fs::exists(out));
+  // eval's --precision takes int8 too: its refusal lists it ("expected fp32 or bf16" before).
+  expect_one_line_error(run("eval" + data + "--weights " + quote(w.string()) + " --precision int4"),
+                        {"--precision", "fp32, bf16 or int8", "'int4'"});
 }
 
 }  // namespace

@@ -139,6 +139,33 @@ CLI::Validator non_negative() {
       "N >= 0");
 }
 
+}  // namespace
+
+CLI::Validator integer_check(int64_t lo, int64_t hi, const std::string& what) {
+  const std::string range = what.empty() ? "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" : what;
+  return CLI::Validator(
+      [=](std::string& s) {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        const bool ok = !s.empty() && ec == std::errc() && end == s.data() + s.size() && v >= lo && v <= hi;
+        return ok ? std::string() : "expected " + range + ", found '" + clip_text(s) + "'";
+      },
+      "N");
+}
+
+CLI::Validator seed_check() {
+  return CLI::Validator(
+      [](std::string& v) {  // CLI11 would wrap -1 to 2^64 - 1, and saturate 10^23
+        uint64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        const bool ok = !v.empty() && v[0] != '-' && v[0] != '+' && ec == std::errc() && end == v.data() + v.size();
+        return ok ? std::string() : "expected an integer in [0, 18446744073709551615], found '" + clip_text(v) + "'";
+      },
+      "N >= 0");
+}
+
+namespace {
+
 void add_common(CLI::App* cmd, CommonArgs& a) {
   a.threads = default_threads();
   std::string names;
@@ -319,12 +346,7 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
   cmd->add_option("--momentum", a.momentum, "Momentum for momentum/nesterov SGD")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed for initialisation and shuffling (an integer >= 0)")
       ->capture_default_str()
-      ->check([](const std::string& v) {  // CLI11 would wrap -1 to 2^64 - 1, and saturate 10^23
-        uint64_t x = 0;
-        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-        const bool ok = !v.empty() && v[0] != '-' && v[0] != '+' && ec == std::errc() && end == v.data() + v.size();
-        return ok ? std::string() : "expected an integer in [0, 18446744073709551615], found '" + one_line(v) + "'";
-      });
+      ->check(seed_check());
   cmd->add_flag("--no-shuffle", a.no_shuffle, "Keep the data set's order every epoch");
   cmd->add_option("--metrics", a.metrics, "Write one JSON object per epoch to FILE.jsonl");
   cmd->add_option("--targets", a.targets,
@@ -356,7 +378,8 @@ void add_train_flags(CLI::App* cmd, TrainArgs& a) {
                 "Quantization-aware training of --weights: fake-quantized activations and weights (straight-through), "
                 "ranges calibrated first, then learnt; `ember quantize` of the saved file keeps them (docs/int8.md)");
   cmd->add_option("--qat-freeze-after", a.qat_freeze_after,
-                  "--qat: the range observers stop after N optimizer steps (default: half the run's; -1: never)");
+                  "--qat: the range observers stop after N optimizer steps (default: half the run's; -1: never)")
+      ->check(integer_check(-1, 2147483647, "a step count in [0, 2147483647], or -1 (never)"));  // a saved model's range
   cmd->add_option("--qat-weight-bits", a.qat_weight_bits, "--qat: 8, or 7 (weights in [-63, 63], for AVX2 CPUs)")
       ->capture_default_str();
   cmd->add_option("--qat-calib-samples", a.qat_calib_samples, "--qat: training images the starting ranges are calibrated on")
@@ -572,7 +595,12 @@ Model fitted_to(Model m, const Model& like) {
     m.layers.back().out = m.num_classes = like.num_classes;
   return m;
 }
-bool same_model(const Model& a, const Model& stored) { return model_to_json(fitted_to(a, stored)) == model_to_json(stored); }
+// The QAT settings are not the model's structure: a file trained with --qat is still of its model.
+bool same_model(const Model& a, const Model& stored) {
+  Model f = fitted_to(a, stored);
+  f.qat = stored.qat;
+  return model_to_json(f) == model_to_json(stored);
+}
 }  // namespace
 
 Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given) {
@@ -602,11 +630,31 @@ void add_common_flags(CLI::App* cmd, CommonArgs& a) { add_common(cmd, a); }
 void check_common(const CommonArgs& a) { validate_common(a); }
 TrainTest load_data_for(const CommonArgs& a, int64_t limit_train) { return load_data_named(a, limit_train); }
 
+namespace {
+// eval's flags that would do nothing in its run are refused: a precision other than int8 for a
+// quantized file (it runs int8), and the calibration flags unless fp32 weights are quantized here.
+// stored: the run's weights are quantized (a quantized file, a QDQ model run int8).
+void check_eval_flags(const EvalArgs& a, const CLI::App& cmd, bool stored, bool int8) {
+  const std::string file = quote_path(a.weights.empty() ? a.common.model : a.weights);
+  const std::string& p = a.common.precision;
+  if (p != "fp32" && p != "bf16" && p != "int8") bad("--precision", "fp32, bf16 or int8", "'" + clip_text(p) + "'");
+  if (stored && cmd.count("--precision") && (p == "fp32" || p == "bf16"))
+    throw Error("--precision " + p + ": " + file + " is quantized (int8) and runs int8 only (--precision " + p +
+                " takes fp32 weights)");
+  for (const char* f : {"--calib", "--calib-samples", "--weight-bits"})
+    if (cmd.count(f) && (stored || !int8))
+      throw Error(std::string(f) + ": only with --precision int8 of fp32 weights (they are quantized here); " +
+                  (stored ? file + " is already quantized" : "this eval runs " + one_line(p)));
+}
+}  // namespace
+
 int run_eval(EvalArgs a, const CLI::App& cmd) {
   const bool onnx = a.weights.empty() && is_onnx_path(a.common.model);
   // A QDQ --model FILE.onnx runs int8 unless --precision names another precision.
   const bool qdq = onnx && (a.common.precision == "int8" || !cmd.count("--precision")) && is_quantized_onnx(a.common.model);
-  if (qdq || a.common.precision == "int8" || (!a.weights.empty() && is_quantized_file(a.weights))) {
+  const bool stored = qdq || (!a.weights.empty() && is_quantized_file(a.weights));
+  check_eval_flags(a, cmd, stored, stored || a.common.precision == "int8");
+  if (stored || a.common.precision == "int8") {
     if (a.weights.empty() && !qdq)
       throw Error("--precision int8: needs --weights (fp32 weights to quantize, or quantized ones) or a QDQ --model FILE.onnx");
     return run_eval_int8(a, cmd);

@@ -179,6 +179,11 @@ void print_int8_plan_of(const Model& model);
 void add_common_flags(CLI::App* cmd, CommonArgs& a);
 void check_common(const CommonArgs& a);
 TrainTest load_data_for(const CommonArgs& a, int64_t limit_train);
+// An integer flag's check on its text: in [lo, hi], else "expected an integer in [lo, hi], found
+// 'TEXT'" (`what` in place of "an integer in [lo, hi]"); CLI11 alone would saturate or wrap.
+CLI::Validator integer_check(int64_t lo, int64_t hi, const std::string& what = "");
+// --seed's check (train, quantize): an integer in [0, 2^64 - 1] as typed (CLI11 wraps -1 to 2^64 - 1).
+CLI::Validator seed_check();
 
 // `ember export WEIGHTS -o FILE.onnx [--model M]`.
 struct ExportArgs {

@@ -27,7 +27,8 @@ void add_quantize_flags(CLI::App* cmd, QuantizeArgs& a) {
   cmd->add_option("--percentile", a.percentile, "--calib percentile: the central share of values kept, in %")
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Shuffles the training images the calibration samples are taken from")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_check());
   cmd->add_option("--weight-bits", a.weight_bits,
                   "8, or 7: weights in [-63, 63], which AVX2 CPUs without VNNI run with VPMADDUBSW (faster; docs/int8.md)")
       ->capture_default_str();
@@ -76,9 +77,7 @@ Model qat_model(const TrainArgs& a, bool freeze_given, const Model& model, const
   if (a.common.precision != "fp32" && !a.common.precision.empty())
     throw Error("--qat: runs fp32 plans with fake quantization; --precision " + a.common.precision + " does not apply");
   if (model.qat.on()) throw Error(a.weights + ": already trained with --qat (its model has \"qat\"); drop --qat to go on");
-  check_integer("--qat-calib-samples", a.qat_calib_samples, 1, 1 << 20);
-  if (freeze_given && a.qat_freeze_after < -1)
-    throw Error("--qat-freeze-after: expected a step count >= 0, or -1 (never), found " + std::to_string(a.qat_freeze_after));
+  check_integer("--qat-calib-samples", a.qat_calib_samples, 1, 1 << 20);  // --qat-freeze-after is checked as parsed
   if (a.qat_weight_bits != 7 && a.qat_weight_bits != 8)
     throw Error("--qat-weight-bits: expected 7 or 8, found " + std::to_string(a.qat_weight_bits));
   *calibrated = quantize_for(a.common, model, a.weights, train, {a.qat_calib_samples, "minmax", 99.99, a.seed, a.qat_weight_bits});
@@ -112,7 +111,26 @@ void load_qat_start(Plan& plan, const std::string& weights, const QuantizedWeigh
   }
 }
 
+namespace {
+// The shared flags of a run that quantize does not make, refused rather than ignored.
+void check_quantize_flags(const CLI::App& cmd) {
+  const std::pair<const char*, const char*> unused[] = {
+      {"--precision", "the file it writes is int8 (eval runs it; eval --precision int8 quantizes fp32 weights itself)"},
+      {"--layout", "the file it writes holds no layout (eval takes --layout)"},
+      {"--batch-size", "the file it writes holds no batch size (eval takes --batch-size)"},
+      {"--limit-test", "it reads no test images (--calib-samples sets the training images it calibrates on)"},
+      {"--flip", "the calibration images are not augmented (--normalize applies)"},
+      {"--crop", "the calibration images are not augmented (--normalize applies)"},
+      {"--pad", "the calibration images are not augmented (--normalize applies)"},
+      {"--resized-crop", "the calibration images are not augmented (--normalize applies)"}};
+  for (const auto& [flag, why] : unused)
+    if (cmd.count(flag)) throw Error(std::string(flag) + ": does not apply to quantize: " + why);
+}
+}  // namespace
+
 int run_quantize(QuantizeArgs a, const CLI::App& cmd) {
+  check_quantize_flags(cmd);
+  check_integer("--calib-samples", a.calib_samples, 1, 1 << 20);  // before it limits the data set's reading
   check_output(a.output, "--output");
   check_distinct({{"--output", a.output}}, run_inputs(a.common, a.weights, ""));
   if (is_quantized_file(a.weights)) throw Error(a.weights + ": already quantized (its metadata has ember_quant)");
@@ -149,6 +167,7 @@ int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
     if (model.qat.on() && !cmd.count("--weight-bits")) a.calib.weight_bits = model.qat.weight_bits;  // as it was trained
     if (!cmd.count("--batch-size")) a.common.batch_size = model.recipe.batch_size;
     check_common(a.common);
+    check_integer("--calib-samples", a.calib.samples, 1, 1 << 20);  // before it limits the data set's reading
     data = load_data_for(a.common, a.calib.samples);
     q = quantize_for(a.common, model, a.weights, data.train, a.calib);
   }
