@@ -2,7 +2,11 @@
 // descriptions, flags, weights) must give one error line naming the file/field/flag and a non-zero
 // exit without a crash or hang; the good paths (train, eval, --help, info, JSON models, --isa)
 // work on tiny learnable MNIST-format data written to a temp directory by each test.
+#include <cstring>
+
 #include "cli/cli_util.h"
+#include "ember/model.h"
+#include "ember/plan.h"
 
 namespace {
 
@@ -398,6 +402,69 @@ TEST_F(Cli, EvalWeightsOfAnotherModel) {
                                {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
   expect_one_line_error(run("eval --data " + quote(data_) + " --model " + quote(m) + " --weights " + quote(w)),
                         {w.string(), "mlp64.json", "mnist-mlp"});
+}
+
+// A PyTorch state dict of model m in a safetensors file without ember's metadata (as torchvision's
+// saved by safetensors.torch): m's parameter names and shapes, num_batches_tracked I64 as torch
+// keeps it, every other tensor F32 (element k of the file's floats: 0.05 sin k; running_var 1).
+void write_state_dict(const fs::path& p, const ember::Model& m) {
+  nlohmann::json h = {{"__metadata__", {{"format", "pt"}}}};
+  Bytes data;
+  auto put = [&](const void* v, size_t n) { data.insert(data.end(), (const uint8_t*)v, (const uint8_t*)v + n); };
+  for (const ember::ParamInfo& q : ember::model_params(m)) {
+    const bool count = q.name.ends_with(".num_batches_tracked"), var = q.name.ends_with(".running_var");
+    const size_t begin = data.size();
+    for (size_t k = 0; k < q.size; ++k) {
+      const int64_t n = 3;
+      const float v = var ? 1.0f : float(0.05 * std::sin(double(data.size() / 4)));
+      count ? put(&n, 8) : put(&v, 4);
+    }
+    h[q.name] = {{"dtype", count ? "I64" : "F32"}, {"shape", q.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  const std::string text = h.dump();
+  Bytes file;
+  for (int i = 0; i < 8; ++i) file.push_back(uint8_t(uint64_t(text.size()) >> (8 * i)));
+  file.insert(file.end(), text.begin(), text.end());
+  file.insert(file.end(), data.begin(), data.end());
+  write_bytes(p, file);
+}
+
+// The F32 values of tensor `name` in safetensors file p.
+std::vector<float> tensor_values(const fs::path& p, const std::string& name) {
+  const Bytes b = read_bytes(p);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(b.at(size_t(i))) << (8 * i);
+  const nlohmann::json h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + long(n));
+  const size_t at = 8 + n + h.at(name).at("data_offsets")[0].get<size_t>(), end = 8 + n + h.at(name).at("data_offsets")[1].get<size_t>();
+  std::vector<float> v((end - at) / 4);
+  std::memcpy(v.data(), b.data() + at, end - at);
+  return v;
+}
+
+// torchvision's resnet18 for grey images (conv1 = Conv2d(1, 64, 7, 2, 3)), its state dict with no
+// ember metadata: `train --model resnet18 --weights W` builds the built-in model for the data's
+// input, as without --weights, then checks and loads W (on b049ce3 W was checked against the
+// 3-channel default: "tensor 'conv1.weight'.shape: expected [64,3,7,7], found [64,1,7,7]"); eval
+// likewise. A 3-channel state dict on grey data is named against the model built for the data.
+TEST_F(Cli, TorchvisionResnetWeightsTakeTheDatasInput) {
+  ember::Model m = ember::builtin_model("resnet18");
+  m.in_c = 1;
+  const fs::path grey = tmp_ / "grey.safetensors", rgb = tmp_ / "rgb.safetensors", out = tmp_ / "out.safetensors";
+  write_state_dict(grey, m);
+  const std::string args = "train --data " + quote(data_) + " --model resnet18 --epochs 1 --limit-train 16 --limit-test 8"
+                           " --batch-size 8 --threads 1 --optimizer sgd --lr 1e-20 --quiet --weights ";
+  const Result r = run(args + quote(grey) + " --save " + quote(out));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  EXPECT_NE(r.err.find("set to the data's [1, 28, 28]"), std::string::npos) << r.err;
+  const std::vector<float> given = tensor_values(grey, "conv1.weight"), saved = tensor_values(out, "conv1.weight");
+  ASSERT_EQ(saved.size(), size_t(64 * 7 * 7));
+  ASSERT_EQ(given.size(), saved.size());
+  for (size_t i = 0; i < given.size(); ++i) ASSERT_NEAR(saved[i], given[i], 1e-6) << "conv1.weight[" << i << "]: not the file's";
+  const Result e = run("eval --data " + quote(data_) + " --model resnet18 --limit-test 8 --threads 1 --weights " + quote(grey));
+  EXPECT_EQ(e.code, 0) << e.cmd << "\n" << e.out << e.err;
+  m.in_c = 3;
+  write_state_dict(rgb, m);
+  expect_one_line_error(run(args + quote(rgb)), {rgb.string(), "conv1.weight", "[64,1,7,7]", "[64,3,7,7]"});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -563,25 +563,29 @@ void check_image_size(const Model& m) {
 
 }  // namespace
 
-void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed) {
+void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed, const std::string& weights) {
   if (fixed) return;
   const Size2 o = a ? augmented_size(*a, d.rows, d.cols, "--crop") : Size2{d.rows, d.cols};
-  const int H = o.h, W = o.w;
-  if (m.in_c != d.channels || m.in_h != H || m.in_w != W) {
-    Model fitted = m;
-    fitted.in_c = d.channels, fitted.in_h = H, fitted.in_w = W;
-    check_image_size(fitted);
-    std::fprintf(stderr, "ember: model %s: input [%d, %d, %d] set to the data's [%d, %d, %d]\n", one_line(m.name).c_str(),
-                 m.in_c, m.in_h, m.in_w, d.channels, H, W);
-    m.in_c = d.channels, m.in_h = H, m.in_w = W;
+  const auto dims = [](int c, int h, int w) { return "[" + std::to_string(c) + ", " + std::to_string(h) + ", " + std::to_string(w) + "]"; };
+  Model f = m;
+  std::string notes;
+  if (f.in_c != d.channels || f.in_h != o.h || f.in_w != o.w) {
+    f.in_c = d.channels, f.in_h = o.h, f.in_w = o.w;
+    check_image_size(f);
+    notes += "ember: model " + one_line(m.name) + ": input " + dims(m.in_c, m.in_h, m.in_w) + " set to the data's " +
+             dims(d.channels, o.h, o.w) + "\n";
   }
-  // Only a built-in model's head grows: a description file's class count is the user's choice.
-  if (!m.source.empty() || m.num_classes >= d.num_classes || m.layers.empty()) return;
-  LayerSpec& last = m.layers.back();
-  if (last.kind != LayerKind::Linear || last.out != m.num_classes) return;  // check_dataset_fits names it
-  std::fprintf(stderr, "ember: model %s: %d outputs set to the data's %d classes\n", one_line(m.name).c_str(),
-               m.num_classes, d.num_classes);
-  last.out = m.num_classes = d.num_classes;
+  // Only a built-in model's head grows: a description file's class count is the user's choice
+  // (a head that does not fit: check_dataset_fits names it).
+  if (f.source.empty() && f.num_classes < d.num_classes && !f.layers.empty() && f.layers.back().kind == LayerKind::Linear &&
+      f.layers.back().out == f.num_classes) {
+    notes += "ember: model " + one_line(m.name) + ": " + std::to_string(f.num_classes) + " outputs set to the data's " +
+             std::to_string(d.num_classes) + " classes\n";
+    f.layers.back().out = f.num_classes = d.num_classes;
+  }
+  if (!weights.empty()) check_weights_fit(f, weights);  // before the notes: a refusal stays one line
+  std::fputs(notes.c_str(), stderr);
+  m = std::move(f);
 }
 
 
@@ -602,6 +606,14 @@ bool same_model(const Model& a, const Model& stored) {
   return model_to_json(f) == model_to_json(stored);
 }
 }  // namespace
+
+bool weights_fix_model(const std::string& weights) {
+  const auto meta = read_weights_metadata(weights);
+  const auto it = meta.find("model");
+  if (it == meta.end()) return false;
+  const auto names = builtin_model_names();
+  return std::find(names.begin(), names.end(), it->second) == names.end();
+}
 
 Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given) {
   const auto meta = read_weights_metadata(weights);
@@ -668,6 +680,10 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   validate_common(a.common);
   TrainTest data = load_data_named(a.common, 1);  // the training set is not used: read as little as possible
   a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
+  bool augmenting = false;
+  const Augment aug = augment_of(a.common, model, data.test.channels, &augmenting);
+  // Weights without their model's description (PyTorch's): the model built for the data, as train builds it.
+  if (!onnx) fit_model_to_data(model, data.test, augmenting ? &aug : nullptr, weights_fix_model(a.weights), a.weights);
   if (!onnx) check_weights_fit(model, a.weights);  // before a plan of a (maybe edited) model is built
   PlanOptions po;
   po.batch = a.common.batch_size;
@@ -676,8 +692,6 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   po.layout = a.common.layout;
   po.precision = parse_precision(a.common.precision, "--precision");
   po.optimizer.kind = OptimizerKind::SGD;
-  bool augmenting = false;
-  const Augment aug = augment_of(a.common, model, data.test.channels, &augmenting);
   Plan plan(model, po);
   if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
   if (onnx) load_onnx_weights(plan, *imported);

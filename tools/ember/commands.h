@@ -242,6 +242,10 @@ struct TrainSetup {
 // --act) that is given must be the same model once its input and classes are those the weights
 // were fitted to (a run on their data set), else "--model: ..." names both.
 Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given);
+// Whether a weights file fixes its model's input and classes: its metadata describes the model
+// (ember's files). A file without one (PyTorch's), or naming a built-in model, leaves them to the
+// run, which fits the model to its data (fit_model_to_data) before checking the weights against it.
+bool weights_fix_model(const std::string& weights);
 // How a value is named in errors: the flag, or where a resumed checkpoint stored it.
 using Label = std::function<std::string(const char*)>;
 // `given(flag)` says whether the user set a flag (the recipe fills the others); `model`, when
@@ -257,8 +261,9 @@ std::vector<NamedPath> run_inputs(const CommonArgs& c, const std::string& weight
 TrainTest load_train_data(const TrainArgs& a);
 // A new run's model takes its input [C, H, W] from the data, and a built-in model's last Linear
 // with fewer outputs than the data's classes grows to them (a FILE.json model's does not); each change is one line on stderr. `fixed` (resuming, or
-// starting from --weights) keeps the model as saved: check_dataset_fits then names a mismatch.
-void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed);
+// starting from --weights that describe their model) keeps the model as saved: check_dataset_fits then names a mismatch.
+// `weights` (a file that does not fix the model): checked against the fitted model before those lines.
+void fit_model_to_data(Model& m, const Dataset& d, const Augment* a, bool fixed, const std::string& weights = "");
 // --show-batch: the first training batch as the loader makes it (epoch 1's order and
 // augmentation), as a PNG grid of its images, 2-pixel grey gaps between them.
 void write_batch_grid(const std::string& path, const Dataset& d, const Augment& a, int batch, uint64_t seed, bool shuffle);

@@ -108,7 +108,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   su.plan.batch = t.common.batch_size = clamp_batch(t.common.batch_size, data.train.count, "training set");
   bool augmenting = false;
   const Augment aug = augment_of(t.common, su.model, data.train.channels, &augmenting);
-  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, !t.weights.empty());
+  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, !t.weights.empty() && weights_fix_model(t.weights), t.weights);
   if (augmenting) su.cfg.augment = &aug;
   if (data.train.streamed()) su.cfg.loader_threads = t.common.threads;
   if (!t.weights.empty()) check_weights_fit(su.model, t.weights);  // before the plan is built

@@ -459,7 +459,9 @@ int run_train_on(const dist::World& world, TrainArgs a, const CLI::App& cmd) {
   const Augment aug = augment_of(a.common, su.model, data.train.channels, &augmenting);
   // --model FILE.onnx: the graph starts from the file's weights (unless --weights says otherwise).
   const bool onnx_weights = !resuming && a.weights.empty() && is_onnx_path(a.common.model);
-  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, resuming || !a.weights.empty() || onnx_weights);
+  // A weights file without its model's description (PyTorch's) starts a model built for the data, as without --weights.
+  const bool fixed = resuming || onnx_weights || (!a.weights.empty() && weights_fix_model(a.weights));
+  fit_model_to_data(su.model, data.train, augmenting ? &aug : nullptr, fixed, resuming ? "" : a.weights);
   if (augmenting) su.cfg.augment = &aug;
   if (data.train.streamed()) su.cfg.loader_threads = a.common.threads;  // decoding is the loader's work
   const RunTargets targets = load_run_targets(a, su.model, data);
