@@ -1,6 +1,8 @@
 // numpy arrays for the Python module (arrays.h): the checks, naming the argument and the first bad
-// element, and the copies into a plan's input.
+// element, and the copies into a plan's input; layer()'s fields (numpy scalars among them) as JSON.
 #include "arrays.h"
+
+#include <climits>
 
 #include <algorithm>
 #include <cmath>
@@ -166,6 +168,47 @@ void load_batch(ember::Plan& plan, const Samples& s, const Truth* truth, const i
 void check_signals() {
   py::gil_scoped_acquire gil;
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+namespace {
+// One field's value for json.dumps, checked (layer_json).
+py::object json_value(py::handle v, const std::string& field, std::vector<HugeInt>* huge) {
+  const py::module_ np = py::module_::import("numpy");
+  if (py::isinstance<py::bool_>(v) || py::isinstance(v, np.attr("bool_"))) return py::bool_(PyObject_IsTrue(v.ptr()) == 1);
+  if (py::isinstance<py::int_>(v) || py::isinstance(v, np.attr("integer"))) {
+    const auto i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow == 0) return py::int_(x);
+    const long long bound = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    huge->push_back({field, std::to_string(bound), py::repr(i).cast<std::string>()});
+    return py::int_(bound);
+  }
+  if (py::isinstance<py::float_>(v) || py::isinstance(v, np.attr("floating"))) {
+    const double d = PyFloat_AsDouble(v.ptr());
+    if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    if (!std::isfinite(d))
+      throw py::value_error("layer(): " + field + ": expected a finite number, found " + (std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf"));
+    return py::float_(d);
+  }
+  if (py::isinstance<py::str>(v) || v.is_none()) return py::reinterpret_borrow<py::object>(v);
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    py::list out;
+    size_t i = 0;
+    for (py::handle item : v) out.append(json_value(item, field + "[" + std::to_string(i++) + "]", huge));
+    return out;
+  }
+  throw py::value_error("layer(): " + field + ": expected a number, a bool, a string or a list of them, found a " +
+                        py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+}
+}  // namespace
+
+std::string layer_json(const std::string& type, const py::kwargs& fields, std::vector<HugeInt>* huge) {
+  py::dict d;
+  d["type"] = type;
+  for (auto item : fields) d[item.first] = json_value(item.second, "layer." + py::str(item.first).cast<std::string>(), huge);
+  return py::module_::import("json").attr("dumps")(d, py::arg("allow_nan") = false).cast<std::string>();
 }
 
 }  // namespace ember_py

@@ -1,10 +1,12 @@
 // numpy arrays for the Python module (ember_module.cpp): samples and targets read in place, checked
-// with ValueErrors naming the argument, and copied into a plan's input; Ctrl-C between steps.
+// with ValueErrors naming the argument, and copied into a plan's input; Ctrl-C between steps;
+// layer()'s keyword fields (Python or numpy scalars) as checked JSON.
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ember/plan.h"
@@ -42,5 +44,14 @@ void copy_sample(const Samples& s, int64_t i, float* dst);
 void load_batch(ember::Plan& plan, const Samples& s, const Truth* truth, const int64_t* index, int n);
 // With the GIL: Ctrl-C becomes KeyboardInterrupt here, between steps.
 void check_signals();
+
+// layer(type, **fields) as the JSON text of one layer: numpy integer, float and bool scalars taken
+// as Python's (in lists too). A NaN or infinite float, or a value JSON cannot hold, is a ValueError
+// naming the field ("layer(): layer.eps: ..."). An int beyond 64 bits is written as the int64 bound
+// of its sign and listed in *huge with its exact digits, for the caller to name in the parser's error.
+struct HugeInt {
+  std::string field, bound, exact;  // "layer.kernel[1]", "9223372036854775807", its true digits
+};
+std::string layer_json(const std::string& type, const py::kwargs& fields, std::vector<HugeInt>* huge);
 
 }  // namespace ember_py

@@ -60,7 +60,7 @@ class PyModel {
     if (input.size() == 1) input = {input[0], 1, 1};
     if (input.size() != 3 || input[0] < 1 || input[1] < 1 || input[2] < 1)
       throw py::value_error("input: expected (C, H, W) or (F,), each at least 1");
-    if (classes < 1) throw py::value_error("classes: expected at least 1");
+    as_value_error([&] { ember::check_integer("classes", classes, 2, 1 << 20); });  // a model description's range
     model_.name = name;
     model_.in_c = input[0], model_.in_h = input[1], model_.in_w = input[2], model_.num_classes = classes;
     model_.init = ember::Init::Torch;
@@ -95,8 +95,9 @@ class PyModel {
       m.in_c = (*input)[0], m.in_h = (*input)[1], m.in_w = (*input)[2];
     }
     if (classes != 0) {
-      if (classes < 2 || m.layers.empty() || m.layers.back().kind != ember::LayerKind::Linear)
-        throw py::value_error("classes: expected at least 2, for a model that ends in a linear layer");
+      as_value_error([&] { ember::check_integer("classes", classes, 2, 1 << 20); });
+      if (m.layers.empty() || m.layers.back().kind != ember::LayerKind::Linear)
+        throw py::value_error("classes: model " + name + " does not end in a linear layer");
       m.layers.back().out = m.num_classes = classes;
     }
     return PyModel(std::move(m));
@@ -369,11 +370,9 @@ class PyModel {
       int8_ = true;
       return;
     }
-    try {
-      precision_ = ember::parse_precision(p, "precision");
-    } catch (const ember::Error& e) {
-      throw py::value_error(e.what());
-    }
+    if (p != "fp32" && p != "bf16")
+      throw py::value_error("precision: expected fp32 or bf16, or int8 (quantized weights), found '" + ember::clip_text(p) + "'");
+    precision_ = ember::parse_precision(p, "precision");
     int8_ = false;
     if (!plan_ || plan_->precision() == precision_) return;
     ember::PlanOptions o = plan_->options();
@@ -529,16 +528,23 @@ ember::LayerKind act_kind(const std::string& name) {
 }
 
 // Any op of the table by its JSON type and fields: layer("conv2d", out_channels=8, kernel=3).
+// An int beyond 64 bits goes to the parser as int64's bound: its error shows the int's own digits.
 ember::LayerSpec layer_spec(const std::string& type, const py::kwargs& fields) {
-  py::dict d;
-  d["type"] = type;
-  for (auto item : fields) d[item.first] = item.second;
-  const std::string text = py::module_::import("json").attr("dumps")(d).cast<std::string>();
+  std::vector<ember_py::HugeInt> huge;
+  const std::string text = ember_py::layer_json(type, fields, &huge);
+  std::string msg;
   try {
-    return ember::parse_layer_json(text, "layer()");
+    ember::LayerSpec s = ember::parse_layer_json(text, "layer()");
+    if (huge.empty()) return s;
+    msg = "layer(): " + huge[0].field + ": expected an integer of at most 64 bits, found " + huge[0].exact;
   } catch (const ember::Error& e) {
-    throw py::value_error(e.what());
+    msg = e.what();
+    for (const ember_py::HugeInt& h : huge) {
+      const size_t at = msg.rfind(h.bound);
+      if (msg.find(h.field) != std::string::npos && at != std::string::npos) msg.replace(at, h.bound.size(), h.exact);
+    }
   }
+  throw py::value_error(msg);
 }
 
 }  // namespace

@@ -177,3 +177,42 @@ def test_batchnorm2d_layer_state_dict_and_round_trip(tmp_path):
     m2.load(path)
     np.testing.assert_allclose(m2.predict(x[:5]), m.predict(x[:5]), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(m.predict(x[:5]), m.predict(x[:5]))  # eval mode: nothing moves
+
+
+# Hostile-input run 2026-12-01, L2: layer()'s fields, one ValueError naming the field. A NaN or inf
+# float gave the JSON parser's raw error, a numpy integer TypeError (not JSON serializable), 2**70
+# was reported as 1.18e+21. numpy integer and float scalars are ints and floats.
+def test_layer_fields_are_refused_naming_the_field_or_taken_as_numbers():
+    m = ember.Model((1, 28, 28))
+    for bad in (float("nan"), float("inf"), -float("inf"), np.float32("nan"), np.float64("inf")):
+        with pytest.raises(ValueError, match=r"^layer\(\): layer\.eps: expected a finite number, found -?(nan|inf)$"):
+            m.layer("layernorm", eps=bad)
+    for huge in (2**70, -2**70, 2**64):
+        with pytest.raises(ValueError, match=r"out_channels: .*found " + str(huge) + "$"):
+            m.layer("conv2d", out_channels=huge, kernel=3)
+    with pytest.raises(ValueError, match=r"kernel\[1\]: .*found " + str(2**66) + "$"):
+        m.layer("conv2d", out_channels=4, kernel=[3, 2**66])
+    as_numpy = (ember.Model((1, 28, 28)).layer("conv2d", out_channels=np.int64(4), kernel=np.uint8(3), stride=np.int32(1))
+                .layer("batchnorm2d", momentum=np.float32(0.25), eps=np.float64(1e-3)).flatten().linear(10))
+    as_python = (ember.Model((1, 28, 28)).layer("conv2d", out_channels=4, kernel=3, stride=1)
+                 .layer("batchnorm2d", momentum=0.25, eps=1e-3).flatten().linear(10))
+    assert as_numpy.to_json() == as_python.to_json()
+    assert '"out_channels":4' in as_numpy.to_json().replace(" ", "")
+
+
+# L3: classes in the range a model description takes, [2, 1048576] (classes=1 was accepted, and
+# its JSON did not load); a bad precision lists every valid value (int8 was left out).
+def test_classes_range_and_precision_values_are_named():
+    for c in (1, 0, -3, 2**20 + 1):
+        with pytest.raises(ValueError, match=r"^classes: expected an integer in \[2, 1048576\], found " + str(c) + "$"):
+            ember.Model((1, 28, 28), classes=c)
+    for c in (1, -3, 2**20 + 1):  # builtin's 0: the model's own
+        with pytest.raises(ValueError, match=r"^classes: expected an integer in \[2, 1048576\], found " + str(c) + "$"):
+            ember.Model.builtin("mnist-mlp", classes=c)
+    top = ember.Model((1, 2, 2), classes=2**20).flatten().linear(2**20)
+    assert ember.Model.from_json(top.to_json()).to_json() == top.to_json()
+    m = ember.Model.builtin("mnist-mlp")
+    for bad in ("int4", "FP32", ""):
+        with pytest.raises(ValueError, match=r"^precision: expected fp32 or bf16, or int8 \(quantized weights\), found '" + bad + "'$"):
+            m.precision = bad
+    assert m.precision == "fp32"
