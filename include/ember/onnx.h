@@ -28,6 +28,7 @@ struct OnnxImport {
   Model model;
   std::map<std::string, std::vector<float>> weights;
   std::vector<std::string> notes;  // what was folded or read as a view ("Transpose /x: layout view")
+  std::vector<int> output_dims;    // the graph output's dims after N ([C, L] of [N, C, L], none of [N])
   bool quantized = false;          // a QDQ or integer-op file, imported as the fp32 graph it computes
                                    // (import_onnx_quantized, onnx_quant.h, reads its int8 model)
 };

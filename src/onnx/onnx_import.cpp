@@ -147,6 +147,17 @@ void Importer::read_inputs() {
   names_.insert("input");
 }
 
+// Output y's dims after the batch in the graph's rank: [C], [C, L] ([N, C, L]), none ([N]), an
+// image's [C, H, W], or [C, 1, 1] ([1, 1, C] channels-last) for [N, C] declared as rank 4.
+std::vector<int64_t> Importer::graph_dims(const pb::ValueInfoProto& o, const Val& y) const {
+  const bool rank4 = o.type().tensor_type().has_shape() && o.type().tensor_type().shape().dim_size() == 4;
+  if (y.lay == Layout::NCL) return {y.d.c, y.d.w};
+  if (y.lay == Layout::Vec) return {};
+  if (!y.d.flat()) return {y.d.c, y.d.h, y.d.w};
+  if (rank4 && y.lay != Layout::Flat) return y.lay == Layout::NCHW ? std::vector<int64_t>{y.d.c, 1, 1} : std::vector<int64_t>{1, 1, y.d.c};
+  return {y.d.c};
+}
+
 // The graph's declared output is what the model computes: a float tensor [N, classes] (or
 // [N, classes, 1, 1] for an image of 1x1); the batch dim may be anything, the others symbolic,
 // unknown or equal; a shape left out is taken as right.
@@ -162,12 +173,7 @@ void Importer::check_output(const pb::ValueInfoProto& o, const Val& y) const {
                 (o.type().has_tensor_type() ? "elem_type " + std::to_string(o.type().tensor_type().elem_type()) : "no tensor_type"));
   if (!o.type().tensor_type().has_shape()) return;  // a shape left out: any
   const auto& shape = o.type().tensor_type().shape();
-  std::vector<int64_t> dims{y.d.c};  // after the batch: [C], or an image's [C, 1, 1] ([1, 1, C] channels-last)
-  if (y.lay == Layout::NCL) dims = {y.d.c, y.d.w};
-  else if (y.lay == Layout::Vec) dims = {};
-  else if (!y.d.flat()) dims = {y.d.c, y.d.h, y.d.w};
-  else if (shape.dim_size() == 4 && y.lay != Layout::Flat)
-    dims = y.lay == Layout::NCHW ? std::vector<int64_t>{y.d.c, 1, 1} : std::vector<int64_t>{1, 1, y.d.c};
+  const std::vector<int64_t> dims = graph_dims(o, y);
   bool ok = size_t(shape.dim_size()) == dims.size() + 1;
   for (int k = 1; ok && k < shape.dim_size(); ++k)
     ok = !shape.dim(k).has_dim_value() || shape.dim(k).dim_value() == dims[size_t(k - 1)];
@@ -214,6 +220,7 @@ void Importer::run() {
     throw Error(file_ + ": output '" + shown(g_.output(0).name()) + "' is a channels-last image [N, H, W, C]; "
                 "ember's image outputs are [N, C, H, W]");
   check_output(g_.output(0), y);
+  for (int64_t d : graph_dims(g_.output(0), y)) out_.output_dims.push_back(int(d));
   const bool scores = y.d.flat() && y.d.c >= 2 && y.lay != Layout::NCL;  // else one value or a map: a regression
   if (scores) m.num_classes = y.d.c;
   // A graph that ends in Softmax outputs probabilities: ember's loss then takes their log only.
@@ -254,6 +261,11 @@ void parse_model(const uint8_t* bytes, size_t n, const std::string& name, pb::Mo
   // had and ember does not know, such as Add-1's broadcast, is refused by name).
   if (opset < 1 || opset > 21) throw Error(name + ": opset " + std::to_string(opset) + " is not supported (1..21)");
   if (!model.has_graph()) throw Error(name + ": no graph");
+  try {  // before any pass reads a name: the QDQ pass too
+    check_graph_names(model.graph(), name);
+  } catch (const Error& e) {  // names from the file may hold newlines
+    throw Error(one_line(e.what()));
+  }
   opset_out = int(opset);
 }
 

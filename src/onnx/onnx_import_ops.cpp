@@ -21,6 +21,14 @@ std::string ints_str(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
+// A window attribute as the file wrote it: a 1-D one's lifted 2-D form ([1, k], [0, b, 0, e], as
+// window_ints makes it) shown as [k], [b, e].
+std::string win_str(const std::vector<int64_t>& v, bool one_d) {
+  if (one_d && v.size() == 2) return ints_str({v[1]});
+  if (one_d && v.size() == 4) return ints_str({v[1], v[3]});
+  return ints_str(v);
+}
+
 bool all_are(const std::vector<int64_t>& v, int64_t x) {
   for (int64_t e : v)
     if (e != x) return false;
@@ -82,8 +90,10 @@ class TableIn final : public nn::OnnxIn {
   }
   void emit(const std::vector<int>& nodes, const std::string& x, const LayerSpec& s) override {
     auto it = im_.vals_.find(x);
-    if (it == im_.vals_.end() || it->second.is_const)
-      throw Error(im_.where(nodes.front()) + ": its input '" + x + "' is not a tensor; ember computes this op on tensors only");
+    if (it == im_.vals_.end())
+      throw Error(im_.where(nodes.front()) + ": its input '" + shown(x) + "' is not a graph input, a weight or an earlier node's output");
+    if (it->second.is_const)
+      throw Error(im_.where(nodes.front()) + ": its input '" + shown(x) + "' is not a tensor; ember computes this op on tensors only");
     for (size_t k = 1; k < nodes.size(); ++k) im_.done_[size_t(nodes[k])] = true;
     const Val& in = it->second;
     im_.set(nodes.back(), 0, im_.emit(s, {&in}, "", in.d, in.lay));
@@ -123,9 +133,10 @@ const Val& Importer::tensor(int i, int k) const {
 }
 
 // A Conv's or pool's strides (2-D): each in 1..65536, else refused naming the attribute.
-void Importer::check_strides(int i, const std::vector<int64_t>& st) const {
+void Importer::check_strides(int i, const std::vector<int64_t>& st, bool one_d) const {
   for (int64_t v : st)
-    if (v < 1 || v > 65536) throw Error(where(i) + ": attribute strides " + ints_str(st) + ": each stride must be at least 1 and at most 65536");
+    if (v < 1 || v > 65536)
+      throw Error(where(i) + ": attribute strides " + win_str(st, one_d) + ": each stride must be at least 1 and at most 65536");
 }
 
 // The [top, left, bottom, right] padding of a Conv's or pool's window (kernel k, strides st, dilation
@@ -143,7 +154,7 @@ std::vector<int64_t> Importer::window_pads(int i, const Attrs& a, const nn::Dims
   std::vector<int64_t> pads = window_ints(a, "pads", {0, 0, 0, 0}, one_d);
   if (pads.size() != 4) throw Error(where(i) + ": attribute pads " + ints_str(pads) + " must be 2-D (4 values)");
   for (int64_t v : pads)
-    if (v < 0 || v > 65536) throw Error(where(i) + ": attribute pads " + ints_str(pads) + ": each must be in 0..65536");
+    if (v < 0 || v > 65536) throw Error(where(i) + ": attribute pads " + win_str(pads, one_d) + ": each must be in 0..65536");
   const int64_t in[2] = {x.h, x.w};
   if (ap == "SAME_UPPER" || ap == "SAME_LOWER")
     for (size_t d = 0; d < 2; ++d) {
@@ -154,7 +165,7 @@ std::vector<int64_t> Importer::window_pads(int i, const Attrs& a, const nn::Dims
   const bool ceil_mode = a.i("ceil_mode", 0) != 0;
   for (size_t d = 0; d < 2; ++d) {
     const int64_t span = in[d] + pads[d] + pads[d + 2] - k[d];
-    if (span < 0) throw Error(where(i) + ": the window " + ints_str(k) + " does not fit the padded input");
+    if (span < 0) throw Error(where(i) + ": the window " + win_str(k, one_d) + " does not fit the padded input");
     int64_t out = (ceil_mode ? (span + st[d] - 1) / st[d] : span / st[d]) + 1;
     // ceil_mode: the last window starts inside the input or its leading pad (PyTorch, ONNX Runtime).
     if (ceil_mode && (out - 1) * st[d] >= in[d] + pads[d]) --out;
@@ -166,7 +177,7 @@ std::vector<int64_t> Importer::window_pads(int i, const Attrs& a, const nn::Dims
     }
     const int64_t sym = in[d] + 2 * pads[d] - k[d];
     if (sym < 0 || sym / st[d] + 1 != out)
-      throw Error(where(i) + ": pads " + ints_str(pads) + (ap != "NOTSET" ? " (auto_pad " + ap + ")" : std::string()) +
+      throw Error(where(i) + ": pads " + win_str(pads, one_d) + (ap != "NOTSET" ? " (auto_pad " + ap + ")" : std::string()) +
                   (ceil_mode ? " with ceil_mode 1" : "") + " make other windows than ember's, which pads both sides "
                   "by the leading pad");
     pads[d + 2] = pads[d];
@@ -259,7 +270,7 @@ void Importer::conv(int i) {
     throw Error(where(i) + ": kernel_shape " + ints_str(a.ints("kernel_shape", {})) + " does not match the weight");
   const auto st = window_ints(a, "strides", {1, 1}, one_d);
   if (st.size() != 2) throw Error(where(i) + ": attribute strides " + ints_str(st) + " must be 2-D");
-  check_strides(i, st);
+  check_strides(i, st, one_d);
   if (R < 1 || S < 1 || R > 65536 || S > 65536) throw Error(where(i) + ": weight " + ints_str(W.dims) + ": kernel sizes outside 1..65536");
   const std::vector<int64_t> pads = window_pads(i, a, x.d, {R, S}, st, one_d);
   if (G < 1 || x.d.c % G || K % G || W.dims[1] * G != x.d.c)
@@ -400,14 +411,14 @@ void Importer::pool(int i, bool max) {
     throw Error(where(i) + ": attribute dilations " + ints_str(a.ints("dilations", {})) + " is not supported (ember's pools have no dilation)");
   if (g_.node(i).output_size() > 1 && !g_.node(i).output(1).empty() && readers_.count(g_.node(i).output(1)))
     throw Error(where(i) + ": the Indices output is not supported");
-  check_strides(i, st);
+  check_strides(i, st, one_d);
   for (int64_t v : k)
-    if (v < 1 || v > 65536) throw Error(where(i) + ": attribute kernel_shape " + ints_str(k) + ": each size must be in 1..65536");
+    if (v < 1 || v > 65536) throw Error(where(i) + ": attribute kernel_shape " + win_str(k, one_d) + ": each size must be in 1..65536");
   bool overhang = false;  // ceil_mode's last window past the pads
   const std::vector<int64_t> pads = window_pads(i, a, x.d, k, st, one_d, &overhang);
   for (size_t d = 0; d < 4; ++d)
     if (pads[d] >= k[d % 2])
-      throw Error(where(i) + ": pads " + ints_str(pads) + " reach the kernel " + ints_str(k) +
+      throw Error(where(i) + ": pads " + win_str(pads, one_d) + " reach the kernel " + win_str(k, one_d) +
                   " (a window of padding only; ember's pools pad less than the kernel)");
   const bool no_pads = all_are(pads, 0), include = a.i("count_include_pad", 0) != 0;
   if (!max && include && overhang)  // ONNX divides such a window by its part inside the pads
@@ -505,6 +516,13 @@ void Importer::batchnorm(int i) {
     v[k - 1] = constant(i, k).f;
     if (v[k - 1].size() != size_t(x.d.c))
       throw Error(where(i) + ": " + kIn[k] + " has " + std::to_string(v[k - 1].size()) + " values, expected " + std::to_string(x.d.c));
+    for (size_t c = 0; c < v[k - 1].size(); ++c)  // at import, not after a whole eval's NaN loss
+      if (const float f = v[k - 1][c]; !std::isfinite(f) || (k == 4 && f < 0)) {
+        char num[32];
+        std::snprintf(num, sizeof num, "%g", double(f));
+        throw Error(where(i) + ": " + kIn[k] + " '" + shown(g_.node(i).input(k)) + "' [" + std::to_string(c) + "] is " + num +
+                    (k == 4 ? "; a variance is finite and >= 0" : "; expected a finite number"));
+      }
   }
   Val y = emit(s, {&x}, val(i, 1).weight_name, x.d, x.lay);
   weight(y.ref, "weight", std::move(v[0]));

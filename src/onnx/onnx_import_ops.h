@@ -55,13 +55,14 @@ class Importer {
   int only_reader(const std::string& value) const;
   void mark_live();
   void read_inputs();
+  std::vector<int64_t> graph_dims(const pb::ValueInfoProto& o, const Val& y) const;
   void check_output(const pb::ValueInfoProto& o, const Val& y) const;
 
   // onnx_import_ops.cpp: one mapper per op (each sets the node's outputs).
   void map_node(int i);
   bool fold(int i);                         // onnx_fold.cpp: all inputs constant: compute it
   const Val& tensor(int i, int k) const;    // a non-constant input
-  void check_strides(int i, const std::vector<int64_t>& st) const;
+  void check_strides(int i, const std::vector<int64_t>& st, bool one_d = false) const;
   std::vector<int64_t> window_pads(int i, const Attrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
                                    const std::vector<int64_t>& st, bool one_d = false, bool* overhang = nullptr) const;
   std::vector<int64_t> window_ints(const Attrs& a, const char* name, std::vector<int64_t> def, bool one_d) const;

@@ -2,6 +2,8 @@
 // order. Quantized activations become aliases of the fp32 values they quantize (their QParams
 // kept), quantized initializers are dequantized in place under their own names.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -25,6 +27,26 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
+// The shortest text that reads back as x (0.1f: "0.1").
+std::string num_str(float x) {
+  char b[32];
+  for (int prec = 6; prec <= 9; ++prec) {
+    std::snprintf(b, sizeof b, "%.*g", prec, double(x));
+    if (std::strtof(b, nullptr) == x) break;
+  }
+  return b;
+}
+
+std::string type_str(int type) {
+  switch (type) {
+    case pb::TensorProto::UINT8: return "uint8";
+    case pb::TensorProto::INT8: return "int8";
+    case pb::TensorProto::INT32: return "int32";
+    case pb::TensorProto::FLOAT: return "float";
+    default: return "data_type " + std::to_string(type);
+  }
+}
+
 class Rewriter {
  public:
   Rewriter(pb::GraphProto& g, std::string file) : g_(g), file_(std::move(file)) {
@@ -46,7 +68,8 @@ class Rewriter {
   struct QVal {
     std::string f;  // the fp32 value
     QParams p;
-    int type = pb::TensorProto::UINT8;  // the quantized value's ONNX type (UINT8 or INT8)
+    int type = pb::TensorProto::UINT8;  // the quantized value's ONNX type (its zero point's: UINT8 or INT8)
+    std::string from;                   // the node that quantized it ("QuantizeLinear 'q'")
   };
 
   // torch.onnx.export writes scales, zero points and quantized weights as Constant nodes, and a
@@ -128,6 +151,7 @@ class Rewriter {
     const pb::NodeProto& n = g_.node(i);
     return file_ + ": node " + std::to_string(i) + " '" + shown(n.name()) + "' (" + shown(n.op_type()) + ")";
   }
+  std::string label(int i) const { return shown(g_.node(i).op_type()) + " '" + shown(g_.node(i).name()) + "'"; }
   std::string tname(const std::string& name) const { return file_ + ": tensor '" + shown(name) + "'"; }
   bool has_in(int i, int k) const { return g_.node(i).input_size() > k && !g_.node(i).input(k).empty(); }
 
@@ -266,14 +290,51 @@ class Rewriter {
     nodes_.push_back(g_.node(i));
   }
 
+  // x's QParams p, set by node i (label); another node's other QParams for x: refused.
+  void set_act(int i, const std::string& x, const QParams& p) {
+    auto it = act_from_.find(x);
+    if (it == act_from_.end()) {
+      info_.acts[x] = p, act_from_[x] = label(i);
+      return;
+    }
+    const QParams& q = info_.acts.at(x);
+    if (q.scale != p.scale || q.zero_point != p.zero_point)
+      throw Error(file_ + ": " + label(i) + " quantizes '" + shown(x) + "' with other QParams than " + it->second +
+                  " (scale " + num_str(p.scale) + " against " + num_str(q.scale) + "; ember's int8 plan keeps one per tensor)");
+  }
+  int zero_type(int i, int kz) { return has_in(i, kz) ? init_of(i, kz)->data_type() : int(pb::TensorProto::UINT8); }
+
   void quantize(int i) {
     const pb::NodeProto& n = g_.node(i);
     const QParams p = act_params(i, 1, 2);
     const std::string x = resolve(n.input(0));
-    info_.acts[x] = p;
+    set_act(i, x, p);
     rename_[n.output(0)] = x;
-    const bool s8 = has_in(i, 2) && init_of(i, 2)->data_type() == pb::TensorProto::INT8;
-    qvals_[n.output(0)] = {x, p, s8 ? pb::TensorProto::INT8 : pb::TensorProto::UINT8};
+    qvals_[n.output(0)] = {x, p, zero_type(i, 2), label(i)};
+  }
+
+  // Node i reads quantized value v (input 0) with its own scale and zero point (inputs ks, kz):
+  // they must be v's (a zero point of v's type and one value; left out: 0), else refused naming
+  // both nodes (ember runs one QParams per tensor: none other is substituted).
+  void same_qparams(int i, const QVal& v, int ks, int kz, const std::string& what) {
+    int64_t z = 0;
+    if (has_in(i, kz)) {
+      const pb::TensorProto* zt = init_of(i, kz);
+      const Const c = read(zt);
+      const std::string w = where(i) + ": its zero point '" + shown(zt->name()) + "' is ";
+      if (zt->data_type() != v.type)
+        throw Error(w + type_str(zt->data_type()) + " " + dims_str(c.dims) + "; its input '" + shown(g_.node(i).input(0)) +
+                    "' is " + type_str(v.type) + " (from " + v.from + ")");
+      if (c.count() != 1 || c.dims.size() > 1 || !c.is_int) throw Error(w + dims_str(c.dims) + "; an activation's is one value");
+      z = c.i[0];
+    }
+    const pb::TensorProto* st = init_of(i, ks);
+    const std::vector<float> s = scales(st);
+    if (s.size() != 1) throw Error(where(i) + ": its scale '" + shown(st->name()) + "' has " + std::to_string(s.size()) + " values; an activation's is one");
+    const int64_t vz = v.p.zero_point - (v.type == pb::TensorProto::INT8 ? 128 : 0);
+    if (s[0] != v.p.scale || z != vz)
+      throw Error(file_ + ": " + label(i) + " uses other " + what + "QParams than its " + v.from + " (scale " + num_str(s[0]) +
+                  ", zero point " + std::to_string(z) + "; its: scale " + num_str(v.p.scale) + ", zero point " + std::to_string(vz) + ")");
   }
   // Cast of a quantized value to its own type (torch.onnx.export writes one after each
   // QuantizeLinear): the same value.
@@ -291,7 +352,9 @@ class Rewriter {
     if (n.output_size() < 1) throw Error(where(i) + ": no output");
     const std::string& y = n.input_size() ? n.input(0) : std::string();
     if (qvals_.count(y)) {
-      rename_[n.output(0)] = qvals_[y].f;
+      const QVal v = qvals_.at(y);
+      same_qparams(i, v, 1, 2, "");
+      rename_[n.output(0)] = v.f;
       return;
     }
     pb::TensorProto* t = init_of(i, 0);
@@ -310,7 +373,7 @@ class Rewriter {
   void qlinear(int i, bool conv) {
     const pb::NodeProto& n = g_.node(i);
     const QVal x = qval(i, 0);
-    info_.acts[x.f] = act_params(i, 1, 2);
+    same_qparams(i, x, 1, 2, "input ");
     pb::TensorProto* wt = init_of(i, 3);
     const std::vector<float> ws = scales(init_of(i, 4));
     dequant_weight(wt, ws, has_in(i, 5) ? init_of(i, 5) : nullptr, conv ? 0 : 1);
@@ -327,8 +390,8 @@ class Rewriter {
     if (conv) *out.mutable_attribute() = n.attribute();
     const QParams yp = act_params(i, 6, 7);
     out.add_output(n.output(0));
-    info_.acts[n.output(0)] = yp;
-    qvals_[n.output(0)] = {n.output(0), yp};
+    set_act(i, n.output(0), yp);
+    qvals_[n.output(0)] = {n.output(0), yp, zero_type(i, 7), label(i)};
     nodes_.push_back(std::move(out));
   }
 
@@ -426,6 +489,7 @@ class Rewriter {
   std::map<std::string, std::vector<int>> readers_;
   std::map<std::string, std::string> rename_;  // a dropped node's output -> the value it stands for
   std::map<std::string, QVal> qvals_;          // quantized values
+  std::map<std::string, std::string> act_from_;  // an fp32 value -> the node that set its info_.acts entry
   std::set<int> skip_;
   std::vector<pb::NodeProto> nodes_;
   QdqInfo info_;

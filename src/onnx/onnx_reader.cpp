@@ -103,6 +103,65 @@ Const read_tensor(const pb::TensorProto& t, const std::string& what) {
   return c;
 }
 
+namespace {
+
+std::string node_str(const pb::GraphProto& g, int i) {
+  return "node " + std::to_string(i) + " '" + shown(g.node(i).name()) + "' (" + shown(g.node(i).op_type()) + ")";
+}
+std::string op_str(const pb::GraphProto& g, int i) { return std::to_string(i) + " (" + shown(g.node(i).op_type()) + ")"; }
+
+// Whether node `from` reads, through any chain of nodes, an output of node `to`.
+bool depends_on(const pb::GraphProto& g, const std::map<std::string, int>& writer, int from, int to) {
+  std::vector<bool> seen(size_t(g.node_size()), false);
+  std::vector<int> stack{from};
+  while (!stack.empty()) {
+    const int k = stack.back();
+    stack.pop_back();
+    for (const std::string& in : g.node(k).input()) {
+      auto it = writer.find(in);
+      if (it == writer.end() || it->second < 0) continue;
+      if (it->second == to) return true;
+      if (!seen[size_t(it->second)]) seen[size_t(it->second)] = true, stack.push_back(it->second);
+    }
+  }
+  return false;
+}
+
+// Node i's input `in`, written by node j >= i: a cycle, or a use before the definition.
+[[noreturn]] void out_of_order(const pb::GraphProto& g, const std::map<std::string, int>& writer, int i, int j,
+                               const std::string& in, const std::string& file) {
+  const std::string w = file + ": " + node_str(g, i) + ": its input '" + shown(in) + "' ";
+  if (j == i) throw Error(w + "is its own output: the graph has a cycle");
+  if (depends_on(g, writer, j, i))
+    throw Error(w + "comes from " + node_str(g, j) + ", which depends on this node's output: the graph has a cycle");
+  throw Error(w + "is used before any node produces it (" + node_str(g, j) + " does, later; ONNX requires nodes in topological order)");
+}
+
+}  // namespace
+
+void check_graph_names(const pb::GraphProto& g, const std::string& file) {
+  std::map<std::string, int> writer;  // -1: an initializer, -2: a graph input, else the node
+  for (const pb::TensorProto& t : g.initializer())
+    if (!writer.emplace(t.name(), -1).second) throw Error(file + ": initializer '" + shown(t.name()) + "' appears twice");
+  for (const pb::ValueInfoProto& in : g.input()) writer.emplace(in.name(), -2);  // IR < 4 lists initializers too
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const std::string& o : g.node(i).output()) {
+      if (o.empty()) continue;  // an optional output left out
+      const auto [it, fresh] = writer.emplace(o, i);
+      if (fresh) continue;
+      const std::string t = file + ": tensor '" + shown(o) + "' is produced ";
+      if (it->second == -1) throw Error(t + "by node " + op_str(g, i) + " and is an initializer");
+      if (it->second == -2) throw Error(t + "by node " + op_str(g, i) + " and is a graph input");
+      if (it->second == i) throw Error(t + "twice by node " + op_str(g, i));
+      throw Error(t + "by nodes " + op_str(g, it->second) + " and " + op_str(g, i));
+    }
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const std::string& in : g.node(i).input()) {
+      auto it = writer.find(in);
+      if (!in.empty() && it != writer.end() && it->second >= i) out_of_order(g, writer, i, it->second, in, file);
+    }
+}
+
 Attrs::Attrs(const pb::NodeProto& n, std::string where) : where_(std::move(where)) {
   for (const pb::AttributeProto& a : n.attribute()) {
     if (!a_.emplace(a.name(), &a).second) throw Error(where_ + ": attribute '" + shown(a.name()) + "' appears twice");

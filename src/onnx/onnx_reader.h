@@ -1,6 +1,7 @@
 // The checked view of an ONNX file that the importer maps: constant tensors (initializers and
-// Constant nodes) as f32 or i64 values after every field is checked against the bytes, and the
-// node attributes read with their types checked. Errors name the file and the field.
+// Constant nodes) as f32 or i64 values after every field is checked against the bytes, the node
+// attributes read with their types checked, and the graph's names checked for single assignment and
+// topological order. Errors name the file and the field.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -29,6 +30,13 @@ struct Const {
 // Reads a TensorProto (`what` names it in errors); refuses external data and sizes that the
 // bytes do not hold.
 Const read_tensor(const pb::TensorProto& t, const std::string& what);
+
+// Every tensor the graph names is assigned once and defined before it is read: initializer names
+// unique ("initializer 'w' appears twice"), each node output written by one node only and not an
+// initializer's or the graph input's name, and each node input that a node writes written by an
+// earlier node (ONNX's topological order; a later one: "used before any node produces it", or "the
+// graph has a cycle"). Names no node writes are left to the importer. Error "FILE: ...".
+void check_graph_names(const pb::GraphProto& g, const std::string& file);
 
 // A node's attributes by name; each getter checks the type and names node and attribute.
 class Attrs {

@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <limits>
+
 #include "cli/cli_util.h"
 #include "cli/onnx_wire.h"
 
@@ -261,6 +263,96 @@ TEST_F(Onnx, ExportOfAFileThatIsNotSafetensorsSaysSo) {
   expect_one_line_error(run("export " + quote(j.string()) + " -o " + quote((tmp_ / "m.onnx").string())),
                         {"x.json", "not a safetensors file"});
   EXPECT_FALSE(fs::exists(tmp_ / "m.onnx"));
+}
+
+// M2 (hostile-input report 2026-12-01): two nodes writing one tensor were accepted and the last
+// writer won (a Sigmoid writing the Gemm's output 'y' made the model a sigmoid); a node writing an
+// initializer's or the graph input's name was refused only by chance of order, with another
+// message. Every tensor is now assigned once. Failed before the fix (exit 0 for the first).
+TEST_F(Onnx, EveryTensorIsProducedByOneNodeOnly) {
+  const struct {
+    const char* name;
+    w::Bytes node;
+    std::vector<std::string> needles;
+  } cases[] = {
+      {"two-writers", w::node("Sigmoid", {"flat"}, {"y"}), {"tensor 'y' is produced by nodes 1 (Gemm) and 2 (Sigmoid)"}},
+      {"writes-weight", w::node("Relu", {"flat"}, {"fc.weight"}), {"tensor 'fc.weight' is produced by node 2 (Relu) and is an initializer"}},
+      {"writes-input", w::node("Relu", {"flat"}, {"x"}), {"tensor 'x' is produced by node 2 (Relu) and is a graph input"}},
+      {"writes-twice", w::node("Relu", {"flat"}, {"r", "r"}), {"tensor 'r' is produced twice by node 2 (Relu)"}},
+  };
+  for (const auto& c : cases) {
+    w::Model m = w::gemm_model("y");
+    m.nodes += w::str(1, c.node);
+    m.outputs = w::str(12, w::value_info("y", w::float_type({0, 10})));
+    const fs::path p = tmp_ / (std::string(c.name) + ".onnx");
+    write_text(p, m.bytes());
+    std::vector<std::string> needles = c.needles;
+    needles.push_back(p.filename().string());
+    expect_one_line_error(run(eval_model(p)), needles);
+  }
+}
+
+// M7: a cycle, or an input read before the node that writes it, was refused as "its input 'b' is
+// not a tensor; ember computes this op on tensors only". ONNX requires nodes in topological order:
+// the message now says whether the graph has a cycle or the input is used before any node produces
+// it. Failed before the fix (the "not a tensor" message).
+TEST_F(Onnx, ACycleOrAnInputUsedBeforeItIsProducedIsNamedSo) {
+  auto model = [](const w::Bytes& nodes) {  // x -> Flatten -> flat, the nodes, a -> Gemm -> y [N, 10]
+    w::Model m = w::gemm_model("y");
+    m.nodes = nodes + w::str(1, w::node("Gemm", {"a", "fc.weight"}, {"y"}, "fc", w::attr_int("transB", 1)));
+    m.outputs = w::str(12, w::value_info("y", w::float_type({0, 10})));
+    return m.bytes();
+  };
+  const w::Bytes flatten = w::str(1, w::node("Flatten", {"x"}, {"flat"}));
+  const struct {
+    const char* name;
+    w::Bytes nodes;
+    std::vector<std::string> needles;
+  } cases[] = {
+      {"cycle", flatten + w::str(1, w::node("Relu", {"b"}, {"a"}, "r1")) + w::str(1, w::node("Relu", {"a"}, {"b"}, "r2")),
+       {"node 1 'r1' (Relu)", "its input 'b'", "node 2 'r2' (Relu)", "the graph has a cycle"}},
+      {"self", flatten + w::str(1, w::node("Relu", {"a"}, {"a"}, "r1")), {"node 1 'r1' (Relu)", "its input 'a' is its own output", "the graph has a cycle"}},
+      {"later", w::str(1, w::node("Relu", {"flat"}, {"a"}, "r1")) + flatten,
+       {"node 0 'r1' (Relu)", "its input 'flat' is used before any node produces it", "node 1", "topological order"}},
+  };
+  for (const auto& c : cases) {
+    const fs::path p = tmp_ / (std::string(c.name) + ".onnx");
+    write_text(p, model(c.nodes));
+    std::vector<std::string> needles = c.needles;
+    needles.push_back(p.filename().string());
+    expect_one_line_error(run(eval_model(p)), needles);
+  }
+  write_text(tmp_ / "ok.onnx", model(flatten + w::str(1, w::node("Relu", {"flat"}, {"a"}, "r1"))));  // in order: imports
+  const Result ok = run(eval_model(tmp_ / "ok.onnx"));
+  EXPECT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.err;
+}
+
+// L6: a BatchNormalization whose running var was negative or NaN imported, and the eval ran to its
+// end before "the loss is -nan"; a NaN or infinite scale, bias or mean likewise. Now refused at
+// import naming the node and the tensor. Failed before the fix (the var -1 file: an accuracy line,
+// then the loss error).
+TEST_F(Onnx, BatchNormParametersThatAreNotFiniteOrANegativeVarianceAreRefused) {
+  auto model = [](const std::string& bad, float v) {  // x -> BatchNormalization 'bn' -> Flatten -> Gemm -> y
+    w::Model m = w::gemm_model("y");
+    const char* names[] = {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
+    w::Bytes bn = w::node("BatchNormalization", {"x", names[0], names[1], names[2], names[3]}, {"b"}, "bn");
+    m.nodes = w::str(1, bn) + w::str(1, w::node("Flatten", {"b"}, {"flat"})) +
+              w::str(1, w::node("Gemm", {"flat", "fc.weight"}, {"y"}, "fc", w::attr_int("transB", 1)));
+    for (const char* t : names) m.initializers += w::str(5, w::float_tensor(t, {1}, t == bad ? v : 1.f));
+    m.outputs = w::str(12, w::value_info("y", w::float_type({0, 10})));
+    return m.bytes();
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<std::string, float>> cases = {
+      {"bn.running_var", -1.f}, {"bn.running_var", nan}, {"bn.running_mean", inf}, {"bn.weight", nan}, {"bn.bias", -inf}};
+  const fs::path p = tmp_ / "bn.onnx";
+  for (const auto& [tensor, v] : cases) {
+    write_text(p, model(tensor, v));
+    expect_one_line_error(run(eval_model(p)), {"bn.onnx", "'bn' (BatchNormalization)", "'" + tensor + "'"});
+  }
+  write_text(p, model("", 0.f));  // all 1: imports and evaluates
+  const Result ok = run(eval_model(p));
+  EXPECT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.err;
 }
 
 TEST_F(Onnx, EvalNeedsWeightsUnlessTheModelIsOnnx) {

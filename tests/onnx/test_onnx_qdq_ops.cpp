@@ -53,11 +53,12 @@ const QuantLayer* layer_with(const QuantizedWeights& q, size_t rank) {
 
 // x [N, 1, 4, 4] -> Q -> QLinearConv (2 channels, per-channel scales, int32 bias) -> DQ -> Flatten
 // -> Q -> QLinearMatMul ([32, 3], per-column scales) -> DQ -> y [N, 3].
-TEST(OnnxQdqOps, QLinearConvAndQLinearMatMulImport) {
+// conv_x: the QLinearConv's x_scale and x_zero_point (another pair than the QuantizeLinear's: hostile).
+onnx_wire::Model qlinear_model(const std::vector<std::string>& conv_x = {"xs", "xz"}) {
   onnx_wire::Model m;
   const std::vector<int8_t> cw = weights(18, 1), mw = weights(96, 2);
   m.nodes = n("QuantizeLinear", {"x", "xs", "xz"}, {"xq"}) +
-            n("QLinearConv", {"xq", "xs", "xz", "conv.weight", "cws", "cwz", "cs", "cz", "conv.bias"}, {"cq"}, conv_attrs()) +
+            n("QLinearConv", {"xq", conv_x[0], conv_x[1], "conv.weight", "cws", "cwz", "cs", "cz", "conv.bias"}, {"cq"}, conv_attrs()) +
             n("DequantizeLinear", {"cq", "cs", "cz"}, {"c"}) + n("Flatten", {"c"}, {"f"}) +
             n("QuantizeLinear", {"f", "cs", "cz"}, {"fq"}) +
             n("QLinearMatMul", {"fq", "cs", "cz", "fc.weight", "mws", "mwz", "ys", "yz"}, {"yq"}) +
@@ -65,10 +66,15 @@ TEST(OnnxQdqOps, QLinearConvAndQLinearMatMulImport) {
   m.initializers = floats("xs", {}, {0.004f}) + u8("xz", 3) + i8("conv.weight", {2, 1, 3, 3}, cw) + floats("cws", {2}, {0.01f, 0.02f}) +
                    i8("cwz", {2}, {0, 0}) + i32("conv.bias", {2}, {-70, 1234}) + floats("cs", {}, {0.05f}) + u8("cz", 128) +
                    i8("fc.weight", {32, 3}, mw) + floats("mws", {3}, {0.001f, 0.002f, 0.003f}) + i8("mwz", {3}, {0, 0, 0}) +
-                   floats("ys", {}, {0.1f}) + u8("yz", 100);
+                   floats("ys", {}, {0.1f}) + u8("yz", 100) + floats("xs10", {}, {0.04f}) + u8("xz4", 4);
   m.inputs = str(11, value_info("x", float_type({0, 1, 4, 4})));
   m.outputs = str(12, value_info("y", float_type({0, 3})));
-  const QuantizedWeights q = import(m);
+  return m;
+}
+
+TEST(OnnxQdqOps, QLinearConvAndQLinearMatMulImport) {
+  const std::vector<int8_t> cw = weights(18, 1), mw = weights(96, 2);
+  const QuantizedWeights q = import(qlinear_model());
   ASSERT_EQ(q.layers.size(), 2u);
   const QuantLayer& c = *layer_with(q, 4);
   EXPECT_EQ(c.prefix, "conv");
@@ -119,17 +125,20 @@ TEST(OnnxQdqOps, ConvIntegerAndMatMulIntegerImport) {
 }
 
 // The hostile cases' base: x -> Q -> DQ -> Conv(DQ(int8 w), DQ(int32 b)) -> Flatten -> y.
+// dq_x: the activation DQ's inputs; extra: more initializers (after the others); more: more nodes.
 struct Hostile {
   Bytes xs = floats("x_scale", {}, {0.01f}), xz = u8("x_zp", 0), ws = floats("w_scale", {2}, {0.1f, 0.2f});
   Bytes wz = i8("w_zp", {2}, {0, 0}), w = i8("w", {2, 1, 3, 3}, weights(18, 5));
   Bytes bs = floats("b_scale", {2}, {0.001f, 0.002f}), bz = i32("b_zp", {2}, {0, 0}), b = i32("b", {2}, {5, -5});
+  std::vector<std::string> dq_x = {"xq", "x_scale", "x_zp"};
+  Bytes extra, more;
   onnx_wire::Model model() const {
     onnx_wire::Model m;
-    m.nodes = n("QuantizeLinear", {"x", "x_scale", "x_zp"}, {"xq"}) + n("DequantizeLinear", {"xq", "x_scale", "x_zp"}, {"xd"}) +
+    m.nodes = more + n("QuantizeLinear", {"x", "x_scale", "x_zp"}, {"xq"}) + n("DequantizeLinear", dq_x, {"xd"}) +
               n("DequantizeLinear", {"w", "w_scale", "w_zp"}, {"wd"}, attr_int("axis", 0)) +
               n("DequantizeLinear", {"b", "b_scale", "b_zp"}, {"bd"}, attr_int("axis", 0)) +
               n("Conv", {"xd", "wd", "bd"}, {"c"}, conv_attrs()) + n("Flatten", {"c"}, {"y"});
-    m.initializers = xs + xz + ws + wz + w + bs + bz + b;
+    m.initializers = xs + xz + ws + wz + w + bs + bz + b + extra;
     m.inputs = str(11, value_info("x", float_type({0, 1, 4, 4})));
     m.outputs = str(12, value_info("y", float_type({0, 32})));
     return m;
@@ -199,6 +208,86 @@ TEST(OnnxQdqOps, LyingShapesAreRefusedNamingTheTensor) {
   Hostile x;
   x.xs = floats("x_scale", {2}, {0.1f, 0.1f});
   expect_refused(x, "x_scale", "per tensor");
+}
+
+// Both imports (int8, and the fp32 graph a QDQ file computes) refuse m in one line holding `needles`.
+void expect_both_refused(const onnx_wire::Model& m, const std::vector<std::string>& needles) {
+  const Bytes b = m.bytes();
+  const auto* p = reinterpret_cast<const uint8_t*>(b.data());
+  for (int fp32 = 0; fp32 < 2; ++fp32) try {
+      if (fp32) import_onnx_from_memory(p, b.size(), "t.onnx");
+      else import_onnx_quantized_from_memory(p, b.size(), "t.onnx");
+      ADD_FAILURE() << (fp32 ? "the fp32 import" : "the int8 import") << " accepted it; expected: " << needles[0];
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      for (const std::string& w : needles) EXPECT_NE(msg.find(w), std::string::npos) << "missing '" << w << "' in: " << msg;
+    }
+}
+
+// H1 (hostile-input report 2026-12-01): a DequantizeLinear of a QuantizeLinear's output was
+// computed with the QuantizeLinear's scale and zero point whatever its own were (a silent wrong
+// answer in int8 and fp32 alike: its scale x10 gave the same outputs), and a zero point of another
+// type or shape on it was ignored. Now each is refused naming the nodes; equal values under other
+// names, and a zero point left out where the QuantizeLinear's is 0, are the same QParams.
+TEST(OnnxQdqOps, ADequantizeWithOtherQParamsThanItsQuantizeIsRefused) {
+  const std::string other = "DequantizeLinear 'xd_node' uses other QParams than its QuantizeLinear 'xq_node'";
+  Hostile s;
+  s.dq_x = {"xq", "s10", "x_zp"}, s.extra = floats("s10", {}, {0.1f});
+  expect_both_refused(s.model(), {"t.onnx", other, "scale 0.1"});
+  Hostile z;
+  z.dq_x = {"xq", "x_scale", "z5"}, z.extra = u8("z5", 5);
+  expect_both_refused(z.model(), {other, "zero point 5"});
+  Hostile gone;  // the DQ's zero point left out (0) where the Q's is 3
+  gone.xz = u8("x_zp", 3), gone.dq_x = {"xq", "x_scale"};
+  expect_both_refused(gone.model(), {other, "zero point 0"});
+  Hostile t;  // the report's int8 [128] weight zero point on the activation DQ
+  t.dq_x = {"xq", "x_scale", "zw"}, t.extra = i8("zw", {128}, std::vector<int8_t>(128, 0));
+  expect_both_refused(t.model(), {"'xd_node'", "zero point 'zw' is int8 [128]"});
+  Hostile shape;
+  shape.dq_x = {"xq", "x_scale", "z2"}, shape.extra = typed("z2", {2}, UINT8, std::vector<uint8_t>{0, 0});
+  expect_both_refused(shape.model(), {"'xd_node'", "zero point 'z2'", "[2]"});
+  Hostile same;
+  same.dq_x = {"xq", "s_copy"}, same.extra = floats("s_copy", {}, {0.01f});
+  const QuantizedWeights q = import(same.model());
+  EXPECT_EQ(q.acts.at("input").scale, 0.01f);
+  EXPECT_EQ(q.acts.at("input").zero_point, 0);
+}
+
+// H1's kin: a QLinearConv's x_scale other than its input's QuantizeLinear's replaced the input's
+// QParams; two QuantizeLinear of one tensor with other QParams kept the last (ember's int8 plan
+// has one per tensor, so one branch ran with the other's scale). Both are refused.
+TEST(OnnxQdqOps, OtherQParamsForOneQuantizedTensorAreRefused) {
+  expect_both_refused(qlinear_model({"xs10", "xz"}), {"QLinearConv 'cq_node' uses other input QParams than its QuantizeLinear 'xq_node'"});
+  expect_both_refused(qlinear_model({"xs", "xz4"}), {"QLinearConv 'cq_node' uses other input QParams", "zero point 4"});
+  Hostile h;  // x -> Q (x_scale) -> DQ -> Conv, and x -> Q (0.02) -> DQ -> Conv; Add; Flatten
+  onnx_wire::Model m = h.model();
+  m.nodes = n("QuantizeLinear", {"x", "x_scale", "x_zp"}, {"xq"}) + n("DequantizeLinear", {"xq", "x_scale", "x_zp"}, {"xd"}) +
+            n("QuantizeLinear", {"x", "s2", "x_zp"}, {"xq2"}) + n("DequantizeLinear", {"xq2", "s2", "x_zp"}, {"xd2"}) +
+            n("DequantizeLinear", {"w", "w_scale", "w_zp"}, {"wd"}, attr_int("axis", 0)) +
+            n("DequantizeLinear", {"b", "b_scale", "b_zp"}, {"bd"}, attr_int("axis", 0)) +
+            n("Conv", {"xd", "wd", "bd"}, {"c1"}, conv_attrs()) + n("Conv", {"xd2", "wd", "bd"}, {"c2"}, conv_attrs()) +
+            n("Add", {"c1", "c2"}, {"s"}) + n("Flatten", {"s"}, {"y"});
+  m.initializers += floats("s2", {}, {0.02f});
+  expect_both_refused(m, {"QuantizeLinear 'xq2_node' quantizes 'x' with other QParams than QuantizeLinear 'xq_node'"});
+}
+
+// M1: a duplicate initializer of a Q/DQ scale or zero point was accepted, the last one winning (the
+// QDQ pass read initializers before the importer's "appears twice"); now every duplicate is
+// refused before anything reads them, with the message a duplicate weight gets.
+TEST(OnnxQdqOps, DuplicateInitializersAreRefusedAsADuplicateWeightIs) {
+  const std::vector<std::pair<std::string, Bytes>> dups = {
+      {"x_scale", floats("x_scale", {}, {0.5f})}, {"x_zp", u8("x_zp", 7)},
+      {"w_scale", floats("w_scale", {2}, {0.5f, 0.5f})}, {"w_zp", i8("w_zp", {2}, {0, 0})},
+      {"b_scale", floats("b_scale", {2}, {1.f, 1.f})}, {"w", i8("w", {2, 1, 3, 3}, weights(18, 9))}};
+  for (const auto& [name, bytes] : dups) {
+    Hostile h;
+    h.extra = bytes;
+    expect_both_refused(h.model(), {"t.onnx", "initializer '" + name + "' appears twice"});
+  }
+  Hostile c;  // torch.onnx.export's form: a Constant node writing a name an initializer has
+  c.more = n("Constant", {}, {"x_scale"}, str(5, str(1, "value") + floats("", {}, {0.5f}) + num(20, 4)));
+  expect_both_refused(c.model(), {"tensor 'x_scale' is produced by node 0 (Constant) and is an initializer"});
 }
 
 // What torch.onnx.export writes around a quantized model: scales and zero points as Constant
