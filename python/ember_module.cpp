@@ -81,7 +81,7 @@ class PyModel {
   // Builder steps: each appends to the model (dropping any plan: the next fit builds a new one).
   template <class F>
   PyModel& build(F f) {
-    plan_.reset();
+    plan_.reset(), onnx_dims_.reset();  // another graph than the file's
     f(model_);
     return *this;
   }
@@ -115,6 +115,7 @@ class PyModel {
       m.quant_ = std::make_shared<const ember::QuantizedWeights>(ember::import_onnx_quantized(path));
       m.int8_ = true;
     }
+    m.onnx_dims_ = im.output_dims;
     m.onnx_weights_ = std::make_shared<ember::OnnxImport>(std::move(im));
     return m;
   }
@@ -186,7 +187,8 @@ class PyModel {
   // [N, C, H, W] for a feature map.
   py::array_t<float> predict(const py::buffer& x, int batch_size) {
     const Samples s = samples_of(x, model_, "x");
-    const std::vector<int> dims = as_value_error([&] { return ember::model_output_dims(model_); });
+    std::vector<int> dims = as_value_error([&] { return ember::model_output_dims(model_); });
+    if (onnx_dims_ && count_of(*onnx_dims_) == count_of(dims)) dims = *onnx_dims_;  // the ONNX graph's rank
     std::vector<py::ssize_t> shape{py::ssize_t(s.n)};
     size_t per = 1;
     for (int v : dims) shape.push_back(v), per *= size_t(v);
@@ -513,6 +515,12 @@ class PyModel {
   std::unique_ptr<ember::Plan> plan_;
   int epoch_ = 0;
   std::shared_ptr<const ember::OnnxImport> onnx_weights_;  // from_onnx: the file's weights
+  std::optional<std::vector<int>> onnx_dims_;              // from_onnx: its output's dims after N ([C, L], none)
+  static size_t count_of(const std::vector<int>& d) {
+    size_t n = 1;
+    for (int v : d) n *= size_t(v);
+    return n;
+  }
   std::shared_ptr<const ember::QuantizedWeights> quant_;   // Model.quantize, or load of a quantized file
   bool int8_ = false;                                      // precision "int8": quant_ runs (int8_plan_)
   std::unique_ptr<ember::Int8Plan> int8_plan_;

@@ -286,7 +286,7 @@ def test_sequence_data_through_conv_pool_and_batchnorm_1d(tmp_path):
     n = (c - mean[None, :, None]) / np.sqrt(var[None, :, None] + 1e-3) * scale[None, :, None] + shift[None, :, None]
     want = np.stack([n[:, :, 0:2].max(2), n[:, :, 2:4].max(2), n[:, :, 4:5].max(2)], axis=2)  # pads after: -inf
     got = predict(m, x, tmp_path)
-    assert got.shape == (2, 4, 1, 3)  # ember's image [C, 1, L]
+    assert got.shape == (2, 4, 3)  # the graph's [N, C, L] (L4: was ember's image [N, C, 1, L])
     close(got, want)
     close(got, ort_output(m, x, tmp_path))
 
@@ -294,13 +294,29 @@ def test_sequence_data_through_conv_pool_and_batchnorm_1d(tmp_path):
 def test_one_value_per_sample_and_identity_graphs(tmp_path):
     x = RNG.standard_normal(5).astype(np.float32)
     m = model([helper.make_node("Tanh", ["x"], ["y"])], {}, (), ())
-    close(predict(m, x, tmp_path), np.tanh(x.astype(np.float64)))
+    got = predict(m, x, tmp_path)
+    assert got.shape == (5,)  # the graph's [N] (L4: was [N, 1])
+    close(got, np.tanh(x.astype(np.float64)))
     seq = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     ident = model([helper.make_node("Identity", ["x"], ["y"])], {}, (3, 4), (3, 4))
-    np.testing.assert_array_equal(predict(ident, seq, tmp_path).reshape(seq.shape), seq)
+    np.testing.assert_array_equal(predict(ident, seq, tmp_path), seq)
     same = model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 2]), helper.make_node("Relu", ["t"], ["y"])],
                  {}, (3, 4), (3, 4))
-    np.testing.assert_array_equal(predict(same, seq, tmp_path).reshape(seq.shape), np.maximum(seq, 0))
+    np.testing.assert_array_equal(predict(same, seq, tmp_path), np.maximum(seq, 0))
+    flat = model([helper.make_node("Flatten", ["x"], ["y"])], {}, (3, 4), (12,))  # rank 3 in, rank 2 out
+    assert predict(flat, seq, tmp_path).shape == (2, 12)
+
+
+def test_1d_window_errors_quote_the_files_1d_attributes(tmp_path):
+    """L4: a Conv1d's pads [0, 2] were refused quoting the lifted 2-D "pads [0, 0, 0, 2]"; a pool's
+    pads and kernel likewise. The messages quote what the file wrote."""
+    w = RNG.standard_normal((4, 3, 3)).astype(np.float32)
+    conv = model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3], pads=[0, 2])], {"w": w}, (3, 9), (4, 9))
+    refused(conv, tmp_path, "Conv", "pads [0, 2]")
+    pool = model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2], pads=[0, 2])], {}, (3, 9), (3, 10))
+    refused(pool, tmp_path, "MaxPool", "pads [0, 2] reach the kernel [2]")
+    big = model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[12])], {}, (3, 9), (3, 1))
+    refused(big, tmp_path, "AveragePool", "the window [12] does not fit")
 
 
 def test_rank_3_forms_ember_cannot_express_are_refused(tmp_path):
