@@ -6,7 +6,10 @@ folded pads, Sum, Concat, Softmax) in a few hundred bytes each; big node counts 
 layer over the 4096-layer limit, 49,000 empty nodes, lengths that claim more than the file holds)
 under 100 KB each; one regression seed per refused hostile model of issue 37 (ir_version 999,
 Conv strides 0, a graph output with no type or the wrong shape, no output); issue 40's attribute
-mappings and an unknown auto_pad; [N, C, L] data and pools padded after unlike before.
+mappings and an unknown auto_pad; [N, C, L] data and pools padded after unlike before; a tiny QDQ
+conv and the hostile-input report's (2026-12-01) refused graphs: a DequantizeLinear with another
+scale than its QuantizeLinear's, a duplicate scale initializer, two nodes writing one tensor, a
+cycle, a negative BatchNormalization variance.
 Run: /usr/bin/python3 fuzz/make_onnx_corpus.py"""
 import os
 
@@ -117,6 +120,32 @@ def sequences():
                              N("Flatten", ["a"], ["y"])], [], [1, 5, 6], 9)
 
 
+def hostile_2026_12():
+    """A QDQ conv (x -> Q -> DQ -> Conv with DQ'd int8 weights -> Flatten; no .onnx suffix: ORT
+    rounds where ember's fp32 import does not) and the hostile-input report's (2026-12-01) refused
+    graphs: H1 its DequantizeLinear reading 10x the scale, M1 a second 'xs' initializer, M2 a Relu
+    and a Sigmoid both writing 'y', M7 two Relus reading each other, L6 a BatchNormalization var -1."""
+    N = helper.make_node
+
+    def qdq(name, dq_scale="xs", extra=()):
+        nodes = [N("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q"), N("DequantizeLinear", ["xq", dq_scale, "xz"], ["xd"], name="dq"),
+                 N("DequantizeLinear", ["w", "ws"], ["wd"], axis=0), N("Conv", ["xd", "wd"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                 N("Flatten", ["c"], ["y"])]
+        inits = [c("xs", 0.01, np.float32), c("xz", 0, np.uint8), c("ws", [0.1, 0.2], np.float32),
+                 c("w", (np.arange(18) * 37 % 255 - 127).reshape(2, 1, 3, 3), np.int8), *extra]
+        save(name, nodes, inits, [1, 4, 4], 32, opset=13, check=not extra, ext="")
+
+    qdq("qdq-conv")
+    qdq("regress-qdq-dq-other-scale", "xs10", [c("xs10", 0.1, np.float32)])
+    qdq("regress-qdq-dup-scale", extra=[c("xs", 0.5, np.float32)])
+    save("regress-dup-output", [N("Relu", ["x"], ["y"]), N("Sigmoid", ["x"], ["y"])], [], [3], 3, check=False, ext="")
+    save("regress-cycle", [N("Flatten", ["x"], ["f"]), N("Relu", ["b"], ["a"]), N("Relu", ["a"], ["b"]),
+                           N("Gemm", ["a", "fc.weight"], ["y"], transB=1)], [w("fc.weight", 3, 4)], [4], 3, check=False, ext="")
+    save("regress-bn-var-negative", [N("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"]), N("Flatten", ["n"], ["y"])],
+         [c("s", [1, 1], np.float32), c("b", [0, 0], np.float32), c("m", [0, 0], np.float32), c("v", [1, -1], np.float32)],
+         [2, 1, 1], 2, ext="")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     N = helper.make_node
@@ -170,6 +199,7 @@ def main():
     regressions()
     attributes()
     sequences()
+    hostile_2026_12()
     print(f"wrote {len(os.listdir(OUT))} models to {OUT}")
 
 

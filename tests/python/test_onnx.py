@@ -512,6 +512,11 @@ HOSTILE_SEEDS = {  # fuzz/corpus/onnx seeds (fuzz/make_onnx_corpus.py) and what 
     "regress-conv-strides-0": "strides [0, 1]", "regress-output-untyped": "no type",
     "regress-output-wrong-shape": "the model computes [N, 3]", "regress-no-output": "no output",
     "claims-2e62": "does not parse", "regress-auto-pad-unknown": "auto_pad 'SAME_MIDDLE'",
+    # the hostile-input report of 2026-12-01: H1, M1, M2, M7, L6 (each imported, or said something else, before)
+    "regress-qdq-dq-other-scale": "DequantizeLinear 'dq' uses other QParams than its QuantizeLinear 'q'",
+    "regress-qdq-dup-scale": "initializer 'xs' appears twice",
+    "regress-dup-output": "tensor 'y' is produced by nodes 0 (Relu) and 1 (Sigmoid)",
+    "regress-cycle": "the graph has a cycle", "regress-bn-var-negative": "input_var 'v' [1] is -1; a variance",
 }
 
 
@@ -524,6 +529,12 @@ def test_hostile_seeds_are_refused_with_one_line(seed):
     with pytest.raises(ember.Error) as e:
         ember.Model.from_onnx(path)
     assert "\n" not in str(e.value) and seed in str(e.value) and HOSTILE_SEEDS[seed] in str(e.value), str(e.value)
+
+
+def test_the_qdq_seed_imports_as_its_hostile_variants_base():
+    """qdq-conv is the valid QDQ graph that regress-qdq-* alter: it imports and predicts [N, 32]."""
+    m = ember.Model.from_onnx(os.path.join(REPO, "fuzz", "corpus", "onnx", "qdq-conv"))
+    assert m.predict(np.random.default_rng(0).random((2, 1, 4, 4), np.float32)).shape == (2, 32)
 
 
 def test_a_file_over_the_node_limit_is_refused_before_parsing(tmp_path):
