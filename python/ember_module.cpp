@@ -362,6 +362,19 @@ class PyModel {
     rebuild(o);
   }
 
+  std::string denormals() const { return ember::denormals_name(denormals_); }
+  // Model.denormals: "flush" (the default: flush-to-zero and denormals-are-zero while ember's
+  // kernels run, the caller's mode restored after each call) or "keep" (exact IEEE); a plan
+  // already built is rebuilt at once in it, with the same weights and optimizer state.
+  void set_denormals(const std::string& d) {
+    denormals_ = as_value_error([&] { return ember::parse_denormals(d, "denormals"); });
+    int8_plan_.reset();
+    if (!plan_ || plan_->options().denormals == denormals_) return;
+    ember::PlanOptions o = plan_->options();
+    o.denormals = denormals_;
+    rebuild(o);
+  }
+
   std::string precision() const { return int8_ ? "int8" : ember::precision_name(precision_); }
   // A plan already built is rebuilt at once in the new precision, with the same weights and
   // optimizer state (same layout), so predict and evaluate use it too. "int8" runs the quantized
@@ -402,7 +415,7 @@ class PyModel {
     const int B = int(std::min<int64_t>(o.batch, s.n));
     py::gil_scoped_release nogil;
     if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != o.threads)
-      int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, o.threads);
+      int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, o.threads, "", denormals_);
     ember::Int8Plan& p = *int8_plan_;
     const int32_t* labels = truth ? truth->label_data() : nullptr;
     for (int64_t start = 0; start < s.n; start += B) {
@@ -485,6 +498,7 @@ class PyModel {
     o.optimizer.momentum = model_.recipe.momentum;
     o.precision = precision_;
     o.layout = layout_;
+    o.denormals = denormals_;
     as_value_error([&] { ember::validate(o, same_name); });
     return o;
   }
@@ -496,7 +510,7 @@ class PyModel {
     o.batch = int(std::min<int64_t>(o.batch, n));
     if (plan_ && plan_->batch() == o.batch && plan_->threads() == o.threads &&
         plan_->options().optimizer.kind == o.optimizer.kind && plan_->precision() == o.precision &&
-        plan_->options().layout == o.layout)
+        plan_->options().layout == o.layout && plan_->options().denormals == o.denormals)
       return;
     auto next = std::make_unique<ember::Plan>(model_, o);
     if (plan_) {  // the same model: the same flat parameter layout
@@ -512,6 +526,7 @@ class PyModel {
   ember::Model model_;
   ember::Precision precision_ = ember::Precision::fp32;  // the next plan's (Model.precision)
   std::string layout_ = "auto";                          // the next plan's (Model.layout)
+  ember::Denormals denormals_ = ember::Denormals::flush; // the next plan's (Model.denormals)
   std::unique_ptr<ember::Plan> plan_;
   int epoch_ = 0;
   std::shared_ptr<const ember::OnnxImport> onnx_weights_;  // from_onnx: the file's weights
@@ -630,6 +645,10 @@ PYBIND11_MODULE(ember, m) {
       .def_property("layout", &PyModel::layout, &PyModel::set_layout,
                     "'auto', 'nchw' or 'nhwc': the activations' layout of the plans (nhwc: channel-last wherever a "
                     "layer can, reorders at the edges; auto: nchw for now; weights and outputs keep PyTorch's layouts)")
+      .def_property("denormals", &PyModel::denormals, &PyModel::set_denormals,
+                    "'flush' (default) or 'keep': numbers below 2^-126 flushed to zero in ember's kernels "
+                    "(flush-to-zero and denormals-are-zero on ember's threads and, for the length of each call, the "
+                    "caller's, whose own mode is restored), or exact IEEE arithmetic")
       .def_property("precision", &PyModel::precision, &PyModel::set_precision,
                     "'fp32' or 'bf16': the matrix products' arithmetic for fit, predict, evaluate and profile "
                     "(bf16: operands rounded to bf16, products summed in fp32; weights stay fp32)")

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fp_mode.h"
 #include "data/alloc.h"
 #include "data/decode_budget.h"
 #include "data/image_scan.h"
@@ -48,8 +49,15 @@ void for_each_item(size_t n, int threads, Fn fn) {
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < std::max(1, threads); ++t) pool.emplace_back(work);
-  work();
+  for (int t = 1; t < std::max(1, threads); ++t)
+    pool.emplace_back([&] {
+      set_thread_fp_mode(true);  // ember's thread: denormals flushed (core/fp_mode.h)
+      work();
+    });
+  {
+    const FpModeScope fp(true);  // the caller's share, its own mode restored
+    work();
+  }
   for (auto& t : pool) t.join();
   if (bad_at != SIZE_MAX) throw Error(bad_msg);
 }

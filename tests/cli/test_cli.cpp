@@ -342,6 +342,26 @@ TEST_F(Cli, LayoutFlag) {
   EXPECT_EQ(b.code, 0) << b.err;
 }
 
+// --denormals (issue 55): a bad mode is one line naming the flag, in train, eval and bench; both
+// modes train and bench; `ember info` names the mode; keep and flush train the seed CNN on this
+// data to the same printed accuracy (only values below 2^-126 differ).
+TEST_F(Cli, DenormalsFlag) {
+  expect_one_line_error(run(train_args("--limit-train 64 --denormals ftz")), {"--denormals", "expected flush or keep", "ftz"});
+  expect_one_line_error(run("bench --workloads cnn-infer-b1 --denormals off"), {"--denormals", "off"});
+  const Result keep = run(train_args("--limit-train 640 --denormals keep"));
+  ASSERT_EQ(keep.code, 0) << keep.err;
+  const Result flush = run(train_args("--limit-train 640 --denormals flush"));
+  ASSERT_EQ(flush.code, 0) << flush.err;
+  auto acc = [](const std::string& out) { return out.substr(out.rfind("final test accuracy")).substr(0, 27); };
+  EXPECT_EQ(acc(keep.out), acc(flush.out)) << keep.out << flush.out;
+  const Result b = run("bench --json --workloads cnn-train-1t --samples 640 --warmup-samples 640 --denormals keep --threads 1");
+  EXPECT_EQ(b.code, 0) << b.err;
+  EXPECT_NE(b.out.find("after 640 warm-up samples"), std::string::npos) << b.out;
+  expect_one_line_error(run("bench --workloads cnn-train-1t --warmup-samples -1"), {"--warmup-samples", "-1"});
+  const Result i = run("info");
+  EXPECT_NE(i.out.find("denormals: flush"), std::string::npos) << i.out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Weights: missing, truncated, garbage header length, a different model's weights.
 

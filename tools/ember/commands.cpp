@@ -204,6 +204,11 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
                   "auto, nchw or nhwc: the activations' layout (nhwc: channel-last wherever a node can, reorders "
                   "at the edges; auto: nchw for now; bf16 plans run nchw)")
       ->capture_default_str();
+  cmd->add_option("--denormals", a.denormals,
+                  "flush or keep: numbers below 2^-126 in the kernels' arithmetic flushed to zero (flush-to-zero and "
+                  "denormals-are-zero, as PyTorch's set_flush_denormal; Intel cores slow down on them many times) or "
+                  "kept (exact IEEE)")
+      ->capture_default_str();
   cmd->add_option("--limit-test", a.limit_test, "Use only the first N test images (0: all)")
       ->capture_default_str();
 }
@@ -235,6 +240,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   if (a.precision != "int8") parse_precision(one_line(a.precision), L("--precision"));  // int8: eval's, checked there
   if (a.layout != "auto" && a.layout != "nchw" && a.layout != "nhwc")
     bad(L("--layout"), "auto, nchw or nhwc", "'" + one_line(a.layout) + "'");
+  parse_denormals(a.denormals, L("--denormals"));
 }
 
 std::string data_format(const CommonArgs& a, const std::string& dir) {
@@ -457,6 +463,7 @@ TrainSetup make_train_setup(TrainArgs& a, const std::function<bool(const char*)>
   po.isa = a.common.isa;
   po.layout = a.common.layout;
   po.precision = parse_precision(a.common.precision, L("--precision"));
+  po.denormals = parse_denormals(a.common.denormals, "--denormals");
   po.seed = a.seed;  // stochastic depth's masks
   po.optimizer.kind = parse_optimizer(a.optimizer, L("--optimizer"));
   po.optimizer.l2 = a.l2;
@@ -691,6 +698,7 @@ int run_eval(EvalArgs a, const CLI::App& cmd) {
   po.isa = a.common.isa;
   po.layout = a.common.layout;
   po.precision = parse_precision(a.common.precision, "--precision");
+  po.denormals = parse_denormals(a.common.denormals, "--denormals");
   po.optimizer.kind = OptimizerKind::SGD;
   Plan plan(model, po);
   if (plan.bf16_emulated()) note_emulated_bf16(plan.isa_name());
@@ -780,6 +788,8 @@ int run_info(const InfoArgs& a) {
   std::printf("threads: %d hardware threads (default --threads %d)\n",
               int(std::thread::hardware_concurrency()), default_threads());
   if (a.kernels) print_kernel_rows(sets);
+  std::printf("denormals: flush (flush-to-zero and denormals-are-zero while ember's kernels run, the caller's mode "
+              "restored; --denormals keep: exact IEEE)\n");
   std::printf("int8 path: %s (--precision int8 and quantized weights; EMBER_ISA=avx2 takes the avx2 path)\n",
               int8_path_name(env && *env ? env : ""));
   if (!a.model.empty()) print_plans(a);

@@ -65,6 +65,7 @@ struct CommonArgs {
   std::string isa;
   std::string precision = "fp32";  // --precision: fp32 or bf16 (the matrix products)
   std::string layout = "auto";     // --layout: auto, nchw or nhwc (the activations' layout)
+  std::string denormals = "flush";  // --denormals: flush or keep (PlanOptions::denormals)
   int64_t limit_test = 0;    // 0: all
   std::string act;           // --act: a ConvNeXt model's block activation; empty: the model's
   std::string data_format = "auto";  // auto, idx, folder, tinyimagenet, cifar
@@ -198,6 +199,8 @@ struct BenchArgs {
   std::string isa;
   std::string layout = "auto";  // --layout: the model workloads' activation layout
   int64_t samples = 60000;
+  int64_t warmup_samples = 60000;  // --warmup-samples: trained before the timed training samples
+  std::string denormals = "flush";  // --denormals: flush or keep
   std::vector<std::string> workloads;
   std::string data;
   std::string data_folder;   // the data-* workloads' image folder (empty: generated)

@@ -51,7 +51,7 @@ int run_profile_int8(ProfileArgs& a, const CLI::App& cmd) {
   check_common(t.common);
   const TrainTest data = load_data_for(t.common, a.limit_samples);
   const int B = clamp_batch(t.common.batch_size, data.train.count, "training set");
-  Int8Plan plan(q, B, t.common.threads, t.common.isa);
+  Int8Plan plan(q, B, t.common.threads, t.common.isa, parse_denormals(t.common.denormals, "--denormals"));
   bool augmenting = false;
   const Augment aug = augment_of(t.common, q.model, data.train.channels, &augmenting);
   std::vector<double> scale, shift;

@@ -67,6 +67,7 @@ QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std
   if (o.weight_bits != 7 && o.weight_bits != 8) throw Error("--weight-bits: expected 7 or 8, found " + std::to_string(o.weight_bits));
   qo.weight_bits = o.weight_bits;
   qo.threads = c.threads, qo.isa = c.isa;
+  qo.denormals = parse_denormals(c.denormals, "--denormals");
   return quantize_model(model, fp32_values(model, weights), x.data(), n, qo);
 }
 }  // namespace
@@ -174,7 +175,7 @@ int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
   a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
   bool augmenting = false;
   const Augment aug = augment_of(a.common, q.model, data.test.channels, &augmenting);
-  Int8Plan plan(q, a.common.batch_size, a.common.threads, a.common.isa);
+  Int8Plan plan(q, a.common.batch_size, a.common.threads, a.common.isa, parse_denormals(a.common.denormals, "--denormals"));
   std::vector<double> scale, shift;
   input_affine(aug, &scale, &shift);
   plan.set_input_affine(scale, shift);
