@@ -13,6 +13,7 @@
 #include "ember/onnx_quant.h"
 #include "nn/graph.h"
 #include "onnx/onnx_export.h"
+#include "quant/quant_math.h"
 
 namespace ember {
 namespace {
@@ -25,34 +26,42 @@ std::string bytes_of(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));  // little-endian
 }
 
+// The checks of the quantized file's reader and the int8 plan (quant_math.h): what they accept,
+// the export writes, and the QDQ import reads back.
 void check_qparams(const std::string& key, const QParams& p) {
-  if (!std::isfinite(p.scale) || p.scale <= 0)
-    throw Error("export: activation '" + key + "': scale " + std::to_string(p.scale) + " is not finite and > 0");
-  if (p.zero_point < 0 || p.zero_point > 255)
-    throw Error("export: activation '" + key + "': zero point " + std::to_string(p.zero_point) + " is outside 0..255");
+  if (const quant::Problem e = quant::qparams_problem(p, quant::act_scale_name(key), quant::act_zp_name(key)))
+    throw Error("export: activation '" + key + "': tensor '" + e.tensor + "': " + e.what);
 }
 
-void check_layer(const QuantLayer& l) {
+// l read with input scale s_in (tensor in_t; unused without a bias).
+void check_layer(const QuantLayer& l, float s_in, const std::string& in_t) {
   const size_t K = l.shape.empty() ? 0 : size_t(l.shape[0]);
   size_t n = 1;
   for (int d : l.shape) n *= size_t(d > 0 ? d : 0);
   if (K == 0 || l.w.size() != n || l.w_scale.size() != K || (l.has_bias && l.bias.size() != K))
     throw Error("export: layer '" + l.prefix + "': weight, scale and bias sizes disagree with its shape");
-  for (float s : l.w_scale)
-    if (!std::isfinite(s) || s <= 0) throw Error("export: layer '" + l.prefix + "': a weight scale is not finite and > 0");
+  if (const quant::Problem e = quant::layer_problem(l, s_in, in_t))
+    throw Error("export: layer '" + l.prefix + "': tensor '" + e.tensor + "': " + e.what);
 }
 
 // The hook: Q -> DQ on activations, DQ of the int8 weights and int32 biases.
 class QdqHook final : public onnx::ExportHook {
  public:
   QdqHook(const QuantizedWeights& q, const std::map<std::string, std::string>& folded_bn) : q_(q), folded_(folded_bn) {
-    for (const QuantLayer& l : q.layers) check_layer(l), layers_[l.prefix] = &l;
     for (const auto& [k, p] : q.acts) check_qparams(k, p);
     const nn::Graph g = nn::resolve(q.model);
     for (const nn::Node& n : g.nodes) {
       const int t = n.in.empty() ? 0 : n.in[0];
       const int p = g.tensors[size_t(t)].producer;
       in_key_[n.param_prefix] = p < 0 ? "input" : g.nodes[size_t(p)].param_prefix;
+    }
+    for (const QuantLayer& l : q.layers) {
+      const auto in = in_key_.find(l.prefix);
+      const auto a = in == in_key_.end() ? q.acts.end() : q.acts.find(in->second);
+      if (l.has_bias && a == q.acts.end())
+        throw Error("export: layer '" + l.prefix + "': its input has no activation scale (the bias needs it)");
+      check_layer(l, a == q.acts.end() ? 1.0f : a->second.scale, in == in_key_.end() ? "" : quant::act_scale_name(in->second));
+      layers_[l.prefix] = &l;
     }
   }
 
@@ -100,12 +109,7 @@ class QdqHook final : public onnx::ExportHook {
     if (in == q_.acts.end())
       throw Error("export: layer '" + l.prefix + "': its input '" + in_key_.at(l.prefix) + "' has no activation scale (the bias needs it)");
     std::vector<float> scale(static_cast<size_t>(K));
-    for (size_t k = 0; k < scale.size(); ++k) {
-      scale[k] = in->second.scale * l.w_scale[k];
-      if (!std::isfinite(scale[k]) || !(scale[k] > 0))
-        throw Error("export: layer '" + l.prefix + "': its bias scale (input scale " + std::to_string(in->second.scale) +
-                    " times weight scale " + std::to_string(l.w_scale[k]) + ") is not finite and > 0");
-    }
+    for (size_t k = 0; k < scale.size(); ++k) scale[k] = in->second.scale * l.w_scale[k];  // normal: check_layer
     const std::string b = w.raw(l.prefix + ".bias", pb::TensorProto::INT32, {K}, bytes_of(l.bias));
     const std::string s = w.floats(l.prefix + ".bias_scale", {K}, scale.data(), scale.size());
     const std::string z = w.raw(l.prefix + ".bias_zero_point", pb::TensorProto::INT32, {K}, std::string(size_t(K) * 4, '\0'));

@@ -5,9 +5,11 @@
 #include <cmath>
 #include <limits>
 
+#include "core/fp_mode.h"
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "kernels/ref/ref_fake_quant.h"
+#include "quant/int8_check.h"
 #include "quant/node_run.h"
 #include "quant/qat.h"
 #include "quant/quant_math.h"
@@ -120,6 +122,37 @@ void round_to_half(QuantizedWeights& q) {
 }  // namespace
 
 namespace {
+// Every Conv2d and Linear quantized from its fp32 weight and bias in `values` (into q.values, as
+// int8 represents them), each bias in units of its input's scale in q.acts.
+void quantize_layers(QuantizedWeights& q, const quant::NodeGraph& ng, const std::vector<float>& values, int bits) {
+  const nn::Graph& g = ng.g;
+  q.layers.clear();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& node = g.nodes[i];
+    if (!quantizable(*node.spec) || ng.first_param[i] < 0) continue;
+    const size_t t0 = size_t(ng.first_param[i]);
+    const ParamInfo* bp = t0 + 1 < ng.params.size() && ng.params[t0 + 1].layer == int(i) ? &ng.params[t0 + 1] : nullptr;
+    for (const ParamInfo* p : {&ng.params[t0], bp})
+      if (p) std::copy_n(values.begin() + long(p->offset), p->size, q.values.begin() + long(p->offset));
+    const float in_scale = q.acts[tensor_name(g, size_t(node.in[0]))].scale;
+    q.layers.push_back(quantize_weights(node, ng.params[t0], bp, q.values, in_scale, bits));
+  }
+}
+
+// The output of each exact u8 op (ReLU, 2x2 max-pool, flatten on u8 values) keeps its input's
+// QParams in the int8 plan, and the reader refuses a file whose own pair there differs: those
+// calibrated on their own are replaced by their input's, and the layers quantized again when one
+// moved (a Linear after a flatten has its bias in that tensor's units).
+void keep_exact_u8_qparams(QuantizedWeights& q, const quant::NodeGraph& ng, const std::vector<float>& values, int bits) {
+  bool moved = false;
+  for (const auto& [t, from] : quant::u8_passthrough(q)) {
+    QParams& p = q.acts.at(t);
+    const QParams f = q.acts.at(from);
+    if (p.scale != f.scale || p.zero_point != f.zero_point) p = f, moved = true;
+  }
+  if (moved) quantize_layers(q, ng, values, bits);
+}
+
 // learnt: QAT's ranges (strip_qat), which replace the calibrated QParams of their tensors.
 QuantizedWeights quantize(const Model& model, const std::vector<float>& values, const float* x, int n,
                           const QuantOptions& opt, const std::map<std::string, QParams>& learnt) {
@@ -132,7 +165,8 @@ QuantizedWeights quantize(const Model& model, const std::vector<float>& values, 
   for (const ParamInfo& p : ng.params) total = std::max(total, p.offset + p.size);
   if (values.size() != total)
     throw Error("quantize: " + std::to_string(values.size()) + " parameter values for a model of " + std::to_string(total));
-  ThreadPool pool(opt.threads);
+  ThreadPool pool(opt.threads, opt.denormals == Denormals::flush);
+  const FpModeScope fp(opt.denormals == Denormals::flush);  // this thread's share; its mode restored
   const Kernels& k = kernels_for(resolve_isa(opt.isa, "quantize: isa"));
   std::vector<Observer> obs(g.tensors.size());
   calibration_pass(ng, values, x, n, pool, k, [&](size_t t, const float* d, size_t c) { obs[t].range(d, c); });
@@ -149,14 +183,8 @@ QuantizedWeights quantize(const Model& model, const std::vector<float>& values, 
   for (const auto& [name, qp] : learnt) q.acts[name] = qp;
   q.calib.qat_ranges = int(learnt.size());
   round_to_half(q);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const nn::Node& node = g.nodes[i];
-    if (!quantizable(*node.spec) || ng.first_param[i] < 0) continue;
-    const size_t t0 = size_t(ng.first_param[i]);
-    const ParamInfo* bp = t0 + 1 < ng.params.size() && ng.params[t0 + 1].layer == int(i) ? &ng.params[t0 + 1] : nullptr;
-    const float in_scale = q.acts[tensor_name(g, size_t(node.in[0]))].scale;
-    q.layers.push_back(quantize_weights(node, ng.params[t0], bp, q.values, in_scale, opt.weight_bits));
-  }
+  quantize_layers(q, ng, values, opt.weight_bits);
+  keep_exact_u8_qparams(q, ng, values, opt.weight_bits);
   return q;
 }
 }  // namespace

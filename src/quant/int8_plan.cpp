@@ -4,82 +4,25 @@
 // other node runs its fp32 layer (channel-last where it can) with conversions inserted where a
 // tensor is read in another form than it was written. Buffers are placed by lifetime.
 #include <algorithm>
+#include <cfloat>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
+#include "core/fp_mode.h"
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "kernels/int8_kernels.h"
 #include "nn/input_u8.h"
 #include "quant/int8_ops.h"
+#include "quant/int8_plan_impl.h"
 #include "quant/node_run.h"
+#include "quant/quant_math.h"
 
 namespace ember {
 
-namespace {
-enum Form { kU8 = 0, kF32Nhwc = 1, kF32Nchw = 2 };  // flat tensors use kU8 and kF32Nchw
-enum class Role { fallback, gemm, dw, relu8, pool8, flatten8, fused };
-
-struct TensorInfo {
-  QParams qp;
-  int buf[3] = {-1, -1, -1};  // block per form
-  int native = -1;            // the form its producer writes
-  int C = 0, HW = 1;          // per-sample [C, H*W] (flat: HW 1)
-  bool image = false;
-  int hwc_from = -1;          // a flatten8 output: the image tensor whose NHWC order it keeps
-};
-
-struct Step {
-  enum Kind { gemm, dw, relu8, pool8, fallback, convert } kind = fallback;
-  int node = -1, op = -1;
-  int tensor = -1, from = -1, to = -1;   // convert
-  int in = -1, res = -1, out = -1;       // blocks
-  std::vector<int> ins;                  // fallback: input blocks
-  Int8Epilogue ep;
-  std::string what;                      // for summary()
-};
-}  // namespace
-
-struct Int8Plan::Impl {
-  QuantizedWeights q;
-  quant::NodeGraph ng;
-  int batch = 1, threads = 1;
-  std::unique_ptr<ThreadPool> pool;
-  const Kernels* fk = nullptr;
-  const Int8Kernels* k = nullptr;
-  std::vector<Role> role;                // per node
-  std::vector<int> final_of;             // per gemm/dw node: the tensor its fused step writes
-  std::vector<int> res_of;               // per gemm/dw node: the residual tensor, or -1
-  std::vector<int> bn_of;                // per gemm/dw node: the BatchNorm2d folded into it, or -1
-  std::vector<TensorInfo> ts;
-  std::vector<nn::Block> blocks;
-  std::vector<quant::GemmOp> gemms;
-  std::vector<quant::DwOp> dws;
-  std::vector<Step> steps;
-  std::vector<std::vector<int32_t>> idx;
-  std::vector<std::vector<std::byte>> saved;
-  std::vector<std::byte> arena;
-  size_t base = 0, scratch_off = 0, scratch_bytes = 0;
-  std::vector<int32_t> labels;
-  std::vector<double> in_scale, in_shift;
-  bool timing = false;
-  std::vector<double> step_s;                       // per step, with timing on
-  std::vector<int64_t> step_calls;
-
-  template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.data() + base + blocks[size_t(block)].offset); }
-  template <class T> const T* at(int block) const {
-    return reinterpret_cast<const T*>(arena.data() + base + blocks[size_t(block)].offset);
-  }
-  const nn::Graph& g() const { return ng.g; }
-  std::string name(size_t t) const {
-    return t == 0 ? "input" : g().nodes[size_t(g().tensors[t].producer)].param_prefix;
-  }
-};
-
-namespace {
-using Impl = Int8Plan::Impl;
+namespace int8plan {  // the compiler (its state and what int8_view.cpp uses: int8_plan_impl.h)
 
 const LayerSpec& spec(const Impl& m, int node) { return *m.g().nodes[size_t(node)].spec; }
 bool kind_is(const Impl& m, int node, LayerKind k) { return spec(m, node).kind == k; }
@@ -95,7 +38,15 @@ bool has_act(const Impl& m, int t) { return m.q.acts.count(m.name(size_t(t))) > 
 bool has_qp(const Impl& m, int t) {
   if (has_act(m, t)) return true;
   const int p = m.g().tensors[size_t(t)].producer;
-  return p >= 0 && (m.role[size_t(p)] == Role::relu8 || m.role[size_t(p)] == Role::pool8 || m.role[size_t(p)] == Role::flatten8);
+  return p >= 0 && exact_u8(m.role[size_t(p)]);
+}
+// The QParams tensor t's u8 values carry (the roles of the nodes before it known): its own, or
+// for an exact u8 op's output its input's.
+QParams u8_qparams(const Impl& m, int t) {
+  for (int p = m.g().tensors[size_t(t)].producer; p >= 0 && exact_u8(m.role[size_t(p)]); p = m.g().tensors[size_t(t)].producer)
+    t = m.g().nodes[size_t(p)].in[0];
+  const auto a = m.q.acts.find(m.name(size_t(t)));
+  return a == m.q.acts.end() ? QParams{} : a->second;
 }
 
 // The node's int8 role before fusion (by kind, parameters, shapes and which tensors have 8-bit
@@ -145,6 +96,56 @@ bool bn_affine(const Impl& m, int bn, std::vector<double>* a, std::vector<double
   return true;
 }
 
+// Layer l's int32 bias in units of s_in s_w[k] carrying its real bias B_k (the file's int32 in
+// units of s_file s_w[k]) and an affine y = a_k x + c_k after it: round((B_k + c_k / a_k) /
+// (s_in s_w[k])); false where one does not fit int32.
+bool bias_in_units(const QuantLayer& l, double s_file, float s_in, const std::vector<double>& a,
+                   const std::vector<double>& c, std::vector<int32_t>* bias) {
+  const size_t K = l.w_scale.size();
+  bias->assign(K, 0);
+  for (size_t k = 0; k < K && k < a.size(); ++k) {
+    const double unit = double(s_in) * l.w_scale[k], B = double(l.bias[k]) * s_file * l.w_scale[k];
+    const double v = std::nearbyint((B + c[k] / a[k]) / unit);
+    if (!(std::fabs(v) <= 2147483647.0)) return false;  // NaN too
+    (*bias)[k] = int32_t(v);
+  }
+  return a.size() == K;
+}
+
+// Layer l with the affine a folded in (bias: its bias with the shift, in l's units), as the QDQ
+// export writes it: int8 weights times sign a_k, scales s_w[k] |a_k|, the bias times sign a_k;
+// false (l unchanged) where a weight of -128 would need negating.
+bool fold_affine(QuantLayer* l, const std::vector<double>& a, const std::vector<int32_t>& bias) {
+  const size_t K = a.size(), per = l->w.size() / K;
+  for (size_t k = 0; k < K; ++k)
+    if (a[k] < 0 && std::find(l->w.begin() + long(k * per), l->w.begin() + long((k + 1) * per), int8_t(-128)) !=
+                        l->w.begin() + long((k + 1) * per))
+      return false;
+  for (size_t k = 0; k < K; ++k) {
+    const int sign = a[k] < 0 ? -1 : 1;
+    for (size_t j = 0; j < per; ++j) l->w[k * per + j] = int8_t(sign * l->w[k * per + j]);
+    l->w_scale[k] = float(double(l->w_scale[k]) * std::fabs(a[k]));
+    l->bias[k] = sign * bias[k];
+  }
+  l->has_bias = true;
+  return true;
+}
+
+// Whether conv node i can carry the BatchNorm2d (a, c) after it in its requantization, and so in
+// its export: its bias with the BN's shift fits int32, and the folded layer passes layer_problem
+// (else the BN runs fp32).
+bool bn_foldable(const Impl& m, int i, const std::vector<double>& a, const std::vector<double>& c) {
+  const nn::Node& n = m.g().nodes[size_t(i)];
+  const QuantLayer& l = *m.q.layer(n.param_prefix);
+  const float s_in = u8_qparams(m, n.in[0]).scale;
+  std::vector<int32_t> bias;
+  if (!bias_in_units(l, m.q.acts.at(m.name(size_t(n.in[0]))).scale, s_in, a, c, &bias)) return false;
+  for (size_t k = 0; k < a.size(); ++k)
+    if (!quant::normal_scale(std::fabs(a[k]) * l.w_scale[k])) return false;  // the folded scale as a float
+  QuantLayer f = l;
+  return !fold_affine(&f, a, bias) || !quant::layer_problem(f, s_in, "");
+}
+
 // Fuses a BatchNorm2d, then a ReLU, or an Add (with the other input ready) and a ReLU after it,
 // into gemm/dw node i.
 void fuse_after(Impl& m, int i) {
@@ -152,7 +153,8 @@ void fuse_after(Impl& m, int i) {
   int r = only_reader(m, t);
   std::vector<double> a, c;
   // A BatchNorm2d after a Conv2d only (the QDQ export folds it into the Conv the same way).
-  if (r >= 0 && kind_is(m, i, LayerKind::Conv2d) && kind_is(m, r, LayerKind::BatchNorm2d) && bn_affine(m, r, &a, &c)) {
+  if (r >= 0 && kind_is(m, i, LayerKind::Conv2d) && kind_is(m, r, LayerKind::BatchNorm2d) && bn_affine(m, r, &a, &c) &&
+      bn_foldable(m, i, a, c)) {
     m.role[size_t(r)] = Role::fused, m.bn_of[size_t(i)] = r;
     t = m.g().nodes[size_t(r)].out, r = only_reader(m, t);
   }
@@ -255,19 +257,47 @@ int form_of(Impl& m, int t, int f) {
 // a_k (s_in s_w[k] acc + B_k) + c_k is a_k s_in s_w[k] (acc + bias_k). a, c: that affine
 // (with_bn false: the layer's own bias alone, for an export that keeps the BatchNorm2d).
 std::vector<int32_t> requant_bias(const Impl& m, int i, const QuantLayer& l, float s_in, std::vector<double>* a,
-                                  std::vector<double>* c, bool with_bn = true) {
+                                  std::vector<double>* c, bool with_bn) {
   const size_t K = l.w_scale.size();
   a->assign(K, 1.0), c->assign(K, 0.0);
-  if (with_bn && m.bn_of[size_t(i)] >= 0) bn_affine(m, m.bn_of[size_t(i)], a, c);
+  const int bn = with_bn ? m.bn_of[size_t(i)] : -1;
+  if (bn >= 0) bn_affine(m, bn, a, c);
   const int in = m.g().nodes[size_t(i)].in[0];
   const double s_file = m.q.acts.at(m.name(size_t(in))).scale;  // the file's bias is in its units
-  std::vector<int32_t> bias(K);
-  for (size_t k = 0; k < K; ++k) {
-    const double unit = double(s_in) * l.w_scale[k];
-    const double B = double(l.bias[k]) * s_file * l.w_scale[k];
-    bias[k] = int32_t(std::clamp(std::nearbyint((B + (*c)[k] / (*a)[k]) / unit), -2147483647.0, 2147483647.0));
-  }
+  std::vector<int32_t> bias;
+  if (!bias_in_units(l, s_file, s_in, *a, *c, &bias))
+    fail(m, {l.prefix + ".bias", std::string("does not fit int32 in the units the int8 plan computes in (") + quant::scale_text(s_in) +
+                                     ", the scale its u8 input keeps, times " + l.prefix + ".weight_scale" +
+                                     (bn >= 0 ? ", batchnorm2d folded in)" : ")")});
   return bias;
+}
+
+// Node i's requantization scales a_k s_in s_w[k] / out_s (out_s 1 for an fp32 output), each a
+// normal float, into tensor `final`; an fp32 output's largest value (from any u8 input) finite.
+std::vector<float> requant_scales(const Impl& m, int i, const QuantLayer& l, float s_in, double out_s, bool f32_out,
+                                  const std::vector<double>& a, const std::vector<int32_t>& bias) {
+  const std::string in = quant::act_scale_name(m.name(size_t(m.g().nodes[size_t(i)].in[0]))), ws = l.prefix + ".weight_scale";
+  const std::string out = f32_out ? ws : quant::act_scale_name(m.name(size_t(m.final_of[size_t(i)])));
+  const size_t per = l.w.size() / a.size();
+  std::vector<float> scale(a.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    const std::string at = std::string("[").append(std::to_string(k)).append("] ");
+    const double v = a[k] * double(s_in) * l.w_scale[k] / out_s;
+    const float f = quant::normal_scale(std::fabs(v));
+    if (!f)
+      fail(m, {out, "the requantization scale " + at + "of layer " + l.prefix + " (" + in + " * " + ws +
+                        (m.bn_of[size_t(i)] >= 0 ? " * batchnorm2d a" : "") + (f32_out ? "" : " / " + out) + " = " +
+                        quant::scale_text(v) + ") is not a normal float"});
+    scale[k] = v < 0 ? -f : f;
+    int w = 0;
+    for (size_t j = 0; f32_out && j < per; ++j) w = std::max(w, std::abs(int(l.w[k * per + j])));
+    const double top = (double(per) * 255.0 * w + std::fabs(double(bias[k]))) * f;
+    if (f32_out && !(top <= double(FLT_MAX)))
+      fail(m, {ws, at + "layer " + l.prefix + " writes fp32: its largest output (" + std::to_string(per) + " products of 255 and " +
+                       std::to_string(w) + ", plus the bias " + std::to_string(bias[k]) + ", times " + quant::scale_text(f) +
+                       ") overflows float"});
+  }
+  return scale;
 }
 
 // The requantization of node i's fused step into tensor `final` (u8, or f32 for fp32 readers):
@@ -285,10 +315,15 @@ Int8Epilogue epilogue(const Impl& m, int i, const QuantLayer& l, float s_in, std
   ep.lo = relu && !ep.f32_out ? f.qp.zero_point : 0;
   std::vector<double> a, c;
   *bias = requant_bias(m, i, l, s_in, &a, &c);
-  scale->resize(a.size());
-  for (size_t k = 0; k < a.size(); ++k) (*scale)[k] = float(a[k] * double(s_in) * l.w_scale[k] / s_out);
+  *scale = requant_scales(m, i, l, s_in, s_out, ep.f32_out, a, *bias);
   if (const int r = m.res_of[size_t(i)]; r >= 0) {
-    ep.res_scale = float(double(m.ts[size_t(r)].qp.scale) / s_out);
+    const double v = double(m.ts[size_t(r)].qp.scale) / s_out;
+    ep.res_scale = quant::normal_scale(v);
+    if (!ep.res_scale)
+      fail(m, {quant::act_scale_name(m.name(size_t(final))), "the residual's scale ratio for layer " + l.prefix + " (" +
+                                                                 quant::act_scale_name(m.name(size_t(r))) + " / " +
+                                                                 quant::act_scale_name(m.name(size_t(final))) + " = " +
+                                                                 quant::scale_text(v) + ") is not a normal float"});
     ep.res_zp = m.ts[size_t(r)].qp.zero_point;
   }
   return ep;
@@ -309,7 +344,12 @@ void add_gemm(Impl& m, int i, Step& st) {
   const QuantLayer& l = *m.q.layer(n.param_prefix);
   const TensorInfo& x = m.ts[size_t(n.in[0])];
   const nn::Dims in = m.g().tensors[size_t(n.in[0])].dims, out = m.g().tensors[size_t(n.out)].dims;
-  quant::GemmOp op;
+  std::vector<float> scale;
+  std::vector<int32_t> bias;
+  st.ep = epilogue(m, i, l, x.qp.scale, &scale, &bias);
+  st.op = int(m.gemms.size());
+  quant::GemmOp& op = m.gemms.emplace_back();
+  if (!m.pack) return;  // steps and checks only
   op.x_zp = x.qp.zero_point;
   op.K = l.shape[0];
   std::vector<int8_t> rows = l.w;
@@ -328,12 +368,7 @@ void add_gemm(Impl& m, int i, Step& st) {
       rows = hwc_columns(l.w, op.K, img.C, img.HW);
     }
   }
-  std::vector<float> scale;
-  std::vector<int32_t> bias;
-  st.ep = epilogue(m, i, l, x.qp.scale, &scale, &bias);
   quant::pack_gemm(*m.k, op, rows, bias, scale);
-  st.op = int(m.gemms.size());
-  m.gemms.push_back(std::move(op));
 }
 
 void add_dw(Impl& m, int i, Step& st) {
@@ -346,10 +381,12 @@ void add_dw(Impl& m, int i, Step& st) {
   const int ph = s.same ? (s.kernel_h - 1) / 2 : s.pad_h, pw = s.same ? (s.kernel_w - 1) / 2 : s.pad_w;
   op.s = {in.h, in.w, in.c, out.c, s.kernel_h, s.kernel_w, s.stride_h, ph, pw, out.h, out.w};
   op.x_zp = x.qp.zero_point;
-  op.w.resize(l.w.size());
   const int RS = s.kernel_h * s.kernel_w;
-  for (int k = 0; k < out.c; ++k)
-    for (int j = 0; j < RS; ++j) op.w[size_t(j) * out.c + k] = l.w[size_t(k) * RS + j];
+  if (m.pack) {
+    op.w.resize(l.w.size());
+    for (int k = 0; k < out.c; ++k)
+      for (int j = 0; j < RS; ++j) op.w[size_t(j) * out.c + k] = l.w[size_t(k) * RS + j];
+  }
   st.ep = epilogue(m, i, l, x.qp.scale, &op.scale, &op.bias);
   st.op = int(m.dws.size());
   m.dws.push_back(std::move(op));
@@ -403,13 +440,28 @@ size_t step_scratch(const Impl& m, const Step& st) {
   return 0;
 }
 
-void compile(Impl& m) {
+// The scales every step computes with (the requantization's are checked as each step is made):
+// each activation's QParams and each int8 layer's scales in the units the plan reads it in.
+void check_scales(const Impl& m) {
+  for (const auto& [t, p] : m.q.acts)
+    if (const quant::Problem e = quant::qparams_problem(p, quant::act_scale_name(t), quant::act_zp_name(t))) fail(m, e);
+  for (size_t i = 0; i < m.g().nodes.size(); ++i) {
+    if (m.role[i] != Role::gemm && m.role[i] != Role::dw) continue;
+    const nn::Node& n = m.g().nodes[i];
+    const std::string in = quant::act_scale_name(m.name(size_t(n.in[0])));
+    if (const quant::Problem e = quant::layer_problem(*m.q.layer(n.param_prefix), m.ts[size_t(n.in[0])].qp.scale, in)) fail(m, e);
+  }
+}
+
+void build_steps(Impl& m) {
   m.ng = quant::make_node_graph(m.q.model, m.batch, m.threads);
   classify(m);
   std::vector<bool> nhwc(m.role.size());
   for (size_t i = 0; i < nhwc.size(); ++i) nhwc[i] = m.role[i] == Role::fallback;
   m.ng = quant::make_node_graph(m.q.model, m.batch, m.threads, nhwc);
   tensor_forms(m);
+  check_scales(m);
+  if (m.file_checks) check_exact_u8_outputs(m);
   m.ts[0].buf[kF32Nchw] = new_block(m, 0, kF32Nchw, 0);
   for (size_t i = 0; i < m.g().nodes.size(); ++i) add_step(m, int(i));
   const int out = nn::output(m.g());
@@ -417,6 +469,10 @@ void compile(Impl& m) {
   const int end = int(m.steps.size()) + 1;
   m.blocks[size_t(m.ts[0].buf[kF32Nchw])].last = end;
   m.blocks[size_t(m.ts[size_t(out)].buf[kF32Nchw])].last = end;
+}
+
+void compile(Impl& m) {
+  build_steps(m);
   const size_t placed = nn::place(m.blocks);
   for (const Step& st : m.steps) m.scratch_bytes = std::max(m.scratch_bytes, step_scratch(m, st));
   m.scratch_off = (placed + 63) / 64 * 64;
@@ -485,9 +541,12 @@ void run_step(Impl& m, const Step& st, int n) {
     case Step::convert: run_convert(m, st, n, scratch); break;
   }
 }
-}  // namespace
+}  // namespace int8plan
 
-Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std::string& isa) : impl_(std::make_unique<Impl>()) {
+using namespace int8plan;
+
+Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std::string& isa, Denormals denormals)
+    : impl_(std::make_unique<Impl>()) {
   if (batch < 1) throw Error("int8 plan: batch must be >= 1, found " + std::to_string(batch));
   if (threads < 1) throw Error("int8 plan: threads must be >= 1, found " + std::to_string(threads));
   Impl& m = *impl_;
@@ -503,7 +562,7 @@ Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std:
   const Isa set = named ? best_isa() : resolve_isa_option(isa);  // "": EMBER_ISA, else the best
   m.fk = &kernels_for(set);
   m.k = named ? named : &int8_kernels_for(set);
-  m.pool = std::make_unique<ThreadPool>(threads);
+  m.pool = std::make_unique<ThreadPool>(threads, denormals == Denormals::flush);
   compile(m);
 }
 Int8Plan::~Int8Plan() = default;
@@ -567,6 +626,7 @@ std::string Int8Plan::summary() const {
 void Int8Plan::forward(int n) {
   Impl& m = *impl_;
   if (n < 1 || n > m.batch) throw Error("int8 plan: forward of " + std::to_string(n) + " samples, batch " + std::to_string(m.batch));
+  const FpModeScope fp(m.pool->flushes_denormals());  // as the fp32 plan: core/fp_mode.h
   if (!m.timing) {
     for (const Step& st : m.steps) run_step(m, st, n);
     return;
@@ -631,55 +691,6 @@ void Int8Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int
     m.labels[size_t(i)] = labels[index[i]];
   }
 }
-
-namespace {
-// Conv2d node i's layer with the BatchNorm2d its requantization carries folded in (QdqExport);
-// false where a weight of -128 would need negating.
-bool fold_bn_layer(const Impl& m, int i, QuantLayer* l) {
-  std::vector<double> a, c;
-  const std::vector<int32_t> bias = requant_bias(m, i, *l, m.ts[size_t(m.g().nodes[size_t(i)].in[0])].qp.scale, &a, &c);
-  const size_t K = a.size(), per = l->w.size() / K;
-  for (size_t k = 0; k < K; ++k)
-    if (a[k] < 0 && std::find(l->w.begin() + long(k * per), l->w.begin() + long((k + 1) * per), int8_t(-128)) !=
-                        l->w.begin() + long((k + 1) * per))
-      return false;
-  for (size_t k = 0; k < K; ++k) {
-    const int sign = a[k] < 0 ? -1 : 1;
-    for (size_t j = 0; j < per; ++j) l->w[k * per + j] = int8_t(sign * l->w[k * per + j]);
-    l->w_scale[k] = float(double(l->w_scale[k]) * std::fabs(a[k]));
-    l->bias[k] = sign * bias[k];
-  }
-  l->has_bias = true;
-  return true;
-}
-}  // namespace
-
-QdqExport Int8Plan::qdq_export() const {
-  const Impl& m = *impl_;
-  QdqExport v;
-  v.q = m.q;
-  v.q.acts.clear();
-  for (size_t t = 0; t < m.ts.size(); ++t)
-    if (m.ts[t].buf[kU8] >= 0) v.q.acts[m.name(t)] = m.ts[t].qp;
-  for (size_t i = 0; i < m.g().nodes.size(); ++i) {
-    const nn::Node& n = m.g().nodes[i];
-    auto l = std::find_if(v.q.layers.begin(), v.q.layers.end(), [&](const QuantLayer& x) { return x.prefix == n.param_prefix; });
-    if (l == v.q.layers.end()) continue;
-    if (m.role[i] != Role::gemm && m.role[i] != Role::dw) {  // runs fp32 on its dequantized values: so written
-      v.q.layers.erase(l);
-      continue;
-    }
-    if (m.bn_of[i] >= 0 && fold_bn_layer(m, int(i), &*l)) {
-      v.folded_bn[n.param_prefix] = m.g().nodes[size_t(m.bn_of[i])].param_prefix;
-    } else if (l->has_bias) {  // in units of the input scale the plan uses (a max-pool's: its input's)
-      std::vector<double> a, c;
-      l->bias = requant_bias(m, int(i), *l, m.ts[size_t(n.in[0])].qp.scale, &a, &c, false);
-    }
-  }
-  return v;
-}
-
-QdqExport qdq_export_view(const QuantizedWeights& q) { return Int8Plan(q, 1, 1).qdq_export(); }
 
 const char* int8_path_name(const std::string& isa) { return int8_kernels_for(resolve_isa_option(isa)).name; }
 

@@ -1,7 +1,8 @@
 // The quantized weight file (ember/quant.h): safetensors with I8 weights beside their F32 scales
 // and I8 zero points, I32 biases, per-tensor activation scales and U8 zero points, every other
 // parameter F32, the model and the calibration in __metadata__. The reader checks every tensor
-// against the model before it allocates, and refuses bad scales, zero points, shapes and mixes.
+// against the model before it allocates, and refuses bad scales, zero points, shapes and mixes, and
+// whatever the int8 plan or the QDQ export could not compute with (quant/int8_check.h).
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "ember/quant.h"
 #include "ember/version.h"
 #include "io/source.h"
+#include "quant/int8_check.h"
 #include "quant/node_run.h"
 #include "quant/quant_math.h"
 
@@ -20,8 +22,7 @@ namespace ember {
 namespace {
 using json = nlohmann::json;
 
-std::string scale_name(const std::string& act) { return act == "input" ? "input.scale" : act + ".output_scale"; }
-std::string zp_name(const std::string& act) { return act == "input" ? "input.zero_point" : act + ".output_zero_point"; }
+using quant::act_scale_name, quant::act_zp_name;
 
 std::vector<int64_t> shape64(const std::vector<int>& s) { return {s.begin(), s.end()}; }
 
@@ -33,6 +34,7 @@ std::string input_act(const nn::Graph& g, int layer) {
 }  // namespace
 
 void save_quantized(const QuantizedWeights& q, const std::string& path) {
+  quant::checked_for_int8(q, "save " + path);  // never a file the reader refuses
   std::vector<io::TensorOut> out;
   std::vector<std::vector<int8_t>> zeros;  // the weight zero points
   zeros.reserve(q.layers.size());
@@ -66,9 +68,9 @@ void save_quantized(const QuantizedWeights& q, const std::string& path) {
   std::vector<uint8_t> zps;
   zps.reserve(q.acts.size());
   for (const auto& [name, a] : q.acts) {
-    out.push_back({scale_name(name), {}, &a.scale, 1});
+    out.push_back({act_scale_name(name), {}, &a.scale, 1});
     zps.push_back(uint8_t(a.zero_point));
-    out.push_back({zp_name(name), {}, nullptr, 1, false, false, &zps.back(), "U8", 1});
+    out.push_back({act_zp_name(name), {}, nullptr, 1, false, false, &zps.back(), "U8", 1});
   }
   const json calib = {{"version", 1},
                       {"scheme", "int8 weights symmetric per output channel; u8 activations per tensor"},
@@ -106,7 +108,7 @@ class Reader {
     for (size_t i = 0; i < ng.g.nodes.size(); ++i) read_layer(q, ng, i);
     for (const SafetensorsEntry& e : h_.tensors)
       if (!used_.count(e.name)) fail(e.name, "is not a tensor of model " + q.model.name + "'s quantized weights");
-    return q;
+    return quant::checked_for_int8(std::move(q), file_);
   }
 
  private:
@@ -145,8 +147,12 @@ class Reader {
     if (j.contains("data") && j["data"].is_string()) q.calib.data = j["data"].get<std::string>();
     if (j.contains("qat_ranges") && j["qat_ranges"].is_number_integer())
       q.calib.qat_ranges = int(std::clamp<int64_t>(j["qat_ranges"].get<int64_t>(), 0, INT32_MAX));
-    if (j.contains("weight_bits") && j["weight_bits"].is_number_integer())  // what was asked: the I8 values decide the kernels
-      q.calib.weight_bits = int(std::clamp<int64_t>(j["weight_bits"].get<int64_t>(), 2, 8));
+    if (j.contains("weight_bits")) {  // what was asked (7: read_layer checks the weights); the I8 values decide the kernels
+      const json& b = j["weight_bits"];
+      if (!b.is_number_integer() || (b.get<int64_t>() != 7 && b.get<int64_t>() != 8))
+        throw Error(where + ".weight_bits: expected 7 or 8, found " + json_text(b));
+      q.calib.weight_bits = int(b.get<int64_t>());
+    }
   }
 
   // Which parameters are quantized (an I8 weight), each with the shapes it must have; mixes refused.
@@ -181,7 +187,6 @@ class Reader {
   float scalar_scale(const std::string& name) {
     float s;
     src_.read(&s, 4, h_.data_offset + typed(name, "F32", {}).begin, name);
-    if (!std::isfinite(s) || !(s > 0)) fail(name, "the scale " + std::to_string(s) + " is not finite and > 0");
     return s;
   }
 
@@ -191,14 +196,15 @@ class Reader {
     std::vector<std::string> names{"input"};
     for (const nn::Node& n : g.nodes) names.push_back(n.param_prefix);
     for (const std::string& a : names) {
-      const bool has_s = h_.find(scale_name(a)) != nullptr, has_z = h_.find(zp_name(a)) != nullptr;
-      if (has_s != has_z) fail(has_s ? zp_name(a) : scale_name(a), std::string("is missing (the file has ") + (has_s ? scale_name(a) : zp_name(a)) + ")");
+      const bool has_s = h_.find(act_scale_name(a)) != nullptr, has_z = h_.find(act_zp_name(a)) != nullptr;
+      if (has_s != has_z) fail(has_s ? act_zp_name(a) : act_scale_name(a), std::string("is missing (the file has ") + (has_s ? act_scale_name(a) : act_zp_name(a)) + ")");
       if (!has_s) continue;
       QParams p;
-      p.scale = scalar_scale(scale_name(a));
+      p.scale = scalar_scale(act_scale_name(a));
       uint8_t z;
-      src_.read(&z, 1, h_.data_offset + typed(zp_name(a), "U8", {}).begin, zp_name(a));
+      src_.read(&z, 1, h_.data_offset + typed(act_zp_name(a), "U8", {}).begin, act_zp_name(a));
       p.zero_point = z;
+      if (const quant::Problem e = quant::qparams_problem(p, act_scale_name(a), act_zp_name(a))) fail(e.tensor, e.what);
       q.acts[a] = p;
     }
   }
@@ -219,10 +225,6 @@ class Reader {
     src_.read(l.w.data(), l.w.size(), h_.data_offset + entry(w).begin, w);
     l.w_scale.resize(size_t(K));
     src_.read(l.w_scale.data(), size_t(K) * 4, h_.data_offset + typed(w + "_scale", "F32", {K}).begin, w + "_scale");
-    for (int64_t k = 0; k < K; ++k)
-      if (!std::isfinite(l.w_scale[size_t(k)]) || !(l.w_scale[size_t(k)] > 0))
-        fail(w + "_scale", "the scale at index " + std::to_string(k) + " is " + std::to_string(l.w_scale[size_t(k)]) +
-                               ": scales must be finite and > 0");
     std::vector<int8_t> z(static_cast<size_t>(K));
     src_.read(z.data(), z.size(), h_.data_offset + typed(w + "_zero_point", "I8", {K}).begin, w + "_zero_point");
     for (int64_t k = 0; k < K; ++k)
@@ -235,13 +237,27 @@ class Reader {
     const size_t per = wp->size / size_t(K);
     const auto in_act = q.acts.find(input_act(ng.g, int(i)));
     if (in_act == q.acts.end())
-      fail(scale_name(input_act(ng.g, int(i))), "is missing: quantized layer " + node.param_prefix + " reads that tensor");
-    const double in_scale = in_act->second.scale;
+      fail(act_scale_name(input_act(ng.g, int(i))), "is missing: quantized layer " + node.param_prefix + " reads that tensor");
+    const float in_scale = in_act->second.scale;
+    if (const quant::Problem e = quant::layer_problem(l, in_scale, act_scale_name(input_act(ng.g, int(i))))) fail(e.tensor, e.what);
+    check_weight_bits(q, l);
     for (size_t k = 0; k < size_t(K); ++k) {
       for (size_t j = 0; j < per; ++j) q.values[wp->offset + k * per + j] = float(l.w[k * per + j]) * l.w_scale[k];
-      if (bp) q.values[bp->offset + k] = float(double(l.bias[k]) * in_scale * l.w_scale[k]);
+      if (bp) q.values[bp->offset + k] = float(double(l.bias[k]) * double(in_scale) * l.w_scale[k]);
     }
+    io::check_finite(q.values.data() + wp->offset, wp->size, file_ + ": tensor '" + w + "' dequantized");
+    if (bp) io::check_finite(q.values.data() + bp->offset, bp->size, file_ + ": tensor '" + bp->name + "' dequantized");
     q.layers.push_back(std::move(l));
+  }
+
+  // 7-bit weights (__metadata__.ember_quant.weight_bits 7, `ember quantize --weight-bits 7`) lie in
+  // [-63, 63], the range its scales max|w| / 63 give.
+  void check_weight_bits(const QuantizedWeights& q, const QuantLayer& l) const {
+    if (q.calib.weight_bits != 7) return;
+    for (size_t j = 0; j < l.w.size(); ++j)
+      if (l.w[j] < -63 || l.w[j] > 63)
+        fail(l.prefix + ".weight", "holds " + std::to_string(l.w[j]) + " at index " + std::to_string(j) +
+                                       ": __metadata__.ember_quant.weight_bits 7 means weights in [-63, 63]");
   }
 
   const io::ByteSource& src_;

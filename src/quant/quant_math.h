@@ -1,12 +1,16 @@
 // The arithmetic of ember's int8 scheme (docs/int8.md) shared by calibration, the quantized file,
-// the int8 plan and the tests: u8 activation QParams from a range, int32 biases, and the
-// per-tensor observers of calibration (range, then a histogram for percentile and mse).
+// the int8 plan, the QDQ export and the tests: u8 activation QParams from a range, int32 biases,
+// the scale checks (one set for the reader, the plan and the export), and the per-tensor
+// observers of calibration (range, then a histogram for percentile and mse).
 #pragma once
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "ember/quant.h"
@@ -46,6 +50,68 @@ inline bool exact_in_half(const float* v, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (!(half_to_float(float_to_half(v[i])) == v[i])) return false;
   return true;
+}
+
+// ---- Scales the int8 arithmetic can carry (docs/int8.md, "Scales"). The quantized file's reader,
+// the int8 plan and the QDQ export run these same checks, so that a file that loads also runs,
+// exports, and imports back (the QDQ import dequantizes in float: q * s, b * s_in s_w).
+
+// The file's (and the QDQ export's) names of tensor act's QParams ("input" or a node's prefix).
+inline std::string act_scale_name(const std::string& act) { return act == "input" ? "input.scale" : act + ".output_scale"; }
+inline std::string act_zp_name(const std::string& act) { return act == "input" ? "input.zero_point" : act + ".output_zero_point"; }
+
+inline std::string scale_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+// v (computed in double) as the float scale the arithmetic multiplies by where it is a normal
+// float > 0, in [FLT_MIN, FLT_MAX] (not 0, subnormal, infinite or NaN: 1 / s stays finite), else 0.
+inline float normal_scale(double v) { return v >= double(FLT_MIN) && v <= double(FLT_MAX) ? float(v) : 0.0f; }
+
+// What is wrong with a tensor of a quantized model: its name and a phrase (tensor empty: nothing).
+struct Problem {
+  std::string tensor, what;
+  explicit operator bool() const { return !tensor.empty(); }
+};
+
+// An activation's u8 QParams (tensors scale_t, zp_t): the scale normal, the zero point in 0..255,
+// and every u8 value's dequantized (q - z) s finite.
+inline Problem qparams_problem(const QParams& p, const std::string& scale_t, const std::string& zp_t) {
+  if (p.zero_point < 0 || p.zero_point > 255) return {zp_t, "zero point " + std::to_string(p.zero_point) + " is outside 0..255"};
+  if (!normal_scale(p.scale)) return {scale_t, "the scale " + scale_text(p.scale) + " is not a normal float > 0"};
+  const float far = float(std::max(p.zero_point, 255 - p.zero_point));
+  if (!std::isfinite(far * p.scale))
+    return {scale_t, "the scale " + scale_text(p.scale) + " times the u8 step count " + scale_text(far) +
+                         " (zero point " + std::to_string(p.zero_point) + ") overflows float"};
+  return {};
+}
+
+// A quantized layer l read with input scale s_in (tensor in_t; unused without a bias), per output
+// channel: the weight scale normal and its largest |weight| times it finite (the dequantized
+// weights); with a bias, the bias unit s_in s_w[k] (float, as the export writes the bias's
+// DequantizeLinear scale and the import reads it) normal and every bias times it finite.
+inline Problem layer_problem(const QuantLayer& l, float s_in, const std::string& in_t) {
+  const std::string ws = l.prefix + ".weight_scale";
+  const size_t K = l.w_scale.size(), per = K ? l.w.size() / K : 0;
+  for (size_t k = 0; k < K; ++k) {
+    const float s = l.w_scale[k];
+    const std::string at = std::string("[").append(std::to_string(k)).append("] ");
+    if (!normal_scale(s)) return {ws, at + scale_text(s) + " is not a normal float > 0"};
+    int m = 0;
+    for (size_t j = 0; j < per; ++j) m = std::max(m, std::abs(int(l.w[k * per + j])));
+    if (!std::isfinite(float(m) * s))
+      return {ws, at + scale_text(s) + " times the channel's weight " + std::to_string(m) + " overflows float"};
+    if (!l.has_bias || k >= l.bias.size()) continue;
+    const float u = s_in * s;
+    if (!normal_scale(u))
+      return {normal_scale(s_in) ? ws : in_t, "the bias unit of " + l.prefix + ".bias" + at + "(" + in_t + " * " + ws + at +
+                                                  "= " + scale_text(s_in) + " * " + scale_text(s) + ") is not a normal float > 0"};
+    if (!std::isfinite(float(l.bias[k]) * u))
+      return {l.prefix + ".bias", at + std::to_string(l.bias[k]) + " times its unit " + scale_text(u) + " overflows float"};
+  }
+  return {};
 }
 
 // One tensor's calibration statistics.

@@ -1,7 +1,7 @@
-// The quantized weight file (ember/quant.h, src/quant/qfile.cpp): a round trip is exact, and every
-// defect a hostile or damaged file can hold (bad scales and zero points, lying shapes, quantized
-// and fp32 tensors mixed in a layer, missing or extra tensors, bad metadata, a huge model in the
-// metadata) is refused with one Error naming the tensor or field, before anything large is allocated.
+// The quantized weight file (ember/quant.h, src/quant/qfile.cpp): a round trip is exact; every
+// defect a hostile or damaged file can hold (bad or uncarriable scales, pairs the plan would ignore,
+// lying shapes, mixed layers, missing or extra tensors, bad metadata, a huge model) is refused in one
+// Error naming the tensor or field before anything large is allocated; what loads exports and imports back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ember/error.h"
+#include "ember/onnx_quant.h"
 #include "ember/quant.h"
 
 namespace ember {
@@ -177,6 +178,135 @@ TEST_F(QuantizedFile, HugeModelInMetadataIsRefusedBeforeAllocating) {
           f.header["__metadata__"]["model"] = m.dump();
         },
         what);
+}
+
+// Scales the int8 arithmetic cannot carry, though finite and > 0: a weight scale whose bias unit
+// (the input's scale times it) underflows, whose weights times it or whose fp32 outputs overflow
+// float, and an activation scale that is subnormal (1 / s overflows) or whose u8 values dequantize
+// to inf.
+TEST_F(QuantizedFile, ScalesTheInt8ArithmeticCannotCarryAreRefused) {
+  for (float v : {1e-45f, 1e-39f, 3e38f})
+    expect_refused([&](File& f) { for (size_t k = 0; k < 32; ++k) f.set<float>("0.weight_scale", k, v); }, "0.weight_scale");
+  for (float v : {3e38f, 1e-40f}) expect_refused([&](File& f) { f.set<float>("input.scale", 0, v); }, "input.scale");
+  expect_refused([](File& f) { f.set<float>("5.output_scale", 0, 1e-39f); }, "5.output_scale");
+  // The logits (layer 6 writes fp32): a weight scale whose largest output overflows float.
+  expect_refused([](File& f) { f.set<float>("6.weight_scale", 3, 1e35f); }, "6.weight_scale");
+}
+
+// The scale whose every element is v.
+void set_all(File& f, const std::string& tensor, float v) {
+  const size_t n = f.header[tensor]["shape"].empty() ? 1 : f.header[tensor]["shape"][0].get<size_t>();
+  for (size_t i = 0; i < n; ++i) f.set<float>(tensor, i, v);
+}
+float from_bits(uint32_t b) {
+  float v;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+uint32_t to_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+// The smallest (up false) or largest (up true) value every element of `tensor` may take and the
+// file still load, by bisection over the float's bits from its value in `path`.
+float extreme_accepted(const std::string& path, const std::string& tensor, bool up) {
+  const File base = File::read(path);
+  const std::string tmp = path + ".bisect";
+  auto accepted = [&](uint32_t bits) {
+    File f = base;
+    set_all(f, tensor, from_bits(bits));
+    f.write(tmp);
+    try {
+      load_quantized(tmp);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  float v0;
+  std::memcpy(&v0, base.data.data() + base.header[tensor]["data_offsets"][0].get<size_t>(), 4);
+  uint32_t good = to_bits(v0), bad = up ? to_bits(std::numeric_limits<float>::max()) + 1 : 0;  // inf, 0
+  while ((up ? bad - good : good - bad) > 1) {
+    const uint32_t mid = up ? good + (bad - good) / 2 : bad + (good - bad) / 2;
+    (accepted(mid) ? good : bad) = mid;
+  }
+  std::remove(tmp.c_str());
+  return from_bits(good);
+}
+
+// The most extreme scales the reader accepts (a weight scale, and an activation scale that is a
+// layer's output and the next one's input) export, and the QDQ file imports back with the same
+// scales and the same int8 outputs: export never writes what ember's own import refuses.
+TEST_F(QuantizedFile, TheMostExtremeAcceptedScalesExportAndImportBack) {
+  for (const char* tensor : {"0.weight_scale", "4.weight_scale", "5.output_scale"})
+    for (bool up : {false, true}) {
+      const float v = extreme_accepted(path_, tensor, up);
+      SCOPED_TRACE(std::string(tensor) + (up ? " largest " : " smallest ") + std::to_string(v));
+      File f = File::read(path_);
+      set_all(f, tensor, v);
+      f.write(bad_);
+      const QuantizedWeights q = load_quantized(bad_);
+      try {
+        const std::string bytes = onnx_export_quantized_bytes(qdq_export_view(q));
+        const QuantizedWeights back = import_onnx_quantized_from_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "q.onnx");
+        ASSERT_EQ(back.layers.size(), q.layers.size());
+        for (size_t i = 0; i < q.layers.size(); ++i) EXPECT_EQ(back.layers[i].w_scale, q.layers[i].w_scale) << i;
+        Int8Plan a(q, 2, 1), b(back, 2, 1);
+        for (int i = 0; i < 2 * 784; ++i) a.input()[i] = b.input()[i] = float(i % 29) / 28.0f;
+        a.forward(2), b.forward(2);
+        EXPECT_EQ(std::memcmp(a.output(), b.output(), 2 * 10 * sizeof(float)), 0) << "the imported export computes otherwise";
+      } catch (const Error& e) {
+        ADD_FAILURE() << "a file that loads does not export and import back: " << e.what();
+      }
+    }
+}
+
+// The output of an exact u8 op (ReLU, 2x2 max-pool, flatten on u8) keeps its input's QParams in
+// the int8 plan: a file whose own pair for it differs (it would have no effect) is refused.
+TEST_F(QuantizedFile, AnExactU8OpsOutputMustKeepItsInputsQParams) {
+  expect_refused([](File& f) { f.set<float>("2.output_scale", 0, 1e30f); }, "2.output_scale");   // max-pool
+  expect_refused([](File& f) { f.set<float>("2.output_scale", 0, 1e-30f); }, "2.output_scale");
+  expect_refused([](File& f) { f.set<uint8_t>("3.output_zero_point", 0, uint8_t(255)); }, "3.output_zero_point");  // flatten
+  // The ReLU's (the conv's fused output) changed alone: the max-pool's no longer matches it.
+  expect_refused([](File& f) { f.set<float>("1.output_scale", 0, 1e30f); }, "1.output_scale");
+}
+
+// The pair of a tensor the plan fuses away (a conv's output before its ReLU) is calibration's
+// record, unused by the plan and the export (docs/int8.md): it loads and changes nothing.
+TEST_F(QuantizedFile, AFusedAwayTensorsPairIsUnused) {
+  File f = File::read(path_);
+  f.set<uint8_t>("0.output_zero_point", 0, uint8_t(255));
+  f.set<float>("0.output_scale", 0, 1e30f);
+  f.write(bad_);
+  Int8Plan a(load_quantized(path_), 1, 1), b(load_quantized(bad_), 1, 1);
+  for (int i = 0; i < 784; ++i) a.input()[i] = b.input()[i] = float(i % 17) / 16.0f;
+  a.forward(1), b.forward(1);
+  EXPECT_EQ(std::memcmp(a.output(), b.output(), 10 * sizeof(float)), 0);
+  EXPECT_EQ(qdq_export_view(load_quantized(bad_)).q.acts.count("0"), 0u);
+}
+
+// __metadata__.ember_quant.weight_bits is 7 or 8, and 7 only over weights in [-63, 63] (what
+// `ember quantize --weight-bits 7` writes).
+TEST_F(QuantizedFile, WeightBitsMustBeSevenOrEightAndHoldTheWeights) {
+  auto bits = [](const std::string& v) {
+    return [v](File& f) {
+      json c = json::parse(f.header["__metadata__"]["ember_quant"].get<std::string>());
+      c["weight_bits"] = json::parse(v);
+      f.header["__metadata__"]["ember_quant"] = c.dump();
+    };
+  };
+  expect_refused(bits("7"), "weight_bits");
+  expect_refused(bits("7"), "0.weight");
+  expect_refused(bits("3"), "weight_bits");
+  expect_refused(bits("\"8\""), "weight_bits");
+  QuantOptions o;
+  o.weight_bits = 7;
+  const Model m = builtin_model("mnist-cnn");
+  const std::vector<float> x(4 * 784, 0.5f);
+  save_quantized(quantize_model(m, q_.values, x.data(), 4, o), bad_);
+  EXPECT_EQ(load_quantized(bad_).calib.weight_bits, 7);
 }
 
 }  // namespace

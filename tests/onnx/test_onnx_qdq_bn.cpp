@@ -147,6 +147,39 @@ TEST(OnnxQdqBn, TheInt8PlanOfTheBatchNormModelIsCloseToFp32) {
   EXPECT_GE(agree, 58);
 }
 
+// A BatchNorm2d whose shift cannot ride in its conv's int32 bias (channel 2 of bn0: gamma 1e-7,
+// 1.19e-7 once ember quantize rounds it to binary16, beta 2, so c / a is about 1.7e7, about 1e12
+// units of s_in s_w, beyond int32): the int8 plan runs it fp32 after the conv rather than
+// saturate the bias, and the export keeps it a node.
+TEST(OnnxQdqBn, ABatchNormShiftBeyondInt32RunsFp32) {
+  const Model m = bn_model();
+  std::vector<float> v = bn_params(m, 3);
+  for (const ParamInfo& p : model_params(m)) {
+    if (p.name == "bn0.weight") v[p.offset + 2] = 1e-7f;
+    if (p.name == "bn0.bias") v[p.offset + 2] = 2.0f;
+  }
+  const int n = 64;
+  const std::vector<float> calib = images(32, 5), x = images(n, 29);
+  const QuantizedWeights q = quantize_model(m, v, calib.data(), 32, {});
+  EXPECT_EQ(Int8Plan(q, 1, 1).node_paths()[1], "fp32");
+  PlanOptions o;
+  o.batch = n, o.training = false, o.threads = 1;
+  Plan p(q.model, o);
+  std::copy(q.values.begin(), q.values.end(), static_cast<float*>(p.param_data()));
+  std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
+  p.forward(n);
+  const float* y = static_cast<const float*>(p.output());
+  const auto [err, agree] = compare(int8_outputs(q, x, n), {y, y + size_t(n) * 5}, n);
+  std::printf("int8 plan vs fp32, a BN shift beyond int32: max error %.3g of max |logit|, top-1 %d/%d\n", double(err), agree, n);
+  EXPECT_LE(err, 0.05f);
+  EXPECT_GE(agree, 58);
+  const QdqExport e = qdq_export_view(q);
+  EXPECT_EQ(e.folded_bn.count("0"), 0u);
+  const auto [err2, agree2] = compare(int8_outputs(import_bytes(onnx_export_quantized_bytes(e)), x, n), int8_outputs(q, x, n), n);
+  EXPECT_LE(err2, 1e-3f);
+  EXPECT_EQ(agree2, n);
+}
+
 // A tensor whose file QParams the plan does not use (a flatten's: it keeps its input's): the
 // Linear reading it has its bias in the file's units, which the export converts to the plan's.
 TEST(OnnxQdqBn, ABiasInAnotherScalesUnitsIsExportedInThePlans) {
@@ -180,17 +213,19 @@ TEST(OnnxQdqBn, AMinus128WeightWithANegativeGammaKeepsItsBatchNorm) {
   EXPECT_GE(agree, 60);
 }
 
-// A loadable but hostile file: finite scales whose product (the bias's DQ scale) overflows is
-// refused naming the layer, not written as inf (a zero bias would dequantize to NaN).
+// A hostile model: finite scales whose product (a bias's unit, its DQ scale) overflows is refused
+// naming the layer's scale tensor (the quantized file's reader refuses such a file alike), not
+// written as inf (a zero bias would dequantize to NaN).
 TEST(OnnxQdqBn, ABiasScaleThatOverflowsIsRefusedNamingTheLayer) {
   QuantizedWeights q = quantized_bn_model(16);
-  q.acts.at("input").scale = 4.0f;
-  q.layers[0].w_scale.assign(q.layers[0].w_scale.size(), 1e38f);  // conv "0"'s bias: 4 * 1e38 |a| = inf
+  q.acts.at("9").scale = 1e31f;  // the input of conv "10", the one with a bias
+  for (QuantLayer& l : q.layers)
+    if (l.prefix == "10") l.w_scale.assign(l.w_scale.size(), 1e8f);  // its bias unit: 1e31 * 1e8 = inf
   try {
     onnx_export_quantized_bytes(qdq_export_view(q));
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layer '0': its bias scale"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor '10.weight_scale': the bias unit of 10.bias"), std::string::npos) << e.what();
   }
 }
 

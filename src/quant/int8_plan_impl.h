@@ -1,0 +1,103 @@
+// The int8 plan's compiled state (Int8Plan::Impl) and the parts of its compiler (int8_plan.cpp)
+// that its QDQ export view and the quantized file's checks (int8_view.cpp) use.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ember/error.h"
+#include "ember/quant.h"
+#include "kernels/int8_kernels.h"
+#include "nn/graph.h"
+#include "quant/int8_ops.h"
+#include "quant/node_run.h"
+#include "quant/quant_math.h"
+
+namespace ember {
+
+namespace int8plan {
+enum Form { kU8 = 0, kF32Nhwc = 1, kF32Nchw = 2 };  // flat tensors use kU8 and kF32Nchw
+enum class Role { fallback, gemm, dw, relu8, pool8, flatten8, fused };
+
+struct TensorInfo {
+  QParams qp;
+  int buf[3] = {-1, -1, -1};  // block per form
+  int native = -1;            // the form its producer writes
+  int C = 0, HW = 1;          // per-sample [C, H*W] (flat: HW 1)
+  bool image = false;
+  int hwc_from = -1;          // a flatten8 output: the image tensor whose NHWC order it keeps
+};
+
+struct Step {
+  enum Kind { gemm, dw, relu8, pool8, fallback, convert } kind = fallback;
+  int node = -1, op = -1;
+  int tensor = -1, from = -1, to = -1;   // convert
+  int in = -1, res = -1, out = -1;       // blocks
+  std::vector<int> ins;                  // fallback: input blocks
+  Int8Epilogue ep;
+  std::string what;                      // for summary()
+};
+}  // namespace int8plan
+
+struct Int8Plan::Impl {
+  QuantizedWeights q;
+  std::string where = "int8 plan";       // how its errors start (the file's name when the reader checks one)
+  bool pack = true;                      // false: steps and checks only (no packed weights, no arena)
+  bool file_checks = false;              // the quantized file's checks too (check_exact_u8_outputs)
+  quant::NodeGraph ng;
+  int batch = 1, threads = 1;
+  std::unique_ptr<ThreadPool> pool;
+  const Kernels* fk = nullptr;
+  const Int8Kernels* k = nullptr;
+  std::vector<int8plan::Role> role;                // per node
+  std::vector<int> final_of;             // per gemm/dw node: the tensor its fused step writes
+  std::vector<int> res_of;               // per gemm/dw node: the residual tensor, or -1
+  std::vector<int> bn_of;                // per gemm/dw node: the BatchNorm2d folded into it, or -1
+  std::vector<int8plan::TensorInfo> ts;
+  std::vector<nn::Block> blocks;
+  std::vector<quant::GemmOp> gemms;
+  std::vector<quant::DwOp> dws;
+  std::vector<int8plan::Step> steps;
+  std::vector<std::vector<int32_t>> idx;
+  std::vector<std::vector<std::byte>> saved;
+  std::vector<std::byte> arena;
+  size_t base = 0, scratch_off = 0, scratch_bytes = 0;
+  std::vector<int32_t> labels;
+  std::vector<double> in_scale, in_shift;
+  bool timing = false;
+  std::vector<double> step_s;                       // per step, with timing on
+  std::vector<int64_t> step_calls;
+
+  template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.data() + base + blocks[size_t(block)].offset); }
+  template <class T> const T* at(int block) const {
+    return reinterpret_cast<const T*>(arena.data() + base + blocks[size_t(block)].offset);
+  }
+  const nn::Graph& g() const { return ng.g; }
+  std::string name(size_t t) const {
+    return t == 0 ? "input" : g().nodes[size_t(g().tensors[t].producer)].param_prefix;
+  }
+};
+
+namespace int8plan {
+using Impl = Int8Plan::Impl;
+
+inline bool exact_u8(Role r) { return r == Role::relu8 || r == Role::pool8 || r == Role::flatten8; }
+[[noreturn]] inline void fail(const Impl& m, const quant::Problem& p) {
+  throw Error(m.where + ": tensor '" + p.tensor + "': " + p.what);
+}
+
+// Roles, tensor forms and steps with their blocks (what compile places in the arena), every scale
+// checked; with m.pack false, no weights are packed.
+void build_steps(Impl& m);
+// The int32 bias of node i's requantization in units of s_in s_w[k] (int8_plan.cpp); a, c: the
+// affine of the BatchNorm2d it carries (with_bn false: the layer's own bias alone).
+std::vector<int32_t> requant_bias(const Impl& m, int i, const QuantLayer& l, float s_in, std::vector<double>* a,
+                                  std::vector<double>* c, bool with_bn = true);
+// Layer l with the affine a folded in as the QDQ export writes it (int8_plan.cpp).
+bool fold_affine(QuantLayer* l, const std::vector<double>& a, const std::vector<int32_t>& bias);
+// The quantized file's check that each exact u8 op's own output pair is its input's (int8_view.cpp).
+void check_exact_u8_outputs(const Impl& m);
+
+}  // namespace int8plan
+}  // namespace ember
