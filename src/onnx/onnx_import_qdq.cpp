@@ -12,6 +12,7 @@
 #include "ember/files.h"
 #include "ember/onnx_quant.h"
 #include "nn/graph.h"
+#include "quant/int8_check.h"
 #include "onnx/onnx_import_ops.h"
 #include "onnx/onnx_qdq.h"
 #include "onnx/onnx_scan.h"
@@ -204,7 +205,11 @@ QuantizedWeights import_onnx_quantized_from_memory(const uint8_t* bytes, size_t 
     Mapper m(im, info, imp, name);
     m.graph_ = &model.graph();
     const std::unique_ptr<Model> meta = metadata_model(model, name);
-    return m.run(meta.get());
+    // The quantized file's checks (quant/int8_check.h): scales the int8 arithmetic can carry, and
+    // an exact u8 op's (ReLU, 2x2 max-pool, flatten) output QParams equal to its input's, which
+    // the int8 plan keeps there: a file that requantizes at such an op is refused, never run with
+    // the input's QParams in place of its own.
+    return quant::checked_for_int8(m.run(meta.get()), name);
   } catch (const Error& e) {  // names from the file may hold newlines or control bytes
     throw Error(one_line(e.what()));
   }

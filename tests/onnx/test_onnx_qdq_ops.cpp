@@ -275,6 +275,41 @@ TEST(OnnxQdqOps, OtherQParamsForOneQuantizedTensorAreRefused) {
 // M1: a duplicate initializer of a Q/DQ scale or zero point was accepted, the last one winning (the
 // QDQ pass read initializers before the importer's "appears twice"); now every duplicate is
 // refused before anything reads them, with the message a duplicate weight gets.
+// A file that requantizes at a 2x2 max-pool (x -> conv -> Q(cs) -> DQ -> MaxPool -> Q(rs) -> DQ ->
+// flatten): the int8 plan runs the pool exactly on u8 values, so its output keeps its input's
+// QParams; with rs != cs the int8 import ran it with cs in place of the file's rs (a silent wrong
+// answer, as H1). Now refused, as the quantized-file reader refuses such a pair; rs == cs imports.
+onnx_wire::Model pool_requantized(float pool_scale) {
+  const Hostile h;
+  onnx_wire::Model m;
+  m.nodes = n("QuantizeLinear", {"x", "x_scale", "x_zp"}, {"xq"}) + n("DequantizeLinear", {"xq", "x_scale", "x_zp"}, {"xd"}) +
+            n("DequantizeLinear", {"w", "w_scale", "w_zp"}, {"wd"}, attr_int("axis", 0)) +
+            n("DequantizeLinear", {"b", "b_scale", "b_zp"}, {"bd"}, attr_int("axis", 0)) +
+            n("Conv", {"xd", "wd", "bd"}, {"c"}, conv_attrs()) + n("QuantizeLinear", {"c", "c_scale", "c_zp"}, {"cq"}) +
+            n("DequantizeLinear", {"cq", "c_scale", "c_zp"}, {"cd"}) +
+            n("MaxPool", {"cd"}, {"r"}, attr_ints("kernel_shape", {2, 2}) + attr_ints("strides", {2, 2})) +
+            n("QuantizeLinear", {"r", "r_scale", "c_zp"}, {"rq"}) + n("DequantizeLinear", {"rq", "r_scale", "c_zp"}, {"rd"}) +
+            n("Flatten", {"rd"}, {"y"});
+  m.initializers = h.xs + h.xz + h.ws + h.wz + h.w + h.bs + h.bz + h.b + floats("c_scale", {}, {0.05f}) + u8("c_zp", 128) +
+                   floats("r_scale", {}, {pool_scale});
+  m.inputs = str(11, value_info("x", float_type({0, 1, 4, 4})));
+  m.outputs = str(12, value_info("y", float_type({0, 8})));
+  return m;
+}
+
+TEST(OnnxQdqOps, ARequantizationAtAnExactU8OpIsRefused) {
+  EXPECT_NO_THROW(import(pool_requantized(0.05f)));
+  try {
+    import(pool_requantized(0.5f));
+    ADD_FAILURE() << "imported a max-pool whose output QParams differ from its input's";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find("t.onnx"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expected its input's"), std::string::npos) << msg;
+  }
+}
+
 TEST(OnnxQdqOps, DuplicateInitializersAreRefusedAsADuplicateWeightIs) {
   const std::vector<std::pair<std::string, Bytes>> dups = {
       {"x_scale", floats("x_scale", {}, {0.5f})}, {"x_zp", u8("x_zp", 7)},
