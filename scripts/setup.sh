@@ -2,7 +2,8 @@
 # Installs what ember needs from Debian 12 packages (apt-get, only what is missing), then configures
 # and builds the release preset. Safe to run again: it skips what is done.
 #   scripts/setup.sh          building and training: the compiler, the libraries the build uses
-#                             (MPI, the Python module, image codecs, ONNX) and Fashion-MNIST
+#                             (MPI, the Python module, image codecs, ONNX) and Fashion-MNIST; builds
+#                             the library, the CLI and the Python module only
 #   scripts/setup.sh --tests  also the test suite and its peers: GoogleTest, Google Benchmark,
 #                             PyTorch, torchvision, Chromium, clang, oneDNN, ONNX Runtime (npm),
 #                             ONNX's node test data
@@ -50,9 +51,22 @@ if [ $tests = 1 ] && [ ! -d build/npm/node_modules/onnxruntime-node ]; then
   npm install --ignore-scripts --no-audit --no-fund --prefix build/npm onnxruntime-node@1.30.0 >/dev/null ||
     echo "setup: could not install onnxruntime-node from npm; the ONNX Runtime round-trip tests will not run" >&2
 fi
-# The tests and benchmarks are built when their libraries are there (after --tests once).
-have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-suite=OFF
-have libgtest-dev && suite=ON
-cmake --preset "${EMBER_PRESET:-release}" -DEMBER_BUILD_TESTS=$suite -DEMBER_BUILD_BENCH=$suite >/dev/null
-cmake --build --preset "${EMBER_PRESET:-release}"
+# --tests configures and builds everything (the suite and the benchmarks). Without it, only what
+# training needs is built, the library, the CLI and the Python module, whatever is installed: the
+# first command stays quick on a machine that has GoogleTest. A build folder configured by
+# --tests before keeps its test targets (configured, not rebuilt here).
+preset="${EMBER_PRESET:-release}"
+if [ $tests = 1 ]; then
+  cmake --preset "$preset" -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON >/dev/null
+  cmake --build --preset "$preset"
+else
+  dir="build/$preset"
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    cmake --preset "$preset" -DEMBER_BUILD_TESTS=OFF -DEMBER_BUILD_BENCH=OFF >/dev/null
+  else
+    cmake --preset "$preset" >/dev/null
+  fi
+  targets=(ember_cli)
+  grep -q '^EMBER_BUILD_PYTHON:BOOL=ON' "$dir/CMakeCache.txt" && targets+=(ember_python)
+  cmake --build "$dir" --target "${targets[@]}"
+fi
