@@ -25,9 +25,10 @@ Model small_cnn() {
   return m;
 }
 
-Plan make_plan(const Model& m, int batch, Precision prec, DType dt = DType::f32, const char* isa = "") {
+Plan make_plan(const Model& m, int batch, Precision prec, DType dt = DType::f32, const char* isa = "",
+               Denormals dn = Denormals::flush) {
   PlanOptions o;
-  o.batch = batch, o.threads = 2, o.precision = prec, o.dtype = dt, o.isa = isa;
+  o.batch = batch, o.threads = 2, o.precision = prec, o.dtype = dt, o.isa = isa, o.denormals = dn;
   Plan p(m, o);
   p.init_params(1);
   return p;
@@ -153,13 +154,15 @@ TEST(PlanBf16, SubnormalCountsMatchTheReference) {
 
 // The flush counter: a last Linear with weights near 2^-126 makes the gradient reaching the
 // Linear before it subnormal (the scalar table's products keep subnormals; VDPBF16PS would flush
-// them itself), which the count sees; with ordinary weights it counts none.
+// them itself), which the count sees; with ordinary weights it counts none. Under --denormals
+// keep: in the default flush mode the fp32 arithmetic flushes them first (the count stays 0, as
+// the next test checks).
 TEST(PlanBf16, FlushCountSeesSubnormalGradients) {
   Model m;
   m.name = "mlp";
   m.in_c = 1, m.in_h = 4, m.in_w = 4, m.num_classes = 10;
   m.flatten().linear(32).relu().linear(16).relu().linear(10);
-  Plan p = make_plan(m, 8, Precision::bf16, DType::f32, "scalar");
+  Plan p = make_plan(m, 8, Precision::bf16, DType::f32, "scalar", Denormals::keep);
   p.set_flush_counting(true);
   pass(p, 8, 3);
   const Plan::FlushCount normal = p.flush_count();
@@ -177,6 +180,23 @@ TEST(PlanBf16, FlushCountSeesSubnormalGradients) {
   p.reset_flush_count();
   pass(p, 8, 3);
   EXPECT_EQ(p.flush_count().checked, 0) << "counting is off";
+}
+
+// In the default flush mode the same weights give no subnormal gradient to count: FTZ makes the
+// products below 2^-126 zero before bf16 rounding could.
+TEST(PlanBf16, FlushModeLeavesNoSubnormalGradients) {
+  Model m;
+  m.name = "mlp";
+  m.in_c = 1, m.in_h = 4, m.in_w = 4, m.num_classes = 10;
+  m.flatten().linear(32).relu().linear(16).relu().linear(10);
+  Plan p = make_plan(m, 8, Precision::bf16, DType::f32, "scalar");
+  p.set_flush_counting(true);
+  const ParamInfo& w3 = p.params()[4];
+  float* w = static_cast<float*>(p.param_data()) + w3.offset;
+  for (size_t i = 0; i < w3.size; ++i) w[i] = (i % 2 ? 1 : -1) * 3e-38f;
+  pass(p, 8, 3);
+  EXPECT_GT(p.flush_count().checked, 0);
+  EXPECT_EQ(p.flush_count().flushed, 0);
 }
 
 // The bf16 weight copy follows the masters: after training steps (the optimizer rewrites it) and
