@@ -20,10 +20,11 @@ struct BenchOptions {
   std::string layout;            // the model workloads' PlanOptions::layout (empty: auto)
   int64_t samples = 60000;       // training samples timed per training workload (after warm-up)
   // cnn-train and mlp-train: samples trained, untimed, before the timed ones (at least 10 steps):
-  // one epoch by default, so that the timed steps start from a state that has trained (the
-  // README's second epoch), where small gradients and optimizer state can go denormal; 0: time
-  // from a fresh initialisation. The model workloads' training starts from --weights when given.
-  int64_t warmup_samples = 60000;
+  // -1 (the default) is one epoch of the data set, so that the timed steps start from a state that
+  // has trained (the README's second epoch), where small gradients and optimizer state can go
+  // denormal; 0: time from a fresh initialisation. The model workloads' training starts from
+  // --weights when given.
+  int64_t warmup_samples = -1;
   Denormals denormals = Denormals::flush;  // every plan's PlanOptions::denormals
   std::vector<std::string> only; // workload names to run; empty: all
   std::string data_folder;       // the data workloads' image folder; empty: a generated one

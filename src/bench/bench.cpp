@@ -113,6 +113,7 @@ double time_training(const Model& model, const Dataset& d, int batch, int thread
     plan.loss(n, true);
     plan.backward_step(n, model.recipe.lr);
   };
+  if (warmup < 0) warmup = d.count;  // one epoch
   for (int64_t done = 0, i = 0; i < 10 || done < warmup; ++i, done += batch) step(batch);
   const auto t0 = Clock::now();
   for (int64_t done = 0; done < samples; done += batch) step(int(std::min<int64_t>(batch, samples - done)));
@@ -387,7 +388,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
     if (!wants(name)) continue;
     BenchResult r;
     r.name = name, r.what = "mnist-cnn training (original recipe), seconds per 60000-sample epoch after " +
-                            std::to_string(o.warmup_samples) + " warm-up samples";
+                            std::to_string(o.warmup_samples < 0 ? train.count : o.warmup_samples) + " warm-up samples";
     r.threads = threads_or(std::string(name) == "cnn-train" ? all : 1), r.batch = batch_or(64);
     double fps = 0;
     const double s = time_training(cnn, train, r.batch, r.threads, isa, prec, o.samples, &fps, o.layout, o.warmup_samples, o.denormals);

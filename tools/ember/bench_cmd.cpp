@@ -35,7 +35,7 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
   cmd->add_option("--samples", a.samples, "Training samples timed per training workload")->capture_default_str();
   cmd->add_option("--warmup-samples", a.warmup_samples,
                   "cnn-train, mlp-train: samples trained untimed first, so that the timed ones start from a trained "
-                  "state (default: one epoch; 0: from a fresh initialisation)")
+                  "state (-1, the default: one epoch of the data set; 0: from a fresh initialisation)")
       ->capture_default_str();
   cmd->add_option("--denormals", a.denormals, "flush or keep: every plan's denormal mode (as train's --denormals)")
       ->capture_default_str();
@@ -192,8 +192,8 @@ int run_bench(const BenchArgs& a) {
   if (o.threads < 0 || o.threads > 256) throw Error("--threads: expected 0..256, found " + std::to_string(o.threads));
   if (o.batch < 0 || o.batch > 65536) throw Error("--batch-size: expected 0..65536, found " + std::to_string(o.batch));
   if (o.samples < 1 || o.samples > 100000000) throw Error("--samples: expected 1..100000000, found " + std::to_string(o.samples));
-  if (o.warmup_samples < 0 || o.warmup_samples > 100000000)
-    throw Error("--warmup-samples: expected 0..100000000, found " + std::to_string(o.warmup_samples));
+  if (o.warmup_samples < -1 || o.warmup_samples > 100000000)
+    throw Error("--warmup-samples: expected -1 (one epoch) or 0..100000000, found " + std::to_string(o.warmup_samples));
   const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), Precision::bf16) != o.precisions.end();
   const KernelSet isa = resolve_kernel_set(a.isa, "--isa");
   if (bf16 && isa.bf16_rate < 2) note_emulated_bf16(isa.name);

@@ -199,7 +199,7 @@ struct BenchArgs {
   std::string isa;
   std::string layout = "auto";  // --layout: the model workloads' activation layout
   int64_t samples = 60000;
-  int64_t warmup_samples = 60000;  // --warmup-samples: trained before the timed training samples
+  int64_t warmup_samples = -1;  // --warmup-samples: trained before the timed training samples (-1: an epoch)
   std::string denormals = "flush";  // --denormals: flush or keep
   std::vector<std::string> workloads;
   std::string data;
