@@ -128,12 +128,8 @@ TEST(OnnxQdqBn, TheExportFoldsEveryBatchNormAndComputesWhatTheInt8PlanDoes) {
   EXPECT_EQ(agree, n);
 }
 
-// The int8 plan folds both kinds of BN (affine and not) and a conv's own bias with them: it stays
-// within int8 noise of the fp32 plan of the dequantized weights.
-TEST(OnnxQdqBn, TheInt8PlanOfTheBatchNormModelIsCloseToFp32) {
-  const QuantizedWeights q = quantized_bn_model(64);
-  const int n = 64;
-  const std::vector<float> x = images(n, 17);
+// The fp32 plan of q's dequantized weights: the logits [n, 5] of images x.
+std::vector<float> fp32_outputs(const QuantizedWeights& q, const std::vector<float>& x, int n) {
   PlanOptions o;
   o.batch = n, o.training = false, o.threads = 1;
   Plan p(q.model, o);
@@ -141,7 +137,16 @@ TEST(OnnxQdqBn, TheInt8PlanOfTheBatchNormModelIsCloseToFp32) {
   std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
   p.forward(n);
   const float* y = static_cast<const float*>(p.output());
-  const auto [err, agree] = compare(int8_outputs(q, x, n), {y, y + size_t(n) * 5}, n);
+  return {y, y + size_t(n) * 5};
+}
+
+// The int8 plan folds both kinds of BN (affine and not) and a conv's own bias with them: it stays
+// within int8 noise of the fp32 plan of the dequantized weights.
+TEST(OnnxQdqBn, TheInt8PlanOfTheBatchNormModelIsCloseToFp32) {
+  const QuantizedWeights q = quantized_bn_model(64);
+  const int n = 64;
+  const std::vector<float> x = images(n, 17);
+  const auto [err, agree] = compare(int8_outputs(q, x, n), fp32_outputs(q, x, n), n);
   std::printf("int8 plan vs fp32: max error %.3g of max |logit|, top-1 %d/%d\n", double(err), agree, n);
   EXPECT_LE(err, 0.05f);
   EXPECT_GE(agree, 58);
@@ -162,14 +167,7 @@ TEST(OnnxQdqBn, ABatchNormShiftBeyondInt32RunsFp32) {
   const std::vector<float> calib = images(32, 5), x = images(n, 29);
   const QuantizedWeights q = quantize_model(m, v, calib.data(), 32, {});
   EXPECT_EQ(Int8Plan(q, 1, 1).node_paths()[1], "fp32");
-  PlanOptions o;
-  o.batch = n, o.training = false, o.threads = 1;
-  Plan p(q.model, o);
-  std::copy(q.values.begin(), q.values.end(), static_cast<float*>(p.param_data()));
-  std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
-  p.forward(n);
-  const float* y = static_cast<const float*>(p.output());
-  const auto [err, agree] = compare(int8_outputs(q, x, n), {y, y + size_t(n) * 5}, n);
+  const auto [err, agree] = compare(int8_outputs(q, x, n), fp32_outputs(q, x, n), n);
   std::printf("int8 plan vs fp32, a BN shift beyond int32: max error %.3g of max |logit|, top-1 %d/%d\n", double(err), agree, n);
   EXPECT_LE(err, 0.05f);
   EXPECT_GE(agree, 58);
