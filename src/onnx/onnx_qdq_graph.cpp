@@ -280,6 +280,10 @@ class Rewriter {
 
   void map(int i) {
     const std::string& op = g_.node(i).op_type();
+    const bool quant_op = op == "QuantizeLinear" || op == "DequantizeLinear" || op == "QLinearConv" ||
+                          op == "QLinearMatMul" || op == "ConvInteger" || op == "MatMulInteger";
+    if (quant_op && (g_.node(i).output_size() != 1 || g_.node(i).output(0).empty()))
+      throw Error(where(i) + ": expected one output, found " + std::to_string(g_.node(i).output_size()));
     if (op == "QuantizeLinear") return quantize(i);
     if (op == "DequantizeLinear") return dequantize(i);
     if (op == "QLinearConv" || op == "QLinearMatMul") return qlinear(i, op == "QLinearConv");

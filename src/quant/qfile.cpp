@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "ember/error.h"
 #include "ember/json.h"
@@ -89,6 +90,19 @@ namespace {
 // Reads and checks the file's tensors against the model (everything before anything large is allocated).
 class Reader {
  public:
+  // A BatchNorm2d's running variance is >= 0, as ONNX's import requires it (the export writes it
+  // as it is): a negative one would load, then make a file ember's own import refuses.
+  void check_variances(const QuantizedWeights& q) const {
+    constexpr std::string_view kVar = "running_var";
+    for (const ParamInfo& p : q.params) {
+      if (p.role != ParamRole::running_stat || !std::string_view(p.name).ends_with(kVar)) continue;
+      for (size_t i = 0; i < p.size; ++i)
+        if (q.values[p.offset + i] < 0)
+          throw Error(file_ + ": tensor '" + p.name + "' [" + std::to_string(i) + "] is " +
+                      std::to_string(q.values[p.offset + i]) + "; a variance is >= 0");
+    }
+  }
+
   Reader(const io::ByteSource& src) : src_(src), h_(io::read_safetensors_header(src)), file_(src.name()) {}
 
   QuantizedWeights read() {
@@ -105,6 +119,7 @@ class Reader {
       if (!quantized(p)) io::read_tensor_f32(src_, h_, entry(p.name), q.values.data() + p.offset, p.size);
     for (const ParamInfo& p : q.params)
       if (!quantized(p)) io::check_finite(q.values.data() + p.offset, p.size, file_ + ": tensor '" + p.name + "'");
+    check_variances(q);
     for (size_t i = 0; i < ng.g.nodes.size(); ++i) read_layer(q, ng, i);
     for (const SafetensorsEntry& e : h_.tensors)
       if (!used_.count(e.name)) fail(e.name, "is not a tensor of model " + q.model.name + "'s quantized weights");

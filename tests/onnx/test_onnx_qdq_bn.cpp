@@ -248,5 +248,27 @@ TEST(OnnxQdqBn, OnnxRuntimeComputesWhatTheInt8PlanDoes) {
   EXPECT_EQ(agree, n);
 }
 
+// fuzz_quantized's finding (issue 55's 600 s run): a quantized file whose BatchNorm2d running
+// variance is negative loaded, and its export was then refused by ember's own ONNX import (which
+// refuses a negative variance, L6). The reader refuses it, naming the tensor.
+TEST(OnnxQdqBn, ANegativeRunningVarianceIsRefusedByTheReader) {
+  QuantizedWeights q = quantized_bn_model(16);
+  std::string var;  // the first BatchNorm2d's running variance
+  for (const ParamInfo& p : q.params)
+    if (var.empty() && p.name.ends_with("running_var")) var = p.name, q.values[p.offset + 1] = -0.07f;
+  ASSERT_FALSE(var.empty());
+  const std::string path = ::testing::TempDir() + "/negvar_" + std::to_string(::getpid()) + ".safetensors";
+  try {
+    save_quantized(q, path);
+    load_quantized(path);
+    ADD_FAILURE() << "a negative running variance loaded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'" + var + "' [1]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("a variance is >= 0"), std::string::npos) << msg;
+  }
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace ember

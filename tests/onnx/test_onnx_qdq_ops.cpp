@@ -310,6 +310,14 @@ TEST(OnnxQdqOps, ARequantizationAtAnExactU8OpIsRefused) {
   }
 }
 
+// fuzz_onnx's finding (issue 55's 600 s run): a QuantizeLinear with no output was read at its
+// output 0 (a null protobuf field: undefined behaviour). Each quantized op needs one output.
+TEST(OnnxQdqOps, AQuantizedOpWithoutItsOutputIsRefused) {
+  Hostile h;
+  h.more = str(1, node("QuantizeLinear", {"x", "x_scale", "x_zp"}, {}, "q_nothing"));
+  expect_both_refused(h.model(), {"t.onnx", "QuantizeLinear", "expected one output, found 0"});
+}
+
 TEST(OnnxQdqOps, DuplicateInitializersAreRefusedAsADuplicateWeightIs) {
   const std::vector<std::pair<std::string, Bytes>> dups = {
       {"x_scale", floats("x_scale", {}, {0.5f})}, {"x_zp", u8("x_zp", 7)},
