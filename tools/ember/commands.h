@@ -185,6 +185,9 @@ TrainTest load_data_for(const CommonArgs& a, int64_t limit_train);
 CLI::Validator integer_check(int64_t lo, int64_t hi, const std::string& what = "");
 // --seed's check (train, quantize): an integer in [0, 2^64 - 1] as typed (CLI11 wraps -1 to 2^64 - 1).
 CLI::Validator seed_check();
+// For flags whose -1 default means "the recipe's" or "automatic": a negative value given on the
+// command line is refused, not taken as that default.
+CLI::Validator non_negative();
 
 // `ember export WEIGHTS -o FILE.onnx [--model M]`.
 struct ExportArgs {
