@@ -332,12 +332,19 @@ Precision Plan::precision() const { return impl_->opt.precision; }
 
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
 
+namespace {
+// "WHAT: expected EXPECTED, found 'TEXT'", TEXT on one line however hostile (40 characters).
+[[noreturn]] void bad_name(const std::string& what, const char* expected, const std::string& text) {
+  std::string shown;
+  for (char c : text.substr(0, 40)) shown += (c >= 32 && c < 127) ? c : '?';
+  throw Error(what + ": expected " + expected + ", found '" + shown + (text.size() > 40 ? "...'" : "'"));
+}
+}  // namespace
+
 Precision parse_precision(const std::string& text, const std::string& what) {
   if (text == "fp32") return Precision::fp32;
   if (text == "bf16") return Precision::bf16;
-  std::string shown;  // one line, however hostile the text
-  for (char c : text.substr(0, 40)) shown += (c >= 32 && c < 127) ? c : '?';
-  throw Error(what + ": expected fp32 or bf16, found '" + shown + (text.size() > 40 ? "...'" : "'"));
+  bad_name(what, "fp32 or bf16", text);
 }
 
 const char* denormals_name(Denormals d) { return d == Denormals::keep ? "keep" : "flush"; }
@@ -345,9 +352,7 @@ const char* denormals_name(Denormals d) { return d == Denormals::keep ? "keep" :
 Denormals parse_denormals(const std::string& text, const std::string& what) {
   if (text == "flush") return Denormals::flush;
   if (text == "keep") return Denormals::keep;
-  std::string shown;
-  for (char c : text.substr(0, 40)) shown += (c >= 32 && c < 127) ? c : '?';
-  throw Error(what + ": expected flush or keep, found '" + shown + (text.size() > 40 ? "...'" : "'"));
+  bad_name(what, "flush or keep", text);
 }
 const char* Plan::isa_name() const { return ember::isa_name(impl_->k->isa); }
 bool Plan::bf16_emulated() const { return impl_->opt.precision == Precision::bf16 && impl_->k->bf16_rate < 2; }
