@@ -1,12 +1,33 @@
-// ember/cpu.h: the kernel sets (instruction sets) ember has, which of them this CPU runs, how each
-// does bf16 matrix products and binarized convolutions, and what every kernel-table entry runs on
-// each set: the facts `ember info` prints, and the one reader of a kernel-set name from a user.
+// ember/cpu.h: the CPU features ember's one probe reads (AMX included), the kernel sets
+// (instruction sets) ember has, which of them this CPU runs, how each does bf16 matrix products and
+// binarized convolutions, and what every kernel-table entry runs on each set: the facts `ember info`
+// prints, and the one reader of a kernel-set name from a user.
 #pragma once
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace ember {
+
+// One CPU feature by the name `ember info` prints ("avx2", "avx512bf16", "amx-tile", ...): present
+// when the CPU has it and the OS saves its registers; the AMX ones when the CPU has them (AmxSupport
+// says whether this process can use them).
+struct CpuFeature {
+  const char* name = "";
+  bool present = false;
+};
+// Every feature the probe reads, in `ember info`'s order, present or not.
+std::vector<CpuFeature> cpu_features();
+
+// AMX: what the CPU has (CPUID), whether the OS enabled the tile state (XCR0 bits 17-18), and whether
+// Linux granted this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once where the
+// CPU has tiles and the OS state is on).
+struct AmxSupport {
+  bool tile = false, bf16 = false, int8 = false;
+  bool os_state = false;
+  bool permission = false;
+};
+AmxSupport amx_support();
 
 struct KernelSet {
   const char* name = "";         // "scalar", "avx2", "avx512"

@@ -1,8 +1,9 @@
-// The public view of the kernel tables (ember/cpu.h): thin wrappers over kernels.h and
-// bit_kernels.h, so that the CLI and the Python module need no private header.
+// The public view of the CPU probe and the kernel tables (ember/cpu.h): thin wrappers over
+// cpu_probe.h, kernels.h and bit_kernels.h, so that the CLI and the Python module need no private header.
 #include "ember/cpu.h"
 
 #include "kernels/bit_kernels.h"
+#include "kernels/cpu_probe.h"
 #include "kernels/kernels.h"
 
 namespace ember {
@@ -20,6 +21,30 @@ KernelSet describe(Isa isa) {
 }
 
 }  // namespace
+
+std::vector<CpuFeature> cpu_features() {
+  const CpuProbe& p = cpu_probe();
+  return {{"sse4.2", p.sse42},          {"avx", p.avx},
+          {"avx2", p.avx2},             {"fma", p.fma},
+          {"f16c", p.f16c},             {"avxvnni", p.avx_vnni},
+          {"avx512f", p.avx512f},       {"avx512bw", p.avx512bw},
+          {"avx512vl", p.avx512vl},     {"avx512dq", p.avx512dq},
+          {"avx512vnni", p.avx512_vnni}, {"avx512bf16", p.avx512_bf16},
+          {"avx512vpopcntdq", p.avx512_vpopcntdq}, {"avx512fp16", p.avx512_fp16},
+          {"amx-tile", p.amx_tile},     {"amx-bf16", p.amx_bf16},
+          {"amx-int8", p.amx_int8}};
+}
+
+AmxSupport amx_support() {
+  const CpuProbe& p = cpu_probe();
+  AmxSupport a;
+  a.tile = p.amx_tile;
+  a.bf16 = p.amx_bf16;
+  a.int8 = p.amx_int8;
+  a.os_state = p.os_amx;
+  a.permission = p.amx_permission;
+  return a;
+}
 
 std::vector<KernelSet> kernel_sets() {
   return {describe(Isa::scalar), describe(Isa::avx2), describe(Isa::avx512)};

@@ -5,11 +5,12 @@
 #include <algorithm>
 
 #include "kernels/bf16.h"
+#include "kernels/cpu_probe.h"
 #include "kernels/kernels.h"
 
 namespace ember {
 
-bool cpu_has_avx512_bf16() { return __builtin_cpu_supports("avx512bf16") && isa_supported(Isa::avx512); }
+bool cpu_has_avx512_bf16() { return cpu_probe().avx512_bf16 && isa_supported(Isa::avx512); }
 
 void cvt_f32_bf16_ref(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);

@@ -2,11 +2,11 @@
 // built on first use; AVX-512 bit kernels only where the CPU has VPOPCNTDQ, else the AVX2 ones.
 #include "kernels/bit_kernels.h"
 
+#include "kernels/cpu_probe.h"
+
 namespace ember {
 
-bool bit_vpopcntdq_supported() {
-  return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vpopcntdq");
-}
+bool bit_vpopcntdq_supported() { return isa_supported(Isa::avx512) && cpu_probe().avx512_vpopcntdq; }
 
 const BitKernels& bit_kernels_for(Isa isa) {
   switch (isa) {

@@ -42,7 +42,7 @@ struct BitKernels {
   BitColumnFlipsFn column_flips;
 };
 
-// Whether this CPU has AVX-512 VPOPCNTDQ (checked with __builtin_cpu_supports).
+// Whether this CPU runs the avx512 set and has AVX-512 VPOPCNTDQ (the one probe, kernels/cpu_probe.h).
 bool bit_vpopcntdq_supported();
 // The table for an ISA the CPU supports (static, immutable). Isa::avx512 needs VPOPCNTDQ for its
 // own kernels; on an AVX-512 CPU without it the avx512 table is the AVX2 one (name says "avx2").

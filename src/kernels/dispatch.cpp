@@ -1,9 +1,11 @@
-// The one kernel table: CPU feature detection and the immutable per-ISA tables.
+// The one kernel table: which sets this CPU runs (read from the one probe, cpu_probe.h) and the
+// immutable per-ISA tables.
 // Every other part of ember reaches fast code only through kernels_for(isa).
 #include "kernels/kernels.h"
 
 #include <cstdlib>
 
+#include "kernels/cpu_probe.h"
 #include "kernels/dw_impl.h"
 #include "kernels/kernel_entries.h"
 #include "kernels/ref/ref_convnext.h"
@@ -63,10 +65,11 @@ bool parse_isa(std::string_view t, Isa* out) {
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::scalar: return true;
-    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case Isa::avx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::avx2: return cpu_probe().avx2 && cpu_probe().fma;
+    case Isa::avx512: {
+      const CpuProbe& p = cpu_probe();
+      return p.avx512f && p.avx512bw && p.avx512vl && p.avx512dq;
+    }
   }
   return false;
 }

@@ -2,18 +2,9 @@
 // built on first use; the fp32 set picks its int8 set (avx512 -> the best VNNI the CPU has).
 #include "kernels/int8_kernels.h"
 
-#include <cpuid.h>
+#include "kernels/cpu_probe.h"
 
 namespace ember {
-
-namespace {
-// AVX-VNNI (VEX-encoded VPDPBUSD): CPUID leaf 7, sub-leaf 1, EAX bit 4. Read directly: clang 14's
-// __builtin_cpu_supports does not know "avxvnni" (GCC 12's does).
-bool cpu_has_avx_vnni() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4) & 1u;
-}
-}  // namespace
 
 const char* int8_isa_name(Int8Isa isa) {
   switch (isa) {
@@ -29,10 +20,10 @@ bool int8_isa_supported(Int8Isa isa) {
   switch (isa) {
     case Int8Isa::scalar: return true;
     case Int8Isa::avx2: return isa_supported(Isa::avx2);
-    case Int8Isa::avx_vnni: return isa_supported(Isa::avx2) && cpu_has_avx_vnni();
+    case Int8Isa::avx_vnni: return isa_supported(Isa::avx2) && cpu_probe().avx_vnni;
     case Int8Isa::avx512_vnni:
       // isa_supported(avx512): F, BW, VL and DQ (the file builds with the fp32 set's AVX-512 flags).
-      return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni") && isa_supported(Isa::avx2);
+      return isa_supported(Isa::avx512) && cpu_probe().avx512_vnni && isa_supported(Isa::avx2);
   }
   return false;
 }

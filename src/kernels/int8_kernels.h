@@ -79,8 +79,8 @@ struct Int8Kernels {
   DequantizeU8Fn dequantize;
   MaxPool2U8Fn maxpool2;
 };
-// Whether this CPU runs a set (cpuid via __builtin_cpu_supports: "avx512vnni" with AVX-512 F/BW/VL/DQ,
-// "avxvnni" for avx_vnni, avx2+fma for avx2; scalar always).
+// Whether this CPU runs a set (the one probe, kernels/cpu_probe.h: AVX512_VNNI with AVX-512 F/BW/VL/DQ,
+// AVX-VNNI for avx_vnni, avx2+fma for avx2; scalar always).
 bool int8_isa_supported(Int8Isa);
 // The int8 table for the fp32 kernel set `isa` (kernels.h): avx512 -> avx512_vnni where supported, else
 // avx_vnni where supported, else avx2; avx2 -> avx2 (so EMBER_ISA=avx2 behaves like an AVX2-only CPU, Zen 3);

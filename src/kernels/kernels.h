@@ -15,7 +15,8 @@ enum class Isa { scalar, avx2, avx512 };
 const char* isa_name(Isa isa);
 // Parses "scalar", "avx2", "avx512"; returns false on anything else.
 bool parse_isa(std::string_view text, Isa* out);
-// What the CPU running this process supports (cpuid via the compiler builtins).
+// What the CPU running this process supports (the one probe, kernels/cpu_probe.h): avx2 needs
+// AVX2 and FMA, avx512 AVX-512 F, BW, VL and DQ.
 bool isa_supported(Isa isa);
 // The best ISA the CPU supports.
 Isa best_isa();

@@ -582,6 +582,13 @@ TEST_F(Cli, InfoNamesKernelSet) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("chosen kernel set: (scalar|avx2|avx512)"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("bf16 matrix products: (avx512_bf16|emulated)"))) << r.out;
+  // The CPU probe's features, then one AMX line a later AMX issue reads (issue 56).
+  std::smatch feats;
+  ASSERT_TRUE(std::regex_search(r.out, feats, std::regex("\\ncpu features:( [a-z0-9.-]+)*\\n"))) << r.out;
+  const bool tiles = feats.str().find(" amx-tile") != std::string::npos;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(tiles ? "\\namx: tile( bf16)?( int8)? \\(OS permission: (granted|refused)"
+                                                        : "\\namx: none \\(the CPU has no AMX tiles\\)\\n")))
+      << r.out;
   const Result scalar = run("info", "EMBER_ISA=scalar");
   EXPECT_NE(scalar.out.find("bf16 matrix products: scalar reference"), std::string::npos) << scalar.out;
   // --kernels: one row per table entry, what each set runs (issue 38).

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/cpu_probe.h"
 #include "kernels/half.h"
 
 namespace ember {
@@ -27,7 +28,7 @@ TEST(Half, EveryHalfRoundTrips) {
 }
 
 TEST(Half, RoundsAsF16C) {
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU: the round trip above still checks the rounding's fixed points";
+  if (!cpu_probe().f16c) GTEST_SKIP() << "no F16C on this CPU: the round trip above still checks the rounding's fixed points";
   std::mt19937 rng{1};
   auto check = [](float f) {
     if (std::isnan(f)) return;

@@ -719,22 +719,33 @@ void print_kernel_rows(const std::vector<KernelSet>& sets) {
     if (k.supported) std::printf(" %s: %s", k.name, k.bit_kernels);
   std::printf("\n");
 }
+
+// ember info: "amx: none (the CPU has no AMX tiles)", or the AMX sets the CPU has and whether Linux
+// lets this process use the tiles ("OS permission: granted" or "refused", with why when the OS lacks them).
+void print_amx() {
+  const AmxSupport amx = amx_support();
+  if (!amx.tile) {
+    std::printf("amx: none (the CPU has no AMX tiles)\n");
+    return;
+  }
+  std::printf("amx: tile%s%s (OS permission: %s)\n", amx.bf16 ? " bf16" : "", amx.int8 ? " int8" : "",
+              amx.permission ? "granted" : amx.os_state ? "refused" : "refused, the OS has not enabled the tile state");
+}
+
+// ember info: the features the one CPU probe reads (ember/cpu.h), then the AMX line.
+void print_cpu_features() {
+  std::printf("cpu features:");
+  for (const CpuFeature& f : cpu_features())
+    if (f.present) std::printf(" %s", f.name);
+  std::printf("\n");
+  print_amx();
+}
 }  // namespace
 
 int run_info(const InfoArgs& a) {
   std::printf("ember %s (%s build, %s)\n", kVersion, kBuildType, kCompiler);
-  std::printf("cpu features:");
-  const std::pair<const char*, bool> feats[] = {
-      {"sse4.2", __builtin_cpu_supports("sse4.2")}, {"avx", __builtin_cpu_supports("avx")},
-      {"avx2", __builtin_cpu_supports("avx2")},     {"fma", __builtin_cpu_supports("fma")},
-      {"avx512f", __builtin_cpu_supports("avx512f")}, {"avx512bw", __builtin_cpu_supports("avx512bw")},
-      {"avx512vl", __builtin_cpu_supports("avx512vl")}, {"avx512dq", __builtin_cpu_supports("avx512dq")},
-      {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
-      {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
-      {"avx512vpopcntdq", __builtin_cpu_supports("avx512vpopcntdq")}};
-  for (auto& [name, on] : feats)
-    if (on) std::printf(" %s", name);
-  std::printf("\nkernel sets:");
+  print_cpu_features();
+  std::printf("kernel sets:");
   const std::vector<KernelSet> sets = kernel_sets();
   for (const KernelSet& k : sets) std::printf(" %s (%s)", k.name, k.supported ? "available" : "not on this CPU");
   const char* env = std::getenv("EMBER_ISA");
