@@ -1,11 +1,12 @@
-# `cmake --install BUILD --prefix P`: the public headers, libember.a and libember.so (every part's
-# objects in one library), emberConfig.cmake + its version file (targets ember::ember and
-# ember::ember_static) and ember.pc. Both files locate the prefix relative to themselves, so a tree
-# installed anywhere (or moved) works.
+# `cmake --install BUILD --prefix P`: the public headers (include/ember, not ember_support's),
+# libember.a and libember.so (the library parts' objects in one library), emberConfig.cmake + its
+# version file (targets ember::ember and ember::ember_static) and ember.pc. Both files locate the
+# prefix relative to themselves, so a tree installed anywhere (or moved) works.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
+# The parts of `ember` (CMakeLists.txt): ember_bench and ember_report are the CLI's (ember_support).
 set(EMBER_PARTS ember_kernels ember_fs ember_core ember_ops ember_nn ember_train ember_data ember_io
-    ember_onnx ember_quant ember_bench ember_report ember_bitnet)
+    ember_onnx ember_quant ember_bitnet)
 set(EMBER_OBJECTS "")
 foreach(part IN LISTS EMBER_PARTS)
   list(APPEND EMBER_OBJECTS $<TARGET_OBJECTS:${part}>)

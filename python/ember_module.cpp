@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "ember/bench.h"
 #include "ember/ember.h"
-#include "ember/files.h"
 #include "ember/onnx.h"
 #include "ember/onnx_quant.h"
 #include "ember/ops.h"
 #include "ember/profile.h"
 #include "ember/quant.h"
+#include "ember_support/bench.h"
+#include "ember_support/files.h"
 
 #include "arrays.h"  // the numpy arguments: Samples, Truth, their checks
 

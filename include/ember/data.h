@@ -50,8 +50,8 @@ struct ImageFiles {
 // gzip-compressed (detected by content; several gzip members, as `cat a.gz b.gz` makes, decode as
 // one stream). Checks magic, element type, rank, that the dimensions agree with the file's
 // (uncompressed) size, and that the gzip stream is complete and ends right after the payload.
-// Files are opened with open_input (ember/files.h): only a regular file is read (a FIFO, a device
-// such as /dev/zero, a directory or a symlink loop is refused at once, never waited on). A raw file
+// Files are opened without blocking: only a regular file is read (a FIFO, a device such as
+// /dev/zero, a directory or a symlink loop is refused at once, never waited on). A raw file
 // is not read whole: its size must equal header + payload exactly, then the payload is read. The
 // payload (product of the dims) is capped at 4 GiB, and for gzip the buffer grows only as decoded
 // data arrives, so a lying header or a gzip bomb cannot allocate more than the data really holds.

@@ -1,7 +1,8 @@
-// Files that hold state: atomic writes, the safetensors format (8-byte little-endian header
-// length, JSON header, raw little-endian tensors) for weights in PyTorch's layouts and names,
-// and checkpoints (a safetensors file with the optimizer state and the loop's position added).
-// Every reader checks every header field against the file before it allocates or copies.
+// Files that hold state, each written atomically (a temporary file renamed over the target): the
+// safetensors format (8-byte little-endian header length, JSON header, raw little-endian tensors)
+// for weights in PyTorch's layouts and names, and checkpoints (a safetensors file with the
+// optimizer state and the loop's position added). Every reader checks every header field against
+// the file before it allocates or copies.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -9,7 +10,6 @@
 #include <string_view>
 #include <vector>
 
-#include "ember/files.h"
 #include "ember/plan.h"
 #include "ember/train.h"
 
@@ -88,9 +88,10 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 // Deletes all but the newest `keep` checkpoints (and temporary files a crash left behind).
 void prune_checkpoints(const std::string& dir, int keep);
 // Deletes the temporary files a crashed or killed save left in dir: regular files named
-// ".ember-XXXXXX" (write_file_atomic's, six letters or digits) or ".ckpt-*.safetensors.tmp.*"
-// (older versions'), not modified for `min_age_s` seconds; symlinks and other names are left.
-// Call it only while holding the directory's lock (DirLock). Returns the names removed.
+// ".ember-XXXXXX" (the atomic writes' temporary names, six letters or digits) or
+// ".ckpt-*.safetensors.tmp.*" (older versions'), not modified for `min_age_s` seconds; symlinks
+// and other names are left. Call it only while no other process saves into dir (the CLI holds the
+// directory's lock). Returns the names removed.
 std::vector<std::string> remove_stale_temporaries(const std::string& dir, int min_age_s = 60);
 
 }  // namespace ember

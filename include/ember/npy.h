@@ -1,7 +1,7 @@
 // NumPy .npy arrays of little-endian float32 or float64 (descr '<f4' or '<f8', C order, format
-// versions 1.0, 2.0 and 3.0): the targets of `ember train --targets` for MSE and L1 losses.
-// Hostile input is refused with one line naming the file and the field, never a crash or an
-// allocation larger than the file's own data.
+// versions 1.0, 2.0 and 3.0): the dense targets of the MSE and L1 losses (Targets in ember/train.h;
+// `ember train --targets`). Hostile input is refused with one line naming the file and the field,
+// never a crash or an allocation larger than the file's own data.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +24,8 @@ struct NpyArray {
 // most 64 KiB that is a Python dict literal with exactly the keys 'descr' ('<f4' or '<f8'),
 // 'fortran_order' (False) and 'shape' (a tuple of 1 to 8 integers >= 1, product at most 2^32
 // elements and 4 GiB), and the file's size must be the header's plus the data's exactly.
-// Only a regular file is read (open_input: a FIFO, device or directory is refused at once).
+// Only a regular file is read (opened without blocking: a FIFO, device or directory is refused
+// at once).
 // Throws Error "PATH: FIELD: what is wrong".
 NpyArray read_npy(const std::string& path);
 // The same from memory (size bytes at data); `name` stands for the path in messages.

@@ -193,7 +193,7 @@ void check_integer(const std::string& name, int64_t v, int64_t lo, int64_t hi);
 // "NAME: expected a finite number in (lo, hi], found V" ("[lo, hi]" unless lo_open) unless it is.
 void check_number(const std::string& name, double v, double lo, double hi, bool lo_open);
 // sgd, momentum, nesterov, adam, adamw / constant, step, exp, cosine; anything else throws
-// "NAME: expected ..., found 'TEXT'" (clip_text: long text is cut).
+// "NAME: expected ..., found 'TEXT'" (long text cut to about 60 characters).
 OptimizerKind parse_optimizer(const std::string& text, const std::string& name);
 ScheduleKind parse_schedule(const std::string& text, const std::string& name);
 // A run's settings in ember's ranges, throwing Error naming the first that is not: the plan's

@@ -2,7 +2,7 @@
 // times a fixed amount of work with a steady clock. FLOP counts come from the plan (training:
 // forward, weight and input gradients) or 2*M*N*K; % of peak is against the FMA loop's rate
 // for the same number of threads.
-#include "ember/bench.h"
+#include "ember_support/bench.h"
 #include "ember/quant.h"
 #include "ember/io.h"
 
@@ -20,7 +20,7 @@
 
 #include "core/thread_pool.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 #include "ember/loader.h"
 #include "ember/model.h"
 #include "core/rng.h"

@@ -1,11 +1,11 @@
 // Internal helpers of the binarized layers shared by the oracle, the fast path and training:
-// weight states, the segment grid, and the scratch of one DeltaEngine.
+// weight states, the segment grid and the head refit's column counts (over engine.h, the fast path).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "ember/bitnet.h"
+#include "bitnet/engine.h"
 
 namespace ember::bitnet {
 

@@ -11,8 +11,8 @@
 
 #include "core/rng.h"
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/loader.h"
+#include "ember_support/files.h"
 
 namespace ember {
 namespace {

@@ -15,7 +15,7 @@
 #include "data/alloc.h"
 #include "ember/data.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 namespace ember {
 namespace {

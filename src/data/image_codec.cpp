@@ -13,7 +13,7 @@
 
 #include "ember/data.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 namespace ember {
 namespace {

@@ -20,7 +20,7 @@
 #include "data/image_scan.h"
 #include "ember/data.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 namespace ember {
 namespace {

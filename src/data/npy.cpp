@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 namespace ember {
 namespace {

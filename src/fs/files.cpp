@@ -1,7 +1,7 @@
-// Hostile-path-safe file access (see include/ember/files.h): regular-file inputs opened without
+// Hostile-path-safe file access (see ember_support/files.h): regular-file inputs opened without
 // blocking and size-capped, output paths checked before any work, atomic replacement through a
 // short temporary name, and the checkpoint directory's lock.
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 namespace ember {
 

@@ -1,11 +1,11 @@
 // Bounded JSON reading for every JSON ember reads (model files, safetensors headers, checkpoint
-// metadata, run directories): the public functions (ember/json.h: parse_json, json_text,
+// metadata, run directories): the functions of ember_support/json.h (parse_json, json_text,
 // json_brief) and the depth pre-scan they share with the fuzzers.
 #pragma once
 #include <cstddef>
 #include <string_view>
 
-#include "ember/json.h"
+#include "ember_support/json.h"
 
 namespace ember {
 

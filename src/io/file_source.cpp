@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 #include "io/source.h"
 
 namespace ember {

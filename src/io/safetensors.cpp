@@ -11,6 +11,7 @@
 #include "fs/json_read.h"
 #include "ember/model.h"
 #include "ember/version.h"
+#include "ember_support/files.h"
 #include "io/source.h"
 #include "kernels/bf16.h"
 #include "kernels/half.h"

@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/model.h"
 #include "ember/plan.h"
+#include "ember_support/files.h"
 #include "fs/json_read.h"
 #include "nn/graph.h"
 #include "nn/op_table.h"

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/onnx.h"
 #include "ember/version.h"
+#include "ember_support/files.h"
 #include "nn/graph.h"
 #include "nn/op_table.h"
 #include "onnx/onnx_export.h"

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/onnx_quant.h"
+#include "ember_support/files.h"
 #include "nn/graph.h"
 #include "onnx/onnx_export.h"
 #include "quant/quant_math.h"

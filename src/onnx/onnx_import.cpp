@@ -7,8 +7,8 @@
 #include <set>
 
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/onnx.h"
+#include "ember_support/files.h"
 #include "nn/layers.h"
 #include "onnx/onnx_import_ops.h"
 #include "onnx/onnx_qdq.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 #include "ember/onnx_quant.h"
 #include "nn/graph.h"
 #include "quant/int8_check.h"

@@ -10,9 +10,9 @@
 #include <string_view>
 
 #include "ember/error.h"
-#include "ember/json.h"
 #include "ember/quant.h"
 #include "ember/version.h"
+#include "ember_support/json.h"
 #include "io/source.h"
 #include "quant/int8_check.h"
 #include "quant/node_run.h"

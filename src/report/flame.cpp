@@ -9,7 +9,7 @@
 #include <map>
 
 #include "ember/error.h"
-#include "ember/report.h"
+#include "ember_support/report.h"
 #include "util.h"
 
 namespace ember::report {

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/error.h"
-#include "ember/files.h"
-#include "ember/report.h"
 #include "ember/version.h"
+#include "ember_support/files.h"
+#include "ember_support/report.h"
 #include "fs/json_read.h"
 #include "util.h"
 

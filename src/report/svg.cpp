@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "ember/report.h"
+#include "ember_support/report.h"
 #include "util.h"
 
 namespace ember::report {

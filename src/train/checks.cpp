@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/train.h"
+#include "ember_support/files.h"
 
 namespace ember {
 

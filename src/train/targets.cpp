@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/train.h"
+#include "ember_support/files.h"
 
 namespace ember {
 namespace {

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "bitnet/engine.h"
 #include "core/thread_pool.h"
 #include "ember/error.h"
 #include "ember/bitnet.h"

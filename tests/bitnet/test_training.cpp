@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "bitnet/engine.h"
 #include "bitnet/internal.h"
 #include "core/thread_pool.h"
 #include "ember/bitnet.h"

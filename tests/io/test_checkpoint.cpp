@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ember/ember.h"
+#include "ember_support/files.h"
 #include "train/toy.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// Tests of the SVG line and bar charts (ember/report.h): the output is well-formed XML, axes carry
+// Tests of the SVG line and bar charts (ember_support/report.h): the output is well-formed XML, axes carry
 // nice ticks with numeric labels and titles, the legend names the series, and every drawn point
 // or bar maps back to its data through the linear mapping read from the axis tick labels.
 // Also thin_indices, which picks the epochs a long run's charts draw.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ember/report.h"
+#include "ember_support/report.h"
 #include "report/svg_dom.h"
 
 namespace {

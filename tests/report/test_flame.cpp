@@ -1,4 +1,4 @@
-// Tests of folded stacks and flame graphs (ember/report.h): parsing and errors, folding a small
+// Tests of folded stacks and flame graphs (ember_support/report.h): parsing and errors, folding a small
 // `perf script` sample, symbol tidying, and the SVG: widths proportional to the counts, children
 // inside their parent's x-range one row up, merged prefixes, tooltips, escaping, narrow frames.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ember/error.h"
-#include "ember/report.h"
+#include "ember_support/report.h"
 #include "report/svg_dom.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// `ember bench`: runs the end-to-end workloads (ember/bench.h) and prints, per workload, time,
+// `ember bench`: runs the end-to-end workloads (ember_support/bench.h) and prints, per workload, time,
 // samples/s, GFLOP/s and % of the FMA peak measured at start; --json prints one JSON document.
 #include <algorithm>
 #include <chrono>
@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "ember/bench.h"
+#include "ember_support/bench.h"
 #include "ember/cpu.h"
 #include "ember/data.h"
 #include "ember/error.h"
 #include "ember/onnx.h"
 #include "ember/plan.h"
-#include "ember/json.h"
+#include "ember_support/json.h"
 #include "ember/version.h"
 
 namespace ember::cli {

@@ -11,7 +11,7 @@
 #include "ember/bitnet.h"
 #include "ember/error.h"
 #include "ember/version.h"
-#include "ember/json.h"
+#include "ember_support/json.h"
 
 namespace ember::cli {
 

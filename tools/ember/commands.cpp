@@ -22,7 +22,7 @@
 #include "ember/cpu.h"
 #include "ember/data.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 #include "ember/io.h"
 #include "ember/model.h"
 #include "ember/plan.h"

@@ -10,7 +10,7 @@
 #include "ember/data.h"
 #include "ember/loader.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 #include "ember/model.h"
 #include "ember/onnx.h"
 #include "ember/plan.h"

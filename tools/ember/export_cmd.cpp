@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 #include "ember/io.h"
 #include "ember/onnx.h"
 #include "ember/onnx_quant.h"

@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 namespace ember::cli {
 

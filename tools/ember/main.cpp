@@ -13,7 +13,7 @@
 #include "commands.h"
 #include "report_cmd.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 
 namespace {
 // Until training starts (and after it ends) SIGINT/SIGTERM stop ember at once, with nothing

@@ -11,10 +11,10 @@
 #include "commands.h"
 #include "ember/quant.h"
 #include "ember/error.h"
-#include "ember/files.h"
+#include "ember_support/files.h"
 #include "ember/io.h"
 #include "ember/profile.h"
-#include "ember/report.h"
+#include "ember_support/report.h"
 
 namespace ember::cli {
 

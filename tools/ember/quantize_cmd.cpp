@@ -9,10 +9,10 @@
 
 #include "commands.h"
 #include "ember/error.h"
-#include "ember/files.h"
 #include "ember/io.h"
 #include "ember/onnx_quant.h"
 #include "ember/quant.h"
+#include "ember_support/files.h"
 
 namespace ember::cli {
 

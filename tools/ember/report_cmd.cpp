@@ -1,5 +1,5 @@
 // `ember report RUN_DIR -o FILE.html` and `ember flamegraph (--perf-script|--folded) FILE|- -o
-// FILE.svg`: thin wrappers over ember/report.h that read the inputs (regular files under a size
+// FILE.svg`: thin wrappers over ember_support/report.h that read the inputs (regular files under a size
 // cap, or stdin), check the output paths before any work and replace them atomically; every
 // failure is an ember::Error naming the flag or the file.
 #include "report_cmd.h"
@@ -11,8 +11,8 @@
 #include <filesystem>
 
 #include "ember/error.h"
-#include "ember/files.h"
-#include "ember/report.h"
+#include "ember_support/files.h"
+#include "ember_support/report.h"
 
 namespace ember::cli {
 

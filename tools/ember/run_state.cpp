@@ -14,8 +14,8 @@
 #include <map>
 
 #include "ember/error.h"
-#include "ember/files.h"
-#include "ember/json.h"
+#include "ember_support/files.h"
+#include "ember_support/json.h"
 
 namespace ember::cli {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "ember/files.h"
 #include "ember/io.h"
+#include "ember_support/files.h"
 
 namespace ember::cli {
 

@@ -19,10 +19,10 @@
 
 #include "commands.h"
 #include "ember/dist.h"
-#include "ember/bench.h"
+#include "ember_support/bench.h"
 #include "ember/error.h"
-#include "ember/files.h"
-#include "ember/json.h"
+#include "ember_support/files.h"
+#include "ember_support/json.h"
 #include "ember/io.h"
 #include "ember/npy.h"
 #include "ember/onnx.h"

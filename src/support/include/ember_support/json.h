@@ -1,6 +1,6 @@
-// ember/json.h: reading and writing JSON as ember does (model files, checkpoint metadata, run
-// directories): bounded parsing (nesting counted first, duplicate keys refused) and UTF-8-safe text.
-// The one public header that needs nlohmann_json (header-only, 3.10+) on the include path.
+// ember_support/json.h (not installed; src/fs, in libember): JSON as ember reads and writes it (model
+// files, checkpoint metadata, run directories): bounded parsing (nesting counted first, duplicate
+// keys refused) and UTF-8-safe text. Needs nlohmann_json (header-only, 3.10+); no public header does.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -1,5 +1,5 @@
-// End-to-end benchmarks behind `ember bench`: the workloads of the performance table (CNN and MLP
-// training, CNN inference, SGEMM on square and fc1 shapes, peak RSS), each reported with time,
+// ember_support/bench.h (not installed; src/bench, ember_bench): the end-to-end workloads behind
+// `ember bench` (CNN and MLP training, CNN inference, SGEMM, peak RSS), each reported with time,
 // samples/s, GFLOP/s and the share of the machine's FMA peak, measured by an FMA loop at start.
 #pragma once
 #include <cstddef>

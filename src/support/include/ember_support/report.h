@@ -1,6 +1,6 @@
-// ember's run reports: SVG charts (line, horizontal bar, flame graph), folding of `perf script`
-// output into folded stacks, and the self-contained HTML report of a run directory
-// (metrics.jsonl, config.json, model.json, profile.json, profile.folded). See docs/report.md.
+// ember_support/report.h (not installed; src/report, ember_report): `ember report`'s SVG charts
+// (line, horizontal bar, flame graph), folding of `perf script` output into folded stacks, and the
+// self-contained HTML report of a run directory (metrics.jsonl, config.json, ...). docs/report.md.
 #pragma once
 #include <cstddef>
 #include <string>

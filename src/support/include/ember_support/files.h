@@ -1,5 +1,5 @@
-// Hostile-path-safe file access, used for every file ember reads or writes: inputs must be
-// regular files (opened without blocking, so a FIFO cannot hang a run; size-capped before
+// ember_support/files.h (not installed; src/fs, in libember): hostile-path-safe access to every file
+// ember reads or writes: inputs must be regular files (opened without blocking, size-capped before
 // reading), outputs are checked before any work and replaced atomically, never a device node.
 #pragma once
 #include <cstdint>
