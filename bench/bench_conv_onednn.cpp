@@ -159,7 +159,7 @@ struct Buffers {
 struct Ember : Buffers {
   std::function<void()> fwd, bwd_weights, bwd_both;
   Ember(const ConvShape& s, const ember::ops::Exec& e) : Buffers(s) {
-    const ember::ops::ConvPlan cp = ember::ops::conv2d_plan(s, e.pool.size());
+    const ember::ops::ConvDesc cp = ember::ops::conv2d_plan(s, e.pool.size());
     ws.resize(cp.workspace);
     fwd = [&, s, e, cp] { ember::ops::conv2d_fwd<float>(e, cp.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data()); };
     bwd_weights = [&, s, e, cp] {
@@ -175,7 +175,7 @@ struct Ember : Buffers {
 struct EmberNhwc : Buffers {
   std::function<void()> fwd, bwd_weights, bwd_both;
   EmberNhwc(const ConvShape& s, const ember::ops::Exec& e) : Buffers(s) {
-    if (ember::ops::conv2d_nhwc_algo(s) == ember::ops::NhwcAlgo::none) return;
+    if (ember::ops::conv2d_nhwc_algo(s) == ember::ops::ConvAlgo::none) return;
     ws.resize(ember::ops::conv2d_nhwc_workspace(s, e.pool.size()) + 1);
     fwd = [&, s, e] { ember::ops::conv2d_nhwc_fwd<float>(e, y.data(), x.data(), w.data(), b.data(), s, ws.data()); };
     bwd_weights = [&, s, e] {

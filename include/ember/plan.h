@@ -123,6 +123,15 @@ struct UnitInfo {
   // The layouts of its (first) input and its output: "nchw", "nhwc" or "flat" (PlanOptions::layout;
   // a "reorder" unit converts between the two).
   std::string layout_in, layout_out;
+  // The unit's descriptor (`ember info --model M --json`, issue 56): the model ops it runs
+  // ("conv2d", "batchnorm2d"), the element type its products read ("f32", "f64", "bf16", "u8"),
+  // the weight format its calls read ("kcrs" as stored, "gemm-a-panels", "gemm-b-panels",
+  // "dense-map", "int8-panels"; "" without a weight), the post-ops applied in its store ("bias",
+  // "batchnorm2d-fold", "relu", "add", "requantize", ...), and the weight bytes one call of the
+  // plan's batch packs or reorders (0 where it reads a weight packed once per parameter change).
+  std::vector<std::string> ops, post_ops;
+  std::string dtype, weight_format;
+  size_t weight_bytes_packed_per_call = 0;
 };
 
 struct BufferInfo {

@@ -140,6 +140,7 @@ class Int8Plan {
   // Per node: "int8", "int8 (fused)", or "fp32" (a dequantize before, a quantize after where needed).
   std::vector<std::string> node_paths() const;
   std::string summary() const;            // one line per step: what runs, in which arithmetic
+  std::vector<UnitInfo> units() const;    // each step's descriptor (ember info --json)
   // The tensors it holds in u8 (QuantizedWeights::acts names): where its arithmetic rounds an
   // activation to 8 bits (a QDQ export puts its Q/DQ pairs there and nowhere else).
   std::vector<std::string> u8_tensors() const;

@@ -100,6 +100,15 @@ Kernels scalar_table() {
   Kernels k{};
   k.isa = Isa::scalar;
   k.sgemm = sgemm_ref;
+  k.pack_b = pack_b_ref;
+  k.sgemm_packed_b = sgemm_packed_b_ref;
+  k.pack_a = pack_a_ref;
+  k.sgemm_packed_a = sgemm_packed_a_ref;
+  k.gemm_nr = 1;
+  k.gemm_mr = 1;
+  k.gemm_stream_rows = 0;
+  k.gemm_direct_a_cols = 0;
+  k.gemm_packs = 0;
   k.im2col = ref::im2col_f32;
   k.col2im = ref::col2im_f32;
   k.relu_fwd = ref::relu_fwd_f32;
@@ -184,10 +193,10 @@ const Kernels& kernels_for(Isa isa) {
 
 // The static_asserts count Kernels' members against EMBER_KERNEL_ENTRIES (kernel_entries.h): an
 // entry added to the struct but not to the list fails the build (all are 8 bytes; isa, bf16_path,
-// bf16_rate and linear_sp_max_density take four more slots with their padding).
+// bf16_rate, linear_sp_max_density and the five gemm_ ints take seven more slots with their padding).
 #define EMBER_COUNT_ENTRY(name) +1
 static_assert(0 EMBER_KERNEL_ENTRIES(EMBER_COUNT_ENTRY) == kKernelEntries);
-static_assert(sizeof(Kernels) == (kKernelEntries + 4) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");
+static_assert(sizeof(Kernels) == (kKernelEntries + 7) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");
 
 namespace {
 // The entries that need AVX512_BF16 (set_bf16): they run on an avx512 table of such a CPU only.

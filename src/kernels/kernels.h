@@ -36,6 +36,24 @@ using SgemmFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float 
                          const float* A, int lda, const float* B, int ldb, float beta, float* C,
                          int ldc);
 
+// A weight operand packed once (a plan's pre-packed B, ops::PackedWeight): op(B) [K, N] written
+// into dst (64-byte aligned) in the table's GEMM panel format (null dst: only the size); returns its floats. The
+// scalar table's format is op(B) itself, [K, N] row-major.
+using PackBFn = size_t (*)(bool trans_b, int K, int N, const float* B, int ldb, float* dst);
+// C[M, n] = alpha * op(A)[M, K] * columns [j0, j0 + n) of a packed op(B) [K, N] + beta * C (C: the
+// product's column j0; j0 a multiple of Kernels::gemm_nr): the bits of SgemmFn on the unpacked B
+// for M > Kernels::gemm_stream_rows (which streams op(B) unpacked instead).
+using SgemmPackedBFn = void (*)(bool trans_a, int M, int n, int K, float alpha, const float* A, int lda,
+                                const float* Bp, int N, int j0, float beta, float* C, int ldc);
+
+// The same for a weight that is op(A) [M, K] (an NCHW convolution's w[K, CRS]), and the GEMM
+// C[m, N] = alpha * rows [i0, i0 + m) of the packed op(A) (M rows in all; i0 a multiple of
+// Kernels::gemm_mr) * op(B) + beta * C (C: the product's row i0), with the bits of SgemmFn for
+// M > gemm_stream_rows.
+using PackAFn = size_t (*)(bool trans_a, int M, int K, const float* A, int lda, float* dst);
+using SgemmPackedAFn = void (*)(bool trans_b, int m, int N, int K, float alpha, const float* Ap, int M, int i0,
+                                const float* B, int ldb, float beta, float* C, int ldc);
+
 // bfloat16 (kernels/bf16.h holds the scalar rounding): dst[i] = f32_to_bf16(src[i]), and back.
 using CvtF32Bf16Fn = void (*)(uint16_t* dst, const float* src, size_t n);
 using CvtBf16F32Fn = void (*)(float* dst, const uint16_t* src, size_t n);
@@ -174,6 +192,9 @@ using BiasChannelsFn = void (*)(float* y, const float* bias, int N, int K, int P
 struct ConvS1 {
   int C, K, Hp, Wp, R, S, P, Q;
 };
+// The fast tables' conv_s1_fwd takes its channel-last kernel (the weights transposed per call
+// into a stack tile) for a short reduction and at most 64 channels and 64 columns.
+inline bool conv_s1_cl_fits(const ConvS1& d) { return d.C * d.R * d.S <= 80 && d.K <= 64 && d.Q <= 64; }
 // y[k,p,q] = b[k] + sum_{c,r,s} w[k,c,r,s] * xp[c, p+r, q+s]  (b may be null).
 using ConvS1FwdFn = void (*)(float* y, const float* xp, const float* w, const float* b,
                              const ConvS1& d);
@@ -282,6 +303,15 @@ using FmaLoopFn = double (*)(int64_t iters, float* sink);
 struct Kernels {
   Isa isa;
   SgemmFn sgemm;
+  PackBFn pack_b;
+  SgemmPackedBFn sgemm_packed_b;
+  PackAFn pack_a;
+  SgemmPackedAFn sgemm_packed_a;
+  int gemm_nr;           // the packed B's panel width (column splits of sgemm_packed_b align to it)
+  int gemm_mr;           // the packed A's panel height (row splits of sgemm_packed_a align to it)
+  int gemm_stream_rows;  // sgemm streams op(B) in place, packing nothing, for M <= this (0: never)
+  int gemm_direct_a_cols;  // sgemm reads op(A) = A in place, unpacked, for N <= this (0: never)
+  int gemm_packs;          // 1 where sgemm packs panels at all (the fast tables), 0 (the scalar reference)
   // bf16: VDPBF16PS (two bf16 products per fp32 lane: twice the fp32 FMA rate) where the CPU has
   // AVX512_BF16 and the table is avx512; elsewhere bf16 blocks converted to fp32 for this table's
   // sgemm. bf16_path names the choice (ember info); bf16_rate: products per fp32 FMA (2 or 1).
@@ -383,12 +413,30 @@ struct KernelRow {
   const char* entry;
   const char* by_set[3];
 };
-constexpr int kKernelEntries = 49;
+constexpr int kKernelEntries = 53;
 void kernel_rows(KernelRow (&rows)[kKernelEntries]);
 
 // Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).
 void sgemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                int lda, const float* B, int ldb, float beta, float* C, int ldc);
+size_t pack_b_ref(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void sgemm_packed_b_ref(bool ta, int M, int n, int K, float alpha, const float* A, int lda, const float* Bp, int N,
+                        int j0, float beta, float* C, int ldc);
+size_t pack_a_ref(bool ta, int M, int K, const float* A, int lda, float* dst);
+void sgemm_packed_a_ref(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, const float* B,
+                           int ldb, float beta, float* C, int ldc);
+size_t pack_a_avx2(bool ta, int M, int K, const float* A, int lda, float* dst);
+void sgemm_packed_a_avx2(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, const float* B,
+                            int ldb, float beta, float* C, int ldc);
+size_t pack_a_avx512(bool ta, int M, int K, const float* A, int lda, float* dst);
+void sgemm_packed_a_avx512(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, const float* B,
+                              int ldb, float beta, float* C, int ldc);
+size_t pack_b_avx2(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void sgemm_packed_b_avx2(bool ta, int M, int n, int K, float alpha, const float* A, int lda, const float* Bp, int N,
+                         int j0, float beta, float* C, int ldc);
+size_t pack_b_avx512(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void sgemm_packed_b_avx512(bool ta, int M, int n, int K, float alpha, const float* A, int lda, const float* Bp, int N,
+                           int j0, float beta, float* C, int ldc);
 void sgemm_avx2(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                 int lda, const float* B, int ldb, float beta, float* C, int ldc);
 void sgemm_avx512(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,

@@ -33,17 +33,25 @@ class ConvAct final : public Layer {
   size_t workspace_elems(int batch, int threads) const override { return conv_->workspace_elems(batch, threads); }
   // The pre-activation where the derivative reads it (GELU, SiLU, ...: the unfused plan keeps it
   // as the tensor between the nodes); ReLU, Sigmoid and Tanh read the output.
-  size_t saved_bytes(int batch, int, DType dt) const override {
-    return keeps_input() ? count(batch) * (dt == DType::f64 ? 8 : 4) : 0;
+  // Then the conv's (its packed weight), 64-byte aligned.
+  size_t saved_bytes(int batch, int threads, DType dt) const override {
+    return z_bytes(batch, dt) + conv_->saved_bytes(batch, threads, dt);
   }
-  std::string saved_what() const override { return "pre-activation"; }
+  std::string saved_what() const override { return keeps_input() ? "pre-activation" : "packed weight"; }
   void set_precision(Precision p, bool backward) override {
     backward_ = backward;
     conv_->set_precision(p, backward);
   }
-  void choose_algorithm(int batch, int threads) override { conv_->choose_algorithm(batch, threads); }
-  std::string algorithm() const override {
-    return conv_->algorithm() + ", " + layer_kind_name(act_layer_->spec().kind) + " epilogue";
+  void choose_algorithm(int batch, int threads, const Kernels* pack) override { conv_->choose_algorithm(batch, threads, pack); }
+  std::string algorithm() const override { return conv_->algorithm(); }
+  std::string weight_format() const override { return conv_->weight_format(); }
+  std::vector<std::string> post_ops() const override {
+    std::vector<std::string> v = conv_->post_ops();
+    v.push_back(layer_kind_name(act_layer_->spec().kind));
+    return v;
+  }
+  size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
+    return conv_->weight_bytes_packed_per_call(batch, threads, k, bf16);
   }
   double flops_per_sample() const override { return conv_->flops_per_sample() + act_layer_->flops_per_sample(); }
   bool bf16_products() const override { return conv_->bf16_products(); }
@@ -57,6 +65,12 @@ class ConvAct final : public Layer {
       using T = decltype(tag);
       T* z = keeps_input() ? p<T>(b.saved) : nullptr;
       const int rows = n * in_.h * in_.w;
+      if (!z && conv_->takes_post_act()) {  // the packed conv applies the activation in its store
+        Bufs cb = b;
+        cb.saved = static_cast<std::byte*>(b.saved) + z_bytes(b.batch, b.dt);
+        cb.post_act = &act_;
+        return conv_->forward(e, cb, n);
+      }
       if constexpr (std::is_same_v<T, float>)
         if (!e.bf16 && ops::linear_act_chunked(rows, out_.c, e.pool.size()))
           return ops::linear_act_fwd(e, act_, p<T>(b.y), z, p<T>(b.x), p<T>(b.w), p<T>(b.b), rows, in_.c, out_.c);
@@ -83,6 +97,9 @@ class ConvAct final : public Layer {
 
  private:
   size_t count(int batch) const { return size_t(batch) * out_.size(); }
+  size_t z_bytes(int batch, DType dt) const {
+    return keeps_input() ? (count(batch) * (dt == DType::f64 ? 8 : 4) + 63) / 64 * 64 : 0;
+  }
   bool keeps_input() const { return backward_ && ops::act_reads_input(act_); }
 
   std::unique_ptr<Layer> conv_, act_layer_;

@@ -35,15 +35,23 @@ class ConvBatchNorm final : public Layer {
   int fan_in() const override { return conv_->fan_in(); }
   int fan_out() const override { return conv_->fan_out(); }
   size_t workspace_elems(int batch, int threads) const override { return conv_->workspace_elems(batch, threads); }
-  // The folded weight [K, per] and bias [K] (64-byte steps), then the BN's mean and rstd (train
-  // mode runs it unfolded).
+  // The conv's packed weight (of the fold), the folded weight [K, per] and bias [K] (64-byte
+  // steps), then the BN's mean and rstd (train mode runs it unfolded).
   size_t saved_bytes(int batch, int threads, DType dt) const override {
-    return fold_elems() * esize(dt) + bn_->saved_bytes(batch, threads, dt);
+    return conv_bytes(batch, threads, dt) + fold_elems() * esize(dt) + bn_->saved_bytes(batch, threads, dt);
   }
-  std::string saved_what() const override { return "folded weight and bias"; }
+  std::string saved_what() const override { return "folded and packed weight and bias"; }
   void set_precision(Precision p, bool backward) override { conv_->set_precision(p, backward); }
-  void choose_algorithm(int batch, int threads) override { conv_->choose_algorithm(batch, threads); }
-  std::string algorithm() const override { return conv_->algorithm() + ", batchnorm2d folded"; }
+  void choose_algorithm(int batch, int threads, const Kernels* pack) override {
+    threads_ = threads;
+    conv_->choose_algorithm(batch, threads, pack);
+  }
+  std::string algorithm() const override { return conv_->algorithm(); }
+  std::string weight_format() const override { return conv_->weight_format(); }
+  std::vector<std::string> post_ops() const override { return {"batchnorm2d-fold", "bias"}; }
+  size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
+    return conv_->weight_bytes_packed_per_call(batch, threads, k, bf16);
+  }
   // The model's operations (the BN's too), so that rates compare with the unfused plan's.
   double flops_per_sample() const override { return conv_->flops_per_sample() + bn_->flops_per_sample(); }
   bool bf16_products() const override { return conv_->bf16_products(); }
@@ -54,10 +62,11 @@ class ConvBatchNorm final : public Layer {
     if (b.train_mode) return unfolded(e, b, n);
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      T* wf = p<T>(b.saved);
+      T* wf = fold_at<T>(b);
       if (folded_ != b.param_version) fold<T>(e, b, wf);
       folded_ = b.param_version;
       Bufs cb = conv_bufs(b);
+      cb.saved = b.saved;  // the conv's packed weight first
       cb.w = wf;
       cb.b = wf + bias_at();
       cb.wh = nullptr;  // a bf16 plan's GEMM rounds the folded weight as it packs it
@@ -70,6 +79,11 @@ class ConvBatchNorm final : public Layer {
 
  private:
   static size_t esize(DType dt) { return dt == DType::f64 ? 8 : 4; }
+  size_t conv_bytes(int batch, int threads, DType dt) const { return (conv_->saved_bytes(batch, threads, dt) + 63) / 64 * 64; }
+  template <class T>
+  T* fold_at(const Bufs& b) const {
+    return reinterpret_cast<T*>(static_cast<std::byte*>(b.saved) + conv_bytes(b.batch, threads_, b.dt));
+  }
   size_t bias_at() const { return (size_t(spec_.out) * per_ + 15) / 16 * 16; }
   size_t fold_elems() const { return bias_at() + (size_t(spec_.out) + 15) / 16 * 16; }
 
@@ -103,7 +117,7 @@ class ConvBatchNorm final : public Layer {
   void unfolded(const ops::Exec& e, const Bufs& b, int n) {
     conv_->forward(e, conv_bufs(b), n);
     Bufs nb = b;
-    nb.saved = static_cast<std::byte*>(b.saved) + fold_elems() * esize(b.dt);
+    nb.saved = reinterpret_cast<std::byte*>(fold_at<std::byte>(b)) + fold_elems() * esize(b.dt);
     nb.x = nb.xs[0] = b.y;
     nb.w = b.w2, nb.b = b.b2;
     nb.w2 = nb.b2 = nullptr;
@@ -115,6 +129,7 @@ class ConvBatchNorm final : public Layer {
   std::unique_ptr<Layer> conv_, bn_;
   size_t per_ = 0;  // weights per output channel: C / groups x R x S
   uint64_t folded_ = ~uint64_t(0);  // the param_version the saved fold was made from (none yet)
+  int threads_ = 1;                  // the plan's (the conv's saved size reads it)
 };
 
 }  // namespace

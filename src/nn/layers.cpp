@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ember/error.h"
+#include "ops/conv_desc.h"
 #include "ops/conv_nhwc.h"
 
 namespace ember::nn {
@@ -97,50 +98,84 @@ class Conv2d final : public Layer {
   }
   int fan_in() const override { return in_.c / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
   int fan_out() const override { return spec_.out / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
-  // The algorithm for the plan's batch (ops::conv2d_plan); a layer run outside a plan chooses
-  // for each call's batch.
-  void choose_algorithm(int batch, int threads) override {
-    plan_ = ops::conv2d_plan(shape(batch), threads);
+  // The descriptor for the plan's batch, layout and threads (ops::conv2d_desc); a layer run
+  // outside a plan chooses for each call's batch.
+  void choose_algorithm(int batch, int threads, const Kernels* pack) override {
+    desc_ = ops::conv2d_desc(shape(batch), nhwc(), threads, pack ? *pack : kernels_for(Isa::scalar), pack != nullptr);
     planned_ = true;
   }
-  std::string algorithm() const override {
-    if (nhwc()) return ops::nhwc_algo_name(ops::conv2d_nhwc_algo(shape(1)));
-    return planned_ ? ops::conv_algo_name(plan_.algo) : "";
+  std::string algorithm() const override { return ops::conv_algo_name(desc(1).algo); }
+  std::string weight_format() const override { return ops::weight_format_name(desc(1).weight_format); }
+  std::vector<std::string> post_ops() const override {
+    return spec_.bias ? std::vector<std::string>{"bias"} : std::vector<std::string>{};
+  }
+  size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
+    return ops::conv2d_weight_bytes_per_call(desc(batch), shape(batch), k, bf16, threads, spec_.bias);
   }
   size_t workspace_elems(int batch, int threads) const override {
-    if (nhwc()) return ops::conv2d_nhwc_workspace(shape(batch), threads);
-    return ops::conv2d_plan(shape(batch), threads).workspace;
+    return planned_ ? desc_.workspace : ops::conv2d_desc(shape(batch), nhwc(), threads, kernels_for(Isa::scalar), false).workspace;
   }
-  // Channel-last: every shape but grouped non-depthwise ones (ops/conv_nhwc.h).
-  bool runs_nhwc() const override { return ops::conv2d_nhwc_algo(shape(1)) != ops::NhwcAlgo::none; }
+  // The packed weight (f32 plans), 64-byte aligned in the arena.
+  size_t saved_bytes(int, int, DType dt) const override {
+    return dt == DType::f32 && planned_ ? (desc_.packed_elems + 15) / 16 * 16 * sizeof(float) : 0;
+  }
+  std::string saved_what() const override { return "packed weight"; }
+  bool takes_post_act() const override {
+    return planned_ && desc_.packed_elems && desc_.algo == ops::ConvAlgo::nhwc_gemm;
+  }
+  // Channel-last: every shape but grouped non-depthwise ones (ops/conv_desc.h).
+  bool runs_nhwc() const override { return ops::conv2d_nhwc_algo(shape(1)) != ops::ConvAlgo::none; }
   double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
-  bool bf16_products() const override { return ops::conv2d_plan(shape(1), 1).bf16_products; }
-  bool reads_bf16_input() const override { return !nhwc() && ops::conv2d_plan(shape(1), 1).reads_bf16_input; }
+  bool bf16_products() const override { return desc(1).bf16_products; }
+  bool reads_bf16_input() const override { return !nhwc() && desc(1).reads_bf16_input; }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
-      if (nhwc()) return ops::conv2d_nhwc_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws));
-      ops::conv2d_fwd<T>(e, algo(e, n), p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh);
+      const float* wp = nullptr;
+      if constexpr (std::is_same_v<T, float>) wp = packed(e, b);
+      const ops::ConvAlgo a = algo(e, n);
+      if constexpr (std::is_same_v<T, float>)
+        if (b.post_act && wp && a == ops::ConvAlgo::nhwc_gemm)  // the activation in the GEMM's store
+          return ops::linear_fwd_packed(e, p<T>(b.y), p<T>(b.x), wp, p<T>(b.b), n * in_.h * in_.w, in_.c, spec_.out,
+                                        b.post_act);
+      if (nhwc()) return ops::conv2d_nhwc_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), wp);
+      ops::conv2d_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh, wp);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
       if (nhwc())
-        return ops::conv2d_nhwc_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
-                                       shape(n), p<T>(b.ws));
+        return ops::conv2d_nhwc_bwd<T>(e, algo(e, n), p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x),
+                                       p<T>(b.w), shape(n), p<T>(b.ws));
       ops::conv2d_bwd<T>(e, algo(e, n), p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
                          shape(n), p<T>(b.ws), b.wh, b.xh);
     });
   }
 
  private:
-  ops::ConvAlgo algo(const ops::Exec& e, int n) const {
-    return planned_ ? plan_.algo : ops::conv2d_plan(shape(n), e.pool.size()).algo;
+  ops::ConvDesc desc(int batch) const {
+    return planned_ ? desc_ : ops::conv2d_desc(shape(batch), nhwc(), 1, kernels_for(Isa::scalar), false);
   }
-  ops::ConvPlan plan_;
+  ops::ConvAlgo algo(const ops::Exec& e, int n) const {
+    return planned_ ? desc_.algo : ops::conv2d_desc(shape(n), nhwc(), e.pool.size(), e.k, false).algo;
+  }
+  // The weight in the descriptor's packed format, made again when the parameters moved (or the
+  // weight is another copy: a fold), or null where the descriptor reads it as stored.
+  const float* packed(const ops::Exec& e, const Bufs& b) {
+    if (!planned_ || !desc_.packed_elems || !b.saved) return nullptr;
+    float* wp = p<float>(b.saved);
+    if (packed_version_ != b.param_version || packed_from_ != b.w) {
+      ops::conv2d_pack(e.k, desc_, wp, p<float>(b.w), shape(b.batch), p<float>(b.ws));
+      packed_version_ = b.param_version, packed_from_ = b.w;
+    }
+    return wp;
+  }
+  ops::ConvDesc desc_;
   bool planned_ = false;
+  uint64_t packed_version_ = ~uint64_t(0);
+  const void* packed_from_ = nullptr;
 };
 
 class Linear final : public Layer {
@@ -169,14 +204,39 @@ class Linear final : public Layer {
     const size_t t1 = in_.c >= ops::kLinearT1SplitRows ? 2 * size_t(spec_.out) : 0;  // batch 1, frozen
     return std::max(ops::linear_fwd_workspace_upto(batch, in_.c, spec_.out, threads), t1);
   }
-  std::string saved_what() const override { return "sparse-input state"; }
+  // An inference plan's Linear (pack) reads its weight packed once per parameter change (the
+  // GEMM's op(B) = w^T panels) instead of the sparse-input state of a training plan's.
+  void choose_algorithm(int, int, const Kernels* pack) override {
+    packed_elems_ = pack && pack->gemm_packs ? ops::linear_pack_elems(*pack, in_.c, spec_.out) : 0;
+  }
+  std::string algorithm() const override { return packed_elems_ ? "gemm" : "gemm, sparse-input"; }
+  std::string weight_format() const override { return packed_elems_ ? "gemm-b-panels" : "kc"; }
+  std::vector<std::string> post_ops() const override {
+    return spec_.bias ? std::vector<std::string>{"bias"} : std::vector<std::string>{};
+  }
+  size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
+    return packed_elems_ ? 0 : ops::linear_weight_bytes_per_call(k, batch, in_.c, spec_.out, threads, bf16, spec_.bias);
+  }
+  std::string saved_what() const override { return packed_elems_ ? "packed weight" : "sparse-input state"; }
   size_t saved_bytes(int batch, int threads, DType dt) const override {
-    return dt == DType::f32 ? ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads) : 0;
+    if (dt != DType::f32) return 0;
+    return packed_elems_ ? (packed_elems_ + 15) / 16 * 16 * sizeof(float)
+                         : ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads);
   }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     // bf16 plans run every Linear as the bf16 GEMM: the sparse-input and frozen batch-1 kernels are fp32
     if (b.wt && n == 1 && b.dt == DType::f32 && !e.bf16) {  // frozen: read only the rows non-zero inputs select
       ops::linear_fwd_t1(e, p<float>(b.y), p<float>(b.x), b.wt, p<float>(b.b), in_.c, spec_.out, p<float>(b.ws));
+      return;
+    }
+    if (packed_elems_ && b.saved && b.dt == DType::f32 && !e.bf16) {
+      float* wp = p<float>(b.saved);
+      if (packed_version_ != b.param_version || packed_from_ != b.w) {
+        ops::linear_pack(e.k, wp, p<float>(b.w), in_.c, spec_.out);
+        packed_version_ = b.param_version, packed_from_ = b.w;
+      }
+      ops::linear_fwd_packed(e, p<float>(b.y), p<float>(b.x), wp, p<float>(b.b), n, in_.c, spec_.out);
+      if (b.bg) ops::linear_bg_fwd(e, p<float>(b.y), *b.bg, p<float>(b.w), n, spec_.out);
       return;
     }
     if (b.saved && !e.bf16) {  // f32, large enough: sparse where the input is mostly zero
@@ -191,7 +251,7 @@ class Linear final : public Layer {
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
-    if (b.saved && !e.bf16) {
+    if (b.saved && !e.bf16 && !packed_elems_) {
       ops::linear_bwd_sp(e, p<float>(b.dx), p<float>(b.dw), p<float>(b.db), p<float>(b.dy),
                          p<float>(b.x), p<float>(b.w), b.saved, b.dx_unused_at_zero, n, in_.c, spec_.out);
       if (b.bg) ops::linear_bg_bwd(e, p<float>(b.dw), *b.bg, p<float>(b.dy), p<float>(b.w), n, spec_.out);
@@ -203,6 +263,11 @@ class Linear final : public Layer {
                          n, in_.c, spec_.out, b.wh);
     });
   }
+
+ private:
+  size_t packed_elems_ = 0;  // floats of the packed weight (an inference plan's), 0: none
+  uint64_t packed_version_ = ~uint64_t(0);
+  const void* packed_from_ = nullptr;
 };
 
 // Linear over the channels at each position (torchvision's channels-last Linear): a 1x1
@@ -222,8 +287,16 @@ class ChannelLinear final : public Layer {
   int fan_in() const override { return conv_.fan_in(); }
   int fan_out() const override { return conv_.fan_out(); }
   size_t workspace_elems(int batch, int threads) const override { return conv_.workspace_elems(batch, threads); }
-  void choose_algorithm(int batch, int threads) override { conv_.choose_algorithm(batch, threads); }
+  void choose_algorithm(int batch, int threads, const Kernels* pack) override { conv_.choose_algorithm(batch, threads, pack); }
   std::string algorithm() const override { return conv_.algorithm(); }
+  std::string weight_format() const override { return conv_.weight_format(); }
+  std::vector<std::string> post_ops() const override { return conv_.post_ops(); }
+  size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
+    return conv_.weight_bytes_packed_per_call(batch, threads, k, bf16);
+  }
+  size_t saved_bytes(int batch, int threads, DType dt) const override { return conv_.saved_bytes(batch, threads, dt); }
+  std::string saved_what() const override { return conv_.saved_what(); }
+  bool takes_post_act() const override { return conv_.takes_post_act(); }
   bool runs_nhwc() const override { return conv_.runs_nhwc(); }  // a GEMM over batch x pixels
   void set_layout(Layout l) override {
     layout_ = l;
@@ -404,6 +477,12 @@ class ConvReluPool final : public Layer {
     return ops::conv_relu_pool_workspace(conv_.shape(batch), threads);
   }
   std::string algorithm() const override { return "conv-relu-pool (fused direct kernels)"; }
+  std::string weight_format() const override { return "kcrs"; }
+  std::vector<std::string> post_ops() const override { return {"bias", "relu", "maxpool2d"}; }
+  // The fast tables' fused kernels transpose the weight into their tile per sample.
+  size_t weight_bytes_packed_per_call(int batch, int, const Kernels& k, bool) const override {
+    return k.gemm_packs ? size_t(batch) * conv_.fan_in() * spec_.out * sizeof(float) : 0;
+  }
   // One int8 window code per pooled value, packed four to an int32 index element.
   size_t index_elems(int batch) const override { return (size_t(batch) * out_.size() + 3) / 4; }
   double flops_per_sample() const override { return conv_.flops_per_sample(); }

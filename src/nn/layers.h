@@ -64,11 +64,13 @@ struct Bufs {
   void* saved;     // the layer's own state from forward to backward, saved_bytes(), or null
   bool dx_unused_at_zero;  // the layer before ignores dx wherever x == 0 (a ReLU's output)
   const ops::Background* bg;  // f32: the background link of a first conv unit and its Linear, or null
+  const ops::Act* post_act;   // an activation the layer applies in its GEMM's store (conv2d+<act>), or null
   bool frozen;                // the plan is frozen (Plan::freeze): the conv unit does not split
   bool train_mode;            // Plan::set_train_mode: stochastic depth draws masks
   uint64_t noise;             // this unit's random stream for this step (seed, optimizer step, unit)
-  // Counts the plan's parameter changes (init_params, the non-const param_data()): a layer that
-  // keeps a copy derived from its parameters (conv2d+batchnorm2d's fold) makes it again when it moves.
+  // Moves with every change of the plan's parameters (init_params, the non-const param_data(), an
+  // optimizer step): a layer that keeps a copy derived from its parameters (conv2d+batchnorm2d's
+  // fold, a packed weight) makes it again when it moves.
   uint64_t param_version;
 };
 
@@ -136,11 +138,22 @@ class Layer {
   // Called by the plan before it sizes buffers: the plan's precision, and whether this unit's
   // backward runs (a layer may then keep more from forward to backward).
   virtual void set_precision(Precision p, bool backward) {}
-  // The plan's batch and threads, once, before workspace_elems: a layer with a choice of algorithm
-  // (Conv2d) makes it here, and every call then runs it. algorithm(): the choice, for
-  // `ember info --model` ("" where there is none).
-  virtual void choose_algorithm(int batch, int threads) {}
+  // The plan's batch and threads, once, before workspace_elems and saved_bytes: a layer with a
+  // choice of algorithm (Conv2d, Linear) makes it here, its descriptor, and every call then runs
+  // it. pack: the kernel table when the weights stay fixed between parameter changes and the
+  // products are fp32 in f32 (an inference plan): the layer then packs its weight once per change
+  // (Bufs::param_version) into its saved buffer; null: it reads the weight as stored.
+  virtual void choose_algorithm(int batch, int threads, const Kernels* pack) {}
+  // The descriptor, for `ember info --model` (--json): the algorithm ("" where there is none),
+  // the weight format the calls read ("" without a weight), the post-ops applied in the unit
+  // ("bias", "batchnorm2d-fold", an activation, ...), and the weight bytes one call of `batch`
+  // samples packs or reorders (0 where the packed weight is read).
   virtual std::string algorithm() const { return {}; }
+  virtual std::string weight_format() const { return {}; }
+  virtual std::vector<std::string> post_ops() const { return {}; }
+  virtual size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const { return 0; }
+  // Whether forward applies Bufs::post_act in its GEMM's store (a packed channel-last 1x1 conv).
+  virtual bool takes_post_act() const { return false; }
   // What the saved buffer (saved_bytes) holds, for the plan's memory report.
   virtual std::string saved_what() const { return "saved state"; }
 

@@ -220,6 +220,17 @@ void describe_units(Plan::Impl& m) {
     info.workspace_bytes = u.layer->workspace_elems(m.opt.batch, m.opt.threads) * m.esz;
     info.layout_in = nn::layout_name(m.g.tensors[size_t(u.in[0])].layout);
     info.layout_out = nn::layout_name(m.g.tensors[size_t(u.out)].layout);
+    const bool bf16 = m.opt.precision == Precision::bf16 && u.layer->bf16_products();
+    for (size_t a = 0, b; a <= u.kinds.size(); a = b + 1) {
+      b = std::min(u.kinds.find('+', a), u.kinds.size());
+      info.ops.push_back(u.kinds.substr(a, b - a));
+    }
+    info.dtype = m.opt.dtype == DType::f64 ? "f64" : bf16 ? "bf16" : "f32";
+    info.weight_format = u.has_params ? u.layer->weight_format() : "";
+    if (u.has_params && info.weight_format.empty()) info.weight_format = "as stored";
+    info.post_ops = u.layer->post_ops();
+    info.weight_bytes_packed_per_call = m.opt.dtype == DType::f64 ? 0 :
+        u.layer->weight_bytes_packed_per_call(m.opt.batch, m.opt.threads, *m.k, m.opt.precision == Precision::bf16);
     if (m.opt.precision == Precision::bf16 && u.layer->bf16_products()) info.precision = Precision::bf16;
     if (m.opt.precision == Precision::bf16 && u.layer->bf16_backward_products()) info.precision_bwd = Precision::bf16;
     if (u.backward) {
@@ -269,7 +280,8 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
   }
   for (nn::Unit& u : m.us) {
     u.layer->set_precision(opt.precision, u.backward);
-    u.layer->choose_algorithm(opt.batch, opt.threads);
+    const bool pack = !u.backward && opt.precision == Precision::fp32 && opt.dtype == DType::f32;
+    u.layer->choose_algorithm(opt.batch, opt.threads, pack ? m.k : nullptr);
   }
   m.first_param.assign(m.us.size(), -1);
   for (size_t t = m.params.size(); t-- > 0;) m.first_param[size_t(m.layer_unit[size_t(m.params[t].layer)])] = int(t);

@@ -75,7 +75,7 @@ nn::Bufs bind(const Plan::Impl& m, size_t i, bool rerun = false) {
   b.bg = m.bg_unit[i] ? &m.bg : nullptr;
   b.frozen = m.frozen;
   b.train_mode = m.train_mode;
-  b.param_version = m.param_version;
+  b.param_version = (m.param_version << 32) + uint64_t(m.step);  // a step moves the weights too
   // The unit's random stream for this step: a hash of (seed, optimizer steps done, its first
   // node's model layer), so that nodes a pass inserts move no stream.
   uint64_t z = m.opt.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(m.step) + 1) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t(m.g.nodes[size_t(u.first)].source) + 1) * 0x165667B19E3779F9ull;

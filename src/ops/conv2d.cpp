@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ops/conv_desc.h"
 #include "ops/ops.h"
 #include "ops/parallel_gemm.h"
 
@@ -27,14 +28,10 @@ size_t col_elems(const ConvShape& s) {
 size_t wgrad_elems(const ConvShape& s) {
   return size_t(s.K) * (s.C / s.groups) * s.R * s.S + s.K;
 }
-bool is_pointwise(const ConvShape& s) {
-  return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
-         s.pad_w == 0;
-}
+bool is_pointwise(const ConvShape& s) { return conv_pointwise(s); }
 // A 1x1 convolution over few pixels (a late ConvNeXt stage: 2x2 or 1x1) runs as one GEMM over
 // the batch's pixels instead of a thin GEMM per sample, which re-reads the weight per sample: x
 // gathered to [C, N*PQ] (at PQ 1, x [N, C] is used as it is, transposed by the GEMM).
-bool batched_pointwise(const ConvShape& s) { return is_pointwise(s) && s.groups == 1 && s.P * s.Q <= 16; }
 size_t batched_elems(const ConvShape& s) {
   return s.P * s.Q == 1 ? 0 : size_t(s.N) * s.P * s.Q * (2 * size_t(s.C) + s.K);
 }
@@ -60,6 +57,27 @@ void transpose_samples(T* to, const T* from, int N, int rows, int cols) {
       for (int j = 0; j < cols; ++j)
         to[(size_t(n) * cols + j) * rows + i] = from[(size_t(n) * rows + i) * cols + j];
 }
+// C[M, N] = the weight op(A) [M, K] times B [K, N] (ldb, ldc): from its packed panels wp when
+// given (conv2d_pack), else the weight itself (w, with the bf16 copy). parallel: the columns split
+// over the pool (the same bits: each element is one sum in the kernel's order either way).
+void weight_gemm(const Exec& e, const float* wp, Bf16Operand w, int M, int N, int K, Bf16Operand B, int ldb, float* C,
+                 int ldc, bool parallel) {
+  if (!wp) {
+    if (parallel) parallel_gemm_w(e, false, false, M, N, K, 1.f, w, K, B, ldb, 0.f, C, ldc);
+    else gemm_w(e, false, false, M, N, K, 1.f, w, K, B, ldb, 0.f, C, ldc);
+    return;
+  }
+  if (!parallel || e.pool.size() == 1 || 2.0 * M * N * K < 2e5)
+    return e.k.sgemm_packed_a(false, M, N, K, 1.f, wp, M, 0, B.f, ldb, 0.f, C, ldc);
+  const bool by_cols = N >= M;  // the larger side splits (as parallel_gemm), rows at the panel height
+  e.pool.run([&](int t) {
+    const Range r = by_cols ? split_range_aligned(N, t, e.pool.size(), 16) : split_range_aligned(M, t, e.pool.size(), e.k.gemm_mr);
+    const int n = int(r.end - r.begin);
+    if (n <= 0) return;
+    if (by_cols) e.k.sgemm_packed_a(false, M, n, K, 1.f, wp, M, 0, B.f + r.begin, ldb, 0.f, C + r.begin, ldc);
+    else e.k.sgemm_packed_a(false, n, N, K, 1.f, wp, M, int(r.begin), B.f, ldb, 0.f, C + r.begin * ldc, ldc);
+  });
+}
 // x gathered to [C, N*PQ] (regroup) as the GEMMs' operand: from x, or from its bf16 version xh
 // into ws as bf16 (half the bytes); ws: C * N*PQ floats either way.
 Bf16Operand gathered(const Exec& e, float* ws, const float* x, const uint16_t* xh, const ConvShape& s) {
@@ -73,8 +91,9 @@ Bf16Operand gathered(const Exec& e, float* ws, const float* x, const uint16_t* x
   return {nullptr, xt};
 }
 void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s, float* ws,
-                 const uint16_t* wh, const uint16_t* xh) {
+                 const uint16_t* wh, const uint16_t* xh, const float* wp) {
   const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
+  if (PQ == 1 && wp) return linear_fwd_packed(e, y, x, wp, b, s.N, s.C, s.K);  // op(B) = w^T packed
   if (PQ == 1) {  // y[N, K] = x[N, C] w[K, C]^T
     parallel_gemm_w(e, false, true, s.N, s.K, s.C, 1.f, {x, xh}, s.C, {w, wh}, s.C, 0.f, y, s.K);
   } else if (NP <= 4) {  // a few pixels in all (batch-1 inference): yr[NP, K] = xr[NP, C] w^T, a
@@ -93,7 +112,7 @@ void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const 
   } else {
     float* yt = ws + size_t(s.C) * NP;
     const Bf16Operand xt = gathered(e, ws, x, xh, s);
-    parallel_gemm_w(e, false, false, s.K, NP, s.C, 1.f, {w, wh}, s.C, xt, NP, 0.f, yt, NP);
+    weight_gemm(e, wp, {w, wh}, s.K, NP, s.C, xt, NP, yt, NP, true);
     regroup(e, y, yt, s.N, s.K, PQ, false);
   }
   if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
@@ -120,9 +139,6 @@ void batched_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy
 // downsampling's 8x8 to 1x1) runs per chunk of nb samples as one GEMM over their pixels instead of
 // a thin GEMM per sample: col[CRS, nb*PQ] (the chunk's im2col side by side), yt[K, nb*PQ] = w col,
 // scattered to y[n, K, PQ]. Backward: dw += dyt col^T, dcol = w^T dyt into col, then col2im.
-bool batched_im2col(const ConvShape& s) {
-  return s.groups == 1 && !is_pointwise(s) && s.P * s.Q <= 16;
-}
 // Samples per chunk: col and yt together within kChunkFloats (8 MiB), at least one sample.
 constexpr size_t kChunkFloats = size_t(1) << 21;
 int im2col_chunk(const ConvShape& s) {
@@ -135,10 +151,7 @@ size_t batched_im2col_elems(const ConvShape& s) {
 // Patchify (kernel == stride, no padding, H = P*R, W = Q*S: the ConvNeXt stems and 2x2/2
 // downsampling): every input row feeds S rows of col, a de-interleave (to col) or an interleave
 // (from col) with no bounds checks and no overlap, so col2im writes instead of adding.
-bool patchify(const ConvShape& s) {
-  return s.R == s.stride_h && s.S == s.stride_w && s.pad_h == 0 && s.pad_w == 0 && s.H == s.P * s.R &&
-         s.W == s.Q * s.S;
-}
+bool patchify(const ConvShape& s) { return conv_patchify_exact(s); }
 template <int S, bool kToCol>
 void patchify_copy(float* col, size_t ld, float* x, const ConvShape& s) {
   for (int c = 0; c < s.C; ++c)
@@ -198,6 +211,38 @@ void col2im_ld(float* dx, const float* col, size_t ld, const ConvShape& s) {
         }
       }
 }
+// Fewer samples than threads (batch-1 inference): each sample's im2col split over the pool by
+// channels, its GEMMs by output columns (the same bits as the per-sample split: every element is
+// one sum in the kernel's order), so every thread works.
+void gemm_few_samples(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
+                      float* ws, const uint16_t* wh, const uint16_t* xh, const float* wp) {
+  const int G = s.groups, Cg = s.C / G, Kg = s.K / G, CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
+  const size_t blk = wp ? conv2d_gemm_a_block(e.k, s) : 0, RSPQ = size_t(s.R) * s.S * PQ;
+  float* col = ws;
+  for (int n = 0; n < s.N; ++n) {
+    for (int g = 0; g < G; ++g) {
+      const size_t xo = (size_t(n) * s.C + size_t(g) * Cg) * HW;
+      const float* xg = x ? x + xo : nullptr;
+      Bf16Operand B{xg, xh ? xh + xo : nullptr};
+      if (!is_pointwise(s)) {
+        e.pool.run([&](int t) {
+          const Range r = split_range(Cg, t, e.pool.size());
+          if (r.end <= r.begin) return;
+          const int c0 = int(r.begin), nc = int(r.end - r.begin);
+          if (G > 1) return e.k.im2col(col + c0 * RSPQ, xg + size_t(c0) * HW, nc, s);
+          ConvShape part = s;
+          part.C = nc;
+          im2col_ld(col + c0 * RSPQ, size_t(PQ), xg + size_t(c0) * HW, part);
+        });
+        B = {col};
+      }
+      const size_t wo = size_t(g) * Kg * CRS;
+      weight_gemm(e, wp ? wp + g * blk : nullptr, {w + wo, wh ? wh + wo : nullptr}, Kg, PQ, CRS, B, PQ,
+                  y + (size_t(n) * s.K + size_t(g) * Kg) * PQ, PQ, true);
+    }
+    if (b) e.k.bias_channels(y + size_t(n) * s.K * PQ, b, 1, s.K, PQ);
+  }
+}
 // Samples [n0, n0 + nb) of x[N, C, H, W] into col[CRS, nb*PQ], samples split over the pool.
 void im2col_chunk_run(const Exec& e, float* col, const float* x, int64_t n0, int nb, const ConvShape& s) {
   const size_t ld = size_t(nb) * s.P * s.Q, in = size_t(s.C) * s.H * s.W;
@@ -207,13 +252,13 @@ void im2col_chunk_run(const Exec& e, float* col, const float* x, int64_t n0, int
   });
 }
 void batched_im2col_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                        float* ws, const uint16_t* wh) {
+                        float* ws, const uint16_t* wh, const float* wp) {
   const int CRS = s.C * s.R * s.S, PQ = s.P * s.Q, nbmax = im2col_chunk(s);
   for (int64_t n0 = 0; n0 < s.N; n0 += nbmax) {
     const int nb = int(std::min<int64_t>(nbmax, s.N - n0)), NP = nb * PQ;
     float *col = ws, *yt = ws + size_t(CRS) * NP;
     im2col_chunk_run(e, col, x, n0, nb, s);
-    parallel_gemm_w(e, false, false, s.K, NP, CRS, 1.f, {w, wh}, CRS, {col}, NP, 0.f, yt, NP);
+    weight_gemm(e, wp, {w, wh}, s.K, NP, CRS, {col}, NP, yt, NP, true);
     regroup(e, y + n0 * s.K * PQ, yt, nb, s.K, PQ, false);
   }
   if (b) e.k.bias_channels(y, b, s.N, s.K, PQ);
@@ -242,9 +287,6 @@ void batched_im2col_bwd(const Exec& e, float* dx, float* dw, float* db, const fl
 }
 // Depthwise with a channel multiplier at stride 1 (ConvNeXt's 7x7): the kernel table's direct
 // loops, no im2col (a 7x7 im2col of one channel per group is a 49x larger copy for a tiny GEMM).
-bool depthwise(const ConvShape& s) {
-  return s.groups == s.C && s.stride_h == 1 && s.stride_w == 1 && s.K % s.groups == 0;
-}
 DwShape dw_shape(const ConvShape& s) {
   return {s.C, s.K / s.C, s.H, s.W, s.R, s.S, s.P, s.Q, s.pad_h, s.pad_w};
 }
@@ -306,7 +348,6 @@ void depthwise_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
 // plan. Groups split over the pool; each group's T_g, dw and db belong to one thread (bit-identical).
 // Only from 8 samples up: T_g is built on every call, and below that its building costs more than
 // the direct loops (convnext-atto at batch 1: 86 M of 300 M instructions per forward went to it).
-bool dw_dense(const ConvShape& s) { return depthwise(s) && s.P * s.Q <= 16 && s.H * s.W <= 16 && s.N >= 8; }
 size_t dw_dense_group(const ConvShape& s) { return size_t(s.K / s.C) * s.P * s.Q * s.H * s.W; }
 size_t dw_dense_ws(const ConvShape& s, int threads) { return size_t(threads) * 2 * dw_dense_group(s); }
 // Calls f(m, pq, hw, tap) for each output m*PQ + pq of group g and input hw it reads through tap.
@@ -325,6 +366,8 @@ void dw_dense_taps(const ConvShape& s, F&& f) {
           }
       }
 }
+}  // namespace
+
 // T_g[M*PQ, HW] of group g from w[K, R*S].
 void dw_dense_matrix(float* T, const float* w, int g, const ConvShape& s) {
   const int M = s.K / s.C, PQ = s.P * s.Q, HW = s.H * s.W, RS = s.R * s.S;
@@ -333,13 +376,26 @@ void dw_dense_matrix(float* T, const float* w, int g, const ConvShape& s) {
     T[size_t(m * PQ + pq) * HW + hw] = w[size_t(g * M + m) * RS + tap];
   });
 }
+size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s) {
+  const int MPQ = s.K / s.C * s.P * s.Q, HW = s.H * s.W;
+  return (k.pack_b(true, HW, MPQ, nullptr, HW, nullptr) + 15) / 16 * 16;
+}
+
+namespace {
+// wp (or null): each group's map packed as op(B) (conv2d_pack), read instead of building it.
 void dw_dense_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                  float* ws) {
+                  float* ws, const float* wp) {
   const int M = s.K / s.C, PQ = s.P * s.Q, HW = s.H * s.W;
+  const size_t pg = wp ? dw_dense_packed_group(e.k, s) : 0;
   e.pool.run([&](int t) {
     const Range r = split_range(s.C, t, e.pool.size());
     float* T = ws + size_t(t) * 2 * dw_dense_group(s);
     for (int64_t g = r.begin; g < r.end; ++g) {
+      if (wp) {
+        e.k.sgemm_packed_b(false, s.N, M * PQ, HW, 1.f, x + g * HW, s.C * HW, wp + g * pg, M * PQ, 0, 0.f,
+                           y + g * M * PQ, s.K * PQ);
+        continue;
+      }
       dw_dense_matrix(T, w, int(g), s);
       e.gemm()(false, true, s.N, M * PQ, HW, 1.f, x + g * HW, s.C * HW, T, HW, 0.f, y + g * M * PQ, s.K * PQ);
     }
@@ -372,13 +428,7 @@ void dw_dense_bwd(const Exec& e, float* dx, float* dw, float* db, const float* d
   });
 }
 
-// A stride-1 groups-1 conv with a short reduction (C*R*S <= 75: the seed CNN's first conv, C 1
-// and 5x5) runs the table's direct kernels (conv_s1_fwd, conv_s1_wgrad) on a zero-padded copy of
-// each sample: im2col would feed the GEMM a reduction too short to pay for its copy.
-bool direct_s1(const ConvShape& s) {
-  return s.groups == 1 && s.stride_h == 1 && s.stride_w == 1 && !is_pointwise(s) &&
-         s.C * s.R * s.S <= 75 && s.P * s.Q > 16;
-}
+// direct_s1 (conv_desc.h): the table's direct kernels on a zero-padded copy of each sample.
 ConvS1 s1_geo(const ConvShape& s) {
   return {s.C, s.K, s.H + 2 * s.pad_h, s.W + 2 * s.pad_w, s.R, s.S, s.P, s.Q};
 }
@@ -432,19 +482,9 @@ void direct_s1_bwd(const Exec& e, float* dx, float* dw, float* db, const float* 
   }
 }
 
-// The one choice of algorithm: the first that fits the shape, in this order. s.N is the most
-// samples a call will run (the plan's batch); a call with fewer runs the same algorithm, whose
-// workspace (sized for s.N) covers it.
-ConvAlgo conv2d_algo(const ConvShape& s) {
-  if (batched_pointwise(s)) return ConvAlgo::batched_pointwise;
-  if (batched_im2col(s)) return ConvAlgo::batched_im2col;
-  if (direct_s1(s)) return ConvAlgo::direct_s1;
-  if (dw_dense(s)) return ConvAlgo::dw_dense;
-  if (depthwise(s)) return ConvAlgo::depthwise;
-  return ConvAlgo::gemm;
-}
+}  // namespace
 
-size_t conv2d_algo_workspace(ConvAlgo a, const ConvShape& s, int threads) {
+size_t conv2d_nchw_workspace(ConvAlgo a, const ConvShape& s, int threads) {
   const size_t im2col = threads * col_elems(s) + (threads - 1) * wgrad_elems(s);
   switch (a) {
     case ConvAlgo::batched_pointwise: return std::max(im2col, batched_elems(s));
@@ -452,53 +492,34 @@ size_t conv2d_algo_workspace(ConvAlgo a, const ConvShape& s, int threads) {
     case ConvAlgo::direct_s1: return direct_s1_ws(s, threads);
     case ConvAlgo::dw_dense: return dw_dense_ws(s, threads);
     case ConvAlgo::depthwise: return std::max(im2col, depthwise_ws(s, threads));
-    case ConvAlgo::gemm: break;
+    default: break;
   }
   return im2col;
 }
 
-}  // namespace
-
-const char* conv_algo_name(ConvAlgo a) {
-  switch (a) {
-    case ConvAlgo::batched_pointwise: return "batched-1x1";
-    case ConvAlgo::batched_im2col: return "batched-im2col";
-    case ConvAlgo::direct_s1: return "direct-s1";
-    case ConvAlgo::dw_dense: return "depthwise-dense";
-    case ConvAlgo::depthwise: return "depthwise";
-    case ConvAlgo::gemm: break;
-  }
-  return "im2col-gemm";
-}
-
-ConvPlan conv2d_plan(const ConvShape& s, int threads) {
-  ConvPlan p;
-  p.algo = conv2d_algo(s);
-  p.workspace = conv2d_algo_workspace(p.algo, s, threads);
-  p.bf16_products = p.algo != ConvAlgo::direct_s1;  // the short-reduction direct kernels are fp32
-  p.reads_bf16_input = is_pointwise(s) && s.groups == 1;
-  return p;
-}
 
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
 template <class T>
 void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
-                const uint16_t* wh, const uint16_t* xh) {
+                const uint16_t* wh, const uint16_t* xh, const float* wp) {
   if constexpr (std::is_same_v<T, double>) {
     ref::conv2d_fwd<T>(y, x, w, b, s);
   } else if (a == ConvAlgo::batched_pointwise) {
-    batched_fwd(e, y, x, w, b, s, ws, wh, xh);
+    batched_fwd(e, y, x, w, b, s, ws, wh, xh, wp);
   } else if (a == ConvAlgo::batched_im2col) {
-    batched_im2col_fwd(e, y, x, w, b, s, ws, wh);
+    batched_im2col_fwd(e, y, x, w, b, s, ws, wh, wp);
   } else if (a == ConvAlgo::direct_s1) {
     direct_s1_fwd(e, y, x, w, b, s, ws);
   } else if (a == ConvAlgo::dw_dense) {
-    dw_dense_fwd(e, y, x, w, b, s, ws);
+    dw_dense_fwd(e, y, x, w, b, s, ws, wp);
   } else if (a == ConvAlgo::depthwise) {
     depthwise_fwd(e, y, x, w, b, s, ws);
+  } else if (s.N < e.pool.size()) {
+    gemm_few_samples(e, y, x, w, b, s, ws, wh, xh, wp);
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
+    const size_t blk = wp ? conv2d_gemm_a_block(e.k, s) : 0;
     e.pool.run([&](int t) {
       const Range r = split_range(s.N, t, T_);
       float* col = ws + t * col_elems(s);
@@ -513,8 +534,8 @@ void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T
             B = {col};
           }
           const size_t wo = (size_t)g * Kg * CRS;
-          gemm_w(e, false, false, Kg, PQ, CRS, 1.f, {w + wo, wh ? wh + wo : nullptr}, CRS, B, PQ, 0.f,
-                 y + (n * s.K + g * Kg) * PQ, PQ);
+          weight_gemm(e, wp ? wp + g * blk : nullptr, {w + wo, wh ? wh + wo : nullptr}, Kg, PQ, CRS, B, PQ,
+                      y + (n * s.K + g * Kg) * PQ, PQ, false);
           // The bias while the sample's output is in cache (after the whole batch it is a
           // second pass over memory: 6 % of convnext-seed's 1x1 forward).
           if (b && g == G - 1) e.k.bias_channels(y + n * s.K * PQ, b, 1, s.K, PQ);
@@ -602,9 +623,9 @@ void conv2d_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, con
 }
 
 template void conv2d_fwd<float>(const Exec&, ConvAlgo, float*, const float*, const float*, const float*, const ConvShape&, float*,
-                                const uint16_t*, const uint16_t*);
+                                const uint16_t*, const uint16_t*, const float*);
 template void conv2d_fwd<double>(const Exec&, ConvAlgo, double*, const double*, const double*, const double*, const ConvShape&,
-                                 double*, const uint16_t*, const uint16_t*);
+                                 double*, const uint16_t*, const uint16_t*, const float*);
 template void conv2d_bwd<float>(const Exec&, ConvAlgo, float*, float*, float*, const float*, const float*, const float*,
                                 const ConvShape&, float*, const uint16_t*, const uint16_t*);
 template void conv2d_bwd<double>(const Exec&, ConvAlgo, double*, double*, double*, const double*, const double*, const double*,

@@ -9,21 +9,13 @@
 #include <type_traits>
 
 #include "ember/error.h"
+#include "ops/conv_desc.h"
 #include "ops/parallel_gemm.h"
 
 namespace ember::ops {
 
 namespace {
 
-bool pointwise(const ConvShape& s) {
-  return s.R == 1 && s.S == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
-}
-bool patchify(const ConvShape& s) {
-  return s.stride_h == s.R && s.stride_w == s.S && s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
-}
-bool depthwise(const ConvShape& s) {
-  return s.groups == s.C && s.stride_h == 1 && s.stride_w == 1 && s.K % s.C == 0;
-}
 DwShape dw_shape(const ConvShape& s) { return {s.C, s.K / s.C, s.H, s.W, s.R, s.S, s.P, s.Q, s.pad_h, s.pad_w}; }
 
 size_t rows(const ConvShape& s) { return size_t(s.N) * s.P * s.Q; }
@@ -39,25 +31,21 @@ size_t dw_thread_elems(const ConvShape& s) {
   return 2 * (in + out) + dw_scratch(s) + size_t(s.K) * s.R * s.S + s.K;
 }
 
-// Depthwise on small maps (<= 16 pixels in and out: ConvNeXt's late stages) runs the NCHW plan's
-// dense per-group GEMM (dw_dense) on whole-batch reorders: there most of a 7x7 window lies in the
-// padding, and the direct kernels on transposed planes ran at a quarter of its speed.
-bool small_maps(const ConvShape& s) { return s.P * s.Q <= 16 && s.H * s.W <= 16; }
-ConvShape at_least_8(ConvShape s) {
-  s.N = std::max(s.N, 8);  // dw_dense's plan (its workspace does not grow with the batch)
-  return s;
-}
-size_t dense_ws(const ConvShape& s, int threads) { return conv2d_plan(at_least_8(s), threads).workspace; }
+// Depthwise on small maps (<= 16 pixels in and out: ConvNeXt's late stages; nhwc_dw_dense, from
+// 8 samples up as in nchw) runs the NCHW plan's dense per-group GEMM (dw_dense) on whole-batch
+// reorders: there most of a 7x7 window lies in the padding, and the direct kernels on transposed
+// planes ran at a quarter of its speed.
+size_t dense_ws(const ConvShape& s, int threads) { return conv2d_nchw_workspace(ConvAlgo::dw_dense, s, threads); }
 size_t dense_elems(const ConvShape& s, int threads) {
   return dense_ws(s, threads) + size_t(s.N) * (2 * size_t(s.C) * s.H * s.W + size_t(s.K) * s.P * s.Q);
 }
 void dense_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-               float* ws) {
+               float* ws, const float* wp) {
   const int HW = s.H * s.W, PQ = s.P * s.Q;
   float* xc = ws + dense_ws(s, e.pool.size());
   float* yc = xc + size_t(s.N) * s.C * HW;
   reorder<float>(e, xc, x, s.N, s.C, HW, false);
-  conv2d_fwd<float>(e, ConvAlgo::dw_dense, yc, xc, w, b, s, ws);
+  conv2d_fwd<float>(e, ConvAlgo::dw_dense, yc, xc, w, b, s, ws, nullptr, nullptr, wp);
   reorder<float>(e, y, yc, s.N, s.K, PQ, true);
 }
 void dense_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
@@ -104,11 +92,13 @@ void each_weight(const ConvShape& s, F&& f) {  // f(index in wr, index in w)
       for (int i = 0; i < s.R * s.S; ++i) f(size_t(k) * rsc(s) + size_t(i) * s.C + c, (size_t(k) * s.C + c) * s.R * s.S + i);
 }
 
+// wp (or null): the rows' op(B) panels packed once (conv2d_pack), read instead of reordering w.
 void patchify_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                  float* ws) {
+                  float* ws, const float* wp) {
   float* a = ws;
   float* wr = a + rows(s) * rsc(s);
   gather_patches(e, a, x, s);
+  if (wp) return linear_fwd_packed(e, y, a, wp, b, int(rows(s)), int(rsc(s)), s.K);
   conv_weight_to_rows(wr, w, s);
   linear_fwd<float>(e, y, a, wr, b, int(rows(s)), int(rsc(s)), s.K);
 }
@@ -245,70 +235,67 @@ void conv_weight_from_rows(float* w, const float* wr, const ConvShape& s) {
   each_weight(s, [&](size_t a, size_t b) { w[b] = wr[a]; });
 }
 
-const char* nhwc_algo_name(NhwcAlgo a) {
+size_t conv2d_nhwc_workspace(ConvAlgo a, const ConvShape& s, int threads) {
   switch (a) {
-    case NhwcAlgo::pointwise: return "nhwc-gemm";
-    case NhwcAlgo::patchify: return "nhwc-patchify";
-    case NhwcAlgo::depthwise: return "nhwc-depthwise";
-    case NhwcAlgo::im2col: return "nhwc-im2col";
-    case NhwcAlgo::none: break;
-  }
-  return "none";
-}
-
-NhwcAlgo conv2d_nhwc_algo(const ConvShape& s) {
-  if (pointwise(s)) return NhwcAlgo::pointwise;
-  if (patchify(s)) return NhwcAlgo::patchify;
-  if (depthwise(s)) return NhwcAlgo::depthwise;
-  if (s.groups == 1) return NhwcAlgo::im2col;
-  return NhwcAlgo::none;
-}
-
-size_t conv2d_nhwc_workspace(const ConvShape& s, int threads) {
-  switch (conv2d_nhwc_algo(s)) {
-    case NhwcAlgo::pointwise: return linear_bwd_workspace(int(rows(s)), s.C, s.K);
-    case NhwcAlgo::patchify:
+    case ConvAlgo::nhwc_gemm: return linear_bwd_workspace(int(rows(s)), s.C, s.K);
+    case ConvAlgo::nhwc_patchify:
       return 2 * rows(s) * rsc(s) + 2 * size_t(s.K) * rsc(s) + linear_bwd_workspace(int(rows(s)), int(rsc(s)), s.K);
-    case NhwcAlgo::depthwise: return small_maps(s) ? dense_elems(s, threads) : size_t(threads) * dw_thread_elems(s);
-    case NhwcAlgo::im2col: return im2col_nhwc_workspace(s);
-    case NhwcAlgo::none: break;
+    case ConvAlgo::nhwc_dw_dense: return dense_elems(s, threads);
+    case ConvAlgo::nhwc_depthwise: return size_t(threads) * dw_thread_elems(s);
+    case ConvAlgo::nhwc_im2col: return im2col_nhwc_workspace(s);
+    default: break;
   }
   return 0;
 }
+size_t conv2d_nhwc_workspace(const ConvShape& s, int threads) {
+  return conv2d_nhwc_workspace(conv2d_nhwc_algo(s), s, threads);
+}
 
 template <class T>
-void conv2d_nhwc_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws) {
+void conv2d_nhwc_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
+                     const float* wp) {
   if constexpr (std::is_same_v<T, double>) {
     reference_fwd(y, x, w, b, s);
   } else {
-    switch (conv2d_nhwc_algo(s)) {
-      case NhwcAlgo::pointwise: return linear_fwd<float>(e, y, x, w, b, int(rows(s)), s.C, s.K);
-      case NhwcAlgo::patchify: return patchify_fwd(e, y, x, w, b, s, ws);
-      case NhwcAlgo::depthwise:
-        return small_maps(s) ? dense_fwd(e, y, x, w, b, s, ws) : depthwise_fwd(e, y, x, w, b, s, ws);
-      case NhwcAlgo::im2col: return im2col_nhwc_fwd(e, y, x, w, b, s, ws);
-      case NhwcAlgo::none: break;
+    switch (a) {
+      case ConvAlgo::nhwc_gemm:
+        if (wp) return linear_fwd_packed(e, y, x, wp, b, int(rows(s)), s.C, s.K);
+        return linear_fwd<float>(e, y, x, w, b, int(rows(s)), s.C, s.K);
+      case ConvAlgo::nhwc_patchify: return patchify_fwd(e, y, x, w, b, s, ws, wp);
+      case ConvAlgo::nhwc_dw_dense: return dense_fwd(e, y, x, w, b, s, ws, wp);
+      case ConvAlgo::nhwc_depthwise: return depthwise_fwd(e, y, x, w, b, s, ws);
+      case ConvAlgo::nhwc_im2col: return im2col_nhwc_fwd(e, y, x, w, b, s, ws, wp);
+      default: break;
     }
     throw Error("internal: conv2d_nhwc_fwd on a shape with no channel-last algorithm");
   }
 }
+template <class T>
+void conv2d_nhwc_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws) {
+  conv2d_nhwc_fwd<T>(e, conv2d_nhwc_algo(s), y, x, w, b, s, ws, nullptr);
+}
 
 template <class T>
-void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const ConvShape& s,
-                     T* ws) {
+void conv2d_nhwc_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
+                     const ConvShape& s, T* ws) {
   if constexpr (std::is_same_v<T, double>) {
     reference_bwd(dx, dw, db, dy, x, w, s);
   } else {
-    switch (conv2d_nhwc_algo(s)) {
-      case NhwcAlgo::pointwise: return linear_bwd<float>(e, dx, dw, db, dy, x, w, int(rows(s)), s.C, s.K, nullptr, ws);
-      case NhwcAlgo::patchify: return patchify_bwd(e, dx, dw, db, dy, x, w, s, ws);
-      case NhwcAlgo::depthwise:
-        return small_maps(s) ? dense_bwd(e, dx, dw, db, dy, x, w, s, ws) : depthwise_bwd(e, dx, dw, db, dy, x, w, s, ws);
-      case NhwcAlgo::im2col: return im2col_nhwc_bwd(e, dx, dw, db, dy, x, w, s, ws);
-      case NhwcAlgo::none: break;
+    switch (a) {
+      case ConvAlgo::nhwc_gemm: return linear_bwd<float>(e, dx, dw, db, dy, x, w, int(rows(s)), s.C, s.K, nullptr, ws);
+      case ConvAlgo::nhwc_patchify: return patchify_bwd(e, dx, dw, db, dy, x, w, s, ws);
+      case ConvAlgo::nhwc_dw_dense: return dense_bwd(e, dx, dw, db, dy, x, w, s, ws);
+      case ConvAlgo::nhwc_depthwise: return depthwise_bwd(e, dx, dw, db, dy, x, w, s, ws);
+      case ConvAlgo::nhwc_im2col: return im2col_nhwc_bwd(e, dx, dw, db, dy, x, w, s, ws);
+      default: break;
     }
     throw Error("internal: conv2d_nhwc_bwd on a shape with no channel-last algorithm");
   }
+}
+template <class T>
+void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const ConvShape& s,
+                     T* ws) {
+  conv2d_nhwc_bwd<T>(e, conv2d_nhwc_algo(s), dx, dw, db, dy, x, w, s, ws);
 }
 
 template <class T>
@@ -333,9 +320,17 @@ void reorder(const Exec& e, T* dst, const T* src, int N, int C, int HW, bool to_
 
 template void conv2d_nhwc_fwd<float>(const Exec&, float*, const float*, const float*, const float*, const ConvShape&, float*);
 template void conv2d_nhwc_fwd<double>(const Exec&, double*, const double*, const double*, const double*, const ConvShape&, double*);
+template void conv2d_nhwc_fwd<float>(const Exec&, ConvAlgo, float*, const float*, const float*, const float*,
+                                     const ConvShape&, float*, const float*);
+template void conv2d_nhwc_fwd<double>(const Exec&, ConvAlgo, double*, const double*, const double*, const double*,
+                                      const ConvShape&, double*, const float*);
 template void conv2d_nhwc_bwd<float>(const Exec&, float*, float*, float*, const float*, const float*, const float*,
                                      const ConvShape&, float*);
 template void conv2d_nhwc_bwd<double>(const Exec&, double*, double*, double*, const double*, const double*,
+                                      const double*, const ConvShape&, double*);
+template void conv2d_nhwc_bwd<float>(const Exec&, ConvAlgo, float*, float*, float*, const float*, const float*,
+                                     const float*, const ConvShape&, float*);
+template void conv2d_nhwc_bwd<double>(const Exec&, ConvAlgo, double*, double*, double*, const double*, const double*,
                                       const double*, const ConvShape&, double*);
 template void reorder<float>(const Exec&, float*, const float*, int, int, int, bool);
 template void reorder<double>(const Exec&, double*, const double*, int, int, int, bool);

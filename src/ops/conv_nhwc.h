@@ -14,21 +14,27 @@
 #pragma once
 #include <cstddef>
 
+#include "ops/conv_desc.h"
 #include "ops/ops.h"
 
 namespace ember::ops {
 
-enum class NhwcAlgo : uint8_t { none, pointwise, patchify, depthwise, im2col };
-// "nhwc-gemm", "nhwc-patchify", "nhwc-depthwise", "nhwc-im2col", "none"
-const char* nhwc_algo_name(NhwcAlgo a);
-// The algorithm for a shape, or none: the shape runs only in NCHW.
-NhwcAlgo conv2d_nhwc_algo(const ConvShape& s);
-// Elements of float the calls need for up to s.N samples (T = double needs none).
-size_t conv2d_nhwc_workspace(const ConvShape& s, int threads);
+// The algorithms are conv_desc.h's nhwc_* (conv2d_nhwc_algo chooses; none: the shape runs only
+// nchw). Elements of float the calls of algorithm a need for up to s.N samples (T = double: none).
+size_t conv2d_nhwc_workspace(ConvAlgo a, const ConvShape& s, int threads);
+size_t conv2d_nhwc_workspace(const ConvShape& s, int threads);  // of conv2d_nhwc_algo(s)
 
+// A plan's calls: the descriptor's algorithm a; wp (f32; or null): its packed weight (conv2d_pack).
+template <class T>
+void conv2d_nhwc_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
+                     const float* wp);
+// dx (skipped when null), dw, db (skipped when null): overwritten.
+template <class T>
+void conv2d_nhwc_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
+                     const ConvShape& s, T* ws);
+// The same with conv2d_nhwc_algo(s) chosen per call and no packed weight (tests, benchmarks).
 template <class T>
 void conv2d_nhwc_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws);
-// dx (skipped when null), dw, db (skipped when null): overwritten.
 template <class T>
 void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const ConvShape& s,
                      T* ws);
@@ -38,7 +44,7 @@ void conv2d_nhwc_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x
 int im2col_chunk_samples(const ConvShape& s);
 size_t im2col_nhwc_workspace(const ConvShape& s);
 void im2col_nhwc_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                     float* ws);
+                     float* ws, const float* wp = nullptr);
 void im2col_nhwc_bwd(const Exec& e, float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                      const ConvShape& s, float* ws);
 // wr[k, (r, s, c)] = w[k, c, r, s] (to rows), or w from wr: the GEMM's weight for window rows.

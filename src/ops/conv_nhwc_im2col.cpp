@@ -1,4 +1,4 @@
-// The channel-last im2col convolution (NhwcAlgo::im2col, conv_nhwc.h): any kernel, stride and
+// The channel-last im2col convolution (ConvAlgo::nhwc_im2col, conv_nhwc.h): any kernel, stride and
 // padding with groups 1 (ResNet's 3x3, 7x7/2 stem and strided 1x1 downsampling). Rows
 // [N*P*Q, R*S*C] of the windows, one GEMM per chunk of whole samples, and its adjoint as a gather.
 #include <algorithm>
@@ -104,15 +104,18 @@ size_t im2col_nhwc_workspace(const ConvShape& s) {
   return head_elems(s) + 2 * up16(chunk_rows(s) * rsc(s)) + linear_bwd_workspace(int(chunk_rows(s)), int(rsc(s)), s.K);
 }
 
+// wp (or null): the rows' op(B) panels packed once (conv2d_pack), read instead of reordering w.
 void im2col_nhwc_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                     float* ws) {
+                     float* ws, const float* wp) {
   const Im2colWs m = carve(ws, s);
-  conv_weight_to_rows(m.wr, w, s);
+  if (!wp) conv_weight_to_rows(m.wr, w, s);
   const int cs = im2col_chunk_samples(s);
   for (int n0 = 0; n0 < s.N; n0 += cs) {
-    const int cn = std::min(cs, s.N - n0);
+    const int cn = std::min(cs, s.N - n0), nrows = int(size_t(cn) * pq(s));
     gather_windows(e, m.a, x, s, n0, cn);
-    linear_fwd<float>(e, y + size_t(n0) * pq(s) * s.K, m.a, m.wr, b, int(size_t(cn) * pq(s)), int(rsc(s)), s.K);
+    float* yc = y + size_t(n0) * pq(s) * s.K;
+    if (wp) linear_fwd_packed(e, yc, m.a, wp, b, nrows, int(rsc(s)), s.K);
+    else linear_fwd<float>(e, yc, m.a, m.wr, b, nrows, int(rsc(s)), s.K);
   }
 }
 

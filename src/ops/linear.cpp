@@ -132,6 +132,50 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
   }
 }
 
+size_t linear_pack_elems(const Kernels& k, int C, int K) { return k.pack_b(true, C, K, nullptr, C, nullptr); }
+void linear_pack(const Kernels& k, float* wp, const float* w, int C, int K) { k.pack_b(true, C, K, w, C, wp); }
+
+void linear_fwd_packed(const Exec& e, float* y, const float* x, const float* wp, const float* b, int N, int C, int K,
+                       const Act* act, float* z) {
+  float* out = act && z ? z : y;
+  auto epi = [&](int64_t i, int m) {
+    if (b) e.k.bias_rows(out + i * K, b, m, K);
+    if (act) act_fwd_span<float>(e, *act, y + i * K, out + i * K, size_t(m) * K);
+  };
+  const int P = e.pool.size(), nr = e.k.gemm_nr;
+  if (P > 1 && N < 8 * P && K >= 2 * nr * P) {  // few rows: the columns, at the panel width
+    e.pool.run([&](int t) {
+      const Range r = split_range_aligned(K, t, P, nr);
+      if (r.end > r.begin)
+        e.k.sgemm_packed_b(false, N, int(r.end - r.begin), C, 1.f, x, C, wp, K, int(r.begin), 0.f, out + r.begin, K);
+    });
+    return epi(0, N);
+  }
+  e.pool.run([&](int t) {
+    const Range r = split_range_aligned(N, t, P, 8);
+    for (int64_t i = r.begin, m = 0; i < r.end; i += m) {
+      m = std::min<int64_t>(r.end - i, kBiasChunkRows);
+      e.k.sgemm_packed_b(false, int(m), K, C, 1.f, x + i * C, C, wp, K, 0, 0.f, out + i * K, K);
+      epi(i, int(m));
+    }
+  });
+}
+
+size_t linear_weight_bytes_per_call(const Kernels& k, int N, int C, int K, int threads, bool bf16, bool bias) {
+  const size_t once = size_t(K) * C * (bf16 ? 2 : 4);
+  if (bf16 ? N <= kGemvRows : (!k.gemm_packs || N <= k.gemm_stream_rows)) return 0;
+  if (bias && many_rows(N, K, threads)) {  // chunked_rows: one GEMM per chunk of each thread's rows
+    size_t gemms = 0;
+    for (int t = 0; t < threads; ++t) {
+      const Range r = split_range_aligned(N, t, threads, 8);
+      for (int64_t i = r.begin, m = 0; i < r.end; i += m, ++gemms) m = r.end - i < 2 * kBiasChunkRows ? r.end - i : kBiasChunkRows;
+    }
+    return gemms * once;
+  }
+  const bool one = threads == 1 || 2.0 * N * K * C < 2e5;
+  return one || K >= N ? once : size_t(threads) * once;  // a row split: every thread packs all of w
+}
+
 bool linear_act_chunked(int N, int K, int threads) { return many_rows(N, K, threads) && K % 8 == 0; }
 
 // Each chunk: its GEMM into z (or y), the bias, then the activation into y. A chunk starts at a

@@ -62,6 +62,20 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
 // null): where the pre-activation is kept. The bits of linear_fwd then act_fwd (ws and wh null).
 // Only where linear_act_chunked(N, K, threads): many rows, K a multiple of 8.
 enum class Act;  // below, with act_fwd
+// A Linear's weight w[K, C] packed once for the GEMM (an inference plan's, at each parameter
+// change): op(B) = w^T in the table's panel format, linear_pack_elems floats, 64-byte aligned.
+size_t linear_pack_elems(const Kernels& k, int C, int K);
+void linear_pack(const Kernels& k, float* wp, const float* w, int C, int K);
+// y[N, K] = x[N, C] w^T + b (+ epilogue) from the packed wp (fp32): no per-call packing of w. The
+// rows split over the pool in 8-aligned chunks of at most 512 rows, each chunk's bias (and *act
+// where act is not null; z: where the pre-activation is kept, or null) while it is in cache; few
+// rows split the columns at the panel width. The same bits for any thread count.
+void linear_fwd_packed(const Exec& e, float* y, const float* x, const float* wp, const float* b, int N, int C, int K,
+                       const Act* act = nullptr, float* z = nullptr);
+// Bytes of w a linear_fwd call without ws (a convolution's rows) packs for the table's GEMM: the
+// panels of op(B) = w^T once per GEMM that packs (every chunk of rows; every thread of a row split),
+// 0 where the GEMM streams w (at most gemm_stream_rows rows) or the table packs nothing.
+size_t linear_weight_bytes_per_call(const Kernels& k, int N, int C, int K, int threads, bool bf16, bool bias);
 bool linear_act_chunked(int N, int K, int threads);
 void linear_act_fwd(const Exec& e, Act a, float* y, float* z, const float* x, const float* w, const float* b,
                     int N, int C, int K);
@@ -111,32 +125,23 @@ void linear_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const T* x, con
 int weight_grad_chunks(int N, int C, int K);
 size_t linear_bwd_workspace(int N, int C, int K);
 
-// Conv2d. Its algorithm, workspace and bf16 use are chosen once, by conv2d_plan, when a plan is
-// built (as oneDNN's primitive descriptors are): every call then runs that algorithm.
-enum class ConvAlgo : uint8_t {
-  gemm,               // per sample and group: im2col (none for 1x1) and one GEMM
-  batched_pointwise,  // 1x1 over <= 16 pixels: one GEMM over the batch's pixels
-  batched_im2col,     // <= 16 output pixels: im2col of a chunk of samples, one GEMM per chunk
-  direct_s1,          // stride 1, reduction C*R*S <= 75: the table's direct kernels (fp32 only)
-  dw_dense,           // depthwise on <= 4x4 maps, >= 8 samples: a dense [K/C*PQ, HW] map per group
-  depthwise,          // depthwise at stride 1: the table's direct depthwise kernels
-};
-const char* conv_algo_name(ConvAlgo a);  // "im2col-gemm", "direct-s1", ... (`ember info --model`)
-struct ConvPlan {
-  ConvAlgo algo = ConvAlgo::gemm;
-  size_t workspace = 0;           // elements of T: im2col columns, per-thread weight-gradient partials
-  bool bf16_products = false;     // a bf16 plan multiplies bf16 operands (the GEMM, dw_fwd_bf16)
-  bool reads_bf16_input = false;  // x may be null, xh given: a 1x1 stride-1 conv without groups
-};
-// s.N: the most samples a call will run (the plan's batch); threads: the pool's size.
-ConvPlan conv2d_plan(const ConvShape& s, int threads);
-// y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K] by algorithm a (conv2d_plan's for a shape
+// Conv2d. Its algorithm, workspace and weight format are chosen once, by conv2d_desc
+// (ops/conv_desc.h), when a plan is built: every call then runs that algorithm.
+enum class ConvAlgo : uint8_t;
+// Elements of T the nchw algorithm a needs for up to s.N samples (conv2d_desc's workspace).
+size_t conv2d_nchw_workspace(ConvAlgo a, const ConvShape& s, int threads);
+// dw_dense's map of group g: T[M*PQ, HW] from w[K, R*S] (a packed weight: conv2d_pack).
+void dw_dense_matrix(float* T, const float* w, int g, const ConvShape& s);
+// Floats of one group's map packed as op(B) = T^T panels (Kernels::pack_b), 16-float aligned.
+size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s);
+// y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K] by algorithm a (conv2d_desc's for a shape
 // with at least s.N samples); ws: that plan's workspace. xh (bf16 plans; may be null): the input in
 // bf16, which the GEMMs read instead of rounding x; with xh, x may be null where reads_bf16_input.
 // T = double runs the reference whatever a is.
+// wp (f32; may be null): the weight packed by conv2d_pack in the descriptor's format.
 template <class T>
 void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
-                const uint16_t* wh = nullptr, const uint16_t* xh = nullptr);
+                const uint16_t* wh = nullptr, const uint16_t* xh = nullptr, const float* wp = nullptr);
 // dx[N,C,H,W] (skipped when null), dw[K,C/G,R,S], db[K] (skipped when null), all overwritten.
 template <class T>
 void conv2d_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,

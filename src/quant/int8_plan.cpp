@@ -246,6 +246,9 @@ int form_of(Impl& m, int t, int f) {
     read_block(m, c.in);
     c.out = x.buf[f] = new_block(m, t, f, int(m.steps.size()));
     c.what = std::string(f == kU8 ? "quantize" : x.native == kU8 ? "dequantize" : "transpose") + " " + m.name(size_t(t));
+    c.algorithm = f == kU8 ? "quantize" : x.native == kU8 ? "dequantize" : "transpose";
+    c.ops = {c.algorithm};
+    c.layout = f == kF32Nchw ? "nchw" : "nhwc";
     m.steps.push_back(c);
   }
   read_block(m, x.buf[f]);
@@ -392,6 +395,27 @@ void add_dw(Impl& m, int i, Step& st) {
   m.dws.push_back(std::move(op));
 }
 
+// The step's descriptor: node i's ops with what its requantization carries as post-ops.
+void describe_step(const Impl& m, int i, Role r, int out, Step& st) {
+  const nn::Node& n = m.g().nodes[size_t(i)];
+  st.ops = {layer_kind_name(n.spec->kind)};
+  st.layout = r == Role::fallback ? nn::layout_name(n.layout) : m.ts[size_t(n.in[0])].image ? "nhwc" : "flat";
+  if (r == Role::fallback) {
+    st.algorithm = "fp32 " + (n.layer->algorithm().empty() ? std::string(layer_kind_name(n.spec->kind)) : n.layer->algorithm());
+    if (!n.layer->param_shapes().empty()) st.weight_format = n.layer->weight_format().empty() ? "as stored" : n.layer->weight_format();
+    if (m.fk) st.packed_per_call = n.layer->weight_bytes_packed_per_call(m.batch, m.threads, *m.fk, false);
+    return;
+  }
+  st.algorithm = r == Role::gemm ? "int8-gemm" : r == Role::dw ? "int8-depthwise" : r == Role::relu8 ? "u8-relu" : "u8-maxpool";
+  if (r != Role::gemm && r != Role::dw) return;
+  st.weight_format = r == Role::gemm ? "int8-panels" : "int8-kcrs";
+  st.post_ops = {"bias"};
+  if (m.bn_of[size_t(i)] >= 0) st.ops.push_back("batchnorm2d"), st.post_ops.push_back("batchnorm2d-fold");
+  if (m.res_of[size_t(i)] >= 0) st.ops.push_back("add"), st.post_ops.push_back("add");
+  if (kind_is(m, m.g().tensors[size_t(out)].producer, LayerKind::ReLU)) st.ops.push_back("relu"), st.post_ops.push_back("relu");
+  st.post_ops.push_back(m.ts[size_t(out)].native == kU8 ? "requantize" : "dequantize");
+}
+
 // Node i's step, after the conversions its inputs need.
 void add_step(Impl& m, int i) {
   const nn::Node& n = m.g().nodes[size_t(i)];
@@ -429,6 +453,7 @@ void add_step(Impl& m, int i) {
     st.what += m.ts[size_t(out)].native == kU8 ? " -> u8" : " -> fp32";
     if (r == Role::gemm && m.gemms[size_t(st.op)].w7) st.what += " (7-bit weights: " + std::string(m.k->name) + " VPMADDUBSW)";
   }
+  describe_step(m, i, r, out, st);
   m.steps.push_back(std::move(st));
 }
 
@@ -474,7 +499,7 @@ void build_steps(Impl& m) {
 void compile(Impl& m) {
   build_steps(m);
   const size_t placed = nn::place(m.blocks);
-  for (const Step& st : m.steps) m.scratch_bytes = std::max(m.scratch_bytes, step_scratch(m, st));
+  for (Step& st : m.steps) m.scratch_bytes = std::max(m.scratch_bytes, st.scratch = step_scratch(m, st));
   m.scratch_off = (placed + 63) / 64 * 64;
   m.arena.assign(m.scratch_off + m.scratch_bytes + 128, std::byte{0});
   m.base = size_t((64 - reinterpret_cast<uintptr_t>(m.arena.data()) % 64) % 64);

@@ -37,6 +37,11 @@ struct Step {
   std::vector<int> ins;                  // fallback: input blocks
   Int8Epilogue ep;
   std::string what;                      // for summary()
+  // Its descriptor (Int8Plan::units): the model ops, algorithm, layout, weight format, post-ops
+  // and scratch bytes.
+  std::vector<std::string> ops, post_ops;
+  std::string algorithm, layout, weight_format;
+  size_t scratch = 0, packed_per_call = 0;  // an fp32 fallback's layer packs its weight per call
 };
 }  // namespace int8plan
 

@@ -112,4 +112,24 @@ void int8plan::check_exact_u8_outputs(const Impl& m) {
   }
 }
 
+// Every step as a unit of `ember info --json`: int8 weights are packed when the plan is built (no
+// int8 call packs any); an fp32 fallback's layer reads its weight as stored and says what it packs.
+std::vector<UnitInfo> Int8Plan::units() const {
+  std::vector<UnitInfo> out;
+  for (const int8plan::Step& st : impl_->steps) {
+    UnitInfo u;
+    u.name = st.what;
+    u.ops = st.ops;
+    u.algorithm = st.algorithm;
+    u.layout_in = u.layout_out = st.layout;
+    u.dtype = st.kind == int8plan::Step::fallback || st.kind == int8plan::Step::convert ? "f32" : "u8";
+    u.weight_format = st.weight_format;
+    u.post_ops = st.post_ops;
+    u.workspace_bytes = st.scratch;
+    u.weight_bytes_packed_per_call = st.packed_per_call;
+    out.push_back(u);
+  }
+  return out;
+}
+
 }  // namespace ember

@@ -197,3 +197,54 @@ TEST_F(Cli, InfoModelPrintsTheArenaOfEachPlan) {
   EXPECT_NE(r.out.find("linear head"), std::string::npos) << r.out;
   expect_one_line_error(run("info --model nosuch"), {"--model", "nosuch"});
 }
+
+
+// `ember info --json` (issue 56): every built-in model, fp32, bf16 and int8, nchw and nhwc, batch
+// 1 and 64 gives each plan's units with every descriptor field; an int8 plan and an fp32
+// inference plan read every GEMM weight packed (0 bytes packed per call); a training plan's
+// accounting is not all zero (its GEMMs pack the weights it updates each step).
+TEST_F(Cli, InfoJsonDescribesEveryUnitOfEveryPlan) {
+  const bool scalar = std::getenv("EMBER_ISA") && std::string(std::getenv("EMBER_ISA")) == "scalar";
+  auto info_json = [&](const std::string& args) {  // one document, parsed
+    const Result r = run("info " + args + " --json");
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    return r.code == 0 ? json::parse(r.out) : json();
+  };
+  for (const char* model : {"mnist-cnn", "mnist-mlp", "mxnet-mlp", "convnext-seed", "convnext-fashion", "convnext-atto",
+                            "resnet18", "resnet50"})
+    for (const char* prec : {"fp32", "bf16", "int8"})
+      for (const char* layout : {"nchw", "nhwc"})
+        for (int batch : {1, 64}) {
+          const std::string args = std::string("--model ") + model + " --precision " + prec + " --layout " + layout +
+                                   " --batch-size " + std::to_string(batch);
+          const json doc = info_json(args);
+          ASSERT_TRUE(doc.contains("plans")) << args;
+          ASSERT_EQ(doc["plans"].size(), std::string(prec) == "int8" ? 1u : 2u) << args;
+          for (const json& p : doc["plans"]) {
+            EXPECT_EQ(p["precision"], prec) << args;
+            EXPECT_EQ(p["batch"], batch) << args;
+            ASSERT_FALSE(p["units"].empty()) << args;
+            for (const json& u : p["units"]) {
+              for (const char* f : {"name", "algorithm", "layout", "dtype", "weight_format"})
+                ASSERT_TRUE(u.contains(f) && u[f].is_string()) << args << ": " << f << " in " << u.dump();
+              for (const char* f : {"ops", "post_ops"}) ASSERT_TRUE(u.contains(f) && u[f].is_array()) << args << ": " << f;
+              for (const char* f : {"workspace_bytes", "weight_bytes_packed_per_call"})
+                ASSERT_TRUE(u.contains(f) && u[f].is_number_unsigned()) << args << ": " << f;
+              // The direct kernels (direct-s1, the fused conv-relu-pool) still transpose their small weight per call.
+              const std::string algo = u["algorithm"];
+              const bool direct = algo.find("direct") != std::string::npos;
+              const bool fp32_inference = p["kind"] == "inference" && std::string(prec) == "fp32" && !scalar;
+              if ((fp32_inference && !direct) || u["dtype"] == "u8")
+                EXPECT_EQ(u["weight_bytes_packed_per_call"], 0u) << args << ": " << u.dump();
+              if (fp32_inference && algo == "nhwc-im2col") EXPECT_EQ(u["weight_format"], "gemm-b-panels") << args;
+            }
+          }
+        }
+  // A training plan's GEMMs pack the weights they update: resnet18's nhwc convolutions at batch 64.
+  const json t = info_json("--model resnet18 --precision fp32 --layout nhwc --batch-size 64");
+  size_t packed = 0;
+  for (const json& u : t["plans"][0]["units"]) packed += u["weight_bytes_packed_per_call"].get<size_t>();
+  EXPECT_GT(packed, 0u);
+  expect_one_line_error(run("info --model resnet18 --precision fp16 --json"), {"--precision", "fp16"});
+  expect_one_line_error(run("info --json"), {"--json"});
+}

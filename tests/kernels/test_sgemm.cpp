@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
@@ -176,6 +177,64 @@ TEST(Sgemm, SmallMColumnSplitIsBitIdentical) {
       for (size_t i = 0; i < whole.size(); ++i)
         ASSERT_EQ(whole[i], split[i]) << isa_name(isa) << (tb ? " NT" : " NN") << " at " << i;
     }
+}
+
+// A weight packed once (Kernels::pack_b, pack_a) gives the bits of the per-call GEMM on every table, both
+// op(A) and op(B) forms, awkward sizes (edges of the panels and depth blocks), whole or split into
+// column ranges at the table's panel width (a plan's threads), and beta 0 (over NaN) or 1.
+TEST(Sgemm, PackedOperandsAreBitIdenticalToThePerCallGemm) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  struct Shape { int M, N, K; };
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (!isa_supported(isa)) continue;
+    const Kernels& k = kernels_for(isa);
+    for (const Shape sh : {Shape{5, 37, 19}, Shape{64, 64, 576}, Shape{300, 129, 600}, Shape{17, 2100, 9}, Shape{9, 64, 1}})
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb)
+          for (float beta : {0.0f, 1.0f}) {
+            const int M = sh.M, N = sh.N, K = sh.K;
+            std::vector<float> A((size_t)M * K), B((size_t)K * N), C0((size_t)M * N), want, got;
+            for (float& v : A) v = dist(rng);
+            for (float& v : B) v = dist(rng);
+            for (float& v : C0) v = beta == 0 ? std::numeric_limits<float>::quiet_NaN() : dist(rng);
+            const int lda = ta ? M : K, ldb = tb ? K : N;
+            want = C0;
+            k.sgemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), N);
+            const size_t elems = k.pack_b(tb, K, N, B.data(), ldb, nullptr);
+            std::vector<float> store(elems + 1 + 16, -7.0f);  // 64-byte aligned, one sentinel after
+            float* packed = store.data() + (16 - reinterpret_cast<uintptr_t>(store.data()) / 4 % 16) % 16;
+            ASSERT_EQ(k.pack_b(tb, K, N, B.data(), ldb, packed), elems);
+            ASSERT_EQ(packed[elems], -7.0f) << isa_name(isa) << ": pack_b wrote past its size";
+            for (int step : {N, 2 * std::max(k.gemm_nr, 16)}) {
+              got = C0;
+              for (int j0 = 0; j0 < N; j0 += step)
+                k.sgemm_packed_b(ta, M, std::min(step, N - j0), K, 0.5f, A.data(), lda, packed, N, j0, beta,
+                                 got.data() + j0, N);
+              for (size_t i = 0; i < want.size(); ++i)
+                ASSERT_EQ(want[i], got[i]) << isa_name(isa) << " ta=" << ta << " tb=" << tb << " M=" << M << " N=" << N
+                                           << " K=" << K << " beta=" << beta << " step=" << step << " at " << i;
+            }
+            const size_t aelems = k.pack_a(ta, M, K, A.data(), lda, nullptr);
+            std::vector<float> astore(aelems + 1 + 16, -7.0f);
+            float* apacked = astore.data() + (16 - reinterpret_cast<uintptr_t>(astore.data()) / 4 % 16) % 16;
+            ASSERT_EQ(k.pack_a(ta, M, K, A.data(), lda, apacked), aelems);
+            ASSERT_EQ(apacked[aelems], -7.0f) << isa_name(isa) << ": pack_a wrote past its size";
+            got = C0;  // whole, then in row ranges at the panel height
+            k.sgemm_packed_a(tb, M, N, K, 0.5f, apacked, M, 0, B.data(), ldb, beta, got.data(), N);
+            std::vector<float> rows = C0;
+            const int rstep = 2 * k.gemm_mr;
+            for (int i0 = 0; i0 < M; i0 += rstep)
+              k.sgemm_packed_a(tb, std::min(rstep, M - i0), N, K, 0.5f, apacked, M, i0, B.data(), ldb, beta,
+                               rows.data() + size_t(i0) * N, N);
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(want[i], rows[i]) << isa_name(isa) << " packed A rows: ta=" << ta << " tb=" << tb << " M=" << M
+                                          << " at " << i;
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(want[i], got[i]) << isa_name(isa) << " packed A: ta=" << ta << " tb=" << tb << " M=" << M
+                                         << " N=" << N << " K=" << K << " beta=" << beta << " at " << i;
+          }
+  }
 }
 
 TEST(Sgemm, KZeroScalesC) {

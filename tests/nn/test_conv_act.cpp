@@ -4,6 +4,7 @@
 // rounding of an f64 plan; the unit is one row named "conv2d+<act>".
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -123,7 +124,12 @@ TEST(ConvAct, InferencePlanKeepsNoPreActivation) {
     for (size_t i = 0; i < x.size(); ++i) static_cast<float*>(p->input())[i] = float(x[i]);
     p->forward(4);
   }
-  EXPECT_EQ(std::memcmp(inf.output(), train.output(), 4 * 10 * sizeof(float)), 0);
+  // The inference plan reads its weights packed once (issue 56) and its Linear runs the dense
+  // GEMM where the training plan's takes the sparse-input kernels: the same products summed in
+  // another order, equal within fp32 rounding (1e-5 relative).
+  const float* a = static_cast<const float*>(inf.output());
+  const float* b = static_cast<const float*>(train.output());
+  for (int i = 0; i < 4 * 10; ++i) EXPECT_NEAR(a[i], b[i], 1e-5f * (1 + std::abs(b[i]))) << i;
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ TEST(ConvNhwc, FastPathsMatchTheReference) {
     for (int threads : {1, 2, 3})
       for (const ConvShape& s : shapes()) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads) + " " + trace(s));
-        ASSERT_NE(ops::conv2d_nhwc_algo(s), ops::NhwcAlgo::none);
+        ASSERT_NE(ops::conv2d_nhwc_algo(s), ops::ConvAlgo::none);
         ThreadPool pool(threads);
         const ops::Exec e{kernels_for(isa), pool};
         const size_t nx = size_t(s.N) * s.C * s.H * s.W, nw = size_t(s.K) * (s.C / s.groups) * s.R * s.S,
@@ -122,11 +122,11 @@ TEST(ConvNhwc, ChunkedWeightGradientIsTheSameForAnyThreadCount) {
 }
 
 TEST(ConvNhwc, OnlyGroupedShapesOtherThanDepthwiseHaveNoChannelLastAlgorithm) {
-  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 4)), ops::NhwcAlgo::none);  // grouped /2
-  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 8, 3, 3, 1, 1, 1, 1, 2)), ops::NhwcAlgo::none);  // grouped
-  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1)), ops::NhwcAlgo::im2col);  // 3x3 dense
-  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 1, 1, 2, 2, 0, 0, 1)), ops::NhwcAlgo::im2col);  // 1x1/2
-  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1)), ops::NhwcAlgo::pointwise);
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 4)), ops::ConvAlgo::none);  // grouped /2
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 8, 3, 3, 1, 1, 1, 1, 2)), ops::ConvAlgo::none);  // grouped
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1)), ops::ConvAlgo::nhwc_im2col);  // 3x3 dense
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 1, 1, 2, 2, 0, 0, 1)), ops::ConvAlgo::nhwc_im2col);  // 1x1/2
+  EXPECT_EQ(ops::conv2d_nhwc_algo(conv(1, 4, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1)), ops::ConvAlgo::nhwc_gemm);
 }
 
 // Channel-last max pooling (ResNet's 3x3/2 pad 1; 2x2/2; a window on an odd map) against the NCHW

@@ -4,6 +4,7 @@
 // owner-first work split the fused conv uses, and the pool's exactly-once parts.
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <chrono>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "ops/conv_desc.h"
+#include "ops/conv_nhwc.h"
 #include "ops/ops.h"
 
 namespace ember::test {
@@ -97,7 +100,7 @@ TEST(FastVsRef, Conv2d) {
         SCOPED_TRACE(conv_trace(isa, threads, s));
         ThreadPool pool(threads);
         const ops::Exec e{kernels_for(isa), pool};
-        const ops::ConvPlan cp = ops::conv2d_plan(s, threads);
+        const ops::ConvDesc cp = ops::conv2d_plan(s, threads);
         check_conv(e, cp.algo, s, cp.workspace);
       }
 }
@@ -110,7 +113,7 @@ TEST(ConvPlan, EveryAlgorithmRunsBatchesSmallerThanItsPlan) {
   for (Isa isa : isas())
     for (int threads : {1, 3})
       for (const ConvShape& planned : conv_shapes()) {
-        const ops::ConvPlan cp = ops::conv2d_plan(planned, threads);
+        const ops::ConvDesc cp = ops::conv2d_plan(planned, threads);
         seen.insert(ops::conv_algo_name(cp.algo));
         for (int n : {1, planned.N - 1}) {
           if (n < 1) continue;
@@ -125,6 +128,60 @@ TEST(ConvPlan, EveryAlgorithmRunsBatchesSmallerThanItsPlan) {
   EXPECT_EQ(seen, (std::set<std::string>{"im2col-gemm", "batched-1x1", "batched-im2col", "direct-s1",
                                          "depthwise-dense", "depthwise"}));
 }
+// An inference plan's descriptor (pack on) reads the weight packed once by conv2d_pack: for every
+// shape, both layouts, every kernel set and 1 or 2 threads, the forward from the packed weight
+// agrees with the double reference (kTol, relative) and, where the packed kernels give the
+// per-call GEMM's bits (more rows than gemm_stream_rows), equals the unpacked forward exactly.
+// Every GEMM algorithm of a packing table has a packed format.
+TEST(ConvDesc, PackedWeightsGiveTheUnpackedForward) {
+  std::set<std::string> packed_seen;
+  for (Isa isa : isas())
+    for (int threads : {1, 2})
+      for (const ConvShape& s : conv_shapes())
+        for (bool nhwc : {false, true}) {
+          const Kernels& k = kernels_for(isa);
+          const ops::ConvDesc d = ops::conv2d_desc(s, nhwc, threads, k, true);
+          if (d.algo == ops::ConvAlgo::none) continue;
+          SCOPED_TRACE(conv_trace(isa, threads, s) + (nhwc ? " nhwc " : " nchw ") + ops::conv_algo_name(d.algo));
+          const bool gemm = d.algo == ops::ConvAlgo::nhwc_gemm || d.algo == ops::ConvAlgo::nhwc_im2col ||
+                            d.algo == ops::ConvAlgo::nhwc_patchify || d.algo == ops::ConvAlgo::batched_im2col;
+          // (an nchw weight of at most gemm_stream_rows rows is op(A) the GEMM reads in place: not packed)
+          if (gemm && k.gemm_packs && (nhwc || s.K / s.groups > k.gemm_stream_rows)) EXPECT_GT(d.packed_elems, 0u);
+          if (!d.packed_elems) continue;
+          packed_seen.insert(ops::weight_format_name(d.weight_format));
+          const size_t nx = size_t(s.N) * s.C * s.H * s.W, nw = size_t(s.K) * (s.C / s.groups) * s.R * s.S,
+                       ny = size_t(s.N) * s.K * s.P * s.Q;
+          auto xd = randn(nx, 1), wd = randn(nw, 2), bd = randn(s.K, 3);
+          auto x = to_float(xd), w = to_float(wd), b = to_float(bd);
+          for (size_t i = 0; i < nx; ++i) xd[i] = x[i];
+          for (size_t i = 0; i < nw; ++i) wd[i] = w[i];
+          for (int i = 0; i < s.K; ++i) bd[i] = b[i];
+          std::vector<float> ws(d.workspace + 1), wp_store(d.packed_elems + 16), y(ny, NAN), y0(ny, NAN);
+          float* wp = wp_store.data() + (16 - reinterpret_cast<uintptr_t>(wp_store.data()) / 4 % 16) % 16;
+          ThreadPool pool(threads);
+          const ops::Exec e{k, pool};
+          ops::conv2d_pack(k, d, wp, w.data(), s, ws.data());
+          std::vector<double> yr(ny), xr(nx);
+          if (nhwc) {
+            ops::conv2d_nhwc_fwd<float>(e, d.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data(), wp);
+            ops::conv2d_nhwc_fwd<float>(e, d.algo, y0.data(), x.data(), w.data(), b.data(), s, ws.data(), nullptr);
+            ops::conv2d_nhwc_fwd<double>(e, d.algo, yr.data(), xd.data(), wd.data(), bd.data(), s, nullptr, nullptr);
+          } else {
+            ops::conv2d_fwd<float>(e, d.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data(), nullptr, nullptr, wp);
+            ops::conv2d_fwd<float>(e, d.algo, y0.data(), x.data(), w.data(), b.data(), s, ws.data());
+            ref::conv2d_fwd<double>(yr.data(), xd.data(), wd.data(), bd.data(), s);
+          }
+          EXPECT_LT(max_rel_diff(y, yr), kTol * 10);
+          const int rows = nhwc ? s.N * s.P * s.Q : s.K / s.groups;
+          if (rows > k.gemm_stream_rows && d.algo != ops::ConvAlgo::dw_dense && d.algo != ops::ConvAlgo::nhwc_dw_dense &&
+              d.algo != ops::ConvAlgo::batched_pointwise)
+            EXPECT_EQ(std::memcmp(y.data(), y0.data(), ny * sizeof(float)), 0);
+        }
+  EXPECT_TRUE(packed_seen.count("gemm-b-panels")) << "no shape packs op(B)";
+  EXPECT_TRUE(packed_seen.count("gemm-a-panels")) << "no shape packs op(A)";
+  EXPECT_TRUE(packed_seen.count("dense-map")) << "no shape packs a dense map";
+}
+
 TEST(FastVsRef, Linear) {
   const int sizes[][3] = {{64, 6272, 128}, {1, 7, 1}, {7, 33, 10}, {17, 1, 5}, {3, 100, 129}, {100, 784, 128},
                           {128, 50, 129}, {129, 20, 200}, {3100, 24, 40}};  // the last: bias by row chunks
@@ -281,7 +338,7 @@ TEST(FastVsRef, ConvBackwardIsDeterministicForAThreadCount) {
   const ops::Exec e{kernels_for(best_isa()), pool};
   auto x = to_float(randn(size_t(s.N) * 784, 13)), w = to_float(randn(32 * 25, 14)),
        g = to_float(randn(size_t(s.N) * 32 * 784, 15));
-  const ops::ConvPlan cp = ops::conv2d_plan(s, 2);
+  const ops::ConvDesc cp = ops::conv2d_plan(s, 2);
   std::vector<float> ws(cp.workspace), dw1(800), db1(32), dw2(800), db2(32);
   ops::conv2d_bwd<float>(e, cp.algo, nullptr, dw1.data(), db1.data(), g.data(), x.data(), w.data(), s, ws.data());
   ops::conv2d_bwd<float>(e, cp.algo, nullptr, dw2.data(), db2.data(), g.data(), x.data(), w.data(), s, ws.data());

@@ -230,6 +230,7 @@ struct InfoArgs {
   int batch_size = 0;  // 0: the model's recipe
   std::string layout = "auto";  // --layout: the plans' (with --model)
   std::string weights;          // --weights: a quantized file's scales and calibration
+  std::string precision;        // --precision fp32|bf16|int8 (with --model; "": fp32 and the int8 plan's steps)
 };
 int run_info(const InfoArgs& a);
 int run_info_ops(const InfoArgs& a);

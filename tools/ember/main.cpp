@@ -108,8 +108,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   info_cmd->add_option("--weights", info.weights, "A quantized weight file: each layer's scales and the calibration used");
   info_cmd->add_flag("--kernels", info.kernels, "List every kernel-table entry and what it runs on each kernel set (own code, the scalar reference, or none)");
-  CLI::Option* ops_flag = info_cmd->add_flag("--ops", info.ops, "Print the op table alone: every layer type, its JSON fields, parameters and roles, ONNX types");
-  info_cmd->add_flag("--json", info.json, "With --ops: print it as JSON ({\"ops\": [...]}, each with an example model file)")->needs(ops_flag);
+  info_cmd->add_flag("--ops", info.ops, "Print the op table alone: every layer type, its JSON fields, parameters and roles, ONNX types");
+  info_cmd->add_option("--precision", info.precision, "fp32, bf16 or int8: with --model, those plans' precision (int8: the plan of the model's initial weights once quantized)");
+  info_cmd->add_flag("--json", info.json, "With --ops: the op table as JSON ({\"ops\": [...]}); with --model: its plans' units ({\"plans\": [...]})");
 
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "ember: error: " + shown(e.what()) + " (see --help)\n";

@@ -13,6 +13,29 @@ void sgemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float* 
   ref::gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// The scalar table's packed op(B) is op(B) itself, [K, N] row-major: the reference GEMM on it
+// sums in the same order as on B (the same bits).
+size_t pack_b_ref(bool tb, int K, int N, const float* B, int ldb, float* dst) {
+  for (int k = 0; dst && k < K; ++k)
+    for (int j = 0; j < N; ++j) dst[size_t(k) * N + j] = tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j];
+  return size_t(K) * N;
+}
+void sgemm_packed_b_ref(bool ta, int M, int n, int K, float alpha, const float* A, int lda, const float* Bp, int N,
+                        int j0, float beta, float* C, int ldc) {
+  ref::gemm<float>(ta, false, M, n, K, alpha, A, lda, Bp + j0, N, beta, C, ldc);
+}
+// ... and its packed op(A), op(A) itself [M, K] row-major.
+size_t pack_a_ref(bool ta, int M, int K, const float* A, int lda, float* dst) {
+  for (int i = 0; dst && i < M; ++i)
+    for (int k = 0; k < K; ++k) dst[size_t(i) * K + k] = ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k];
+  return size_t(M) * K;
+}
+void sgemm_packed_a_ref(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, const float* B,
+                        int ldb, float beta, float* C, int ldc) {
+  (void)M;
+  ref::gemm<float>(false, tb, m, N, K, alpha, Ap + size_t(i0) * K, K, B, ldb, beta, C, ldc);
+}
+
 // Room for the reference (the rebuilt conv-output gradient) and for the AVX-512 kernel (the
 // pooled gradient and the codes, transposed to [P/2 * Q/2, K rounded up to 16]).
 size_t conv_pool_wgrad_scratch(const ConvS1& d) {

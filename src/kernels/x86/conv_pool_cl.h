@@ -504,8 +504,7 @@ void conv_s1_cl_row(float* yT, const float* xp, const float* wT, const float* bT
 
 // ConvS1FwdFn for a short reduction (C*R*S <= 80) and at most 64 channels and 64 columns: the
 // weights transposed to wT[C*R*S, Kp] and each row's tile yT[Q, Kp] on the stack, the tile
-// transposed into y[K, P, Q]. Other shapes take the row-lane template (fast_impl.h).
-inline bool conv_s1_cl_fits(const ConvS1& d) { return d.C * d.R * d.S <= 80 && d.K <= 64 && d.Q <= 64; }
+// transposed into y[K, P, Q] (conv_s1_cl_fits, kernels.h). Other shapes take the row-lane template (fast_impl.h).
 template <class S>
 void conv_s1_fwd_cl(float* y, const float* xp, const float* w, const float* b, const ConvS1& d) {
   if (!conv_s1_cl_fits(d)) return conv_s1_fwd<S>(y, xp, w, b, d);

@@ -13,6 +13,15 @@ Kernels fast_kernels_avx2() {
   Kernels k = fast_table<Avx2>();
   k.isa = Isa::avx2;
   k.sgemm = sgemm_avx2;  // sgemm_avx2.cpp
+  k.pack_b = pack_b_avx2;
+  k.sgemm_packed_b = sgemm_packed_b_avx2;
+  k.pack_a = pack_a_avx2;
+  k.sgemm_packed_a = sgemm_packed_a_avx2;
+  k.gemm_mr = 6;  // the micro-tile height
+  k.gemm_nr = 16;  // the micro-tile width of sgemm_avx2.cpp
+  k.gemm_stream_rows = 4;  // gemm_small.h's kSmallM
+  k.gemm_direct_a_cols = 32;  // kDirectAPanels * NR
+  k.gemm_packs = 1;
   k.conv_s1_relu_pool = conv_relu_pool_cl<Avx2>;  // conv_pool_cl.h, as the AVX-512 table
   k.conv_s1_pool_wgrad = conv_pool_wgrad_cl<Avx2>;
   k.conv_s1_fwd = conv_s1_fwd_cl<Avx2>;

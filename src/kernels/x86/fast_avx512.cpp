@@ -29,6 +29,15 @@ Kernels fast_kernels_avx512() {
   Kernels k = fast_table<Avx512>();
   k.isa = Isa::avx512;
   k.sgemm = sgemm_avx512;  // sgemm_avx512.cpp
+  k.pack_b = pack_b_avx512;
+  k.sgemm_packed_b = sgemm_packed_b_avx512;
+  k.pack_a = pack_a_avx512;
+  k.sgemm_packed_a = sgemm_packed_a_avx512;
+  k.gemm_mr = 8;  // the micro-tile height
+  k.gemm_nr = 32;  // the micro-tile width of sgemm_avx512.cpp
+  k.gemm_stream_rows = 4;  // gemm_small.h's kSmallM
+  k.gemm_direct_a_cols = 2048;  // kDirectAPanels * NR
+  k.gemm_packs = 1;
   k.conv_s1_relu_pool = conv_relu_pool_cl<Avx512>;  // conv_pool_cl.h
   k.conv_s1_pool_wgrad = conv_pool_wgrad_cl<Avx512>;
   k.conv_s1_fwd = conv_s1_fwd_cl<Avx512>;

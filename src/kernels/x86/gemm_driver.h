@@ -175,5 +175,116 @@ void gemm_driver(bool ta, bool tb, int M, int N, int K, float alpha, const SA* A
   gemm_goto(g, w);
 }
 
+// A weight op(B) [K, N] packed once (a plan's pre-packed operand, Kernels::pack_b): for each depth
+// block pc of block_step(K, KC, 8) (the last may be shorter), ceil(N / NR) micro-panels of NR
+// columns, zero past N; the block starts at pc / kPack * Npad and the panel of column j (a multiple
+// of NR) at + j * depth. The same panels gemm_pack_b makes per call, so the same bits.
+template <class T>
+size_t gemm_packed_b_elems(int K, int N) {
+  const size_t npad = size_t(N + T::NR - 1) / T::NR * T::NR;
+  const int kc_step = block_step(K, T::KC, 8);
+  size_t depth = 0;
+  for (int pc = 0; pc < K; pc += kc_step) depth += size_t(min_int(kc_step, K - pc) + T::kPack - 1) / T::kPack;
+  return depth * npad;
+}
+template <class T, class SB>
+void gemm_pack_b_all(bool tb, int K, int N, const SB* B, int ldb, typename T::Packed* dst) {
+  const size_t npad = size_t(N + T::NR - 1) / T::NR * T::NR;
+  const int kc_step = block_step(K, T::KC, 8);
+  for (int pc = 0; pc < K; pc += kc_step)
+    gemm_pack_b<T>(tb, B, size_t(ldb), pc, min_int(kc_step, K - pc), 0, N, dst + size_t(pc / T::kPack) * npad);
+}
+
+// C[M, n] (C: column j0 of the product) = alpha * op(A) * columns [j0, j0 + n) of the packed op(B)
+// (N columns in all, j0 a multiple of NR) + beta * C. Each A block is packed once (or read in
+// place) and the packed B panels stream past it; per element the depth blocks add in order, as the
+// per-call driver's, so the bits equal gemm_driver's (outside its small-M path).
+template <class T, class SA>
+void gemm_driver_packed_b(bool ta, int M, int n, int K, float alpha, const SA* A, int lda,
+                          const typename T::Packed* Bp, int N, int j0, float beta, float* C, int ldc) {
+  if (M <= 0 || n <= 0) return;
+  if (K <= 0) return gemm_scale_c(M, n, beta, C, size_t(ldc));
+  const size_t npad = size_t(N + T::NR - 1) / T::NR * T::NR;
+  alignas(64) typename T::Packed Ap[T::MC * T::KC / T::kPack];
+  const bool direct_a = T::kDirectAPanels > 0 && !ta && n <= T::kDirectAPanels * T::NR;
+  const int kc_step = block_step(K, T::KC, 8), mc_step = block_step(M, T::MC, T::MR);
+  for (int pc = 0; pc < K; pc += kc_step) {
+    const int kc = min_int(kc_step, K - pc);
+    const float b = pc == 0 ? beta : 1.0f;
+    const size_t depth = size_t(kc + T::kPack - 1) / T::kPack;
+    const typename T::Packed* Bb = Bp + size_t(pc / T::kPack) * npad + size_t(j0) * depth;
+    for (int ic = 0; ic < M; ic += mc_step) {
+      const int mc = min_int(mc_step, M - ic);
+      if (!direct_a) gemm_pack_a<T>(ta, A, size_t(lda), ic, mc, pc, kc, Ap);
+      for (int jc = 0; jc < n; jc += T::NC) {
+        const int nc = min_int(T::NC, n - jc);
+        float* c = C + size_t(ic) * ldc + jc;
+        if constexpr (T::kDirectAPanels > 0)
+          if (direct_a) {
+            gemm_macro<T, true, false>(mc, nc, kc, A + size_t(ic) * lda + pc, size_t(lda), Bb + size_t(jc) * depth, 0, c,
+                                       size_t(ldc), alpha, b);
+            continue;
+          }
+        gemm_macro<T, false, false>(mc, nc, kc, Ap, 0, Bb + size_t(jc) * depth, 0, c, size_t(ldc), alpha, b);
+      }
+    }
+  }
+}
+
+// A weight op(A) [M, K] packed once (Kernels::pack_a): for each depth block pc, ceil(M / MR)
+// micro-panels of MR rows (zero past M) at pc / kPack * Mpad, the panel of row i (a multiple of
+// MR) at + i * depth: gemm_pack_a's panels, so the bits of gemm_driver outside its small-M path.
+template <class T>
+size_t gemm_packed_a_elems(int M, int K) {
+  const size_t mpad = size_t(M + T::MR - 1) / T::MR * T::MR;
+  const int kc_step = block_step(K, T::KC, 8);
+  size_t depth = 0;
+  for (int pc = 0; pc < K; pc += kc_step) depth += size_t(min_int(kc_step, K - pc) + T::kPack - 1) / T::kPack;
+  return depth * mpad;
+}
+template <class T, class SA>
+void gemm_pack_a_all(bool ta, int M, int K, const SA* A, int lda, typename T::Packed* dst) {
+  const size_t mpad = size_t(M + T::MR - 1) / T::MR * T::MR;
+  const int kc_step = block_step(K, T::KC, 8);
+  for (int pc = 0; pc < K; pc += kc_step)
+    gemm_pack_a<T>(ta, A, size_t(lda), 0, M, pc, min_int(kc_step, K - pc), dst + size_t(pc / T::kPack) * mpad);
+}
+// C[m, N] (C: row i0 of the product) = alpha * rows [i0, i0 + m) of the packed op(A) [M, K]
+// (i0 a multiple of MR) * op(B) + beta * C: op(B) packed per block as gemm_driver does (or read in
+// place where it would be), the A panels read from Ap.
+template <class T, class SB>
+void gemm_driver_packed_a(bool tb, int m, int N, int K, float alpha, const typename T::Packed* Ap, int Mall, int i0,
+                          const SB* B, int ldb, float beta, float* C, int ldc) {
+  const int M = m;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return gemm_scale_c(M, N, beta, C, size_t(ldc));
+  const size_t mpad = size_t(Mall + T::MR - 1) / T::MR * T::MR;
+  alignas(64) typename T::Packed Bp[T::KC / T::kPack * T::NC];
+  const int kc_step = block_step(K, T::KC, 8);
+  for (int jc = 0; jc < N; jc += T::NC) {
+    const int nc = min_int(T::NC, N - jc);
+    for (int pc = 0; pc < K; pc += kc_step) {
+      const int kc = min_int(kc_step, K - pc);
+      const float b = pc == 0 ? beta : 1.0f;
+      const size_t depth = size_t(kc + T::kPack - 1) / T::kPack;
+      const typename T::Packed* Ab = Ap + size_t(pc / T::kPack) * mpad + size_t(i0) * depth;
+      bool direct_b = false;
+      if constexpr (T::kReadBInPlace) direct_b = !tb && M <= T::MC;
+      if (!direct_b) gemm_pack_b<T>(tb, B, size_t(ldb), pc, kc, jc, nc, Bp);
+      for (int ic = 0; ic < M; ic += T::MC) {
+        const int mc = min_int(T::MC, M - ic);
+        float* c = C + size_t(ic) * ldc + jc;
+        if constexpr (T::kReadBInPlace)
+          if (direct_b) {
+            gemm_macro<T, false, true>(mc, nc, kc, Ab + size_t(ic) * depth, 0, B + size_t(pc) * ldb + jc, size_t(ldb), c,
+                                       size_t(ldc), alpha, b);
+            continue;
+          }
+        gemm_macro<T, false, false>(mc, nc, kc, Ab + size_t(ic) * depth, 0, Bp, 0, c, size_t(ldc), alpha, b);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ember

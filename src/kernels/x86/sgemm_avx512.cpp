@@ -122,4 +122,24 @@ void sgemm_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const floa
   gemm_driver<Avx512Gemm>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+size_t pack_b_avx512(bool tb, int K, int N, const float* B, int ldb, float* dst) {
+  if (dst) gemm_pack_b_all<Avx512Gemm>(tb, K, N, B, ldb, dst);
+  return gemm_packed_b_elems<Avx512Gemm>(K, N);
+}
+
+void sgemm_packed_b_avx512(bool ta, int M, int n, int K, float alpha, const float* A, int lda, const float* Bp, int N,
+                       int j0, float beta, float* C, int ldc) {
+  gemm_driver_packed_b<Avx512Gemm>(ta, M, n, K, alpha, A, lda, Bp, N, j0, beta, C, ldc);
+}
+
+size_t pack_a_avx512(bool ta, int M, int K, const float* A, int lda, float* dst) {
+  if (dst) gemm_pack_a_all<Avx512Gemm>(ta, M, K, A, lda, dst);
+  return gemm_packed_a_elems<Avx512Gemm>(M, K);
+}
+
+void sgemm_packed_a_avx512(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, const float* B,
+                       int ldb, float beta, float* C, int ldc) {
+  gemm_driver_packed_a<Avx512Gemm>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);
+}
+
 }  // namespace ember
