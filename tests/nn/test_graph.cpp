@@ -347,7 +347,7 @@ TEST(Graph, InferencePlansReuseBuffersAndComputeTheSame) {
   size_t packed = 0;  // the inference plan's packed weights are not activations
   for (const BufferInfo& b : pi.buffers())
     if (b.name.rfind("packed weight", 0) == 0) packed += b.bytes;
-  EXPECT_GT(packed, 0u);
+  if (std::string(pi.isa_name()) != "scalar") EXPECT_GT(packed, 0u);  // the reference GEMM packs nothing
   EXPECT_LT((pi.arena_bytes() - packed) * 2, pt.arena_bytes());
   EXPECT_THROW(pi.backward(16), Error);
   EXPECT_THROW(pi.loss(16, true), Error);
