@@ -174,6 +174,9 @@ int run_eval_int8(EvalArgs& a, const CLI::App& cmd);
 void print_quantized(const std::string& path);
 // `ember info --model M`: the int8 plan's steps for M once quantized (int8 kernels, the fp32 ops
 // between a dequantize and a quantize): they depend on the layers, not the weights' values.
+// The model's initial weights (seed 1) quantized on two fixed inputs in [0, 1), as `ember quantize`
+// would quantize trained ones: what `ember info --model M` shows of its int8 plan.
+QuantizedWeights initial_quantized(const Model& model);
 void print_int8_plan_of(const Model& model);
 // The flags and checks train and eval share, and the data set they read (limit_train: the first
 // training images only), for the other commands.

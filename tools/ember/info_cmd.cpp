@@ -40,20 +40,9 @@ std::string unit_layout(const UnitInfo& u) {
   return u.layout_in == u.layout_out ? u.layout_in : u.layout_in + "->" + u.layout_out;
 }
 
-// The int8 plan of the model's initial weights, quantized on two fixed inputs in [0, 1) (as
-// `ember quantize` would quantize trained ones): its steps are the units.
+// The int8 plan of the model's initial weights once quantized (initial_quantized): its steps are the units.
 PlanDesc int8_plan(const Model& model, int batch) {
-  PlanOptions po;
-  po.batch = 1, po.training = false;
-  Plan p(model, po);
-  p.init_params(1);
-  const float* v = static_cast<const float*>(std::as_const(p).param_data());
-  std::vector<float> x(size_t(2) * model.in_c * model.in_h * model.in_w);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 2654435761u) >> 8 & 0xffff) / 65536.0f;
-  QuantOptions o;
-  o.weight_bits = model.qat.on() ? model.qat.weight_bits : 8;
-  const QuantizedWeights q = quantize_model(model, std::vector<float>(v, v + p.param_count()), x.data(), 2, o);
-  const Int8Plan plan(q, batch, default_threads());
+  const Int8Plan plan(initial_quantized(model), batch, default_threads());
   return {"inference", "int8", "nhwc", batch, plan.units(), {}, {}, 0};
 }
 

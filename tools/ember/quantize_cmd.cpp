@@ -210,19 +210,22 @@ void print_quantized(const std::string& path) {
   std::printf("int8 plan (%s kernels), in order:\n%s", plan.int8_path(), plan.summary().c_str());
 }
 
+QuantizedWeights initial_quantized(const Model& model) {
+  PlanOptions po;
+  po.batch = 1, po.training = false;
+  Plan p(model, po);
+  p.init_params(1);
+  const float* v = static_cast<const float*>(std::as_const(p).param_data());
+  std::vector<float> x(size_t(2) * model.in_c * model.in_h * model.in_w);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 2654435761u) >> 8 & 0xffff) / 65536.0f;
+  QuantOptions o;
+  o.weight_bits = model.qat.on() ? model.qat.weight_bits : 8;
+  return quantize_model(model, std::vector<float>(v, v + p.param_count()), x.data(), 2, o);
+}
+
 void print_int8_plan_of(const Model& model) {
-  try {  // the model's initial weights, quantized on two fixed inputs in [0, 1)
-    PlanOptions po;
-    po.batch = 1, po.training = false;
-    Plan p(model, po);
-    p.init_params(1);
-    const float* v = static_cast<const float*>(std::as_const(p).param_data());
-    std::vector<float> x(size_t(2) * model.in_c * model.in_h * model.in_w);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 2654435761u) >> 8 & 0xffff) / 65536.0f;
-    QuantOptions o;
-    o.weight_bits = model.qat.on() ? model.qat.weight_bits : 8;
-    const QuantizedWeights q = quantize_model(model, std::vector<float>(v, v + p.param_count()), x.data(), 2, o);
-    const Int8Plan plan(q, 1, 1);
+  try {
+    const Int8Plan plan(initial_quantized(model), 1, 1);
     std::printf("\nint8 plan once quantized (`ember quantize`; %s kernels), in order:\n%s", plan.int8_path(), plan.summary().c_str());
   } catch (const Error& e) {
     std::printf("\nint8 plan: none (%s)\n", e.what());

@@ -179,17 +179,20 @@ void gemm_driver(bool ta, bool tb, int M, int N, int K, float alpha, const SA* A
 // block pc of block_step(K, KC, 8) (the last may be shorter), ceil(N / NR) micro-panels of NR
 // columns, zero past N; the block starts at pc / kPack * Npad and the panel of column j (a multiple
 // of NR) at + j * depth. The same panels gemm_pack_b makes per call, so the same bits.
+// The packed depth of K (the depth blocks' ceil(kc / kPack), summed) and n rounded up to `unit`.
 template <class T>
-size_t gemm_packed_b_elems(int K, int N) {
-  const size_t npad = size_t(N + T::NR - 1) / T::NR * T::NR;
+size_t gemm_packed_depth(int K) {
   const int kc_step = block_step(K, T::KC, 8);
   size_t depth = 0;
   for (int pc = 0; pc < K; pc += kc_step) depth += size_t(min_int(kc_step, K - pc) + T::kPack - 1) / T::kPack;
-  return depth * npad;
+  return depth;
 }
+inline size_t round_up(int n, int unit) { return size_t(n + unit - 1) / unit * unit; }
+template <class T>
+size_t gemm_packed_b_elems(int K, int N) { return gemm_packed_depth<T>(K) * round_up(N, T::NR); }
 template <class T, class SB>
 void gemm_pack_b_all(bool tb, int K, int N, const SB* B, int ldb, typename T::Packed* dst) {
-  const size_t npad = size_t(N + T::NR - 1) / T::NR * T::NR;
+  const size_t npad = round_up(N, T::NR);
   const int kc_step = block_step(K, T::KC, 8);
   for (int pc = 0; pc < K; pc += kc_step)
     gemm_pack_b<T>(tb, B, size_t(ldb), pc, min_int(kc_step, K - pc), 0, N, dst + size_t(pc / T::kPack) * npad);
@@ -204,7 +207,7 @@ void gemm_driver_packed_b(bool ta, int M, int n, int K, float alpha, const SA* A
                           const typename T::Packed* Bp, int N, int j0, float beta, float* C, int ldc) {
   if (M <= 0 || n <= 0) return;
   if (K <= 0) return gemm_scale_c(M, n, beta, C, size_t(ldc));
-  const size_t npad = size_t(N + T::NR - 1) / T::NR * T::NR;
+  const size_t npad = round_up(N, T::NR);
   alignas(64) typename T::Packed Ap[T::MC * T::KC / T::kPack];
   const bool direct_a = T::kDirectAPanels > 0 && !ta && n <= T::kDirectAPanels * T::NR;
   const int kc_step = block_step(K, T::KC, 8), mc_step = block_step(M, T::MC, T::MR);
@@ -235,16 +238,10 @@ void gemm_driver_packed_b(bool ta, int M, int n, int K, float alpha, const SA* A
 // micro-panels of MR rows (zero past M) at pc / kPack * Mpad, the panel of row i (a multiple of
 // MR) at + i * depth: gemm_pack_a's panels, so the bits of gemm_driver outside its small-M path.
 template <class T>
-size_t gemm_packed_a_elems(int M, int K) {
-  const size_t mpad = size_t(M + T::MR - 1) / T::MR * T::MR;
-  const int kc_step = block_step(K, T::KC, 8);
-  size_t depth = 0;
-  for (int pc = 0; pc < K; pc += kc_step) depth += size_t(min_int(kc_step, K - pc) + T::kPack - 1) / T::kPack;
-  return depth * mpad;
-}
+size_t gemm_packed_a_elems(int M, int K) { return gemm_packed_depth<T>(K) * round_up(M, T::MR); }
 template <class T, class SA>
 void gemm_pack_a_all(bool ta, int M, int K, const SA* A, int lda, typename T::Packed* dst) {
-  const size_t mpad = size_t(M + T::MR - 1) / T::MR * T::MR;
+  const size_t mpad = round_up(M, T::MR);
   const int kc_step = block_step(K, T::KC, 8);
   for (int pc = 0; pc < K; pc += kc_step)
     gemm_pack_a<T>(ta, A, size_t(lda), 0, M, pc, min_int(kc_step, K - pc), dst + size_t(pc / T::kPack) * mpad);
@@ -258,7 +255,7 @@ void gemm_driver_packed_a(bool tb, int m, int N, int K, float alpha, const typen
   const int M = m;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return gemm_scale_c(M, N, beta, C, size_t(ldc));
-  const size_t mpad = size_t(Mall + T::MR - 1) / T::MR * T::MR;
+  const size_t mpad = round_up(Mall, T::MR);
   alignas(64) typename T::Packed Bp[T::KC / T::kPack * T::NC];
   const int kc_step = block_step(K, T::KC, 8);
   for (int jc = 0; jc < N; jc += T::NC) {
