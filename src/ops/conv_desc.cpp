@@ -24,8 +24,6 @@ ConvAlgo nchw_algo(const ConvShape& s) {
   return ConvAlgo::gemm;
 }
 
-size_t gemm_a_block(const Kernels& k, const ConvShape& s) { return conv2d_gemm_a_block(k, s); }
-
 // The packed format and size for an algorithm (packing on: an fp32 inference plan). The GEMM
 // panels only where the table's GEMM packs at all (not the scalar reference, which reads its
 // operands in place); dw_dense's maps on every table (building them is the cost either way).
@@ -35,11 +33,11 @@ void choose_format(ConvDesc& d, const ConvShape& s, const Kernels& k) {
   switch (d.algo) {
     case ConvAlgo::gemm:
     case ConvAlgo::batched_im2col:
-      if (size_t blk = gemm_a_block(k, s)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk * s.groups;
+      if (size_t blk = conv2d_gemm_a_block(k, s)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk * s.groups;
       break;
     case ConvAlgo::batched_pointwise:  // a batch of single pixels reads op(B) = w^T; more, op(A) = w
       if (s.P * s.Q == 1) d.weight_format = WeightFormat::gemm_b, d.packed_elems = k.pack_b(true, s.C, s.K, nullptr, s.C, nullptr);
-      else if (size_t blk = gemm_a_block(k, s)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk;
+      else if (size_t blk = conv2d_gemm_a_block(k, s)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk;
       break;
     case ConvAlgo::dw_dense:
     case ConvAlgo::nhwc_dw_dense:
@@ -79,7 +77,6 @@ const char* conv_algo_name(ConvAlgo a) {
   }
   return "none";
 }
-bool conv_algo_nhwc(ConvAlgo a) { return a >= ConvAlgo::nhwc_gemm && a != ConvAlgo::none; }
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {
@@ -159,7 +156,7 @@ size_t conv2d_weight_bytes_per_call(const ConvDesc& d, const ConvShape& s, const
       if (PQ == 1) return packs_b(size_t(s.N)) ? wbytes : 0;
       return NP <= 4 ? 0 : packs_a(NP) ? wbytes : 0;
     case ConvAlgo::dw_dense:
-    case ConvAlgo::nhwc_dw_dense: return size_t(s.C) * s.K / s.C * PQ * s.H * s.W * 4;  // fp32 maps
+    case ConvAlgo::nhwc_dw_dense: return size_t(s.K) * PQ * s.H * s.W * 4;  // fp32 maps
     case ConvAlgo::direct_s1: {  // the fast tables' short-reduction kernel transposes its weight per sample
       const ConvS1 g{s.C, s.K, s.H + 2 * s.pad_h, s.W + 2 * s.pad_w, s.R, s.S, s.P, s.Q};
       return k.gemm_packs && conv_s1_cl_fits(g) ? size_t(s.N) * wbytes : 0;

@@ -52,7 +52,6 @@ enum class ConvAlgo : uint8_t {
   none,               // no algorithm in this layout (grouped, not depthwise, in nhwc)
 };
 const char* conv_algo_name(ConvAlgo a);  // "im2col-gemm", "direct-s1", "nhwc-im2col", ...
-bool conv_algo_nhwc(ConvAlgo a);
 
 // The weight the calls read: as stored (PyTorch's [K, C/G, R, S]), or packed once into
 // Kernels::pack_a panels (the weight is the GEMM's op(A): nchw, one block per group), pack_b panels
