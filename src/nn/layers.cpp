@@ -117,7 +117,7 @@ class Conv2d final : public Layer {
   }
   // The packed weight (f32 plans), 64-byte aligned in the arena.
   size_t saved_bytes(int, int, DType dt) const override {
-    return dt == DType::f32 && planned_ ? (desc_.packed_elems + 15) / 16 * 16 * sizeof(float) : 0;
+    return dt == DType::f32 && planned_ ? WeightPack::bytes(desc_.packed_elems) : 0;
   }
   std::string saved_what() const override { return "packed weight"; }
   bool takes_post_act() const override {
@@ -165,17 +165,11 @@ class Conv2d final : public Layer {
   // weight is another copy: a fold), or null where the descriptor reads it as stored.
   const float* packed(const ops::Exec& e, const Bufs& b) {
     if (!planned_ || !desc_.packed_elems || !b.saved) return nullptr;
-    float* wp = p<float>(b.saved);
-    if (packed_version_ != b.param_version || packed_from_ != b.w) {
-      ops::conv2d_pack(e.k, desc_, wp, p<float>(b.w), shape(b.batch), p<float>(b.ws));
-      packed_version_ = b.param_version, packed_from_ = b.w;
-    }
-    return wp;
+    return pack_.get(b, [&](float* wp) { ops::conv2d_pack(e.k, desc_, wp, p<float>(b.w), shape(b.batch), p<float>(b.ws)); });
   }
   ops::ConvDesc desc_;
   bool planned_ = false;
-  uint64_t packed_version_ = ~uint64_t(0);
-  const void* packed_from_ = nullptr;
+  WeightPack pack_;
 };
 
 class Linear final : public Layer {
@@ -220,7 +214,7 @@ class Linear final : public Layer {
   std::string saved_what() const override { return packed_elems_ ? "packed weight" : "sparse-input state"; }
   size_t saved_bytes(int batch, int threads, DType dt) const override {
     if (dt != DType::f32) return 0;
-    return packed_elems_ ? (packed_elems_ + 15) / 16 * 16 * sizeof(float)
+    return packed_elems_ ? WeightPack::bytes(packed_elems_)
                          : ops::linear_sp_saved_bytes(batch, in_.c, spec_.out, threads);
   }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
@@ -230,11 +224,7 @@ class Linear final : public Layer {
       return;
     }
     if (packed_elems_ && b.saved && b.dt == DType::f32 && !e.bf16) {
-      float* wp = p<float>(b.saved);
-      if (packed_version_ != b.param_version || packed_from_ != b.w) {
-        ops::linear_pack(e.k, wp, p<float>(b.w), in_.c, spec_.out);
-        packed_version_ = b.param_version, packed_from_ = b.w;
-      }
+      const float* wp = pack_.get(b, [&](float* to) { ops::linear_pack(e.k, to, p<float>(b.w), in_.c, spec_.out); });
       ops::linear_fwd_packed(e, p<float>(b.y), p<float>(b.x), wp, p<float>(b.b), n, in_.c, spec_.out);
       if (b.bg) ops::linear_bg_fwd(e, p<float>(b.y), *b.bg, p<float>(b.w), n, spec_.out);
       return;
@@ -266,8 +256,7 @@ class Linear final : public Layer {
 
  private:
   size_t packed_elems_ = 0;  // floats of the packed weight (an inference plan's), 0: none
-  uint64_t packed_version_ = ~uint64_t(0);
-  const void* packed_from_ = nullptr;
+  WeightPack pack_;
 };
 
 // Linear over the channels at each position (torchvision's channels-last Linear): a 1x1

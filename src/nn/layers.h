@@ -83,6 +83,27 @@ void dispatch(DType dt, F&& f) {
 template <class T> T* p(void* v) { return static_cast<T*>(v); }
 template <class T> const T* p(const void* v) { return static_cast<const T*>(v); }
 
+// A weight a layer keeps packed in its saved buffer (an inference plan's, Layer::choose_algorithm's
+// pack): get() returns it, packing it again (pack(dst)) when the parameters moved
+// (Bufs::param_version) or the weight is another copy (a fold's).
+class WeightPack {
+ public:
+  template <class Pack>
+  const float* get(const Bufs& b, Pack&& pack) {
+    float* wp = static_cast<float*>(b.saved);
+    if (version_ != b.param_version || from_ != b.w) {
+      pack(wp);
+      version_ = b.param_version, from_ = b.w;
+    }
+    return wp;
+  }
+  static size_t bytes(size_t floats) { return (floats + 15) / 16 * 16 * sizeof(float); }  // 64-byte steps
+
+ private:
+  uint64_t version_ = ~uint64_t(0);
+  const void* from_ = nullptr;
+};
+
 class Layer {
  public:
   explicit Layer(const LayerSpec& spec) : spec_(spec) {}
