@@ -37,20 +37,27 @@ size_t linear_fwd_workspace_upto(int batch, int C, int K, int threads) {
 
 namespace {
 bool many_rows(int N, int K, int P) { return N >= 2 * kBiasChunkRows * P && N >= K; }
-// out = x w^T in chunks of kBiasChunkRows rows, threads taking 8-aligned row ranges; epi(first
-// row, rows) after each chunk's GEMM, while it is in cache.
-template <class Epi>
-void chunked_rows(const Exec& e, float* out, const float* x, Bf16Operand w, int N, int C, int K, Epi&& epi) {
-  const int P = e.pool.size();
+// The next chunk of `left` rows: kBiasChunkRows, or all of them when fewer than two chunks are left.
+int64_t chunk_len(int64_t left) { return left < 2 * kBiasChunkRows ? left : kBiasChunkRows; }
+// Rows [0, N) in chunks of kBiasChunkRows, threads taking 8-aligned row ranges: gemm(first row,
+// rows) then epi(first row, rows) for each chunk, while it is in cache. The last chunk takes the
+// tail: no chunk is short enough for the GEMM's small-M path.
+template <class Gemm, class Epi>
+void each_row_chunk(const Exec& e, int N, Gemm&& gemm, Epi&& epi) {
   e.pool.run([&](int t) {
-    const Range r = split_range_aligned(N, t, P, 8);
+    const Range r = split_range_aligned(N, t, e.pool.size(), 8);
     for (int64_t i = r.begin, m = 0; i < r.end; i += m) {
-      // The last chunk takes the tail: no chunk is short enough for the GEMM's small-M path.
-      m = r.end - i < 2 * kBiasChunkRows ? r.end - i : kBiasChunkRows;
-      gemm_w(e, false, true, int(m), K, C, 1.f, {x + i * C}, C, w, C, 0.f, out + i * K, K);
+      m = chunk_len(r.end - i);
+      gemm(i, int(m));
       epi(i, int(m));
     }
   });
+}
+// out = x w^T that way.
+template <class Epi>
+void chunked_rows(const Exec& e, float* out, const float* x, Bf16Operand w, int N, int C, int K, Epi&& epi) {
+  each_row_chunk(e, N, [&](int64_t i, int m) { gemm_w(e, false, true, m, K, C, 1.f, {x + i * C}, C, w, C, 0.f, out + i * K, K); },
+                 epi);
 }
 }  // namespace
 
@@ -151,14 +158,8 @@ void linear_fwd_packed(const Exec& e, float* y, const float* x, const float* wp,
     });
     return epi(0, N);
   }
-  e.pool.run([&](int t) {
-    const Range r = split_range_aligned(N, t, P, 8);
-    for (int64_t i = r.begin, m = 0; i < r.end; i += m) {
-      m = std::min<int64_t>(r.end - i, kBiasChunkRows);
-      e.k.sgemm_packed_b(false, int(m), K, C, 1.f, x + i * C, C, wp, K, 0, 0.f, out + i * K, K);
-      epi(i, int(m));
-    }
-  });
+  each_row_chunk(e, N, [&](int64_t i, int m) { e.k.sgemm_packed_b(false, m, K, C, 1.f, x + i * C, C, wp, K, 0, 0.f, out + i * K, K); },
+                 epi);
 }
 
 size_t linear_weight_bytes_per_call(const Kernels& k, int N, int C, int K, int threads, bool bf16, bool bias) {
@@ -168,7 +169,7 @@ size_t linear_weight_bytes_per_call(const Kernels& k, int N, int C, int K, int t
     size_t gemms = 0;
     for (int t = 0; t < threads; ++t) {
       const Range r = split_range_aligned(N, t, threads, 8);
-      for (int64_t i = r.begin, m = 0; i < r.end; i += m, ++gemms) m = r.end - i < 2 * kBiasChunkRows ? r.end - i : kBiasChunkRows;
+      for (int64_t i = r.begin; i < r.end; i += chunk_len(r.end - i)) ++gemms;
     }
     return gemms * once;
   }
