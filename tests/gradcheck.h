@@ -25,7 +25,7 @@ inline ConvShape conv(int N, int C, int H, int W, int K, int R, int S, int sh, i
 
 inline std::vector<Isa> isas() {
   std::vector<Isa> v;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx})
     if (isa_supported(i)) v.push_back(i);
   return v;
 }

@@ -30,14 +30,14 @@ struct AmxSupport {
 AmxSupport amx_support();
 
 struct KernelSet {
-  const char* name = "";         // "scalar", "avx2", "avx512"
+  const char* name = "";         // "scalar", "avx2", "avx512", "amx"
   bool supported = false;        // this CPU runs it; the fields below are empty (0) when not
   const char* bf16_path = "";    // how bf16 matrix products run (ember info)
-  int bf16_rate = 0;             // bf16 products per fp32 FMA: 2 native (AVX512_BF16), 1 emulated
+  int bf16_rate = 0;             // bf16 products per fp32 FMA: 16 AMX tiles, 2 AVX512_BF16, 1 emulated
   const char* bit_kernels = "";  // the binarized nets' kernels ("avx512-vpopcntdq", ...)
 };
 
-// Every kernel set, best last (scalar, avx2, avx512), supported or not.
+// Every kernel set, best last (scalar, avx2, avx512, amx), supported or not.
 std::vector<KernelSet> kernel_sets();
 // The best set this CPU supports.
 KernelSet best_kernel_set();
@@ -46,11 +46,11 @@ KernelSet best_kernel_set();
 KernelSet resolve_kernel_set(std::string_view name, const std::string& what);
 
 // One kernel-table entry and what it runs on each set, in kernel_sets()' order: the set's own
-// code ("avx2", "avx512"), "avx512_bf16", "reference" (the scalar reference), "-" (none: the op
+// code ("avx2", "avx512"), "avx512_bf16", "amx_bf16", "reference" (the scalar reference), "-" (none: the op
 // takes another path) or "?" (a set this CPU lacks).
 struct KernelTableRow {
   const char* entry = "";
-  const char* by_set[3] = {"", "", ""};
+  const char* by_set[4] = {"", "", "", ""};
 };
 std::vector<KernelTableRow> kernel_table();
 

@@ -36,8 +36,11 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 int hw_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
 
 // FMA peak of `threads` threads: every thread runs the ISA's FMA loop at once for ~0.2 s.
-double fma_peak(Isa isa, int threads) {
-  const Kernels& k = kernels_for(isa);
+// The same with the tile loop on the amx set (amx_peak).
+double loop_peak(FmaLoopFn loop, int threads);
+double fma_peak(Isa isa, int threads) { return loop_peak(kernels_for(isa).fma_loop, threads); }
+double amx_peak(Isa isa, int threads) { return isa == Isa::amx ? loop_peak(amx_loop, threads) : 0.0; }
+double loop_peak(FmaLoopFn loop, int threads) {
   ThreadPool pool(threads);
   float sink[256] = {};
   int64_t iters = 1 << 16;
@@ -47,7 +50,7 @@ double fma_peak(Isa isa, int threads) {
   for (int runs = 0; runs < 5;) {
     double flops[256] = {};
     const auto t0 = Clock::now();
-    pool.run([&](int t) { flops[t] = k.fma_loop(iters, &sink[t]); });
+    pool.run([&](int t) { flops[t] = loop(iters, &sink[t]); });
     const double s = since(t0);
     if (s < 0.05) {  // grow until one run takes long enough to time
       iters *= s < 0.005 ? 8 : 2;
@@ -357,6 +360,8 @@ BenchMachine measure_machine(const std::string& isa_text) {
   m.isa = isa_name(isa);
   m.peak_gflops_1t = fma_peak(isa, 1);
   m.peak_gflops = m.hw_threads > 1 ? fma_peak(isa, m.hw_threads) : m.peak_gflops_1t;
+  m.amx_peak_gflops_1t = amx_peak(isa, 1);
+  m.amx_peak_gflops = m.hw_threads > 1 ? amx_peak(isa, m.hw_threads) : m.amx_peak_gflops_1t;
   return m;
 }
 
@@ -374,12 +379,15 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
   auto threads_or = [&](int t) { return o.threads > 0 ? o.threads : t; };
   auto batch_or = [&](int b) { return o.batch > 0 ? o.batch : b; };
   auto peak = [&](int t) { return t == 1 ? machine.peak_gflops_1t : machine.peak_gflops_1t * t; };
+  auto bf16_peak = [&](int t) {  // the measured tile peak on amx, else the FMA peak times the bf16 rate
+    if (machine.amx_peak_gflops_1t > 0) return t == 1 ? machine.amx_peak_gflops_1t : machine.amx_peak_gflops_1t * t;
+    return kernels_for(isa).bf16_rate * peak(t);
+  };
   auto emit = [&](BenchResult r, bool int8 = false) {
     r.precision = int8 ? "int8" : precision_name(prec);
     // bf16 rows: against the bf16 peak (the FMA peak times the table's bf16 rate: 2 with VDPBF16PS)
     if (r.name.rfind("sbgemm", 0) == 0) r.precision = "bf16";
-    const double rate = r.precision == "bf16" ? kernels_for(isa).bf16_rate : 1;
-    if (r.gflops > 0) r.peak_pct = 100.0 * r.gflops / (rate * peak(r.threads));
+    if (r.gflops > 0) r.peak_pct = 100.0 * r.gflops / (r.precision == "bf16" ? bf16_peak(r.threads) : peak(r.threads));
     on_result(r);
   };
   const Model cnn = builtin_model("mnist-cnn"), mlp = builtin_model("mxnet-mlp");

@@ -47,7 +47,7 @@ AmxSupport amx_support() {
 }
 
 std::vector<KernelSet> kernel_sets() {
-  return {describe(Isa::scalar), describe(Isa::avx2), describe(Isa::avx512)};
+  return {describe(Isa::scalar), describe(Isa::avx2), describe(Isa::avx512), describe(Isa::amx)};
 }
 
 KernelSet best_kernel_set() { return describe(best_isa()); }
@@ -56,13 +56,15 @@ KernelSet resolve_kernel_set(std::string_view name, const std::string& what) {
   return describe(resolve_isa(name, what));
 }
 
+static_assert(kKernelSets == sizeof(KernelTableRow::by_set) / sizeof(char*), "ember/cpu.h names every kernel set");
+
 std::vector<KernelTableRow> kernel_table() {
   KernelRow rows[kKernelEntries];
   kernel_rows(rows);
   std::vector<KernelTableRow> out(kKernelEntries);
   for (int i = 0; i < kKernelEntries; ++i) {
     out[size_t(i)].entry = rows[i].entry;
-    for (int s = 0; s < 3; ++s) out[size_t(i)].by_set[s] = rows[i].by_set[s];
+    for (int s = 0; s < kKernelSets; ++s) out[size_t(i)].by_set[s] = rows[i].by_set[s];
   }
   return out;
 }

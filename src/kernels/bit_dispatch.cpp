@@ -10,6 +10,7 @@ bool bit_vpopcntdq_supported() { return isa_supported(Isa::avx512) && cpu_probe(
 
 const BitKernels& bit_kernels_for(Isa isa) {
   switch (isa) {
+    case Isa::amx:
     case Isa::avx512:
       if (bit_vpopcntdq_supported()) {
         static const BitKernels t = bit_kernels_avx512();

@@ -50,6 +50,7 @@ const char* isa_name(Isa isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::amx: return "amx";
   }
   return "?";
 }
@@ -58,6 +59,7 @@ bool parse_isa(std::string_view t, Isa* out) {
   if (t == "scalar") *out = Isa::scalar;
   else if (t == "avx2") *out = Isa::avx2;
   else if (t == "avx512") *out = Isa::avx512;
+  else if (t == "amx") *out = Isa::amx;
   else return false;
   return true;
 }
@@ -70,11 +72,18 @@ bool isa_supported(Isa isa) {
       const CpuProbe& p = cpu_probe();
       return p.avx512f && p.avx512bw && p.avx512vl && p.avx512dq;
     }
+    case Isa::amx: {
+      const CpuProbe& p = cpu_probe();
+      if (!isa_supported(Isa::avx512) || !p.avx512_bf16 || !p.amx_bf16 || !amx_usable(p)) return false;
+      static const bool holds = amx_tiles_hold_state();  // checked once, the first time it is asked
+      return holds;
+    }
   }
   return false;
 }
 
 Isa best_isa() {
+  if (isa_supported(Isa::amx)) return Isa::amx;
   if (isa_supported(Isa::avx512)) return Isa::avx512;
   if (isa_supported(Isa::avx2)) return Isa::avx2;
   return Isa::scalar;
@@ -84,7 +93,7 @@ Isa resolve_isa(std::string_view text, const std::string& what) {
   if (text.empty()) return best_isa();
   Isa isa;
   const std::string shown(text.substr(0, 60));
-  if (!parse_isa(text, &isa)) throw Error(what + ": expected scalar, avx2 or avx512, found '" + shown + "'");
+  if (!parse_isa(text, &isa)) throw Error(what + ": expected scalar, avx2, avx512 or amx, found '" + shown + "'");
   if (!isa_supported(isa))
     throw Error(what + ": this CPU does not support " + shown + " (best available: " + isa_name(best_isa()) + ")");
   return isa;
@@ -170,6 +179,15 @@ Kernels with_references(Kernels k) {
   return k;
 }
 #undef EMBER_FROM_REFERENCE
+
+// The AMX table: the avx512 one (references filled) with the bf16 matrix products on tiles.
+Kernels amx_table() {
+  Kernels k = with_references(fast_kernels_avx512());
+  k.isa = Isa::amx;
+  set_bf16_entries(k, {sbgemm_amx, sgemm_bf16_amx, gemm_bf16_mixed_amx, k.cvt_f32_bf16, k.cvt_bf16_f32,
+                       "amx_bf16 (TDPBF16PS tiles: 16x16x32 bf16 products per instruction)", 16});
+  return k;
+}
 }  // namespace
 
 const Kernels& kernels_for(Isa isa) {
@@ -182,6 +200,10 @@ const Kernels& kernels_for(Isa isa) {
     }
     case Isa::avx512: {
       static const Kernels t = with_references(fast_kernels_avx512());
+      return t;
+    }
+    case Isa::amx: {
+      static const Kernels t = amx_table();
       return t;
     }
     default: {
@@ -209,25 +231,33 @@ bool is_avx512_bf16(const void* f) {
     if (f == b) return true;
   return false;
 }
-const char* origin(Isa isa, const void* f, const void* ref) {
+bool is_amx(const void* f) {
+  return f == reinterpret_cast<const void*>(sbgemm_amx) || f == reinterpret_cast<const void*>(sgemm_bf16_amx) ||
+         f == reinterpret_cast<const void*>(gemm_bf16_mixed_amx);
+}
+// avx512: the avx512 table's entry, which the amx table shares where it has no tile kernel.
+const char* origin(Isa isa, const void* f, const void* ref, const void* avx512) {
   if (!isa_supported(isa)) return "?";
   if (!f) return "-";
   if (isa != Isa::scalar && f == ref) return "reference";
+  if (isa == Isa::amx && f == avx512 && !is_avx512_bf16(f)) return "avx512";
   if (is_avx512_bf16(f)) return "avx512_bf16";
+  if (is_amx(f)) return "amx_bf16";
   return isa_name(isa);
 }
 }  // namespace
 
 void kernel_rows(KernelRow (&rows)[kKernelEntries]) {
-  const Isa sets[3] = {Isa::scalar, Isa::avx2, Isa::avx512};
-  const Kernels* t[3];
-  for (int i = 0; i < 3; ++i) t[i] = isa_supported(sets[i]) ? &kernels_for(sets[i]) : nullptr;
+  const Isa sets[kKernelSets] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx};
+  const Kernels* t[kKernelSets];
+  for (int i = 0; i < kKernelSets; ++i) t[i] = isa_supported(sets[i]) ? &kernels_for(sets[i]) : nullptr;
   int n = 0;
 #define EMBER_ROW(name)                                                                                      \
   rows[n].entry = #name;                                                                                     \
-  for (int i = 0; i < 3; ++i)                                                                                \
+  for (int i = 0; i < kKernelSets; ++i)                                                                      \
     rows[n].by_set[i] = origin(sets[i], t[i] ? reinterpret_cast<const void*>(t[i]->name) : nullptr,          \
-                               reinterpret_cast<const void*>(t[0]->name));                                   \
+                               reinterpret_cast<const void*>(t[0]->name),                                    \
+                               t[2] ? reinterpret_cast<const void*>(t[2]->name) : nullptr);                  \
   ++n;
   EMBER_KERNEL_ENTRIES(EMBER_ROW)
 #undef EMBER_ROW

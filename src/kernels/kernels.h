@@ -10,13 +10,16 @@
 
 namespace ember {
 
-enum class Isa { scalar, avx2, avx512 };
+// The kernel sets, best last. amx is the avx512 table with its bf16 matrix products on AMX tiles.
+enum class Isa { scalar, avx2, avx512, amx };
+constexpr int kKernelSets = 4;
 
 const char* isa_name(Isa isa);
-// Parses "scalar", "avx2", "avx512"; returns false on anything else.
+// Parses "scalar", "avx2", "avx512", "amx"; returns false on anything else.
 bool parse_isa(std::string_view text, Isa* out);
 // What the CPU running this process supports (the one probe, kernels/cpu_probe.h): avx2 needs
-// AVX2 and FMA, avx512 AVX-512 F, BW, VL and DQ.
+// AVX2 and FMA, avx512 AVX-512 F, BW, VL and DQ; amx also AVX512_BF16, AMX-BF16, the tile
+// permission and tiles that keep their contents across preemption (amx_tiles_hold_state).
 bool isa_supported(Isa isa);
 // The best ISA the CPU supports.
 Isa best_isa();
@@ -404,14 +407,15 @@ inline void set_bf16_entries(Kernels& k, const Bf16Entries& b) {
 // The table for an ISA (static, immutable). The ISA must be supported by the CPU.
 const Kernels& kernels_for(Isa isa);
 
-// What each function entry of Kernels runs on each kernel set: by_set[scalar, avx2, avx512] is
+// What each function entry of Kernels runs on each kernel set: by_set[scalar, avx2, avx512, amx] is
 // the set's own code ("avx2", "avx512"), "avx512_bf16" (VDPBF16PS: only with AVX512_BF16),
+// "amx_bf16" (TDPBF16PS tiles),
 // "reference" (the scalar reference, the fallback of a set without its own), "-" (none: the op
 // takes another path) or "?" (a set this CPU lacks: its table is never built). ember info
 // --kernels prints them; a test fails where avx512 has its own code and avx2 does not.
 struct KernelRow {
   const char* entry;
-  const char* by_set[3];
+  const char* by_set[kKernelSets];
 };
 constexpr int kKernelEntries = 53;
 void kernel_rows(KernelRow (&rows)[kKernelEntries]);
@@ -489,6 +493,17 @@ void conv_relu_pool_avx512bf16(float* y, int8_t* code, const float* xp, const fl
                                const ConvS1& d, float* ws);
 void dw_fwd_bf16_avx512bf16(float* y, const float* x, const float* w, const float* b, const DwShape& d,
                             float* scratch);
+// AMX (x86/sbgemm_amx.cpp): the bf16 GEMMs on TDPBF16PS tiles, and the start-up check that this
+// machine keeps tile contents across preemption (some VMs have been reported not to).
+void sbgemm_amx(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+                int ldb, float beta, float* C, int ldc);
+void sgemm_bf16_amx(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                    int ldb, float beta, float* C, int ldc);
+void gemm_bf16_mixed_amx(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda, Bf16Operand B,
+                         int ldb, float beta, float* C, int ldc);
+bool amx_tiles_hold_state();
+// The tile peak's loop (FmaLoopFn): register-only TDPBF16PS on 2x2 accumulator tiles.
+double amx_loop(int64_t iters, float* sink);
 void dw_bwd_bf16_avx512bf16(float* dx, float* dw, const float* dy, const float* x, const float* w,
                             const DwShape& d, float* scratch);
 

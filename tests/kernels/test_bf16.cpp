@@ -83,7 +83,7 @@ std::vector<Cvt> conversions() {
   if (isa_supported(Isa::avx2)) v.push_back({"avx2", cvt_f32_bf16_avx2, cvt_bf16_f32_avx2});
   if (isa_supported(Isa::avx512)) v.push_back({"avx512", cvt_f32_bf16_avx512, cvt_bf16_f32_avx512});
   if (cpu_has_avx512_bf16()) v.push_back({"avx512bf16", cvt_f32_bf16_avx512bf16, cvt_bf16_f32_avx512});
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx})
     if (isa_supported(isa)) v.push_back({std::string("table ") + isa_name(isa), kernels_for(isa).cvt_f32_bf16, kernels_for(isa).cvt_bf16_f32});
   return v;
 }
@@ -119,6 +119,7 @@ std::vector<Gemm> gemms() {
   if (isa_supported(Isa::avx2)) v.push_back({"f32_avx2", sbgemm_f32_avx2});
   if (isa_supported(Isa::avx512)) v.push_back({"f32_avx512", sbgemm_f32_avx512});
   if (cpu_has_avx512_bf16()) v.push_back({"avx512bf16", sbgemm_avx512bf16});
+  if (isa_supported(Isa::amx)) v.push_back({"amx", sbgemm_amx});
   return v;
 }
 
@@ -156,7 +157,8 @@ void check_gemm(const Gemm& g, bool ta, bool tb, int M, int N, int K, float alph
 
 TEST(Bf16, EveryGemmMatchesTheDoubleReferenceOnAwkwardShapes) {
   const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {8, 32, 2}, {9, 33, 3}, {17, 1, 300}, {2, 47, 129},
-                           {130, 70, 385}, {5, 600, 65}, {64, 64, 768}, {33, 530, 17}};
+                           {130, 70, 385}, {5, 600, 65}, {64, 64, 768}, {33, 530, 17},
+                           {300, 65, 1100}, {31, 1030, 47}, {257, 33, 515}};  // past AMX's K, M and N blocks
   std::mt19937 rng(3);
   for (const Gemm& g : gemms())
     for (auto& s : shapes)
@@ -193,7 +195,8 @@ TEST(Bf16, FloatOperandGemmsEqualTheBf16GemmOfTheRoundedCopies) {
     fs.push_back({"f32_avx512", sgemm_bf16_f32_avx512, sbgemm_f32_avx512, gemm_bf16_mixed_f32_avx512});
   if (cpu_has_avx512_bf16())
     fs.push_back({"avx512bf16", sgemm_bf16_avx512bf16, sbgemm_avx512bf16, gemm_bf16_mixed_avx512bf16});
-  const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {9, 33, 3}, {17, 1, 300}, {2, 47, 129}, {130, 70, 385}, {33, 530, 17}};
+  if (isa_supported(Isa::amx)) fs.push_back({"amx", sgemm_bf16_amx, sbgemm_amx, gemm_bf16_mixed_amx});
+  const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {9, 33, 3}, {17, 1, 300}, {2, 47, 129}, {130, 70, 385}, {33, 530, 17}, {257, 33, 515}};
   std::mt19937 rng(5);
   for (const F& f : fs)
     for (auto& sh : shapes)
@@ -256,16 +259,18 @@ TEST(Bf16, GemvMatchesTheDoubleReference) {
 }
 
 TEST(Bf16, TheTableNamesItsPath) {
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
     if (!isa_supported(isa)) continue;
     const Kernels& k = kernels_for(isa);
     ASSERT_NE(k.sbgemm, nullptr);
     ASSERT_NE(k.bf16_path, nullptr);
-    const bool native = isa == Isa::avx512 && cpu_has_avx512_bf16();
+    const bool native = isa == Isa::avx512 && cpu_has_avx512_bf16(), tiles = isa == Isa::amx;
     EXPECT_EQ(k.sbgemm == sbgemm_avx512bf16, native) << isa_name(isa);
     EXPECT_EQ(k.sgemm_bf16 == sgemm_bf16_avx512bf16, native) << isa_name(isa);
+    EXPECT_EQ(k.sbgemm == sbgemm_amx, tiles) << isa_name(isa);
+    EXPECT_EQ(k.gemm_bf16_mixed == gemm_bf16_mixed_amx, tiles) << isa_name(isa);
     ASSERT_NE(k.sgemm_bf16, nullptr);
-    EXPECT_EQ(k.bf16_rate, native ? 2 : 1);
+    EXPECT_EQ(k.bf16_rate, tiles ? 16 : native ? 2 : 1);
   }
 }
 

@@ -82,9 +82,9 @@ TEST(ConvPoolBf16, MatchesTheRoundedDoubleReference) {
 }
 
 TEST(ConvPoolBf16, TheTableHasTheKernelWhereTheCpuHasAvx512Bf16) {
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
     if (!isa_supported(isa)) continue;
-    const bool native = isa == Isa::avx512 && cpu_has_avx512_bf16();
+    const bool native = (isa == Isa::avx512 || isa == Isa::amx) && cpu_has_avx512_bf16();
     EXPECT_EQ(kernels_for(isa).conv_s1_relu_pool_bf16 == conv_relu_pool_avx512bf16, native) << isa_name(isa);
     if (!native) EXPECT_EQ(kernels_for(isa).conv_s1_relu_pool_bf16, nullptr) << isa_name(isa);
   }

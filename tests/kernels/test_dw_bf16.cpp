@@ -54,7 +54,7 @@ struct Impl {
 };
 std::vector<Impl> impls() {
   std::vector<Impl> v;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx})
     if (isa_supported(isa)) v.push_back({isa_name(isa), kernels_for(isa).dw_fwd_bf16, kernels_for(isa).dw_bwd_bf16});
   if (isa_supported(Isa::avx512)) v.push_back({"avx512 loops", dw_fwd_bf16_avx512, dw_bwd_bf16_avx512});
   if (cpu_has_avx512_bf16()) v.push_back({"avx512bf16", dw_fwd_bf16_avx512bf16, dw_bwd_bf16_avx512bf16});

@@ -62,14 +62,14 @@ TEST(KernelTable, ScalarTableIsCompleteButTheBf16OnlyEntries) {
 
 // The fields that are not kernels: each fast table names its set and its bf16 path.
 TEST(KernelTable, FastTablesFillTheirPlainFields) {
-  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
     if (!isa_supported(isa)) continue;
     SCOPED_TRACE(isa_name(isa));
     const Kernels& k = kernels_for(isa);
     EXPECT_EQ(k.isa, isa);
     ASSERT_NE(k.bf16_path, nullptr);
     EXPECT_NE(std::string(k.bf16_path), "");
-    EXPECT_EQ(k.bf16_rate, isa == Isa::avx512 && cpu_has_avx512_bf16() ? 2 : 1);
+    EXPECT_EQ(k.bf16_rate, isa == Isa::amx ? 16 : isa == Isa::avx512 && cpu_has_avx512_bf16() ? 2 : 1);
   }
 }
 

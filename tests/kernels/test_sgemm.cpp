@@ -34,7 +34,7 @@ std::string describe(const Case& c) {
 
 std::vector<Isa> fast_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx})
     if (isa_supported(isa)) out.push_back(isa);
   return out;
 }
@@ -186,7 +186,7 @@ TEST(Sgemm, PackedOperandsAreBitIdenticalToThePerCallGemm) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   struct Shape { int M, N, K; };
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
     if (!isa_supported(isa)) continue;
     const Kernels& k = kernels_for(isa);
     for (const Shape sh : {Shape{5, 37, 19}, Shape{64, 64, 576}, Shape{300, 129, 600}, Shape{17, 2100, 9}, Shape{9, 64, 1}})

@@ -142,7 +142,7 @@ TEST(PlanBf16, SubnormalCountsMatchTheReference) {
   size_t want = 0;
   for (float v : x) want += std::fpclassify(v) == FP_SUBNORMAL;
   ASSERT_GT(want, 100u);
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
     if (!isa_supported(isa)) continue;
     for (size_t n : {size_t(0), size_t(1), size_t(17), x.size()}) {
       size_t w = 0;

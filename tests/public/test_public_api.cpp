@@ -45,9 +45,9 @@ TEST(EpochOrder, WithoutShuffleIsTheIdentity) {
 
 TEST(KernelSets, MatchTheKernelTables) {
   const std::vector<KernelSet> sets = kernel_sets();
-  const Isa isas[3] = {Isa::scalar, Isa::avx2, Isa::avx512};
-  ASSERT_EQ(sets.size(), 3u);
-  for (int i = 0; i < 3; ++i) {
+  const Isa isas[4] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx};
+  ASSERT_EQ(sets.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
     EXPECT_STREQ(sets[size_t(i)].name, isa_name(isas[i]));
     EXPECT_EQ(sets[size_t(i)].supported, isa_supported(isas[i]));
     if (!sets[size_t(i)].supported) continue;
@@ -66,7 +66,7 @@ TEST(KernelSets, ABadNameNamesWhereItCameFrom) {
     resolve_kernel_set("sse9", "--isa");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "--isa: expected scalar, avx2 or avx512, found 'sse9'");
+    EXPECT_EQ(std::string(e.what()), "--isa: expected scalar, avx2, avx512 or amx, found 'sse9'");
   }
 }
 
@@ -77,7 +77,7 @@ TEST(KernelTable, IsTheKernelRows) {
   ASSERT_EQ(table.size(), size_t(kKernelEntries));
   for (int i = 0; i < kKernelEntries; ++i) {
     EXPECT_STREQ(table[size_t(i)].entry, rows[i].entry);
-    for (int s = 0; s < 3; ++s) EXPECT_STREQ(table[size_t(i)].by_set[s], rows[i].by_set[s]);
+    for (int s = 0; s < 4; ++s) EXPECT_STREQ(table[size_t(i)].by_set[s], rows[i].by_set[s]);
   }
 }
 

@@ -25,7 +25,7 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
       ->capture_default_str();
   cmd->add_option("--batch-size", a.batch_size, "Batch size for every workload (default: each workload's own)")
       ->capture_default_str();
-  cmd->add_option("--isa", a.isa, "Kernel set: scalar, avx2 or avx512 (default: the best the CPU has)");
+  cmd->add_option("--isa", a.isa, "Kernel set: scalar, avx2, avx512 or amx (default: the best the CPU has)");
   cmd->add_option("--precision", a.precisions,
                   "fp32, bf16 or fp32,bf16: the model workloads' precision; with both, each runs in fp32 then bf16 "
                   "(side by side); the GEMM rows name theirs (sgemm-*, sbgemm-*)")
@@ -93,8 +93,12 @@ class Reporter {
     if (a.json) return;
     std::printf("ember %s bench on %s (%d hardware threads), kernels %s, data %s\n", kVersion, m.cpu.c_str(),
                 m.hw_threads, m.isa.c_str(), data.c_str());
-    std::printf("FMA peak (measured): %.1f GFLOP/s on 1 thread, %.1f on %d\n\n", m.peak_gflops_1t,
-                m.peak_gflops, m.hw_threads);
+    std::printf("FMA peak (measured): %.1f GFLOP/s on 1 thread, %.1f on %d\n", m.peak_gflops_1t, m.peak_gflops,
+                m.hw_threads);
+    if (m.amx_peak_gflops_1t > 0)  // bf16 rows' % peak is of it
+      std::printf("AMX peak (measured, TDPBF16PS): %.1f GFLOP/s on 1 thread, %.1f on %d\n", m.amx_peak_gflops_1t,
+                  m.amx_peak_gflops, m.hw_threads);
+    std::printf("\n");
     std::printf("%-14s %5s %7s %6s %12s %-10s %12s %9s %7s\n", "workload", "prec", "threads", "batch", "value", "unit",
                 "samples/s", "GFLOP/s", "% peak");
     std::fflush(stdout);
@@ -124,7 +128,8 @@ class Reporter {
     nlohmann::json doc;
     doc["ember_version"] = kVersion;
     doc["machine"] = {{"cpu", m_.cpu}, {"hw_threads", m_.hw_threads}, {"isa", m_.isa},
-                      {"peak_gflops_1t", m_.peak_gflops_1t}, {"peak_gflops", m_.peak_gflops}};
+                      {"peak_gflops_1t", m_.peak_gflops_1t}, {"peak_gflops", m_.peak_gflops},
+                      {"amx_peak_gflops_1t", m_.amx_peak_gflops_1t}, {"amx_peak_gflops", m_.amx_peak_gflops}};
     doc["data"] = data_;
     doc["workloads"] = rows_;
     std::printf("%s\n", json_text(doc, 2).c_str());
@@ -161,7 +166,9 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
       double fps = 0;
       r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout, o.denormals); });
       r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
-      r.peak_pct = 100 * r.gflops / ((prec == Precision::bf16 ? rate : 1) * (r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops));
+      const double fma = r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops;
+      const double amx = r.threads == 1 ? m.amx_peak_gflops_1t : m.amx_peak_gflops;
+      r.peak_pct = 100 * r.gflops / (prec != Precision::bf16 ? fma : amx > 0 ? amx : rate * fma);
       rep.row(r);
     }
   }

@@ -76,7 +76,7 @@ void add_bitnet_bench_flags(CLI::App* cmd, BitnetBenchArgs& a) {
   cmd->add_option("--kind", a.kind, "Weights: binary or ternary")->capture_default_str();
   cmd->add_option("--mode", a.mode, "With threads > 1: channels (one example), examples (one per thread) or both")->capture_default_str();
   cmd->add_option("--min-time", a.min_time, "Seconds to time each configuration")->capture_default_str();
-  cmd->add_option("--isa", a.isa, "Kernel set: scalar, avx2 or avx512 (default: the best the CPU has)");
+  cmd->add_option("--isa", a.isa, "Kernel set: scalar, avx2, avx512 or amx (default: the best the CPU has)");
   cmd->add_flag("--no-oracle", a.no_oracle, "Skip the brute-force oracle line");
   cmd->add_flag("--json", a.json, "One JSON object per line instead of the table");
 }
@@ -216,7 +216,7 @@ void add_bitnet_train_flags(CLI::App* cmd, BitnetTrainArgs& a) {
   cmd->add_option("--limit-train", a.o.limit_train, "Use only the first N training images (0: all)")->capture_default_str();
   cmd->add_option("--limit-test", a.o.limit_test, "Use only the first N test images (0: all)")->capture_default_str();
   cmd->add_option("--threads", a.threads, "Worker threads")->capture_default_str();
-  cmd->add_option("--isa", a.o.isa, "Kernel set: scalar, avx2 or avx512 (default: the best the CPU has)");
+  cmd->add_option("--isa", a.o.isa, "Kernel set: scalar, avx2, avx512 or amx (default: the best the CPU has)");
   cmd->add_option("--seed", a.o.seed, "Random seed")->capture_default_str();
   cmd->add_flag("--json", a.json, "One JSON object per epoch instead of the table");
 }

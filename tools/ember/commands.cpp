@@ -155,7 +155,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--batch-size", a.batch_size, "Mini-batch size (default: the model's recipe)")
       ->capture_default_str();
   cmd->add_option("--threads", a.threads, "Worker threads")->capture_default_str();
-  cmd->add_option("--isa", a.isa, "Force a kernel set: scalar, avx2 or avx512 (default: best the CPU has; env EMBER_ISA)");
+  cmd->add_option("--isa", a.isa, "Force a kernel set: scalar, avx2, avx512 or amx (default: best the CPU has; env EMBER_ISA)");
   cmd->add_option("--precision", a.precision,
                   "fp32 or bf16: the matrix products' arithmetic (bf16: operands rounded to bf16, products summed "
                   "in fp32; LayerNorm, activations, the loss and the optimizer stay fp32); eval also takes int8")

@@ -115,9 +115,9 @@ void print_text(const std::vector<PlanDesc>& plans) {
 
 // ember info --kernels: one line per kernel-table entry, what it runs on each set (kernels.h).
 void print_kernel_rows(const std::vector<KernelSet>& sets) {
-  std::printf("\nkernel table (entry: scalar avx2 avx512; reference: the scalar reference; -: none, the op takes another path; ?: not on this CPU)\n");
+  std::printf("\nkernel table (entry: scalar avx2 avx512 amx; reference: the scalar reference; -: none, the op takes another path; ?: not on this CPU)\n");
   for (const KernelTableRow& r : kernel_table())
-    std::printf("  %-24s %-10s %-10s %s\n", r.entry, r.by_set[0], r.by_set[1], r.by_set[2]);
+    std::printf("  %-24s %-10s %-10s %-12s %s\n", r.entry, r.by_set[0], r.by_set[1], r.by_set[2], r.by_set[3]);
   std::printf("bit kernels (binarized nets):");
   for (const KernelSet& k : sets)
     if (k.supported) std::printf(" %s: %s", k.name, k.bit_kernels);

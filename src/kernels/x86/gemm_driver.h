@@ -16,6 +16,9 @@ namespace {
 //   using Packed;                    the element of a packed panel (float, or uint32: a bf16 pair)
 //   MR, NR, KC, MC, NC               register tile, depth, rows and columns of the packed blocks
 //   kPack                            k values per Packed element (a panel's depth is ceil(kc / kPack))
+//   kDepthUnit (optional, 1)         a panel's depth is rounded up to a multiple of it (zero padded):
+//                                    AMX tiles take 16 pairs of k at a time
+//   kKUnit (optional, 8)             the depth blocks' kc is a multiple of it (but the last)
 //   kDirectAPanels                   op(A) = A is read in place, not packed, when N <= this * NR (0: never)
 //   kReadBInPlace                    op(B) = B is read in place when all rows fit one block (M <= MC)
 //   using SmallM                     the SIMD traits of the small-M path (gemm_small.h), or void: none
@@ -24,6 +27,20 @@ namespace {
 //   pack_b(tb, B, ldb, p0, kc, j0, nr, d)  one micro-panel of op(B): columns [j0, j0 + nr), nr <= NR
 //   micro_kernel<R, kDirectA, kDirectB>(depth, a, lda, b, ldb, C, ldc, edge, alpha, beta):
 //     C[R, NR] = alpha * a * b + beta * C (beta == 0: C not read), R <= MR rows of the tile
+// A panel's packed depth for kc values of k, and the depth block step for K.
+template <class T>
+constexpr int panel_depth(int kc) {
+  int unit = 1;
+  if constexpr (requires { T::kDepthUnit; }) unit = T::kDepthUnit;
+  return ((kc + T::kPack - 1) / T::kPack + unit - 1) / unit * unit;
+}
+template <class T>
+int kc_block_step(int K) {
+  int unit = 8;
+  if constexpr (requires { T::kKUnit; }) unit = T::kKUnit;
+  return block_step(K, T::KC, unit);
+}
+
 template <class SA, class SB>
 struct GemmCall {
   bool ta, tb;
@@ -60,7 +77,7 @@ void gemm_tile(int rows, int depth, const P* a, size_t lda, const P* b, size_t l
 template <class T, bool kDirectA, bool kDirectB, class P>
 void gemm_macro(int mc, int nc, int kc, const P* Ap, size_t lda, const P* Bp, size_t ldb, float* C, size_t ldc,
                 float alpha, float beta) {
-  const int depth = (kc + T::kPack - 1) / T::kPack;
+  const int depth = panel_depth<T>(kc);
   for (int jr = 0; jr < nc; jr += T::NR) {
     const typename T::Edge e = T::edge(min_int(T::NR, nc - jr));
     const P* b = Bp + (kDirectB ? (size_t)jr : (size_t)jr * depth);
@@ -76,13 +93,13 @@ void gemm_macro(int mc, int nc, int kc, const P* Ap, size_t lda, const P* Bp, si
 // op(B)[p0 : p0+kc, j0 : j0+nc] as micro-panels of NR columns (panel jr at dst + jr * depth).
 template <class T, class SA, class P>
 void gemm_pack_a(bool ta, const SA* A, size_t lda, int i0, int mc, int p0, int kc, P* dst) {
-  const size_t depth = (kc + T::kPack - 1) / T::kPack;
+  const size_t depth = panel_depth<T>(kc);
   for (int ir = 0; ir < mc; ir += T::MR)
     T::pack_a(ta, A, lda, i0 + ir, min_int(T::MR, mc - ir), p0, kc, dst + ir * depth);
 }
 template <class T, class SB, class P>
 void gemm_pack_b(bool tb, const SB* B, size_t ldb, int p0, int kc, int j0, int nc, P* dst) {
-  const size_t depth = (kc + T::kPack - 1) / T::kPack;
+  const size_t depth = panel_depth<T>(kc);
   for (int jr = 0; jr < nc; jr += T::NR)
     T::pack_b(tb, B, ldb, p0, kc, j0 + jr, min_int(T::NR, nc - jr), dst + jr * depth);
 }
@@ -90,8 +107,8 @@ void gemm_pack_b(bool tb, const SB* B, size_t ldb, int p0, int kc, int j0, int n
 // The packed buffers of one call (on the stack: kernels do not allocate) and its blocking.
 template <class T>
 struct GemmBlocks {
-  alignas(64) typename T::Packed Ap[T::MC * T::KC / T::kPack];
-  alignas(64) typename T::Packed Bp[T::KC / T::kPack * T::NC];
+  alignas(64) typename T::Packed Ap[T::MC * panel_depth<T>(T::KC)];
+  alignas(64) typename T::Packed Bp[panel_depth<T>(T::KC) * T::NC];
   bool direct_a;
   int kc_step, mc_step;
 };
@@ -169,22 +186,22 @@ void gemm_driver(bool ta, bool tb, int M, int N, int K, float alpha, const SA* A
       return sgemm_small_m<typename T::SmallM>(tb, M, N, K, alpha, A, g.lda, B, g.ldb, beta, C, g.ldc);
   GemmBlocks<T> w;
   w.direct_a = T::kDirectAPanels > 0 && !ta && N <= T::kDirectAPanels * T::NR;
-  w.kc_step = block_step(K, T::KC, 8);
+  w.kc_step = kc_block_step<T>(K);
   w.mc_step = block_step(M, T::MC, T::MR);
   if (M <= T::MC) return gemm_one_row_block(g, w);
   gemm_goto(g, w);
 }
 
 // A weight op(B) [K, N] packed once (a plan's pre-packed operand, Kernels::pack_b): for each depth
-// block pc of block_step(K, KC, 8) (the last may be shorter), ceil(N / NR) micro-panels of NR
-// columns, zero past N; the block starts at pc / kPack * Npad and the panel of column j (a multiple
+// block pc of kc_block_step (the last may be shorter), ceil(N / NR) micro-panels of NR
+// columns, zero past N; block b starts at b * panel_depth(kc_step) * Npad and the panel of column j (a multiple
 // of NR) at + j * depth. The same panels gemm_pack_b makes per call, so the same bits.
-// The packed depth of K (the depth blocks' ceil(kc / kPack), summed) and n rounded up to `unit`.
+// The packed depth of K (the depth blocks' panel_depth, summed) and n rounded up to `unit`.
 template <class T>
 size_t gemm_packed_depth(int K) {
-  const int kc_step = block_step(K, T::KC, 8);
+  const int kc_step = kc_block_step<T>(K);
   size_t depth = 0;
-  for (int pc = 0; pc < K; pc += kc_step) depth += size_t(min_int(kc_step, K - pc) + T::kPack - 1) / T::kPack;
+  for (int pc = 0; pc < K; pc += kc_step) depth += size_t(panel_depth<T>(min_int(kc_step, K - pc)));
   return depth;
 }
 inline size_t round_up(int n, int unit) { return size_t(n + unit - 1) / unit * unit; }
@@ -193,9 +210,9 @@ size_t gemm_packed_b_elems(int K, int N) { return gemm_packed_depth<T>(K) * roun
 template <class T, class SB>
 void gemm_pack_b_all(bool tb, int K, int N, const SB* B, int ldb, typename T::Packed* dst) {
   const size_t npad = round_up(N, T::NR);
-  const int kc_step = block_step(K, T::KC, 8);
+  const int kc_step = kc_block_step<T>(K);
   for (int pc = 0; pc < K; pc += kc_step)
-    gemm_pack_b<T>(tb, B, size_t(ldb), pc, min_int(kc_step, K - pc), 0, N, dst + size_t(pc / T::kPack) * npad);
+    gemm_pack_b<T>(tb, B, size_t(ldb), pc, min_int(kc_step, K - pc), 0, N, dst + size_t(pc / kc_step) * panel_depth<T>(kc_step) * npad);
 }
 
 // C[M, n] (C: column j0 of the product) = alpha * op(A) * columns [j0, j0 + n) of the packed op(B)
@@ -208,14 +225,14 @@ void gemm_driver_packed_b(bool ta, int M, int n, int K, float alpha, const SA* A
   if (M <= 0 || n <= 0) return;
   if (K <= 0) return gemm_scale_c(M, n, beta, C, size_t(ldc));
   const size_t npad = round_up(N, T::NR);
-  alignas(64) typename T::Packed Ap[T::MC * T::KC / T::kPack];
+  alignas(64) typename T::Packed Ap[T::MC * panel_depth<T>(T::KC)];
   const bool direct_a = T::kDirectAPanels > 0 && !ta && n <= T::kDirectAPanels * T::NR;
-  const int kc_step = block_step(K, T::KC, 8), mc_step = block_step(M, T::MC, T::MR);
+  const int kc_step = kc_block_step<T>(K), mc_step = block_step(M, T::MC, T::MR);
   for (int pc = 0; pc < K; pc += kc_step) {
     const int kc = min_int(kc_step, K - pc);
     const float b = pc == 0 ? beta : 1.0f;
-    const size_t depth = size_t(kc + T::kPack - 1) / T::kPack;
-    const typename T::Packed* Bb = Bp + size_t(pc / T::kPack) * npad + size_t(j0) * depth;
+    const size_t depth = panel_depth<T>(kc);
+    const typename T::Packed* Bb = Bp + size_t(pc / kc_step) * panel_depth<T>(kc_step) * npad + size_t(j0) * depth;
     for (int ic = 0; ic < M; ic += mc_step) {
       const int mc = min_int(mc_step, M - ic);
       if (!direct_a) gemm_pack_a<T>(ta, A, size_t(lda), ic, mc, pc, kc, Ap);
@@ -235,16 +252,16 @@ void gemm_driver_packed_b(bool ta, int M, int n, int K, float alpha, const SA* A
 }
 
 // A weight op(A) [M, K] packed once (Kernels::pack_a): for each depth block pc, ceil(M / MR)
-// micro-panels of MR rows (zero past M) at pc / kPack * Mpad, the panel of row i (a multiple of
+// micro-panels of MR rows (zero past M) at b * panel_depth(kc_step) * Mpad, the panel of row i (a multiple of
 // MR) at + i * depth: gemm_pack_a's panels, so the bits of gemm_driver outside its small-M path.
 template <class T>
 size_t gemm_packed_a_elems(int M, int K) { return gemm_packed_depth<T>(K) * round_up(M, T::MR); }
 template <class T, class SA>
 void gemm_pack_a_all(bool ta, int M, int K, const SA* A, int lda, typename T::Packed* dst) {
   const size_t mpad = round_up(M, T::MR);
-  const int kc_step = block_step(K, T::KC, 8);
+  const int kc_step = kc_block_step<T>(K);
   for (int pc = 0; pc < K; pc += kc_step)
-    gemm_pack_a<T>(ta, A, size_t(lda), 0, M, pc, min_int(kc_step, K - pc), dst + size_t(pc / T::kPack) * mpad);
+    gemm_pack_a<T>(ta, A, size_t(lda), 0, M, pc, min_int(kc_step, K - pc), dst + size_t(pc / kc_step) * panel_depth<T>(kc_step) * mpad);
 }
 // C[m, N] (C: row i0 of the product) = alpha * rows [i0, i0 + m) of the packed op(A) [M, K]
 // (i0 a multiple of MR) * op(B) + beta * C: op(B) packed per block as gemm_driver does (or read in
@@ -256,15 +273,15 @@ void gemm_driver_packed_a(bool tb, int m, int N, int K, float alpha, const typen
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return gemm_scale_c(M, N, beta, C, size_t(ldc));
   const size_t mpad = round_up(Mall, T::MR);
-  alignas(64) typename T::Packed Bp[T::KC / T::kPack * T::NC];
-  const int kc_step = block_step(K, T::KC, 8);
+  alignas(64) typename T::Packed Bp[panel_depth<T>(T::KC) * T::NC];
+  const int kc_step = kc_block_step<T>(K);
   for (int jc = 0; jc < N; jc += T::NC) {
     const int nc = min_int(T::NC, N - jc);
     for (int pc = 0; pc < K; pc += kc_step) {
       const int kc = min_int(kc_step, K - pc);
       const float b = pc == 0 ? beta : 1.0f;
-      const size_t depth = size_t(kc + T::kPack - 1) / T::kPack;
-      const typename T::Packed* Ab = Ap + size_t(pc / T::kPack) * mpad + size_t(i0) * depth;
+      const size_t depth = panel_depth<T>(kc);
+      const typename T::Packed* Ab = Ap + size_t(pc / kc_step) * panel_depth<T>(kc_step) * mpad + size_t(i0) * depth;
       bool direct_b = false;
       if constexpr (T::kReadBInPlace) direct_b = !tb && M <= T::MC;
       if (!direct_b) gemm_pack_b<T>(tb, B, size_t(ldb), pc, kc, jc, nc, Bp);

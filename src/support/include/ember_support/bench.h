@@ -44,6 +44,8 @@ struct BenchMachine {
   std::string isa;
   double peak_gflops_1t = 0;     // FMA loop, one thread
   double peak_gflops = 0;        // FMA loop, all hardware threads
+  double amx_peak_gflops_1t = 0; // the amx set only: TDPBF16PS loop (amx_loop), one thread; else 0
+  double amx_peak_gflops = 0;    // the same, all hardware threads
 };
 
 struct BenchResult {
@@ -55,7 +57,8 @@ struct BenchResult {
   double samples_per_s = 0;      // 0 where it does not apply
   double gflops = 0;             // 0 where it does not apply
   double peak_pct = 0;           // gflops against the peak of `threads` threads: the FMA peak, or
-                                 // for bf16 (sbgemm rows, bf16 plans) that times the table's bf16_rate
+                                 // for bf16 (sbgemm rows, bf16 plans) that times the table's bf16_rate,
+                                 // or on the amx set the measured AMX peak
   std::string precision = "fp32";  // the plan's precision (fp32, bf16, int8); the GEMM rows': their operands'
   std::string weights;           // the weight file it ran with (BenchOptions::weights), or empty
 };
