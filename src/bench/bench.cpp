@@ -35,11 +35,7 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 int hw_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
 
-// FMA peak of `threads` threads: every thread runs the ISA's FMA loop at once for ~0.2 s.
-// The same with the tile loop on the amx set (amx_peak).
-double loop_peak(FmaLoopFn loop, int threads);
-double fma_peak(Isa isa, int threads) { return loop_peak(kernels_for(isa).fma_loop, threads); }
-double amx_peak(Isa isa, int threads) { return isa == Isa::amx ? loop_peak(amx_loop, threads) : 0.0; }
+// The peak of `threads` threads running `loop` (an FmaLoopFn) at once for ~0.2 s.
 double loop_peak(FmaLoopFn loop, int threads) {
   ThreadPool pool(threads);
   float sink[256] = {};
@@ -63,6 +59,10 @@ double loop_peak(FmaLoopFn loop, int threads) {
   }
   return best;
 }
+
+// The FMA peak: the ISA's FMA loop; the AMX peak: the tile loop, on the amx set only (else 0).
+double fma_peak(Isa isa, int threads) { return loop_peak(kernels_for(isa).fma_loop, threads); }
+double amx_peak(Isa isa, int threads) { return isa == Isa::amx ? loop_peak(amx_loop, threads) : 0.0; }
 
 std::string cpu_name() {
   std::ifstream f("/proc/cpuinfo");
