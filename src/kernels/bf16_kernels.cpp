@@ -88,6 +88,26 @@ void gemm_bf16_mixed_ref(bool ta, bool tb, int M, int N, int K, float alpha, Bf1
                          Bf16Operand B, int ldb, float beta, float* C, int ldc) {
   by_operands(A, B, [&](auto a, auto b) { gemm_bf16_ref(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });
 }
+// The packed-weight bf16 GEMMs' reference: op(B) (or op(A)) itself, row-major, rounded to bf16.
+size_t pack_b_bf16_ref(bool tb, int K, int N, const float* B, int ldb, float* dst) {
+  for (int k = 0; dst && k < K; ++k)
+    for (int j = 0; j < N; ++j) dst[size_t(k) * N + j] = widen(tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j]);
+  return size_t(K) * N;
+}
+void gemm_bf16_packed_b_ref(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp, int N,
+                            int j0, float beta, float* C, int ldc) {
+  gemm_bf16_mixed_ref(ta, false, M, n, K, alpha, A, lda, {Bp + j0}, N, beta, C, ldc);
+}
+size_t pack_a_bf16_ref(bool ta, int M, int K, const float* A, int lda, float* dst) {
+  for (int i = 0; dst && i < M; ++i)
+    for (int k = 0; k < K; ++k) dst[size_t(i) * K + k] = widen(ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k]);
+  return size_t(M) * K;
+}
+void gemm_bf16_packed_a_ref(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                            int ldb, float beta, float* C, int ldc) {
+  (void)M;
+  gemm_bf16_mixed_ref(false, tb, m, N, K, alpha, {Ap + size_t(i0) * K}, K, B, ldb, beta, C, ldc);
+}
 void gemm_bf16_mixed_f32_avx2(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda,
                               Bf16Operand B, int ldb, float beta, float* C, int ldc) {
   by_operands(A, B, [&](auto a, auto b) { sbgemm_via_f32(sgemm_avx2, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc); });

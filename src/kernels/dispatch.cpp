@@ -27,7 +27,8 @@ void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, in
 void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int8_t* code, const float* xp,
                          const ConvS1& d, float* ws);
 void conv_s1_relu_pool_f32(float* y, int8_t* code, const float* xp, const float* w, const float* b,
-                           const ConvS1& d, float* ws);
+                           const ConvS1& d, float* ws, const float* wpk);
+size_t conv_relu_pool_pack_f32(float* dst, const float* w, const float* b, const ConvS1& d);
 void relu_maxpool2_bwd_f32(float* dx, const float* dy, const int32_t* code, int K, int P, int Q);
 void linear_t1_f32(float* y, const float* x, const float* wt, size_t ldw, const float* b, int C,
                    int K);
@@ -142,6 +143,7 @@ Kernels scalar_table() {
   k.conv_s1_wgrad = ref::conv_s1_wgrad_f32;
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
+  k.conv_s1_relu_pool_pack = ref::conv_relu_pool_pack_f32;
   k.conv_s1_pool_wgrad = ref::conv_pool_wgrad_f32;
   k.conv_pool_background = ref::conv_pool_background;
   k.relu_maxpool2_bwd = ref::relu_maxpool2_bwd_f32;
@@ -163,6 +165,7 @@ Kernels scalar_table() {
   k.fma_loop = ref::fma_loop;
   set_bf16_entries(k, {sbgemm_ref, sgemm_bf16_ref, gemm_bf16_mixed_ref, cvt_f32_bf16_ref, cvt_bf16_f32_ref,
                     "scalar reference (fp32 sums of exact bf16 products)", 1});
+  set_bf16_packed_entries(k, {pack_b_bf16_ref, gemm_bf16_packed_b_ref, pack_a_bf16_ref, gemm_bf16_packed_a_ref, 1, 1});
   return k;
 }
 // A fast table: the set's own table (its constructor sets every entry it has code for), with the
@@ -186,6 +189,7 @@ Kernels amx_table() {
   k.isa = Isa::amx;
   set_bf16_entries(k, {sbgemm_amx, sgemm_bf16_amx, gemm_bf16_mixed_amx, k.cvt_f32_bf16, k.cvt_bf16_f32,
                        "amx_bf16 (TDPBF16PS tiles: 16x16x32 bf16 products per instruction)", 16});
+  set_bf16_packed_entries(k, {pack_b_bf16_amx, gemm_bf16_packed_b_amx, pack_a_bf16_amx, gemm_bf16_packed_a_amx, 32, 32});
   return k;
 }
 }  // namespace
@@ -215,10 +219,10 @@ const Kernels& kernels_for(Isa isa) {
 
 // The static_asserts count Kernels' members against EMBER_KERNEL_ENTRIES (kernel_entries.h): an
 // entry added to the struct but not to the list fails the build (all are 8 bytes; isa, bf16_path,
-// bf16_rate, linear_sp_max_density and the five gemm_ ints take seven more slots with their padding).
+// bf16_rate, linear_sp_max_density, the five gemm_ and two bf16_ ints take eight more slots with their padding).
 #define EMBER_COUNT_ENTRY(name) +1
 static_assert(0 EMBER_KERNEL_ENTRIES(EMBER_COUNT_ENTRY) == kKernelEntries);
-static_assert(sizeof(Kernels) == (kKernelEntries + 7) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");
+static_assert(sizeof(Kernels) == (kKernelEntries + 8) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");
 
 namespace {
 // The entries that need AVX512_BF16 (set_bf16): they run on an avx512 table of such a CPU only.
@@ -226,14 +230,19 @@ bool is_avx512_bf16(const void* f) {
   const void* bf16[] = {reinterpret_cast<const void*>(sbgemm_avx512bf16), reinterpret_cast<const void*>(sgemm_bf16_avx512bf16),
                         reinterpret_cast<const void*>(gemm_bf16_mixed_avx512bf16), reinterpret_cast<const void*>(cvt_f32_bf16_avx512bf16),
                         reinterpret_cast<const void*>(gemv_bf16_avx512bf16), reinterpret_cast<const void*>(conv_relu_pool_avx512bf16),
-                        reinterpret_cast<const void*>(dw_fwd_bf16_avx512bf16), reinterpret_cast<const void*>(dw_bwd_bf16_avx512bf16)};
+                        reinterpret_cast<const void*>(conv_relu_pool_pack_avx512bf16),
+                        reinterpret_cast<const void*>(dw_fwd_bf16_avx512bf16), reinterpret_cast<const void*>(dw_bwd_bf16_avx512bf16),
+                        reinterpret_cast<const void*>(pack_b_bf16_avx512bf16), reinterpret_cast<const void*>(gemm_bf16_packed_b_avx512bf16),
+                        reinterpret_cast<const void*>(pack_a_bf16_avx512bf16), reinterpret_cast<const void*>(gemm_bf16_packed_a_avx512bf16)};
   for (const void* b : bf16)
     if (f == b) return true;
   return false;
 }
 bool is_amx(const void* f) {
   return f == reinterpret_cast<const void*>(sbgemm_amx) || f == reinterpret_cast<const void*>(sgemm_bf16_amx) ||
-         f == reinterpret_cast<const void*>(gemm_bf16_mixed_amx);
+         f == reinterpret_cast<const void*>(gemm_bf16_mixed_amx) || f == reinterpret_cast<const void*>(pack_b_bf16_amx) ||
+         f == reinterpret_cast<const void*>(gemm_bf16_packed_b_amx) || f == reinterpret_cast<const void*>(pack_a_bf16_amx) ||
+         f == reinterpret_cast<const void*>(gemm_bf16_packed_a_amx);
 }
 // avx512: the avx512 table's entry, which the amx table shares where it has no tile kernel.
 const char* origin(Isa isa, const void* f, const void* ref, const void* avx512) {

@@ -79,6 +79,16 @@ using GemvBf16Fn = void (*)(float* y, int ldy, const float* x, int ldx, const ui
 // holds exactly the rounding packing would do), half the bytes read for that operand.
 using GemmBf16MixedFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float alpha, Bf16Operand A,
                                  int lda, Bf16Operand B, int ldb, float beta, float* C, int ldc);
+// A bf16 plan's weight packed once (PackBFn / PackAFn signatures: Kernels::pack_b_bf16,
+// pack_a_bf16): rounded to bf16 into the table's bf16 GEMM panels, 32-bit elements (bf16 pairs
+// along k where the table multiplies bf16: AVX512_BF16, AMX; the fp32 panels of the rounded values
+// where it widens bf16 to fp32). The GEMMs that read them take the other operand fp32 (rounded as
+// packed) or from its bf16 copy, with the column (j0, a multiple of bf16_nr) or row (i0, a
+// multiple of bf16_mr) splits of SgemmPackedBFn / SgemmPackedAFn: the fp32 GEMM of the bf16 values.
+using GemmBf16PackedBFn = void (*)(bool trans_a, int M, int n, int K, float alpha, Bf16Operand A, int lda,
+                                   const float* Bp, int N, int j0, float beta, float* C, int ldc);
+using GemmBf16PackedAFn = void (*)(bool trans_b, int m, int N, int K, float alpha, const float* Ap, int M, int i0,
+                                   Bf16Operand B, int ldb, float beta, float* C, int ldc);
 // Calls run(a, b) with each operand's copy where it has one, else its fp32 values (four typed
 // combinations, for the templated GEMMs behind GemmBf16MixedFn).
 template <class Run>
@@ -216,9 +226,14 @@ using ReluMaxpool2BwdFn = void (*)(float* dx, const float* dy, const int32_t* co
 // y[K, P/2, Q/2] as ReluMaxpool2Fn computes it from y[K, P, Q] (rows and columns past 2*(P/2),
 // 2*(Q/2) are not computed), and the window codes (int8: 0..3, or -1: no gradient) channel-last,
 // code[P/2 * Q/2, K], the layout the weight gradient reads. ws: conv_relu_pool_scratch(d) floats.
+// wpk: w and b as the same kernel's pack entry wrote them (a plan's, once per parameter change),
+// or null: the kernel arranges them in ws itself on each call.
 using ConvS1ReluPoolFn = void (*)(float* y, int8_t* code, const float* xp, const float* w,
-                                  const float* b, const ConvS1& d, float* ws);
+                                  const float* b, const ConvS1& d, float* ws, const float* wpk);
 size_t conv_relu_pool_scratch(const ConvS1& d);
+// dst[...] = w[K, C, R, S] and b[K] (may be null) in that kernel's own layout; returns its floats
+// (dst null: only the count), 0 where the kernel reads w and b as stored (the reference).
+using ConvS1PoolPackFn = size_t (*)(float* dst, const float* w, const float* b, const ConvS1& d);
 
 // The background windows of that fused conv + ReLU + pool (ops::Background), in two calls. With
 // xp: mask[i * Q/2 + j] = 1 for each pooled window (i, j) whose input patch (padded rows 2i ..
@@ -329,6 +344,13 @@ struct Kernels {
   GemvBf16Fn gemv_bf16;
   CvtF32Bf16Fn cvt_f32_bf16;
   CvtBf16F32Fn cvt_bf16_f32;
+  // A bf16 inference plan's weights, packed once (GemmBf16PackedBFn above); null on the scalar
+  // table, whose GEMM reads its operands in place. bf16_nr / bf16_mr: their panels' width and height.
+  PackBFn pack_b_bf16;
+  GemmBf16PackedBFn gemm_bf16_packed_b;
+  PackAFn pack_a_bf16;
+  GemmBf16PackedAFn gemm_bf16_packed_a;
+  int bf16_nr, bf16_mr;
   const char* bf16_path;
   int bf16_rate;
   Im2colFn im2col;
@@ -357,9 +379,11 @@ struct Kernels {
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   ConvS1ReluPoolFn conv_s1_relu_pool;
+  ConvS1PoolPackFn conv_s1_relu_pool_pack;
   // The same with bf16 products (xp and w rounded to bf16, sums in fp32): VDPBF16PS with AVX512_BF16;
   // null elsewhere, where the op rounds its padded input and weights and runs conv_s1_relu_pool.
   ConvS1ReluPoolFn conv_s1_relu_pool_bf16;
+  ConvS1PoolPackFn conv_s1_relu_pool_bf16_pack;
   ConvS1PoolWgradFn conv_s1_pool_wgrad;
   ConvPoolBackgroundFn conv_pool_background;
   LinearT1Fn linear_t1;
@@ -394,6 +418,22 @@ struct Bf16Entries {
   const char* path;
   int rate;
 };
+// The packed-weight bf16 GEMMs and their panel shape (each fast table's one line; scalar: none).
+struct Bf16PackedEntries {
+  PackBFn pack_b;
+  GemmBf16PackedBFn gemm_packed_b;
+  PackAFn pack_a;
+  GemmBf16PackedAFn gemm_packed_a;
+  int nr, mr;
+};
+inline void set_bf16_packed_entries(Kernels& k, const Bf16PackedEntries& b) {
+  k.pack_b_bf16 = b.pack_b;
+  k.gemm_bf16_packed_b = b.gemm_packed_b;
+  k.pack_a_bf16 = b.pack_a;
+  k.gemm_bf16_packed_a = b.gemm_packed_a;
+  k.bf16_nr = b.nr;
+  k.bf16_mr = b.mr;
+}
 inline void set_bf16_entries(Kernels& k, const Bf16Entries& b) {
   k.sbgemm = b.sbgemm;
   k.sgemm_bf16 = b.sgemm_bf16;
@@ -417,7 +457,7 @@ struct KernelRow {
   const char* entry;
   const char* by_set[kKernelSets];
 };
-constexpr int kKernelEntries = 53;
+constexpr int kKernelEntries = 59;
 void kernel_rows(KernelRow (&rows)[kKernelEntries]);
 
 // Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).
@@ -490,7 +530,8 @@ void dw_fwd_bf16_avx512(float* y, const float* x, const float* w, const float* b
 void dw_bwd_bf16_avx512(float* dx, float* dw, const float* dy, const float* x, const float* w, const DwShape& d,
                         float* scratch);
 void conv_relu_pool_avx512bf16(float* y, int8_t* code, const float* xp, const float* w, const float* b,
-                               const ConvS1& d, float* ws);
+                               const ConvS1& d, float* ws, const float* wpk);
+size_t conv_relu_pool_pack_avx512bf16(float* dst, const float* w, const float* b, const ConvS1& d);
 void dw_fwd_bf16_avx512bf16(float* y, const float* x, const float* w, const float* b, const DwShape& d,
                             float* scratch);
 // AMX (x86/sbgemm_amx.cpp): the bf16 GEMMs on TDPBF16PS tiles, and the start-up check that this
@@ -501,6 +542,38 @@ void sgemm_bf16_amx(bool ta, bool tb, int M, int N, int K, float alpha, const fl
                     int ldb, float beta, float* C, int ldc);
 void gemm_bf16_mixed_amx(bool ta, bool tb, int M, int N, int K, float alpha, Bf16Operand A, int lda, Bf16Operand B,
                          int ldb, float beta, float* C, int ldc);
+// The packed-weight bf16 GEMMs: the scalar reference (op(B) / op(A) rounded, row-major; the
+// plans do not pack on the scalar table) and each fast table's (gemm_bf16_packed.h).
+size_t pack_b_bf16_ref(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void gemm_bf16_packed_b_ref(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
+                            int N, int j0, float beta, float* C, int ldc);
+size_t pack_a_bf16_ref(bool ta, int M, int K, const float* A, int lda, float* dst);
+void gemm_bf16_packed_a_ref(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                            int ldb, float beta, float* C, int ldc);
+size_t pack_b_bf16_avx2(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void gemm_bf16_packed_b_avx2(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
+                       int N, int j0, float beta, float* C, int ldc);
+size_t pack_a_bf16_avx2(bool ta, int M, int K, const float* A, int lda, float* dst);
+void gemm_bf16_packed_a_avx2(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                       int ldb, float beta, float* C, int ldc);
+size_t pack_b_bf16_avx512(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void gemm_bf16_packed_b_avx512(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
+                       int N, int j0, float beta, float* C, int ldc);
+size_t pack_a_bf16_avx512(bool ta, int M, int K, const float* A, int lda, float* dst);
+void gemm_bf16_packed_a_avx512(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                       int ldb, float beta, float* C, int ldc);
+size_t pack_b_bf16_avx512bf16(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void gemm_bf16_packed_b_avx512bf16(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
+                       int N, int j0, float beta, float* C, int ldc);
+size_t pack_a_bf16_avx512bf16(bool ta, int M, int K, const float* A, int lda, float* dst);
+void gemm_bf16_packed_a_avx512bf16(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                       int ldb, float beta, float* C, int ldc);
+size_t pack_b_bf16_amx(bool tb, int K, int N, const float* B, int ldb, float* dst);
+void gemm_bf16_packed_b_amx(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
+                       int N, int j0, float beta, float* C, int ldc);
+size_t pack_a_bf16_amx(bool ta, int M, int K, const float* A, int lda, float* dst);
+void gemm_bf16_packed_a_amx(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                       int ldb, float beta, float* C, int ldc);
 bool amx_tiles_hold_state();
 // The tile peak's loop (FmaLoopFn): register-only TDPBF16PS on 2x2 accumulator tiles.
 double amx_loop(int64_t iters, float* sink);

@@ -42,7 +42,7 @@ class ConvAct final : public Layer {
     backward_ = backward;
     conv_->set_precision(p, backward);
   }
-  void choose_algorithm(int batch, int threads, const Kernels* pack) override { conv_->choose_algorithm(batch, threads, pack); }
+  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override { conv_->choose_algorithm(batch, threads, pack, bf16); }
   std::string algorithm() const override { return conv_->algorithm(); }
   std::string weight_format() const override { return conv_->weight_format(); }
   std::vector<std::string> post_ops() const override {

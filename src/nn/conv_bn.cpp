@@ -42,9 +42,9 @@ class ConvBatchNorm final : public Layer {
   }
   std::string saved_what() const override { return "folded and packed weight and bias"; }
   void set_precision(Precision p, bool backward) override { conv_->set_precision(p, backward); }
-  void choose_algorithm(int batch, int threads, const Kernels* pack) override {
+  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override {
     threads_ = threads;
-    conv_->choose_algorithm(batch, threads, pack);
+    conv_->choose_algorithm(batch, threads, pack, bf16);
   }
   std::string algorithm() const override { return conv_->algorithm(); }
   std::string weight_format() const override { return conv_->weight_format(); }

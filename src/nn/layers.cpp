@@ -100,12 +100,15 @@ class Conv2d final : public Layer {
   int fan_out() const override { return spec_.out / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
   // The descriptor for the plan's batch, layout and threads (ops::conv2d_desc); a layer run
   // outside a plan chooses for each call's batch.
-  void choose_algorithm(int batch, int threads, const Kernels* pack) override {
-    desc_ = ops::conv2d_desc(shape(batch), nhwc(), threads, pack ? *pack : kernels_for(Isa::scalar), pack != nullptr);
+  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override {
+    desc_ = ops::conv2d_desc(shape(batch), nhwc(), threads, pack ? *pack : kernels_for(Isa::scalar), pack != nullptr, bf16);
     planned_ = true;
   }
   std::string algorithm() const override { return ops::conv_algo_name(desc(1).algo); }
-  std::string weight_format() const override { return ops::weight_format_name(desc(1).weight_format); }
+  std::string weight_format() const override {  // a bf16 plan's packed panels: "bf16-gemm-a-panels", ...
+    const ops::ConvDesc d = desc(1);
+    return std::string(d.bf16_weights ? "bf16-" : "") + ops::weight_format_name(d.weight_format);
+  }
   std::vector<std::string> post_ops() const override {
     return spec_.bias ? std::vector<std::string>{"bias"} : std::vector<std::string>{};
   }
@@ -137,7 +140,7 @@ class Conv2d final : public Layer {
       const ops::ConvAlgo a = algo(e, n);
       if constexpr (std::is_same_v<T, float>)
         if (b.post_act && wp && a == ops::ConvAlgo::nhwc_gemm)  // the activation in the GEMM's store
-          return ops::linear_fwd_packed(e, p<T>(b.y), p<T>(b.x), wp, p<T>(b.b), n * in_.h * in_.w, in_.c, spec_.out,
+          return ops::linear_fwd_packed(e, p<T>(b.y), {p<T>(b.x)}, wp, p<T>(b.b), n * in_.h * in_.w, in_.c, spec_.out,
                                         b.post_act);
       if (nhwc()) return ops::conv2d_nhwc_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), wp);
       ops::conv2d_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh, wp);
@@ -199,12 +202,17 @@ class Linear final : public Layer {
     return std::max(ops::linear_fwd_workspace_upto(batch, in_.c, spec_.out, threads), t1);
   }
   // An inference plan's Linear (pack) reads its weight packed once per parameter change (the
-  // GEMM's op(B) = w^T panels) instead of the sparse-input state of a training plan's.
-  void choose_algorithm(int, int, const Kernels* pack) override {
-    packed_elems_ = pack && pack->gemm_packs ? ops::linear_pack_elems(*pack, in_.c, spec_.out) : 0;
+  // GEMM's op(B) = w^T panels; bf16 ones in a bf16 plan) instead of the sparse-input state of a
+  // training plan's; a bf16 plan's small batch reads the bf16 copy in place instead (gemv_bf16).
+  void choose_algorithm(int batch, int, const Kernels* pack, bool bf16) override {
+    const bool gemv = bf16 && pack && pack->gemv_bf16 && batch <= ops::kLinearGemvRows;
+    bf16_pack_ = bf16;
+    packed_elems_ = pack && pack->gemm_packs && !gemv ? ops::linear_pack_elems(*pack, in_.c, spec_.out, bf16) : 0;
   }
   std::string algorithm() const override { return packed_elems_ ? "gemm" : "gemm, sparse-input"; }
-  std::string weight_format() const override { return packed_elems_ ? "gemm-b-panels" : "kc"; }
+  std::string weight_format() const override {
+    return packed_elems_ ? (bf16_pack_ ? "bf16-gemm-b-panels" : "gemm-b-panels") : "kc";
+  }
   std::vector<std::string> post_ops() const override {
     return spec_.bias ? std::vector<std::string>{"bias"} : std::vector<std::string>{};
   }
@@ -223,9 +231,9 @@ class Linear final : public Layer {
       ops::linear_fwd_t1(e, p<float>(b.y), p<float>(b.x), b.wt, p<float>(b.b), in_.c, spec_.out, p<float>(b.ws));
       return;
     }
-    if (packed_elems_ && b.saved && b.dt == DType::f32 && !e.bf16) {
-      const float* wp = pack_.get(b, [&](float* to) { ops::linear_pack(e.k, to, p<float>(b.w), in_.c, spec_.out); });
-      ops::linear_fwd_packed(e, p<float>(b.y), p<float>(b.x), wp, p<float>(b.b), n, in_.c, spec_.out);
+    if (packed_elems_ && b.saved && b.dt == DType::f32 && e.bf16 == bf16_pack_) {
+      const float* wp = pack_.get(b, [&](float* to) { ops::linear_pack(e.k, to, p<float>(b.w), in_.c, spec_.out, bf16_pack_); });
+      ops::linear_fwd_packed(e, p<float>(b.y), {p<float>(b.x)}, wp, p<float>(b.b), n, in_.c, spec_.out);
       if (b.bg) ops::linear_bg_fwd(e, p<float>(b.y), *b.bg, p<float>(b.w), n, spec_.out);
       return;
     }
@@ -256,6 +264,7 @@ class Linear final : public Layer {
 
  private:
   size_t packed_elems_ = 0;  // floats of the packed weight (an inference plan's), 0: none
+  bool bf16_pack_ = false;   // ... in the bf16 panels (a bf16 plan's)
   WeightPack pack_;
 };
 
@@ -276,7 +285,7 @@ class ChannelLinear final : public Layer {
   int fan_in() const override { return conv_.fan_in(); }
   int fan_out() const override { return conv_.fan_out(); }
   size_t workspace_elems(int batch, int threads) const override { return conv_.workspace_elems(batch, threads); }
-  void choose_algorithm(int batch, int threads, const Kernels* pack) override { conv_.choose_algorithm(batch, threads, pack); }
+  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override { conv_.choose_algorithm(batch, threads, pack, bf16); }
   std::string algorithm() const override { return conv_.algorithm(); }
   std::string weight_format() const override { return conv_.weight_format(); }
   std::vector<std::string> post_ops() const override { return conv_.post_ops(); }
@@ -466,11 +475,20 @@ class ConvReluPool final : public Layer {
     return ops::conv_relu_pool_workspace(conv_.shape(batch), threads);
   }
   std::string algorithm() const override { return "conv-relu-pool (fused direct kernels)"; }
-  std::string weight_format() const override { return "kcrs"; }
+  std::string weight_format() const override { return packed_elems_ ? "kernel-tiles" : "kcrs"; }
   std::vector<std::string> post_ops() const override { return {"bias", "relu", "maxpool2d"}; }
-  // The fast tables' fused kernels transpose the weight into their tile per sample.
+  // An inference plan's (pack) fused kernel reads its weights and bias packed once per parameter
+  // change in its own layout (Kernels::conv_s1_relu_pool_pack); unpacked, the fast tables' kernels
+  // arrange them per sample (the reference reads them as stored).
+  void choose_algorithm(int batch, int, const Kernels* pack, bool bf16) override {
+    packed_elems_ = pack ? ops::conv_relu_pool_pack_elems(*pack, conv_.shape(batch), bf16) : 0;
+  }
+  size_t saved_bytes(int, int, DType dt) const override {
+    return dt == DType::f32 ? WeightPack::bytes(packed_elems_) : 0;
+  }
+  std::string saved_what() const override { return "packed weight"; }
   size_t weight_bytes_packed_per_call(int batch, int, const Kernels& k, bool) const override {
-    return k.gemm_packs ? size_t(batch) * conv_.fan_in() * spec_.out * sizeof(float) : 0;
+    return k.gemm_packs && !packed_elems_ ? size_t(batch) * conv_.fan_in() * spec_.out * sizeof(float) : 0;
   }
   // One int8 window code per pooled value, packed four to an int32 index element.
   size_t index_elems(int batch) const override { return (size_t(batch) * out_.size() + 3) / 4; }
@@ -479,8 +497,14 @@ class ConvReluPool final : public Layer {
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     dispatch(b.dt, [&](auto tag) {
       using T = decltype(tag);
+      const float* wpk = nullptr;
+      if constexpr (std::is_same_v<T, float>)
+        if (packed_elems_ && b.saved)
+          wpk = pack_.get(b, [&](float* to) {
+            ops::conv_relu_pool_pack(e, to, p<float>(b.w), p<float>(b.b), conv_.shape(b.batch), p<float>(b.ws));
+          });
       ops::conv_relu_pool_fwd<T>(e, p<T>(b.y), reinterpret_cast<int8_t*>(b.idx), p<T>(b.x), p<T>(b.w), p<T>(b.b),
-                                 conv_.shape(n), p<T>(b.ws), b.bg, !b.frozen);
+                                 conv_.shape(n), p<T>(b.ws), b.bg, !b.frozen, wpk);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
@@ -503,6 +527,8 @@ class ConvReluPool final : public Layer {
  private:
   Conv2d conv_{spec_};
   Dims conv_out_;
+  size_t packed_elems_ = 0;  // floats of the packed weights (an inference plan's), 0: none
+  WeightPack pack_;
 };
 
 // Softmax over the features of a flat input [D].

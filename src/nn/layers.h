@@ -162,9 +162,10 @@ class Layer {
   // The plan's batch and threads, once, before workspace_elems and saved_bytes: a layer with a
   // choice of algorithm (Conv2d, Linear) makes it here, its descriptor, and every call then runs
   // it. pack: the kernel table when the weights stay fixed between parameter changes and the
-  // products are fp32 in f32 (an inference plan): the layer then packs its weight once per change
-  // (Bufs::param_version) into its saved buffer; null: it reads the weight as stored.
-  virtual void choose_algorithm(int batch, int threads, const Kernels* pack) {}
+  // plan runs in f32 (an inference plan): the layer then packs its weight once per change
+  // (Bufs::param_version) into its saved buffer, in the bf16 panels where bf16 (a bf16 plan's
+  // products); null: it reads the weight as stored.
+  virtual void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) {}
   // The descriptor, for `ember info --model` (--json): the algorithm ("" where there is none),
   // the weight format the calls read ("" without a weight), the post-ops applied in the unit
   // ("bias", "batchnorm2d-fold", an activation, ...), and the weight bytes one call of `batch`

@@ -320,7 +320,7 @@ class NormConv final : public Layer {
   int fan_out() const override { return conv_->fan_out(); }
   double flops_per_sample() const override { return conv_->flops_per_sample(); }
   bool bf16_products() const override { return conv_->bf16_products(); }
-  void choose_algorithm(int batch, int threads, const Kernels* pack) override { conv_->choose_algorithm(batch, threads, pack); }
+  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override { conv_->choose_algorithm(batch, threads, pack, bf16); }
   std::string algorithm() const override { return conv_->algorithm(); }
   void set_precision(Precision p, bool backward) override {
     bf16_ = p == Precision::bf16 && norm_->writes_bf16_output() && conv_->reads_bf16_input();

@@ -280,8 +280,8 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
   }
   for (nn::Unit& u : m.us) {
     u.layer->set_precision(opt.precision, u.backward);
-    const bool pack = !u.backward && opt.precision == Precision::fp32 && opt.dtype == DType::f32;
-    u.layer->choose_algorithm(opt.batch, opt.threads, pack ? m.k : nullptr);
+    const bool pack = !u.backward && opt.dtype == DType::f32;
+    u.layer->choose_algorithm(opt.batch, opt.threads, pack ? m.k : nullptr, opt.precision == Precision::bf16);
   }
   m.first_param.assign(m.us.size(), -1);
   for (size_t t = m.params.size(); t-- > 0;) m.first_param[size_t(m.layer_unit[size_t(m.params[t].layer)])] = int(t);

@@ -67,15 +67,14 @@ void weight_gemm(const Exec& e, const float* wp, Bf16Operand w, int M, int N, in
     else gemm_w(e, false, false, M, N, K, 1.f, w, K, B, ldb, 0.f, C, ldc);
     return;
   }
-  if (!parallel || e.pool.size() == 1 || 2.0 * M * N * K < 2e5)
-    return e.k.sgemm_packed_a(false, M, N, K, 1.f, wp, M, 0, B.f, ldb, 0.f, C, ldc);
+  if (!parallel || e.pool.size() == 1 || 2.0 * M * N * K < 2e5) return e.gemm_packed_a(false, M, N, K, wp, M, 0, B, ldb, C, ldc);
   const bool by_cols = N >= M;  // the larger side splits (as parallel_gemm), rows at the panel height
   e.pool.run([&](int t) {
-    const Range r = by_cols ? split_range_aligned(N, t, e.pool.size(), 16) : split_range_aligned(M, t, e.pool.size(), e.k.gemm_mr);
+    const Range r = by_cols ? split_range_aligned(N, t, e.pool.size(), 16) : split_range_aligned(M, t, e.pool.size(), e.packed_mr());
     const int n = int(r.end - r.begin);
     if (n <= 0) return;
-    if (by_cols) e.k.sgemm_packed_a(false, M, n, K, 1.f, wp, M, 0, B.f + r.begin, ldb, 0.f, C + r.begin, ldc);
-    else e.k.sgemm_packed_a(false, n, N, K, 1.f, wp, M, int(r.begin), B.f, ldb, 0.f, C + r.begin * ldc, ldc);
+    if (by_cols) e.gemm_packed_a(false, M, n, K, wp, M, 0, operand_at(B, size_t(r.begin)), ldb, C + r.begin, ldc);
+    else e.gemm_packed_a(false, n, N, K, wp, M, int(r.begin), B, ldb, C + r.begin * ldc, ldc);
   });
 }
 // x gathered to [C, N*PQ] (regroup) as the GEMMs' operand: from x, or from its bf16 version xh
@@ -93,7 +92,7 @@ Bf16Operand gathered(const Exec& e, float* ws, const float* x, const uint16_t* x
 void batched_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s, float* ws,
                  const uint16_t* wh, const uint16_t* xh, const float* wp) {
   const int NP = s.N * s.P * s.Q, PQ = s.P * s.Q;
-  if (PQ == 1 && wp) return linear_fwd_packed(e, y, x, wp, b, s.N, s.C, s.K);  // op(B) = w^T packed
+  if (PQ == 1 && wp) return linear_fwd_packed(e, y, {x, xh}, wp, b, s.N, s.C, s.K);  // op(B) = w^T packed
   if (PQ == 1) {  // y[N, K] = x[N, C] w[K, C]^T
     parallel_gemm_w(e, false, true, s.N, s.K, s.C, 1.f, {x, xh}, s.C, {w, wh}, s.C, 0.f, y, s.K);
   } else if (NP <= 4) {  // a few pixels in all (batch-1 inference): yr[NP, K] = xr[NP, C] w^T, a
@@ -217,7 +216,7 @@ void col2im_ld(float* dx, const float* col, size_t ld, const ConvShape& s) {
 void gemm_few_samples(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
                       float* ws, const uint16_t* wh, const uint16_t* xh, const float* wp) {
   const int G = s.groups, Cg = s.C / G, Kg = s.K / G, CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
-  const size_t blk = wp ? conv2d_gemm_a_block(e.k, s) : 0, RSPQ = size_t(s.R) * s.S * PQ;
+  const size_t blk = wp ? conv2d_gemm_a_block(e.k, s, e.bf16) : 0, RSPQ = size_t(s.R) * s.S * PQ;
   float* col = ws;
   for (int n = 0; n < s.N; ++n) {
     for (int g = 0; g < G; ++g) {
@@ -376,9 +375,9 @@ void dw_dense_matrix(float* T, const float* w, int g, const ConvShape& s) {
     T[size_t(m * PQ + pq) * HW + hw] = w[size_t(g * M + m) * RS + tap];
   });
 }
-size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s) {
+size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s, bool bf16) {
   const int MPQ = s.K / s.C * s.P * s.Q, HW = s.H * s.W;
-  return (k.pack_b(true, HW, MPQ, nullptr, HW, nullptr) + 15) / 16 * 16;
+  return (packer_b(k, bf16)(true, HW, MPQ, nullptr, HW, nullptr) + 15) / 16 * 16;
 }
 
 namespace {
@@ -386,14 +385,13 @@ namespace {
 void dw_dense_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
                   float* ws, const float* wp) {
   const int M = s.K / s.C, PQ = s.P * s.Q, HW = s.H * s.W;
-  const size_t pg = wp ? dw_dense_packed_group(e.k, s) : 0;
+  const size_t pg = wp ? dw_dense_packed_group(e.k, s, e.bf16) : 0;
   e.pool.run([&](int t) {
     const Range r = split_range(s.C, t, e.pool.size());
     float* T = ws + size_t(t) * 2 * dw_dense_group(s);
     for (int64_t g = r.begin; g < r.end; ++g) {
       if (wp) {
-        e.k.sgemm_packed_b(false, s.N, M * PQ, HW, 1.f, x + g * HW, s.C * HW, wp + g * pg, M * PQ, 0, 0.f,
-                           y + g * M * PQ, s.K * PQ);
+        e.gemm_packed_b(false, s.N, M * PQ, HW, {x + g * HW}, s.C * HW, wp + g * pg, M * PQ, 0, y + g * M * PQ, s.K * PQ);
         continue;
       }
       dw_dense_matrix(T, w, int(g), s);
@@ -519,7 +517,7 @@ void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
-    const size_t blk = wp ? conv2d_gemm_a_block(e.k, s) : 0;
+    const size_t blk = wp ? conv2d_gemm_a_block(e.k, s, e.bf16) : 0;
     e.pool.run([&](int t) {
       const Range r = split_range(s.N, t, T_);
       float* col = ws + t * col_elems(s);

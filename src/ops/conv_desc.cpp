@@ -27,27 +27,28 @@ ConvAlgo nchw_algo(const ConvShape& s) {
 // The packed format and size for an algorithm (packing on: an fp32 inference plan). The GEMM
 // panels only where the table's GEMM packs at all (not the scalar reference, which reads its
 // operands in place); dw_dense's maps on every table (building them is the cost either way).
-void choose_format(ConvDesc& d, const ConvShape& s, const Kernels& k) {
+void choose_format(ConvDesc& d, const ConvShape& s, const Kernels& k, bool bf16) {
   const size_t rows_k = size_t(s.R) * s.S * s.C;
   if (!k.gemm_packs && d.algo != ConvAlgo::dw_dense && d.algo != ConvAlgo::nhwc_dw_dense) return;
+  const PackBFn pack_b = packer_b(k, bf16);
   switch (d.algo) {
     case ConvAlgo::gemm:
     case ConvAlgo::batched_im2col:
-      if (size_t blk = conv2d_gemm_a_block(k, s)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk * s.groups;
+      if (size_t blk = conv2d_gemm_a_block(k, s, bf16)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk * s.groups;
       break;
     case ConvAlgo::batched_pointwise:  // a batch of single pixels reads op(B) = w^T; more, op(A) = w
-      if (s.P * s.Q == 1) d.weight_format = WeightFormat::gemm_b, d.packed_elems = k.pack_b(true, s.C, s.K, nullptr, s.C, nullptr);
-      else if (size_t blk = conv2d_gemm_a_block(k, s)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk;
+      if (s.P * s.Q == 1) d.weight_format = WeightFormat::gemm_b, d.packed_elems = pack_b(true, s.C, s.K, nullptr, s.C, nullptr);
+      else if (size_t blk = conv2d_gemm_a_block(k, s, bf16)) d.weight_format = WeightFormat::gemm_a, d.packed_elems = blk;
       break;
     case ConvAlgo::dw_dense:
     case ConvAlgo::nhwc_dw_dense:
-      d.weight_format = WeightFormat::dense_map, d.packed_elems = size_t(s.C) * dw_dense_packed_group(k, s);
+      d.weight_format = WeightFormat::dense_map, d.packed_elems = size_t(s.C) * dw_dense_packed_group(k, s, bf16);
       break;
     case ConvAlgo::nhwc_gemm:
     case ConvAlgo::nhwc_patchify:
     case ConvAlgo::nhwc_im2col:
       d.weight_format = WeightFormat::gemm_b;
-      d.packed_elems = k.pack_b(true, int(rows_k), s.K, nullptr, int(rows_k), nullptr);
+      d.packed_elems = pack_b(true, int(rows_k), s.K, nullptr, int(rows_k), nullptr);
       break;
     default: break;  // the direct kernels read the weight as stored
   }
@@ -55,8 +56,9 @@ void choose_format(ConvDesc& d, const ConvShape& s, const Kernels& k) {
 
 }  // namespace
 
-size_t conv2d_gemm_a_block(const Kernels& k, const ConvShape& s) {
+size_t conv2d_gemm_a_block(const Kernels& k, const ConvShape& s, bool bf16) {
   const int Kg = s.K / s.groups;
+  if (bf16) return up16(k.pack_a_bf16(false, Kg, int(crs(s)), nullptr, int(crs(s)), nullptr));  // the bf16 GEMMs always pack
   return Kg > k.gemm_stream_rows ? up16(k.pack_a(false, Kg, int(crs(s)), nullptr, int(crs(s)), nullptr)) : 0;
 }
 
@@ -97,13 +99,14 @@ ConvAlgo conv2d_nhwc_algo(const ConvShape& s) {
   return ConvAlgo::none;
 }
 
-ConvDesc conv2d_desc(const ConvShape& s, bool nhwc, int threads, const Kernels& k, bool pack) {
+ConvDesc conv2d_desc(const ConvShape& s, bool nhwc, int threads, const Kernels& k, bool pack, bool bf16) {
   ConvDesc d;
   d.algo = nhwc ? conv2d_nhwc_algo(s) : nchw_algo(s);
   d.workspace = nhwc ? conv2d_nhwc_workspace(d.algo, s, threads) : conv2d_nchw_workspace(d.algo, s, threads);
   d.bf16_products = d.algo != ConvAlgo::direct_s1;  // the short-reduction direct kernels are fp32
   d.reads_bf16_input = !nhwc && conv_pointwise(s) && s.groups == 1;
-  if (pack) choose_format(d, s, k);
+  if (pack) choose_format(d, s, k, bf16 && d.bf16_products);
+  d.bf16_weights = bf16 && d.bf16_products && d.packed_elems > 0;
   // Packing a weight's rows (nhwc) goes through the workspace: room for them.
   if (d.weight_format == WeightFormat::gemm_b && nhwc) d.workspace = std::max(d.workspace, size_t(s.K) * s.R * s.S * s.C);
   return d;
@@ -114,25 +117,26 @@ ConvDesc conv2d_plan(const ConvShape& s, int threads) { return conv2d_desc(s, fa
 void conv2d_pack(const Kernels& k, const ConvDesc& d, float* wp, const float* w, const ConvShape& s, float* ws) {
   const int C = int(crs(s)), Kg = s.K / s.groups;
   const size_t rows_k = size_t(s.R) * s.S * s.C;
+  const PackBFn pack_b = packer_b(k, d.bf16_weights);
   switch (d.weight_format) {
     case WeightFormat::gemm_a: {
       const size_t blk = d.packed_elems / s.groups;
-      for (int g = 0; g < s.groups; ++g) k.pack_a(false, Kg, C, w + size_t(g) * Kg * C, C, wp + g * blk);
+      for (int g = 0; g < s.groups; ++g) packer_a(k, d.bf16_weights)(false, Kg, C, w + size_t(g) * Kg * C, C, wp + g * blk);
       break;
     }
     case WeightFormat::gemm_b:
       if (d.algo == ConvAlgo::batched_pointwise || d.algo == ConvAlgo::nhwc_gemm) {
-        k.pack_b(true, s.C, s.K, w, s.C, wp);
+        pack_b(true, s.C, s.K, w, s.C, wp);
       } else {  // window rows wr[K, (r, s, c)], then their panels
         conv_weight_to_rows(ws, w, s);
-        k.pack_b(true, int(rows_k), s.K, ws, int(rows_k), wp);
+        pack_b(true, int(rows_k), s.K, ws, int(rows_k), wp);
       }
       break;
     case WeightFormat::dense_map: {  // each group's map T_g [M*PQ, HW], then its op(B) = T_g^T panels
       const int MPQ = s.K / s.C * s.P * s.Q, HW = s.H * s.W;
       for (int g = 0; g < s.C; ++g) {
         dw_dense_matrix(ws, w, g, s);
-        k.pack_b(true, HW, MPQ, ws, HW, wp + size_t(g) * dw_dense_packed_group(k, s));
+        pack_b(true, HW, MPQ, ws, HW, wp + size_t(g) * dw_dense_packed_group(k, s, d.bf16_weights));
       }
       break;
     }
@@ -145,7 +149,7 @@ size_t conv2d_weight_bytes_per_call(const ConvDesc& d, const ConvShape& s, const
   if (d.packed_elems) return 0;
   const size_t esz = bf16 ? 2 : 4;  // a bf16 plan's GEMMs pack bf16 pairs
   const size_t wbytes = size_t(s.K) * crs(s) * esz, PQ = size_t(s.P) * s.Q, NP = size_t(s.N) * PQ;
-  if (!k.gemm_packs && !bf16) return 0;  // the reference GEMM reads its operands in place
+  if (!k.gemm_packs) return 0;  // the reference GEMMs read their operands in place
   // What the table's GEMM packs of a weight that is op(A) with n columns, once per call of it.
   const auto packs_a = [&](size_t n) { return bf16 || (s.K / s.groups > k.gemm_stream_rows && n > size_t(k.gemm_direct_a_cols)); };
   const auto packs_b = [&](size_t rows) { return bf16 || rows > size_t(k.gemm_stream_rows); };

@@ -67,18 +67,20 @@ struct ConvDesc {
   bool reads_bf16_input = false;  // x may be null, xh given: a 1x1 stride-1 nchw conv without groups
   WeightFormat weight_format = WeightFormat::as_stored;
   size_t packed_elems = 0;        // floats of the packed weight (64-byte aligned), 0 when as stored
+  bool bf16_weights = false;      // packed in the table's bf16 panels (a bf16 plan: packer_b / packer_a)
 };
 // s.N: the most samples a call runs (the plan's batch). pack: the weights stay fixed between
-// parameter changes and the plan runs fp32 products in f32 (an inference plan): then the GEMM
-// paths read a weight packed once (conv2d_pack) instead of packing it on every call.
-ConvDesc conv2d_desc(const ConvShape& s, bool nhwc, int threads, const Kernels& k, bool pack);
+// parameter changes and the plan runs in f32 (an inference plan): then the GEMM paths read a
+// weight packed once (conv2d_pack) instead of packing it on every call; bf16: a bf16 plan's,
+// packed in the table's bf16 panels.
+ConvDesc conv2d_desc(const ConvShape& s, bool nhwc, int threads, const Kernels& k, bool pack, bool bf16 = false);
 // The nchw descriptor without packing (tests, benchmarks, a layer outside a plan).
 ConvDesc conv2d_plan(const ConvShape& s, int threads);
 // The nhwc algorithm for a shape, or none: the shape runs only in nchw.
 ConvAlgo conv2d_nhwc_algo(const ConvShape& s);
 // The floats of one group's op(A) panels in a gemm_a packed weight (16-float aligned), or 0 where
 // the GEMM reads the weight in place anyway (at most gemm_stream_rows rows per group).
-size_t conv2d_gemm_a_block(const Kernels& k, const ConvShape& s);
+size_t conv2d_gemm_a_block(const Kernels& k, const ConvShape& s, bool bf16);
 // wp[d.packed_elems] = w in d.weight_format (after each parameter change); ws: d.workspace floats.
 void conv2d_pack(const Kernels& k, const ConvDesc& d, float* wp, const float* w, const ConvShape& s, float* ws);
 // Bytes of weight one call of s.N samples packs or reorders (what a packed weight saves): 0 with

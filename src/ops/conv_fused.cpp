@@ -48,10 +48,42 @@ size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
 }
 
 // y[N, K, P/2, Q/2], code[N, K, P/2, Q/2] from x[N, C, H, W], w[K, C/G, R, S], b[K] (may be null).
+namespace {
+ConvS1 conv_s1(const ConvShape& s, const Geo& g) { return {g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q}; }
+// A bf16 plan's kernel where the table has one, else the fp32 one (run on rounded operands).
+ConvS1PoolPackFn packer(const Kernels& k, bool bf16) {
+  return bf16 && k.conv_s1_relu_pool_bf16 ? k.conv_s1_relu_pool_bf16_pack : k.conv_s1_relu_pool_pack;
+}
+size_t group_pack(const Kernels& k, const ConvShape& s, bool bf16) {
+  return (packer(k, bf16)(nullptr, nullptr, nullptr, conv_s1(s, geo(s))) + 15) / 16 * 16;
+}
+// The rounded weights of a bf16 plan on a table without the bf16 kernel: after the partials.
+float* rounded_w(float* ws, const Geo& g, int threads, int64_t N) {
+  return ws + size_t(threads) * per_thread(g) + (chunks(N, threads) - 1) * g.wgrad;
+}
+}  // namespace
+
+size_t conv_relu_pool_pack_elems(const Kernels& k, const ConvShape& s, bool bf16) {
+  return size_t(s.groups) * group_pack(k, s, bf16);
+}
+
+void conv_relu_pool_pack(const Exec& e, float* wpk, const float* w, const float* b, const ConvShape& s, float* ws) {
+  const Geo g = geo(s);
+  const size_t wg = size_t(g.Kg) * g.Cg * s.R * s.S, pg = group_pack(e.k, s, e.bf16);
+  if (e.bf16 && !e.k.conv_s1_relu_pool_bf16) {  // the fp32 kernel's layout of the rounded weights
+    float* wr = rounded_w(ws, g, e.pool.size(), s.N);
+    for (size_t i = 0; i < size_t(g.G) * wg; ++i) wr[i] = bf16_to_f32(f32_to_bf16(w[i]));
+    w = wr;
+  }
+  for (int gi = 0; gi < g.G; ++gi)
+    packer(e.k, e.bf16)(wpk + gi * pg, w + gi * wg, b ? b + gi * g.Kg : nullptr, conv_s1(s, g));
+}
+
 template <class T>
 void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
-                        const ConvShape& s, T* ws, const Background* link, bool split_ok) {
+                        const ConvShape& s, T* ws, const Background* link, bool split_ok, const float* wpk) {
   const Geo g = geo(s);
+  const size_t pg = wpk ? group_pack(e.k, s, e.bf16) : 0;  // floats per group of wpk
   const ConvS1 d{g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q};
   const size_t HW = size_t(s.H) * s.W, YQ = size_t(g.P2) * g.Q2, wg = size_t(g.Kg) * g.Cg * s.R * s.S;
   // The link splits the background off only while at least 1/16 of the channels have a bias > 0
@@ -75,9 +107,12 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* 
     if (e.bf16 && e.k.conv_s1_relu_pool_bf16) {
       kernel = e.k.conv_s1_relu_pool_bf16;
     } else if (e.bf16) {
-      float* wr = ws + size_t(e.pool.size()) * per_thread(g) + (chunks(s.N, e.pool.size()) - 1) * g.wgrad;
-      for (size_t i = 0; i < size_t(g.G) * wg; ++i) wr[i] = bf16_to_f32(f32_to_bf16(w[i]));
-      wk = wr, round_xp = true;
+      if (!wpk) {  // no packed weights: the rounded copy, per call
+        float* wr = rounded_w(ws, g, e.pool.size(), s.N);
+        for (size_t i = 0; i < size_t(g.G) * wg; ++i) wr[i] = bf16_to_f32(f32_to_bf16(w[i]));
+        wk = wr;
+      }
+      round_xp = true;
     }
   }
   auto body = [&](int64_t n0, int64_t n1, T* scratch) {
@@ -91,7 +126,7 @@ void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* 
         const T* xpg = xp + size_t(gi) * g.Cg * g.Hp * g.Wp;
         const size_t o = (n * s.K + size_t(gi) * g.Kg) * YQ;
         const T* bg = b ? b + gi * g.Kg : nullptr;
-        if constexpr (std::is_same_v<T, float>) kernel(y + o, code + o, xpg, wk + gi * wg, bg, d, kws);
+        if constexpr (std::is_same_v<T, float>) kernel(y + o, code + o, xpg, wk + gi * wg, bg, d, kws, wpk ? wpk + gi * pg : nullptr);
         else ref::conv_s1_relu_pool<T>(y + o, code + o, xpg, w + gi * wg, bg, d);
       }
       if constexpr (std::is_same_v<T, float>)  // mark the empty windows
@@ -202,8 +237,8 @@ void conv_relu_pool_bwd(const Exec& e, T* dx, T* dw, T* db, const T* dy, const i
   if (db) add_partials<T>(e, db, s.K, partials + Kw, g.wgrad, NC - 1);
 }
 
-template void conv_relu_pool_fwd<float>(const Exec&, float*, int8_t*, const float*, const float*, const float*, const ConvShape&, float*, const Background*, bool);
-template void conv_relu_pool_fwd<double>(const Exec&, double*, int8_t*, const double*, const double*, const double*, const ConvShape&, double*, const Background*, bool);
+template void conv_relu_pool_fwd<float>(const Exec&, float*, int8_t*, const float*, const float*, const float*, const ConvShape&, float*, const Background*, bool, const float*);
+template void conv_relu_pool_fwd<double>(const Exec&, double*, int8_t*, const double*, const double*, const double*, const ConvShape&, double*, const Background*, bool, const float*);
 template void conv_relu_pool_bwd<float>(const Exec&, float*, float*, float*, const float*, const int8_t*, const float*, const float*, const ConvShape&, float*);
 template void conv_relu_pool_bwd<double>(const Exec&, double*, double*, double*, const double*, const int8_t*, const double*, const double*, const ConvShape&, double*);
 

@@ -98,7 +98,7 @@ void patchify_fwd(const Exec& e, float* y, const float* x, const float* w, const
   float* a = ws;
   float* wr = a + rows(s) * rsc(s);
   gather_patches(e, a, x, s);
-  if (wp) return linear_fwd_packed(e, y, a, wp, b, int(rows(s)), int(rsc(s)), s.K);
+  if (wp) return linear_fwd_packed(e, y, {a}, wp, b, int(rows(s)), int(rsc(s)), s.K);
   conv_weight_to_rows(wr, w, s);
   linear_fwd<float>(e, y, a, wr, b, int(rows(s)), int(rsc(s)), s.K);
 }
@@ -259,7 +259,7 @@ void conv2d_nhwc_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, co
   } else {
     switch (a) {
       case ConvAlgo::nhwc_gemm:
-        if (wp) return linear_fwd_packed(e, y, x, wp, b, int(rows(s)), s.C, s.K);
+        if (wp) return linear_fwd_packed(e, y, {x}, wp, b, int(rows(s)), s.C, s.K);
         return linear_fwd<float>(e, y, x, w, b, int(rows(s)), s.C, s.K);
       case ConvAlgo::nhwc_patchify: return patchify_fwd(e, y, x, w, b, s, ws, wp);
       case ConvAlgo::nhwc_dw_dense: return dense_fwd(e, y, x, w, b, s, ws, wp);

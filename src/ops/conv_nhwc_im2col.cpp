@@ -114,7 +114,7 @@ void im2col_nhwc_fwd(const Exec& e, float* y, const float* x, const float* w, co
     const int cn = std::min(cs, s.N - n0), nrows = int(size_t(cn) * pq(s));
     gather_windows(e, m.a, x, s, n0, cn);
     float* yc = y + size_t(n0) * pq(s) * s.K;
-    if (wp) linear_fwd_packed(e, yc, m.a, wp, b, nrows, int(rsc(s)), s.K);
+    if (wp) linear_fwd_packed(e, yc, {m.a}, wp, b, nrows, int(rsc(s)), s.K);
     else linear_fwd<float>(e, yc, m.a, m.wr, b, nrows, int(rsc(s)), s.K);
   }
 }

@@ -13,7 +13,7 @@ size_t linear_fwd_workspace(int N, int K) { return N <= 128 && N < K ? size_t(N)
 namespace {
 // Batches of at most this many rows run a bf16 plan's Linear as Kernels::gemv_bf16 (batch-1
 // inference: the GEMM would pack all of w for one row).
-constexpr int kGemvRows = 4;
+constexpr int kGemvRows = kLinearGemvRows;
 // A Linear over many rows (a channel-last 1x1 convolution: batch x pixels) runs its rows in chunks
 // of this many, each GEMM followed by its bias while the chunk is in cache. The same bits as one
 // GEMM (the chunks split only the rows; each output is still one sum in the kernel's order).
@@ -139,32 +139,36 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
   }
 }
 
-size_t linear_pack_elems(const Kernels& k, int C, int K) { return k.pack_b(true, C, K, nullptr, C, nullptr); }
-void linear_pack(const Kernels& k, float* wp, const float* w, int C, int K) { k.pack_b(true, C, K, w, C, wp); }
+size_t linear_pack_elems(const Kernels& k, int C, int K, bool bf16) {
+  return packer_b(k, bf16)(true, C, K, nullptr, C, nullptr);
+}
+void linear_pack(const Kernels& k, float* wp, const float* w, int C, int K, bool bf16) {
+  packer_b(k, bf16)(true, C, K, w, C, wp);
+}
 
-void linear_fwd_packed(const Exec& e, float* y, const float* x, const float* wp, const float* b, int N, int C, int K,
+void linear_fwd_packed(const Exec& e, float* y, Bf16Operand x, const float* wp, const float* b, int N, int C, int K,
                        const Act* act, float* z) {
   float* out = act && z ? z : y;
   auto epi = [&](int64_t i, int m) {
     if (b) e.k.bias_rows(out + i * K, b, m, K);
     if (act) act_fwd_span<float>(e, *act, y + i * K, out + i * K, size_t(m) * K);
   };
-  const int P = e.pool.size(), nr = e.k.gemm_nr;
+  const int P = e.pool.size(), nr = e.packed_nr();
   if (P > 1 && N < 8 * P && K >= 2 * nr * P) {  // few rows: the columns, at the panel width
     e.pool.run([&](int t) {
       const Range r = split_range_aligned(K, t, P, nr);
-      if (r.end > r.begin)
-        e.k.sgemm_packed_b(false, N, int(r.end - r.begin), C, 1.f, x, C, wp, K, int(r.begin), 0.f, out + r.begin, K);
+      if (r.end > r.begin) e.gemm_packed_b(false, N, int(r.end - r.begin), C, x, C, wp, K, int(r.begin), out + r.begin, K);
     });
     return epi(0, N);
   }
-  each_row_chunk(e, N, [&](int64_t i, int m) { e.k.sgemm_packed_b(false, m, K, C, 1.f, x + i * C, C, wp, K, 0, 0.f, out + i * K, K); },
+  each_row_chunk(e, N, [&](int64_t i, int m) { e.gemm_packed_b(false, m, K, C, operand_at(x, size_t(i) * C), C, wp, K, 0, out + i * K, K); },
                  epi);
 }
 
 size_t linear_weight_bytes_per_call(const Kernels& k, int N, int C, int K, int threads, bool bf16, bool bias) {
   const size_t once = size_t(K) * C * (bf16 ? 2 : 4);
-  if (bf16 ? N <= kGemvRows : (!k.gemm_packs || N <= k.gemm_stream_rows)) return 0;
+  if (!k.gemm_packs) return 0;  // the reference GEMMs read their operands in place
+  if (bf16 ? N <= kGemvRows && k.gemv_bf16 : N <= k.gemm_stream_rows) return 0;
   if (bias && many_rows(N, K, threads)) {  // chunked_rows: one GEMM per chunk of each thread's rows
     size_t gemms = 0;
     for (int t = 0; t < threads; ++t) {

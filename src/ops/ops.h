@@ -38,7 +38,27 @@ struct Exec {
   // The GEMM of the layers' matrix products (convolutions, Linear): fp32, or bf16 products
   // summed in fp32 (Kernels::sgemm_bf16) in a bf16 plan.
   SgemmFn gemm() const { return bf16 ? k.sgemm_bf16 : k.sgemm; }
+  // C = op(A) times a weight packed once as op(B) (packer_b), or a packed op(A) times op(B)
+  // (packer_a), beta 0: the fp32 panels, or a bf16 plan's bf16 ones (A or B given fp32, or as its
+  // bf16 copy there). Splits align to packed_nr() columns / packed_mr() rows.
+  void gemm_packed_b(bool ta, int M, int n, int K, Bf16Operand A, int lda, const float* Bp, int N, int j0, float* C,
+                     int ldc) const {
+    if (bf16) return k.gemm_bf16_packed_b(ta, M, n, K, 1.f, A, lda, Bp, N, j0, 0.f, C, ldc);
+    k.sgemm_packed_b(ta, M, n, K, 1.f, A.f, lda, Bp, N, j0, 0.f, C, ldc);
+  }
+  void gemm_packed_a(bool tb, int m, int N, int K, const float* Ap, int M, int i0, Bf16Operand B, int ldb, float* C,
+                     int ldc) const {
+    if (bf16) return k.gemm_bf16_packed_a(tb, m, N, K, 1.f, Ap, M, i0, B, ldb, 0.f, C, ldc);
+    k.sgemm_packed_a(tb, m, N, K, 1.f, Ap, M, i0, B.f, ldb, 0.f, C, ldc);
+  }
+  int packed_nr() const { return bf16 ? k.bf16_nr : k.gemm_nr; }
+  int packed_mr() const { return bf16 ? k.bf16_mr : k.gemm_mr; }
 };
+// An operand n elements further on (either form).
+inline Bf16Operand operand_at(Bf16Operand o, size_t n) { return {o.f ? o.f + n : nullptr, o.h ? o.h + n : nullptr}; }
+// A plan's weight packed once: the table's fp32 GEMM panels, or its bf16 ones for a bf16 plan.
+inline PackBFn packer_b(const Kernels& k, bool bf16) { return bf16 ? k.pack_b_bf16 : k.pack_b; }
+inline PackAFn packer_a(const Kernels& k, bool bf16) { return bf16 ? k.pack_a_bf16 : k.pack_a; }
 
 // wh (linear, conv2d; may be null): a bf16 plan's copy of w rounded to bf16 (Plan: the weight
 // copy), which the bf16 GEMMs read instead of rounding w as they pack it (the same products).
@@ -62,15 +82,20 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
 // null): where the pre-activation is kept. The bits of linear_fwd then act_fwd (ws and wh null).
 // Only where linear_act_chunked(N, K, threads): many rows, K a multiple of 8.
 enum class Act;  // below, with act_fwd
+// A bf16 plan's Linear over at most this many rows reads its bf16 weight copy in place
+// (Kernels::gemv_bf16, where the table has it) instead of the GEMM.
+constexpr int kLinearGemvRows = 4;
 // A Linear's weight w[K, C] packed once for the GEMM (an inference plan's, at each parameter
 // change): op(B) = w^T in the table's panel format, linear_pack_elems floats, 64-byte aligned.
-size_t linear_pack_elems(const Kernels& k, int C, int K);
-void linear_pack(const Kernels& k, float* wp, const float* w, int C, int K);
-// y[N, K] = x[N, C] w^T + b (+ epilogue) from the packed wp (fp32): no per-call packing of w. The
+// bf16: a bf16 plan's (the table's bf16 panels: packer_b).
+size_t linear_pack_elems(const Kernels& k, int C, int K, bool bf16);
+void linear_pack(const Kernels& k, float* wp, const float* w, int C, int K, bool bf16);
+// y[N, K] = x[N, C] w^T + b (+ epilogue) from the packed wp (Exec::gemm_packed_b: fp32, or bf16
+// products in a bf16 plan, x given fp32 or as its bf16 copy): no per-call packing of w. The
 // rows split over the pool in 8-aligned chunks of at most 512 rows, each chunk's bias (and *act
 // where act is not null; z: where the pre-activation is kept, or null) while it is in cache; few
 // rows split the columns at the panel width. The same bits for any thread count.
-void linear_fwd_packed(const Exec& e, float* y, const float* x, const float* wp, const float* b, int N, int C, int K,
+void linear_fwd_packed(const Exec& e, float* y, Bf16Operand x, const float* wp, const float* b, int N, int C, int K,
                        const Act* act = nullptr, float* z = nullptr);
 // Bytes of w a linear_fwd call without ws (a convolution's rows) packs for the table's GEMM: the
 // panels of op(B) = w^T once per GEMM that packs (every chunk of rows; every thread of a row split),
@@ -133,7 +158,7 @@ size_t conv2d_nchw_workspace(ConvAlgo a, const ConvShape& s, int threads);
 // dw_dense's map of group g: T[M*PQ, HW] from w[K, R*S] (a packed weight: conv2d_pack).
 void dw_dense_matrix(float* T, const float* w, int g, const ConvShape& s);
 // Floats of one group's map packed as op(B) = T^T panels (Kernels::pack_b), 16-float aligned.
-size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s);
+size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s, bool bf16);
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K] by algorithm a (conv2d_desc's for a shape
 // with at least s.N samples); ws: that plan's workspace. xh (bf16 plans; may be null): the input in
 // bf16, which the GEMMs read instead of rounding x; with xh, x may be null where reads_bf16_input.
@@ -168,10 +193,17 @@ struct Background {
 // bg (f32 only, may be null): the background link above (needs groups 1, H + 2 pad and W + 2 pad
 // <= 64, R and S <= 32); with split false (a frozen plan) it writes the true activations and all
 // values 0, so the Linear adds nothing.
+// wpk (f32, may be null): the weights as conv_relu_pool_pack wrote them (an inference plan's).
 size_t conv_relu_pool_workspace(const ConvShape& s, int threads);
 template <class T>
 void conv_relu_pool_fwd(const Exec& e, T* y, int8_t* code, const T* x, const T* w, const T* b,
-                        const ConvShape& s, T* ws, const Background* bg = nullptr, bool split = true);
+                        const ConvShape& s, T* ws, const Background* bg = nullptr, bool split = true,
+                        const float* wpk = nullptr);
+// The fused kernel's weights and bias packed once per parameter change (the kernel table's own
+// layout, per group; bf16: the kernel a bf16 plan runs): its floats, 0 where the kernel reads w as
+// stored; and the packing (ws: the forward's workspace, where a table without a bf16 kernel rounds w).
+size_t conv_relu_pool_pack_elems(const Kernels& k, const ConvShape& s, bool bf16);
+void conv_relu_pool_pack(const Exec& e, float* wpk, const float* w, const float* b, const ConvShape& s, float* ws);
 // The Linear's side of the link, after its own forward / backward (y[N, K], w[K, C * P2]):
 // y += mask fold^T with fold[k, p] = sum_c value[c] w[k, c*P2 + p]; and dw[k, c*P2 + p] +=
 // value[c] sum_n dy[n, k] mask[n, p], bias_grad[c] = sum_{k, p} w[k, c*P2 + p] sum_n dy[n, k]

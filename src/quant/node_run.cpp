@@ -26,7 +26,7 @@ NodeGraph make_node_graph(const Model& model, int batch, int threads, const std:
   for (size_t t = ng.params.size(); t-- > 0;) ng.first_param[size_t(ng.params[t].layer)] = int(t);
   for (nn::Node& n : ng.g.nodes) {
     n.layer->set_precision(Precision::fp32, false);
-    n.layer->choose_algorithm(batch, threads, nullptr);  // weights as stored: no parameter versions here
+    n.layer->choose_algorithm(batch, threads, nullptr, false);  // weights as stored: no parameter versions here
     ng.ws_elems = std::max(ng.ws_elems, n.layer->workspace_elems(batch, threads));
     ng.idx_elems.push_back(n.layer->index_elems(batch));
     ng.saved_bytes.push_back(n.layer->saved_bytes(batch, threads, DType::f32));

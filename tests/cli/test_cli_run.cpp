@@ -230,13 +230,14 @@ TEST_F(Cli, InfoJsonDescribesEveryUnitOfEveryPlan) {
               for (const char* f : {"ops", "post_ops"}) ASSERT_TRUE(u.contains(f) && u[f].is_array()) << args << ": " << f;
               for (const char* f : {"workspace_bytes", "weight_bytes_packed_per_call"})
                 ASSERT_TRUE(u.contains(f) && u[f].is_number_unsigned()) << args << ": " << f;
-              // The direct kernels (direct-s1, the fused conv-relu-pool) still transpose their small weight per call.
+              // Every inference plan reads its weights packed once (or as stored): fp32, bf16 and int8.
               const std::string algo = u["algorithm"];
-              const bool direct = algo.find("direct") != std::string::npos;
-              const bool fp32_inference = p["kind"] == "inference" && std::string(prec) == "fp32" && !scalar;
-              if ((fp32_inference && !direct) || u["dtype"] == "u8")
-                EXPECT_EQ(u["weight_bytes_packed_per_call"], 0u) << args << ": " << u.dump();
-              if (fp32_inference && algo == "nhwc-im2col") EXPECT_EQ(u["weight_format"], "gemm-b-panels") << args;
+              const bool inference = p["kind"] == "inference";
+              if (inference) EXPECT_EQ(u["weight_bytes_packed_per_call"], 0u) << args << ": " << u.dump();
+              if (inference && !scalar && algo == "nhwc-im2col") EXPECT_EQ(u["weight_format"], "gemm-b-panels") << args;
+              if (inference && !scalar && algo.find("conv-relu-pool") == 0) EXPECT_EQ(u["weight_format"], "kernel-tiles") << args;
+              if (inference && !scalar && std::string(prec) == "bf16" && algo == "im2col-gemm")
+                EXPECT_EQ(u["weight_format"], "bf16-gemm-a-panels") << args;
             }
           }
         }

@@ -4,7 +4,9 @@
 // against a double GEMM of the same bf16 values on awkward shapes, transposes, strides and betas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -256,6 +258,87 @@ TEST(Bf16, GemvMatchesTheDoubleReference) {
           }
       }
   EXPECT_EQ(kernels_for(Isa::avx512).gemv_bf16, gemv_bf16_avx512bf16);
+}
+
+// A 64-byte aligned buffer of n floats and a -7 sentinel after them.
+struct Packed {
+  std::vector<float> store;
+  float* p;
+  explicit Packed(size_t n) : store(n + 17, -7.f) {
+    p = store.data() + (16 - reinterpret_cast<uintptr_t>(store.data()) / 4 % 16) % 16;
+  }
+};
+// C[i, j] (ldc) against the double sum of op(A) op(B) over the bf16 values, with alpha and beta C0.
+void expect_bf16_gemm(const std::vector<float>& C, const std::vector<float>& C0, int ldc, const std::vector<float>& A,
+                      int lda, bool ta, const std::vector<float>& B, int ldb, bool tb, int M, int N, int K, float alpha,
+                      float beta) {
+  const auto r = [](float v) { return double(bf16_to_f32(f32_to_bf16(v))); };
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double want = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        const double t = r(ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k]) * r(tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j]);
+        want += t, mag += std::fabs(t);
+      }
+      want *= alpha, mag *= std::fabs(alpha);
+      const double c0 = C0[size_t(i) * ldc + j];
+      if (beta != 0.f) want += double(beta) * c0, mag += std::fabs(double(beta) * c0);
+      ASSERT_NEAR(C[size_t(i) * ldc + j], want, (K + 4) * 6e-8 * mag + 1e-30) << "at " << i << ", " << j;
+    }
+}
+
+// A bf16 plan's packed weights (Kernels::pack_b_bf16 / pack_a_bf16 and the GEMMs reading them) on
+// every table: the weight as op(B) and as op(A), the other operand fp32 (rounded as packed) or its
+// bf16 copy, whole or split into column / row ranges at the panel size, beta 0 (over NaN) and not,
+// shapes past the depth, row and column blocks; the packers write nothing past their size.
+TEST(Bf16, PackedWeightGemmsMatchTheDoubleReference) {
+  const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {9, 33, 3}, {17, 70, 300}, {130, 47, 385}, {300, 65, 1100}, {31, 1030, 47}};
+  std::mt19937 rng(21);
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
+    if (!isa_supported(isa)) continue;
+    const Kernels& k = kernels_for(isa);
+    ASSERT_TRUE(k.pack_b_bf16 && k.gemm_bf16_packed_b && k.pack_a_bf16 && k.gemm_bf16_packed_a) << isa_name(isa);
+    for (auto& sh : shapes)
+      for (int t = 0; t < 8; ++t) {
+        const bool ta = t & 1, tb = t & 2, copy = t & 4;
+        const int M = sh[0], N = sh[1], K = sh[2];
+        if (size_t(M) * N * K > 2000000 && !((0x69 >> t) & 1)) continue;  // the largest: 4 of the 8 cases
+        const float beta = t % 3 == 0 ? 0.f : -1.25f;
+        SCOPED_TRACE(std::string(isa_name(isa)) + " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " copy " +
+                     std::to_string(copy) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+        const std::vector<float> A = awkward_floats(size_t(ta ? K : M) * lda, rng), B = awkward_floats(size_t(tb ? N : K) * ldb, rng);
+        std::vector<uint16_t> Ah(A.size()), Bh(B.size());
+        cvt_f32_bf16_ref(Ah.data(), A.data(), A.size());
+        cvt_f32_bf16_ref(Bh.data(), B.data(), B.size());
+        std::vector<float> C0(size_t(M) * ldc);
+        for (float& c : C0) c = beta == 0.f ? NAN : float(rng() % 1000) / 250.f - 2.f;
+        // The weight is B: packed once, then column ranges of 2 panels (and whole).
+        const size_t nb = k.pack_b_bf16(tb, K, N, nullptr, ldb, nullptr);
+        Packed bp(nb);
+        ASSERT_EQ(k.pack_b_bf16(tb, K, N, B.data(), ldb, bp.p), nb);
+        ASSERT_EQ(bp.p[nb], -7.f) << "pack_b_bf16 wrote past its size";
+        const Bf16Operand a{A.data(), copy ? Ah.data() : nullptr};
+        for (int step : {N, 2 * k.bf16_nr}) {
+          std::vector<float> C = C0;
+          for (int j0 = 0; j0 < N; j0 += step)
+            k.gemm_bf16_packed_b(ta, M, std::min(step, N - j0), K, 0.75f, a, lda, bp.p, N, j0, beta, C.data() + j0, ldc);
+          expect_bf16_gemm(C, C0, ldc, A, lda, ta, B, ldb, tb, M, N, K, 0.75f, beta);
+        }
+        // The weight is A: packed once, then row ranges of 2 panels (and whole).
+        const size_t na = k.pack_a_bf16(ta, M, K, nullptr, lda, nullptr);
+        Packed ap(na);
+        ASSERT_EQ(k.pack_a_bf16(ta, M, K, A.data(), lda, ap.p), na);
+        ASSERT_EQ(ap.p[na], -7.f) << "pack_a_bf16 wrote past its size";
+        const Bf16Operand b{B.data(), copy ? Bh.data() : nullptr};
+        for (int step : {M, 2 * k.bf16_mr}) {
+          std::vector<float> C = C0;
+          for (int i0 = 0; i0 < M; i0 += step)
+            k.gemm_bf16_packed_a(tb, std::min(step, M - i0), N, K, 0.75f, ap.p, M, i0, b, ldb, beta, C.data() + size_t(i0) * ldc, ldc);
+          expect_bf16_gemm(C, C0, ldc, A, lda, ta, B, ldb, tb, M, N, K, 0.75f, beta);
+        }
+      }
+  }
 }
 
 TEST(Bf16, TheTableNamesItsPath) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,7 +45,17 @@ void check(const ConvS1& d, double zero_fraction, uint32_t seed) {
   const int P2 = d.P / 2, Q2 = d.Q / 2;
   std::vector<float> y(size_t(d.K) * P2 * Q2, NAN), ws(conv_relu_pool_scratch(d), NAN);
   std::vector<int8_t> code(y.size(), 99);
-  conv_relu_pool_avx512bf16(y.data(), code.data(), xp.data(), w.data(), b.data(), d, ws.data());
+  conv_relu_pool_avx512bf16(y.data(), code.data(), xp.data(), w.data(), b.data(), d, ws.data(), nullptr);
+  {  // the weights packed once (a plan's): the same bits and codes
+    const size_t npk = conv_relu_pool_pack_avx512bf16(nullptr, w.data(), b.data(), d);
+    std::vector<float> wpk(npk + 1, -7.f), yp(y.size(), NAN), wsp(ws.size(), NAN);
+    std::vector<int8_t> codep(y.size(), 99);
+    ASSERT_EQ(conv_relu_pool_pack_avx512bf16(wpk.data(), w.data(), b.data(), d), npk);
+    ASSERT_EQ(wpk[npk], -7.f) << "the packer wrote past its size";
+    conv_relu_pool_avx512bf16(yp.data(), codep.data(), xp.data(), w.data(), b.data(), d, wsp.data(), wpk.data());
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(std::memcmp(&yp[i], &y[i], 4) == 0) << "packed, at " << i;
+    ASSERT_EQ(codep, code);
+  }
   for (int k = 0; k < d.K; ++k)
     for (int i = 0; i < P2; ++i)
       for (int j = 0; j < Q2; ++j) {
@@ -87,6 +98,7 @@ TEST(ConvPoolBf16, TheTableHasTheKernelWhereTheCpuHasAvx512Bf16) {
     const bool native = (isa == Isa::avx512 || isa == Isa::amx) && cpu_has_avx512_bf16();
     EXPECT_EQ(kernels_for(isa).conv_s1_relu_pool_bf16 == conv_relu_pool_avx512bf16, native) << isa_name(isa);
     if (!native) EXPECT_EQ(kernels_for(isa).conv_s1_relu_pool_bf16, nullptr) << isa_name(isa);
+    EXPECT_EQ(kernels_for(isa).conv_s1_relu_pool_bf16_pack == conv_relu_pool_pack_avx512bf16, native) << isa_name(isa);
   }
 }
 

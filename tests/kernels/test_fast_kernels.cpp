@@ -210,7 +210,7 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
           std::vector<float> y(np, NAN), yu(np), conv(ny), convr(ny), ws(conv_relu_pool_scratch(d), NAN);
           std::vector<int8_t> code(np, 99);
           std::vector<int32_t> codeu(np);
-          k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), bp, d, ws.data());
+          k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), bp, d, ws.data(), nullptr);
           k.conv_s1_fwd(conv.data(), xp.data(), w.data(), bp, d);
           k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
           const size_t PQ2 = size_t(d.P / 2) * (d.Q / 2);
@@ -218,6 +218,17 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
             ASSERT_EQ(y[i], yu[i]) << i;
             ASSERT_EQ(code[(i % PQ2) * d.K + i / PQ2], codeu[i]) << i;  // codes are channel-last
           }
+          // The weights packed once (a plan's): the same bits and codes; the packer writes its size.
+          const size_t npk = k.conv_s1_relu_pool_pack(nullptr, w.data(), bp, d);
+          EXPECT_EQ(npk == 0, isa == Isa::scalar) << "the reference reads w as stored";
+          std::vector<float> wpk(npk + 1, -7.f), yp(np, NAN);
+          std::vector<int8_t> codep(np, 99);
+          ASSERT_EQ(k.conv_s1_relu_pool_pack(wpk.data(), w.data(), bp, d), npk);
+          ASSERT_EQ(wpk[npk], -7.f) << "the packer wrote past its size";
+          std::fill(ws.begin(), ws.end(), NAN);
+          k.conv_s1_relu_pool(yp.data(), codep.data(), xp.data(), w.data(), bp, d, ws.data(), npk ? wpk.data() : nullptr);
+          for (size_t i = 0; i < np; ++i) ASSERT_EQ(std::memcmp(&yp[i], &y[i], 4), 0) << "packed, at " << i;
+          ASSERT_EQ(codep, code);
           ref::conv_s1_fwd<float>(convr.data(), xp.data(), w.data(), bp, d);
           const double tol = 1e-5 * std::sqrt(double(d.C * d.R * d.S)) * 8;
           for (int kk = 0; kk < d.K; ++kk)
@@ -263,7 +274,7 @@ TEST(FastKernels, ConvReluPoolSparseInputWithNonFinite) {
       std::vector<float> y(np), yu(np), conv(size_t(d.K) * d.P * d.Q), ws(conv_relu_pool_scratch(d));
       std::vector<int8_t> code(np);
       std::vector<int32_t> codeu(np);
-      k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), d, ws.data());
+      k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), d, ws.data(), nullptr);
       k.conv_s1_fwd(conv.data(), xp.data(), w.data(), b.data(), d);
       k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
       for (size_t i = 0; i < np; ++i) ASSERT_TRUE(y[i] == yu[i] || (std::isnan(y[i]) && std::isnan(yu[i]))) << i;

@@ -86,9 +86,10 @@ QuantizedWeights make_quantized(const Model& m, const std::vector<float>& x, int
       QuantLayer l;
       l.prefix = pre, l.shape = pw.shape, l.has_bias = s.bias;
       const size_t K = size_t(pw.shape[0]), per = pw.size / K;
-      std::uniform_int_distribution<int> wq(-127, 127), bq(-2000, 2000);
+      const int wmax = test::ort_exact_weight_max();
+      std::uniform_int_distribution<int> wq(-wmax, wmax), bq(-2000, 2000);
       std::uniform_real_distribution<float> sc(0.5f, 1.5f);
-      for (size_t k = 0; k < K; ++k) l.w_scale.push_back(sc(rng) * 1.7f / std::sqrt(float(per)) / 127.f);
+      for (size_t k = 0; k < K; ++k) l.w_scale.push_back(sc(rng) * 1.7f / std::sqrt(float(per)) / float(wmax));
       for (size_t j = 0; j < pw.size; ++j) l.w.push_back(int8_t(wq(rng))), q.values[pw.offset + j] = float(l.w.back()) * l.w_scale[j / per];
       const std::string in = s.inputs.empty() ? last : s.inputs[0];
       const float in_scale = q.acts.at(in).scale;

@@ -182,6 +182,46 @@ TEST(ConvDesc, PackedWeightsGiveTheUnpackedForward) {
   EXPECT_TRUE(packed_seen.count("dense-map")) << "no shape packs a dense map";
 }
 
+// A bf16 inference plan's descriptor (pack on, bf16) packs the weight once into the table's bf16
+// panels (packer_a / packer_b): for every nchw shape (bf16 plans run nchw), every kernel set and 1
+// or 2 threads, the forward from it agrees with the per-call bf16 forward (the same bf16
+// products, summed in another order: fp32 rounding of the sums) and, for a 1x1 conv, reading the
+// input's bf16 copy alone (x null, as after a fused norm) gives the bits of reading x.
+TEST(ConvDesc, Bf16PackedWeightsGiveTheBf16Forward) {
+  int packed = 0;
+  for (Isa isa : isas())
+    for (int threads : {1, 2})
+      for (const ConvShape& s : conv_shapes()) {
+        const Kernels& k = kernels_for(isa);
+        const ops::ConvDesc d = ops::conv2d_desc(s, false, threads, k, true, true);
+        SCOPED_TRACE(conv_trace(isa, threads, s) + " " + ops::conv_algo_name(d.algo));
+        EXPECT_EQ(d.bf16_weights, d.bf16_products && d.packed_elems > 0);  // dw_dense packs its maps on every table
+        if (!d.packed_elems) continue;
+        ++packed;
+        const size_t nx = size_t(s.N) * s.C * s.H * s.W, nw = size_t(s.K) * (s.C / s.groups) * s.R * s.S,
+                     ny = size_t(s.N) * s.K * s.P * s.Q;
+        auto x = to_float(randn(nx, 1)), w = to_float(randn(nw, 2)), b = to_float(randn(s.K, 3));
+        std::vector<float> ws(d.workspace + 1), wp_store(d.packed_elems + 16), y(ny, NAN), y0(ny, NAN);
+        float* wp = wp_store.data() + (16 - reinterpret_cast<uintptr_t>(wp_store.data()) / 4 % 16) % 16;
+        ThreadPool pool(threads);
+        const ops::Exec e{k, pool, nullptr, d.bf16_products};
+        ops::conv2d_pack(k, d, wp, w.data(), s, ws.data());
+        ops::conv2d_fwd<float>(e, d.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data(), nullptr, nullptr, wp);
+        ops::conv2d_fwd<float>(e, d.algo, y0.data(), x.data(), w.data(), b.data(), s, ws.data());
+        EXPECT_LT(max_rel_diff(y, y0), kTol * 10);
+        if (d.reads_bf16_input) {
+          std::vector<uint16_t> xh(nx);
+          cvt_f32_bf16_ref(xh.data(), x.data(), nx);
+          std::vector<float> yh(ny, NAN);
+          ops::conv2d_fwd<float>(e, d.algo, yh.data(), nullptr, w.data(), b.data(), s, ws.data(), nullptr, xh.data(), wp);
+          EXPECT_EQ(std::memcmp(yh.data(), y.data(), ny * sizeof(float)), 0) << "from the bf16 input copy";
+        }
+      }
+  bool fast = false;
+  for (Isa isa : isas()) fast |= kernels_for(isa).gemm_packs != 0;
+  if (fast) EXPECT_GT(packed, 0) << "no shape packed";
+}
+
 TEST(FastVsRef, Linear) {
   const int sizes[][3] = {{64, 6272, 128}, {1, 7, 1}, {7, 33, 10}, {17, 1, 5}, {3, 100, 129}, {100, 784, 128},
                           {128, 50, 129}, {129, 20, 200}, {3100, 24, 40}};  // the last: bias by row chunks

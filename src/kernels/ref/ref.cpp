@@ -73,9 +73,10 @@ void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, c
   conv_s1_wgrad<float>(dw, db, dy, xp, d);
 }
 void conv_s1_relu_pool_f32(float* y, int8_t* code, const float* xp, const float* w, const float* b,
-                           const ConvS1& d, float*) {
+                           const ConvS1& d, float*, const float*) {
   conv_s1_relu_pool<float>(y, code, xp, w, b, d);
 }
+size_t conv_relu_pool_pack_f32(float*, const float*, const float*, const ConvS1&) { return 0; }  // reads w as stored
 void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int8_t* code, const float* xp,
                          const ConvS1& d, float* ws) {
   conv_pool_wgrad<float>(dw, db, dy, code, xp, d, ws);

@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wunused-function"
 #endif
+#include "kernels/bf16.h"
 #include "kernels/x86/fast_impl.h"  // conv_pool_cl.h builds on it
 #include "kernels/x86/conv_pool_cl.h"
 
@@ -83,18 +84,37 @@ void block_bf16(float* yT, int8_t* code, const uint32_t* ph, const uint32_t* wT2
 // here), then the column-pair plane (conv_relu_pool_scratch counts it). Dense whatever the input:
 // at 1.7x the fp32 dense kernel's rate it matched the fp32 sparse path on MNIST (15 % of the
 // padded pixels non-zero) and beat it on Fashion-MNIST (ember bench cnn-*, Zen 4).
+// The kernel's weights, packed once (ConvS1PoolPackFn): bT[Kp], then wT2 as weight_pairs writes it.
+size_t conv_relu_pool_pack_avx512bf16(float* dst, const float* w, const float* b, const ConvS1& d) {
+  const int Kp = (d.K + 15) / 16 * 16, S2 = (d.S + 1) / 2, CRS = d.C * d.R * d.S;
+  if (dst) {
+    for (int k = 0; k < Kp; ++k) dst[k] = b && k < d.K ? b[k] : 0.f;
+    uint32_t* wT2 = reinterpret_cast<uint32_t*>(dst + Kp);
+    const auto h = [&](int k, int cr, int s) { return s < d.S && k < d.K ? uint32_t(f32_to_bf16(w[size_t(k) * CRS + cr * d.S + s])) : 0u; };
+    for (int cr = 0; cr < d.C * d.R; ++cr)
+      for (int sp = 0; sp < S2; ++sp)
+        for (int k = 0; k < Kp; ++k) wT2[(size_t(cr) * S2 + sp) * Kp + k] = h(k, cr, 2 * sp) | h(k, cr, 2 * sp + 1) << 16;
+  }
+  return Kp + size_t(d.C) * d.R * S2 * Kp;
+}
+
 void conv_relu_pool_avx512bf16(float* y, int8_t* code, const float* xp, const float* w, const float* b,
-                               const ConvS1& d, float* ws) {
+                               const ConvS1& d, float* ws, const float* wpk) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + 15) / 16 * 16, CRS = d.C * d.R * d.S;
   if (PQ2 == 0) return;
   float* wT = ws;
-  float* bT = wT + size_t(CRS) * Kp;
-  float* yT = bT + Kp;
-  uint32_t* wT2 = reinterpret_cast<uint32_t*>(yT + size_t(PQ2) * Kp);
+  float* yT = wT + size_t(CRS) * Kp + Kp;
   float* rows_at = yT + size_t(PQ2) * Kp + size_t(d.C) * (d.R + 2) * (d.S + 2) * Kp;  // past the sparse masks
   uint32_t* ph = reinterpret_cast<uint32_t*>(rows_at + 2 * size_t(d.C) * d.Hp + 16);
-  pack_weights(wT, bT, w, b, d.K, Kp, CRS);
-  weight_pairs(wT2, wT, d, Kp);
+  const float* bT = wpk;
+  const uint32_t* wT2 = reinterpret_cast<const uint32_t*>(wpk ? wpk + Kp : nullptr);
+  if (!wpk) {  // arranged here, per call: wT, bT at the start of ws, the pairs after yT
+    float* bTs = wT + size_t(CRS) * Kp;
+    uint32_t* wT2s = reinterpret_cast<uint32_t*>(yT + size_t(PQ2) * Kp);
+    pack_weights(wT, bTs, w, b, d.K, Kp, CRS);
+    weight_pairs(wT2s, wT, d, Kp);
+    bT = bTs, wT2 = wT2s;
+  }
   column_pairs(ph, xp, d);
   conv_pool_dense<Avx512>(y, code, yT, d, Kp, [&](auto wb, auto kv, int i, int j0, int k0) {
     block_bf16<decltype(wb)::value, decltype(kv)::value>(yT, code, ph, wT2, bT, d, Kp, i, j0, k0);

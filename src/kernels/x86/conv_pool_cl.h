@@ -396,16 +396,21 @@ void conv_pool_dense(float* y, int8_t* code, const float* yT, const ConvS1& d, i
 // The sparse-input forward: each window from its non-zero inputs (conv_pool_sparse_window), a
 // window whose input patch is zero in every channel pools the bias alone: the first such window
 // is computed, the others copy its output and codes.
-template <class S>
-void conv_pool_sparse(float* y, int8_t* code, const float* xp, const float* w, const uint64_t* rows,
-                      float* wP, const float* bT, float* yT, const ConvS1& d, int Kp) {
-  const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, SP = d.S + 2, CRS = d.C * d.R * d.S;
+// wP[C, R+2, S+2, Kp]: the weights with a zero border, channel-last (the sparse path's).
+inline void pack_sparse_weights(float* wP, const float* w, const ConvS1& d, int Kp) {
+  const int SP = d.S + 2, CRS = d.C * d.R * d.S;
   std::memset(wP, 0, size_t(d.C) * (d.R + 2) * SP * Kp * sizeof(float));
   for (int c = 0; c < d.C; ++c)
     for (int r = 0; r < d.R; ++r)
       for (int s2 = 0; s2 < d.S; ++s2)
         for (int k = 0; k < d.K; ++k)
           wP[((size_t(c) * (d.R + 2) + r + 1) * SP + s2 + 1) * Kp + k] = w[size_t(k) * CRS + (c * d.R + r) * d.S + s2];
+}
+
+template <class S>
+void conv_pool_sparse(float* y, int8_t* code, const float* xp, const uint64_t* rows, const float* wP, const float* bT,
+                      float* yT, const ConvS1& d, int Kp) {
+  const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2;
   const uint64_t colmask = (uint64_t(1) << (d.S + 1)) - 1;
   size_t bias_wi = SIZE_MAX;
   for (int i = 0; i < P2; ++i) {
@@ -429,18 +434,35 @@ void conv_pool_sparse(float* y, int8_t* code, const float* xp, const float* w, c
   transpose_cl<S>(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);
 }
 
+// The kernel's weights, packed once (ConvS1PoolPackFn): wT[C*R*S, Kp], bT[Kp], wP[C, R+2, S+2, Kp].
+template <class S>
+size_t conv_relu_pool_pack_cl(float* dst, const float* w, const float* b, const ConvS1& d) {
+  const int Kp = (d.K + S::W - 1) / S::W * S::W, CRS = d.C * d.R * d.S;
+  const size_t sparse = size_t(d.C) * (d.R + 2) * (d.S + 2) * Kp;
+  if (dst) {
+    pack_weights(dst, dst + size_t(CRS) * Kp, w, b, d.K, Kp, CRS);
+    pack_sparse_weights(dst + size_t(CRS) * Kp + Kp, w, d, Kp);
+  }
+  return size_t(CRS) * Kp + Kp + sparse;
+}
+
 template <class S>
 void conv_relu_pool_cl(float* y, int8_t* code, const float* xp, const float* w, const float* b,
-                       const ConvS1& d, float* ws) {
+                       const ConvS1& d, float* ws, const float* wpk) {
   const int P2 = d.P / 2, Q2 = d.Q / 2, PQ2 = P2 * Q2, Kp = (d.K + S::W - 1) / S::W * S::W, CRS = d.C * d.R * d.S;
   if (PQ2 == 0) return;
-  float* wT = ws;                       // [C, R, S, Kp]
-  float* bT = wT + size_t(CRS) * Kp;    // [Kp]
-  float* yT = bT + Kp;                  // [PQ2, Kp]
-  float* wP = yT + size_t(PQ2) * Kp;    // [C, R+2, S+2, Kp] (the sparse path)
-  uint64_t* rows = reinterpret_cast<uint64_t*>(wP + size_t(d.C) * (d.R + 2) * (d.S + 2) * Kp);  // [C, Hp]
-  pack_weights(wT, bT, w, b, d.K, Kp, CRS);
-  if (sparse_rows<S>(rows, xp, d)) return conv_pool_sparse<S>(y, code, xp, w, rows, wP, bT, yT, d, Kp);
+  float* yT = ws + size_t(CRS) * Kp + Kp;  // [PQ2, Kp], after room for wT and bT
+  float* wPs = yT + size_t(PQ2) * Kp;      // [C, R+2, S+2, Kp] (the sparse path)
+  uint64_t* rows = reinterpret_cast<uint64_t*>(wPs + size_t(d.C) * (d.R + 2) * (d.S + 2) * Kp);  // [C, Hp]
+  const float *wT = wpk, *bT = wpk ? wpk + size_t(CRS) * Kp : nullptr, *wP = wpk ? bT + Kp : nullptr;
+  if (!wpk) {  // arranged here, per call: wT [C, R, S, Kp] and bT [Kp] at the start of ws
+    pack_weights(ws, ws + size_t(CRS) * Kp, w, b, d.K, Kp, CRS);
+    wT = ws, bT = ws + size_t(CRS) * Kp;
+  }
+  if (sparse_rows<S>(rows, xp, d)) {
+    if (!wpk) pack_sparse_weights(wPs, w, d, Kp), wP = wPs;
+    return conv_pool_sparse<S>(y, code, xp, rows, wP, bT, yT, d, Kp);
+  }
   conv_pool_dense<S>(y, code, yT, d, Kp, [&](auto wb, auto kv, int i, int j0, int k0) {
     constexpr int WB = decltype(wb)::value, KV = decltype(kv)::value;
     // 5 x 5 unrolled: AVX2 3-8 % faster (bench_kernels conv_s1_relu_pool, Emerald Rapids), AVX-512

@@ -133,7 +133,7 @@ void conv_relu_pool_block(float* y, int32_t* code, const float* xp, const float*
 // channel-lane kernel instead, which writes them channel-last directly.)
 template <class S>
 void conv_s1_relu_pool(float* y, int8_t* code, const float* xp, const float* w, const float* b,
-                       const ConvS1& d, float* ws) {
+                       const ConvS1& d, float* ws, const float*) {  // reads w as stored: no packed form
   constexpr int KB = S::W == 16 ? 6 : 2;  // 4 KB accumulators + 4 input vectors in registers
   int32_t* km = reinterpret_cast<int32_t*>(ws);
   int k = 0;

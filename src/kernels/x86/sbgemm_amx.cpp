@@ -2,6 +2,9 @@
 // driver (gemm_driver.h). A 32x32 micro-tile is 2x2 fp32 accumulator tiles fed by 2 A tiles
 // (16 rows x 16 pairs) and 2 B tiles (16 pairs x 16 columns) per 32 values of k: 4 tile products
 // of 16x16x32 multiply-adds each. The tile configuration is loaded once per call and released after.
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12: its own intrinsics headers
+#endif
 #include <immintrin.h>
 
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include "kernels/kernels.h"
 #include "kernels/x86/bf16_pairs.h"
 #include "kernels/x86/gemm_driver.h"
+#include "kernels/x86/gemm_bf16_packed.h"
 
 namespace ember {
 namespace {
@@ -240,6 +244,25 @@ bool amx_tiles_hold_state() {
   _tile_stored(0, out[0], 64); _tile_stored(1, out[1], 64); _tile_stored(2, out[2], 64); _tile_stored(3, out[3], 64);
   _tile_stored(4, out[4], 64); _tile_stored(5, out[5], 64); _tile_stored(6, out[6], 64); _tile_stored(7, out[7], 64);
   return std::memcmp(in, out, sizeof in) == 0;
+}
+
+
+// The packed-weight bf16 GEMMs (gemm_bf16_packed.h) on AmxBf16Gemm.
+size_t pack_b_bf16_amx(bool tb, int K, int N, const float* B, int ldb, float* dst) {
+  return pack_b_bf16_t<AmxBf16Gemm>(tb, K, N, B, ldb, dst);
+}
+void gemm_bf16_packed_b_amx(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
+                       int N, int j0, float beta, float* C, int ldc) {
+  TileScope tiles;
+  gemm_bf16_packed_b_t<AmxBf16Gemm>(ta, M, n, K, alpha, A, lda, Bp, N, j0, beta, C, ldc);
+}
+size_t pack_a_bf16_amx(bool ta, int M, int K, const float* A, int lda, float* dst) {
+  return pack_a_bf16_t<AmxBf16Gemm>(ta, M, K, A, lda, dst);
+}
+void gemm_bf16_packed_a_amx(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                       int ldb, float beta, float* C, int ldc) {
+  TileScope tiles;
+  gemm_bf16_packed_a_t<AmxBf16Gemm>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);
 }
 
 }  // namespace ember

@@ -15,6 +15,7 @@
 #include "kernels/kernels.h"
 #include "kernels/x86/bf16_pairs.h"
 #include "kernels/x86/gemm_driver.h"
+#include "kernels/x86/gemm_bf16_packed.h"
 
 namespace ember {
 namespace {
@@ -155,6 +156,23 @@ void cvt_f32_bf16_avx512bf16(uint16_t* dst, const float* src, size_t n) {
     const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
     _mm256_mask_storeu_epi16(dst + i, m, (__m256i)h);
   }
+}
+
+
+// The packed-weight bf16 GEMMs (gemm_bf16_packed.h) on Bf16Gemm.
+size_t pack_b_bf16_avx512bf16(bool tb, int K, int N, const float* B, int ldb, float* dst) {
+  return pack_b_bf16_t<Bf16Gemm>(tb, K, N, B, ldb, dst);
+}
+void gemm_bf16_packed_b_avx512bf16(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
+                       int N, int j0, float beta, float* C, int ldc) {
+  gemm_bf16_packed_b_t<Bf16Gemm>(ta, M, n, K, alpha, A, lda, Bp, N, j0, beta, C, ldc);
+}
+size_t pack_a_bf16_avx512bf16(bool ta, int M, int K, const float* A, int lda, float* dst) {
+  return pack_a_bf16_t<Bf16Gemm>(ta, M, K, A, lda, dst);
+}
+void gemm_bf16_packed_a_avx512bf16(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
+                       int ldb, float beta, float* C, int ldc) {
+  gemm_bf16_packed_a_t<Bf16Gemm>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);
 }
 
 }  // namespace ember
