@@ -52,7 +52,7 @@ void conv_fwd(benchmark::State& st, Isa isa) {
   auto xp = rnd(32 * 32), w = rnd(32 * 25), b = rnd(32);
   std::vector<float> y(32 * 784);
   for (auto _ : st) {
-    k.conv_s1_fwd(y.data(), xp.data(), w.data(), b.data(), kConv);
+    k.conv_s1_fwd(y.data(), xp.data(), w.data(), b.data(), kConv, nullptr);
     benchmark::DoNotOptimize(y.data());
   }
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32 * 25 * 784 * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);

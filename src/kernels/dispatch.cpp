@@ -21,7 +21,7 @@ void relu_fwd_f32(float* y, const float* x, size_t n);
 void relu_bwd_f32(float* dx, const float* dy, const float* y, size_t n);
 void bias_rows_f32(float* y, const float* b, int rows, int cols);
 void bias_channels_f32(float* y, const float* b, int N, int K, int PQ);
-void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d);
+void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d, const float* wpk);
 void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d);
 void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q);
 void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int8_t* code, const float* xp,
@@ -126,6 +126,7 @@ Kernels scalar_table() {
   k.bias_rows = ref::bias_rows_f32;
   k.bias_channels = ref::bias_channels_f32;
   k.conv_s1_fwd = ref::conv_s1_fwd_f32;
+  k.conv_s1_fwd_pack = ref::conv_relu_pool_pack_f32;  // reads w as stored: nothing packed
   k.dw_fwd = dw_fwd_loops;
   k.dw_bwd = dw_bwd_loops;
   k.dw_fwd_bf16 = dw_fwd_loops<true>;

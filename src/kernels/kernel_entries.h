@@ -7,7 +7,7 @@
 #define EMBER_KERNEL_ENTRIES(X)                                                                      \
   X(sgemm) X(pack_b) X(sgemm_packed_b) X(pack_a) X(sgemm_packed_a) X(sbgemm) X(sgemm_bf16) X(gemm_bf16_mixed) X(gemv_bf16) X(cvt_f32_bf16) X(cvt_bf16_f32)   \
   X(pack_b_bf16) X(gemm_bf16_packed_b) X(pack_a_bf16) X(gemm_bf16_packed_a)                          \
-  X(im2col) X(col2im) X(relu_fwd) X(relu_bwd) X(bias_rows) X(bias_channels) X(conv_s1_fwd)           \
+  X(im2col) X(col2im) X(relu_fwd) X(relu_bwd) X(bias_rows) X(bias_channels) X(conv_s1_fwd) X(conv_s1_fwd_pack)           \
   X(dw_fwd) X(dw_bwd) X(dw_fwd_bf16) X(dw_bwd_bf16) X(dw_nhwc_fwd) X(dw_nhwc_bwd) X(gelu_fwd)        \
   X(gelu_tanh_fwd) X(gelu_bwd)                                                                       \
   X(gelu_tanh_bwd) X(ln_fwd) X(ln_bwd) X(ln2d_fwd) X(ln2d_bwd) X(conv_s1_wgrad) X(relu_maxpool2)     \

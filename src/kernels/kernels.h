@@ -205,12 +205,17 @@ using BiasChannelsFn = void (*)(float* y, const float* bias, int N, int K, int P
 struct ConvS1 {
   int C, K, Hp, Wp, R, S, P, Q;
 };
-// The fast tables' conv_s1_fwd takes its channel-last kernel (the weights transposed per call
-// into a stack tile) for a short reduction and at most 64 channels and 64 columns.
+// A direct kernel's weights packed once (conv_s1_fwd_pack, conv_s1_relu_pool_pack): dst = w[K, C,
+// R, S] and b[K] (may be null) in the kernel's own layout; returns the floats (dst null: only the
+// count), 0 where the kernel reads w and b as stored (the reference, shapes it does not tile).
+using ConvS1PackFn = size_t (*)(float* dst, const float* w, const float* b, const ConvS1& d);
+// The fast tables' conv_s1_fwd takes its channel-last kernel (the weights transposed into a tile,
+// per call or packed once) for a short reduction and at most 64 channels and 64 columns.
 inline bool conv_s1_cl_fits(const ConvS1& d) { return d.C * d.R * d.S <= 80 && d.K <= 64 && d.Q <= 64; }
-// y[k,p,q] = b[k] + sum_{c,r,s} w[k,c,r,s] * xp[c, p+r, q+s]  (b may be null).
+// y[k,p,q] = b[k] + sum_{c,r,s} w[k,c,r,s] * xp[c, p+r, q+s]  (b may be null). wpk: w and b as
+// Kernels::conv_s1_fwd_pack wrote them (a plan's, once per parameter change), or null.
 using ConvS1FwdFn = void (*)(float* y, const float* xp, const float* w, const float* b,
-                             const ConvS1& d);
+                             const ConvS1& d, const float* wpk);
 // dw[k,c,r,s] += sum_{p,q} dy[k,p,q] * xp[c, p+r, q+s];  db[k] += sum_{p,q} dy[k,p,q] (db may be null).
 using ConvS1WgradFn = void (*)(float* dw, float* db, const float* dy, const float* xp,
                                const ConvS1& d);
@@ -231,9 +236,6 @@ using ReluMaxpool2BwdFn = void (*)(float* dx, const float* dy, const int32_t* co
 using ConvS1ReluPoolFn = void (*)(float* y, int8_t* code, const float* xp, const float* w,
                                   const float* b, const ConvS1& d, float* ws, const float* wpk);
 size_t conv_relu_pool_scratch(const ConvS1& d);
-// dst[...] = w[K, C, R, S] and b[K] (may be null) in that kernel's own layout; returns its floats
-// (dst null: only the count), 0 where the kernel reads w and b as stored (the reference).
-using ConvS1PoolPackFn = size_t (*)(float* dst, const float* w, const float* b, const ConvS1& d);
 
 // The background windows of that fused conv + ReLU + pool (ops::Background), in two calls. With
 // xp: mask[i * Q/2 + j] = 1 for each pooled window (i, j) whose input patch (padded rows 2i ..
@@ -360,6 +362,7 @@ struct Kernels {
   BiasRowsFn bias_rows;
   BiasChannelsFn bias_channels;
   ConvS1FwdFn conv_s1_fwd;
+  ConvS1PackFn conv_s1_fwd_pack;
   DwFwdFn dw_fwd;
   DwBwdFn dw_bwd;
   // The same with bf16 products (x, w and dy rounded to bf16, nearest even; sums in fp32): a bf16
@@ -379,11 +382,11 @@ struct Kernels {
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   ConvS1ReluPoolFn conv_s1_relu_pool;
-  ConvS1PoolPackFn conv_s1_relu_pool_pack;
+  ConvS1PackFn conv_s1_relu_pool_pack;
   // The same with bf16 products (xp and w rounded to bf16, sums in fp32): VDPBF16PS with AVX512_BF16;
   // null elsewhere, where the op rounds its padded input and weights and runs conv_s1_relu_pool.
   ConvS1ReluPoolFn conv_s1_relu_pool_bf16;
-  ConvS1PoolPackFn conv_s1_relu_pool_bf16_pack;
+  ConvS1PackFn conv_s1_relu_pool_bf16_pack;
   ConvS1PoolWgradFn conv_s1_pool_wgrad;
   ConvPoolBackgroundFn conv_pool_background;
   LinearT1Fn linear_t1;
@@ -457,7 +460,7 @@ struct KernelRow {
   const char* entry;
   const char* by_set[kKernelSets];
 };
-constexpr int kKernelEntries = 59;
+constexpr int kKernelEntries = 60;
 void kernel_rows(KernelRow (&rows)[kKernelEntries]);
 
 // Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).

@@ -168,7 +168,7 @@ class Conv2d final : public Layer {
   // weight is another copy: a fold), or null where the descriptor reads it as stored.
   const float* packed(const ops::Exec& e, const Bufs& b) {
     if (!planned_ || !desc_.packed_elems || !b.saved) return nullptr;
-    return pack_.get(b, [&](float* wp) { ops::conv2d_pack(e.k, desc_, wp, p<float>(b.w), shape(b.batch), p<float>(b.ws)); });
+    return pack_.get(b, [&](float* wp) { ops::conv2d_pack(e.k, desc_, wp, p<float>(b.w), p<float>(b.b), shape(b.batch), p<float>(b.ws)); });
   }
   ops::ConvDesc desc_;
   bool planned_ = false;

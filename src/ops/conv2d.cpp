@@ -437,8 +437,9 @@ size_t s1_thread(const ConvShape& s) { return s1_xp(s) + col_elems(s); }
 size_t direct_s1_ws(const ConvShape& s, int threads) {
   return threads * s1_thread(s) + (threads - 1) * wgrad_elems(s);
 }
+// wp (or null): the weights as the table's conv_s1_fwd_pack wrote them (conv2d_pack).
 void direct_s1_fwd(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                   float* ws) {
+                   float* ws, const float* wp) {
   const ConvS1 d = s1_geo(s);
   const size_t in = size_t(s.C) * s.H * s.W, out = size_t(s.K) * s.P * s.Q;
   e.pool.run([&](int t) {
@@ -446,7 +447,7 @@ void direct_s1_fwd(const Exec& e, float* y, const float* x, const float* w, cons
     float* xp = ws + t * s1_thread(s);
     for (int64_t n = r.begin; n < r.end; ++n) {
       ref::pad_image<float>(xp, x + n * in, s.C, s.H, s.W, s.pad_h, s.pad_w, d.Hp, d.Wp);
-      e.k.conv_s1_fwd(y + n * out, xp, w, b, d);
+      e.k.conv_s1_fwd(y + n * out, xp, w, b, d, wp);
     }
   });
 }
@@ -507,7 +508,7 @@ void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T
   } else if (a == ConvAlgo::batched_im2col) {
     batched_im2col_fwd(e, y, x, w, b, s, ws, wh, wp);
   } else if (a == ConvAlgo::direct_s1) {
-    direct_s1_fwd(e, y, x, w, b, s, ws);
+    direct_s1_fwd(e, y, x, w, b, s, ws, wp);
   } else if (a == ConvAlgo::dw_dense) {
     dw_dense_fwd(e, y, x, w, b, s, ws, wp);
   } else if (a == ConvAlgo::depthwise) {

@@ -13,6 +13,7 @@ namespace {
 
 size_t up16(size_t n) { return (n + 15) / 16 * 16; }
 size_t crs(const ConvShape& s) { return size_t(s.C / s.groups) * s.R * s.S; }
+ConvS1 s1_geometry(const ConvShape& s) { return {s.C, s.K, s.H + 2 * s.pad_h, s.W + 2 * s.pad_w, s.R, s.S, s.P, s.Q}; }
 
 // The nchw algorithm: the first that fits the shape, in this order.
 ConvAlgo nchw_algo(const ConvShape& s) {
@@ -50,7 +51,11 @@ void choose_format(ConvDesc& d, const ConvShape& s, const Kernels& k, bool bf16)
       d.weight_format = WeightFormat::gemm_b;
       d.packed_elems = pack_b(true, int(rows_k), s.K, nullptr, int(rows_k), nullptr);
       break;
-    default: break;  // the direct kernels read the weight as stored
+    case ConvAlgo::direct_s1:  // the table's tile, where its kernel tiles the shape
+      if (size_t n = k.conv_s1_fwd_pack(nullptr, nullptr, nullptr, s1_geometry(s)))
+        d.weight_format = WeightFormat::kernel_tiles, d.packed_elems = n;
+      break;
+    default: break;  // the depthwise kernels read the weight as stored
   }
 }
 
@@ -85,6 +90,7 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::gemm_a: return "gemm-a-panels";
     case WeightFormat::gemm_b: return "gemm-b-panels";
     case WeightFormat::dense_map: return "dense-map";
+    case WeightFormat::kernel_tiles: return "kernel-tiles";
     case WeightFormat::as_stored: break;
   }
   return "kcrs";
@@ -114,7 +120,8 @@ ConvDesc conv2d_desc(const ConvShape& s, bool nhwc, int threads, const Kernels& 
 
 ConvDesc conv2d_plan(const ConvShape& s, int threads) { return conv2d_desc(s, false, threads, kernels_for(Isa::scalar), false); }
 
-void conv2d_pack(const Kernels& k, const ConvDesc& d, float* wp, const float* w, const ConvShape& s, float* ws) {
+void conv2d_pack(const Kernels& k, const ConvDesc& d, float* wp, const float* w, const float* b, const ConvShape& s,
+                 float* ws) {
   const int C = int(crs(s)), Kg = s.K / s.groups;
   const size_t rows_k = size_t(s.R) * s.S * s.C;
   const PackBFn pack_b = packer_b(k, d.bf16_weights);
@@ -140,6 +147,7 @@ void conv2d_pack(const Kernels& k, const ConvDesc& d, float* wp, const float* w,
       }
       break;
     }
+    case WeightFormat::kernel_tiles: k.conv_s1_fwd_pack(wp, w, b, s1_geometry(s)); break;
     case WeightFormat::as_stored: break;
   }
 }

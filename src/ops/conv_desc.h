@@ -55,10 +55,11 @@ const char* conv_algo_name(ConvAlgo a);  // "im2col-gemm", "direct-s1", "nhwc-im
 
 // The weight the calls read: as stored (PyTorch's [K, C/G, R, S]), or packed once into
 // Kernels::pack_a panels (the weight is the GEMM's op(A): nchw, one block per group), pack_b panels
-// (op(B) = the weight's rows^T: nhwc, and nchw GEMMs over a batch of single pixels), or the dense
-// per-group maps of dw_dense.
-enum class WeightFormat : uint8_t { as_stored, gemm_a, gemm_b, dense_map };
-const char* weight_format_name(WeightFormat f);  // "kcrs", "gemm-a-panels", "gemm-b-panels", "dense-map"
+// (op(B) = the weight's rows^T: nhwc, and nchw GEMMs over a batch of single pixels), the dense
+// per-group maps of dw_dense, or the direct kernel's tile with the bias (conv_s1_fwd_pack).
+enum class WeightFormat : uint8_t { as_stored, gemm_a, gemm_b, dense_map, kernel_tiles };
+// "kcrs", "gemm-a-panels", "gemm-b-panels", "dense-map", "kernel-tiles"
+const char* weight_format_name(WeightFormat f);
 
 struct ConvDesc {
   ConvAlgo algo = ConvAlgo::gemm;
@@ -81,8 +82,10 @@ ConvAlgo conv2d_nhwc_algo(const ConvShape& s);
 // The floats of one group's op(A) panels in a gemm_a packed weight (16-float aligned), or 0 where
 // the GEMM reads the weight in place anyway (at most gemm_stream_rows rows per group).
 size_t conv2d_gemm_a_block(const Kernels& k, const ConvShape& s, bool bf16);
-// wp[d.packed_elems] = w in d.weight_format (after each parameter change); ws: d.workspace floats.
-void conv2d_pack(const Kernels& k, const ConvDesc& d, float* wp, const float* w, const ConvShape& s, float* ws);
+// wp[d.packed_elems] = w in d.weight_format (after each parameter change; b, which may be null,
+// too where the format holds the bias: kernel_tiles); ws: d.workspace floats.
+void conv2d_pack(const Kernels& k, const ConvDesc& d, float* wp, const float* w, const float* b, const ConvShape& s,
+                 float* ws);
 // Bytes of weight one call of s.N samples packs or reorders (what a packed weight saves): 0 with
 // d's packed weight; otherwise what the table's GEMM packs of the weight operand, the nhwc rows
 // reorder, dw_dense's maps and the direct kernels' transposed tiles. bf16: the GEMMs' bf16 pairs.

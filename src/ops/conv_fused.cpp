@@ -51,7 +51,7 @@ size_t conv_relu_pool_workspace(const ConvShape& s, int threads) {
 namespace {
 ConvS1 conv_s1(const ConvShape& s, const Geo& g) { return {g.Cg, g.Kg, g.Hp, g.Wp, s.R, s.S, s.P, s.Q}; }
 // A bf16 plan's kernel where the table has one, else the fp32 one (run on rounded operands).
-ConvS1PoolPackFn packer(const Kernels& k, bool bf16) {
+ConvS1PackFn packer(const Kernels& k, bool bf16) {
   return bf16 && k.conv_s1_relu_pool_bf16 ? k.conv_s1_relu_pool_bf16_pack : k.conv_s1_relu_pool_pack;
 }
 size_t group_pack(const Kernels& k, const ConvShape& s, bool bf16) {

@@ -168,10 +168,18 @@ TEST(FastKernels, ConvS1ForwardAndWeightGradient) {
                    ny = size_t(d.K) * d.P * d.Q;
       auto xp = rnd(nx, 1), w = rnd(nw, 2), b = rnd(d.K, 3), dy = rnd(ny, 4);
       std::vector<float> y(ny, NAN), yr(ny);
-      k.conv_s1_fwd(y.data(), xp.data(), w.data(), b.data(), d);
+      k.conv_s1_fwd(y.data(), xp.data(), w.data(), b.data(), d, nullptr);
       ref::conv_s1_fwd<float>(yr.data(), xp.data(), w.data(), b.data(), d);
       expect_close(y, yr, d.C * d.R * d.S, "y");
-      k.conv_s1_fwd(y.data(), xp.data(), w.data(), nullptr, d);  // no bias
+      // The weights and bias packed once (a plan's: conv_s1_fwd_pack): the per-call bits.
+      const size_t npk = k.conv_s1_fwd_pack(nullptr, w.data(), b.data(), d);
+      EXPECT_EQ(npk > 0, isa != Isa::scalar && conv_s1_cl_fits(d)) << "the reference reads w as stored";
+      std::vector<float> wpk(npk + 1, -7.f), yp(ny, NAN);
+      ASSERT_EQ(k.conv_s1_fwd_pack(wpk.data(), w.data(), b.data(), d), npk);
+      ASSERT_EQ(wpk[npk], -7.f) << "the packer wrote past its size";
+      k.conv_s1_fwd(yp.data(), xp.data(), w.data(), b.data(), d, npk ? wpk.data() : nullptr);
+      ASSERT_EQ(std::memcmp(yp.data(), y.data(), ny * sizeof(float)), 0) << "packed weights";
+      k.conv_s1_fwd(y.data(), xp.data(), w.data(), nullptr, d, nullptr);  // no bias
       ref::conv_s1_fwd<float>(yr.data(), xp.data(), w.data(), nullptr, d);
       expect_close(y, yr, d.C * d.R * d.S, "y without bias");
       // Accumulates on top of what is there.
@@ -211,7 +219,7 @@ TEST(FastKernels, ConvReluPoolMatchesUnfusedAndReference) {
           std::vector<int8_t> code(np, 99);
           std::vector<int32_t> codeu(np);
           k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), bp, d, ws.data(), nullptr);
-          k.conv_s1_fwd(conv.data(), xp.data(), w.data(), bp, d);
+          k.conv_s1_fwd(conv.data(), xp.data(), w.data(), bp, d, nullptr);
           k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
           const size_t PQ2 = size_t(d.P / 2) * (d.Q / 2);
           for (size_t i = 0; i < np; ++i) {
@@ -275,7 +283,7 @@ TEST(FastKernels, ConvReluPoolSparseInputWithNonFinite) {
       std::vector<int8_t> code(np);
       std::vector<int32_t> codeu(np);
       k.conv_s1_relu_pool(y.data(), code.data(), xp.data(), w.data(), b.data(), d, ws.data(), nullptr);
-      k.conv_s1_fwd(conv.data(), xp.data(), w.data(), b.data(), d);
+      k.conv_s1_fwd(conv.data(), xp.data(), w.data(), b.data(), d, nullptr);
       k.relu_maxpool2(yu.data(), codeu.data(), conv.data(), d.K, d.P, d.Q);
       for (size_t i = 0; i < np; ++i) ASSERT_TRUE(y[i] == yu[i] || (std::isnan(y[i]) && std::isnan(yu[i]))) << i;
     }

@@ -160,7 +160,7 @@ TEST(ConvDesc, PackedWeightsGiveTheUnpackedForward) {
           float* wp = wp_store.data() + (16 - reinterpret_cast<uintptr_t>(wp_store.data()) / 4 % 16) % 16;
           ThreadPool pool(threads);
           const ops::Exec e{k, pool};
-          ops::conv2d_pack(k, d, wp, w.data(), s, ws.data());
+          ops::conv2d_pack(k, d, wp, w.data(), b.data(), s, ws.data());
           std::vector<double> yr(ny), xr(nx);
           if (nhwc) {
             ops::conv2d_nhwc_fwd<float>(e, d.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data(), wp);
@@ -205,7 +205,7 @@ TEST(ConvDesc, Bf16PackedWeightsGiveTheBf16Forward) {
         float* wp = wp_store.data() + (16 - reinterpret_cast<uintptr_t>(wp_store.data()) / 4 % 16) % 16;
         ThreadPool pool(threads);
         const ops::Exec e{k, pool, nullptr, d.bf16_products};
-        ops::conv2d_pack(k, d, wp, w.data(), s, ws.data());
+        ops::conv2d_pack(k, d, wp, w.data(), b.data(), s, ws.data());
         ops::conv2d_fwd<float>(e, d.algo, y.data(), x.data(), w.data(), b.data(), s, ws.data(), nullptr, nullptr, wp);
         ops::conv2d_fwd<float>(e, d.algo, y0.data(), x.data(), w.data(), b.data(), s, ws.data());
         EXPECT_LT(max_rel_diff(y, y0), kTol * 10);

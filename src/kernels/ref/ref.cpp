@@ -66,7 +66,7 @@ void bias_rows_f32(float* y, const float* b, int rows, int cols) { bias_rows<flo
 void bias_channels_f32(float* y, const float* b, int N, int K, int PQ) {
   bias_channels<float>(y, b, N, K, PQ);
 }
-void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d) {
+void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d, const float*) {
   conv_s1_fwd<float>(y, xp, w, b, d);
 }
 void conv_s1_wgrad_f32(float* dw, float* db, const float* dy, const float* xp, const ConvS1& d) {

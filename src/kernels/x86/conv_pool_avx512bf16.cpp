@@ -84,7 +84,7 @@ void block_bf16(float* yT, int8_t* code, const uint32_t* ph, const uint32_t* wT2
 // here), then the column-pair plane (conv_relu_pool_scratch counts it). Dense whatever the input:
 // at 1.7x the fp32 dense kernel's rate it matched the fp32 sparse path on MNIST (15 % of the
 // padded pixels non-zero) and beat it on Fashion-MNIST (ember bench cnn-*, Zen 4).
-// The kernel's weights, packed once (ConvS1PoolPackFn): bT[Kp], then wT2 as weight_pairs writes it.
+// The kernel's weights, packed once (ConvS1PackFn): bT[Kp], then wT2 as weight_pairs writes it.
 size_t conv_relu_pool_pack_avx512bf16(float* dst, const float* w, const float* b, const ConvS1& d) {
   const int Kp = (d.K + 15) / 16 * 16, S2 = (d.S + 1) / 2, CRS = d.C * d.R * d.S;
   if (dst) {

@@ -434,7 +434,7 @@ void conv_pool_sparse(float* y, int8_t* code, const float* xp, const uint64_t* r
   transpose_cl<S>(y, size_t(PQ2), yT, size_t(Kp), PQ2, PQ2, d.K);
 }
 
-// The kernel's weights, packed once (ConvS1PoolPackFn): wT[C*R*S, Kp], bT[Kp], wP[C, R+2, S+2, Kp].
+// The kernel's weights, packed once (ConvS1PackFn): wT[C*R*S, Kp], bT[Kp], wP[C, R+2, S+2, Kp].
 template <class S>
 size_t conv_relu_pool_pack_cl(float* dst, const float* w, const float* b, const ConvS1& d) {
   const int Kp = (d.K + S::W - 1) / S::W * S::W, CRS = d.C * d.R * d.S;
@@ -527,12 +527,22 @@ void conv_s1_cl_row(float* yT, const float* xp, const float* wT, const float* bT
 // ConvS1FwdFn for a short reduction (C*R*S <= 80) and at most 64 channels and 64 columns: the
 // weights transposed to wT[C*R*S, Kp] and each row's tile yT[Q, Kp] on the stack, the tile
 // transposed into y[K, P, Q] (conv_s1_cl_fits, kernels.h). Other shapes take the row-lane template (fast_impl.h).
+// Its weights packed once (ConvS1PackFn): wT[C*R*S, Kp] then bT[Kp]; 0 for shapes it does not tile.
 template <class S>
-void conv_s1_fwd_cl(float* y, const float* xp, const float* w, const float* b, const ConvS1& d) {
-  if (!conv_s1_cl_fits(d)) return conv_s1_fwd<S>(y, xp, w, b, d);
+size_t conv_s1_fwd_pack_cl(float* dst, const float* w, const float* b, const ConvS1& d) {
+  if (!conv_s1_cl_fits(d)) return 0;
   const int Kp = (d.K + S::W - 1) / S::W * S::W, CRS = d.C * d.R * d.S;
-  alignas(64) float wT[80 * 64], bT[64], yT[64 * 64];
-  pack_weights(wT, bT, w, b, d.K, Kp, CRS);
+  if (dst) pack_weights(dst, dst + size_t(CRS) * Kp, w, b, d.K, Kp, CRS);
+  return size_t(CRS) * Kp + Kp;
+}
+
+template <class S>
+void conv_s1_fwd_cl(float* y, const float* xp, const float* w, const float* b, const ConvS1& d, const float* wpk) {
+  if (!conv_s1_cl_fits(d)) return conv_s1_fwd<S>(y, xp, w, b, d, nullptr);
+  const int Kp = (d.K + S::W - 1) / S::W * S::W, CRS = d.C * d.R * d.S;
+  alignas(64) float wTs[80 * 64], bTs[64], yT[64 * 64];
+  const float *wT = wpk, *bT = wpk ? wpk + size_t(CRS) * Kp : nullptr;
+  if (!wpk) pack_weights(wTs, bTs, w, b, d.K, Kp, CRS), wT = wTs, bT = bTs;
   for (int p = 0; p < d.P; ++p) {
     int k0 = 0;
     for (; k0 + 2 * S::W <= Kp; k0 += 2 * S::W) conv_s1_cl_row<S, 2>(yT, xp, wT, bT, d, Kp, p, k0);

@@ -26,6 +26,7 @@ Kernels fast_kernels_avx2() {
   k.conv_s1_relu_pool_pack = conv_relu_pool_pack_cl<Avx2>;
   k.conv_s1_pool_wgrad = conv_pool_wgrad_cl<Avx2>;
   k.conv_s1_fwd = conv_s1_fwd_cl<Avx2>;
+  k.conv_s1_fwd_pack = conv_s1_fwd_pack_cl<Avx2>;
   // bf16_avx2.cpp: bf16 widened to fp32 for sgemm_avx2
   set_bf16_entries(k, {sbgemm_f32_avx2, sgemm_bf16_f32_avx2, gemm_bf16_mixed_f32_avx2, cvt_f32_bf16_avx2, cvt_bf16_f32_avx2,
                     "emulated (bf16 widened to fp32, AVX2 FMA)", 1});

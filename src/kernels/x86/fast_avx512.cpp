@@ -49,6 +49,7 @@ Kernels fast_kernels_avx512() {
   k.conv_s1_relu_pool_pack = conv_relu_pool_pack_cl<Avx512>;
   k.conv_s1_pool_wgrad = conv_pool_wgrad_cl<Avx512>;
   k.conv_s1_fwd = conv_s1_fwd_cl<Avx512>;
+  k.conv_s1_fwd_pack = conv_s1_fwd_pack_cl<Avx512>;
   set_bf16(k);
   return k;
 }

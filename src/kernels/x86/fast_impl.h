@@ -57,7 +57,7 @@ void conv_s1_fwd_block(float* y, const float* xp, const float* w, const float* b
 }
 
 template <class S>
-void conv_s1_fwd(float* y, const float* xp, const float* w, const float* b, const ConvS1& d) {
+void conv_s1_fwd(float* y, const float* xp, const float* w, const float* b, const ConvS1& d, const float*) {
   int k = 0;
   for (; k + 8 <= d.K; k += 8) conv_s1_fwd_block<S, 8>(y, xp, w, b, d, k);
   for (; k + 4 <= d.K; k += 4) conv_s1_fwd_block<S, 4>(y, xp, w, b, d, k);
