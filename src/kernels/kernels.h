@@ -553,30 +553,18 @@ void gemm_bf16_packed_b_ref(bool ta, int M, int n, int K, float alpha, Bf16Opera
 size_t pack_a_bf16_ref(bool ta, int M, int K, const float* A, int lda, float* dst);
 void gemm_bf16_packed_a_ref(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
                             int ldb, float beta, float* C, int ldc);
-size_t pack_b_bf16_avx2(bool tb, int K, int N, const float* B, int ldb, float* dst);
-void gemm_bf16_packed_b_avx2(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
-                       int N, int j0, float beta, float* C, int ldc);
-size_t pack_a_bf16_avx2(bool ta, int M, int K, const float* A, int lda, float* dst);
-void gemm_bf16_packed_a_avx2(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
-                       int ldb, float beta, float* C, int ldc);
-size_t pack_b_bf16_avx512(bool tb, int K, int N, const float* B, int ldb, float* dst);
-void gemm_bf16_packed_b_avx512(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
-                       int N, int j0, float beta, float* C, int ldc);
-size_t pack_a_bf16_avx512(bool ta, int M, int K, const float* A, int lda, float* dst);
-void gemm_bf16_packed_a_avx512(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
-                       int ldb, float beta, float* C, int ldc);
-size_t pack_b_bf16_avx512bf16(bool tb, int K, int N, const float* B, int ldb, float* dst);
-void gemm_bf16_packed_b_avx512bf16(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
-                       int N, int j0, float beta, float* C, int ldc);
-size_t pack_a_bf16_avx512bf16(bool ta, int M, int K, const float* A, int lda, float* dst);
-void gemm_bf16_packed_a_avx512bf16(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
-                       int ldb, float beta, float* C, int ldc);
-size_t pack_b_bf16_amx(bool tb, int K, int N, const float* B, int ldb, float* dst);
-void gemm_bf16_packed_b_amx(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
-                       int N, int j0, float beta, float* C, int ldc);
-size_t pack_a_bf16_amx(bool ta, int M, int K, const float* A, int lda, float* dst);
-void gemm_bf16_packed_a_amx(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
-                       int ldb, float beta, float* C, int ldc);
+#define EMBER_BF16_PACKED_DECLS(set)                                                                        \
+  size_t pack_b_bf16_##set(bool tb, int K, int N, const float* B, int ldb, float* dst);                     \
+  void gemm_bf16_packed_b_##set(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda,          \
+                                const float* Bp, int N, int j0, float beta, float* C, int ldc);             \
+  size_t pack_a_bf16_##set(bool ta, int M, int K, const float* A, int lda, float* dst);                     \
+  void gemm_bf16_packed_a_##set(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0,  \
+                                Bf16Operand B, int ldb, float beta, float* C, int ldc);
+EMBER_BF16_PACKED_DECLS(avx2)
+EMBER_BF16_PACKED_DECLS(avx512)
+EMBER_BF16_PACKED_DECLS(avx512bf16)
+EMBER_BF16_PACKED_DECLS(amx)
+#undef EMBER_BF16_PACKED_DECLS
 bool amx_tiles_hold_state();
 // The tile peak's loop (FmaLoopFn): register-only TDPBF16PS on 2x2 accumulator tiles.
 double amx_loop(int64_t iters, float* sink);

@@ -87,5 +87,27 @@ void gemm_bf16_packed_a_t(bool tb, int m, int N, int K, float alpha, const float
   else gemm_driver_packed_a<T>(tb, m, N, K, alpha, ap, M, i0, B.f, ldb, beta, C, ldc);
 }
 
+struct NoScope {};  // the GEMMs' per-call set-up: none (AMX: its TileScope)
+
 }  // namespace
 }  // namespace ember
+
+// The four Kernels entries of one set (declared in kernels.h) on traits T; Scope lives across each
+// GEMM call. Expanded once at namespace ember scope in the set's GEMM file.
+#define EMBER_BF16_PACKED_ENTRIES(set, T, Scope)                                                              \
+  size_t pack_b_bf16_##set(bool tb, int K, int N, const float* B, int ldb, float* dst) {                     \
+    return pack_b_bf16_t<T>(tb, K, N, B, ldb, dst);                                                          \
+  }                                                                                                          \
+  void gemm_bf16_packed_b_##set(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda,           \
+                                const float* Bp, int N, int j0, float beta, float* C, int ldc) {             \
+    Scope scope;                                                                                             \
+    gemm_bf16_packed_b_t<T>(ta, M, n, K, alpha, A, lda, Bp, N, j0, beta, C, ldc);                            \
+  }                                                                                                          \
+  size_t pack_a_bf16_##set(bool ta, int M, int K, const float* A, int lda, float* dst) {                     \
+    return pack_a_bf16_t<T>(ta, M, K, A, lda, dst);                                                          \
+  }                                                                                                          \
+  void gemm_bf16_packed_a_##set(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0,   \
+                                Bf16Operand B, int ldb, float beta, float* C, int ldc) {                     \
+    Scope scope;                                                                                             \
+    gemm_bf16_packed_a_t<T>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);                            \
+  }

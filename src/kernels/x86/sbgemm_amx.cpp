@@ -246,23 +246,7 @@ bool amx_tiles_hold_state() {
   return std::memcmp(in, out, sizeof in) == 0;
 }
 
-
 // The packed-weight bf16 GEMMs (gemm_bf16_packed.h) on AmxBf16Gemm.
-size_t pack_b_bf16_amx(bool tb, int K, int N, const float* B, int ldb, float* dst) {
-  return pack_b_bf16_t<AmxBf16Gemm>(tb, K, N, B, ldb, dst);
-}
-void gemm_bf16_packed_b_amx(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
-                       int N, int j0, float beta, float* C, int ldc) {
-  TileScope tiles;
-  gemm_bf16_packed_b_t<AmxBf16Gemm>(ta, M, n, K, alpha, A, lda, Bp, N, j0, beta, C, ldc);
-}
-size_t pack_a_bf16_amx(bool ta, int M, int K, const float* A, int lda, float* dst) {
-  return pack_a_bf16_t<AmxBf16Gemm>(ta, M, K, A, lda, dst);
-}
-void gemm_bf16_packed_a_amx(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
-                       int ldb, float beta, float* C, int ldc) {
-  TileScope tiles;
-  gemm_bf16_packed_a_t<AmxBf16Gemm>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);
-}
+EMBER_BF16_PACKED_ENTRIES(amx, AmxBf16Gemm, TileScope)
 
 }  // namespace ember

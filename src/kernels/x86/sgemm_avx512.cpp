@@ -143,21 +143,7 @@ void sgemm_packed_a_avx512(bool tb, int m, int N, int K, float alpha, const floa
   gemm_driver_packed_a<Avx512Gemm>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);
 }
 
-
 // The packed-weight bf16 GEMMs (gemm_bf16_packed.h) on RoundedF32<Avx512Gemm>.
-size_t pack_b_bf16_avx512(bool tb, int K, int N, const float* B, int ldb, float* dst) {
-  return pack_b_bf16_t<RoundedF32<Avx512Gemm>>(tb, K, N, B, ldb, dst);
-}
-void gemm_bf16_packed_b_avx512(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda, const float* Bp,
-                       int N, int j0, float beta, float* C, int ldc) {
-  gemm_bf16_packed_b_t<RoundedF32<Avx512Gemm>>(ta, M, n, K, alpha, A, lda, Bp, N, j0, beta, C, ldc);
-}
-size_t pack_a_bf16_avx512(bool ta, int M, int K, const float* A, int lda, float* dst) {
-  return pack_a_bf16_t<RoundedF32<Avx512Gemm>>(ta, M, K, A, lda, dst);
-}
-void gemm_bf16_packed_a_avx512(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0, Bf16Operand B,
-                       int ldb, float beta, float* C, int ldc) {
-  gemm_bf16_packed_a_t<RoundedF32<Avx512Gemm>>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);
-}
+EMBER_BF16_PACKED_ENTRIES(avx512, RoundedF32<Avx512Gemm>, NoScope)
 
 }  // namespace ember
