@@ -3,6 +3,7 @@
 // forward and backward on arena buffers through the ops. Per-sample shapes are [C, H, W]; flat is
 // [D, 1, 1].
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -199,17 +200,39 @@ class Layer {
   bool nhwc() const { return layout_ == Layout::nhwc; }
 };
 
+// An op's layer (its descriptor's make, nn/op_table.h); throws for a kind without one.
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec);
-// The ConvNeXt layers (layers_convnext.cpp): LayerNorm, LayerNorm2d, GlobalAvgPool, LayerScale,
-// ZeroPad2d; null for other kinds.
-std::unique_ptr<Layer> make_convnext_layer(const LayerSpec& spec);
+// The descriptor's make of an op whose layer L is built from its spec alone.
+template <class L>
+std::unique_ptr<Layer> make_as(const LayerSpec& s) {
+  return std::make_unique<L>(s);
+}
+
+// Shape checks and sizes the layers share (layers.cpp); messages name the layer.
+std::string dims_str(const Dims& d);  // "[D]" or "[C, H, W]"
+// Throws unless v (computed in 64 bits) fits the kernels' int indexing (below 2^31).
+void check_index(const char* layer, const char* what, int64_t v);
+// Throws unless a window (kernel, stride, padding of s) fits the input.
+void check_window(const char* what, const Dims& in, const LayerSpec& s);
+// The padding after (bottom, right): a pool's padding_end, else the padding before.
+inline int pad_after_h(const LayerSpec& s) { return s.pad_h_end < 0 ? s.pad_h : s.pad_h_end; }
+inline int pad_after_w(const LayerSpec& s) { return s.pad_w_end < 0 ? s.pad_w : s.pad_w_end; }
+// Output size of a window sliding over `in` (PyTorch's floor formula), computed in 64 bits.
+inline int64_t out_size64(int in, int k, int stride, int pad) { return (int64_t{in} + 2 * int64_t{pad} - k) / stride + 1; }
+inline int out_size(int in, int k, int stride, int pad) { return int(out_size64(in, k, stride, pad)); }
+// A conv2d's shape for n samples: its spec (padding resolved by infer), input and output dims.
+inline ConvShape conv2d_shape(const LayerSpec& s, const Dims& in, const Dims& out, int n) {
+  return {n, in.c, in.h, in.w, s.out, s.kernel_h, s.kernel_w, out.h, out.w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups};
+}
+inline size_t esize(DType dt) { return dt == DType::f64 ? 8 : 4; }  // bytes of an element
+
 // True when l[0..2] are Conv2d (stride 1), ReLU, MaxPool2d (2x2, stride 2, no padding) and the
-// conv, fed `in` (already checked by infer), outputs at least 2x2.
+// conv, fed `in` (already checked by infer), outputs at least 2x2 (conv_relu_pool.cpp).
 bool can_fuse_conv_relu_pool(const LayerSpec* l, size_t count, const Dims& in);
 // The three as one unit, from the conv's spec.
 std::unique_ptr<Layer> make_conv_relu_pool(const LayerSpec& conv);
 // True when `norm` is a LayerNorm or LayerNorm2d with an affine transform and `conv` a Conv2d or a
-// Linear over channels (layers_convnext.cpp).
+// Linear over channels (norm_conv.cpp).
 bool can_fuse_norm_conv(const LayerSpec& norm, const LayerSpec& conv);
 // The two as one unit that never stores the normalised tensor (a training plan's fusion): it
 // takes over both nodes' layers, already inferred.

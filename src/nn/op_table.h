@@ -95,7 +95,7 @@ struct OpDesc {
   // Its parameters for this spec (a conv without bias has one), in the Layer's order.
   std::vector<OpParam> (*params)(const LayerSpec& s) = nullptr;
   std::string example;       // a complete model file that uses the op: input [1, 28, 28], 10 classes
-  // Its layer; null: the layers' own factory (make_layer in layers.cpp, the ops made before the table).
+  // Its layer (every op has one: make_layer asks for it).
   std::unique_ptr<Layer> (*make)(const LayerSpec& s) = nullptr;
   // Its ONNX export of input value x (returns the output value); null: onnx_export.cpp's own.
   std::string (*onnx_export)(OnnxOut& g, const std::string& x, const LayerSpec& s) = nullptr;

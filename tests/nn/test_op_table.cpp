@@ -24,6 +24,7 @@ TEST(OpTable, EveryLayerKindHasOneDescriptor) {
     EXPECT_EQ(nn::find_op(d->name), d);
     EXPECT_FALSE(d->layouts.empty()) << d->name;
     EXPECT_FALSE(d->dtypes.empty()) << d->name;
+    EXPECT_NE(d->make, nullptr) << d->name << ": its layer is its op file's (make)";
   }
   for (int k = 0; k < kLayerKinds; ++k) EXPECT_TRUE(kinds.count(k)) << "layer kind " << k << " has no op";
   EXPECT_EQ(t.size(), size_t(kLayerKinds));

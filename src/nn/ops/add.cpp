@@ -1,11 +1,49 @@
 // Op "add": the elementwise sum of 2 to 8 earlier layers' outputs (a residual connection).
 // "inputs" names them (layer names, or "input").
+#include "nn/layers.h"
 #include "nn/op_table.h"
 
 namespace ember::nn {
 
+namespace {
+
+// Residual sum of 2 to 8 inputs of one shape: y = x0 + x1 + ...; each input's gradient is dy.
+class Add final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override { return infer_inputs({in}); }
+  Dims infer_inputs(const std::vector<Dims>& in) override {
+    for (const Dims& d : in)
+      if (d.c != in[0].c || d.h != in[0].h || d.w != in[0].w)
+        throw Error("add needs inputs of one shape, found " + dims_str(in[0]) + " and " + dims_str(d));
+    return in_ = out_ = in[0];
+  }
+  bool layout_agnostic() const override { return true; }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::add_fwd<T>(e, p<T>(b.y), reinterpret_cast<const T* const*>(b.xs), b.nin, size_t(n) * out_.size());
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      for (int j = 0; j < b.nin; ++j)
+        if (b.dxs[j]) ops::copy_or_add<T>(e, p<T>(b.dxs[j]), p<T>(b.dy), size_t(n) * out_.size(), false);
+    });
+  }
+};
+
+}  // namespace
+
 const OpDesc& op_desc_add() {
-  static const OpDesc d = join_op(LayerKind::Add, "add", "the elementwise sum of 2 to 8 earlier layers' outputs (a residual connection)", "Sum");
+  static const OpDesc d = [] {
+    OpDesc o = join_op(LayerKind::Add, "add", "the elementwise sum of 2 to 8 earlier layers' outputs (a residual connection)", "Sum");
+    o.make = make_as<Add>;
+    return o;
+  }();
   return d;
 }
 

@@ -2,6 +2,7 @@
 // Its stride defaults to its kernel, as PyTorch's does; "count_include_pad" (default true, as
 // PyTorch) false divides by the window's input positions only (ONNX AveragePool's default).
 #include "nn/op_table.h"
+#include "nn/pool2d.h"
 
 namespace ember::nn {
 
@@ -19,6 +20,7 @@ const OpDesc& op_desc_avgpool2d() {
   static const OpDesc d = [] {
     OpDesc o = pool_op(LayerKind::AvgPool2d, "avgpool2d", "the mean of each window (PyTorch AvgPool2d)", "AveragePool");
     o.fields.push_back(count_include_pad_field());
+    o.make = [](const LayerSpec& s) -> std::unique_ptr<Layer> { return std::make_unique<Pool2d>(s, false); };
     return o;
   }();
   return d;

@@ -1,9 +1,135 @@
 // Op "conv2d": 2D convolution, PyTorch's Conv2d (weight [K, C/G, R, S], bias [K]), grouped and
 // depthwise included; its paths (direct, im2col + GEMM, fused with ReLU and a 2x2 max-pool,
 // depthwise) are chosen in src/ops/conv2d.cpp.
+#include <string>
+#include <type_traits>
+
+#include "nn/layers.h"
 #include "nn/op_table.h"
+#include "ops/conv_desc.h"
+#include "ops/conv_nhwc.h"
 
 namespace ember::nn {
+
+namespace {
+
+class Conv2d final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    if (spec_.same) {  // PyTorch's padding='same': symmetric only for odd kernels at stride 1
+      if (spec_.stride_h != 1 || spec_.stride_w != 1 || spec_.kernel_h % 2 == 0 || spec_.kernel_w % 2 == 0)
+        throw Error("conv2d: padding \"same\" needs stride 1 and an odd kernel, found kernel " +
+                    std::to_string(spec_.kernel_h) + "x" + std::to_string(spec_.kernel_w) + " stride " +
+                    std::to_string(spec_.stride_h) + "x" + std::to_string(spec_.stride_w));
+      spec_.pad_h = (spec_.kernel_h - 1) / 2;
+      spec_.pad_w = (spec_.kernel_w - 1) / 2;
+    }
+    check_window("conv2d", in, spec_);
+    if (spec_.out < 1) throw Error("conv2d: out_channels must be >= 1, found " + std::to_string(spec_.out));
+    if (spec_.groups < 1 || in.c % spec_.groups || spec_.out % spec_.groups)
+      throw Error("conv2d: groups " + std::to_string(spec_.groups) + " must divide in-channels " +
+                  std::to_string(in.c) + " and out_channels " + std::to_string(spec_.out));
+    // Fan-in, fan-out, weights and the im2col buffer, in 64 bits before anything uses int.
+    const int64_t rs = int64_t{spec_.kernel_h} * spec_.kernel_w;
+    const int64_t fan_in = int64_t{in.c / spec_.groups} * rs;
+    check_index("conv2d", "fan-in (in-channels / groups x kernel)", fan_in);
+    check_index("conv2d", "fan-out (out_channels / groups x kernel)", int64_t{spec_.out / spec_.groups} * rs);
+    check_index("conv2d", "weight count (out_channels x fan-in)", int64_t{spec_.out} * fan_in);
+    const int64_t P = out_size64(in.h, spec_.kernel_h, spec_.stride_h, spec_.pad_h);
+    const int64_t Q = out_size64(in.w, spec_.kernel_w, spec_.stride_w, spec_.pad_w);
+    check_index("conv2d", "output size (out_channels x H x W)", int64_t{spec_.out} * P * Q);
+    check_index("conv2d", "im2col buffer (fan-in x output H x W)", fan_in * P * Q);
+    in_ = in;
+    out_ = {spec_.out, int(P), int(Q)};
+    return out_;
+  }
+  ConvShape shape(int n) const { return conv2d_shape(spec_, in_, out_, n); }
+  std::vector<std::vector<int>> param_shapes() const override {
+    std::vector<std::vector<int>> v{{spec_.out, in_.c / spec_.groups, spec_.kernel_h, spec_.kernel_w}};
+    if (spec_.bias) v.push_back({spec_.out});
+    return v;
+  }
+  int fan_in() const override { return in_.c / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
+  int fan_out() const override { return spec_.out / spec_.groups * spec_.kernel_h * spec_.kernel_w; }
+  // The descriptor for the plan's batch, layout and threads (ops::conv2d_desc); a layer run
+  // outside a plan chooses for each call's batch.
+  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override {
+    desc_ = ops::conv2d_desc(shape(batch), nhwc(), threads, pack ? *pack : kernels_for(Isa::scalar), pack != nullptr, bf16);
+    planned_ = true;
+  }
+  std::string algorithm() const override { return ops::conv_algo_name(desc(1).algo); }
+  std::string weight_format() const override {  // a bf16 plan's packed panels: "bf16-gemm-a-panels", ...
+    const ops::ConvDesc d = desc(1);
+    return std::string(d.bf16_weights ? "bf16-" : "") + ops::weight_format_name(d.weight_format);
+  }
+  std::vector<std::string> post_ops() const override {
+    return spec_.bias ? std::vector<std::string>{"bias"} : std::vector<std::string>{};
+  }
+  size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
+    return ops::conv2d_weight_bytes_per_call(desc(batch), shape(batch), k, bf16, threads, spec_.bias);
+  }
+  size_t workspace_elems(int batch, int threads) const override {
+    return planned_ ? desc_.workspace : ops::conv2d_desc(shape(batch), nhwc(), threads, kernels_for(Isa::scalar), false).workspace;
+  }
+  // The packed weight (f32 plans), 64-byte aligned in the arena.
+  size_t saved_bytes(int, int, DType dt) const override {
+    return dt == DType::f32 && planned_ ? WeightPack::bytes(desc_.packed_elems) : 0;
+  }
+  std::string saved_what() const override { return "packed weight"; }
+  bool takes_post_act() const override {
+    return planned_ && desc_.packed_elems && desc_.algo == ops::ConvAlgo::nhwc_gemm;
+  }
+  // Channel-last: every shape but grouped non-depthwise ones (ops/conv_desc.h).
+  bool runs_nhwc() const override { return ops::conv2d_nhwc_algo(shape(1)) != ops::ConvAlgo::none; }
+  double flops_per_sample() const override { return 2.0 * fan_in() * out_.size(); }
+  bool bf16_products() const override { return desc(1).bf16_products; }
+  bool reads_bf16_input() const override { return !nhwc() && desc(1).reads_bf16_input; }
+  bool backward_reads_output() const override { return false; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      const float* wp = nullptr;
+      if constexpr (std::is_same_v<T, float>) wp = packed(e, b);
+      const ops::ConvAlgo a = algo(e, n);
+      if constexpr (std::is_same_v<T, float>)
+        if (b.post_act && wp && a == ops::ConvAlgo::nhwc_gemm)  // the activation in the GEMM's store
+          return ops::linear_fwd_packed(e, p<T>(b.y), {p<T>(b.x)}, wp, p<T>(b.b), n * in_.h * in_.w, in_.c, spec_.out,
+                                        b.post_act);
+      if (nhwc()) return ops::conv2d_nhwc_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), wp);
+      ops::conv2d_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh, wp);
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      if (nhwc())
+        return ops::conv2d_nhwc_bwd<T>(e, algo(e, n), p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x),
+                                       p<T>(b.w), shape(n), p<T>(b.ws));
+      ops::conv2d_bwd<T>(e, algo(e, n), p<T>(b.dx), p<T>(b.dw), p<T>(b.db), p<T>(b.dy), p<T>(b.x), p<T>(b.w),
+                         shape(n), p<T>(b.ws), b.wh, b.xh);
+    });
+  }
+
+ private:
+  ops::ConvDesc desc(int batch) const {
+    return planned_ ? desc_ : ops::conv2d_desc(shape(batch), nhwc(), 1, kernels_for(Isa::scalar), false);
+  }
+  ops::ConvAlgo algo(const ops::Exec& e, int n) const {
+    return planned_ ? desc_.algo : ops::conv2d_desc(shape(n), nhwc(), e.pool.size(), e.k, false).algo;
+  }
+  // The weight in the descriptor's packed format, made again when the parameters moved (or the
+  // weight is another copy: a fold), or null where the descriptor reads it as stored.
+  const float* packed(const ops::Exec& e, const Bufs& b) {
+    if (!planned_ || !desc_.packed_elems || !b.saved) return nullptr;
+    return pack_.get(b, [&](float* wp) { ops::conv2d_pack(e.k, desc_, wp, p<float>(b.w), p<float>(b.b), shape(b.batch), p<float>(b.ws)); });
+  }
+  ops::ConvDesc desc_;
+  bool planned_ = false;
+  WeightPack pack_;
+};
+
+}  // namespace
 
 const OpDesc& op_desc_conv2d() {
   static const OpDesc d = [] {
@@ -23,6 +149,7 @@ const OpDesc& op_desc_conv2d() {
     o.params = weight_and_bias;
     o.example = example_model("conv2d", R"({"type": "conv2d", "out_channels": 8, "kernel": 5, "padding": 2}, {"type": "relu"}, )"
                                         R"({"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
+    o.make = make_as<Conv2d>;
     return o;
   }();
   return d;

@@ -1,6 +1,10 @@
 // Op "layernorm": PyTorch's LayerNorm over a sample's trailing dims ("dims": 1, 2 or 3 of
 // [C, H, W]; all by default), with a per-element scale and shift ("affine", default true).
+#include <type_traits>
+
+#include "nn/layers.h"
 #include "nn/op_table.h"
+#include "ops/norm.h"
 
 namespace ember::nn {
 
@@ -23,6 +27,99 @@ std::vector<OpParam> norm_params(const LayerSpec& s) {
   return {{"weight", ParamRole::norm_scale}, {"bias", ParamRole::norm_shift}};
 }
 
+namespace {
+
+// LayerNorm over the last norm_dims of the sample's dims (flat: [D]; images: [C, H, W], so 1 is
+// [W], 2 is [H, W], 3 or 0 the whole sample). Rows: batch x the leading dims. Saves mean, rstd.
+class LayerNorm final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    // dims 3 takes a flat [D] as the image [D, 1, 1] (a stage of 1x1 keeps PyTorch's [C, 1, 1]).
+    const int rank = in.flat() && spec_.norm_dims != 3 ? 1 : 3, k = spec_.norm_dims ? spec_.norm_dims : rank;
+    if (k > rank) throw Error("layernorm: dims " + std::to_string(k) + " is more than the input's " + std::to_string(rank));
+    const int d3[3] = {in.c, in.h, in.w};
+    shape_.assign(d3 + (rank == 1 ? 0 : 3 - k), d3 + (rank == 1 ? 1 : 3));
+    D_ = 1;
+    for (int x : shape_) D_ *= x;
+    lead_ = int(in.size() / size_t(D_));
+    return in_ = out_ = in;
+  }
+  std::vector<std::vector<int>> param_shapes() const override {
+    if (!spec_.bias) return {};
+    return {shape_, shape_};
+  }
+  bool param_constant(size_t t, double* v) const override { return *v = t == 0 ? 1 : 0, true; }
+  // Channel-last over the whole image sample: the same rows, the affine parameters [C, H, W]
+  // permuted to [H, W, C] in scratch (and their gradients back).
+  bool runs_nhwc() const override { return shape_.size() == 3 && !in_.flat(); }
+  size_t workspace_elems(int, int threads) const override {
+    return ops::layernorm_workspace(D_, threads) + (nhwc() ? 4 * size_t(D_) : 0);
+  }
+  size_t saved_bytes(int batch, int, DType dt) const override { return 2 * size_t(batch) * lead_ * esize(dt); }
+  std::string saved_what() const override { return "mean and rstd"; }
+  bool backward_reads_output() const override { return false; }
+  bool writes_bf16_output() const override { return true; }
+  void forward_bf16(const ops::Exec& e, const Bufs& b, int n, uint16_t* yh, float* rows) override {
+    float* mean = p<float>(b.saved);
+    ops::layernorm_fwd_bf16(e, yh, mean, mean + rows_max(b), p<float>(b.x), p<float>(b.w), p<float>(b.b), n * lead_,
+                            D_, float(spec_.eps), rows);
+  }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int R = n * lead_, Rmax = rows_max(b);
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      T* mean = p<T>(b.saved);
+      const T *w = p<T>(b.w), *bias = p<T>(b.b);
+      if (nhwc() && w) {
+        T* wp = p<T>(b.ws) + ops::layernorm_workspace(D_, e.pool.size());
+        permute(e, wp, w, true), permute(e, wp + D_, bias, true);
+        w = wp, bias = wp + D_;
+      }
+      ops::layernorm_fwd<T>(e, p<T>(b.y), mean, mean + Rmax, p<T>(b.x), w, bias, R, D_, T(spec_.eps));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int R = n * lead_, Rmax = rows_max(b);
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      const T* mean = p<T>(b.saved);
+      const T* w = p<T>(b.w);
+      T *dw = p<T>(b.dw), *db = p<T>(b.db);
+      T* wp = p<T>(b.ws) + ops::layernorm_workspace(D_, e.pool.size());
+      const bool permuted = nhwc() && w;
+      if (permuted) permute(e, wp, w, true), w = wp, dw = dw ? wp + 2 * D_ : nullptr, db = db ? wp + 3 * D_ : nullptr;
+      ops::layernorm_bwd<T>(e, p<T>(b.dx), dw, db, p<T>(b.dy), p<T>(b.x), mean, mean + Rmax, w, R, D_, p<T>(b.ws));
+      if (permuted && dw) permute(e, p<T>(b.dw), dw, false);
+      if (permuted && db) permute(e, p<T>(b.db), db, false);
+    });
+  }
+
+ private:
+  // [C, H, W] -> [H, W, C] (to_hwc), or back: every forward of a channel-last plan (the weights
+  // move in training), so fp32 takes the kernel table's blocked transpose (a plain loop scatters
+  // with stride C: at batch 1 it cost more than the normalisation itself); f64 the loop.
+  template <class T>
+  void permute(const ops::Exec& e, T* dst, const T* src, bool to_hwc) const {
+    const int C = in_.c, HW = in_.h * in_.w;
+    if constexpr (std::is_same_v<T, float>) {
+      if (to_hwc) e.k.transpose(dst, size_t(C), src, size_t(HW), C, HW);
+      else e.k.transpose(dst, size_t(HW), src, size_t(C), HW, C);
+      return;
+    }
+    for (int c = 0; c < C; ++c)
+      for (int i = 0; i < HW; ++i) {
+        if (to_hwc) dst[size_t(i) * C + c] = src[size_t(c) * HW + i];
+        else dst[size_t(c) * HW + i] = src[size_t(i) * C + c];
+      }
+  }
+  int rows_max(const Bufs& b) const { return b.batch * lead_; }
+  std::vector<int> shape_;
+  int D_ = 1, lead_ = 1;
+};
+
+}  // namespace
+
 const OpDesc& op_desc_layernorm() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::LayerNorm, "layernorm", "normalises each sample over its trailing dims (PyTorch LayerNorm)");
@@ -38,6 +135,7 @@ const OpDesc& op_desc_layernorm() {
     o.params = norm_params;
     o.example = example_model("layernorm", R"({"type": "flatten"}, {"type": "linear", "out_features": 32}, {"type": "layernorm"}, )"
                                            R"({"type": "relu"}, {"type": "linear", "out_features": 10})");
+    o.make = make_as<LayerNorm>;
     return o;
   }();
   return d;

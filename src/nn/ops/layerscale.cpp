@@ -2,9 +2,43 @@
 // every scale starting at "init_value" (default 1e-6).
 #include <cmath>
 
+#include "nn/layers.h"
 #include "nn/op_table.h"
+#include "ops/norm.h"
 
 namespace ember::nn {
+
+namespace {
+
+// y = x * s[c], s of shape [C, 1, 1] named "layer_scale" (torchvision's CNBlock).
+class LayerScale final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override { return in_ = out_ = in; }
+  std::vector<std::vector<int>> param_shapes() const override { return {{in_.c, 1, 1}}; }
+  bool param_constant(size_t, double* v) const override { return *v = spec_.scale_init, true; }
+  bool backward_reads_output() const override { return false; }
+  size_t workspace_elems(int, int threads) const override { return size_t(in_.c) * size_t(threads); }
+  // Channel-last, [N, HW, C] is [N * HW, C, 1]: the same op over rows of C.
+  bool runs_nhwc() const override { return true; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int rows = nhwc() ? n * in_.h * in_.w : n, HW = nhwc() ? 1 : in_.h * in_.w;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::channel_scale_fwd<T>(e, p<T>(b.y), p<T>(b.x), p<T>(b.w), rows, in_.c, HW);
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    const int rows = nhwc() ? n * in_.h * in_.w : n, HW = nhwc() ? 1 : in_.h * in_.w;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::channel_scale_bwd<T>(e, p<T>(b.dx), p<T>(b.dw), p<T>(b.dy), p<T>(b.x), p<T>(b.w), rows, in_.c, HW,
+                                p<T>(b.ws));
+    });
+  }
+};
+
+}  // namespace
 
 const OpDesc& op_desc_layerscale() {
   static const OpDesc d = [] {
@@ -21,6 +55,7 @@ const OpDesc& op_desc_layerscale() {
     o.example = example_model("layerscale", R"({"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1}, {"type": "relu"}, )"
                                             R"({"type": "layerscale", "init_value": 0.5}, {"type": "maxpool2d", "kernel": 2}, )"
                                             R"({"type": "flatten"}, {"type": "linear", "out_features": 10})");
+    o.make = make_as<LayerScale>;
     return o;
   }();
   return d;

@@ -1,11 +1,16 @@
 // Op "maxpool2d": the largest value of each window (PyTorch MaxPool2d).
 // Its stride defaults to its kernel, as PyTorch's does.
 #include "nn/op_table.h"
+#include "nn/pool2d.h"
 
 namespace ember::nn {
 
 const OpDesc& op_desc_maxpool2d() {
-  static const OpDesc d = pool_op(LayerKind::MaxPool2d, "maxpool2d", "the largest value of each window (PyTorch MaxPool2d)", "MaxPool");
+  static const OpDesc d = [] {
+    OpDesc o = pool_op(LayerKind::MaxPool2d, "maxpool2d", "the largest value of each window (PyTorch MaxPool2d)", "MaxPool");
+    o.make = [](const LayerSpec& s) -> std::unique_ptr<Layer> { return std::make_unique<Pool2d>(s, true); };
+    return o;
+  }();
   return d;
 }
 

@@ -1,8 +1,37 @@
 // Op "softmax": probabilities over a sample's features; a model that ends in it takes the
 // "cross_entropy" loss (softmax_cross_entropy would apply softmax twice).
+#include "nn/layers.h"
 #include "nn/op_table.h"
 
 namespace ember::nn {
+
+namespace {
+
+// Softmax over the features of a flat input [D].
+class Softmax final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    if (!in.flat()) throw Error("softmax needs a flat input [D], found " + dims_str(in));
+    return in_ = out_ = in;
+  }
+  bool backward_reads_inputs() const override { return false; }
+  void forward(const ops::Exec&, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ref::softmax_fwd<T>(p<T>(b.y), p<T>(b.x), n, in_.c);
+    });
+  }
+  void backward(const ops::Exec&, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ref::softmax_bwd<T>(p<T>(b.dx), p<T>(b.dy), p<T>(b.y), n, in_.c);
+    });
+  }
+};
+
+}  // namespace
 
 const OpDesc& op_desc_softmax() {
   static const OpDesc d = [] {
@@ -12,6 +41,7 @@ const OpDesc& op_desc_softmax() {
     o.dtypes = fp_dtypes();
     o.example = R"({"name": "example-softmax", "input": [1, 28, 28], "classes": 10, "loss": "cross_entropy", )"
                 R"("layers": [{"type": "flatten"}, {"type": "linear", "out_features": 10}, {"type": "softmax"}]})";
+    o.make = make_as<Softmax>;
     return o;
   }();
   return d;

@@ -1,8 +1,40 @@
 // Op "zeropad2d": zero rows and columns around [C, H, W] ("padding": int or [h, w], each side;
 // PyTorch's ZeroPad2d with equal sides).
+#include "nn/layers.h"
 #include "nn/op_table.h"
+#include "ops/norm.h"
 
 namespace ember::nn {
+
+namespace {
+
+// nn.ZeroPad2d((w, w, h, h)): [C, H, W] -> [C, H + 2h, W + 2w].
+class ZeroPad2d final : public Layer {
+ public:
+  using Layer::Layer;
+  Dims infer(const Dims& in) override {
+    in_ = in;
+    return out_ = {in.c, in.h + 2 * spec_.pad_h, in.w + 2 * spec_.pad_w};
+  }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
+  ref::ZeroPad2d shape(int n) const { return {n, in_.c, in_.h, in_.w, spec_.pad_h, spec_.pad_h, spec_.pad_w, spec_.pad_w}; }
+  void forward(const ops::Exec& e, const Bufs& b, int n) override {
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::zero_pad_fwd<T>(e, p<T>(b.y), p<T>(b.x), shape(n));
+    });
+  }
+  void backward(const ops::Exec& e, const Bufs& b, int n) override {
+    if (!b.dx) return;
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::zero_pad_bwd<T>(e, p<T>(b.dx), p<T>(b.dy), shape(n));
+    });
+  }
+};
+
+}  // namespace
 
 const OpDesc& op_desc_zeropad2d() {
   static const OpDesc d = [] {
@@ -13,6 +45,7 @@ const OpDesc& op_desc_zeropad2d() {
     o.fields = {padding_field(false, true)};
     o.example = example_model("zeropad2d", R"({"type": "zeropad2d", "padding": 2}, {"type": "conv2d", "out_channels": 4, "kernel": 5}, )"
                                            R"({"type": "relu"}, {"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
+    o.make = make_as<ZeroPad2d>;
     return o;
   }();
   return d;
