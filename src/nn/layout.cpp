@@ -2,16 +2,27 @@
 // the edges of those clusters. As XNNPACK's subgraph rewrite and Inductor's layout optimisation do:
 // each node says what it can run (Layer::runs_nhwc, layout_agnostic), the pass picks, then inserts
 // one reorder per tensor and layout its readers need.
+#include <algorithm>
 #include <string>
+#include <string_view>
 
 #include "ember/error.h"
 #include "nn/graph.h"
+#include "nn/op_table.h"
 
 namespace ember::nn {
 
 namespace {
 
 bool image(const Tensor& t) { return !t.dims.flat(); }
+
+// Whether the node's op declares channel-last (its descriptor's layouts: the truth the layers
+// refine for their shapes, Layer::runs_nhwc); a pass's own node (no spec) says by its layer alone.
+bool declares_nhwc(const Node& n) {
+  if (!n.spec) return true;
+  const auto& l = op_desc(n.spec->kind).layouts;
+  return std::find_if(l.begin(), l.end(), [](const char* s) { return std::string_view(s) == "nhwc"; }) != l.end();
+}
 
 // Picks each node's layout in node order: nhwc where the layer runs it, the layout of its inputs
 // for an agnostic layer (nhwc when any image input is), else nchw.
@@ -21,7 +32,8 @@ void pick(Graph& g) {
     bool nhwc_in = false;
     for (int t : n.in) nhwc_in = nhwc_in || g.tensors[size_t(t)].layout == Layout::nhwc;
     const Layer& l = *n.layer;
-    n.layout = l.runs_nhwc() || (l.layout_agnostic() && nhwc_in) ? Layout::nhwc : Layout::nchw;
+    const bool can = l.runs_nhwc() || (l.layout_agnostic() && nhwc_in);
+    n.layout = can && declares_nhwc(n) ? Layout::nhwc : Layout::nchw;
     Tensor& out = g.tensors[size_t(n.out)];
     out.layout = image(out) ? n.layout : Layout::flat;
   }

@@ -204,7 +204,7 @@ OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std:
   OpDesc d = make_op(kind, name, summary);
   d.activation = true;
   d.onnx = std::move(onnx);
-  d.layouts = {"nchw", "flat"};
+  d.layouts = {"nchw", "flat", "nhwc"};  // elementwise: either image layout
   d.dtypes = fp_dtypes();
   d.example = example_model(name, R"({"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1}, {"type": ")" +
                                       std::string(name) +
@@ -307,8 +307,19 @@ std::vector<OpParam> weight_and_bias(const LayerSpec& s) {
 
 // ---- ONNX ----
 
+std::string OnnxOut::flat(const std::string& v) { return rank(v) == 2 ? v : op("Flatten", {v}, {}, 2); }
+std::string OnnxOut::img(const std::string& v) { return rank(v) == 4 ? v : op("Unsqueeze", {v, ints({2, 3})}, {}, 4); }
+
 bool OnnxIn::scalar_near(const std::string& value, float c) const {
   return std::fabs(scalar(value) - c) <= 1e-6f * std::fabs(c);
+}
+
+std::vector<std::string> join_inputs(OnnxOut& g) {
+  int rank = 4;
+  for (int k = 0; k < g.input_count(); ++k) rank = std::min(rank, g.rank(g.input(k)));
+  std::vector<std::string> in;
+  for (int k = 0; k < g.input_count(); ++k) in.push_back(rank == 2 ? g.flat(g.input(k)) : g.input(k));
+  return in;
 }
 
 bool onnx_import_node(OnnxIn& g, int node, LayerKind kind) {

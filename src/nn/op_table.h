@@ -16,6 +16,7 @@
 namespace ember::nn {
 
 class Layer;
+struct Dims;
 using json = nlohmann::json;
 
 // Reads a model description's values; every message names the source and the JSON path.
@@ -44,12 +45,43 @@ struct OpField {
   void (*write)(const LayerSpec& s, json& out);  // may write nothing (a default left out)
 };
 
-// What an op's ONNX export writes through (onnx_export.cpp implements it): nodes of one output
-// each, named after the layer, and scalar constants.
+// An ONNX node attribute an op's export writes: an int, a float or a list of ints.
+struct OnnxAttr {
+  OnnxAttr(const char* n, int64_t v) : name(n), kind(kInt), i(v) {}
+  OnnxAttr(const char* n, int v) : name(n), kind(kInt), i(v) {}
+  OnnxAttr(const char* n, float v) : name(n), kind(kFloat), f(v) {}
+  OnnxAttr(const char* n, std::vector<int64_t> v) : name(n), kind(kInts), ints(std::move(v)) {}
+  enum Kind { kInt, kFloat, kInts };
+  const char* name;
+  Kind kind;
+  int64_t i = 0;
+  float f = 0;
+  std::vector<int64_t> ints;
+};
+
+// What an op's ONNX export writes through (onnx_export.cpp implements it) for one layer: nodes
+// of one output each, named after the layer; constants; the layer's parameters as initializers
+// under their names (prefix.what). Values are [N, D] (rank 2) or [N, C, H, W] (rank 4): a node's
+// output has the rank given, else the largest of its tensor inputs' (constants have none). The layer's inputs are input(k), x the first.
 class OnnxOut {
  public:
-  virtual std::string op(const std::string& type, std::vector<std::string> inputs) = 0;
+  virtual std::string op(const std::string& type, std::vector<std::string> inputs, std::vector<OnnxAttr> attrs = {},
+                         int rank = 0) = 0;
   virtual std::string scalar(float v) = 0;
+  virtual std::string ints(std::vector<int64_t> v) = 0;  // an int64 constant [n] (axes, pads)
+  // A float constant of this layer (ones, zeros), named after it.
+  virtual std::string floats(const std::string& what, std::vector<int64_t> dims, const std::vector<float>& v) = 0;
+  // The layer's parameter `what` as the fp32 initializer of these dims.
+  virtual std::string param(const std::string& what, std::vector<int64_t> dims) = 0;
+  // A Conv's or Gemm's weight or bias: the export hook's value (a QDQ export's quantized one),
+  // else param's.
+  virtual std::string weight(const std::string& what, std::vector<int64_t> dims) = 0;
+  virtual int rank(const std::string& value) const = 0;
+  virtual int input_count() const = 0;
+  virtual const std::string& input(int k) const = 0;
+  virtual Dims in_dims(int k = 0) const = 0;  // per-sample, as the graph infers them
+  std::string flat(const std::string& v);  // as [N, D]: v, or a Flatten of it
+  std::string img(const std::string& v);   // as [N, C, H, W]: v, or [N, D] unsqueezed to [N, D, 1, 1]
 
  protected:
   ~OnnxOut() = default;
@@ -89,7 +121,9 @@ struct OpDesc {
   bool activation = false;   // parameter-free, one input, shape-preserving: --act, Model::act, act()
   int min_inputs = 1, max_inputs = 1;
   std::vector<const char*> onnx;     // the ONNX op types its export writes (empty: none)
-  std::vector<const char*> layouts;  // activation layouts it runs ("nchw"; "flat" is [N, D])
+  // The activation layouts it runs: "nchw", "nhwc" (channel-last images: the layout pass runs a
+  // node nhwc only where its op declares it) and "flat" ([N, D]); the op test runs each.
+  std::vector<const char*> layouts;
   std::vector<const char*> dtypes;   // element types it runs ("f32", "f64"; "bf16": bf16 products)
   std::vector<OpField> fields;
   // Its parameters for this spec (a conv without bias has one), in the Layer's order.
@@ -136,6 +170,8 @@ OpField padding_field(bool same, bool required);
 OpField bias_field();
 OpField init_field();
 std::vector<OpParam> weight_and_bias(const LayerSpec& s);
+// An add's or concat's ONNX inputs: the layer's inputs, each as [N, D] where any one is.
+std::vector<std::string> join_inputs(OnnxOut& g);
 // An activation's import of its one ONNX node (one input): a layer of kind.
 bool onnx_import_node(OnnxIn& g, int node, LayerKind kind);
 

@@ -4,8 +4,10 @@
 #pragma once
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "nn/layers.h"
+#include "nn/op_table.h"
 
 namespace ember::nn {
 
@@ -53,5 +55,16 @@ class Pool2d final : public Layer {
  private:
   bool max_;
 };
+
+// MaxPool or AveragePool: kernel_shape, strides, pads [top, left, bottom, right] (the padding
+// after from padding_end), and the average's count_include_pad.
+inline std::string export_pool2d(OnnxOut& g, const std::string& x, const LayerSpec& s) {
+  const bool mx = s.kind == LayerKind::MaxPool2d;
+  std::vector<OnnxAttr> a{{"kernel_shape", {s.kernel_h, s.kernel_w}},
+                          {"strides", {s.stride_h, s.stride_w}},
+                          {"pads", {s.pad_h, s.pad_w, pad_after_h(s), pad_after_w(s)}}};
+  if (!mx) a.push_back({"count_include_pad", s.count_include_pad ? 1 : 0});
+  return g.op(mx ? "MaxPool" : "AveragePool", {g.img(x)}, a);
+}
 
 }  // namespace ember::nn

@@ -1,7 +1,7 @@
 // The generated op test (after ggml's test-backend-ops): every op of the op table (nn::op_table())
 // in small models, forward, loss and backward on every kernel set the CPU has (scalar, avx2,
-// avx512, and bf16 products on each), at 1-3 threads, in each dtype the op declares, against the
-// f64 plan (the scalar references in double); the f64 backward against finite differences.
+// avx512, and bf16 products on each), at 1-3 threads, in each dtype and layout the op declares,
+// against the f64 plan (the scalar references in double); the f64 backward against finite differences.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,7 +173,8 @@ const std::vector<Row>& rows() {
        {{R"({"type": "fakequant"}, {"type": "flatten"}, {"type": "linear", "out_features": 7}, {"type": "relu"})", 2, 3, 5, 3},
         {R"({"type": "fakequant"}, {"type": "conv2d", "out_channels": 5, "kernel": 3, "padding": 1}, {"type": "gelu"},
             {"type": "flatten"})", 4, 32, 32, 5},
-        {R"({"type": "fakequant"}, {"type": "linear", "out_features": 9})", 6, 1, 1, 4}}},
+        {R"({"type": "fakequant"}, {"type": "linear", "out_features": 9})", 6, 1, 1, 4},
+        {R"({"type": "maxpool2d", "kernel": 2}, {"type": "fakequant"}, {"type": "flatten"})", 3, 6, 6, 3}}},  // nhwc after the pool
       {"droppath",  // run in train mode: every plan draws the same masks (seed, step, node)
        {{R"({"type": "flatten"}, {"type": "linear", "out_features": 12, "name": "a"}, {"type": "droppath", "p": 0.5, "name": "d"},
             {"type": "add", "inputs": ["a", "d"]})", 2, 3, 3, 17},
@@ -345,9 +346,14 @@ void gradcheck(Plan& p64, const Case& c, const Data& d, const Result& ref) {
   }
 }
 
-// Which layouts ("nchw", "flat") each op's input had in a plan.
+// Which layouts ("nchw", "nhwc", "flat") each op's unit read in a plan (a fused unit's ops: its input's).
 void note_layouts(const Plan& p, std::map<std::string, std::set<std::string>>& seen) {
-  for (const LayerInfo& li : p.layers()) seen[li.kind].insert(li.in_shape.size() == 1 ? "flat" : "nchw");
+  for (const UnitInfo& u : p.units())
+    for (const std::string& op : u.ops) seen[op].insert(u.layout_in);
+}
+
+bool declares(const std::vector<const char*>& v, const std::string& s) {
+  return std::any_of(v.begin(), v.end(), [&](const char* x) { return s == x; });
 }
 
 // One fp32 or bf16 configuration of the f32 plans.
@@ -421,6 +427,28 @@ void run_f32(const nn::OpDesc& d, const Case& c, const Data& data, const Plan& p
   }
 }
 
+// Channel-last, for an op that declares "nhwc": the case's plan in layout nhwc (the layout pass
+// runs each node whose op declares it and whose shape it runs channel-last, with reorders at the
+// edges) in f64, and fp32 on every kernel set at 1 and 2 threads, against the nchw f64 reference.
+void run_nhwc(const nn::OpDesc& d, const Case& c, const Data& data, const Plan& p64, const Result& ref, Tally& tally,
+              const std::string& what) {
+  if (!declares(d.layouts, "nhwc")) return;
+  PlanOptions o;
+  o.layout = "nhwc", o.dtype = DType::f64;
+  Plan p = make_plan(c, o, data);
+  note_layouts(p, tally.layouts);
+  tally.report(compare(step(p, c.batch), ref, p64.params(), kTolF64Threads), what + "nhwc, f64");
+  o.dtype = DType::f32;
+  for (Isa isa : isas())
+    for (int t : {1, 2}) {
+      o.isa = isa_name(isa), o.threads = t;
+      Plan q = make_plan(c, o, data);
+      const Gap g = compare(step(q, c.batch), ref, p64.params(), kTolFp32);
+      tally.worst_fp32 = std::max(tally.worst_fp32, g.ratio);
+      tally.report(g, what + "nhwc, " + isa_name(isa) + ", " + std::to_string(t) + (t == 1 ? " thread" : " threads"));
+    }
+}
+
 // Every combination of one case.
 void run_case(const nn::OpDesc& d, const Case& c, Tally& tally) {
   SCOPED_TRACE(c.what);
@@ -438,6 +466,7 @@ void run_case(const nn::OpDesc& d, const Case& c, Tally& tally) {
   const std::string what = std::string(d.name) + ", " + c.what + ", ";
   run_f64(c, data, p64, ref, tally, what);
   run_f32(d, c, data, p64, ref, tally, what);
+  run_nhwc(d, c, data, p64, ref, tally, what);
   ++tally.models;
 }
 
@@ -541,7 +570,10 @@ TEST(OpsAll, ForwardAndBackwardOfEveryOpOnEveryKernelSetThreadCountAndDtype) {
   EXPECT_EQ(tally.failed, 0) << "combinations out of tolerance (the first 40 listed above)";
   for (const nn::OpDesc* d : nn::op_table())
     for (const char* l : d->layouts)
-      EXPECT_TRUE(tally.layouts[layer_kind_name(d->kind)].count(l)) << d->name << " declares layout " << l << " but no model ran it";
+      EXPECT_TRUE(tally.layouts[d->name].count(l)) << d->name << " declares layout " << l << " but no model ran it";
+  for (const auto& [op, seen] : tally.layouts)  // and an op ran channel-last only where it declares it
+    if (const nn::OpDesc* d = nn::find_op(op); d && seen.count("nhwc"))
+      EXPECT_TRUE(declares(d->layouts, "nhwc")) << op << " ran in layout nhwc, undeclared";
   std::string sets;
   for (Isa isa : isas()) sets += std::string(isa_name(isa)) + ", ";
   const Isa best = isas().back();

@@ -36,12 +36,16 @@ class Add final : public Layer {
   }
 };
 
+std::string export_add(OnnxOut& g, const std::string&, const LayerSpec&) { return g.op("Sum", join_inputs(g)); }
+
 }  // namespace
 
 const OpDesc& op_desc_add() {
   static const OpDesc d = [] {
     OpDesc o = join_op(LayerKind::Add, "add", "the elementwise sum of 2 to 8 earlier layers' outputs (a residual connection)", "Sum");
+    o.layouts.push_back("nhwc");  // elementwise
     o.make = make_as<Add>;
+    o.onnx_export = export_add;
     return o;
   }();
   return d;

@@ -21,6 +21,7 @@ const OpDesc& op_desc_avgpool2d() {
     OpDesc o = pool_op(LayerKind::AvgPool2d, "avgpool2d", "the mean of each window (PyTorch AvgPool2d)", "AveragePool");
     o.fields.push_back(count_include_pad_field());
     o.make = [](const LayerSpec& s) -> std::unique_ptr<Layer> { return std::make_unique<Pool2d>(s, false); };
+    o.onnx_export = export_pool2d;
     return o;
   }();
   return d;

@@ -5,6 +5,7 @@
 // plans run it on rows of C (ref_batchnorm_nhwc.h: the same sums, the same results).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ember/error.h"
 #include "kernels/ref/ref_batchnorm.h"
@@ -13,6 +14,8 @@
 #include "nn/op_table.h"
 
 namespace ember::nn {
+
+std::vector<std::string> norm_affine(OnnxOut& g, const LayerSpec& s, const std::vector<int64_t>& shape);  // layernorm.cpp
 
 OpField eps_field();        // layernorm.cpp
 OpField affine_field();
@@ -103,6 +106,17 @@ class BatchNorm2d final : public Layer {
 
 std::unique_ptr<Layer> make_batchnorm2d(const LayerSpec& s) { return std::make_unique<BatchNorm2d>(s); }
 
+// The eval-mode model: BatchNormalization (X, scale, B, the running mean and var; without an
+// affine transform the scale is ones and B zeros). num_batches_tracked stays out; ONNX's momentum
+// weighs the running value.
+std::string export_batchnorm2d(OnnxOut& g, const std::string& x, const LayerSpec& s) {
+  const int C = g.in_dims().c;
+  std::vector<std::string> in{x};
+  for (std::string& v : norm_affine(g, s, {C})) in.push_back(std::move(v));
+  in.push_back(g.param("running_mean", {C})), in.push_back(g.param("running_var", {C}));
+  return g.op("BatchNormalization", in, {{"epsilon", float(s.eps)}, {"momentum", float(1 - s.momentum)}});
+}
+
 std::vector<OpParam> batchnorm_params(const LayerSpec& s) {
   std::vector<OpParam> v;
   if (s.bias) v = {{"weight", ParamRole::norm_scale}, {"bias", ParamRole::norm_shift}};
@@ -127,11 +141,12 @@ const OpDesc& op_desc_batchnorm2d() {
     OpDesc o = make_op(LayerKind::BatchNorm2d, "batchnorm2d",
                        "normalises each channel over the batch and positions, with running statistics (PyTorch BatchNorm2d)");
     o.onnx = {"BatchNormalization"};
-    o.layouts = {"nchw"};
+    o.layouts = {"nchw", "nhwc"};
     o.dtypes = fp_dtypes();
     o.fields = {eps_field(), momentum_field(), affine_field()};
     o.params = batchnorm_params;
     o.make = make_batchnorm2d;
+    o.onnx_export = export_batchnorm2d;
     // Between a pool and a linear layer: ONNX export folds a batchnorm2d right after a conv2d into
     // the conv, so this example exports as BatchNormalization.
     o.example = example_model("batchnorm2d", R"({"type": "conv2d", "out_channels": 8, "kernel": 4, "stride": 4}, )"

@@ -46,12 +46,17 @@ class Concat final : public Layer {
   std::vector<size_t> sizes_;  // elements per sample of each input
 };
 
+std::string export_concat(OnnxOut& g, const std::string&, const LayerSpec&) {
+  return g.op("Concat", join_inputs(g), {{"axis", 1}});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_concat() {
   static const OpDesc d = [] {
     OpDesc o = join_op(LayerKind::Concat, "concat", "2 to 8 earlier layers' outputs joined over channels", "Concat");
     o.make = make_as<Concat>;
+    o.onnx_export = export_concat;
     return o;
   }();
   return d;

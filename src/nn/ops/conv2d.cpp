@@ -129,13 +129,24 @@ class Conv2d final : public Layer {
   WeightPack pack_;
 };
 
+// Conv: weight [K, C/G, R, S] (+ bias [K]), symmetric pads ("same": k / 2), group.
+std::string export_conv2d(OnnxOut& g, const std::string& x, const LayerSpec& s) {
+  const Dims d = g.in_dims();
+  std::vector<std::string> in{g.img(x), g.weight("weight", {s.out, d.c / s.groups, s.kernel_h, s.kernel_w})};
+  if (s.bias) in.push_back(g.weight("bias", {s.out}));
+  const int ph = s.same ? s.kernel_h / 2 : s.pad_h, pw = s.same ? s.kernel_w / 2 : s.pad_w;
+  return g.op("Conv", in,
+              {{"kernel_shape", {s.kernel_h, s.kernel_w}}, {"strides", {s.stride_h, s.stride_w}}, {"pads", {ph, pw, ph, pw}},
+               {"group", s.groups}});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_conv2d() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::Conv2d, "conv2d", "2D convolution [C, H, W] -> [K, P, Q] (PyTorch Conv2d)");
     o.onnx = {"Conv"};
-    o.layouts = {"nchw"};
+    o.layouts = {"nchw", "nhwc"};  // nhwc: every shape but grouped non-depthwise ones
     o.dtypes = all_dtypes();
     o.fields = {
         {"out_channels", "int", nullptr,
@@ -150,6 +161,7 @@ const OpDesc& op_desc_conv2d() {
     o.example = example_model("conv2d", R"({"type": "conv2d", "out_channels": 8, "kernel": 5, "padding": 2}, {"type": "relu"}, )"
                                         R"({"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<Conv2d>;
+    o.onnx_export = export_conv2d;
     return o;
   }();
   return d;

@@ -45,13 +45,15 @@ class DropPath final : public Layer {
   }
 };
 
+std::string export_droppath(OnnxOut& g, const std::string& x, const LayerSpec&) { return g.op("Identity", {x}); }  // eval mode
+
 }  // namespace
 
 const OpDesc& op_desc_droppath() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::DropPath, "droppath", "stochastic depth: drops a sample's input with probability p in training (torchvision StochasticDepth)");
     o.onnx = {"Identity"};
-    o.layouts = {"nchw", "flat"};
+    o.layouts = {"nchw", "flat", "nhwc"};
     o.dtypes = fp_dtypes();
     o.fields = {{"p", "number in [0, 1)", "0",
                  [](const JsonFields& r, const json& v, const std::string& path, LayerSpec& s) {
@@ -62,6 +64,7 @@ const OpDesc& op_desc_droppath() {
                                           R"({"type": "relu"}, {"type": "droppath", "name": "d", "p": 0.2}, {"type": "add", "inputs": ["a", "d"]}, )"
                                           R"({"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<DropPath>;
+    o.onnx_export = export_droppath;
     return o;
   }();
   return d;

@@ -117,7 +117,7 @@ const OpDesc& op_desc_fakequant() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::FakeQuant, "fakequant",
                        "quantization-aware training: the u8 round trip of a tensor under an observed range, straight-through backward");
-    o.layouts = {"nchw", "flat"};
+    o.layouts = {"nchw", "flat", "nhwc"};
     o.dtypes = fp_dtypes();
     o.params = fakequant_params;
     o.make = make_fakequant;

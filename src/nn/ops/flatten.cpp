@@ -30,6 +30,8 @@ class Flatten final : public Layer {
   }
 };
 
+std::string export_flatten(OnnxOut& g, const std::string& x, const LayerSpec&) { return g.flat(x); }
+
 }  // namespace
 
 const OpDesc& op_desc_flatten() {
@@ -40,6 +42,7 @@ const OpDesc& op_desc_flatten() {
     o.dtypes = fp_dtypes();
     o.example = example_model("flatten", R"({"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<Flatten>;
+    o.onnx_export = export_flatten;
     return o;
   }();
   return d;

@@ -66,17 +66,22 @@ class GlobalAvgPool final : public Layer {
   }
 };
 
+std::string export_globalavgpool(OnnxOut& g, const std::string& x, const LayerSpec&) {
+  return g.op("GlobalAveragePool", {g.img(x)});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_globalavgpool() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::GlobalAvgPool, "globalavgpool", "mean over each channel's positions, [C, H, W] -> [C] (AdaptiveAvgPool2d(1))");
     o.onnx = {"GlobalAveragePool"};
-    o.layouts = {"nchw"};
+    o.layouts = {"nchw", "nhwc"};
     o.dtypes = fp_dtypes();
     o.example = example_model("globalavgpool", R"({"type": "conv2d", "out_channels": 16, "kernel": 24}, {"type": "relu"}, )"
                                                R"({"type": "globalavgpool"}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<GlobalAvgPool>;
+    o.onnx_export = export_globalavgpool;
     return o;
   }();
   return d;

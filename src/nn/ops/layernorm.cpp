@@ -22,6 +22,21 @@ OpField affine_field() {
           [](const LayerSpec& s, json& j) { j["affine"] = s.bias; }};
 }
 
+// A norm's ONNX scale and shift of this shape: its parameters, or ones and zeros without affine.
+std::vector<std::string> norm_affine(OnnxOut& g, const LayerSpec& s, const std::vector<int64_t>& shape) {
+  if (s.bias) return {g.param("weight", shape), g.param("bias", shape)};
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  return {g.floats("ones", shape, std::vector<float>(n, 1.f)), g.floats("zeros", shape, std::vector<float>(n, 0.f))};
+}
+
+// LayerNormalization over the dims from axis on (their shape), as ember normalises them.
+std::string export_ln(OnnxOut& g, const std::string& x, const LayerSpec& s, int64_t axis, std::vector<int64_t> shape) {
+  std::vector<std::string> in{x};
+  for (std::string& v : norm_affine(g, s, shape)) in.push_back(std::move(v));
+  return g.op("LayerNormalization", in, {{"axis", axis}, {"epsilon", float(s.eps)}});
+}
+
 std::vector<OpParam> norm_params(const LayerSpec& s) {
   if (!s.bias) return {};
   return {{"weight", ParamRole::norm_scale}, {"bias", ParamRole::norm_shift}};
@@ -118,13 +133,22 @@ class LayerNorm final : public Layer {
   int D_ = 1, lead_ = 1;
 };
 
+// Over the trailing dims: [N, D] at axis 1, or the last 1-3 dims of [N, C, H, W].
+std::string export_layernorm(OnnxOut& g, const std::string& x, const LayerSpec& s) {
+  const Dims d = g.in_dims();
+  if (d.flat() && s.norm_dims != 3) return export_ln(g, g.flat(x), s, 1, {d.c});
+  const int k = s.norm_dims ? s.norm_dims : 3;
+  const int64_t all[3] = {d.c, d.h, d.w};
+  return export_ln(g, g.img(x), s, 4 - k, std::vector<int64_t>(all + 3 - k, all + 3));
+}
+
 }  // namespace
 
 const OpDesc& op_desc_layernorm() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::LayerNorm, "layernorm", "normalises each sample over its trailing dims (PyTorch LayerNorm)");
     o.onnx = {"LayerNormalization"};
-    o.layouts = {"nchw", "flat"};
+    o.layouts = {"nchw", "flat", "nhwc"};  // nhwc: over a whole image sample
     o.dtypes = fp_dtypes();
     o.fields = {{"dims", "1, 2 or 3", "all of the sample's dims",
                  [](const JsonFields& r, const json& v, const std::string& p, LayerSpec& s) { s.norm_dims = r.integer(v, p, 1, 3); },
@@ -136,6 +160,7 @@ const OpDesc& op_desc_layernorm() {
     o.example = example_model("layernorm", R"({"type": "flatten"}, {"type": "linear", "out_features": 32}, {"type": "layernorm"}, )"
                                            R"({"type": "relu"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<LayerNorm>;
+    o.onnx_export = export_layernorm;
     return o;
   }();
   return d;

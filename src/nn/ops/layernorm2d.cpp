@@ -9,6 +9,7 @@ namespace ember::nn {
 OpField eps_field();        // layernorm.cpp
 OpField affine_field();
 std::vector<OpParam> norm_params(const LayerSpec& s);
+std::string export_ln(OnnxOut& g, const std::string& x, const LayerSpec& s, int64_t axis, std::vector<int64_t> shape);
 
 namespace {
 
@@ -53,19 +54,26 @@ class LayerNorm2d final : public Layer {
   }
 };
 
+// torchvision's LayerNorm2d: to channels-last, LayerNormalization over C, back.
+std::string export_layernorm2d(OnnxOut& g, const std::string& x, const LayerSpec& s) {
+  const std::string t = g.op("Transpose", {g.img(x)}, {{"perm", {0, 2, 3, 1}}});
+  return g.op("Transpose", {export_ln(g, t, s, -1, {g.in_dims().c})}, {{"perm", {0, 3, 1, 2}}});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_layernorm2d() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::LayerNorm2d, "layernorm2d", "normalises over the channels at each position (torchvision LayerNorm2d)");
     o.onnx = {"Transpose", "LayerNormalization"};
-    o.layouts = {"nchw"};
+    o.layouts = {"nchw", "nhwc"};
     o.dtypes = fp_dtypes();
     o.fields = {eps_field(), affine_field()};
     o.params = norm_params;
     o.example = example_model("layernorm2d", R"({"type": "conv2d", "out_channels": 8, "kernel": 4, "stride": 4}, {"type": "layernorm2d"}, )"
                                              R"({"type": "relu"}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<LayerNorm2d>;
+    o.onnx_export = export_layernorm2d;
     return o;
   }();
   return d;

@@ -38,13 +38,19 @@ class LayerScale final : public Layer {
   }
 };
 
+// Mul by the scale [C, 1, 1] (an image) or [C] (flat [N, C]).
+std::string export_layerscale(OnnxOut& g, const std::string& x, const LayerSpec&) {
+  const int C = g.in_dims().c;
+  return g.op("Mul", {x, g.param("layer_scale", g.rank(x) == 4 ? std::vector<int64_t>{C, 1, 1} : std::vector<int64_t>{C})});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_layerscale() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::LayerScale, "layerscale", "multiplies each channel by a learned scale (torchvision CNBlock.layer_scale)");
     o.onnx = {"Mul"};
-    o.layouts = {"nchw", "flat"};
+    o.layouts = {"nchw", "flat", "nhwc"};
     o.dtypes = fp_dtypes();
     o.fields = {{"init_value", "number", "1e-6",
                  [](const JsonFields& r, const json& v, const std::string& p, LayerSpec& s) {
@@ -56,6 +62,7 @@ const OpDesc& op_desc_layerscale() {
                                             R"({"type": "layerscale", "init_value": 0.5}, {"type": "maxpool2d", "kernel": 2}, )"
                                             R"({"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<LayerScale>;
+    o.onnx_export = export_layerscale;
     return o;
   }();
   return d;

@@ -157,13 +157,26 @@ std::unique_ptr<Layer> make_linear(const LayerSpec& s) {
   return std::make_unique<Linear>(s);
 }
 
+// Gemm on [N, D] (transB: the weight [K, D] as stored); over channels a 1x1 Conv, the weight
+// [K, C] seen as [K, C, 1, 1].
+std::string export_linear(OnnxOut& g, const std::string& x, const LayerSpec& s) {
+  const Dims d = g.in_dims();
+  const bool conv = s.over_channels;
+  std::vector<std::string> in{conv ? g.img(x) : g.flat(x),
+                              g.weight("weight", conv ? std::vector<int64_t>{s.out, d.c, 1, 1}
+                                                      : std::vector<int64_t>{s.out, int64_t(d.size())})};
+  if (s.bias) in.push_back(g.weight("bias", {s.out}));
+  if (conv) return g.op("Conv", in, {{"kernel_shape", {1, 1}}});
+  return g.op("Gemm", in, {{"transB", 1}});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_linear() {
   static const OpDesc d = [] {
     OpDesc o = make_op(LayerKind::Linear, "linear", "fully connected [D] -> [K], or over the channels of [C, H, W] (PyTorch Linear)");
     o.onnx = {"Gemm", "Conv"};
-    o.layouts = {"flat", "nchw"};
+    o.layouts = {"flat", "nchw", "nhwc"};  // nchw, nhwc: over channels
     o.dtypes = all_dtypes();
     o.fields = {
         {"out_features", "int", nullptr,
@@ -182,6 +195,7 @@ const OpDesc& op_desc_linear() {
     o.example = example_model("linear", R"({"type": "flatten"}, {"type": "linear", "out_features": 32}, {"type": "relu"}, )"
                                         R"({"type": "linear", "out_features": 10})");
     o.make = make_linear;
+    o.onnx_export = export_linear;
     return o;
   }();
   return d;

@@ -8,7 +8,9 @@ namespace ember::nn {
 const OpDesc& op_desc_maxpool2d() {
   static const OpDesc d = [] {
     OpDesc o = pool_op(LayerKind::MaxPool2d, "maxpool2d", "the largest value of each window (PyTorch MaxPool2d)", "MaxPool");
+    o.layouts.push_back("nhwc");  // loops over windows of C runs
     o.make = [](const LayerSpec& s) -> std::unique_ptr<Layer> { return std::make_unique<Pool2d>(s, true); };
+    o.onnx_export = export_pool2d;
     return o;
   }();
   return d;

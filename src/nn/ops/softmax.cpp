@@ -31,6 +31,10 @@ class Softmax final : public Layer {
   }
 };
 
+std::string export_softmax(OnnxOut& g, const std::string& x, const LayerSpec&) {
+  return g.op("Softmax", {g.flat(x)}, {{"axis", 1}});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_softmax() {
@@ -42,6 +46,7 @@ const OpDesc& op_desc_softmax() {
     o.example = R"({"name": "example-softmax", "input": [1, 28, 28], "classes": 10, "loss": "cross_entropy", )"
                 R"("layers": [{"type": "flatten"}, {"type": "linear", "out_features": 10}, {"type": "softmax"}]})";
     o.make = make_as<Softmax>;
+    o.onnx_export = export_softmax;
     return o;
   }();
   return d;

@@ -34,6 +34,10 @@ class ZeroPad2d final : public Layer {
   }
 };
 
+std::string export_zeropad2d(OnnxOut& g, const std::string& x, const LayerSpec& s) {
+  return g.op("Pad", {g.img(x), g.ints({0, 0, s.pad_h, s.pad_w, 0, 0, s.pad_h, s.pad_w})});
+}
+
 }  // namespace
 
 const OpDesc& op_desc_zeropad2d() {
@@ -46,6 +50,7 @@ const OpDesc& op_desc_zeropad2d() {
     o.example = example_model("zeropad2d", R"({"type": "zeropad2d", "padding": 2}, {"type": "conv2d", "out_channels": 4, "kernel": 5}, )"
                                            R"({"type": "relu"}, {"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<ZeroPad2d>;
+    o.onnx_export = export_zeropad2d;
     return o;
   }();
   return d;
