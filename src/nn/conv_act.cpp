@@ -65,17 +65,16 @@ class ConvAct final : public Layer {
       using T = decltype(tag);
       T* z = keeps_input() ? p<T>(b.saved) : nullptr;
       const int rows = n * in_.h * in_.w;
+      Bufs cb = b;  // the conv's saved buffer (its packed weight) after z
+      cb.saved = b.saved ? static_cast<std::byte*>(b.saved) + z_bytes(b.batch, b.dt) : nullptr;
       if (!z && conv_->takes_post_act()) {  // the packed conv applies the activation in its store
-        Bufs cb = b;
-        cb.saved = static_cast<std::byte*>(b.saved) + z_bytes(b.batch, b.dt);
         cb.post_act = &act_;
         return conv_->forward(e, cb, n);
       }
       if constexpr (std::is_same_v<T, float>)
         if (!e.bf16 && ops::linear_act_chunked(rows, out_.c, e.pool.size()))
           return ops::linear_act_fwd(e, act_, p<T>(b.y), z, p<T>(b.x), p<T>(b.w), p<T>(b.b), rows, in_.c, out_.c);
-      Bufs cb = b;  // the two nodes in turn: the activation in place where z is not kept
-      cb.y = z ? z : b.y;
+      cb.y = z ? z : b.y;  // the two nodes in turn: the activation in place where z is not kept
       conv_->forward(e, cb, n);
       ops::act_fwd<T>(e, act_, p<T>(b.y), z ? z : p<T>(b.y), count(n));
     });

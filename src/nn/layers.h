@@ -84,8 +84,7 @@ void dispatch(DType dt, F&& f) {
 template <class T> T* p(void* v) { return static_cast<T*>(v); }
 template <class T> const T* p(const void* v) { return static_cast<const T*>(v); }
 
-// A weight a layer keeps packed in its saved buffer (an inference plan's, Layer::choose_algorithm's
-// pack): get() returns it, packing it again (pack(dst)) when the parameters moved
+// A weight a layer keeps packed in its saved buffer (Layer::choose_algorithm's pack): get() returns it, packing it again (pack(dst)) when the parameters moved
 // (Bufs::param_version) or the weight is another copy (a fold's).
 class WeightPack {
  public:
@@ -162,10 +161,10 @@ class Layer {
   virtual void set_precision(Precision p, bool backward) {}
   // The plan's batch and threads, once, before workspace_elems and saved_bytes: a layer with a
   // choice of algorithm (Conv2d, Linear) makes it here, its descriptor, and every call then runs
-  // it. pack: the kernel table when the weights stay fixed between parameter changes and the
-  // plan runs in f32 (an inference plan): the layer then packs its weight once per change
-  // (Bufs::param_version) into its saved buffer, in the bf16 panels where bf16 (a bf16 plan's
-  // products); null: it reads the weight as stored.
+  // it. pack: the kernel table when the plan runs in f32: the layer may then pack its weight
+  // once per parameter change (Bufs::param_version: an inference plan once, a training plan once
+  // per step) into its saved buffer, in the bf16 panels where bf16 (a bf16 plan's products);
+  // null: it reads the weight as stored.
   virtual void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) {}
   // The descriptor, for `ember info --model` (--json): the algorithm ("" where there is none),
   // the weight format the calls read ("" without a weight), the post-ops applied in the unit

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nn/layers.h"
 
@@ -39,8 +40,15 @@ class NormConv final : public Layer {
   int fan_out() const override { return conv_->fan_out(); }
   double flops_per_sample() const override { return conv_->flops_per_sample(); }
   bool bf16_products() const override { return conv_->bf16_products(); }
-  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override { conv_->choose_algorithm(batch, threads, pack, bf16); }
+  void choose_algorithm(int batch, int threads, const Kernels* pack, bool bf16) override {
+    conv_->choose_algorithm(batch, threads, pack, bf16);
+  }
   std::string algorithm() const override { return conv_->algorithm(); }
+  std::string weight_format() const override { return conv_->weight_format(); }
+  std::vector<std::string> post_ops() const override { return conv_->post_ops(); }
+  size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
+    return conv_->weight_bytes_packed_per_call(batch, threads, k, bf16);
+  }
   void set_precision(Precision p, bool backward) override {
     bf16_ = p == Precision::bf16 && norm_->writes_bf16_output() && conv_->reads_bf16_input();
     keep_ = bf16_ && backward;
@@ -53,11 +61,14 @@ class NormConv final : public Layer {
     return mid_f32_elems(batch) + mid_elems(batch) + inner;
   }
   // The norm's own (mean and rstd), then in a bf16 training plan the bf16 normalised tensor.
+  // ... and last the conv's packed weight (64-byte aligned).
   size_t saved_bytes(int batch, int threads, DType dt) const override {
-    const size_t own = norm_->saved_bytes(batch, threads, dt);
-    return keep_ ? mid_bf16_at(own) + mid_elems(batch) * sizeof(uint16_t) : own;
+    return conv_at(batch, dt) + conv_->saved_bytes(batch, threads, dt);
   }
-  std::string saved_what() const override { return keep_ ? "bf16 normalised input, mean and rstd" : "mean and rstd"; }
+  std::string saved_what() const override {
+    return std::string(keep_ ? "bf16 normalised input, mean and rstd" : "mean and rstd") +
+           (conv_->saved_bytes(1, 1, DType::f32) ? ", packed weight" : "");
+  }
   bool backward_reads_output() const override { return false; }
   void forward(const ops::Exec& e, const Bufs& b, int n) override {
     Bufs nb, cb;
@@ -89,6 +100,10 @@ class NormConv final : public Layer {
   size_t mid_elems(int batch) const { return (size_t(batch) * mid_.size() + 15) / 16 * 16; }  // 64-byte steps
   size_t mid_f32_elems(int batch) const { return bf16_ ? 0 : mid_elems(batch); }
   static size_t mid_bf16_at(size_t own) { return (own + 63) / 64 * 64; }
+  size_t conv_at(int batch, DType dt) const {
+    const size_t own = norm_->saved_bytes(batch, 1, dt);
+    return (keep_ ? mid_bf16_at(own) + mid_elems(batch) * sizeof(uint16_t) + 63 : own + 63) / 64 * 64;
+  }
   // Where the bf16 normalised tensor lives: the saved buffer (training), else the gradient's scratch.
   uint16_t* mid_bf16(const Bufs& b) const {
     if (keep_) return reinterpret_cast<uint16_t*>(static_cast<std::byte*>(b.saved) +
@@ -115,7 +130,7 @@ class NormConv final : public Layer {
     cb->w2 = cb->b2 = nullptr, cb->dw2 = cb->db2 = nullptr;
     cb->wh = b.wh2, cb->wh2 = nullptr;
     cb->ws = inner;
-    cb->saved = nullptr;
+    cb->saved = conv_->saved_bytes(b.batch, 1, b.dt) ? static_cast<std::byte*>(b.saved) + conv_at(b.batch, b.dt) : nullptr;
     cb->idx = nullptr;
     cb->dx_unused_at_zero = false;
   }

@@ -280,7 +280,9 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
   }
   for (nn::Unit& u : m.us) {
     u.layer->set_precision(opt.precision, u.backward);
-    const bool pack = !u.backward && opt.dtype == DType::f32;
+    // f32 plans pack each weight once per parameter change: an inference plan once, a training
+    // plan once per step (the optimizer's step moves Bufs::param_version), not once per call.
+    const bool pack = opt.dtype == DType::f32;
     u.layer->choose_algorithm(opt.batch, opt.threads, pack ? m.k : nullptr, opt.precision == Precision::bf16);
   }
   m.first_param.assign(m.us.size(), -1);

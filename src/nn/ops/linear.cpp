@@ -40,7 +40,10 @@ class Linear final : public Layer {
   // An inference plan's Linear (pack) reads its weight packed once per parameter change (the
   // GEMM's op(B) = w^T panels; bf16 ones in a bf16 plan) instead of the sparse-input state of a
   // training plan's; a bf16 plan's small batch reads the bf16 copy in place instead (gemv_bf16).
+  // A training plan's Linear keeps its sparse-input kernels (the seed CNN's ReLU-sparse features).
+  void set_precision(Precision, bool backward) override { training_ = backward; }
   void choose_algorithm(int batch, int, const Kernels* pack, bool bf16) override {
+    if (training_) pack = nullptr;
     const bool gemv = bf16 && pack && pack->gemv_bf16 && batch <= ops::kLinearGemvRows;
     bf16_pack_ = bf16;
     packed_elems_ = pack && pack->gemm_packs && !gemv ? ops::linear_pack_elems(*pack, in_.c, spec_.out, bf16) : 0;
@@ -101,6 +104,7 @@ class Linear final : public Layer {
  private:
   size_t packed_elems_ = 0;  // floats of the packed weight (an inference plan's), 0: none
   bool bf16_pack_ = false;   // ... in the bf16 panels (a bf16 plan's)
+  bool training_ = false;    // its backward runs (set_precision)
   WeightPack pack_;
 };
 
