@@ -310,6 +310,32 @@ std::vector<OpParam> weight_and_bias(const LayerSpec& s) {
 std::string OnnxOut::flat(const std::string& v) { return rank(v) == 2 ? v : op("Flatten", {v}, {}, 2); }
 std::string OnnxOut::img(const std::string& v) { return rank(v) == 4 ? v : op("Unsqueeze", {v, ints({2, 3})}, {}, 4); }
 
+int onnx_rank(OnnxLayout l) {
+  switch (l) {
+    case OnnxLayout::Flat: return 2;
+    case OnnxLayout::NCL: return 3;
+    case OnnxLayout::Vec: return 1;
+    default: return 4;
+  }
+}
+
+std::string onnx_ints_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
+  return s + "]";
+}
+
+// A 1-D window's lifted 2-D form ([1, k], [0, b, 0, e], as window_ints makes it) shown as [k], [b, e].
+std::string onnx_win_str(const std::vector<int64_t>& v, bool one_d) {
+  if (one_d && v.size() == 2) return onnx_ints_str({v[1]});
+  if (one_d && v.size() == 4) return onnx_ints_str({v[1], v[3]});
+  return onnx_ints_str(v);
+}
+
+bool onnx_all_are(const std::vector<int64_t>& v, int64_t x) {
+  return std::all_of(v.begin(), v.end(), [&](int64_t e) { return e == x; });
+}
+
 bool OnnxIn::scalar_near(const std::string& value, float c) const {
   return std::fabs(scalar(value) - c) <= 1e-6f * std::fabs(c);
 }

@@ -12,11 +12,11 @@
 
 #include "ember/model.h"
 #include "ember/plan.h"
+#include "nn/op_onnx.h"
 
 namespace ember::nn {
 
 class Layer;
-struct Dims;
 using json = nlohmann::json;
 
 // Reads a model description's values; every message names the source and the JSON path.
@@ -45,70 +45,6 @@ struct OpField {
   void (*write)(const LayerSpec& s, json& out);  // may write nothing (a default left out)
 };
 
-// An ONNX node attribute an op's export writes: an int, a float or a list of ints.
-struct OnnxAttr {
-  OnnxAttr(const char* n, int64_t v) : name(n), kind(kInt), i(v) {}
-  OnnxAttr(const char* n, int v) : name(n), kind(kInt), i(v) {}
-  OnnxAttr(const char* n, float v) : name(n), kind(kFloat), f(v) {}
-  OnnxAttr(const char* n, std::vector<int64_t> v) : name(n), kind(kInts), ints(std::move(v)) {}
-  enum Kind { kInt, kFloat, kInts };
-  const char* name;
-  Kind kind;
-  int64_t i = 0;
-  float f = 0;
-  std::vector<int64_t> ints;
-};
-
-// What an op's ONNX export writes through (onnx_export.cpp implements it) for one layer: nodes
-// of one output each, named after the layer; constants; the layer's parameters as initializers
-// under their names (prefix.what). Values are [N, D] (rank 2) or [N, C, H, W] (rank 4): a node's
-// output has the rank given, else the largest of its tensor inputs' (constants have none). The layer's inputs are input(k), x the first.
-class OnnxOut {
- public:
-  virtual std::string op(const std::string& type, std::vector<std::string> inputs, std::vector<OnnxAttr> attrs = {},
-                         int rank = 0) = 0;
-  virtual std::string scalar(float v) = 0;
-  virtual std::string ints(std::vector<int64_t> v) = 0;  // an int64 constant [n] (axes, pads)
-  // A float constant of this layer (ones, zeros), named after it.
-  virtual std::string floats(const std::string& what, std::vector<int64_t> dims, const std::vector<float>& v) = 0;
-  // The layer's parameter `what` as the fp32 initializer of these dims.
-  virtual std::string param(const std::string& what, std::vector<int64_t> dims) = 0;
-  // A Conv's or Gemm's weight or bias: the export hook's value (a QDQ export's quantized one),
-  // else param's.
-  virtual std::string weight(const std::string& what, std::vector<int64_t> dims) = 0;
-  virtual int rank(const std::string& value) const = 0;
-  virtual int input_count() const = 0;
-  virtual const std::string& input(int k) const = 0;
-  virtual Dims in_dims(int k = 0) const = 0;  // per-sample, as the graph infers them
-  std::string flat(const std::string& v);  // as [N, D]: v, or a Flatten of it
-  std::string img(const std::string& v);   // as [N, C, H, W]: v, or [N, D] unsqueezed to [N, D, 1, 1]
-
- protected:
-  ~OnnxOut() = default;
-};
-
-// What an op's ONNX import reads a pattern through (onnx_import_ops.cpp implements it): the
-// graph's nodes by index, a value's one reader that is still to map (or -1), the node that
-// outputs a value (still to map, the value with one reader; or -1), a scalar constant's value,
-// and the layer it emits for a group of nodes (the last one's output becomes the layer's; x: its
-// input value).
-class OnnxIn {
- public:
-  virtual const std::string& op_type(int node) const = 0;
-  virtual int input_count(int node) const = 0;
-  virtual const std::string& input(int node, int k) const = 0;
-  virtual const std::string& output(int node) const = 0;
-  virtual int reader(const std::string& value) const = 0;
-  virtual int producer(const std::string& value) const = 0;
-  virtual float scalar(const std::string& value) const = 0;  // NaN: not a constant of one value
-  virtual void emit(const std::vector<int>& nodes, const std::string& x, const LayerSpec& s) = 0;
-  // Whether value is a scalar constant within 1e-6 (relative) of c.
-  bool scalar_near(const std::string& value, float c) const;
-
- protected:
-  ~OnnxIn() = default;
-};
-
 struct OpParam {
   const char* name;          // the PyTorch attribute: the node's name, a dot, then this
   ParamRole role;
@@ -133,10 +69,13 @@ struct OpDesc {
   std::unique_ptr<Layer> (*make)(const LayerSpec& s) = nullptr;
   // Its ONNX export of input value x (returns the output value); null: onnx_export.cpp's own.
   std::string (*onnx_export)(OnnxOut& g, const std::string& x, const LayerSpec& s) = nullptr;
-  // Its ONNX import from a node of type onnx[0]: true when the node (and its pattern) mapped. Of
-  // the ops whose onnx[0] is a node's type, the longer pattern (more types in onnx) is tried
-  // first: silu's Sigmoid -> Mul before sigmoid's Sigmoid.
+  // Its ONNX import from a node of one of the types onnx_from (empty: onnx[0]): true when the
+  // node (and its pattern) mapped, false when it is not this op's (another may map it); a node of
+  // this op's that ember cannot run is refused (throws, naming the node). Of the ops importing a
+  // type, the longer pattern (more types in onnx) is tried first: silu's Sigmoid -> Mul before
+  // sigmoid's Sigmoid, layernorm2d's Transpose -> LayerNormalization before layernorm's.
   bool (*onnx_import)(OnnxIn& g, int node) = nullptr;
+  std::vector<const char*> onnx_from;
   // Its backward is the straight-through estimator (fakequant), not the derivative: the op test
   // checks it against the estimator's definition (tests/quant/test_qat.cpp), not finite differences.
   bool straight_through = false;

@@ -15,25 +15,9 @@ namespace ember::onnx {
 
 namespace {
 
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
-  return s + "]";
-}
-
-// A window attribute as the file wrote it: a 1-D one's lifted 2-D form ([1, k], [0, b, 0, e], as
-// window_ints makes it) shown as [k], [b, e].
-std::string win_str(const std::vector<int64_t>& v, bool one_d) {
-  if (one_d && v.size() == 2) return ints_str({v[1]});
-  if (one_d && v.size() == 4) return ints_str({v[1], v[3]});
-  return ints_str(v);
-}
-
-bool all_are(const std::vector<int64_t>& v, int64_t x) {
-  for (int64_t e : v)
-    if (e != x) return false;
-  return true;
-}
+std::string ints_str(const std::vector<int64_t>& v) { return nn::onnx_ints_str(v); }
+std::string win_str(const std::vector<int64_t>& v, bool one_d) { return nn::onnx_win_str(v, one_d); }
+bool all_are(const std::vector<int64_t>& v, int64_t x) { return nn::onnx_all_are(v, x); }
 
 // A scalar constant's value (any shape holding one value), or NaN.
 float scalar_of(const Val& v) { return v.is_const && v.c.count() == 1 && v.c.dims.size() <= 1 ? v.c.f[0] : NAN; }
@@ -48,18 +32,9 @@ std::vector<float> transpose2(const Const& c) {  // [R, C] -> [C, R]
 
 }  // namespace
 
-int rank_of(Layout l) {
-  switch (l) {
-    case Layout::Flat: return 2;
-    case Layout::NCL: return 3;
-    case Layout::Vec: return 1;
-    default: return 4;
-  }
-}
-
 // A window attribute of a Conv or pool as 2-D: a 1-D one (of an [N, C, L] input) gets the unit
 // H axis in front: kernel_shape [k] -> [1, k], pads [b, e] -> [0, b, 0, e].
-std::vector<int64_t> Importer::window_ints(const Attrs& a, const char* name, std::vector<int64_t> def, bool one_d) const {
+std::vector<int64_t> Importer::window_ints(const nn::OnnxAttrs& a, const char* name, std::vector<int64_t> def, bool one_d) const {
   if (!one_d || !a.has(name)) return a.ints(name, std::move(def));
   std::vector<int64_t> v = a.ints(name, {});
   if (v.size() == 1) return {1, v[0]};
@@ -98,9 +73,43 @@ class TableIn final : public nn::OnnxIn {
     const Val& in = it->second;
     im_.set(nodes.back(), 0, im_.emit(s, {&in}, "", in.d, in.lay));
   }
+  std::string where(int node) const override { return im_.where(node); }
+  int opset() const override { return im_.opset_; }
+  const nn::OnnxAttrs& attrs(int node) override {
+    std::unique_ptr<Attrs>& a = attrs_[node];
+    if (!a) a = std::make_unique<Attrs>(im_.g_.node(node), im_.where(node));
+    return *a;
+  }
+  const Val& val(int node, int k) const override { return im_.val(node, k); }
+  const Val& tensor(int node, int k) const override { return im_.tensor(node, k); }
+  const Const& constant(int node, int k) const override { return im_.constant(node, k); }
+  bool output_read(int node, int k) const override {
+    const pb::NodeProto& n = im_.g_.node(node);
+    return k < n.output_size() && !n.output(k).empty() && im_.readers_.count(n.output(k));
+  }
+  Val emit_layer(LayerSpec s, const std::vector<const Val*>& in, const std::string& weight_name, const nn::Dims& out,
+                 Layout lay) override {
+    return im_.emit(std::move(s), in, weight_name, out, lay);
+  }
+  void weight(const std::string& layer, const std::string& what, std::vector<float> data, const std::string& from) override {
+    im_.weight(layer, what, std::move(data));
+    if (!from.empty()) im_.sources_[layer + "." + what] = from;
+  }
+  void set(int node, int k, Val v) override { im_.set(node, k, std::move(v)); }
+  void consume(int node) override { im_.done_[size_t(node)] = true; }
+  std::vector<int64_t> window_ints(const nn::OnnxAttrs& a, const char* name, std::vector<int64_t> def,
+                                   bool one_d) const override {
+    return im_.window_ints(a, name, std::move(def), one_d);
+  }
+  void check_strides(int node, const std::vector<int64_t>& st, bool one_d) const override { im_.check_strides(node, st, one_d); }
+  std::vector<int64_t> window_pads(int node, const nn::OnnxAttrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
+                                   const std::vector<int64_t>& st, bool one_d, bool* overhang) const override {
+    return im_.window_pads(node, a, x, k, st, one_d, overhang);
+  }
 
  private:
   Importer& im_;
+  std::map<int, std::unique_ptr<Attrs>> attrs_;
 };
 
 // The ops of the table with their own import, the longer patterns (more ONNX types) first, else in
@@ -145,7 +154,7 @@ void Importer::check_strides(int i, const std::vector<int64_t>& st, bool one_d) 
 // are what the last window reaches past the input (at most the pads; more under ceil_mode: then
 // *overhang is set). A conv (ends null) pads both sides alike: the pads map when padding both sides
 // by the one before gives the same output size (so the same windows), else they are refused.
-std::vector<int64_t> Importer::window_pads(int i, const Attrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
+std::vector<int64_t> Importer::window_pads(int i, const nn::OnnxAttrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
                                            const std::vector<int64_t>& st, bool one_d, bool* overhang) const {
   const std::string ap = a.s("auto_pad", "NOTSET");
   if (ap != "NOTSET" && ap != "VALID" && ap != "SAME_UPPER" && ap != "SAME_LOWER")

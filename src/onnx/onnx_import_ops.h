@@ -12,21 +12,9 @@
 
 namespace ember::onnx {
 
-// NCHW: [N, C, H, W]; NHWC: the same ember tensor seen through Transpose(0, 2, 3, 1); Flat: [N, D];
-// NCL: [N, C, L] (a sequence: ember's image [C, 1, L], what a 1-D conv or pool reads); Vec: [N]
-// (one value per sample: ember's [1]).
-enum class Layout { NCHW, NHWC, Flat, NCL, Vec };
-// The ONNX rank of a value in a layout: 4, 4, 2, 3, 1.
-int rank_of(Layout l);
-
-struct Val {
-  bool is_const = false;
-  Const c;                  // constants
-  std::string weight_name;  // an initializer's name (names the layer that takes it as weights)
-  std::string ref;          // tensors: the ember layer that makes it, or "input"
-  Layout lay = Layout::NCHW;
-  nn::Dims d;               // ember's per-sample dims [C, H, W] ([D, 1, 1] when flat)
-};
+using Layout = nn::OnnxLayout;  // how a value lies (nn/op_onnx.h)
+using Val = nn::OnnxValue;      // a constant or an ember tensor in a layout
+inline int rank_of(Layout l) { return nn::onnx_rank(l); }
 
 class Importer {
  public:
@@ -63,9 +51,9 @@ class Importer {
   bool fold(int i);                         // onnx_fold.cpp: all inputs constant: compute it
   const Val& tensor(int i, int k) const;    // a non-constant input
   void check_strides(int i, const std::vector<int64_t>& st, bool one_d = false) const;
-  std::vector<int64_t> window_pads(int i, const Attrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
+  std::vector<int64_t> window_pads(int i, const nn::OnnxAttrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
                                    const std::vector<int64_t>& st, bool one_d = false, bool* overhang = nullptr) const;
-  std::vector<int64_t> window_ints(const Attrs& a, const char* name, std::vector<int64_t> def, bool one_d) const;
+  std::vector<int64_t> window_ints(const nn::OnnxAttrs& a, const char* name, std::vector<int64_t> def, bool one_d) const;
   void conv(int i);
   void gemm(int i);
   std::vector<float> gemm_bias(int i, int64_t K, float beta) const;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ember_onnx.pb.h"
+#include "nn/op_onnx.h"
 
 namespace ember::onnx {
 
@@ -17,15 +18,7 @@ namespace pb = ember_onnx;
 // A name from the file as messages show it: cut to 120 characters (import_onnx makes it one line).
 std::string shown(const std::string& s);
 
-// A constant: dims and its values as float (FLOAT, DOUBLE, FLOAT16 and integer types converted)
-// and, for integer types, as int64 too.
-struct Const {
-  std::vector<int64_t> dims;
-  std::vector<float> f;
-  std::vector<int64_t> i;   // integer tensors only
-  bool is_int = false;
-  size_t count() const { return f.size(); }
-};
+using Const = nn::OnnxConst;  // a constant: dims, values as float and (integer types) int64
 
 // Reads a TensorProto (`what` names it in errors); refuses external data and sizes that the
 // bytes do not hold.
@@ -39,18 +32,18 @@ Const read_tensor(const pb::TensorProto& t, const std::string& what);
 void check_graph_names(const pb::GraphProto& g, const std::string& file);
 
 // A node's attributes by name; each getter checks the type and names node and attribute.
-class Attrs {
+class Attrs final : public nn::OnnxAttrs {
  public:
   Attrs(const pb::NodeProto& n, std::string where);
-  bool has(const std::string& name) const { return a_.count(name) > 0; }
-  int64_t i(const std::string& name, int64_t def) const;
-  float f(const std::string& name, float def) const;
-  std::string s(const std::string& name, const std::string& def) const;
-  std::vector<int64_t> ints(const std::string& name, std::vector<int64_t> def) const;
+  bool has(const std::string& name) const override { return a_.count(name) > 0; }
+  int64_t i(const std::string& name, int64_t def) const override;
+  float f(const std::string& name, float def) const override;
+  std::string s(const std::string& name, const std::string& def) const override;
+  std::vector<int64_t> ints(const std::string& name, std::vector<int64_t> def) const override;
   const pb::TensorProto* tensor(const std::string& name) const;
   // Throws for any attribute not in `known` ("attribute 'dilations' is not supported").
-  void only(std::initializer_list<const char*> known) const;
-  const std::string& where() const { return where_; }
+  void only(std::initializer_list<const char*> known) const override;
+  const std::string& where() const override { return where_; }
 
  private:
   const pb::AttributeProto& get(const std::string& name, pb::AttributeProto::AttributeType t) const;
