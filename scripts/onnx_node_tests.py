@@ -27,8 +27,9 @@ PASS, IMPORT_REFUSED, PREDICT_REFUSED, WRONG = "pass", "import refused", "predic
 
 # Op types that ember maps only as a piece of a longer pattern (an op file's ONNX pattern, never the
 # op alone): a single-node test of one cannot pass, so they are counted apart, not in the pass rate.
-# Derived: a type that appears only in op patterns of several types and that the importer does not
-# name itself; Constant is named, but is a value (a graph of only a Constant has no data input).
+# Derived: a type that appears only in op patterns of several types, that no op maps alone (its
+# "onnx_import") and that the importer does not name itself; Constant is named, but is a value (a
+# graph of only a Constant has no data input).
 VALUE_ONLY = {"Constant": "a value folded into the nodes that read it; a graph of only a Constant has no data input"}
 
 Case = collections.namedtuple("Case", "name op folder")
@@ -36,20 +37,23 @@ Result = collections.namedtuple("Result", "name op outcome reason")
 
 
 def importer_named_ops():
-    """Every `op == "..."` of src/onnx/onnx_import_ops.cpp: the op types the importer maps itself."""
+    """Every `op == "..."` of src/onnx/onnx_import_ops.cpp: the op types the importer maps itself
+    (constants, pass-throughs, layout views)."""
     with open(IMPORT_OPS, encoding="utf-8") as f:
         return set(re.findall(r'op == "(\w+)"', f.read()))
 
 
 def mapped_ops(ember):
-    """The ONNX op types ember's importer maps: the op table's (ember.ops()) and the importer's own."""
-    return sorted({t for o in ember.ops()["ops"] for t in o["onnx"]} | importer_named_ops())
+    """The ONNX op types ember's importer maps: the op table's (ember.ops(): the types of its
+    patterns and those its ops map alone) and the importer's own."""
+    table = ember.ops()["ops"]
+    return sorted({t for o in table for t in o["onnx"] + o["onnx_import"]} | importer_named_ops())
 
 
 def pattern_pieces(ember):
     """{op type: why} for the mapped types that are only pieces of a pattern (see VALUE_ONLY)."""
     table = ember.ops()["ops"]
-    alone = {o["onnx"][0] for o in table if len(o["onnx"]) == 1} | importer_named_ops()
+    alone = {t for o in table for t in o["onnx_import"]} | importer_named_ops()
     pieces = {t: "only inside the pattern of " + ", ".join(o["name"] for o in table if t in o["onnx"])
               for o in table for t in o["onnx"] if t not in alone}
     pieces.update(VALUE_ONLY)
@@ -214,7 +218,8 @@ def doc_head(results, ops, others, pieces, data):
             "do not edit by hand.", "",
             f"The tests are Debian's libonnx-testdata {data_version()}, `{data}`.",
             "Every test folder whose model is a single node of an ONNX op type ember maps (the op table's",
-            "ONNX types, `ember info --ops`, and the op types src/onnx/onnx_import_ops.cpp names) is imported",
+            "ONNX types and those its ops import alone, `ember info --ops`, and the graph-level op types",
+            "src/onnx/onnx_import_ops.cpp names) is imported",
             "with `Model.from_onnx`, its `input_0.pb` run through `Model.predict`, and the result compared",
             f"with `output_0.pb` (rtol {RTOL:g}, atol {ATOL:g} x max |expected|; ember's `[N, classes]` output",
             f"is compared reshaped when the sizes agree). The {others} other test folders (several nodes, or an",

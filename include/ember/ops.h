@@ -23,14 +23,15 @@ struct OpInfo {
   std::string name, summary;
   bool activation = false;  // parameter-free, one input, shape-preserving
   int min_inputs = 1, max_inputs = 1;
-  std::vector<std::string> onnx, layouts, dtypes;
+  std::vector<std::string> onnx, layouts, dtypes;  // onnx: the types its export writes
+  std::vector<std::string> onnx_import;            // the node types its import maps alone
   std::vector<OpFieldInfo> fields;
   std::vector<OpParamInfo> params;  // with the fields' defaults
   std::string example;     // a complete model file (JSON text): input [1, 28, 28], 10 classes
 };
 
 std::vector<OpInfo> op_infos();
-// {"ops": [{"name", "summary", "onnx", "layouts", "dtypes", "inputs": [min, max], "fields",
+// {"ops": [{"name", "summary", "onnx", "onnx_import", "layouts", "dtypes", "inputs": [min, max], "fields",
 // "params": [{"name", "role"}], "example": {...}}]} (indent as json dumps: -1 compact).
 std::string ops_json(int indent = 2);
 // One line an op: name, inputs, fields, parameters, ONNX types.

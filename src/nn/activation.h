@@ -46,10 +46,14 @@ std::unique_ptr<Layer> act_layer(const LayerSpec& s) {
 }
 
 // The descriptor of an activation whose layer runs kernel A, with its own ONNX export and import.
+// from: the node types its import maps (default: onnx[0]).
 template <ops::Act A>
 OpDesc kernel_act_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,
-                     decltype(OpDesc::onnx_export) onnx_export, decltype(OpDesc::onnx_import) onnx_import) {
-  return activation_op(kind, name, summary, std::move(onnx), act_layer<A>, onnx_export, onnx_import);
+                     decltype(OpDesc::onnx_export) onnx_export, decltype(OpDesc::onnx_import) onnx_import,
+                     std::vector<const char*> from = {}) {
+  OpDesc d = activation_op(kind, name, summary, std::move(onnx), act_layer<A>, onnx_export, onnx_import);
+  d.onnx_from = std::move(from);
+  return d;
 }
 
 }  // namespace ember::nn

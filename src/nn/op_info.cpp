@@ -15,7 +15,7 @@ OpInfo info_of(const nn::OpDesc& d) {
   OpInfo o;
   o.name = d.name, o.summary = d.summary, o.activation = d.activation;
   o.min_inputs = d.min_inputs, o.max_inputs = d.max_inputs;
-  o.onnx = strings(d.onnx), o.layouts = strings(d.layouts), o.dtypes = strings(d.dtypes);
+  o.onnx = strings(d.onnx), o.onnx_import = strings(d.onnx_alone()), o.layouts = strings(d.layouts), o.dtypes = strings(d.dtypes);
   for (const nn::OpField& f : d.fields) o.fields.push_back({f.key, f.type, f.fallback ? f.fallback : "", !f.fallback});
   const Model example = parse_model_json(d.example, std::string("op table: ") + d.name + " example");
   for (const LayerSpec& s : example.layers) {
@@ -42,7 +42,7 @@ std::string ops_json(int indent) {
       fields.push_back({{"key", f.key}, {"type", f.type}, {"default", f.required ? nlohmann::json() : nlohmann::json(f.fallback)}});
     for (const OpParamInfo& p : o.params) params.push_back({{"name", p.name}, {"role", p.role}});
     ops.push_back({{"name", o.name}, {"summary", o.summary}, {"activation", o.activation},
-                   {"inputs", {o.min_inputs, o.max_inputs}}, {"onnx", o.onnx}, {"layouts", o.layouts},
+                   {"inputs", {o.min_inputs, o.max_inputs}}, {"onnx", o.onnx}, {"onnx_import", o.onnx_import}, {"layouts", o.layouts},
                    {"dtypes", o.dtypes}, {"fields", fields}, {"params", params},
                    {"example", nlohmann::json::parse(o.example)}});
   }

@@ -121,6 +121,7 @@ class OnnxIn {
   virtual const OnnxAttrs& attrs(int node) = 0;
   bool has_input(int node, int k) const { return k < input_count(node) && !input(node, k).empty(); }
   virtual const OnnxValue& val(int node, int k) const = 0;       // any input (missing: refused)
+  virtual const OnnxValue* find(const std::string& value) const = 0;  // a value mapped so far, or null
   virtual const OnnxValue& tensor(int node, int k) const = 0;    // a tensor input
   virtual const OnnxConst& constant(int node, int k) const = 0;  // a constant input
   virtual bool output_read(int node, int k) const = 0;           // output k exists and is read
@@ -150,5 +151,6 @@ class OnnxIn {
 std::string onnx_ints_str(const std::vector<int64_t>& v);
 std::string onnx_win_str(const std::vector<int64_t>& v, bool one_d);
 bool onnx_all_are(const std::vector<int64_t>& v, int64_t x);
+std::string onnx_shown(const std::string& name);  // a name from the file, cut to 120 characters
 
 }  // namespace ember::nn

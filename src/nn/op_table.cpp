@@ -348,6 +348,52 @@ std::vector<std::string> join_inputs(OnnxOut& g) {
   return in;
 }
 
+std::vector<const char*> OpDesc::onnx_alone() const {
+  std::vector<const char*> v;
+  if (onnx_import && onnx.size() == 1) v.push_back(onnx[0]);
+  if (onnx_import) v.insert(v.end(), onnx_from.begin(), onnx_from.end());
+  return v;
+}
+
+std::string onnx_shown(const std::string& s) { return s.size() <= 120 ? s : s.substr(0, 120) + "..."; }
+
+bool import_join(OnnxIn& g, int i, bool concat) {
+  const int n = g.input_count(i);
+  if (n == 1) {  // Sum or Concat of one tensor: the tensor itself
+    g.attrs(i).only({concat ? "axis" : "consumed_inputs"});
+    g.set(i, 0, g.tensor(i, 0));
+    return true;
+  }
+  if (n < 2 || n > kMaxInputs) throw Error(g.where(i) + ": expected 2 to " + std::to_string(kMaxInputs) + " inputs");
+  std::vector<const OnnxValue*> in;
+  const OnnxValue& x0 = g.tensor(i, 0);
+  Dims d = x0.d;
+  int64_t c = 0;
+  for (int k = 0; k < n; ++k) {
+    if (concat && g.val(i, k).is_const)
+      throw Error(g.where(i) + ": input " + std::to_string(k) + " is a constant; ember's concat joins tensors only");
+    const OnnxValue& v = g.tensor(i, k);
+    if (v.lay != x0.lay) throw Error(g.where(i) + ": inputs in different layouts");
+    if (v.d.h != d.h || v.d.w != d.w || (!concat && v.d.c != d.c)) throw Error(g.where(i) + ": inputs of different shapes");
+    c += v.d.c;
+    in.push_back(&v);
+  }
+  LayerSpec s;
+  s.kind = concat ? LayerKind::Concat : LayerKind::Add;
+  const OnnxAttrs& a = g.attrs(i);
+  if (!concat) a.only({"consumed_inputs"});  // Sum-1..6's hint; Add-1..6's broadcast is refused
+  if (concat) {
+    a.only({"axis"});
+    const int64_t axis = a.i("axis", 1), lay_axis = x0.lay == OnnxLayout::NHWC ? 3 : 1;
+    if (x0.lay == OnnxLayout::Vec || (axis != lay_axis && axis != lay_axis - onnx_rank(x0.lay)))
+      throw Error(g.where(i) + ": only concatenation over channels is supported, found axis " + std::to_string(axis));
+    if (c > 65536 * 64) throw Error(g.where(i) + ": " + std::to_string(c) + " channels in all is too many");
+    d.c = int(c);
+  }
+  g.set(i, 0, g.emit_layer(s, in, "", d, x0.lay));
+  return true;
+}
+
 bool onnx_import_node(OnnxIn& g, int node, LayerKind kind) {
   if (g.input_count(node) != 1) return false;
   LayerSpec s;

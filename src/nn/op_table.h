@@ -69,13 +69,17 @@ struct OpDesc {
   std::unique_ptr<Layer> (*make)(const LayerSpec& s) = nullptr;
   // Its ONNX export of input value x (returns the output value); null: onnx_export.cpp's own.
   std::string (*onnx_export)(OnnxOut& g, const std::string& x, const LayerSpec& s) = nullptr;
-  // Its ONNX import from a node of one of the types onnx_from (empty: onnx[0]): true when the
-  // node (and its pattern) mapped, false when it is not this op's (another may map it); a node of
-  // this op's that ember cannot run is refused (throws, naming the node). Of the ops importing a
-  // type, the longer pattern (more types in onnx) is tried first: silu's Sigmoid -> Mul before
-  // sigmoid's Sigmoid, layernorm2d's Transpose -> LayerNormalization before layernorm's.
+  // Its ONNX import from a node of type onnx[0] (one node, or the start of its pattern) or of one
+  // of onnx_from (more types it maps as one node: linear's Gemm and MatMul): true when the node
+  // (and its pattern) mapped, false when it is not this op's (another may map it); a node of this
+  // op's that ember cannot run is refused (throws, naming the node). Of the ops importing a type,
+  // the longer pattern (more types in onnx) is tried first: silu's Sigmoid -> Mul before
+  // sigmoid's Sigmoid, fastswish's Add before add's.
   bool (*onnx_import)(OnnxIn& g, int node) = nullptr;
   std::vector<const char*> onnx_from;
+  // The node types its import maps alone (`ember info --ops`: "onnx_import"): onnx_from, and
+  // onnx[0] where onnx is that one type.
+  std::vector<const char*> onnx_alone() const;
   // Its backward is the straight-through estimator (fakequant), not the derivative: the op test
   // checks it against the estimator's definition (tests/quant/test_qat.cpp), not finite differences.
   bool straight_through = false;
@@ -111,6 +115,9 @@ OpField init_field();
 std::vector<OpParam> weight_and_bias(const LayerSpec& s);
 // An add's or concat's ONNX inputs: the layer's inputs, each as [N, D] where any one is.
 std::vector<std::string> join_inputs(OnnxOut& g);
+// An add's or concat's import: Sum / Add of 1-8 tensors, or Concat over channels (one layout,
+// one height and width; one input: the tensor itself).
+bool import_join(OnnxIn& g, int node, bool concat);
 // An activation's import of its one ONNX node (one input): a layer of kind.
 bool onnx_import_node(OnnxIn& g, int node, LayerKind kind);
 

@@ -46,7 +46,8 @@ class Importer {
   std::vector<int64_t> graph_dims(const pb::ValueInfoProto& o, const Val& y) const;
   void check_output(const pb::ValueInfoProto& o, const Val& y) const;
 
-  // onnx_import_ops.cpp: one mapper per op (each sets the node's outputs).
+  // onnx_import_ops.cpp: the node's mapping (the op files' imports, through TableIn), the
+  // graph-level ones (constants, pass-throughs, layout views) and the window rules they share.
   void map_node(int i);
   bool fold(int i);                         // onnx_fold.cpp: all inputs constant: compute it
   const Val& tensor(int i, int k) const;    // a non-constant input
@@ -54,23 +55,8 @@ class Importer {
   std::vector<int64_t> window_pads(int i, const nn::OnnxAttrs& a, const nn::Dims& x, const std::vector<int64_t>& k,
                                    const std::vector<int64_t>& st, bool one_d = false, bool* overhang = nullptr) const;
   std::vector<int64_t> window_ints(const nn::OnnxAttrs& a, const char* name, std::vector<int64_t> def, bool one_d) const;
-  void conv(int i);
-  void gemm(int i);
-  std::vector<float> gemm_bias(int i, int64_t K, float beta) const;
-  void matmul(int i);
-  void pool(int i, bool max);
-  void global_pool(int i, const std::vector<int64_t>& axes, bool keep);
-  void layernorm(int i);
-  void batchnorm(int i);
-  void activation(int i, LayerKind kind);
-  void binary(int i);
   void transpose(int i);
-  void flatten(int i);
-  void pad(int i);
-  void join(int i, bool concat);
   void constant_node(int i);
-  void softmax(int i);
-  int fold_bias(int i, const std::string& value, int K, int rank, std::vector<float>* bias, std::string* name);
 
   friend class TableIn;  // the op table's own imports (onnx_import_ops.cpp) read the graph through it
 

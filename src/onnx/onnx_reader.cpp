@@ -27,7 +27,7 @@ size_t elem_bytes(int type, const std::string& what) {
 
 }  // namespace
 
-std::string shown(const std::string& s) { return s.size() <= 120 ? s : s.substr(0, 120) + "..."; }
+std::string shown(const std::string& s) { return nn::onnx_shown(s); }
 
 Const read_tensor(const pb::TensorProto& t, const std::string& what) {
   if (t.data_location() == pb::TensorProto::EXTERNAL || t.external_data_size() > 0)

@@ -208,6 +208,18 @@ TEST(OpTable, ActivationsBringTheirLayerAndOnnxMappings) {
   }
 }
 
+// Every op with ONNX types maps itself both ways in its file (issue 56): its export, and its import
+// but for two: droppath exports Identity, a pass-through of the importer's, and layernorm2d's
+// Transpose -> LayerNormalization is layernorm's import (the channels-last case).
+TEST(OpTable, EveryOpBringsItsOnnxExportAndImport) {
+  for (const nn::OpDesc* d : nn::op_table()) {
+    if (d->onnx.empty()) continue;
+    EXPECT_NE(d->onnx_export, nullptr) << d->name;
+    const bool by_other = std::string(d->name) == "droppath" || std::string(d->name) == "layernorm2d";
+    EXPECT_EQ(d->onnx_import == nullptr, by_other) << d->name;
+  }
+}
+
 TEST(OpTable, InfoJsonListsEveryOpWithItsExample) {
   const nlohmann::json j = nlohmann::json::parse(ops_json(-1));
   ASSERT_TRUE(j.contains("ops"));

@@ -38,6 +38,18 @@ class Add final : public Layer {
 
 std::string export_add(OnnxOut& g, const std::string&, const LayerSpec&) { return g.op("Sum", join_inputs(g)); }
 
+// Add of two tensors (a constant: only as a MatMul's bias, which linear's import takes), or Sum
+// of 1-8 (Sum-1..6's consumed_inputs hint; Add-1..6's broadcast is refused).
+bool import_add(OnnxIn& g, int i) {
+  if (g.op_type(i) == "Add") {
+    if (g.input_count(i) != 2) throw Error(g.where(i) + ": expected 2 inputs");
+    g.attrs(i).only({"consumed_inputs"});
+    if (g.val(i, 0).is_const || g.val(i, 1).is_const)
+      throw Error(g.where(i) + ": adding a constant is supported only as the bias right after a MatMul");
+  }
+  return import_join(g, i, false);
+}
+
 }  // namespace
 
 const OpDesc& op_desc_add() {
@@ -46,6 +58,8 @@ const OpDesc& op_desc_add() {
     o.layouts.push_back("nhwc");  // elementwise
     o.make = make_as<Add>;
     o.onnx_export = export_add;
+    o.onnx_import = import_add;
+    o.onnx_from = {"Add"};
     return o;
   }();
   return d;

@@ -22,6 +22,7 @@ const OpDesc& op_desc_avgpool2d() {
     o.fields.push_back(count_include_pad_field());
     o.make = [](const LayerSpec& s) -> std::unique_ptr<Layer> { return std::make_unique<Pool2d>(s, false); };
     o.onnx_export = export_pool2d;
+    o.onnx_import = import_pool2d;
     return o;
   }();
   return d;

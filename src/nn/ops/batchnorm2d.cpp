@@ -6,6 +6,9 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "ember/error.h"
 #include "kernels/ref/ref_batchnorm.h"
@@ -134,6 +137,51 @@ OpField momentum_field() {
           [](const LayerSpec& s, json& j) { j["momentum"] = s.momentum; }};
 }
 
+// BatchNormalization in inference (training_mode 0 or absent) over C of [N, C, H, W] or [N, C]:
+// batchnorm2d with scale, B, mean and var as its weight, bias and running statistics
+// (num_batches_tracked 0). momentum (ONNX's weighs the running value) becomes 1 - momentum.
+bool import_batchnorm2d(OnnxIn& g, int i) {
+  const OnnxValue& x = g.tensor(i, 0);
+  const OnnxAttrs& a = g.attrs(i);
+  a.only({"epsilon", "momentum", "training_mode", "spatial"});
+  if (a.i("training_mode", 0) != 0) throw Error(g.where(i) + ": attribute training_mode 1 is not supported (inference only)");
+  if (a.i("spatial", 1) != 1) throw Error(g.where(i) + ": attribute spatial 0 is not supported");
+  if (g.input_count(i) != 5) throw Error(g.where(i) + ": expected 5 inputs (X, scale, B, input_mean, input_var)");
+  for (int k = 1; k < 5; ++k)
+    if (g.output_read(i, k)) throw Error(g.where(i) + ": the running_mean and running_var outputs are not supported");
+  if (x.lay == OnnxLayout::NHWC) throw Error(g.where(i) + ": a channels-last input is not supported");
+  LayerSpec s;
+  s.kind = LayerKind::BatchNorm2d;
+  s.eps = a.f("epsilon", 1e-5f);
+  const float m = a.f("momentum", 0.9f);
+  if (!(m >= 0 && m <= 1)) throw Error(g.where(i) + ": attribute momentum " + std::to_string(m) + ": expected a number in [0, 1]");
+  char text[32];  // 1 - 0.9f is 0.1 to float's digits, not 0.0999999940...
+  std::snprintf(text, sizeof text, "%.7g", 1.0 - double(m));
+  s.momentum = std::strtod(text, nullptr);
+  static const char* kIn[5] = {"X", "scale", "B", "input_mean", "input_var"};
+  std::vector<float> v[4];
+  for (int k = 1; k < 5; ++k) {
+    v[k - 1] = g.constant(i, k).f;
+    if (v[k - 1].size() != size_t(x.d.c))
+      throw Error(g.where(i) + ": " + kIn[k] + " has " + std::to_string(v[k - 1].size()) + " values, expected " + std::to_string(x.d.c));
+    for (size_t c = 0; c < v[k - 1].size(); ++c)  // at import, not after a whole eval's NaN loss
+      if (const float f = v[k - 1][c]; !std::isfinite(f) || (k == 4 && f < 0)) {
+        char num[32];
+        std::snprintf(num, sizeof num, "%g", double(f));
+        throw Error(g.where(i) + ": " + kIn[k] + " '" + onnx_shown(g.input(i, k)) + "' [" + std::to_string(c) + "] is " + num +
+                    (k == 4 ? "; a variance is finite and >= 0" : "; expected a finite number"));
+      }
+  }
+  OnnxValue y = g.emit_layer(s, {&x}, g.val(i, 1).weight_name, x.d, x.lay);
+  g.weight(y.ref, "weight", std::move(v[0]));
+  g.weight(y.ref, "bias", std::move(v[1]));
+  g.weight(y.ref, "running_mean", std::move(v[2]));
+  g.weight(y.ref, "running_var", std::move(v[3]));
+  g.weight(y.ref, "num_batches_tracked", {0.f});
+  g.set(i, 0, std::move(y));
+  return true;
+}
+
 }  // namespace
 
 const OpDesc& op_desc_batchnorm2d() {
@@ -147,6 +195,7 @@ const OpDesc& op_desc_batchnorm2d() {
     o.params = batchnorm_params;
     o.make = make_batchnorm2d;
     o.onnx_export = export_batchnorm2d;
+    o.onnx_import = import_batchnorm2d;
     // Between a pool and a linear layer: ONNX export folds a batchnorm2d right after a conv2d into
     // the conv, so this example exports as BatchNormalization.
     o.example = example_model("batchnorm2d", R"({"type": "conv2d", "out_channels": 8, "kernel": 4, "stride": 4}, )"

@@ -50,6 +50,8 @@ std::string export_concat(OnnxOut& g, const std::string&, const LayerSpec&) {
   return g.op("Concat", join_inputs(g), {{"axis", 1}});
 }
 
+bool import_concat(OnnxIn& g, int i) { return import_join(g, i, true); }
+
 }  // namespace
 
 const OpDesc& op_desc_concat() {
@@ -57,6 +59,7 @@ const OpDesc& op_desc_concat() {
     OpDesc o = join_op(LayerKind::Concat, "concat", "2 to 8 earlier layers' outputs joined over channels", "Concat");
     o.make = make_as<Concat>;
     o.onnx_export = export_concat;
+    o.onnx_import = import_concat;
     return o;
   }();
   return d;

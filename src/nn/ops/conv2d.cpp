@@ -140,6 +140,50 @@ std::string export_conv2d(OnnxOut& g, const std::string& x, const LayerSpec& s) 
                {"group", s.groups}});
 }
 
+// Conv: [N, C, H, W] * W [K, C/G, R, S] (+ B [K]) -> [N, K, H', W']; symmetric pads, no dilation.
+// 1-D: [N, C, L] * W [K, C/G, S] -> [N, K, L'], as ember's image [C, 1, L] with a 1 x S kernel.
+bool import_conv2d(OnnxIn& g, int i) {
+  const OnnxValue& x = g.tensor(i, 0);
+  const bool one_d = x.lay == OnnxLayout::NCL;
+  const std::string at = g.where(i);
+  if (x.lay != OnnxLayout::NCHW && !one_d) throw Error(at + ": expected an [N, C, H, W] or [N, C, L] input (not channels-last, not [N, D])");
+  const OnnxConst& W = g.constant(i, 1);
+  if (W.dims.size() != (one_d ? 3u : 4u))
+    throw Error(at + ": weight must be " + (one_d ? "[K, C/G, S]" : "[K, C/G, R, S]") + ", found rank " + std::to_string(W.dims.size()));
+  const OnnxAttrs& a = g.attrs(i);
+  a.only({"kernel_shape", "strides", "pads", "group", "dilations", "auto_pad"});  // Conv-1 to Conv-11: the same
+  const int64_t G = a.i("group", 1), K = W.dims[0], R = one_d ? 1 : W.dims[2], S = W.dims.back();
+  if (!onnx_all_are(a.ints("dilations", {1, 1}), 1))
+    throw Error(at + ": attribute dilations " + onnx_ints_str(a.ints("dilations", {})) + " is not supported (ember's conv2d has no dilation)");
+  if (g.window_ints(a, "kernel_shape", {R, S}, one_d) != std::vector<int64_t>{R, S})
+    throw Error(at + ": kernel_shape " + onnx_ints_str(a.ints("kernel_shape", {})) + " does not match the weight");
+  const auto st = g.window_ints(a, "strides", {1, 1}, one_d);
+  if (st.size() != 2) throw Error(at + ": attribute strides " + onnx_ints_str(st) + " must be 2-D");
+  g.check_strides(i, st, one_d);
+  if (R < 1 || S < 1 || R > 65536 || S > 65536) throw Error(at + ": weight " + onnx_ints_str(W.dims) + ": kernel sizes outside 1..65536");
+  const std::vector<int64_t> pads = g.window_pads(i, a, x.d, {R, S}, st, one_d, nullptr);
+  if (G < 1 || x.d.c % G || K % G || W.dims[1] * G != x.d.c)
+    throw Error(at + ": weight " + onnx_ints_str(W.dims) + " with group " + std::to_string(G) + " does not fit " +
+                std::to_string(x.d.c) + " input channels");
+  for (int64_t v : {K, R, S, st[0], st[1], pads[0], pads[1], G})
+    if (v < 0 || v > 65536) throw Error(at + ": a size, stride or pad outside 0..65536");
+  LayerSpec s;
+  s.kind = LayerKind::Conv2d, s.out = int(K), s.kernel_h = int(R), s.kernel_w = int(S);
+  s.stride_h = int(st[0]), s.stride_w = int(st[1]), s.pad_h = int(pads[0]), s.pad_w = int(pads[1]), s.groups = int(G);
+  s.bias = g.has_input(i, 2);
+  const int64_t Ho = (x.d.h + 2 * pads[0] - R) / st[0] + 1, Wo = (x.d.w + 2 * pads[1] - S) / st[1] + 1;
+  if (st[0] < 1 || st[1] < 1 || Ho < 1 || Wo < 1) throw Error(at + ": the kernel does not fit the input");
+  OnnxValue y = g.emit_layer(s, {&x}, g.val(i, 1).weight_name, {int(K), int(Ho), int(Wo)}, x.lay);
+  g.weight(y.ref, "weight", W.f, g.input(i, 1));
+  if (s.bias) {
+    const OnnxConst& B = g.constant(i, 2);
+    if (B.count() != size_t(K)) throw Error(at + ": bias has " + std::to_string(B.count()) + " values, expected " + std::to_string(K));
+    g.weight(y.ref, "bias", B.f, g.input(i, 2));
+  }
+  g.set(i, 0, std::move(y));
+  return true;
+}
+
 }  // namespace
 
 const OpDesc& op_desc_conv2d() {
@@ -162,6 +206,7 @@ const OpDesc& op_desc_conv2d() {
                                         R"({"type": "maxpool2d", "kernel": 2}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<Conv2d>;
     o.onnx_export = export_conv2d;
+    o.onnx_import = import_conv2d;
     return o;
   }();
   return d;

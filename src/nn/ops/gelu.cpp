@@ -2,13 +2,15 @@
 // A parameter-free activation: JSON {"type": "gelu"}, --act gelu, Python act("gelu"). Its layer
 // runs the kernel table's GELU (nn/activation.h); ONNX: 0.5 x (1 + erf(x / sqrt 2)) as torch.onnx
 // writes nn.GELU() (opset 17 has no Gelu), and the import of that pattern from its Div. (Opset
-// 20's one Gelu node, gelu or gelu-tanh by its attribute, is the importer's: onnx_import_ops.cpp.)
+// 20's one Gelu node, gelu or gelu-tanh by its attribute, too: import_gelu_node.)
 #include <cmath>
 
 #include "nn/activation.h"
 #include "nn/op_table.h"
 
 namespace ember::nn {
+
+bool import_gelu_node(OnnxIn& g, int node, bool tanh);
 
 namespace {
 
@@ -26,6 +28,7 @@ int next_with(OnnxIn& g, const std::string& v, const char* op, float c) {
 
 // Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5), as torch.onnx and ember export it.
 bool import_gelu(OnnxIn& g, int div) {
+  if (g.op_type(div) == "Gelu") return import_gelu_node(g, div, false);
   if (g.input_count(div) != 2 || !(std::fabs(g.scalar(g.input(div, 1)) - float(std::sqrt(2.0))) <= 1e-4f)) return false;
   const std::string& x = g.input(div, 0);
   const int erf = g.reader(g.output(div));
@@ -44,10 +47,19 @@ bool import_gelu(OnnxIn& g, int div) {
 
 }  // namespace
 
+// Opset 20's one Gelu node: gelu (approximate "none") or gelu-tanh ("tanh"; other values refused).
+bool import_gelu_node(OnnxIn& g, int node, bool tanh) {
+  const OnnxAttrs& a = g.attrs(node);
+  a.only({"approximate"});
+  const std::string ap = a.s("approximate", "none");
+  if (ap != "none" && ap != "tanh") throw Error(g.where(node) + ": approximate '" + ap + "' is not supported");
+  return (ap == "tanh") == tanh && onnx_import_node(g, node, tanh ? LayerKind::GELUTanh : LayerKind::GELU);
+}
+
 const OpDesc& op_desc_gelu() {
   static const OpDesc d = kernel_act_op<ops::Act::GELU>(
       LayerKind::GELU, "gelu", "x Phi(x) with the exact erf (PyTorch's GELU())",
-      {"Div", "Erf", "Add", "Mul"}, export_gelu, import_gelu);
+      {"Div", "Erf", "Add", "Mul"}, export_gelu, import_gelu, {"Gelu"});
   return d;
 }
 

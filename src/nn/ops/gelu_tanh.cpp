@@ -9,6 +9,8 @@
 
 namespace ember::nn {
 
+bool import_gelu_node(OnnxIn& g, int node, bool tanh);  // gelu.cpp: opset 20's Gelu node
+
 namespace {
 
 // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
@@ -32,6 +34,7 @@ int step(OnnxIn& g, const std::string& v, const char* op, const std::string& oth
 // As torch.onnx and ember export it (operands of each Mul and Add in either order): x2 = x*x,
 // x3 = x*x2, c*x3, x + ., k*., Tanh, 1 + ., x*., 0.5*. Every inner value has exactly one reader.
 bool import_gelu_tanh(OnnxIn& g, int square) {
+  if (g.op_type(square) == "Gelu") return import_gelu_node(g, square, true);
   if (g.input_count(square) != 2 || g.input(square, 0) != g.input(square, 1)) return false;
   const std::string& x = g.input(square, 0);
   std::vector<int> nodes{square};
@@ -62,7 +65,7 @@ bool import_gelu_tanh(OnnxIn& g, int square) {
 const OpDesc& op_desc_gelu_tanh() {
   static const OpDesc d = kernel_act_op<ops::Act::GELUTanh>(
       LayerKind::GELUTanh, "gelu-tanh", "GELU's tanh approximation (PyTorch's GELU(approximate='tanh'))",
-      {"Mul", "Add", "Tanh"}, export_gelu_tanh, import_gelu_tanh);
+      {"Mul", "Add", "Tanh"}, export_gelu_tanh, import_gelu_tanh, {"Gelu"});
   return d;
 }
 

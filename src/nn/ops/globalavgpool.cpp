@@ -70,6 +70,38 @@ std::string export_globalavgpool(OnnxOut& g, const std::string& x, const LayerSp
   return g.op("GlobalAveragePool", {g.img(x)});
 }
 
+// The mean over the spatial axes (every axis after C; channels-last: 1 and 2) of node i:
+// [N, C, H, W] -> [N, C, 1, 1] (keep) or [N, C].
+void import_mean(OnnxIn& g, int i, const std::vector<int64_t>& axes_in, bool keep) {
+  const OnnxValue& x = g.tensor(i, 0);
+  std::vector<int64_t> axes;
+  const int rank = onnx_rank(x.lay);
+  for (int64_t a : axes_in) axes.push_back(a < 0 ? a + rank : a);
+  std::sort(axes.begin(), axes.end());
+  const std::vector<int64_t> want = x.lay == OnnxLayout::NHWC  ? std::vector<int64_t>{1, 2}
+                                    : x.lay == OnnxLayout::NCL ? std::vector<int64_t>{2}
+                                                               : std::vector<int64_t>{2, 3};
+  if (x.lay == OnnxLayout::Flat || x.lay == OnnxLayout::Vec || axes != want)
+    throw Error(g.where(i) + ": only a mean over the spatial axes is supported, found axes " + onnx_ints_str(axes_in));
+  LayerSpec s;
+  s.kind = LayerKind::GlobalAvgPool;
+  g.set(i, 0, g.emit_layer(s, {&x}, "", {x.d.c, 1, 1}, keep ? x.lay : OnnxLayout::Flat));  // [N, C, 1, 1], [N, C, 1] or [N, C]
+}
+
+// GlobalAveragePool (over every axis after C), or ReduceMean over the spatial axes.
+bool import_globalavgpool(OnnxIn& g, int i) {
+  if (g.op_type(i) == "GlobalAveragePool") {
+    import_mean(g, i, g.tensor(i, 0).lay == OnnxLayout::NCL ? std::vector<int64_t>{2} : std::vector<int64_t>{2, 3}, true);
+    return true;
+  }
+  const OnnxAttrs& a = g.attrs(i);
+  a.only({"axes", "keepdims"});
+  std::vector<int64_t> axes = a.ints("axes", {});
+  if (g.input_count(i) > 1) axes = g.constant(i, 1).i;
+  import_mean(g, i, axes, a.i("keepdims", 1) != 0);
+  return true;
+}
+
 }  // namespace
 
 const OpDesc& op_desc_globalavgpool() {
@@ -82,6 +114,8 @@ const OpDesc& op_desc_globalavgpool() {
                                                R"({"type": "globalavgpool"}, {"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<GlobalAvgPool>;
     o.onnx_export = export_globalavgpool;
+    o.onnx_import = import_globalavgpool;
+    o.onnx_from = {"ReduceMean"};
     return o;
   }();
   return d;

@@ -142,6 +142,44 @@ std::string export_layernorm(OnnxOut& g, const std::string& x, const LayerSpec& 
   return export_ln(g, g.img(x), s, 4 - k, std::vector<int64_t>(all + 3 - k, all + 3));
 }
 
+// LayerNormalization: over C of a channels-last view (a layernorm2d), over the trailing 1-3 dims
+// of [N, C, H, W] ([N, C, L]: as [N, C, 1, L]), or over D of [N, D]; scale and bias constants.
+bool import_layernorm(OnnxIn& g, int i) {
+  const OnnxValue& x = g.tensor(i, 0);
+  const OnnxAttrs& a = g.attrs(i);
+  a.only({"axis", "epsilon", "stash_type"});
+  for (int k = 1; k < 3; ++k)
+    if (g.output_read(i, k)) throw Error(g.where(i) + ": the Mean and InvStdDev outputs are not supported");
+  const int rank = onnx_rank(x.lay);
+  int64_t axis = a.i("axis", -1);
+  if (axis < 0) axis += rank;
+  if (x.lay == OnnxLayout::NCL && axis == 2) axis = 3;  // [N, C, L] as [N, C, 1, L]: axis 1 stays, L is ember's W
+  LayerSpec s;
+  s.eps = a.f("epsilon", 1e-5f);
+  size_t count = 0;
+  if (x.lay == OnnxLayout::NHWC && axis == 3) s.kind = LayerKind::LayerNorm2d, count = size_t(x.d.c);
+  else if (x.lay == OnnxLayout::Flat && axis == 1) s.kind = LayerKind::LayerNorm, count = x.d.size();
+  else if ((x.lay == OnnxLayout::NCHW || x.lay == OnnxLayout::NCL) && axis >= 1 && axis <= 3 && (!x.d.flat() || axis == 1)) {
+    s.kind = LayerKind::LayerNorm, s.norm_dims = int(4 - axis);
+    const int d3[3] = {x.d.c, x.d.h, x.d.w};
+    count = 1;
+    for (int k = int(axis) - 1; k < 3; ++k) count *= size_t(d3[k]);
+  } else throw Error(g.where(i) + ": axis " + std::to_string(a.i("axis", -1)) + " of this input is not supported");
+  const OnnxConst& scale = g.constant(i, 1);
+  if (scale.count() != count) throw Error(g.where(i) + ": scale has " + std::to_string(scale.count()) + " values, expected " + std::to_string(count));
+  std::vector<float> bias(count, 0.f);
+  if (g.has_input(i, 2)) {
+    const OnnxConst& B = g.constant(i, 2);
+    if (B.count() != count) throw Error(g.where(i) + ": bias has " + std::to_string(B.count()) + " values, expected " + std::to_string(count));
+    bias = B.f;
+  }
+  OnnxValue y = g.emit_layer(s, {&x}, g.val(i, 1).weight_name, x.d, x.lay);
+  g.weight(y.ref, "weight", scale.f);
+  g.weight(y.ref, "bias", bias);
+  g.set(i, 0, std::move(y));
+  return true;
+}
+
 }  // namespace
 
 const OpDesc& op_desc_layernorm() {
@@ -161,6 +199,7 @@ const OpDesc& op_desc_layernorm() {
                                            R"({"type": "relu"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<LayerNorm>;
     o.onnx_export = export_layernorm;
+    o.onnx_import = import_layernorm;
     return o;
   }();
   return d;

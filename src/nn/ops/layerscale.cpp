@@ -44,6 +44,33 @@ std::string export_layerscale(OnnxOut& g, const std::string& x, const LayerSpec&
   return g.op("Mul", {x, g.param("layer_scale", g.rank(x) == 4 ? std::vector<int64_t>{C, 1, 1} : std::vector<int64_t>{C})});
 }
 
+// Mul of a tensor by a per-channel constant ([C, 1, 1], [C, 1] of [N, C, L], or [C]; leading
+// 1s dropped): a layer scale.
+bool import_layerscale(OnnxIn& g, int i) {
+  if (g.input_count(i) != 2) throw Error(g.where(i) + ": expected 2 inputs");
+  g.attrs(i).only({"consumed_inputs"});  // Mul-1..6's broadcast and axis align differently: refused
+  const OnnxValue &a = g.val(i, 0), &b = g.val(i, 1);
+  if (a.is_const == b.is_const) throw Error(g.where(i) + ": only a tensor times a per-channel constant (a layer scale) is supported");
+  const OnnxValue& x = a.is_const ? b : a;
+  const OnnxValue& c = a.is_const ? a : b;
+  const size_t rank = size_t(onnx_rank(x.lay));
+  std::vector<int64_t> dims;
+  for (int64_t d : c.c.dims)
+    if (d != 1 || !dims.empty()) dims.push_back(d);  // drop leading 1s (broadcast, if no longer than x)
+  const int64_t C = x.d.c;
+  const std::vector<int64_t> per_channel = x.lay == OnnxLayout::NCHW  ? std::vector<int64_t>{C, 1, 1}
+                                           : x.lay == OnnxLayout::NCL ? std::vector<int64_t>{C, 1}
+                                                                      : std::vector<int64_t>{C};  // [N, D], NHWC
+  const bool ok = x.lay != OnnxLayout::Vec && c.c.dims.size() <= rank && dims == per_channel;
+  if (!ok) throw Error(g.where(i) + ": constant " + onnx_ints_str(c.c.dims) + " is not one scale per channel of " + std::to_string(C));
+  LayerSpec s;
+  s.kind = LayerKind::LayerScale;
+  OnnxValue y = g.emit_layer(s, {&x}, c.weight_name, x.d, x.lay);
+  g.weight(y.ref, "layer_scale", c.c.f);
+  g.set(i, 0, std::move(y));
+  return true;
+}
+
 }  // namespace
 
 const OpDesc& op_desc_layerscale() {
@@ -63,6 +90,7 @@ const OpDesc& op_desc_layerscale() {
                                             R"({"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<LayerScale>;
     o.onnx_export = export_layerscale;
+    o.onnx_import = import_layerscale;
     return o;
   }();
   return d;

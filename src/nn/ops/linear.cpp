@@ -2,6 +2,7 @@
 // with "over": "channels" over the channels at each position of [C, H, W] (torchvision's
 // channels-last Linear in a ConvNeXt block).
 #include <algorithm>
+#include <cmath>
 
 #include "fs/json_read.h"
 #include "nn/layers.h"
@@ -174,6 +175,108 @@ std::string export_linear(OnnxOut& g, const std::string& x, const LayerSpec& s) 
   return g.op("Gemm", in, {{"transB", 1}});
 }
 
+std::vector<float> transpose2(const OnnxConst& c) {  // [R, C] -> [C, R]
+  const size_t R = size_t(c.dims[0]), C = size_t(c.dims[1]);
+  std::vector<float> t(R * C);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t q = 0; q < C; ++q) t[q * R + r] = c.f[r * C + q];
+  return t;
+}
+
+// Gemm's C as the Linear's bias: beta x C where C broadcasts to [N, K] the same for every row: a
+// scalar, [K], [1, K], [1, 1], or [M, K] / [M, 1] whose rows are all equal (the test's fixed batch).
+std::vector<float> gemm_bias(OnnxIn& g, int i, int64_t K, float beta) {
+  const OnnxConst& C = g.constant(i, 2);
+  const std::vector<int64_t>& d = C.dims;
+  const int64_t cols = d.empty() ? 1 : d.back(), rows = d.size() == 2 ? d[0] : 1;
+  if (d.size() > 2 || (cols != K && cols != 1) || rows < 1 || C.count() != size_t(rows * cols))
+    throw Error(g.where(i) + ": C " + onnx_ints_str(d) + " does not broadcast to [N, " + std::to_string(K) + "]");
+  for (int64_t r = 1; r < rows; ++r)
+    if (!std::equal(C.f.begin(), C.f.begin() + cols, C.f.begin() + r * cols))
+      throw Error(g.where(i) + ": C " + onnx_ints_str(d) + " differs from row to row; ember's Linear adds one bias to every row");
+  std::vector<float> b(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) b[size_t(k)] = beta * C.f[size_t(cols == 1 ? 0 : k)];
+  return b;
+}
+
+// Gemm: alpha A [N, D] x B (transB: [K, D], else [D, K]) + beta C: a Linear, weight alpha B as
+// [K, D], bias beta C. transA would transpose the data (the batch with the features): refused.
+void import_gemm(OnnxIn& g, int i) {
+  const OnnxValue& x = g.tensor(i, 0);
+  if (x.lay != OnnxLayout::Flat) throw Error(g.where(i) + ": input must be [N, D] (flatten first)");
+  const OnnxAttrs& a = g.attrs(i);
+  a.only({"alpha", "beta", "transA", "transB"});
+  const float alpha = a.f("alpha", 1), beta = a.f("beta", 1);
+  if (!std::isfinite(alpha) || !std::isfinite(beta)) throw Error(g.where(i) + ": attribute alpha or beta is not finite");
+  if (a.i("transA", 0) != 0)
+    throw Error(g.where(i) + ": attribute transA 1 is not supported (it would transpose the data [N, D], batch with features)");
+  const OnnxConst& B = g.constant(i, 1);
+  if (B.dims.size() != 2) throw Error(g.where(i) + ": B must be 2-D");
+  const bool tb = a.i("transB", 0) != 0;
+  const int64_t K = tb ? B.dims[0] : B.dims[1], D = tb ? B.dims[1] : B.dims[0];
+  if (K < 1 || K > (1 << 24)) throw Error(g.where(i) + ": " + std::to_string(K) + " outputs is outside 1..2^24");
+  if (D != int64_t(x.d.c))
+    throw Error(g.where(i) + ": B " + onnx_ints_str(B.dims) + " does not fit the input's " + std::to_string(x.d.c) + " features");
+  LayerSpec s;
+  s.kind = LayerKind::Linear, s.out = int(K);
+  const bool has_c = g.has_input(i, 2);
+  const std::vector<float> bias = has_c ? gemm_bias(g, i, K, beta) : std::vector<float>{};
+  s.bias = has_c;
+  std::string wname = g.val(i, 1).weight_name;
+  if (!tb && !has_c) wname.clear();
+  OnnxValue y = g.emit_layer(s, {&x}, wname, {int(K), 1, 1}, OnnxLayout::Flat);
+  std::vector<float> w = tb ? B.f : transpose2(B);
+  if (alpha != 1)
+    for (float& v : w) v *= alpha;
+  g.weight(y.ref, "weight", std::move(w), g.input(i, 1));
+  if (has_c) g.weight(y.ref, "bias", bias, g.input(i, 2));
+  g.set(i, 0, std::move(y));
+}
+
+// The Add after a MatMul (its output `value`) whose other input is a [K] constant (or [1, ..., K]
+// no longer than the output): the Linear's bias and its name; the Add's node, or -1.
+int fold_bias(OnnxIn& g, const std::string& value, int K, int rank, std::vector<float>* bias, std::string* name) {
+  const int r = g.reader(value);
+  if (r < 0 || g.op_type(r) != "Add" || g.input_count(r) != 2) return -1;
+  const OnnxValue* c = g.find(g.input(r, g.input(r, 0) == value ? 1 : 0));
+  if (!c || !c->is_const || c->c.count() != size_t(K)) return -1;
+  const std::vector<int64_t>& bd = c->c.dims;
+  if (bd.size() > size_t(rank) || (!bd.empty() && bd.back() != K)) return -1;
+  *bias = c->c.f, *name = c->weight_name;
+  g.consume(r);
+  return r;
+}
+
+// MatMul: x [N, D] or channels-last [N, H, W, C] times a constant [D, K] (+ a following Add of a
+// [K] constant): a Linear, over channels for the channels-last view (torchvision's CNBlock).
+void import_matmul(OnnxIn& g, int i) {
+  const OnnxValue& x = g.tensor(i, 0);
+  const OnnxConst& B = g.constant(i, 1);
+  if (B.dims.size() != 2) throw Error(g.where(i) + ": the weight must be 2-D");
+  const bool over = x.lay == OnnxLayout::NHWC;
+  if (!over && x.lay != OnnxLayout::Flat) throw Error(g.where(i) + ": input must be [N, D] or channels-last [N, H, W, C]");
+  const int64_t D = B.dims[0], K = B.dims[1];
+  if (K < 1 || K > (1 << 24)) throw Error(g.where(i) + ": " + std::to_string(K) + " outputs is outside 1..2^24");
+  if (D != (over ? x.d.c : int64_t(x.d.size())))
+    throw Error(g.where(i) + ": weight " + onnx_ints_str(B.dims) + " does not fit the input's " +
+                std::to_string(over ? x.d.c : int64_t(x.d.size())) + " features");
+  std::vector<float> bias;
+  std::string bname;
+  const int add = fold_bias(g, g.output(i), int(K), over ? 4 : 2, &bias, &bname);
+  LayerSpec s;
+  s.kind = LayerKind::Linear, s.out = int(K), s.over_channels = over, s.bias = add >= 0;
+  OnnxValue y = g.emit_layer(s, {&x}, bname, {int(K), over ? x.d.h : 1, over ? x.d.w : 1}, over ? OnnxLayout::NHWC : OnnxLayout::Flat);
+  g.weight(y.ref, "weight", transpose2(B), g.input(i, 1));
+  if (add >= 0) g.weight(y.ref, "bias", bias, bname);
+  g.set(add >= 0 ? add : i, 0, std::move(y));
+}
+
+bool import_linear(OnnxIn& g, int i) {
+  if (g.op_type(i) == "Gemm") import_gemm(g, i);
+  else import_matmul(g, i);
+  return true;
+}
+
 }  // namespace
 
 const OpDesc& op_desc_linear() {
@@ -200,6 +303,8 @@ const OpDesc& op_desc_linear() {
                                         R"({"type": "linear", "out_features": 10})");
     o.make = make_linear;
     o.onnx_export = export_linear;
+    o.onnx_import = import_linear;
+    o.onnx_from = {"Gemm", "MatMul"};
     return o;
   }();
   return d;

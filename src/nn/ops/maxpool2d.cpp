@@ -11,6 +11,7 @@ const OpDesc& op_desc_maxpool2d() {
     o.layouts.push_back("nhwc");  // loops over windows of C runs
     o.make = [](const LayerSpec& s) -> std::unique_ptr<Layer> { return std::make_unique<Pool2d>(s, true); };
     o.onnx_export = export_pool2d;
+    o.onnx_import = import_pool2d;
     return o;
   }();
   return d;

@@ -35,6 +35,20 @@ std::string export_softmax(OnnxOut& g, const std::string& x, const LayerSpec&) {
   return g.op("Softmax", {g.flat(x)}, {{"axis", 1}});
 }
 
+// Softmax over the features of [N, D] (axis 1 or -1; opset < 13's default 1), or of a 1x1 image.
+bool import_softmax(OnnxIn& g, int i) {
+  const OnnxValue& x = g.tensor(i, 0);
+  const OnnxAttrs& a = g.attrs(i);
+  a.only({"axis"});
+  const int64_t axis = a.i("axis", g.opset() >= 13 ? -1 : 1);
+  const bool ok = x.lay == OnnxLayout::Flat ? (axis == 1 || axis == -1) : (x.lay == OnnxLayout::NCHW && x.d.flat() && axis == 1);
+  if (!ok) throw Error(g.where(i) + ": only a softmax over the features of [N, D] is supported");
+  LayerSpec s;
+  s.kind = LayerKind::Softmax;
+  g.set(i, 0, g.emit_layer(s, {&x}, "", x.d, x.lay));
+  return true;
+}
+
 }  // namespace
 
 const OpDesc& op_desc_softmax() {
@@ -47,6 +61,7 @@ const OpDesc& op_desc_softmax() {
                 R"("layers": [{"type": "flatten"}, {"type": "linear", "out_features": 10}, {"type": "softmax"}]})";
     o.make = make_as<Softmax>;
     o.onnx_export = export_softmax;
+    o.onnx_import = import_softmax;
     return o;
   }();
   return d;
