@@ -32,7 +32,8 @@ struct OpInfo {
 
 std::vector<OpInfo> op_infos();
 // {"ops": [{"name", "summary", "onnx", "onnx_import", "layouts", "dtypes", "inputs": [min, max], "fields",
-// "params": [{"name", "role"}], "example": {...}}]} (indent as json dumps: -1 compact).
+// "params": [{"name", "role"}], "example": {...}}], "fusions": [{"name", "plans", "layout"}]} (the
+// fusion table, in priority order; indent as json dumps: -1 compact).
 std::string ops_json(int indent = 2);
 // One line an op: name, inputs, fields, parameters, ONNX types.
 std::string ops_text();

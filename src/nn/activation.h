@@ -14,7 +14,7 @@ namespace ember::nn {
 class ActLayer final : public Layer {
  public:
   ActLayer(const LayerSpec& s, ops::Act a) : Layer(s), act_(a) {}
-  ops::Act act() const { return act_; }  // the kernel (a fused conv2d+<act> unit's epilogue: conv_act.cpp)
+  const ops::Act* kernel_act() const override { return &act_; }  // a fused conv2d+<act> unit's epilogue
   Dims infer(const Dims& in) override { return in_ = out_ = in; }
   bool grad_unused_at_zero_output(bool) const override { return act_ == ops::Act::ReLU; }  // y == 0: dx = 0
   bool backward_reads_inputs() const override { return ops::act_reads_input(act_); }

@@ -112,11 +112,11 @@ bool can_fuse_conv_act(const LayerSpec& conv, const Layer& act, Layout layout) {
   const bool pointwise = conv.kind == LayerKind::Conv2d && conv.kernel_h == 1 && conv.kernel_w == 1 &&
                          conv.stride_h == 1 && conv.stride_w == 1 && conv.pad_h == 0 && conv.pad_w == 0 &&
                          conv.groups == 1;
-  return layout == Layout::nhwc && pointwise && dynamic_cast<const ActLayer*>(&act) != nullptr;
+  return layout == Layout::nhwc && pointwise && act.kernel_act() != nullptr;
 }
 
 std::unique_ptr<Layer> make_conv_act(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> act) {
-  const ops::Act a = static_cast<const ActLayer&>(*act).act();
+  const ops::Act a = *act->kernel_act();
   return std::make_unique<ConvAct>(std::move(conv), std::move(act), a);
 }
 

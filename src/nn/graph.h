@@ -131,14 +131,24 @@ struct Unit {
   std::vector<bool> dx;         // per input: prune_backward says whether its gradient is needed
 };
 
-// Pass 3. Groups nodes into units. With `enabled`, every pattern in the fusion table that matches
-// becomes one unit, where the pattern's inner outputs are read only by its next node:
-// Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2; in a `training` plan, LayerNorm (affine)
-// -> Conv2d or Linear over channels (the normalised tensor is recomputed in backward instead of
-// kept); in an inference plan, Conv2d -> BatchNorm2d (the eval-mode BN folded into the conv's
-// weight and bias, conv_bn.cpp); channel-last, a 1x1 Conv2d -> an activation of the kernel table
-// (one GEMM with a bias-and-activation epilogue, conv_act.cpp). Moves the nodes' layers into the units.
+// Pass 3 (fusion.cpp). Groups nodes into units: with `enabled`, each run of nodes that a pattern
+// of the fusion table matches (each node the one reader of the one before; the pattern's plans,
+// training or inference, and layouts) becomes one unit: a channel-last 1x1 Conv2d -> an
+// activation of the kernel table (one GEMM with a bias-and-activation epilogue, conv_act.cpp);
+// Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2 (conv_relu_pool.cpp); in a `training` plan,
+// LayerNorm (affine) -> Conv2d or Linear over channels (the normalised tensor recomputed in
+// backward instead of kept, norm_conv.cpp); in an inference plan, Conv2d -> BatchNorm2d (the
+// eval-mode BN folded into the conv's weight and bias, conv_bn.cpp). Moves the nodes' layers
+// into the units.
 std::vector<Unit> fuse(Graph& g, bool enabled, bool training);
+// The fusion table as `ember info --ops` shows it: each pattern's kinds ("conv2d+relu+maxpool2d"),
+// its plans ("training", "inference") and its layout ("nchw", "nhwc" or "either").
+struct FusionInfo {
+  std::string name;
+  std::vector<std::string> plans;
+  std::string layout;
+};
+std::vector<FusionInfo> fusion_infos();
 // The units fuse would make (after infer): per unit, in node order, how many nodes it runs.
 std::vector<int> fusion_groups(const Graph& g, bool enabled, bool training);
 

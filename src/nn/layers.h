@@ -176,6 +176,9 @@ class Layer {
   virtual size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const { return 0; }
   // Whether forward applies Bufs::post_act in its GEMM's store (a packed channel-last 1x1 conv).
   virtual bool takes_post_act() const { return false; }
+  // The kernel table's activation this layer is (an activation op's, nn/activation.h), or null:
+  // what a conv2d+<act> unit applies in its GEMM's store.
+  virtual const ops::Act* kernel_act() const { return nullptr; }
   // What the saved buffer (saved_bytes) holds, for the plan's memory report.
   virtual std::string saved_what() const { return "saved state"; }
 

@@ -4,6 +4,7 @@
 
 #include "ember/ops.h"
 #include "fs/json_read.h"
+#include "nn/graph.h"
 #include "nn/op_table.h"
 
 namespace ember {
@@ -46,7 +47,10 @@ std::string ops_json(int indent) {
                    {"dtypes", o.dtypes}, {"fields", fields}, {"params", params},
                    {"example", nlohmann::json::parse(o.example)}});
   }
-  return json_text(nlohmann::json{{"ops", ops}}, indent);
+  nlohmann::json fusions = nlohmann::json::array();
+  for (const nn::FusionInfo& f : nn::fusion_infos())
+    fusions.push_back({{"name", f.name}, {"plans", f.plans}, {"layout", f.layout}});
+  return json_text(nlohmann::json{{"ops", ops}, {"fusions", fusions}}, indent);
 }
 
 std::string ops_text() {
@@ -61,6 +65,12 @@ std::string ops_text() {
     out += o.name + std::string(o.name.size() < 14 ? 14 - o.name.size() : 1, ' ') + "in " + inputs +
            "  fields: " + (fields.empty() ? "-" : fields) + "  params: " + (params.empty() ? "-" : params) +
            "  onnx: " + (onnx.empty() ? "-" : onnx) + "\n" + std::string(14, ' ') + o.summary + "\n";
+  }
+  out += "fusions (one unit each, in this order):\n";
+  for (const nn::FusionInfo& f : nn::fusion_infos()) {
+    std::string plans;
+    for (const std::string& p : f.plans) plans += (plans.empty() ? "" : ", ") + p;
+    out += "  " + f.name + "  plans: " + plans + "  layout: " + f.layout + "\n";
   }
   return out;
 }

@@ -220,6 +220,43 @@ TEST(OpTable, EveryOpBringsItsOnnxExportAndImport) {
   }
 }
 
+// Every fused unit a plan makes is a pattern of the fusion table that `ember info --ops --json`
+// lists ("<act>": any activation op), in a plan and layout the table gives it.
+TEST(OpTable, FusedUnitsArePatternsOfTheListedFusionTable) {
+  const nlohmann::json j = nlohmann::json::parse(ops_json(-1));
+  ASSERT_TRUE(j.contains("fusions"));
+  EXPECT_EQ(j["fusions"].size(), 4u);
+  auto listed = [&](const UnitInfo& u, bool training) {
+    for (const auto& f : j["fusions"]) {
+      std::string name = f["name"], ops;
+      for (const std::string& op : u.ops) {
+        const nn::OpDesc* d = nn::find_op(op);
+        ops += (ops.empty() ? "" : "+") + (d && d->activation && name.find("<act>") != std::string::npos ? "<act>" : op);
+      }
+      const std::string plan = training ? "training" : "inference", layout = f["layout"];
+      bool in_plan = false;
+      for (const auto& p : f["plans"]) in_plan = in_plan || p == plan;
+      if (ops == name && in_plan && (layout == "either" || layout == u.layout_in || (layout == "nchw" && u.layout_in == "flat")))
+        return true;
+    }
+    return false;
+  };
+  int fused = 0;
+  for (const char* name : {"mnist-cnn", "convnext-fashion", "resnet18"})
+    for (const char* layout : {"nchw", "nhwc"})
+      for (bool training : {true, false}) {
+        PlanOptions o;
+        o.batch = 2, o.training = training, o.layout = layout;
+        const Plan p(builtin_model(name), o);
+        for (const UnitInfo& u : p.units()) {
+          if (u.ops.size() < 2 || u.ops[0] == "reorder") continue;
+          ++fused;
+          EXPECT_TRUE(listed(u, training)) << name << " " << layout << (training ? " training: " : " inference: ") << u.name;
+        }
+      }
+  EXPECT_GT(fused, 10);
+}
+
 TEST(OpTable, InfoJsonListsEveryOpWithItsExample) {
   const nlohmann::json j = nlohmann::json::parse(ops_json(-1));
   ASSERT_TRUE(j.contains("ops"));
