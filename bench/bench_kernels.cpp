@@ -140,17 +140,19 @@ void relu_pool_bwd(benchmark::State& st, Isa isa) {
   }
   st.counters["GB/s"] = benchmark::Counter((32 * 784 + 2 * 32 * 196) * 4e-9 * st.iterations(), benchmark::Counter::kIsRate);
 }
-void relu(benchmark::State& st, Isa isa) {
+// An activation (src/kernels/act/) over 64 x 128 elements, forward or backward (from x, or y).
+void act(benchmark::State& st, Isa isa, int a, bool bwd) {
   if (skip(st, isa)) return;
   const auto& k = ember::kernels_for(isa);
   const size_t n = 64 * 128;
-  auto x = rnd(n);
+  auto x = rnd(n), g = rnd(n);
   std::vector<float> y(n);
   for (auto _ : st) {
-    k.relu_fwd(y.data(), x.data(), n);
+    if (bwd) k.act_bwd[a](y.data(), g.data(), x.data(), n);
+    else k.act_fwd[a](y.data(), x.data(), n);
     benchmark::DoNotOptimize(y.data());
   }
-  st.counters["GB/s"] = benchmark::Counter(n * 8e-9 * st.iterations(), benchmark::Counter::kIsRate);
+  st.counters["Gelem/s"] = benchmark::Counter(n * 1e-9 * st.iterations(), benchmark::Counter::kIsRate);
 }
 void adam(benchmark::State& st, Isa isa) {
   if (skip(st, isa)) return;
@@ -327,13 +329,20 @@ void register_all() {
   using Fn = void (*)(benchmark::State&, Isa);
   const std::pair<const char*, Fn> all[] = {{"conv_s1_fwd", conv_fwd}, {"conv_s1_relu_pool", conv_relu_pool_dense}, {"conv_s1_relu_pool_mnist", conv_relu_pool_mnist},     {"conv_s1_wgrad", conv_wgrad}, {"conv_s1_pool_wgrad", conv_pool_wgrad_dense}, {"conv_s1_pool_wgrad_mnist", conv_pool_wgrad_mnist},
                                             {"relu_maxpool2", relu_pool},  {"relu_maxpool2_bwd", relu_pool_bwd},
-                                            {"relu_fwd", relu},            {"adam", adam},
+                                            {"adam", adam},
                                             {"im2col", im2col},            {"fma_loop", fma_peak},
                                             {"linear_t1_dense", linear_t1_dense}, {"linear_t1_sparse77", linear_t1_sparse}};
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
     for (const auto& [name, fn] : all)
       benchmark::RegisterBenchmark((std::string(name) + "/" + ember::isa_name(isa)).c_str(), fn, isa)
           ->Unit(benchmark::kMicrosecond);
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    for (int a = 0; a < ember::kActs; ++a)
+      for (bool bwd : {false, true})
+        benchmark::RegisterBenchmark((std::string(bwd ? "act_bwd." : "act_fwd.") + ember::act_info(ember::ActId(a)).name +
+                                      "/" + ember::isa_name(isa)).c_str(),
+                                     act, isa, a, bwd)
+            ->Unit(benchmark::kMicrosecond);
   const std::pair<const char*, SpOp> sp[] = {{"fwd", SpOp::fwd}, {"wgrad", SpOp::wgrad}, {"dgrad", SpOp::dgrad}};
   for (Isa isa : {Isa::avx2, Isa::avx512})
     for (const auto& [name, op] : sp)

@@ -59,10 +59,10 @@ KernelSet resolve_kernel_set(std::string_view name, const std::string& what) {
 static_assert(kKernelSets == sizeof(KernelTableRow::by_set) / sizeof(char*), "ember/cpu.h names every kernel set");
 
 std::vector<KernelTableRow> kernel_table() {
-  KernelRow rows[kKernelEntries];
+  KernelRow rows[kKernelRows];
   kernel_rows(rows);
-  std::vector<KernelTableRow> out(kKernelEntries);
-  for (int i = 0; i < kKernelEntries; ++i) {
+  std::vector<KernelTableRow> out(kKernelRows);
+  for (int i = 0; i < kKernelRows; ++i) {
     out[size_t(i)].entry = rows[i].entry;
     for (int s = 0; s < kKernelSets; ++s) out[size_t(i)].by_set[s] = rows[i].by_set[s];
   }

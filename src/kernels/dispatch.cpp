@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "kernels/act_vec.h"
+#include "kernels/act_headers.inc"
 #include "kernels/cpu_probe.h"
 #include "kernels/dw_impl.h"
 #include "kernels/kernel_entries.h"
@@ -17,8 +19,6 @@ namespace ember {
 namespace ref {
 void im2col_f32(float* col, const float* x, int Cg, const ConvShape& s);
 void col2im_f32(float* dx, const float* col, int Cg, const ConvShape& s);
-void relu_fwd_f32(float* y, const float* x, size_t n);
-void relu_bwd_f32(float* dx, const float* dy, const float* y, size_t n);
 void bias_rows_f32(float* y, const float* b, int rows, int cols);
 void bias_channels_f32(float* y, const float* b, int N, int K, int PQ);
 void conv_s1_fwd_f32(float* y, const float* xp, const float* w, const float* b, const ConvS1& d, const float* wpk);
@@ -121,8 +121,6 @@ Kernels scalar_table() {
   k.gemm_packs = 0;
   k.im2col = ref::im2col_f32;
   k.col2im = ref::col2im_f32;
-  k.relu_fwd = ref::relu_fwd_f32;
-  k.relu_bwd = ref::relu_bwd_f32;
   k.bias_rows = ref::bias_rows_f32;
   k.bias_channels = ref::bias_channels_f32;
   k.conv_s1_fwd = ref::conv_s1_fwd_f32;
@@ -133,10 +131,11 @@ Kernels scalar_table() {
   k.dw_bwd_bf16 = dw_bwd_loops<true>;
   k.dw_nhwc_fwd = ref::dw_nhwc_fwd_f32;
   k.dw_nhwc_bwd = ref::dw_nhwc_bwd_f32;
-  k.gelu_fwd = ref::gelu_fwd<float>;
-  k.gelu_bwd = ref::gelu_bwd<float>;
-  k.gelu_tanh_fwd = ref::gelu_tanh_fwd<float>;
-  k.gelu_tanh_bwd = ref::gelu_tanh_bwd<float>;
+#define EMBER_ACT(name)                                                        \
+  k.act_fwd[int(ActId::name)] = act::fwd_ref<act::name, float>;                \
+  k.act_bwd[int(ActId::name)] = act::bwd_ref<act::name, float>;
+#include "kernels/act_list.inc"
+#undef EMBER_ACT
   k.ln_fwd = ref::layernorm_fwd<float>;
   k.ln_bwd = ref::layernorm_bwd<float>;
   k.ln2d_fwd = ref::layernorm2d_fwd<float>;
@@ -179,6 +178,10 @@ Kernels with_references(Kernels k) {
     EMBER_AVX2_REFERENCE_ENTRIES(EMBER_FROM_REFERENCE)
   } else {
     EMBER_AVX512_REFERENCE_ENTRIES(EMBER_FROM_REFERENCE)
+  }
+  for (int a = 0; a < kActs; ++a) {  // an activation without a vector form: its formula
+    if (!k.act_fwd[a]) k.act_fwd[a] = ref.act_fwd[a];
+    if (!k.act_bwd[a]) k.act_bwd[a] = ref.act_bwd[a];
   }
   return k;
 }
@@ -223,7 +226,18 @@ const Kernels& kernels_for(Isa isa) {
 // bf16_rate, linear_sp_max_density, the five gemm_ and two bf16_ ints take eight more slots with their padding).
 #define EMBER_COUNT_ENTRY(name) +1
 static_assert(0 EMBER_KERNEL_ENTRIES(EMBER_COUNT_ENTRY) == kKernelEntries);
-static_assert(sizeof(Kernels) == (kKernelEntries + 8) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");
+static_assert(sizeof(Kernels) == (kKernelEntries + 2 * kActs + 8) * sizeof(void*), "a Kernels entry is missing from EMBER_KERNEL_ENTRIES");
+
+const ActInfo& act_info(ActId a) {
+  static const ActInfo infos[kActs] = {
+#define EMBER_ACT(name)                                                                              \
+  {#name, act::name::from_output, act::DeadAtZero<act::name>, act::HasVector<act::name>, act::fwd_ref<act::name, double>, \
+   act::bwd_ref<act::name, double>},
+#include "kernels/act_list.inc"
+#undef EMBER_ACT
+  };
+  return infos[int(a)];
+}
 
 namespace {
 // The entries that need AVX512_BF16 (set_bf16): they run on an avx512 table of such a CPU only.
@@ -257,7 +271,7 @@ const char* origin(Isa isa, const void* f, const void* ref, const void* avx512) 
 }
 }  // namespace
 
-void kernel_rows(KernelRow (&rows)[kKernelEntries]) {
+void kernel_rows(KernelRow (&rows)[kKernelRows]) {
   const Isa sets[kKernelSets] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx};
   const Kernels* t[kKernelSets];
   for (int i = 0; i < kKernelSets; ++i) t[i] = isa_supported(sets[i]) ? &kernels_for(sets[i]) : nullptr;
@@ -271,6 +285,18 @@ void kernel_rows(KernelRow (&rows)[kKernelEntries]) {
   ++n;
   EMBER_KERNEL_ENTRIES(EMBER_ROW)
 #undef EMBER_ROW
+  // The activations: act_fwd.<name>, act_bwd.<name>.
+#define EMBER_ACT_ROW(name, dir)                                                                    \
+  rows[n].entry = "act_" #dir "." #name;                                                            \
+  for (int i = 0; i < kKernelSets; ++i)                                                             \
+    rows[n].by_set[i] = origin(sets[i], t[i] ? reinterpret_cast<const void*>(t[i]->act_##dir[int(ActId::name)]) : nullptr, \
+                               reinterpret_cast<const void*>(t[0]->act_##dir[int(ActId::name)]),                    \
+                               t[2] ? reinterpret_cast<const void*>(t[2]->act_##dir[int(ActId::name)]) : nullptr);  \
+  ++n;
+#define EMBER_ACT(name) EMBER_ACT_ROW(name, fwd) EMBER_ACT_ROW(name, bwd)
+#include "kernels/act_list.inc"
+#undef EMBER_ACT
+#undef EMBER_ACT_ROW
 }
 
 }  // namespace ember

@@ -175,9 +175,34 @@ inline size_t dw_nhwc_scratch_elems(const DwShape& d) {
   return 16 * (2 * size_t(d.R) * d.S + xe + dyp);
 }
 
-// Pointwise activations over n elements whose backward reads the input x: GELU (erf), GELU (tanh).
-using PointwiseFn = void (*)(float* y, const float* x, size_t n);
-using PointwiseBwdFn = void (*)(float* dx, const float* dy, const float* x, size_t n);
+// The activations, one header each in src/kernels/act/ (act_vec.h: formula, optional vector form),
+// by name: ActId::relu, ActId::gelu_tanh, ... (act_list.inc, generated from that folder). Over n
+// elements: y = f(x) (y may be x); dx = dy f'(.) from v, the input x or, where the activation's
+// from_output, the output y (dx may be dy).
+enum class ActId : int {
+#define EMBER_ACT(name) name,
+#include "kernels/act_list.inc"
+#undef EMBER_ACT
+};
+constexpr int kActs = 0
+#define EMBER_ACT(name) +1
+#include "kernels/act_list.inc"
+#undef EMBER_ACT
+    ;
+using ActFwdFn = void (*)(float* y, const float* x, size_t n);
+using ActBwdFn = void (*)(float* dx, const float* dy, const float* v, size_t n);
+using ActFwd64Fn = void (*)(double* y, const double* x, size_t n);
+using ActBwd64Fn = void (*)(double* dx, const double* dy, const double* v, size_t n);
+// An activation's traits and its double reference (the same on every kernel set).
+struct ActInfo {
+  const char* name;   // its header's name (gelu_tanh)
+  bool from_output;   // the backward reads y (so the plan may run it in place)
+  bool dead_at_zero;  // y == 0 gives dx == 0 (ReLU): a gradient there is never read
+  bool vector;        // it has a vector form (the fast sets run it; else they run the formula)
+  ActFwd64Fn fwd64;
+  ActBwd64Fn bwd64;
+};
+const ActInfo& act_info(ActId a);
 
 // LayerNorm over R contiguous rows of D (y, x [R, D]; mean, rstd [R]; gamma, beta [D]) and
 // LayerNorm2d over C at each position of x [N, C, HW] (mean, rstd [N, HW]; gamma, beta [C]), as
@@ -192,10 +217,6 @@ using Ln2dFwdFn = void (*)(float* y, float* mean, float* rstd, const float* x, c
 using Ln2dBwdFn = void (*)(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                            const float* mean, const float* rstd, const float* gamma, int N, int C, int HW);
 
-// y[i] = max(x[i], 0) for i < n; y may equal x (the plan runs ReLU in place).
-using ReluFwdFn = void (*)(float* y, const float* x, size_t n);
-// dx[i] = y[i] > 0 ? dy[i] : 0 (y is the forward output).
-using ReluBwdFn = void (*)(float* dx, const float* dy, const float* y, size_t n);
 // y[rows, cols] += bias[cols]  (Linear) — or per channel: y[N, K, PQ] += bias[K] (Conv).
 using BiasRowsFn = void (*)(float* y, const float* bias, int rows, int cols);
 using BiasChannelsFn = void (*)(float* y, const float* bias, int N, int K, int PQ);
@@ -357,8 +378,6 @@ struct Kernels {
   int bf16_rate;
   Im2colFn im2col;
   Col2imFn col2im;
-  ReluFwdFn relu_fwd;
-  ReluBwdFn relu_bwd;
   BiasRowsFn bias_rows;
   BiasChannelsFn bias_channels;
   ConvS1FwdFn conv_s1_fwd;
@@ -372,8 +391,9 @@ struct Kernels {
   DwBwdFn dw_bwd_bf16;
   DwNhwcFwdFn dw_nhwc_fwd;
   DwNhwcBwdFn dw_nhwc_bwd;
-  PointwiseFn gelu_fwd, gelu_tanh_fwd;
-  PointwiseBwdFn gelu_bwd, gelu_tanh_bwd;
+  // Every activation, by ActId: the set's vector form, or the formula where it has none.
+  ActFwdFn act_fwd[kActs];
+  ActBwdFn act_bwd[kActs];
   LnRowsFwdFn ln_fwd;
   LnRowsBwdFn ln_bwd;
   Ln2dFwdFn ln2d_fwd;
@@ -460,8 +480,10 @@ struct KernelRow {
   const char* entry;
   const char* by_set[kKernelSets];
 };
-constexpr int kKernelEntries = 60;
-void kernel_rows(KernelRow (&rows)[kKernelEntries]);
+// The function entries (EMBER_KERNEL_ENTRIES), then each activation's act_fwd.<name>, act_bwd.<name>.
+constexpr int kKernelEntries = 54;
+constexpr int kKernelRows = kKernelEntries + 2 * kActs;
+void kernel_rows(KernelRow (&rows)[kKernelRows]);
 
 // Per-ISA entry points (defined in src/kernels/ref and src/kernels/x86).
 void sgemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,

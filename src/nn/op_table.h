@@ -99,7 +99,7 @@ OpDesc make_op(LayerKind kind, const char* name, const char* summary);
 std::vector<const char*> all_dtypes();                 // f32, f64, bf16
 std::vector<const char*> fp_dtypes();                  // f32, f64
 OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx);
-// An activation that brings its own layer, ONNX export and import (nn/pointwise.h, nn/activation.h).
+// An activation that brings its own layer, ONNX export and import (nn/activation.h: act_op).
 OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,
                      decltype(OpDesc::make) make, decltype(OpDesc::onnx_export) onnx_export,
                      decltype(OpDesc::onnx_import) onnx_import);

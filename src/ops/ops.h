@@ -81,7 +81,7 @@ void linear_fwd(const Exec& e, T* y, const T* x, const T* w, const T* b, int N, 
 // y = act(x w^T + b) in row chunks, each chunk's bias and activation while it is in cache; z (or
 // null): where the pre-activation is kept. The bits of linear_fwd then act_fwd (ws and wh null).
 // Only where linear_act_chunked(N, K, threads): many rows, K a multiple of 8.
-enum class Act;  // below, with act_fwd
+using Act = ActId;  // kernels.h: one per header in src/kernels/act/
 // A bf16 plan's Linear over at most this many rows reads its bf16 weight copy in place
 // (Kernels::gemv_bf16, where the table has it) instead of the GEMM.
 constexpr int kLinearGemvRows = 4;
@@ -243,16 +243,16 @@ void avgpool2d_fwd(const Exec& e, T* y, const T* x, const ref::PoolShape& s);
 template <class T>
 void avgpool2d_bwd(const Exec& e, T* dx, const T* dy, const ref::PoolShape& s);
 
-// Pointwise activations over n elements. Backward takes the forward output y for ReLU, Sigmoid
-// and Tanh, and the forward input x for the others (act_reads_input).
-enum class Act { ReLU, Sigmoid, Tanh, GELU, GELUTanh, HardSwish, SiLU, FastSwish };
-constexpr bool act_reads_input(Act a) { return a != Act::ReLU && a != Act::Sigmoid && a != Act::Tanh; }
+// Pointwise activations over n elements (kernels.h's ActId: the table's vector form or formula on
+// f32, the formula in double on f64). Backward takes the forward output y where the activation's
+// act_info(a).from_output (ReLU, Sigmoid, Tanh), else the forward input x (act_reads_input).
+inline bool act_reads_input(Act a) { return !act_info(a).from_output; }
 template <class T>
 void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n);
 template <class T>
 void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y_or_x, size_t n);
 // The same on the calling thread alone (an epilogue inside a pool task: the same bits as act_fwd
-// and act_bwd wherever the span starts at a multiple of 8 elements of theirs).
+// and act_bwd wherever the span starts; act_vec.h runs a tail as one padded vector).
 template <class T>
 void act_fwd_span(const Exec& e, Act a, T* y, const T* x, size_t n);
 template <class T>

@@ -70,47 +70,13 @@ void avgpool2d_bwd(const Exec& e, T* dx, const T* dy, const ref::PoolShape& s) {
 
 template <class T>
 void act_fwd_span(const Exec& e, Act a, T* y, const T* x, size_t n) {
-  switch (a) {
-    case Act::ReLU:
-      if constexpr (std::is_same_v<T, float>) e.k.relu_fwd(y, x, n);
-      else ref::relu_fwd<T>(y, x, n);
-      break;
-    case Act::Sigmoid: ref::sigmoid_fwd<T>(y, x, n); break;
-    case Act::Tanh: ref::tanh_fwd<T>(y, x, n); break;
-    case Act::GELU:
-      if constexpr (std::is_same_v<T, float>) e.k.gelu_fwd(y, x, n);
-      else ref::gelu_fwd<T>(y, x, n);
-      break;
-    case Act::GELUTanh:
-      if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_fwd(y, x, n);
-      else ref::gelu_tanh_fwd<T>(y, x, n);
-      break;
-    case Act::HardSwish: ref::hardswish_fwd<T>(y, x, n); break;
-    case Act::SiLU: ref::silu_fwd<T>(y, x, n); break;
-    case Act::FastSwish: ref::fastswish_fwd<T>(y, x, n); break;
-  }
+  if constexpr (std::is_same_v<T, float>) e.k.act_fwd[int(a)](y, x, n);
+  else act_info(a).fwd64(y, x, n);
 }
 template <class T>
-void act_bwd_span(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
-  switch (a) {
-    case Act::ReLU:
-      if constexpr (std::is_same_v<T, float>) e.k.relu_bwd(dx, dy, y, n);
-      else ref::relu_bwd<T>(dx, dy, y, n);
-      break;
-    case Act::Sigmoid: ref::sigmoid_bwd<T>(dx, dy, y, n); break;
-    case Act::Tanh: ref::tanh_bwd<T>(dx, dy, y, n); break;
-    case Act::GELU:  // y_or_x: the input here
-      if constexpr (std::is_same_v<T, float>) e.k.gelu_bwd(dx, dy, y, n);
-      else ref::gelu_bwd<T>(dx, dy, y, n);
-      break;
-    case Act::GELUTanh:
-      if constexpr (std::is_same_v<T, float>) e.k.gelu_tanh_bwd(dx, dy, y, n);
-      else ref::gelu_tanh_bwd<T>(dx, dy, y, n);
-      break;
-    case Act::HardSwish: ref::hardswish_bwd<T>(dx, dy, y, n); break;
-    case Act::SiLU: ref::silu_bwd<T>(dx, dy, y, n); break;
-    case Act::FastSwish: ref::fastswish_bwd<T>(dx, dy, y, n); break;
-  }
+void act_bwd_span(const Exec& e, Act a, T* dx, const T* dy, const T* v, size_t n) {
+  if constexpr (std::is_same_v<T, float>) e.k.act_bwd[int(a)](dx, dy, v, n);
+  else act_info(a).bwd64(dx, dy, v, n);
 }
 template <class T>
 void act_fwd(const Exec& e, Act a, T* y, const T* x, size_t n) {

@@ -2,6 +2,7 @@
 // max-pool and its adjoint (dense and mostly zero inputs), the batch-1 transposed Linear, Adam,
 // ReLU) for every ISA the CPU has, against the scalar references on awkward sizes: rows shorter
 // and longer than a vector, odd pools, one channel, NaN inputs.
+#include "act_ref.h"
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -60,7 +61,7 @@ const Case kCases[] = {{1, 32, 28, 28, 5, 5}, {1, 1, 1, 1, 1, 1},  {2, 3, 3, 17,
 // It failed when written: cvt_f32_bf16 and cvt_bf16_f32 ran the reference on avx2.
 TEST(FastKernels, EveryAvx512KernelHasAnAvx2Counterpart) {
   if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "no AVX-512 on this CPU: its table cannot be built here";
-  KernelRow rows[kKernelEntries];
+  KernelRow rows[kKernelRows];
   kernel_rows(rows);
   int own = 0;
   for (const KernelRow& r : rows) {
@@ -123,39 +124,57 @@ TEST(FastKernels, LayerNormMatchesReference) {
     }
 }
 
-// GELU (erf and tanh) forward and backward of every kernel set against the double references, on
-// lengths with vector tails and inputs from -12 to 12 (the exp clamps, the erf sign, tanh's
-// saturation): within 2e-6 of max(1, |value|).
-TEST(FastKernels, GeluMatchesReference) {
+// Every activation (src/kernels/act/) forward and backward on every kernel set against its double
+// reference, on lengths with vector tails (1 .. 1001: below, at and past 8 and 16 lanes) and inputs
+// from -12 to 12 (the exp clamps, erf's sign, tanh's and sigmoid's saturation, the kinks at +-3):
+// within 2e-6 of max(1, |value|), the stated tolerance of a vector form. The backward reads x, or
+// the output (the reference's, rounded to float) where the activation's from_output.
+TEST(FastKernels, EveryActivationMatchesItsReference) {
   for (Isa isa : isas())
-    for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(33), size_t(1001)}) {
-      SCOPED_TRACE(std::string(isa_name(isa)) + " n " + std::to_string(n));
-      const Kernels& k = kernels_for(isa);
-      std::vector<float> x(n), g(n), y(n), dx(n);
-      std::vector<double> xd(n), gd(n), yr(n), dxr(n);
-      for (size_t i = 0; i < n; ++i) {
-        x[i] = float(-12.0 + 24.0 * double(i) / double(std::max<size_t>(1, n - 1)) + 0.001 * double(i % 7));
-        g[i] = float(0.5 + 0.25 * double(i % 5));
-        xd[i] = x[i], gd[i] = g[i];
+    for (int a = 0; a < kActs; ++a)
+      for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(17), size_t(33), size_t(1001)}) {
+        const ActId id = ActId(a);
+        const ActInfo& info = act_info(id);
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + info.name + " n " + std::to_string(n));
+        const Kernels& k = kernels_for(isa);
+        std::vector<float> x(n), g(n), y(n), v(n), dx(n);
+        std::vector<double> xd(n), gd(n), yr(n), vd(n), dxr(n);
+        for (size_t i = 0; i < n; ++i) {
+          x[i] = float(-12.0 + 24.0 * double(i) / double(std::max<size_t>(1, n - 1)) + 0.001 * double(i % 7));
+          g[i] = float(0.5 + 0.25 * double(i % 5));
+          xd[i] = x[i], gd[i] = g[i];
+        }
+        auto check = [&](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_LE(std::abs(double(got[i]) - want[i]), 2e-6 * std::max(1.0, std::abs(want[i])))
+                << what << " at x = " << x[i] << ": " << got[i] << " against " << want[i];
+        };
+        k.act_fwd[a](y.data(), x.data(), n);
+        info.fwd64(yr.data(), xd.data(), n);
+        check("forward", y, yr);
+        for (size_t i = 0; i < n; ++i) v[i] = info.from_output ? float(yr[i]) : x[i], vd[i] = v[i];
+        k.act_bwd[a](dx.data(), g.data(), v.data(), n);
+        info.bwd64(dxr.data(), gd.data(), vd.data(), n);
+        check("backward", dx, dxr);
+        // In place, as the plan runs an activation that reads its output: the same bits.
+        std::vector<float> yi = x;
+        k.act_fwd[a](yi.data(), yi.data(), n);
+        EXPECT_EQ(yi, y);
       }
-      auto check = [&](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
-        for (size_t i = 0; i < n; ++i)
-          ASSERT_LE(std::abs(double(got[i]) - want[i]), 2e-6 * std::max(1.0, std::abs(want[i])))
-              << what << " at x = " << x[i];
-      };
-      k.gelu_fwd(y.data(), x.data(), n);
-      ref::gelu_fwd<double>(yr.data(), xd.data(), n);
-      check("gelu", y, yr);
-      k.gelu_bwd(dx.data(), g.data(), x.data(), n);
-      ref::gelu_bwd<double>(dxr.data(), gd.data(), xd.data(), n);
-      check("gelu backward", dx, dxr);
-      k.gelu_tanh_fwd(y.data(), x.data(), n);
-      ref::gelu_tanh_fwd<double>(yr.data(), xd.data(), n);
-      check("gelu-tanh", y, yr);
-      k.gelu_tanh_bwd(dx.data(), g.data(), x.data(), n);
-      ref::gelu_tanh_bwd<double>(dxr.data(), gd.data(), xd.data(), n);
-      check("gelu-tanh backward", dx, dxr);
-    }
+}
+
+// The fast sets run every activation's vector form (each header in src/kernels/act/ has one), the
+// scalar set its formula: the kernel rows say so.
+TEST(FastKernels, EveryActivationHasAVectorFormOnTheFastSets) {
+  for (int a = 0; a < kActs; ++a) {
+    SCOPED_TRACE(act_info(ActId(a)).name);
+    EXPECT_TRUE(act_info(ActId(a)).vector);
+    for (Isa isa : isas())
+      if (isa != Isa::scalar) {
+        EXPECT_NE(kernels_for(isa).act_fwd[a], kernels_for(Isa::scalar).act_fwd[a]) << isa_name(isa);
+        EXPECT_NE(kernels_for(isa).act_bwd[a], kernels_for(Isa::scalar).act_bwd[a]) << isa_name(isa);
+      }
+  }
 }
 
 TEST(FastKernels, ConvS1ForwardAndWeightGradient) {
@@ -396,10 +415,10 @@ TEST(FastKernels, AdamAndRelu) {
       }
       expect_close(w2, w3, 4, "w (bf16 copy)");
       std::vector<float> y(n), yr(n), dx(n), dxr(n);
-      k.relu_fwd(y.data(), g.data(), n);
-      ref::relu_fwd<float>(yr.data(), g.data(), n);
-      k.relu_bwd(dx.data(), m.data(), y.data(), n);
-      ref::relu_bwd<float>(dxr.data(), m.data(), yr.data(), n);
+      k.act_fwd[int(ActId::relu)](y.data(), g.data(), n);
+      act_ref_fwd<float>(ActId::relu)(yr.data(), g.data(), n);
+      k.act_bwd[int(ActId::relu)](dx.data(), m.data(), y.data(), n);
+      act_ref_bwd<float>(ActId::relu)(dxr.data(), m.data(), yr.data(), n);
       EXPECT_EQ(y, yr);
       EXPECT_EQ(dx, dxr);
     }

@@ -25,7 +25,7 @@ const std::set<std::string> kBf16Only = {EMBER_BF16_ONLY_ENTRIES(EMBER_NAME)};
 
 // Set `col` of the rows (1: avx2, 2: avx512): "reference" exactly in `reference`, "-" (null)
 // exactly in `none`; the lists are not stale either way.
-void expect_gaps(const KernelRow (&rows)[kKernelEntries], int col, const std::set<std::string>& reference,
+void expect_gaps(const KernelRow (&rows)[kKernelRows], int col, const std::set<std::string>& reference,
                  const std::set<std::string>& none) {
   for (const KernelRow& r : rows) {
     const std::string got = r.by_set[col], entry = r.entry;
@@ -37,7 +37,7 @@ void expect_gaps(const KernelRow (&rows)[kKernelEntries], int col, const std::se
 }
 
 TEST(KernelTable, FastSetsLeaveOnlyListedEntriesToTheReference) {
-  KernelRow rows[kKernelEntries];
+  KernelRow rows[kKernelRows];
   kernel_rows(rows);
   const bool bf16 = cpu_has_avx512_bf16();
   int checked = 0;
@@ -54,7 +54,7 @@ TEST(KernelTable, FastSetsLeaveOnlyListedEntriesToTheReference) {
 
 // The scalar table is the reference itself: null only in the VDPBF16PS-only entries.
 TEST(KernelTable, ScalarTableIsCompleteButTheBf16OnlyEntries) {
-  KernelRow rows[kKernelEntries];
+  KernelRow rows[kKernelRows];
   kernel_rows(rows);
   for (const KernelRow& r : rows)
     EXPECT_EQ(std::string(r.by_set[0]) == "-", kBf16Only.count(r.entry) == 1) << r.entry << ": " << r.by_set[0];

@@ -99,7 +99,7 @@ TEST(OpTable, EveryExampleRunsPartialBatches) {
   }
 }
 
-// An op that brings its own layer (OpDesc::make: an activation from its formula, nn/pointwise.h):
+// An op that brings its own layer (OpDesc::make: an activation, nn/activation.h):
 // the example's parameter gradients, which pass through the op's backward, against central
 // differences of the loss in double.
 TEST(OpTable, OwnLayersMatchFiniteDifferences) {

@@ -1,6 +1,7 @@
 // Finite-difference gradient checks (double) of every reference op's backward: Linear, Conv2d
 // (stride, padding, groups, non-square), MaxPool2d, AvgPool2d, ReLU, Sigmoid, Tanh, Softmax, and
 // the losses (fused softmax cross-entropy, cross-entropy on probabilities, MSE).
+#include "act_ref.h"
 #include "gradcheck.h"
 #include "kernels/ref/ref.h"
 
@@ -101,9 +102,9 @@ TEST(GradCheck, Activations) {
   using Fwd = void (*)(double*, const double*, size_t);
   using Bwd = void (*)(double*, const double*, const double*, size_t);
   const struct { const char* name; Fwd f; Bwd b; } acts[] = {
-      {"relu", ref::relu_fwd<double>, ref::relu_bwd<double>},
-      {"sigmoid", ref::sigmoid_fwd<double>, ref::sigmoid_bwd<double>},
-      {"tanh", ref::tanh_fwd<double>, ref::tanh_bwd<double>}};
+      {"relu", act_ref_fwd<double>(ActId::relu), act_ref_bwd<double>(ActId::relu)},
+      {"sigmoid", act_ref_fwd<double>(ActId::sigmoid), act_ref_bwd<double>(ActId::sigmoid)},
+      {"tanh", act_ref_fwd<double>(ActId::tanh), act_ref_bwd<double>(ActId::tanh)}};
   for (const auto& a : acts) {
     auto x = randn_away_from_zero(n, 41), g = randn(n, 42);
     std::vector<double> y(n), dx(n);

@@ -2,6 +2,7 @@
 // reference ops in kernels/ref/ref_convnext.h: GELU (erf, tanh), HardSwish, SiLU, FastSwish,
 // LayerNorm, LayerNorm2d, global average pool, layer scale, add, concat, zero padding, drop path;
 // and the float instantiations against the double ones.
+#include "act_ref.h"
 #include <cstdint>
 #include <numbers>
 #include <vector>
@@ -34,11 +35,11 @@ struct ActPair {
 };
 template <class T>
 std::vector<ActPair<T>> act_pairs() {
-  return {{ref::gelu_fwd<T>, ref::gelu_bwd<T>},
-          {ref::gelu_tanh_fwd<T>, ref::gelu_tanh_bwd<T>},
-          {ref::hardswish_fwd<T>, ref::hardswish_bwd<T>},
-          {ref::silu_fwd<T>, ref::silu_bwd<T>},
-          {ref::fastswish_fwd<T>, ref::fastswish_bwd<T>}};
+  return {{act_ref_fwd<T>(ActId::gelu), act_ref_bwd<T>(ActId::gelu)},
+          {act_ref_fwd<T>(ActId::gelu_tanh), act_ref_bwd<T>(ActId::gelu_tanh)},
+          {act_ref_fwd<T>(ActId::hardswish), act_ref_bwd<T>(ActId::hardswish)},
+          {act_ref_fwd<T>(ActId::silu), act_ref_bwd<T>(ActId::silu)},
+          {act_ref_fwd<T>(ActId::fastswish), act_ref_bwd<T>(ActId::fastswish)}};
 }
 
 struct Act {
@@ -61,11 +62,11 @@ double fastswish_closed(double x) {
   return -std::pow(x, -2.0);
 }
 const Act kActs[] = {
-    {"gelu", ref::gelu_fwd<double>, ref::gelu_bwd<double>, gelu_closed},
-    {"gelu_tanh", ref::gelu_tanh_fwd<double>, ref::gelu_tanh_bwd<double>, gelu_tanh_closed},
-    {"hardswish", ref::hardswish_fwd<double>, ref::hardswish_bwd<double>, hardswish_closed},
-    {"silu", ref::silu_fwd<double>, ref::silu_bwd<double>, silu_closed},
-    {"fastswish", ref::fastswish_fwd<double>, ref::fastswish_bwd<double>, fastswish_closed}};
+    {"gelu", act_ref_fwd<double>(ActId::gelu), act_ref_bwd<double>(ActId::gelu), gelu_closed},
+    {"gelu_tanh", act_ref_fwd<double>(ActId::gelu_tanh), act_ref_bwd<double>(ActId::gelu_tanh), gelu_tanh_closed},
+    {"hardswish", act_ref_fwd<double>(ActId::hardswish), act_ref_bwd<double>(ActId::hardswish), hardswish_closed},
+    {"silu", act_ref_fwd<double>(ActId::silu), act_ref_bwd<double>(ActId::silu), silu_closed},
+    {"fastswish", act_ref_fwd<double>(ActId::fastswish), act_ref_bwd<double>(ActId::fastswish), fastswish_closed}};
 
 TEST(GradCheckConvnext, Activations) {
   for (const Act& a : kActs) {
@@ -82,15 +83,15 @@ TEST(GradCheckConvnext, Activations) {
 TEST(ConvnextActivations, HandCheckedValuesAtOne) {
   const double one = 1.0;
   double y = 0;
-  ref::gelu_fwd<double>(&y, &one, 1);
+  act_ref_fwd<double>(ActId::gelu)(&y, &one, 1);
   EXPECT_NEAR(y, 0.8413447460685429, 1e-15);
-  ref::gelu_tanh_fwd<double>(&y, &one, 1);
+  act_ref_fwd<double>(ActId::gelu_tanh)(&y, &one, 1);
   EXPECT_NEAR(y, 0.8411919906082768, 1e-15);
-  ref::hardswish_fwd<double>(&y, &one, 1);
+  act_ref_fwd<double>(ActId::hardswish)(&y, &one, 1);
   EXPECT_NEAR(y, 0.6666666666666666, 1e-15);
-  ref::silu_fwd<double>(&y, &one, 1);
+  act_ref_fwd<double>(ActId::silu)(&y, &one, 1);
   EXPECT_NEAR(y, 0.7310585786300049, 1e-15);
-  ref::fastswish_fwd<double>(&y, &one, 1);
+  act_ref_fwd<double>(ActId::fastswish)(&y, &one, 1);
   EXPECT_NEAR(y, 1 * (1 + 3.2308) / 6.2308, 1e-15);
 }
 
@@ -110,9 +111,9 @@ TEST(ConvnextActivations, MatchClosedForms) {
 TEST(ConvnextActivations, KinkConventions) {
   const std::vector<double> x{-3.0001, -3.0, 3.0, 3.0001}, g(4, 1.0);
   std::vector<double> dx(4);
-  ref::hardswish_bwd<double>(dx.data(), g.data(), x.data(), 4);
+  act_ref_bwd<double>(ActId::hardswish)(dx.data(), g.data(), x.data(), 4);
   EXPECT_EQ(dx, (std::vector<double>{0.0, -0.5, 1.5, 1.0}));
-  ref::fastswish_bwd<double>(dx.data(), g.data(), x.data(), 4);
+  act_ref_bwd<double>(ActId::fastswish)(dx.data(), g.data(), x.data(), 4);
   const double a = 3.2308;
   EXPECT_NEAR(dx[0], 2 / std::pow(-3.0001, 3), 1e-15);
   EXPECT_NEAR(dx[1], (-6 + a) / (a + 3), 1e-15);

@@ -2,6 +2,7 @@
 // the CPU supports) versus the reference kernels in double, on awkward sizes (batch 1, fewer
 // samples than threads, odd channels, groups, stride > kernel, padding >= kernel), and the
 // owner-first work split the fused conv uses, and the pool's exactly-once parts.
+#include "act_ref.h"
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -362,10 +363,10 @@ TEST(FastVsRef, PoolsAndActivations) {
         const ops::Exec e{kernels_for(isa), pool};
         auto x = to_float(randn(n, 11)), g = to_float(randn(n, 12));
         std::vector<float> y(n), dx(n), yr(n), dxr(n);
-        ops::act_fwd<float>(e, ops::Act::ReLU, y.data(), x.data(), n);
-        ops::act_bwd<float>(e, ops::Act::ReLU, dx.data(), g.data(), y.data(), n);
-        ref::relu_fwd<float>(yr.data(), x.data(), n);
-        ref::relu_bwd<float>(dxr.data(), g.data(), yr.data(), n);
+        ops::act_fwd<float>(e, ops::Act::relu, y.data(), x.data(), n);
+        ops::act_bwd<float>(e, ops::Act::relu, dx.data(), g.data(), y.data(), n);
+        act_ref_fwd<float>(ActId::relu)(yr.data(), x.data(), n);
+        act_ref_bwd<float>(ActId::relu)(dxr.data(), g.data(), yr.data(), n);
         EXPECT_EQ(y, yr);
         EXPECT_EQ(dx, dxr);
       }

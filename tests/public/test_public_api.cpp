@@ -71,11 +71,11 @@ TEST(KernelSets, ABadNameNamesWhereItCameFrom) {
 }
 
 TEST(KernelTable, IsTheKernelRows) {
-  KernelRow rows[kKernelEntries];
+  KernelRow rows[kKernelRows];
   kernel_rows(rows);
   const std::vector<KernelTableRow> table = kernel_table();
-  ASSERT_EQ(table.size(), size_t(kKernelEntries));
-  for (int i = 0; i < kKernelEntries; ++i) {
+  ASSERT_EQ(table.size(), size_t(kKernelRows));
+  for (int i = 0; i < kKernelRows; ++i) {
     EXPECT_STREQ(table[size_t(i)].entry, rows[i].entry);
     for (int s = 0; s < 4; ++s) EXPECT_STREQ(table[size_t(i)].by_set[s], rows[i].by_set[s]);
   }

@@ -60,8 +60,6 @@ size_t conv_relu_pool_scratch(const ConvS1& d) {
 namespace ref {
 void im2col_f32(float* col, const float* x, int Cg, const ConvShape& s) { im2col<float>(col, x, Cg, s); }
 void col2im_f32(float* dx, const float* col, int Cg, const ConvShape& s) { col2im<float>(dx, col, Cg, s); }
-void relu_fwd_f32(float* y, const float* x, size_t n) { relu_fwd<float>(y, x, n); }
-void relu_bwd_f32(float* dx, const float* dy, const float* y, size_t n) { relu_bwd<float>(dx, dy, y, n); }
 void bias_rows_f32(float* y, const float* b, int rows, int cols) { bias_rows<float>(y, b, rows, cols); }
 void bias_channels_f32(float* y, const float* b, int N, int K, int PQ) {
   bias_channels<float>(y, b, N, K, PQ);

@@ -268,26 +268,7 @@ void avgpool2d_bwd(T* dx, const T* dy, const PoolShape& s) {
       }
 }
 
-// Pointwise activations over n elements. Backward takes the forward output y.
-template <class T> void relu_fwd(T* y, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
-}
-template <class T> void relu_bwd(T* dx, const T* dy, const T* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
-}
-template <class T> void sigmoid_fwd(T* y, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    y[i] = x[i] >= 0 ? T(1) / (T(1) + std::exp(-x[i])) : std::exp(x[i]) / (T(1) + std::exp(x[i]));
-}
-template <class T> void sigmoid_bwd(T* dx, const T* dy, const T* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
-}
-template <class T> void tanh_fwd(T* y, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
-}
-template <class T> void tanh_bwd(T* dx, const T* dy, const T* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * (T(1) - y[i] * y[i]);
-}
+// The pointwise activations' references are their formulas (src/kernels/act/, act_vec.h).
 // Bias broadcasts (see BiasRowsFn / BiasChannelsFn).
 template <class T> void bias_rows(T* y, const T* b, int rows, int cols) {
   for (int i = 0; i < rows; ++i)

@@ -1,6 +1,5 @@
-// Scalar reference kernels for the ConvNeXt ops (issue 22), matching PyTorch: GELU (erf, tanh),
-// HardSwish, SiLU, FastSwish, LayerNorm, LayerNorm2d, global average pool, layer scale, add, concat,
-// zero padding, drop path. As ref.h: templates on T (float, double), raw pointers, no allocation.
+// Scalar reference kernels for the ConvNeXt ops (issue 22), matching PyTorch: LayerNorm,
+// LayerNorm2d, global average pool, layer scale, add, concat, zero padding, drop path. As ref.h: templates on T (float, double), raw pointers, no allocation.
 // Letters: N batch, C channels, HW = H*W positions, D features; n = elements of a pointwise op.
 #pragma once
 #include <algorithm>
@@ -11,80 +10,7 @@
 
 namespace ember::ref {
 
-// ---- Pointwise activations over n elements: y = f(x); backward dx = dy * f'(x) takes x. ----
-
-// GELU, exact: y = 0.5 x (1 + erf(x / sqrt 2)) (PyTorch approximate='none').
-template <class T> void gelu_fwd(T* y, const T* x, size_t n) {
-  const T r2 = T(1) / std::numbers::sqrt2_v<T>;
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] * T(0.5) * (T(1) + std::erf(x[i] * r2));
-}
-// f'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi).
-template <class T> void gelu_bwd(T* dx, const T* dy, const T* x, size_t n) {
-  const T r2 = T(1) / std::numbers::sqrt2_v<T>, alpha = std::numbers::inv_sqrtpi_v<T> * r2;
-  for (size_t i = 0; i < n; ++i) {
-    const T cdf = T(0.5) * (T(1) + std::erf(x[i] * r2)), pdf = alpha * std::exp(T(-0.5) * x[i] * x[i]);
-    dx[i] = dy[i] * (cdf + x[i] * pdf);
-  }
-}
-
-// GELU, tanh approximation (PyTorch approximate='tanh'):
-// y = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2 / pi).
-template <class T> constexpr T gelu_k() { return std::numbers::sqrt2_v<T> * std::numbers::inv_sqrtpi_v<T>; }
-template <class T> void gelu_tanh_fwd(T* y, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const T inner = gelu_k<T>() * (x[i] + T(0.044715) * x[i] * x[i] * x[i]);
-    y[i] = T(0.5) * x[i] * (T(1) + std::tanh(inner));
-  }
-}
-// f'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2), t = tanh(inner).
-template <class T> void gelu_tanh_bwd(T* dx, const T* dy, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const T x2 = x[i] * x[i], t = std::tanh(gelu_k<T>() * (x[i] + T(0.044715) * x2 * x[i]));
-    const T right = T(0.5) * x[i] * (T(1) - t * t) * gelu_k<T>() * (T(1) + T(3) * T(0.044715) * x2);
-    dx[i] = dy[i] * (T(0.5) * (T(1) + t) + right);
-  }
-}
-
-// HardSwish: y = x * min(max(x + 3, 0), 6) / 6.
-template <class T> void hardswish_fwd(T* y, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] * std::min(std::max(x[i] + T(3), T(0)), T(6)) / T(6);
-}
-// PyTorch's hardswish_backward, kinks included: 0 for x < -3, x/3 + 1/2 for -3 <= x <= 3, else 1.
-template <class T> void hardswish_bwd(T* dx, const T* dy, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    dx[i] = x[i] < T(-3) ? T(0) : x[i] <= T(3) ? dy[i] * (x[i] / T(3) + T(0.5)) : dy[i];
-}
-
-// SiLU: y = x * sigmoid(x) = x / (1 + exp(-x)).
-template <class T> void silu_fwd(T* y, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-x[i]));
-}
-// f'(x) = s (1 + x (1 - s)), s = sigmoid(x).
-template <class T> void silu_bwd(T* dx, const T* dy, const T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const T s = T(1) / (T(1) + std::exp(-x[i]));
-    dx[i] = dy[i] * s * (T(1) + x[i] * (T(1) - s));
-  }
-}
-
-// FastSwish (the seed study's), a = 3.2308: y = x (x + a) / (a + 3) for -3 <= x <= 3, x above 3,
-// -1 / x^2 below -3 (continuous to ~1e-5 at -3, not smooth at either kink).
-template <class T> constexpr T fastswish_a() { return T(3.2308); }
-template <class T> void fastswish_fwd(T* y, const T* x, size_t n) {
-  const T a = fastswish_a<T>();
-  for (size_t i = 0; i < n; ++i)
-    y[i] = x[i] < T(-3) ? T(-1) / (x[i] * x[i]) : x[i] <= T(3) ? x[i] * (x[i] + a) / (a + T(3)) : x[i];
-}
-// Its own backward: 2 / x^3 below -3, (2x + a) / (a + 3) for -3 <= x <= 3, 1 above 3.
-template <class T> void fastswish_bwd(T* dx, const T* dy, const T* x, size_t n) {
-  const T a = fastswish_a<T>();
-  for (size_t i = 0; i < n; ++i) {
-    const T d = x[i] < T(-3)  ? T(2) / (x[i] * x[i] * x[i])
-                : x[i] <= T(3) ? (T(2) * x[i] + a) / (a + T(3))
-                               : T(1);
-    dx[i] = dy[i] * d;
-  }
-}
+// The activations (GELU, GELU-tanh, HardSwish, SiLU, FastSwish) are formulas in src/kernels/act/.
 
 // ---- Layer normalisation. One row = D values `stride` apart; biased variance, as PyTorch. ----
 

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
-#include "kernels/act_impl.h"
+#include "kernels/act_vec.h"
+#include "kernels/act_headers.inc"
 #include "kernels/dw_impl.h"
 #include "kernels/norm_impl.h"
 #include "kernels/kernels.h"
@@ -372,12 +374,19 @@ size_t count_subnormal_simd(const float* __restrict x, size_t n) {
   return total;
 }
 
-void relu_fwd_simd(float* y, const float* x, size_t n) {  // y may be x (in place)
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
-}
-void relu_bwd_simd(float* __restrict dx, const float* __restrict dy, const float* __restrict y,
-                   size_t n) {
-  for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+// Every activation with a vector form at this set's width (act_vec.h; the rest keep null and
+// get the formula from with_references).
+template <class S>
+void set_act_entries(Kernels& k) {
+  using V = std::conditional_t<S::W == 16, act::vf16, act::vf8>;
+  static_assert(sizeof(V) == S::W * sizeof(float));
+#define EMBER_ACT(name)                                          \
+  if constexpr (act::HasVector<act::name>) {                     \
+    k.act_fwd[int(ActId::name)] = act::fwd_vec<act::name, V>;    \
+    k.act_bwd[int(ActId::name)] = act::bwd_vec<act::name, V>;    \
+  }
+#include "kernels/act_list.inc"
+#undef EMBER_ACT
 }
 
 // LinearT1Fn: lanes along k, JV vectors of outputs at a time. The non-zero inputs of a chunk of
@@ -549,18 +558,13 @@ double fma_loop(int64_t iters, float* sink) {
 template <class S>
 Kernels fast_table() {
   Kernels k{};
-  k.relu_fwd = relu_fwd_simd;
-  k.relu_bwd = relu_bwd_simd;
+  set_act_entries<S>(k);
   k.dw_fwd = dw_fwd_loops;  // dw_impl.h, compiled with this set's flags
   k.dw_bwd = dw_bwd_loops;
   k.dw_fwd_bf16 = dw_fwd_loops<true>;
   k.dw_bwd_bf16 = dw_bwd_loops<true>;
   k.dw_nhwc_fwd = dw_nhwc_fwd<S>;  // dw_nhwc_impl.h
   k.dw_nhwc_bwd = dw_nhwc_bwd<S>;
-  k.gelu_fwd = gelu_fwd_v8;  // act_impl.h
-  k.gelu_bwd = gelu_bwd_v8;
-  k.gelu_tanh_fwd = gelu_tanh_fwd_v8;
-  k.gelu_tanh_bwd = gelu_tanh_bwd_v8;
   k.ln_fwd = ln_rows_fwd_v8;  // norm_impl.h
   k.ln_bwd = ln_rows_bwd_v8;
   k.ln2d_fwd = ln2d_fwd_v8;

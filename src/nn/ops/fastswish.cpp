@@ -1,6 +1,6 @@
 // Op "fastswish": the ConvNeXt study's FastSwish: x (x + a) / (a + 3) on [-3, 3], x above, -1 / x^2 below.
 // A parameter-free activation: JSON {"type": "fastswish"}, --act fastswish, Python
-// act("fastswish"). Its layer runs the kernel table's FastSwish (nn/activation.h); ONNX: Where of
+// act("fastswish"). Its layer runs src/kernels/act/fastswish.h (formula and vector form); ONNX: Where of
 // its three pieces, and the import of that pattern (ember's and bench/convnext_torch.py's) from its Add(x, a).
 #include <string>
 #include <vector>
@@ -96,7 +96,7 @@ bool import_fastswish(OnnxIn& g, int add) {
 }  // namespace
 
 const OpDesc& op_desc_fastswish() {
-  static const OpDesc d = kernel_act_op<ops::Act::FastSwish>(
+  static const OpDesc d = act_op<ActId::fastswish>(
       LayerKind::FastSwish, "fastswish", "the ConvNeXt study's FastSwish: x (x + a) / (a + 3) on [-3, 3], x above, -1 / x^2 below",
       {"Add", "Mul", "Div", "Less", "Greater", "Where"}, export_fastswish, import_fastswish);
   return d;

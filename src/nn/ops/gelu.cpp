@@ -1,6 +1,6 @@
 // Op "gelu": x Phi(x) with the exact erf (PyTorch's GELU()).
 // A parameter-free activation: JSON {"type": "gelu"}, --act gelu, Python act("gelu"). Its layer
-// runs the kernel table's GELU (nn/activation.h); ONNX: 0.5 x (1 + erf(x / sqrt 2)) as torch.onnx
+// runs src/kernels/act/gelu.h (formula and vector form); ONNX: 0.5 x (1 + erf(x / sqrt 2)) as torch.onnx
 // writes nn.GELU() (opset 17 has no Gelu), and the import of that pattern from its Div. (Opset
 // 20's one Gelu node, gelu or gelu-tanh by its attribute, too: import_gelu_node.)
 #include <cmath>
@@ -57,7 +57,7 @@ bool import_gelu_node(OnnxIn& g, int node, bool tanh) {
 }
 
 const OpDesc& op_desc_gelu() {
-  static const OpDesc d = kernel_act_op<ops::Act::GELU>(
+  static const OpDesc d = act_op<ActId::gelu>(
       LayerKind::GELU, "gelu", "x Phi(x) with the exact erf (PyTorch's GELU())",
       {"Div", "Erf", "Add", "Mul"}, export_gelu, import_gelu, {"Gelu"});
   return d;

@@ -1,6 +1,6 @@
 // Op "gelu-tanh": GELU's tanh approximation (PyTorch's GELU(approximate='tanh')).
 // A parameter-free activation: JSON {"type": "gelu-tanh"}, --act gelu-tanh, Python
-// act("gelu-tanh"). Its layer runs the kernel table's GELUTanh (nn/activation.h); ONNX: its tanh
+// act("gelu-tanh"). Its layer runs src/kernels/act/gelu_tanh.h (formula and vector form); ONNX: its tanh
 // formula (opset 17 has no Gelu), and the import of that pattern from its first Mul(x, x).
 #include <cmath>
 
@@ -63,7 +63,7 @@ bool import_gelu_tanh(OnnxIn& g, int square) {
 }  // namespace
 
 const OpDesc& op_desc_gelu_tanh() {
-  static const OpDesc d = kernel_act_op<ops::Act::GELUTanh>(
+  static const OpDesc d = act_op<ActId::gelu_tanh>(
       LayerKind::GELUTanh, "gelu-tanh", "GELU's tanh approximation (PyTorch's GELU(approximate='tanh'))",
       {"Mul", "Add", "Tanh"}, export_gelu_tanh, import_gelu_tanh, {"Gelu"});
   return d;

@@ -1,27 +1,12 @@
-// Op "mish": x tanh(softplus(x)) (Misra 2019; PyTorch's Mish), an activation that lives in this
-// one file: its formula and derivative (the layer on every kernel set, nn/pointwise.h), its ONNX
-// export as Softplus -> Tanh -> Mul (opset 17 has no Mish) and the import of that pattern.
-#include <cmath>
-
+// Op "mish": x tanh(softplus(x)) (Misra 2019; PyTorch's Mish): an activation in two files, this one
+// (its descriptor, ONNX export as Softplus -> Tanh -> Mul (opset 17 has no Mish) and the import of
+// that pattern) and src/kernels/act/mish.h (its formula, the reference, and its vector form).
+#include "nn/activation.h"
 #include "nn/op_table.h"
-#include "nn/pointwise.h"
 
 namespace ember::nn {
 
 namespace {
-
-struct Mish {
-  template <class T>
-  static T softplus(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }  // PyTorch's threshold
-  template <class T>
-  static T f(T x) { return x * std::tanh(softplus(x)); }
-  // d/dx = tanh(sp) + x (1 - tanh(sp)^2) sigmoid(x)
-  template <class T>
-  static T df(T x) {
-    const T t = std::tanh(softplus(x));
-    return t + x * (T(1) - t * t) / (T(1) + std::exp(-x));
-  }
-};
 
 std::string export_mish(OnnxOut& g, const std::string& x, const LayerSpec&) {
   return g.op("Mul", {x, g.op("Tanh", {g.op("Softplus", {x})})});
@@ -46,8 +31,8 @@ bool import_mish(OnnxIn& g, int softplus) {
 }  // namespace
 
 const OpDesc& op_desc_mish() {
-  static const OpDesc d = pointwise_op<Mish>(LayerKind::Mish, "mish", "x tanh(softplus(x)) (PyTorch's Mish)",
-                                              {"Softplus", "Tanh", "Mul"}, export_mish, import_mish);
+  static const OpDesc d = act_op<ActId::mish>(LayerKind::Mish, "mish", "x tanh(softplus(x)) (PyTorch's Mish)",
+                                         {"Softplus", "Tanh", "Mul"}, export_mish, import_mish);
   return d;
 }
 

@@ -1,7 +1,7 @@
 // Op "relu": max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool.
 // A parameter-free activation: JSON {"type": "relu"}, --act relu, Python act("relu"). Its layer
-// runs the kernel table's ReLU (nn/activation.h; the conv -> relu -> max-pool fusion is
-// layers.cpp's); ONNX: one Relu node each way.
+// runs src/kernels/act/relu.h (formula and vector form; the conv -> relu -> max-pool fusion is
+// conv_relu_pool.cpp); ONNX: one Relu node each way.
 #include "nn/activation.h"
 #include "nn/op_table.h"
 
@@ -15,7 +15,7 @@ bool import_relu(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKi
 }  // namespace
 
 const OpDesc& op_desc_relu() {
-  static const OpDesc d = kernel_act_op<ops::Act::ReLU>(
+  static const OpDesc d = act_op<ActId::relu>(
       LayerKind::ReLU, "relu", "max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool",
       {"Relu"}, export_relu, import_relu);
   return d;

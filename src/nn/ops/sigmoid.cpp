@@ -1,6 +1,6 @@
 // Op "sigmoid": 1 / (1 + exp(-x)).
 // A parameter-free activation: JSON {"type": "sigmoid"}, --act sigmoid, Python act("sigmoid").
-// Its layer runs the kernel table's Sigmoid (nn/activation.h); ONNX: one Sigmoid node each way
+// Its layer runs src/kernels/act/sigmoid.h (formula and vector form); ONNX: one Sigmoid node each way
 // (a Sigmoid read by Mul(x, .) imports as silu, whose longer pattern is tried first).
 #include "nn/activation.h"
 #include "nn/op_table.h"
@@ -15,7 +15,7 @@ bool import_sigmoid(OnnxIn& g, int node) { return onnx_import_node(g, node, Laye
 }  // namespace
 
 const OpDesc& op_desc_sigmoid() {
-  static const OpDesc d = kernel_act_op<ops::Act::Sigmoid>(
+  static const OpDesc d = act_op<ActId::sigmoid>(
       LayerKind::Sigmoid, "sigmoid", "1 / (1 + exp(-x))", {"Sigmoid"}, export_sigmoid, import_sigmoid);
   return d;
 }

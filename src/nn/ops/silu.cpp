@@ -1,6 +1,6 @@
 // Op "silu": x sigmoid(x) (PyTorch's SiLU, swish).
 // A parameter-free activation: JSON {"type": "silu"}, --act silu, Python act("silu"). Its layer
-// runs the kernel table's SiLU (nn/activation.h); ONNX: x * Sigmoid(x) (opset 17 has no SiLU),
+// runs src/kernels/act/silu.h (formula and vector form); ONNX: x * Sigmoid(x) (opset 17 has no SiLU),
 // and the import of that pattern from its Sigmoid (tried before sigmoid's own, the longer pattern).
 #include "nn/activation.h"
 #include "nn/op_table.h"
@@ -30,7 +30,7 @@ bool import_silu(OnnxIn& g, int sigmoid) {
 }  // namespace
 
 const OpDesc& op_desc_silu() {
-  static const OpDesc d = kernel_act_op<ops::Act::SiLU>(
+  static const OpDesc d = act_op<ActId::silu>(
       LayerKind::SiLU, "silu", "x sigmoid(x) (PyTorch's SiLU, swish)",
       {"Sigmoid", "Mul"}, export_silu, import_silu);
   return d;

@@ -1,6 +1,6 @@
 // Op "tanh": tanh(x).
 // A parameter-free activation: JSON {"type": "tanh"}, --act tanh, Python act("tanh"). Its layer
-// runs the kernel table's Tanh (nn/activation.h); ONNX: one Tanh node each way.
+// runs src/kernels/act/tanh.h (formula and vector form); ONNX: one Tanh node each way.
 #include "nn/activation.h"
 #include "nn/op_table.h"
 
@@ -14,7 +14,7 @@ bool import_tanh(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKi
 }  // namespace
 
 const OpDesc& op_desc_tanh() {
-  static const OpDesc d = kernel_act_op<ops::Act::Tanh>(
+  static const OpDesc d = act_op<ActId::tanh>(
       LayerKind::Tanh, "tanh", "tanh(x)", {"Tanh"}, export_tanh, import_tanh);
   return d;
 }
