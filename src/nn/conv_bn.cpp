@@ -1,7 +1,9 @@
-// The inference plan's conv2d+batchnorm2d unit: a Conv2d whose output only a BatchNorm2d reads runs
-// once with the eval-mode BN folded into its weight and bias (ref::batchnorm_fold), refolded whenever
-// the parameters may have changed (Bufs::param_version); in train mode the two run unfolded (batch
-// statistics). Either layout: a channel-last plan's unit runs its two layers nhwc.
+// The inference plan's conv2d+batchnorm2d[+add][+<act>] unit: a Conv2d whose output only a
+// BatchNorm2d reads runs once with the eval-mode BN folded into its weight and bias
+// (ref::batchnorm_fold), refolded whenever the parameters may have changed (Bufs::param_version);
+// a residual add (the unit's second input) and an activation after it are the conv's post-ops,
+// applied per sample while its output is in cache (ops::ConvPost). In train mode the BN runs
+// unfolded (batch statistics), then the post-ops. Either layout (a channel-last plan's unit runs nhwc).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "ember/error.h"
 #include "kernels/ref/ref_batchnorm.h"
 #include "nn/layers.h"
+#include "nn/op_table.h"
 
 namespace ember::nn {
 
@@ -18,8 +21,14 @@ namespace {
 
 class ConvBatchNorm final : public Layer {
  public:
-  ConvBatchNorm(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn)
-      : Layer(conv->spec()), conv_(std::move(conv)), bn_(std::move(bn)) {}
+  ConvBatchNorm(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn, bool residual, std::unique_ptr<Layer> act)
+      : Layer(conv->spec()), conv_(std::move(conv)), bn_(std::move(bn)), act_layer_(std::move(act)), residual_(residual) {
+    if (act_layer_) act_ = *act_layer_->kernel_act();
+  }
+  Dims infer_inputs(const std::vector<Dims>& in) override {
+    if (in.size() != (residual_ ? 2u : 1u)) throw Error("internal: conv2d+batchnorm2d+add takes the conv's input and the residual");
+    return infer(in[0]);
+  }
   Dims infer(const Dims& in) override {
     in_ = in;
     out_ = conv_->infer(in);
@@ -48,7 +57,12 @@ class ConvBatchNorm final : public Layer {
   }
   std::string algorithm() const override { return conv_->algorithm(); }
   std::string weight_format() const override { return conv_->weight_format(); }
-  std::vector<std::string> post_ops() const override { return {"batchnorm2d-fold", "bias"}; }
+  std::vector<std::string> post_ops() const override {
+    std::vector<std::string> v{"batchnorm2d-fold", "bias"};
+    if (residual_) v.push_back("add");
+    if (act_layer_) v.push_back(layer_kind_name(act_layer_->spec().kind));
+    return v;
+  }
   size_t weight_bytes_packed_per_call(int batch, int threads, const Kernels& k, bool bf16) const override {
     return conv_->weight_bytes_packed_per_call(batch, threads, k, bf16);
   }
@@ -70,6 +84,8 @@ class ConvBatchNorm final : public Layer {
       cb.w = wf;
       cb.b = wf + bias_at();
       cb.wh = nullptr;  // a bf16 plan's GEMM rounds the folded weight as it packs it
+      cb.post_residual = residual_ ? b.xs[1] : nullptr;
+      cb.post_act = act_layer_ ? &act_ : nullptr;
       conv_->forward(e, cb, n);
     });
   }
@@ -113,9 +129,11 @@ class ConvBatchNorm final : public Layer {
     cb.saved = nullptr;
     return cb;
   }
-  // Train mode: the conv into y, then the BN over y in place (batch statistics).
+  // Train mode: the conv into y, then the BN over y in place (batch statistics), then the post-ops.
   void unfolded(const ops::Exec& e, const Bufs& b, int n) {
-    conv_->forward(e, conv_bufs(b), n);
+    Bufs cb = conv_bufs(b);
+    cb.nin = 1;
+    conv_->forward(e, cb, n);
     Bufs nb = b;
     nb.saved = reinterpret_cast<std::byte*>(fold_at<std::byte>(b)) + fold_elems() * esize(b.dt);
     nb.x = nb.xs[0] = b.y;
@@ -123,10 +141,18 @@ class ConvBatchNorm final : public Layer {
     nb.w2 = nb.b2 = nullptr;
     nb.wh = nb.wh2 = nullptr;
     nb.wt = nullptr;
+    nb.nin = 1;
     bn_->forward(e, nb, n);
+    dispatch(b.dt, [&](auto tag) {
+      using T = decltype(tag);
+      ops::post_ops_fwd<T>(e, p<T>(b.y), {residual_ ? p<T>(b.xs[1]) : nullptr, act_layer_ ? &act_ : nullptr},
+                           size_t(n) * out_.size());
+    });
   }
 
-  std::unique_ptr<Layer> conv_, bn_;
+  std::unique_ptr<Layer> conv_, bn_, act_layer_;
+  bool residual_;
+  ops::Act act_{};
   size_t per_ = 0;  // weights per output channel: C / groups x R x S
   uint64_t folded_ = ~uint64_t(0);  // the param_version the saved fold was made from (none yet)
   int threads_ = 1;                  // the plan's (the conv's saved size reads it)
@@ -138,8 +164,9 @@ bool can_fuse_conv_bn(const LayerSpec& conv, const LayerSpec& bn) {
   return conv.kind == LayerKind::Conv2d && bn.kind == LayerKind::BatchNorm2d;
 }
 
-std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn) {
-  return std::make_unique<ConvBatchNorm>(std::move(conv), std::move(bn));
+std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn, bool residual,
+                                    std::unique_ptr<Layer> act) {
+  return std::make_unique<ConvBatchNorm>(std::move(conv), std::move(bn), residual, std::move(act));
 }
 
 }  // namespace ember::nn

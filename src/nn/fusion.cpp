@@ -23,10 +23,25 @@ struct Fusion {
   FusionLayout layout;
   bool (*match)(const Graph& g, size_t i);               // on nodes i .. i + nodes - 1
   std::unique_ptr<Layer> (*make)(Graph& g, size_t i);    // takes over the nodes' layers
+  int join = -1;      // the position of a two-input add whose other addend a node before the unit
+                      // made (the unit's second input), or -1
 };
 
 const LayerSpec& spec(const Graph& g, size_t i) { return *g.nodes[i].spec; }
 std::unique_ptr<Layer> take(Graph& g, size_t i) { return std::move(g.nodes[i].layer); }
+bool is_act(const Graph& g, size_t i) { return g.nodes[i].layer && g.nodes[i].layer->kernel_act(); }
+bool is_add(const Graph& g, size_t i) { return spec(g, i).kind == LayerKind::Add; }
+// conv2d -> batchnorm2d [-> add] [-> activation] (conv_bn.cpp): the fold and the post-ops.
+template <bool kAdd, bool kAct>
+bool conv_bn_post(const Graph& g, size_t i) {
+  return can_fuse_conv_bn(spec(g, i), spec(g, i + 1)) && (!kAdd || is_add(g, i + 2)) &&
+         (!kAct || is_act(g, i + (kAdd ? 3 : 2)));
+}
+template <bool kAdd, bool kAct>
+std::unique_ptr<Layer> make_conv_bn_post(Graph& g, size_t i) {
+  auto conv = take(g, i), bn = take(g, i + 1);
+  return make_conv_bn(std::move(conv), std::move(bn), kAdd, kAct ? take(g, i + (kAdd ? 3 : 2)) : nullptr);
+}
 
 // In priority order: the first that matches at a node makes the unit.
 const std::vector<Fusion>& fusion_table() {
@@ -49,10 +64,16 @@ const std::vector<Fusion>& fusion_table() {
       {"layernorm+conv2d", 2, true, false, FusionLayout::nchw,
        [](const Graph& g, size_t i) { return can_fuse_norm_conv(spec(g, i), spec(g, i + 1)); },
        [](Graph& g, size_t i) { return make_norm_conv(take(g, i), take(g, i + 1)); }},
-      // conv2d -> batchnorm2d: the eval-mode BN folded into the conv's weight and bias (conv_bn.cpp).
-      {"conv2d+batchnorm2d", 2, false, true, FusionLayout::either,
-       [](const Graph& g, size_t i) { return can_fuse_conv_bn(spec(g, i), spec(g, i + 1)); },
-       [](Graph& g, size_t i) { return make_conv_bn(take(g, i), take(g, i + 1)); }},
+      // conv2d -> batchnorm2d [-> add] [-> activation]: the eval-mode BN folded into the conv's weight
+      // and bias, the residual add and the activation its post-ops (conv_bn.cpp; ResNet's blocks).
+      {"conv2d+batchnorm2d+add+<act>", 4, false, true, FusionLayout::either, conv_bn_post<true, true>,
+       make_conv_bn_post<true, true>, 2},
+      {"conv2d+batchnorm2d+add", 3, false, true, FusionLayout::either, conv_bn_post<true, false>,
+       make_conv_bn_post<true, false>, 2},
+      {"conv2d+batchnorm2d+<act>", 3, false, true, FusionLayout::either, conv_bn_post<false, true>,
+       make_conv_bn_post<false, true>},
+      {"conv2d+batchnorm2d", 2, false, true, FusionLayout::either, conv_bn_post<false, false>,
+       make_conv_bn_post<false, false>},
   };
   return t;
 }
@@ -61,6 +82,16 @@ const std::vector<Fusion>& fusion_table() {
 bool only_reader_of(const Graph& g, size_t i, size_t j) {
   const int t = g.nodes[i].out;
   return g.nodes[j].in == std::vector<int>{t} && g.tensors[size_t(t)].readers.size() == 1;
+}
+// The other addend of add node j, which node i's output (read by j alone) enters, when a node before
+// `first` (or the graph's input) made it, else -1.
+int joined_addend(const Graph& g, size_t i, size_t j, size_t first) {
+  const int t = g.nodes[i].out;
+  const std::vector<int>& in = g.nodes[j].in;
+  if (in.size() != 2 || g.tensors[size_t(t)].readers.size() != 1 || (in[0] == t) == (in[1] == t)) return -1;
+  const int other = in[0] == t ? in[1] : in[0];
+  const int prod = g.tensors[size_t(other)].producer;
+  return prod < int(first) ? other : -1;
 }
 
 bool layouts_fit(const Graph& g, size_t i, const Fusion& f) {
@@ -79,7 +110,8 @@ const Fusion* fusion_at(const Graph& g, size_t i, bool training) {
     if (!(training ? f.train : f.infer) || i + size_t(f.nodes) > g.nodes.size()) continue;
     bool chain = true;
     for (size_t k = i + 1; k < i + size_t(f.nodes) && chain; ++k)
-      chain = only_reader_of(g, k - 1, k) && g.nodes[k].layer && g.nodes[k].spec;
+      chain = (int(k - i) == f.join ? joined_addend(g, k - 1, k, i) >= 0 : only_reader_of(g, k - 1, k)) &&
+              g.nodes[k].layer && g.nodes[k].spec;
     if (chain && g.nodes[i].spec && layouts_fit(g, i, f) && f.match(g, i)) return &f;
   }
   return nullptr;
@@ -116,9 +148,14 @@ std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
     u.first = int(i);
     u.last = int(i + count - 1);
     u.in = g.nodes[i].in;
+    if (f && f->join >= 0) u.in.push_back(joined_addend(g, i + size_t(f->join) - 1, i + size_t(f->join), i));
     u.out = g.nodes[size_t(u.last)].out;
     u.layer = f ? f->make(g, i) : take(g, i);
-    if (f) u.layer->infer_inputs({g.tensors[size_t(u.in[0])].dims});
+    if (f) {
+      std::vector<Dims> dims;
+      for (int t : u.in) dims.push_back(g.tensors[size_t(t)].dims);
+      u.layer->infer_inputs(dims);
+    }
     for (size_t k = i; k < i + count; ++k) {
       const char* kind = g.nodes[k].kind_name ? g.nodes[k].kind_name : layer_kind_name(g.nodes[k].spec->kind);
       u.kinds += std::string(k > i ? "+" : "") + kind;

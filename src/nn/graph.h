@@ -138,8 +138,9 @@ struct Unit {
 // Conv2d (stride 1) -> ReLU -> MaxPool2d 2x2/2 (conv_relu_pool.cpp); in a `training` plan,
 // LayerNorm (affine) -> Conv2d or Linear over channels (the normalised tensor recomputed in
 // backward instead of kept, norm_conv.cpp); in an inference plan, Conv2d -> BatchNorm2d (the
-// eval-mode BN folded into the conv's weight and bias, conv_bn.cpp). Moves the nodes' layers
-// into the units.
+// eval-mode BN folded into the conv's weight and bias, conv_bn.cpp) [-> Add of an addend made
+// before the unit (the unit's second input)] [-> an activation], the add and the activation the
+// conv's post-ops. Moves the nodes' layers into the units.
 std::vector<Unit> fuse(Graph& g, bool enabled, bool training);
 // The fusion table as `ember info --ops` shows it: each pattern's kinds ("conv2d+relu+maxpool2d"),
 // its plans ("training", "inference") and its layout ("nchw", "nhwc" or "either").

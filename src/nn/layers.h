@@ -66,6 +66,7 @@ struct Bufs {
   bool dx_unused_at_zero;  // the layer before ignores dx wherever x == 0 (a ReLU's output)
   const ops::Background* bg;  // f32: the background link of a first conv unit and its Linear, or null
   const ops::Act* post_act;   // an activation the layer applies in its GEMM's store (conv2d+<act>), or null
+  const void* post_residual;  // a tensor like y the layer adds before post_act (conv2d+batchnorm2d+add), or null
   bool frozen;                // the plan is frozen (Plan::freeze): the conv unit does not split
   bool train_mode;            // Plan::set_train_mode: stochastic depth draws masks
   uint64_t noise;             // this unit's random stream for this step (seed, optimizer step, unit)
@@ -243,7 +244,10 @@ std::unique_ptr<Layer> make_norm_conv(std::unique_ptr<Layer> norm, std::unique_p
 bool can_fuse_conv_bn(const LayerSpec& conv, const LayerSpec& bn);
 // The two as one unit of an inference plan: the conv runs once with the eval-mode BN folded into
 // its weight and bias (train mode: the two unfolded); it takes over both nodes' layers, inferred.
-std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn);
+// residual: an add after the BN (the unit's second input the other addend); act (or null): an
+// activation after that (its layer's kernel_act), both the conv's post-ops.
+std::unique_ptr<Layer> make_conv_bn(std::unique_ptr<Layer> conv, std::unique_ptr<Layer> bn, bool residual = false,
+                                    std::unique_ptr<Layer> act = nullptr);
 // True when `conv` is a 1x1 Conv2d (stride 1, no padding, groups 1) that runs channel-last
 // (layout) and `act` the layer of an activation of the kernel table (conv_act.cpp).
 bool can_fuse_conv_act(const LayerSpec& conv, const Layer& act, Layout layout);

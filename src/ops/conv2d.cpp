@@ -214,7 +214,7 @@ void col2im_ld(float* dx, const float* col, size_t ld, const ConvShape& s) {
 // channels, its GEMMs by output columns (the same bits as the per-sample split: every element is
 // one sum in the kernel's order), so every thread works.
 void gemm_few_samples(const Exec& e, float* y, const float* x, const float* w, const float* b, const ConvShape& s,
-                      float* ws, const uint16_t* wh, const uint16_t* xh, const float* wp) {
+                      float* ws, const uint16_t* wh, const uint16_t* xh, const float* wp, ConvPost<float> post) {
   const int G = s.groups, Cg = s.C / G, Kg = s.K / G, CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
   const size_t blk = wp ? conv2d_gemm_a_block(e.k, s, e.bf16) : 0, RSPQ = size_t(s.R) * s.S * PQ;
   float* col = ws;
@@ -239,7 +239,16 @@ void gemm_few_samples(const Exec& e, float* y, const float* x, const float* w, c
       weight_gemm(e, wp ? wp + g * blk : nullptr, {w + wo, wh ? wh + wo : nullptr}, Kg, PQ, CRS, B, PQ,
                   y + (size_t(n) * s.K + size_t(g) * Kg) * PQ, PQ, true);
     }
-    if (b) e.k.bias_channels(y + size_t(n) * s.K * PQ, b, 1, s.K, PQ);
+    // The bias and post-ops of the sample's channels, split over the pool.
+    if (!b && !post.any()) continue;
+    const size_t yo = size_t(n) * s.K * PQ;
+    e.pool.run([&](int t) {
+      const Range r = split_range(s.K, t, e.pool.size());
+      if (r.end <= r.begin) return;
+      const size_t o = yo + size_t(r.begin) * PQ, len = size_t(r.end - r.begin) * PQ;
+      if (b) e.k.bias_channels(y + o, b + r.begin, 1, int(r.end - r.begin), PQ);
+      post_ops_span<float>(e, y + o, {post.residual ? post.residual + o : nullptr, post.act}, len);
+    });
   }
 }
 // Samples [n0, n0 + nb) of x[N, C, H, W] into col[CRS, nb*PQ], samples split over the pool.
@@ -500,9 +509,14 @@ size_t conv2d_nchw_workspace(ConvAlgo a, const ConvShape& s, int threads) {
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K]
 template <class T>
 void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
-                const uint16_t* wh, const uint16_t* xh, const float* wp) {
+                const uint16_t* wh, const uint16_t* xh, const float* wp, ConvPost<T> post) {
+  const size_t count = size_t(s.N) * s.K * s.P * s.Q;
   if constexpr (std::is_same_v<T, double>) {
     ref::conv2d_fwd<T>(y, x, w, b, s);
+    post_ops_fwd<T>(e, y, post, count);
+  } else if (post.any() && a != ConvAlgo::gemm) {  // the post-ops in one pass after
+    conv2d_fwd<T>(e, a, y, x, w, b, s, ws, wh, xh, wp);
+    post_ops_fwd<T>(e, y, post, count);
   } else if (a == ConvAlgo::batched_pointwise) {
     batched_fwd(e, y, x, w, b, s, ws, wh, xh, wp);
   } else if (a == ConvAlgo::batched_im2col) {
@@ -514,7 +528,7 @@ void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T
   } else if (a == ConvAlgo::depthwise) {
     depthwise_fwd(e, y, x, w, b, s, ws);
   } else if (s.N < e.pool.size()) {
-    gemm_few_samples(e, y, x, w, b, s, ws, wh, xh, wp);
+    gemm_few_samples(e, y, x, w, b, s, ws, wh, xh, wp, post);
   } else {
     const int T_ = e.pool.size(), G = s.groups, Cg = s.C / G, Kg = s.K / G;
     const int CRS = Cg * s.R * s.S, PQ = s.P * s.Q, HW = s.H * s.W;
@@ -537,7 +551,10 @@ void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T
                       y + (n * s.K + g * Kg) * PQ, PQ, false);
           // The bias while the sample's output is in cache (after the whole batch it is a
           // second pass over memory: 6 % of convnext-seed's 1x1 forward).
-          if (b && g == G - 1) e.k.bias_channels(y + n * s.K * PQ, b, 1, s.K, PQ);
+          if (g < G - 1) continue;
+          if (b) e.k.bias_channels(y + n * s.K * PQ, b, 1, s.K, PQ);
+          const size_t o = size_t(n) * s.K * PQ;
+          post_ops_span<float>(e, y + o, {post.residual ? post.residual + o : nullptr, post.act}, size_t(s.K) * PQ);
         }
     });
   }
@@ -622,9 +639,9 @@ void conv2d_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, con
 }
 
 template void conv2d_fwd<float>(const Exec&, ConvAlgo, float*, const float*, const float*, const float*, const ConvShape&, float*,
-                                const uint16_t*, const uint16_t*, const float*);
+                                const uint16_t*, const uint16_t*, const float*, ConvPost<float>);
 template void conv2d_fwd<double>(const Exec&, ConvAlgo, double*, const double*, const double*, const double*, const ConvShape&,
-                                 double*, const uint16_t*, const uint16_t*, const float*);
+                                 double*, const uint16_t*, const uint16_t*, const float*, ConvPost<double>);
 template void conv2d_bwd<float>(const Exec&, ConvAlgo, float*, float*, float*, const float*, const float*, const float*,
                                 const ConvShape&, float*, const uint16_t*, const uint16_t*);
 template void conv2d_bwd<double>(const Exec&, ConvAlgo, double*, double*, double*, const double*, const double*, const double*,

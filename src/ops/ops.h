@@ -159,6 +159,15 @@ size_t conv2d_nchw_workspace(ConvAlgo a, const ConvShape& s, int threads);
 void dw_dense_matrix(float* T, const float* w, int g, const ConvShape& s);
 // Floats of one group's map packed as op(B) = T^T panels (Kernels::pack_b), 16-float aligned.
 size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s, bool bf16);
+// What a convolution applies after its products and bias, in this order (a fused unit's post-ops):
+// y += residual (the same shape and layout as y), then the activation *act. Per sample while the
+// output is in cache where the algorithm runs per sample, else one pass after (post_ops_fwd).
+template <class T>
+struct ConvPost {
+  const T* residual = nullptr;
+  const Act* act = nullptr;
+  bool any() const { return residual || act; }
+};
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C/G,R,S]) + b[K] by algorithm a (conv2d_desc's for a shape
 // with at least s.N samples); ws: that plan's workspace. xh (bf16 plans; may be null): the input in
 // bf16, which the GEMMs read instead of rounding x; with xh, x may be null where reads_bf16_input.
@@ -166,7 +175,8 @@ size_t dw_dense_packed_group(const Kernels& k, const ConvShape& s, bool bf16);
 // wp (f32; may be null): the weight packed by conv2d_pack in the descriptor's format.
 template <class T>
 void conv2d_fwd(const Exec& e, ConvAlgo a, T* y, const T* x, const T* w, const T* b, const ConvShape& s, T* ws,
-                const uint16_t* wh = nullptr, const uint16_t* xh = nullptr, const float* wp = nullptr);
+                const uint16_t* wh = nullptr, const uint16_t* xh = nullptr, const float* wp = nullptr,
+                ConvPost<T> post = {});
 // dx[N,C,H,W] (skipped when null), dw[K,C/G,R,S], db[K] (skipped when null), all overwritten.
 template <class T>
 void conv2d_bwd(const Exec& e, ConvAlgo a, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
@@ -257,6 +267,14 @@ template <class T>
 void act_fwd_span(const Exec& e, Act a, T* y, const T* x, size_t n);
 template <class T>
 void act_bwd_span(const Exec& e, Act a, T* dx, const T* dy, const T* y_or_x, size_t n);
+
+// A fused unit's post-ops over y[n] (ConvPost): y += residual, then the activation, in place; split
+// over the pool (post_ops_fwd) or on the calling thread (post_ops_span). The bits of add_fwd, then
+// act_fwd.
+template <class T>
+void post_ops_fwd(const Exec& e, T* y, ConvPost<T> post, size_t n);
+template <class T>
+void post_ops_span(const Exec& e, T* y, ConvPost<T> post, size_t n);
 
 // Graph plumbing (f32 and f64, memory-bound loops split over the pool): y = xs[0] + ... + xs[nin-1]
 // over n elements; dst = src, or dst += src (add) where a tensor read by several nodes sums their

@@ -90,6 +90,19 @@ void act_bwd(const Exec& e, Act a, T* dx, const T* dy, const T* y, size_t n) {
 }
 
 template <class T>
+void post_ops_span(const Exec& e, T* y, ConvPost<T> post, size_t n) {
+  if (post.residual) ref::accumulate<T>(y, post.residual, n);
+  if (post.act) act_fwd_span<T>(e, *post.act, y, y, n);
+}
+template <class T>
+void post_ops_fwd(const Exec& e, T* y, ConvPost<T> post, size_t n) {
+  if (!post.any()) return;
+  over_elements(e, n, std::is_same_v<T, double>, [&](size_t o, size_t len) {
+    post_ops_span<T>(e, y + o, {post.residual ? post.residual + o : nullptr, post.act}, len);
+  });
+}
+
+template <class T>
 void add_fwd(const Exec& e, T* y, const T* const* xs, int nin, size_t n) {
   over_elements(e, n, false, [&](size_t o, size_t len) {
     const T* part[kMaxGraphInputs];
@@ -144,6 +157,8 @@ void concat_bwd(const Exec& e, T* const* dxs, const T* dy, const size_t* sizes, 
   template void act_bwd_span<T>(const Exec&, Act, T*, const T*, const T*, size_t);               \
   template void act_bwd<T>(const Exec&, Act, T*, const T*, const T*, size_t);                    \
   template void add_fwd<T>(const Exec&, T*, const T* const*, int, size_t);                        \
+  template void post_ops_fwd<T>(const Exec&, T*, ConvPost<T>, size_t);                           \
+  template void post_ops_span<T>(const Exec&, T*, ConvPost<T>, size_t);                          \
   template void copy_or_add<T>(const Exec&, T*, const T*, size_t, bool);                           \
   template void concat_fwd<T>(const Exec&, T*, const T* const*, const size_t*, int, int);         \
   template void concat_bwd<T>(const Exec&, T* const*, const T*, const size_t*, int, int);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ember/ember.h"
@@ -86,10 +87,16 @@ PlanOptions inference(int batch, const std::string& isa, DType dt = DType::f32, 
   return o;
 }
 
+// A unit whose kinds start with `kinds` ("conv2d+batchnorm2d" also finds conv2d+batchnorm2d+relu).
 bool has_unit(const Plan& p, const std::string& kinds) {
   for (const UnitInfo& u : p.units())
-    if (u.name.rfind(kinds + " (", 0) == 0) return true;
+    if (u.name.rfind(kinds + " (", 0) == 0 || u.name.rfind(kinds + "+", 0) == 0) return true;
   return false;
+}
+int count_units(const Plan& p, const std::string& kinds) {
+  int n = 0;
+  for (const UnitInfo& u : p.units()) n += u.name.rfind(kinds + " (", 0) == 0;
+  return n;
 }
 
 // The fused plan against the unfused one, same parameters and input; returns the relative difference
@@ -189,16 +196,78 @@ TEST(PlanConvBnFold, TrainModeRunsUnfolded) {
   EXPECT_EQ(run<float>(a, 4, 2), run<float>(b, 4, 2));
 }
 
-// resnet18 (every conv is followed by a BN) on 32x32 inputs, batch 2: 20 folded units.
+// resnet18 (every conv is followed by a BN) on 32x32 inputs, batch 2: 20 folded units, 17 of them
+// with their post-ops: the stem's and each block's first conv with the ReLU after (9), each block's
+// residual add and ReLU in its last conv (8: the second conv of the 5 plain blocks, the downsample
+// conv of the 3 others, whose second conv folds alone).
 TEST(PlanConvBnFold, Resnet18MatchesTheUnfusedPlan) {
   Model m = builtin_model("resnet18");
   m.in_h = m.in_w = 32;
   Plan a(m, inference(2, ""));
-  int folded = 0;
-  for (const UnitInfo& u : a.units()) folded += u.name.rfind("conv2d+batchnorm2d (", 0) == 0;
-  EXPECT_EQ(folded, 20);
+  EXPECT_EQ(count_units(a, "conv2d+batchnorm2d"), 3);
+  EXPECT_EQ(count_units(a, "conv2d+batchnorm2d+relu"), 9);
+  EXPECT_EQ(count_units(a, "conv2d+batchnorm2d+add+relu"), 8);
+  EXPECT_EQ(count_units(a, "add") + count_units(a, "relu"), 0);
   for (const char* isa : kIsas) EXPECT_LE(fused_vs_unfused<float>(m, inference(2, isa), 40), 1e-5) << isa;
   EXPECT_LE(fused_vs_unfused<float>(m, inference(2, ""), 41, true), 1e-5);
+}
+
+// A residual add after the BN (the other addend made before the unit: another conv's output, or
+// the model's input; either operand order) and an activation after it or after the BN are the
+// conv's post-ops, in either layout and on every kernel set, batch 1 (the few-samples GEMM path)
+// and 3: the unfused plan's outputs; f64 within 1e-12. A Sigmoid after the add (a formula
+// activation of the table) fuses like a ReLU.
+Model residual(const std::string& addend, bool swap, const std::string& act, int R = 3) {
+  const std::string in = swap ? "[\"" + addend + "\", \"bn\"]" : "[\"bn\", \"" + addend + "\"]";
+  return parse_model_json(R"({"input": [4, 9, 9], "classes": 5, "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1, "name": "c0"},
+      {"type": "batchnorm2d", "name": "bn0"}, {"type": "relu", "name": "r0"},
+      {"type": "conv2d", "out_channels": 4, "kernel": )" + std::to_string(R) + R"(, "padding": )" +
+                              std::to_string(R / 2) + R"(, "name": "c"},
+      {"type": "batchnorm2d", "name": "bn"}, {"type": "add", "inputs": )" + in + R"(, "name": "sum"},
+      {"type": ")" + act + R"(", "name": "a"}, {"type": "flatten"}, {"type": "linear", "out_features": 5}]})",
+                          "residual");
+}
+
+TEST(PlanConvBnFold, ResidualAddAndActivationArePostOps) {
+  for (const char* layout : {"nchw", "nhwc"})
+    for (const char* isa : kIsas)
+      for (int batch : {1, 3})
+        for (const auto& [addend, swap, act, R] : {std::tuple{"r0", false, "relu", 3}, std::tuple{"r0", true, "sigmoid", 1}}) {
+          SCOPED_TRACE(std::string(layout) + " isa '" + isa + "' batch " + std::to_string(batch) + " " + act);
+          PlanOptions o = inference(batch, isa);
+          o.layout = layout;
+          const Model m = residual(addend, swap, act, R);
+          Plan a(m, o);
+          EXPECT_EQ(count_units(a, "conv2d+batchnorm2d+relu"), 1);
+          EXPECT_EQ(count_units(a, std::string("conv2d+batchnorm2d+add+") + act), 1);
+          EXPECT_LE(fused_vs_unfused<float>(m, o, 60), 1e-5);
+        }
+  // The model's input as the other addend: a conv of 4 channels onto the 4-channel input.
+  const Model in = parse_model_json(R"({"input": [4, 9, 9], "classes": 5, "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1, "name": "c"},
+      {"type": "batchnorm2d", "name": "bn"}, {"type": "add", "inputs": ["input", "bn"]}, {"type": "relu"},
+      {"type": "flatten"}, {"type": "linear", "out_features": 5}]})", "input-residual");
+  Plan a(in, inference(2, ""));
+  EXPECT_EQ(count_units(a, "conv2d+batchnorm2d+add+relu"), 1);
+  EXPECT_LE(fused_vs_unfused<float>(in, inference(2, ""), 61), 1e-5);
+  EXPECT_LE(fused_vs_unfused<double>(residual("r0", true, "relu"), inference(2, "", DType::f64), 62), 1e-12);
+  EXPECT_LE(fused_vs_unfused<double>(in, inference(1, "", DType::f64), 63, true), 1e-12);
+}
+
+// An add whose other addend the unit would make itself (the conv's output, read twice) or a node
+// after the unit's first makes: not a post-op (the BN folds alone or not at all).
+TEST(PlanConvBnFold, AnAddendNotYetMadeIsNoPostOp) {
+  const Model later = parse_model_json(R"({"input": [4, 9, 9], "classes": 5, "layers": [
+      {"type": "conv2d", "out_channels": 4, "kernel": 3, "padding": 1, "name": "c"},
+      {"type": "batchnorm2d", "name": "bn"},
+      {"type": "conv2d", "out_channels": 4, "kernel": 1, "name": "d", "inputs": ["input"]},
+      {"type": "add", "inputs": ["bn", "d"]}, {"type": "relu"},
+      {"type": "flatten"}, {"type": "linear", "out_features": 5}]})", "later-addend");
+  Plan a(later, inference(2, ""));
+  EXPECT_EQ(count_units(a, "conv2d+batchnorm2d"), 1);
+  EXPECT_EQ(count_units(a, "add"), 1);
+  EXPECT_LE(fused_vs_unfused<float>(later, inference(2, ""), 64), 1e-5);
 }
 
 // A bf16 plan rounds the folded weight instead of the raw one: close, not equal.

@@ -127,8 +127,9 @@ TEST(Layout, Resnet18F64MatchesTheNchwPlan) {
   EXPECT_LT(nhwc_vs_nchw<double>(m, DType::f64, 2, ""), 1e-10);
 }
 
-// An inference plan folds every conv2d+batchnorm2d (20 in resnet18) channel-last as in nchw: the
-// same outputs, in eval mode (folded) and train mode (the two unfolded, batch statistics).
+// An inference plan folds every conv2d+batchnorm2d (20 in resnet18, 17 with their residual add
+// and ReLU) channel-last as in nchw: the same outputs, in eval mode (folded) and train mode (the
+// two unfolded, batch statistics).
 TEST(Layout, Resnet18InferencePlanFoldsChannelLast) {
   Model m = builtin_model("resnet18");
   m.in_h = m.in_w = 64;
@@ -136,7 +137,9 @@ TEST(Layout, Resnet18InferencePlanFoldsChannelLast) {
     PlanOptions oa = options("nchw", 2, DType::f32, isa), ob = options("nhwc", 2, DType::f32, isa);
     oa.training = ob.training = false;
     Plan a(m, oa), b(m, ob);
-    EXPECT_EQ(count_units(b, "conv2d+batchnorm2d"), 20);
+    EXPECT_EQ(count_units(b, "conv2d+batchnorm2d") + count_units(b, "conv2d+batchnorm2d+relu") +
+                  count_units(b, "conv2d+batchnorm2d+add+relu"),
+              20);
     EXPECT_EQ(count_units(b, "reorder"), 1);
     a.init_params(3);
     randomize_constants<float>(a);

@@ -92,12 +92,16 @@ class Conv2d final : public Layer {
       const float* wp = nullptr;
       if constexpr (std::is_same_v<T, float>) wp = packed(e, b);
       const ops::ConvAlgo a = algo(e, n);
+      const ops::ConvPost<T> post{p<T>(b.post_residual), b.post_act};
       if constexpr (std::is_same_v<T, float>)
-        if (b.post_act && wp && a == ops::ConvAlgo::nhwc_gemm)  // the activation in the GEMM's store
+        if (b.post_act && !b.post_residual && wp && a == ops::ConvAlgo::nhwc_gemm)  // the activation in the GEMM's store
           return ops::linear_fwd_packed(e, p<T>(b.y), {p<T>(b.x)}, wp, p<T>(b.b), n * in_.h * in_.w, in_.c, spec_.out,
                                         b.post_act);
-      if (nhwc()) return ops::conv2d_nhwc_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), wp);
-      ops::conv2d_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh, wp);
+      if (nhwc()) {  // the post-ops in one pass after
+        ops::conv2d_nhwc_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), wp);
+        return ops::post_ops_fwd<T>(e, p<T>(b.y), post, size_t(n) * out_.size());
+      }
+      ops::conv2d_fwd<T>(e, a, p<T>(b.y), p<T>(b.x), p<T>(b.w), p<T>(b.b), shape(n), p<T>(b.ws), b.wh, b.xh, wp, post);
     });
   }
   void backward(const ops::Exec& e, const Bufs& b, int n) override {
