@@ -54,7 +54,7 @@ TEST_F(Cli, ActTakesTheOpTablesActivations) {
   EXPECT_EQ(blocks, 8u) << model;  // convnext-fashion: 2 blocks in each of 4 stages
   r = run("train --model convnext-fashion --act conv2d --epochs 1");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("--act: expected fastswish, gelu, gelu-tanh, hardswish, mish, relu"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--act: expected elu, fastswish, gelu, gelu-tanh, hardswish, mish, relu"), std::string::npos) << r.err;
 }
 
 }  // namespace

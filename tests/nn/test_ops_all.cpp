@@ -119,6 +119,7 @@ const std::vector<Row>& rows() {
       {"fastswish", activation_nets("fastswish")},
       {"mish", activation_nets("mish")},
       {"softsign", activation_nets("softsign")},
+      {"elu", activation_nets("elu")},
       {"layernorm",
        {{R"({"type": "flatten"}, {"type": "linear", "out_features": 31}, {"type": "layernorm"}, {"type": "gelu"})", 2, 3, 3, 17},
         {R"({"type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1, "bias": false}, {"type": "layernorm", "dims": 2}, {"type": "relu"},
