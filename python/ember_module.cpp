@@ -257,10 +257,10 @@ class PyModel {
   // on; returns `ember profile --json`'s object. The weights are put back afterwards; the
   // optimizer's state (Adam moments, step count) moves on as after those steps.
   py::object profile(const py::buffer& x, const py::array& y, int steps, int batch_size, int threads) {
-    refuse_int8("profile");
     const Samples s = samples_of(x, model_, "x");
     const Truth truth = truth_of(y, s.n, model_);
     as_value_error([&] { ember::check_integer("steps", steps, 1, 1000000); });
+    if (int8_) return profile_int8(s, steps, batch_size, threads);
     ensure_plan(options(batch_size, model_.recipe.batch_size, threads, model_.recipe.optimizer), s.n, 1);
     const int B = plan_->batch();
     std::string json;
@@ -429,6 +429,42 @@ class PyModel {
       check_signals();
     }
   }
+  // profile() of the int8 plan: `steps` forwards of batches in order from the first sample, the
+  // table of `ember profile --weights Wq` (data and forward rows).
+  py::object profile_int8(const Samples& s, int steps, int batch_size, int threads) {
+    const ember::PlanOptions o = options(batch_size, 64, threads, model_.recipe.optimizer);
+    const int B = int(std::min<int64_t>(o.batch, s.n));
+    std::string json;
+    {
+      py::gil_scoped_release nogil;
+      if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != o.threads)
+        int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, o.threads, "", denormals_);
+      ember::Int8Plan& p = *int8_plan_;
+      const ember::ProfiledPlan pp = ember::profiled_plan(p);
+      ember::Profiler prof(p.threads(), int(pp.units.size()));
+      p.set_profiler(&prof);
+      try {
+        for (int64_t step = 0, start = 0; step < steps; ++step, start = (start + B) % s.n) {
+          const int n = int(std::min<int64_t>(B, s.n - start));
+          const int64_t t0 = prof.now_ns();
+          for (int i = 0; i < n; ++i) copy_sample(s, start + i, p.input() + size_t(i) * s.per);
+          prof.record(0, ember::Phase::data, -1, t0, prof.now_ns());
+          p.forward(n);
+          prof.record(0, ember::Phase::step, -1, t0, prof.now_ns());
+          prof.end_step(n);
+          check_signals();
+        }
+      } catch (...) {
+        p.set_profiler(nullptr);
+        throw;
+      }
+      p.set_profiler(nullptr);
+      const double peak = ember::measure_machine(p.isa_name()).peak_gflops_1t * p.threads();
+      json = ember::profile_json(ember::summarize_profile(pp, prof, peak));
+    }
+    return py::module_::import("json").attr("loads")(json);
+  }
+
   // evaluate() of the int8 plan: classifiers on labels (loss: softmax cross-entropy; NaN for
   // models trained with another loss).
   py::dict evaluate_int8(const Samples& s, const Truth& truth, int batch_size) {
@@ -676,6 +712,7 @@ PYBIND11_MODULE(ember, m) {
            "Writes the model and its weights as ONNX (opset 17, dynamic batch; output: the logits)")
       .def("profile", &PyModel::profile, py::arg("x"), py::arg("y"), py::arg("steps") = 20, py::arg("batch_size") = 0,
            py::arg("threads") = 0,
-           "Profiles `steps` training steps; returns ember profile --json's dict (rows per layer and phase, "
-           "% of the FMA peak). The weights are restored afterwards; the optimizer state moves on");
+           "Profiles `steps` training steps (precision int8: `steps` forwards of the int8 plan); returns ember "
+           "profile --json's dict (rows per layer and phase, % of the FMA peak). The weights are restored afterwards; "
+           "the optimizer state moves on");
 }

@@ -1,6 +1,7 @@
-// What a profiled training run shows: a per-unit, per-phase table (calls, ms, ms per step, % of
-// the step, GFLOP/s and % of the FMA peak), the largest buffers, and the same spans as a Chrome
-// trace (one track per thread, Perfetto / chrome://tracing) and as folded stacks (flame graphs).
+// What a profiled run shows, for a training plan or an int8 inference plan alike: a per-unit,
+// per-phase table (calls, ms, ms per step, % of the step, GFLOP/s and % of the FMA peak), the
+// largest buffers, and the same spans as a Chrome trace (one track per thread, Perfetto /
+// chrome://tracing) and as folded stacks (flame graphs).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,7 +18,7 @@ struct ProfileRow {
   int64_t calls = 0;
   double total_ms = 0, ms_per_step = 0, pct_step = 0;
   double gflops = 0, pct_peak = 0;  // 0 where the phase does no counted FLOPs; bf16 rows against the bf16 peak
-  std::string precision;         // a unit's matrix products: "fp32" or "bf16"; empty for other rows
+  std::string precision;         // a unit's matrix products: "fp32", "bf16" or "int8"; empty for other rows
 };
 
 struct ProfileSummary {
@@ -37,14 +38,30 @@ struct ProfileSummary {
   int64_t comm_bytes = 0;        // data-parallel: bytes this rank sent in all-reduces
 };
 
-ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double peak_gflops);
+// What the reports read of a plan: its name, kernels, batch, threads, units (the profiler's unit
+// indices) and buffers. Plan and Int8Plan (ember/quant.h: profiled_plan) both give one; a unit
+// whose dtype is "u8" is an int8 row (GOP/s, no peak: ember measures no int8 peak).
+struct ProfiledPlan {
+  std::string model, isa, precision;  // precision: "fp32", "bf16" or "int8"
+  int batch = 0, threads = 0;
+  std::vector<UnitInfo> units;
+  std::vector<BufferInfo> buffers;    // largest first
+};
+ProfiledPlan profiled_plan(const Plan& plan);
+
+ProfileSummary summarize_profile(const ProfiledPlan& plan, const Profiler& prof, double peak_gflops);
+inline ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double peak_gflops) {
+  return summarize_profile(profiled_plan(plan), prof, peak_gflops);
+}
 // The table a person reads (and the largest `max_buffers` buffers).
 std::string format_profile(const ProfileSummary& s, int max_buffers = 8);
 // The summary as one JSON object (the `profile.json` of a run directory).
 std::string profile_json(const ProfileSummary& s);
 // Chrome trace-event JSON of the kept spans: "X" events in microseconds, one tid per thread.
-std::string chrome_trace_json(const Plan& plan, const Profiler& prof);
+std::string chrome_trace_json(const ProfiledPlan& plan, const Profiler& prof);
+inline std::string chrome_trace_json(const Plan& plan, const Profiler& prof) { return chrome_trace_json(profiled_plan(plan), prof); }
 // Folded stacks ("step;forward;linear (4) 1234", microseconds) of the main thread's spans.
-std::string folded_stacks(const Plan& plan, const Profiler& prof);
+std::string folded_stacks(const ProfiledPlan& plan, const Profiler& prof);
+inline std::string folded_stacks(const Plan& plan, const Profiler& prof) { return folded_stacks(profiled_plan(plan), prof); }
 
 }  // namespace ember

@@ -13,6 +13,7 @@
 #include "ember/loader.h"
 #include "ember/model.h"
 #include "ember/plan.h"
+#include "ember/profile.h"
 #include "ember/train.h"
 
 namespace ember {
@@ -155,15 +156,11 @@ class Int8Plan {
   // As Plan::gather_u8 (u8 images scaled by 1/255, or the per-channel affine) into the input.
   void gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n);
   void set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift);
-  // Per-step timing (ember profile): while on, each forward adds every step's wall time to its total.
-  struct StepTime {
-    std::string what;     // as summary() names the step
-    std::string kind;     // "int8", "fp32", "convert"
-    double seconds = 0;   // summed over the forwards since set_step_timing(true)
-    int64_t calls = 0;
-  };
-  void set_step_timing(bool on);
-  std::vector<StepTime> step_times() const;
+  // As Plan::set_profiler (ember profile): while set, each forward records every step as a
+  // forward span of its unit (the index into units()) on each thread of the pool; null: off.
+  void set_profiler(Profiler* p);
+  const char* isa_name() const;           // its fp32 kernel set (kernel_set_name)
+  std::vector<BufferInfo> buffers() const;  // largest first: arena, scratch, packed weights
   void forward(int n);
   const float* output() const;            // [batch, output dims] fp32
   std::vector<int> output_dims() const;
@@ -178,6 +175,9 @@ class Int8Plan {
 };
 
 QdqExport qdq_export_view(const QuantizedWeights& q);
+
+// The plan as the profile reports read it (ember/profile.h): its steps are the units, precision "int8".
+ProfiledPlan profiled_plan(const Int8Plan& plan);
 
 // Evaluates an int8 plan on all of `data` (as evaluate() does a Plan: a centre crop through the
 // Augment's deterministic path when one is given).

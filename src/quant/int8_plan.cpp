@@ -5,13 +5,13 @@
 // tensor is read in another form than it was written. Buffers are placed by lifetime.
 #include <algorithm>
 #include <cfloat>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
 #include "core/fp_mode.h"
 #include "ember/error.h"
+#include "ember/profiler.h"
 #include "ember/quant.h"
 #include "kernels/int8_kernels.h"
 #include "nn/input_u8.h"
@@ -399,6 +399,7 @@ void add_dw(Impl& m, int i, Step& st) {
 void describe_step(const Impl& m, int i, Role r, int out, Step& st) {
   const nn::Node& n = m.g().nodes[size_t(i)];
   st.ops = {layer_kind_name(n.spec->kind)};
+  st.flops = n.layer->flops_per_sample();
   st.layout = r == Role::fallback ? nn::layout_name(n.layout) : m.ts[size_t(n.in[0])].image ? "nhwc" : "flat";
   if (r == Role::fallback) {
     st.algorithm = "fp32 " + (n.layer->algorithm().empty() ? std::string(layer_kind_name(n.spec->kind)) : n.layer->algorithm());
@@ -600,19 +601,23 @@ const char* Int8Plan::int8_path() const { return impl_->k->name; }
 const Model& Int8Plan::model() const { return impl_->q.model; }
 float* Int8Plan::input() { return impl_->at<float>(impl_->ts[0].buf[kF32Nchw]); }
 int32_t* Int8Plan::labels() { return impl_->labels.data(); }
-void Int8Plan::set_step_timing(bool on) {
-  impl_->timing = on;
-  impl_->step_s.assign(impl_->steps.size(), 0.0);
-  impl_->step_calls.assign(impl_->steps.size(), 0);
+void Int8Plan::set_profiler(Profiler* p) {
+  impl_->prof = p;
+  impl_->pool->set_profiler(p);
 }
+const char* Int8Plan::isa_name() const { return ember::isa_name(impl_->fk->isa); }
 
-std::vector<Int8Plan::StepTime> Int8Plan::step_times() const {
-  std::vector<StepTime> out;
-  for (size_t i = 0; i < impl_->steps.size() && i < impl_->step_s.size(); ++i) {
-    const Step& st = impl_->steps[i];
-    const char* kind = st.kind == Step::convert ? "convert" : st.kind == Step::fallback ? "fp32" : "int8";
-    out.push_back({st.what, kind, impl_->step_s[i], impl_->step_calls[i]});
-  }
+std::vector<BufferInfo> Int8Plan::buffers() const {
+  const Impl& m = *impl_;
+  size_t packed = 0;
+  for (const quant::GemmOp& g : m.gemms) packed += g.packed.size() + g.bias.size() * 4 + g.scale.size() * 4;
+  for (const quant::DwOp& d : m.dws) packed += d.w.size() + d.bias.size() * 4 + d.scale.size() * 4;
+  std::vector<BufferInfo> out = {{"activations (u8 and fp32, placed by lifetime)", m.scratch_off},
+                                 {"scratch (the largest step's)", m.scratch_bytes},
+                                 {"int8 weights packed, with their int32 biases and scales", packed},
+                                 {"fp32 parameters (the fp32 steps' weights)", m.q.values.size() * sizeof(float)},
+                                 {"labels", m.labels.size() * sizeof(int32_t)}};
+  std::stable_sort(out.begin(), out.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
   return out;
 }
 
@@ -652,16 +657,7 @@ void Int8Plan::forward(int n) {
   Impl& m = *impl_;
   if (n < 1 || n > m.batch) throw Error("int8 plan: forward of " + std::to_string(n) + " samples, batch " + std::to_string(m.batch));
   const FpModeScope fp(m.pool->flushes_denormals());  // as the fp32 plan: core/fp_mode.h
-  if (!m.timing) {
-    for (const Step& st : m.steps) run_step(m, st, n);
-    return;
-  }
-  for (size_t i = 0; i < m.steps.size(); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run_step(m, m.steps[i], n);
-    m.step_s[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++m.step_calls[i];
-  }
+  for (size_t i = 0; i < m.steps.size(); ++i) timed(m.prof, Phase::forward, int(i), [&] { run_step(m, m.steps[i], n); });
 }
 
 const float* Int8Plan::output() const { return impl_->at<float>(impl_->ts[size_t(nn::output(impl_->g()))].buf[kF32Nchw]); }

@@ -42,6 +42,7 @@ struct Step {
   std::vector<std::string> ops, post_ops;
   std::string algorithm, layout, weight_format;
   size_t scratch = 0, packed_per_call = 0;  // an fp32 fallback's layer packs its weight per call
+  double flops = 0;                      // per sample, the node's layer's (the fused ones' are not counted)
 };
 }  // namespace int8plan
 
@@ -70,9 +71,7 @@ struct Int8Plan::Impl {
   size_t base = 0, scratch_off = 0, scratch_bytes = 0;
   std::vector<int32_t> labels;
   std::vector<double> in_scale, in_shift;
-  bool timing = false;
-  std::vector<double> step_s;                       // per step, with timing on
-  std::vector<int64_t> step_calls;
+  Profiler* prof = nullptr;              // Int8Plan::set_profiler
 
   template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.data() + base + blocks[size_t(block)].offset); }
   template <class T> const T* at(int block) const {

@@ -127,9 +127,14 @@ std::vector<UnitInfo> Int8Plan::units() const {
     u.post_ops = st.post_ops;
     u.workspace_bytes = st.scratch;
     u.weight_bytes_packed_per_call = st.packed_per_call;
+    u.flops_fwd = st.flops;
     out.push_back(u);
   }
   return out;
+}
+
+ProfiledPlan profiled_plan(const Int8Plan& plan) {
+  return {plan.model().name, plan.isa_name(), "int8", plan.batch(), plan.threads(), plan.units(), plan.buffers()};
 }
 
 }  // namespace ember

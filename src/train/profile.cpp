@@ -1,5 +1,6 @@
 // Turns a profiler's spans into the profile table, profile.json, a Chrome trace and folded stacks.
-// Rows follow a step's order: data, forward units, loss, backward units (last first), optimizer.
+// Rows follow a step's order: data, forward units, loss, backward units (last first), optimizer
+// (an inference plan's steps have data and forward rows alone).
 #include "ember/profile.h"
 
 #include <algorithm>
@@ -16,8 +17,8 @@ namespace ember {
 namespace {
 double ms(int64_t ns) { return double(ns) / 1e6; }
 
-std::string span_name(const Plan& plan, const Span& s) {
-  if (s.unit >= 0) return plan.units()[size_t(s.unit)].name;
+std::string span_name(const ProfiledPlan& plan, const Span& s) {
+  if (s.unit >= 0) return plan.units[size_t(s.unit)].name;
   switch (s.phase) {
     case Phase::step: return "step " + std::to_string(s.step);
     case Phase::data: return "batch gather";
@@ -29,20 +30,25 @@ std::string span_name(const Plan& plan, const Span& s) {
 }
 }  // namespace
 
-ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double peak_gflops) {
+ProfiledPlan profiled_plan(const Plan& plan) {
+  return {plan.model().name, plan.isa_name(), precision_name(plan.precision()), plan.batch(), plan.threads(), plan.units(),
+          plan.buffers()};
+}
+
+ProfileSummary summarize_profile(const ProfiledPlan& plan, const Profiler& prof, double peak_gflops) {
   ProfileSummary s;
-  s.model = plan.model().name;
-  s.isa = plan.isa_name();
-  s.batch = plan.batch();
-  s.threads = plan.threads();
+  s.model = plan.model;
+  s.isa = plan.isa;
+  s.batch = plan.batch;
+  s.threads = plan.threads;
   s.steps = prof.steps();
   s.samples = prof.samples();
   s.peak_gflops = peak_gflops;
-  s.precision = precision_name(plan.precision());
-  s.bf16_rate = kernels_for(resolve_isa(plan.isa_name(), "isa")).bf16_rate;
+  s.precision = plan.precision;
+  s.bf16_rate = kernels_for(resolve_isa(plan.isa, "isa")).bf16_rate;
   const int64_t step_ns = prof.total(0, Phase::step, -1).ns;
   s.step_ms = s.steps ? ms(step_ns) / double(s.steps) : 0;
-  const auto& units = plan.units();
+  const auto& units = plan.units;
   int64_t covered = 0;
   double flops = 0, at_peak_ns = 0;  // the step's FLOPs, and their time at each one's peak
   auto add = [&](Phase ph, int unit, std::string layer, double flops_per_sample) {
@@ -57,9 +63,9 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
     r.pct_step = step_ns ? 100.0 * double(t.ns) / double(step_ns) : 0;
     const Precision prec = unit < 0 ? Precision::fp32
                            : ph == Phase::backward ? units[size_t(unit)].precision_bwd : units[size_t(unit)].precision;
-    const bool bf16 = prec == Precision::bf16;
-    if (unit >= 0 && ph != Phase::optimizer) r.precision = bf16 ? "bf16" : "fp32";
-    const double peak = peak_gflops * (bf16 ? s.bf16_rate : 1);
+    const bool bf16 = prec == Precision::bf16, int8 = unit >= 0 && units[size_t(unit)].dtype == "u8";
+    if (unit >= 0 && ph != Phase::optimizer) r.precision = int8 ? "int8" : bf16 ? "bf16" : "fp32";
+    const double peak = int8 ? 0 : peak_gflops * (bf16 ? s.bf16_rate : 1);
     if (flops_per_sample > 0 && t.ns > 0) {
       r.gflops = flops_per_sample * double(s.samples) / double(t.ns);
       r.pct_peak = peak > 0 ? 100 * r.gflops / peak : 0;
@@ -77,7 +83,7 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
   for (size_t i = 0; i < units.size(); ++i) add(Phase::optimizer, int(i), units[i].name, 0);
   // Data-parallel training: the communication track (the last, past the pool's threads) holds
   // the all-reduce work and the waits, both on the main thread between the spans above.
-  if (prof.threads() > plan.threads()) {
+  if (prof.threads() > plan.threads) {
     const int tc = prof.threads() - 1;
     for (Phase ph : {Phase::comm, Phase::comm_wait}) {
       const Profiler::Total& t = prof.total(tc, ph, -1);
@@ -109,13 +115,13 @@ ProfileSummary summarize_profile(const Plan& plan, const Profiler& prof, double 
     s.gflops = flops / double(step_ns);
     s.pct_peak = 100 * at_peak_ns / double(step_ns);
   }
-  for (int t = 0; t < plan.threads(); ++t) {
+  for (int t = 0; t < plan.threads; ++t) {
     int64_t busy = 0;
     for (Phase ph : {Phase::forward, Phase::backward, Phase::optimizer})
       for (int u = -1; u < int(units.size()); ++u) busy += prof.total(t, ph, u).ns;
     s.busy_pct.push_back(step_ns ? 100.0 * double(busy) / double(step_ns) : 0);
   }
-  s.buffers = plan.buffers();
+  s.buffers = plan.buffers;
   return s;
 }
 
@@ -127,7 +133,9 @@ std::string format_profile(const ProfileSummary& s, int max_buffers) {
                 "step: %.3f ms mean, %.1f GFLOP/s, %.1f%% of the %.0f GFLOP/s FMA peak%s\n\n",
                 s.model.c_str(), s.steps, s.batch, s.samples, s.threads, s.isa.c_str(), s.precision.c_str(),
                 s.step_ms, s.gflops, s.pct_peak, s.peak_gflops,
-                s.precision == "bf16" ? (s.bf16_rate == 2 ? " (bf16 rows: of twice it, VDPBF16PS)" : " (bf16 rows: emulated, of it)") : "");
+                s.precision == "bf16"   ? (s.bf16_rate == 2 ? " (bf16 rows: of twice it, VDPBF16PS)" : " (bf16 rows: emulated, of it)")
+                : s.precision == "int8" ? " (the fp32 rows' share; int8 rows: GOP/s, no int8 peak is measured)"
+                                        : "");
   out += line;
   size_t w = 5;
   for (const auto& r : s.rows) w = std::max(w, r.layer.size());
@@ -175,15 +183,15 @@ std::string profile_json(const ProfileSummary& s) {
   return json_text(j, 1) + "\n";
 }
 
-std::string chrome_trace_json(const Plan& plan, const Profiler& prof) {
+std::string chrome_trace_json(const ProfiledPlan& plan, const Profiler& prof) {
   using nlohmann::json;
   json ev = json::array();
   ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 0},
-                {"args", {{"name", "ember " + plan.model().name}}}});
+                {"args", {{"name", "ember " + plan.model}}}});
   for (int t = 0; t < prof.threads(); ++t)
     ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t},
                   {"args", {{"name", t == 0 ? std::string("main (pool thread 0)")
-                                     : t >= plan.threads() ? std::string("communication (MPI, on the main thread)")
+                                     : t >= plan.threads ? std::string("communication (MPI, on the main thread)")
                                                            : "pool thread " + std::to_string(t)}}}});
   for (int t = 0; t < prof.threads(); ++t)
     for (const Span& s : prof.spans(t))
@@ -191,12 +199,12 @@ std::string chrome_trace_json(const Plan& plan, const Profiler& prof) {
                     {"pid", 1}, {"tid", t}, {"ts", double(s.t0_ns) / 1e3},
                     {"dur", double(s.t1_ns - s.t0_ns) / 1e3}, {"args", {{"step", s.step}}}});
   json j = {{"traceEvents", ev}, {"displayTimeUnit", "ms"},
-            {"otherData", {{"model", plan.model().name}, {"batch", plan.batch()},
-                           {"threads", plan.threads()}, {"dropped_spans", prof.dropped()}}}};
+            {"otherData", {{"model", plan.model}, {"batch", plan.batch},
+                           {"threads", plan.threads}, {"dropped_spans", prof.dropped()}}}};
   return json_text(j) + "\n";
 }
 
-std::string folded_stacks(const Plan& plan, const Profiler& prof) {
+std::string folded_stacks(const ProfiledPlan& plan, const Profiler& prof) {
   std::map<std::string, double> us;  // stack -> microseconds
   int64_t step_ns = 0, inside_ns = 0;
   for (const Span& s : prof.spans(0)) {

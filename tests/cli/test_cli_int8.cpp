@@ -1,7 +1,11 @@
 // The int8 commands end to end (docs/int8.md): `ember quantize` writes a smaller quantized file;
 // `ember eval` of it, of the fp32 weights with --precision int8 (the same calibration), and of its
 // QDQ export (`ember export Wq`, then `eval --model q.onnx`) give the same numbers; `ember info
-// --weights Wq` shows the plan; misuse gets one-line errors and leaves files alone.
+// --weights Wq` shows the plan; `ember profile` of an int8 plan gives the fp32 profile's table,
+// JSON and trace; misuse gets one-line errors and leaves files alone.
+#include <map>
+#include <sstream>
+
 #include "cli/cli_util.h"
 
 namespace {
@@ -48,6 +52,66 @@ TEST_F(Int8Cli, QuantizeEvalOnTheFlyAndQdqExportAgree) {
   // int8 is close to fp32 on this small set (a few of 50 images may flip).
   const double a8 = final_accuracy(stored, "test accuracy "), a32 = final_accuracy(eval_numbers("--weights " + quote(w.string())), "test accuracy ");
   EXPECT_NEAR(a8, a32, 6.0);
+}
+
+// `ember profile --weights Wq` and `--precision int8` of fp32 weights: the table of a training
+// profile (its header and columns), one forward row per unit of the int8 plan with the int8 ones
+// marked, rows covering the step, spans inside their steps; a quantized file profiled in another
+// precision is refused.
+TEST_F(Int8Cli, ProfileOfTheInt8PlanIsTheFp32ProfilesTable) {
+  const fs::path w = trained_weights(), wq = quantized(w), pj = tmp_ / "p.json", trace = tmp_ / "t.json";
+  const std::string args = "profile --data " + quote(data_.string()) + " --batch-size 16 --threads 2 --limit-samples 96 ";
+  const Result fp32 = run(args + "--weights " + quote(w.string()));
+  ASSERT_EQ(fp32.code, 0) << fp32.cmd << "\n" << fp32.out << fp32.err;
+  auto header = [](const std::string& out) {  // the column names, spaces collapsed (the first is as wide as the names)
+    const size_t at = out.find("\nlayer ");
+    if (at == std::string::npos) return std::string("(none)");
+    std::istringstream line(out.substr(at, out.find('\n', at + 1) - at));
+    std::string word, words;
+    while (line >> word) words += word + " ";
+    return words;
+  };
+  for (const std::string& weights : {"--weights " + quote(wq.string()), "--weights " + quote(w.string()) + " --precision int8"}) {
+    const Result r = run(args + weights + " --json " + quote(pj.string()) + " --trace " + quote(trace.string()));
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("6 steps of batch 16 (96 samples), 2 threads"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("precision int8"), std::string::npos) << r.out;
+    EXPECT_EQ(header(r.out), header(fp32.out)) << r.out;
+    EXPECT_NE(r.out.find("profiler cost:"), std::string::npos) << r.out;
+    const nlohmann::json p = nlohmann::json::parse(read_text(pj));
+    EXPECT_EQ(p["precision"], "int8");
+    EXPECT_EQ(p["steps"].get<int>(), 6);
+    int int8_rows = 0, forward_rows = 0;
+    double pct = 0;
+    for (const nlohmann::json& row : p["rows"]) {
+      pct += row["pct_step"].get<double>();
+      if (row["phase"] == "forward") {
+        ++forward_rows;
+        EXPECT_EQ(row["calls"].get<int>(), 6) << row.dump();
+      }
+      if (row["precision"] == "int8") {
+        ++int8_rows;
+        EXPECT_GT(row["gflops"].get<double>(), 0) << row.dump();
+      }
+      EXPECT_NE(row["phase"], "backward") << row.dump();
+    }
+    EXPECT_NEAR(pct, 100.0, 0.5) << "rows must cover the step exactly";
+    EXPECT_GE(int8_rows, 2) << p.dump(1);           // mnist-mlp's Linear layers
+    EXPECT_GE(forward_rows, int8_rows + 1) << p.dump(1);  // and the input's quantize
+    // Every span of the main thread lies inside the step span of its number.
+    std::map<int, std::pair<double, double>> steps;
+    const nlohmann::json t = nlohmann::json::parse(read_text(trace));
+    for (const nlohmann::json& e : t["traceEvents"])
+      if (e["ph"] == "X" && e["cat"] == "step") steps[e["args"]["step"].get<int>()] = {e["ts"], e["ts"].get<double>() + e["dur"].get<double>()};
+    ASSERT_EQ(steps.size(), 6u);
+    for (const nlohmann::json& e : t["traceEvents"]) {
+      if (e["ph"] != "X" || e["tid"] != 0 || e["cat"] == "step") continue;
+      const auto& s = steps[e["args"]["step"].get<int>()];
+      EXPECT_GE(e["ts"].get<double>(), s.first - 1e-3) << e.dump();
+      EXPECT_LE(e["ts"].get<double>() + e["dur"].get<double>(), s.second + 1e-3) << e.dump();
+    }
+  }
+  expect_one_line_error(run(args + "--weights " + quote(wq.string()) + " --precision bf16"), {"--precision bf16", "int8"});
 }
 
 TEST_F(Int8Cli, InfoShowsScalesAndThePlan) {

@@ -574,7 +574,9 @@ TEST(OpsAll, ForwardAndBackwardOfEveryOpOnEveryKernelSetThreadCountAndDtype) {
       EXPECT_TRUE(tally.layouts[d->name].count(l)) << d->name << " declares layout " << l << " but no model ran it";
   for (const auto& [op, seen] : tally.layouts) {  // and an op ran channel-last only where it declares it
     const nn::OpDesc* d = nn::find_op(op);
-    if (d && seen.count("nhwc")) EXPECT_TRUE(declares(d->layouts, "nhwc")) << op << " ran in layout nhwc, undeclared";
+    if (d && seen.count("nhwc")) {
+      EXPECT_TRUE(declares(d->layouts, "nhwc")) << op << " ran in layout nhwc, undeclared";
+    }
   }
   std::string sets;
   for (Isa isa : isas()) sets += std::string(isa_name(isa)) + ", ";

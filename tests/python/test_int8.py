@@ -125,8 +125,11 @@ def test_int8_errors(trained):
     m.quantize(x)
     with pytest.raises(ValueError, match="fit: the model's precision is int8"):
         m.fit(x, y)
-    with pytest.raises(ValueError, match="profile: the model's precision is int8"):
-        m.profile(x, y, steps=1)
+    # profile of an int8 model: its plan's forwards, int8 rows in the CLI's table
+    p = m.profile(x, y, steps=2, batch_size=4, threads=1)
+    assert p["precision"] == "int8" and p["steps"] == 2
+    assert any(r["precision"] == "int8" and r["phase"] == "forward" for r in p["rows"]), p["rows"]
+    assert not any(r["phase"] == "backward" for r in p["rows"]), p["rows"]
     # training again drops the quantization (its weights are stale)
     m.precision = "fp32"
     m.fit(x, y, batch_size=8, threads=1)

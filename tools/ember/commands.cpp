@@ -109,9 +109,6 @@ Model model_flag(const std::string& name) {
   }
 }
 
-namespace {
-
-// --model resolved, with --act applied (ConvNeXt models only).
 Model model_of(const CommonArgs& a) {
   Model m = model_flag(a.model);
   if (a.act.empty()) return m;
@@ -125,6 +122,8 @@ Model model_of(const CommonArgs& a) {
   }
   return m;
 }
+
+namespace {
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
   a.threads = default_threads();
@@ -158,7 +157,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--isa", a.isa, "Force a kernel set: scalar, avx2, avx512 or amx (default: best the CPU has; env EMBER_ISA)");
   cmd->add_option("--precision", a.precision,
                   "fp32 or bf16: the matrix products' arithmetic (bf16: operands rounded to bf16, products summed "
-                  "in fp32; LayerNorm, activations, the loss and the optimizer stay fp32); eval also takes int8")
+                  "in fp32; LayerNorm, activations, the loss and the optimizer stay fp32); eval and profile also take int8")
       ->capture_default_str();
   cmd->add_option("--layout", a.layout,
                   "auto, nchw or nhwc: the activations' layout (nhwc: channel-last wherever a node can, reorders "
@@ -197,7 +196,7 @@ void validate_common(const CommonArgs& a, const Label& L = plain) {
   if (a.cache_mb != -1) check_integer(L("--cache-mb"), a.cache_mb, 0, int64_t(1) << 30);
   if (a.pad != -1) check_integer(L("--pad"), a.pad, 0, 1024);
   resolve_kernel_set(one_line(a.isa), L("--isa"));
-  if (a.precision != "int8") parse_precision(one_line(a.precision), L("--precision"));  // int8: eval's, checked there
+  if (a.precision != "int8") parse_precision(one_line(a.precision), L("--precision"));  // int8: eval's and profile's, checked there
   if (a.layout != "auto" && a.layout != "nchw" && a.layout != "nhwc")
     bad(L("--layout"), "auto, nchw or nhwc", "'" + one_line(a.layout) + "'");
   parse_denormals(a.denormals, L("--denormals"));

@@ -168,6 +168,11 @@ int run_quantize(QuantizeArgs a, const CLI::App& cmd);
 Model qat_model(const TrainArgs& a, bool freeze_given, const Model& model, const Dataset& train, int64_t steps,
                 QuantizedWeights* calibrated);
 void load_qat_start(Plan& plan, const std::string& weights, const QuantizedWeights& calibrated);
+// Post-training quantization of `model` with the fp32 weights in `weights` (""): its initial
+// weights of init_seed), calibrated as o says on the first images of `train` (ember quantize,
+// eval and profile --precision int8 of fp32 weights).
+QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std::string& weights, const Dataset& train,
+                              const QuantOptionsCli& o, uint64_t init_seed = 1);
 // Eval of quantized weights, or of fp32 weights quantized here (--precision int8).
 int run_eval_int8(EvalArgs& a, const CLI::App& cmd);
 // `ember info --weights Wq`: each quantized layer's scales and the calibration used.
@@ -252,6 +257,7 @@ struct TrainSetup {
 // --act) that is given must be the same model once its input and classes are those the weights
 // were fitted to (a run on their data set), else "--model: ..." names both.
 Model weights_model(const CommonArgs& c, const std::string& weights, bool model_given);
+Model model_of(const CommonArgs& a);  // --model resolved, with --act applied (ConvNeXt models only)
 // Whether a weights file fixes its model's input and classes: its metadata describes the model
 // (ember's files). A file without one (PyTorch's), or naming a built-in model, leaves them to the
 // run, which fits the model to its data (fit_model_to_data) before checking the weights against it.

@@ -2,10 +2,10 @@
 // profiling build did) after a few warm-up steps, with the profiler on, and prints the per-layer
 // table; --trace, --json, --folded and --flame write the Chrome trace, profile.json, folded
 // stacks and an SVG flame graph of ember's own spans.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <algorithm>
-#include <map>
 #include <memory>
 
 #include "commands.h"
@@ -14,6 +14,7 @@
 #include "ember_support/files.h"
 #include "ember/io.h"
 #include "ember/profile.h"
+#include "ember_support/bench.h"
 #include "ember_support/report.h"
 
 namespace ember::cli {
@@ -37,19 +38,75 @@ double plain_step_ms(Plan& plan, const Dataset& tr, const Dataset& te, TrainConf
   const int64_t steps = (tr.count + plan.batch() - 1) / plan.batch() * r.epochs_run;
   return steps ? 1e3 * r.seconds / double(steps) : 0;
 }
-}  // namespace
 
-namespace {
-// `ember profile --weights Wq` of a quantized file: the int8 plan's forward over --limit-samples
-// training images, timed per step (int8 kernels, fp32 nodes, the conversions between), one table.
+// The profiler's own cost (two clock reads per span, the spans per step of this run) beside the
+// step's time without it.
+void print_profiler_cost(const Profiler& prof, const ProfileSummary& s, double off_ms) {
+  int64_t spans = 0;
+  for (int th = 0; th < prof.threads(); ++th)
+    for (int ph = 0; ph < kPhases; ++ph)
+      for (int u = -1; u < prof.units(); ++u) spans += prof.total(th, Phase(ph), u).calls;
+  const int64_t reps = 200000, c0 = prof.now_ns();
+  int64_t sink = 0;
+  for (int64_t i = 0; i < reps; ++i) sink += prof.now_ns();
+  const double clock_ns = double(prof.now_ns() - c0) / double(reps) + double(sink & 0);
+  const double per_step_us = s.steps ? double(spans) / double(s.steps) * 2 * clock_ns / 1e3 : 0;
+  std::printf("\nprofiler cost: %.1f spans per step x 2 clock reads of %.0f ns = %.2f us per step "
+              "(%.3f%% of the step); step without profiler %.3f ms, with %.3f ms\n",
+              s.steps ? double(spans) / double(s.steps) : 0.0, clock_ns, per_step_us,
+              s.step_ms > 0 ? 100 * per_step_us / 1e3 / s.step_ms : 0.0, off_ms, s.step_ms);
+}
+
+// --trace, --json, --folded and --flame, of either kind of plan.
+void write_profile_outputs(const ProfileArgs& a, const ProfiledPlan& plan, const Profiler& prof, const ProfileSummary& s) {
+  if (!a.trace.empty()) {
+    write_text_file(a.trace, chrome_trace_json(plan, prof), "--trace");
+    std::printf("trace written to %s (open in https://ui.perfetto.dev or chrome://tracing)\n", a.trace.c_str());
+  }
+  if (!a.json.empty()) write_text_file(a.json, profile_json(s), "--json");
+  if (!a.folded.empty()) write_text_file(a.folded, folded_stacks(plan, prof), "--folded");
+  if (!a.flame.empty()) {
+    report::FlameGraphOptions fo;
+    fo.unit = "us";
+    fo.title = "ember profile: " + plan.model + ", batch " + std::to_string(plan.batch) + ", " + std::to_string(plan.threads) +
+               " threads (microseconds)";
+    const auto stacks = report::parse_folded(folded_stacks(plan, prof), "profile spans");
+    write_text_file(a.flame, report::flame_graph_svg(stacks, fo), "--flame");
+    std::printf("flame graph written to %s\n", a.flame.c_str());
+  }
+}
+
+// The int8 plan's weights: a quantized --weights file as it is, or fp32 weights (--weights, else
+// the model's initial ones of --seed) quantized here, minmax-calibrated on up to 512 of the
+// profiled images (as ember quantize would). data: the profiled images.
+QuantizedWeights int8_weights(TrainArgs& t, const CLI::App& cmd, int64_t limit, TrainTest* data) {
+  if (!t.weights.empty() && is_quantized_file(t.weights)) {
+    if (cmd.count("--precision") && t.common.precision != "int8")
+      throw Error("--precision " + one_line(t.common.precision) + ": " + quote_path(t.weights) +
+                  " is quantized (int8) and profiles int8 only");
+    QuantizedWeights q = load_quantized(t.weights);
+    if (!cmd.count("--batch-size")) t.common.batch_size = q.model.recipe.batch_size;
+    check_common(t.common);
+    *data = load_data_for(t.common, limit);
+    return q;
+  }
+  const Model model = t.weights.empty() ? model_of(t.common) : weights_model(t.common, t.weights, cmd.count("--model") || cmd.count("--act"));
+  if (!cmd.count("--batch-size")) t.common.batch_size = model.recipe.batch_size;
+  check_common(t.common);
+  *data = load_data_for(t.common, limit);
+  QuantOptionsCli o;
+  o.samples = int(std::min<int64_t>(limit, 512));
+  return quantize_for(t.common, model, t.weights, data->train, o, t.seed);
+}
+
+// `ember profile` of an int8 plan (a quantized --weights file, or --precision int8): its forward
+// over --limit-samples training images after --warmup-steps, in the fp32 profile's table, trace
+// and files: a step is a batch's gather (data) and forward (one row per unit: int8 steps, the fp32
+// steps between them and the conversions).
 int run_profile_int8(ProfileArgs& a, const CLI::App& cmd) {
   TrainArgs& t = a.train;
-  for (const char* flag : {"--trace", "--folded", "--flame", "--json"})
-    if (cmd.count(flag)) throw Error(std::string(flag) + ": not available for quantized weights (the table is printed)");
-  const QuantizedWeights q = load_quantized(t.weights);
-  if (!cmd.count("--batch-size")) t.common.batch_size = q.model.recipe.batch_size;
-  check_common(t.common);
-  const TrainTest data = load_data_for(t.common, a.limit_samples);
+  TrainTest data;
+  const QuantizedWeights q = int8_weights(t, cmd, a.limit_samples, &data);
   const int B = clamp_batch(t.common.batch_size, data.train.count, "training set");
   Int8Plan plan(q, B, t.common.threads, t.common.isa, parse_denormals(t.common.denormals, "--denormals"));
   bool augmenting = false;
@@ -60,34 +117,38 @@ int run_profile_int8(ProfileArgs& a, const CLI::App& cmd) {
   if (data.train.rows != q.model.in_h || data.train.cols != q.model.in_w || data.train.channels != q.model.in_c)
     throw Error("--data: profiling int8 needs images of the model's input size");
   std::vector<int64_t> idx(static_cast<size_t>(B));
-  auto batch = [&](int64_t s0) {
+  auto step = [&](int64_t s0, Profiler* p) {  // one batch from sample s0: gather, forward
     const int n = int(std::min<int64_t>(B, data.train.count - s0));
-    for (int i = 0; i < n; ++i) idx[size_t(i)] = s0 + i;
-    plan.gather_u8(data.train.images.data(), data.train.labels.data(), idx.data(), n);
-    plan.forward(n);
-    return n;
+    timed(p, Phase::step, -1, [&] {
+      timed(p, Phase::data, -1, [&] {
+        for (int i = 0; i < n; ++i) idx[size_t(i)] = s0 + i;
+        plan.gather_u8(data.train.images.data(), data.train.labels.data(), idx.data(), n);
+      });
+      plan.forward(n);
+    });
+    if (p) p->end_step(n);
   };
-  for (int w = 0; w < a.warmup_steps; ++w) batch(0);
-  plan.set_step_timing(true);
-  int64_t samples = 0, batches = 0;
-  for (int64_t s0 = 0; s0 < data.train.count; s0 += B) samples += batch(s0), ++batches;
-  double total = 0;
-  std::map<std::string, double> by_kind;
-  for (const Int8Plan::StepTime& st : plan.step_times()) total += st.seconds, by_kind[st.kind] += st.seconds;
-  std::printf("ember profile: model %s, int8 (%s kernels), %lld samples in %lld batches of %d, %d threads: "
-              "%.3f ms per batch, %.0f samples/s\n", q.model.name.c_str(), plan.int8_path(), (long long)samples,
-              (long long)batches, B, plan.threads(), 1e3 * total / double(batches), double(samples) / total);
-  for (const auto& [kind, s] : by_kind) std::printf("  %-8s %6.1f %%\n", kind.c_str(), 100 * s / total);
-  std::printf("  %9s %6s  step\n", "ms/batch", "share");
-  for (const Int8Plan::StepTime& st : plan.step_times())
-    std::printf("  %9.3f %5.1f%%  %s\n", 1e3 * st.seconds / double(batches), 100 * st.seconds / total, st.what.c_str());
+  for (int w = 0; w < a.warmup_steps; ++w) step(0, nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t batches = 0;
+  for (int64_t s0 = 0; s0 < data.train.count; s0 += B) step(s0, nullptr), ++batches;
+  const double off_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(batches);
+  const ProfiledPlan pp = profiled_plan(plan);
+  Profiler prof(plan.threads(), int(pp.units.size()));
+  plan.set_profiler(&prof);
+  for (int64_t s0 = 0; s0 < data.train.count; s0 += B) step(s0, &prof);
+  plan.set_profiler(nullptr);
+  const ProfileSummary s = summarize_profile(pp, prof, measure_machine(plan.isa_name()).peak_gflops_1t * plan.threads());
+  std::printf("%s", format_profile(s).c_str());
+  std::printf("int8 kernels: %s\n", plan.int8_path());
+  print_profiler_cost(prof, s, off_ms);
+  write_profile_outputs(a, pp, prof, s);
   return 0;
 }
 }  // namespace
 
 int run_profile(ProfileArgs a, const CLI::App& cmd) {
   TrainArgs& t = a.train;
-  if (!t.weights.empty() && is_quantized_file(t.weights)) return run_profile_int8(a, cmd);
   if (a.limit_samples < 1 || a.limit_samples > (int64_t(1) << 40))
     throw Error("--limit-samples: expected an integer in [1, 1099511627776], found " + std::to_string(a.limit_samples));
   if (a.warmup_steps < 0 || a.warmup_steps > 100000)
@@ -100,6 +161,7 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
   for (const char* flag : {"--resume", "--checkpoint-every", "--checkpoint-dir", "--keep-checkpoints", "--save", "--out",
                            "--targets", "--test-targets"})
     if (cmd.count(flag)) throw Error(std::string(flag) + ": not available in ember profile (use ember train)");
+  if (t.common.precision == "int8" || (!t.weights.empty() && is_quantized_file(t.weights))) return run_profile_int8(a, cmd);
   TrainSetup su = make_train_setup(t, cmd);
   su.cfg.evaluate = false;
   if (!cmd.count("--epochs")) su.cfg.epochs = 1;
@@ -139,35 +201,8 @@ int run_profile(ProfileArgs a, const CLI::App& cmd) {
 
   const ProfileSummary s = summarize_profile(plan, prof, peak_for(plan));
   std::printf("%s", format_profile(s).c_str());
-  // The profiler's own cost: two clock reads per span, spans per step from this run.
-  int64_t spans = 0;
-  for (int th = 0; th < prof.threads(); ++th)
-    for (int ph = 0; ph < kPhases; ++ph)
-      for (int u = -1; u < prof.units(); ++u) spans += prof.total(th, Phase(ph), u).calls;
-  const int64_t reps = 200000, c0 = prof.now_ns();
-  int64_t sink = 0;
-  for (int64_t i = 0; i < reps; ++i) sink += prof.now_ns();
-  const double clock_ns = double(prof.now_ns() - c0) / double(reps) + double(sink & 0);
-  const double per_step_us = s.steps ? double(spans) / double(s.steps) * 2 * clock_ns / 1e3 : 0;
-  std::printf("\nprofiler cost: %.1f spans per step x 2 clock reads of %.0f ns = %.2f us per step "
-              "(%.3f%% of the step); step without profiler %.3f ms, with %.3f ms\n",
-              s.steps ? double(spans) / double(s.steps) : 0.0, clock_ns, per_step_us,
-              s.step_ms > 0 ? 100 * per_step_us / 1e3 / s.step_ms : 0.0, off_ms, s.step_ms);
-  if (!a.trace.empty()) {
-    write_text_file(a.trace, chrome_trace_json(plan, prof), "--trace");
-    std::printf("trace written to %s (open in https://ui.perfetto.dev or chrome://tracing)\n", a.trace.c_str());
-  }
-  if (!a.json.empty()) write_text_file(a.json, profile_json(s), "--json");
-  if (!a.folded.empty()) write_text_file(a.folded, folded_stacks(plan, prof), "--folded");
-  if (!a.flame.empty()) {
-    report::FlameGraphOptions fo;
-    fo.unit = "us";
-    fo.title = "ember profile: " + plan.model().name + ", batch " + std::to_string(plan.batch()) + ", " +
-               std::to_string(plan.threads()) + " threads (microseconds)";
-    const auto stacks = report::parse_folded(folded_stacks(plan, prof), "profile spans");
-    write_text_file(a.flame, report::flame_graph_svg(stacks, fo), "--flame");
-    std::printf("flame graph written to %s\n", a.flame.c_str());
-  }
+  print_profiler_cost(prof, s, off_ms);
+  write_profile_outputs(a, profiled_plan(plan), prof, s);
   return 0;
 }
 

@@ -35,19 +35,22 @@ void add_quantize_flags(CLI::App* cmd, QuantizeArgs& a) {
 }
 
 namespace {
-// The fp32 weights of `model` from `path` (model_params order).
-std::vector<float> fp32_values(const Model& model, const std::string& path) {
-  check_weights_fit(model, path);
+// The fp32 weights of `model` from `path` (model_params order); path "": its initial weights of
+// `init_seed`.
+std::vector<float> fp32_values(const Model& model, const std::string& path, uint64_t init_seed = 1) {
+  if (!path.empty()) check_weights_fit(model, path);
   PlanOptions po;
   po.batch = 1, po.threads = 1, po.training = false;
   Plan plan(model, po);
-  load_weights(plan, path);
+  if (path.empty()) plan.init_params(init_seed);
+  else load_weights(plan, path);
   const float* v = static_cast<const float*>(std::as_const(plan).param_data());
   return std::vector<float>(v, v + plan.param_count());
 }
+}  // namespace
 
 QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std::string& weights, const Dataset& train,
-                              const QuantOptionsCli& o) {
+                              const QuantOptionsCli& o, uint64_t init_seed) {
   check_integer("--calib-samples", o.samples, 1, 1 << 20);
   if (train.rows != model.in_h || train.cols != model.in_w || train.channels != model.in_c)
     throw Error("--data: calibration needs images of the model's input [" + std::to_string(model.in_c) + ", " +
@@ -68,9 +71,8 @@ QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std
   qo.weight_bits = o.weight_bits;
   qo.threads = c.threads, qo.isa = c.isa;
   qo.denormals = parse_denormals(c.denormals, "--denormals");
-  return quantize_model(model, fp32_values(model, weights), x.data(), n, qo);
+  return quantize_model(model, fp32_values(model, weights, init_seed), x.data(), n, qo);
 }
-}  // namespace
 
 Model qat_model(const TrainArgs& a, bool freeze_given, const Model& model, const Dataset& train, int64_t steps,
                 QuantizedWeights* calibrated) {
