@@ -223,17 +223,14 @@ void run_dw(const Int8Kernels& k, ThreadPool& pool, const DwOp& op, Int8Epilogue
 }
 
 namespace {
-// [C, HW] -> [HW, C] (to_nhwc) or back, one sample.
-void transpose_one(float* y, const float* x, int C, int HW, bool to_nhwc) {
-  for (int c = 0; c < C; ++c)
-    for (int i = 0; i < HW; ++i) {
-      if (to_nhwc) y[size_t(i) * C + c] = x[size_t(c) * HW + i];
-      else y[size_t(c) * HW + i] = x[size_t(i) * C + c];
-    }
+// [C, HW] -> [HW, C] (to_nhwc) or back, one sample, by the fp32 table's blocked transpose.
+void transpose_one(TransposeFn tr, float* y, const float* x, int C, int HW, bool to_nhwc) {
+  if (to_nhwc) tr(y, size_t(C), x, size_t(HW), C, HW);
+  else tr(y, size_t(HW), x, size_t(C), HW, C);
 }
 }  // namespace
 
-void quantize_rows(const Int8Kernels& k, ThreadPool& pool, uint8_t* q, const float* x, int n, int C, int HW,
+void quantize_rows(const Int8Kernels& k, TransposeFn tr, ThreadPool& pool, uint8_t* q, const float* x, int n, int C, int HW,
                    bool from_nchw, float scale, int32_t zp, float* scratch) {
   const size_t D = size_t(C) * HW;
   const float inv = 1.0f / scale;
@@ -241,13 +238,13 @@ void quantize_rows(const Int8Kernels& k, ThreadPool& pool, uint8_t* q, const flo
     const Range r = split_range(n, t, pool.size());
     for (int64_t i = r.begin; i < r.end; ++i) {
       const float* src = x + size_t(i) * D;
-      if (from_nchw && HW > 1 && C > 1) transpose_one(scratch + size_t(t) * D, src, C, HW, true), src = scratch + size_t(t) * D;
+      if (from_nchw && HW > 1 && C > 1) transpose_one(tr, scratch + size_t(t) * D, src, C, HW, true), src = scratch + size_t(t) * D;
       k.quantize(q + size_t(i) * D, src, D, inv, zp);
     }
   });
 }
 
-void dequantize_rows(const Int8Kernels& k, ThreadPool& pool, float* x, const uint8_t* q, int n, int C, int HW,
+void dequantize_rows(const Int8Kernels& k, TransposeFn tr, ThreadPool& pool, float* x, const uint8_t* q, int n, int C, int HW,
                      bool to_nchw, float scale, int32_t zp, float* scratch) {
   const size_t D = size_t(C) * HW;
   pool.run([&](int t) {
@@ -258,16 +255,16 @@ void dequantize_rows(const Int8Kernels& k, ThreadPool& pool, float* x, const uin
         continue;
       }
       k.dequantize(scratch + size_t(t) * D, q + size_t(i) * D, D, scale, zp);
-      transpose_one(x + size_t(i) * D, scratch + size_t(t) * D, C, HW, false);
+      transpose_one(tr, x + size_t(i) * D, scratch + size_t(t) * D, C, HW, false);
     }
   });
 }
 
-void transpose_rows(ThreadPool& pool, float* y, const float* x, int n, int C, int HW, bool to_nhwc) {
+void transpose_rows(TransposeFn tr, ThreadPool& pool, float* y, const float* x, int n, int C, int HW, bool to_nhwc) {
   const size_t D = size_t(C) * HW;
   pool.run([&](int t) {
     const Range r = split_range(n, t, pool.size());
-    for (int64_t i = r.begin; i < r.end; ++i) transpose_one(y + size_t(i) * D, x + size_t(i) * D, C, HW, to_nhwc);
+    for (int64_t i = r.begin; i < r.end; ++i) transpose_one(tr, y + size_t(i) * D, x + size_t(i) * D, C, HW, to_nhwc);
   });
 }
 

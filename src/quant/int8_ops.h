@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/int8_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ember::quant {
 
@@ -60,12 +61,12 @@ struct DwOp {
 void run_dw(const Int8Kernels& k, ThreadPool& pool, const DwOp& op, Int8Epilogue ep, const uint8_t* x, void* y, int n);
 
 // Conversions between fp32 (NCHW or NHWC) and u8 NHWC of n samples [C, H, W] (HW = 1: flat);
-// scratch: threads x C*H*W floats (only for the transposing forms).
-void quantize_rows(const Int8Kernels& k, ThreadPool& pool, uint8_t* q, const float* x, int n, int C, int HW,
+// scratch: threads x C*H*W floats (only for the transposing forms); tr: the fp32 table's transpose.
+void quantize_rows(const Int8Kernels& k, TransposeFn tr, ThreadPool& pool, uint8_t* q, const float* x, int n, int C, int HW,
                    bool from_nchw, float scale, int32_t zp, float* scratch);
-void dequantize_rows(const Int8Kernels& k, ThreadPool& pool, float* x, const uint8_t* q, int n, int C, int HW,
+void dequantize_rows(const Int8Kernels& k, TransposeFn tr, ThreadPool& pool, float* x, const uint8_t* q, int n, int C, int HW,
                      bool to_nchw, float scale, int32_t zp, float* scratch);
 // fp32 NCHW <-> NHWC of n samples.
-void transpose_rows(ThreadPool& pool, float* y, const float* x, int n, int C, int HW, bool to_nhwc);
+void transpose_rows(TransposeFn tr, ThreadPool& pool, float* y, const float* x, int n, int C, int HW, bool to_nhwc);
 
 }  // namespace ember::quant

@@ -14,6 +14,7 @@
 #include "ember/profiler.h"
 #include "ember/quant.h"
 #include "kernels/int8_kernels.h"
+#include "kernels/ref/ref_batchnorm.h"
 #include "nn/input_u8.h"
 #include "quant/int8_ops.h"
 #include "quant/int8_plan_impl.h"
@@ -86,11 +87,12 @@ bool bn_affine(const Impl& m, int bn, std::vector<double>* a, std::vector<double
   const int C = m.g().tensors[size_t(m.g().nodes[size_t(bn)].out)].dims.c;
   const float* p = m.q.values.data();
   const float *g = affine ? p + m.ng.params[t].offset : nullptr, *b = affine ? p + m.ng.params[t + 1].offset : nullptr;
-  const float *mean = p + m.ng.params[t + (affine ? 2 : 0)].offset, *var = p + m.ng.params[t + (affine ? 3 : 1)].offset;
+  const size_t mean = m.ng.params[t + (affine ? 2 : 0)].offset;  // running mean [C], then running var [C]
+  if (m.ng.params[t + (affine ? 3 : 1)].offset != mean + size_t(C)) throw Error("internal: int8 plan: running var not after running mean");
+  const float* run = p + mean;
   a->resize(size_t(C)), c->resize(size_t(C));
   for (int k = 0; k < C; ++k) {
-    (*a)[size_t(k)] = (g ? double(g[k]) : 1.0) / std::sqrt(double(var[k]) + spec(m, bn).eps);
-    (*c)[size_t(k)] = (b ? double(b[k]) : 0.0) - (*a)[size_t(k)] * mean[k];
+    ref::batchnorm_affine(g, b, run, C, spec(m, bn).eps, k, &(*a)[size_t(k)], &(*c)[size_t(k)]);
     if (!(std::fabs((*a)[size_t(k)]) > 1e-30) || !std::isfinite((*a)[size_t(k)])) return false;
   }
   return true;
@@ -501,9 +503,9 @@ void compile(Impl& m) {
   build_steps(m);
   const size_t placed = nn::place(m.blocks);
   for (Step& st : m.steps) m.scratch_bytes = std::max(m.scratch_bytes, st.scratch = step_scratch(m, st));
-  m.scratch_off = (placed + 63) / 64 * 64;
-  m.arena.assign(m.scratch_off + m.scratch_bytes + 128, std::byte{0});
-  m.base = size_t((64 - reinterpret_cast<uintptr_t>(m.arena.data()) % 64) % 64);
+  m.arena.reserve(placed);
+  m.scratch_off = m.arena.reserve(m.scratch_bytes + 128);  // and the 128 bytes of slack the plan's own buffer had
+  m.arena.allocate();
   for (size_t i = 0; i < m.g().nodes.size(); ++i) {
     m.idx.emplace_back(m.ng.idx_elems[i]);
     m.saved.emplace_back(m.ng.saved_bytes[i]);
@@ -515,17 +517,17 @@ void run_convert(Impl& m, const Step& st, int n, void* scratch) {
   const TensorInfo& x = m.ts[size_t(st.tensor)];
   float* sf = static_cast<float*>(scratch);
   if (st.to == kU8)
-    quant::quantize_rows(*m.k, *m.pool, m.at<uint8_t>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.from == kF32Nchw,
+    quant::quantize_rows(*m.k, m.fk->transpose, *m.pool, m.at<uint8_t>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.from == kF32Nchw,
                          x.qp.scale, x.qp.zero_point, sf);
   else if (st.from == kU8)
-    quant::dequantize_rows(*m.k, *m.pool, m.at<float>(st.out), m.at<uint8_t>(st.in), n, x.C, x.HW, st.to == kF32Nchw,
+    quant::dequantize_rows(*m.k, m.fk->transpose, *m.pool, m.at<float>(st.out), m.at<uint8_t>(st.in), n, x.C, x.HW, st.to == kF32Nchw,
                            x.qp.scale, x.qp.zero_point, sf);
   else
-    quant::transpose_rows(*m.pool, m.at<float>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.to == kF32Nhwc);
+    quant::transpose_rows(m.fk->transpose, *m.pool, m.at<float>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.to == kF32Nhwc);
 }
 
 void run_step(Impl& m, const Step& st, int n) {
-  std::byte* scratch = m.arena.data() + m.base + m.scratch_off;
+  std::byte* scratch = m.arena.base() + m.scratch_off;
   const nn::Node* node = st.node >= 0 ? &m.g().nodes[size_t(st.node)] : nullptr;
   switch (st.kind) {
     case Step::gemm:

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/thread_pool.h"
 #include "ember/error.h"
 #include "ember/quant.h"
@@ -67,15 +68,15 @@ struct Int8Plan::Impl {
   std::vector<int8plan::Step> steps;
   std::vector<std::vector<int32_t>> idx;
   std::vector<std::vector<std::byte>> saved;
-  std::vector<std::byte> arena;
-  size_t base = 0, scratch_off = 0, scratch_bytes = 0;
+  Arena arena;                           // the activations placed by lifetime, then the scratch
+  size_t scratch_off = 0, scratch_bytes = 0;
   std::vector<int32_t> labels;
   std::vector<double> in_scale, in_shift;
   Profiler* prof = nullptr;              // Int8Plan::set_profiler
 
-  template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.data() + base + blocks[size_t(block)].offset); }
+  template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.base() + blocks[size_t(block)].offset); }
   template <class T> const T* at(int block) const {
-    return reinterpret_cast<const T*>(arena.data() + base + blocks[size_t(block)].offset);
+    return reinterpret_cast<const T*>(arena.base() + blocks[size_t(block)].offset);
   }
   const nn::Graph& g() const { return ng.g; }
   std::string name(size_t t) const {

@@ -103,6 +103,19 @@ void batchnorm2d_bwd(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const 
   }
 }
 
+// Eval-mode BatchNorm of channel k as y = a x + c: a = gamma / sqrt(var + eps), c = beta - a mean,
+// in double (gamma, beta may be null: 1, 0; run: running mean [K], then running var [K]). The one
+// formula of the fold below and of the int8 plan's requantization (int8_plan.cpp).
+template <class T>
+double batchnorm_scale(const T* gamma, const T* run, int K, double eps, int k) {
+  return (gamma ? double(gamma[k]) : 1.0) / std::sqrt(double(run[K + k]) + eps);
+}
+template <class T>
+void batchnorm_affine(const T* gamma, const T* beta, const T* run, int K, double eps, int k, double* a, double* c) {
+  *a = batchnorm_scale(gamma, run, K, eps, k);
+  *c = (beta ? double(beta[k]) : 0.0) - *a * double(run[k]);
+}
+
 // Eval-mode BatchNorm folded into the convolution before it (an inference plan's conv2d+batchnorm2d
 // unit, ONNX export's formula), output channels [k0, k1): per channel k, a = gamma / sqrt(var + eps),
 // wf = a w (the channel's `per` weights) and bf = a (b - mean) + beta, in double. w [K, per];
@@ -111,7 +124,7 @@ template <class T>
 void batchnorm_fold(T* wf, T* bf, const T* w, const T* b, const T* gamma, const T* beta, const T* run, int K,
                     size_t per, double eps, int k0, int k1) {
   for (int k = k0; k < k1; ++k) {
-    const double a = (gamma ? double(gamma[k]) : 1.0) / std::sqrt(double(run[K + k]) + eps);
+    const double a = batchnorm_scale(gamma, run, K, eps, k);
     for (size_t i = size_t(k) * per; i < size_t(k + 1) * per; ++i) wf[i] = T(a * double(w[i]));
     bf[k] = T(a * ((b ? double(b[k]) : 0.0) - double(run[k])) + (beta ? double(beta[k]) : 0.0));
   }
