@@ -165,28 +165,6 @@ std::vector<WeightRun> weight_runs(const BenchOptions& o, const std::string& mod
   return out;
 }
 
-// Milliseconds per forward pass of an int8 plan (quantized weights from `path`), inputs from d
-// (MNIST-shaped) or random normal ones when d is null.
-double time_int8(const std::string& path, const Dataset* d, int batch, int threads, Isa isa, double* flops, double min_s,
-                 Denormals dn) {
-  const QuantizedWeights q = load_quantized(path);
-  Int8Plan plan(q, batch, threads, isa_name(isa), dn);
-  *flops = plan.flops_per_sample();
-  if (d) {
-    std::vector<int64_t> idx(static_cast<size_t>(batch));
-    for (int i = 0; i < batch; ++i) idx[size_t(i)] = i % d->count;
-    plan.gather_u8(d->images.data(), d->labels.data(), idx.data(), batch);
-  } else {
-    Pcg32 rng(7, 1);
-    for (size_t i = 0; i < size_t(batch) * q.model.in_c * q.model.in_h * q.model.in_w; ++i) plan.input()[i] = float(rng.normal());
-  }
-  for (int i = 0; i < 3; ++i) plan.forward(batch);
-  int64_t reps = 0;
-  const auto t0 = Clock::now();
-  while (reps < 3 || since(t0) < min_s) plan.forward(batch), ++reps;
-  return since(t0) / double(reps) * 1e3;
-}
-
 // The model workloads (ConvNeXts, ResNets): random inputs [batch, C, H, W] and labels, no data set.
 // Training: samples per second over whole steps (forward, loss, backward, the recipe's optimizer)
 // after 2 untimed ones, timed
@@ -247,6 +225,27 @@ double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa, b
   return 2.0 * M * N * K / best / 1e9;
 }
 }  // namespace
+
+double time_int8(const std::string& path, const Dataset* d, int batch, int threads, const std::string& isa, double* flops,
+                 double min_s, Denormals dn) {
+  const QuantizedWeights q = load_quantized(path);
+  Int8Plan plan(q, batch, threads, isa, dn);
+  *flops = plan.flops_per_sample();
+  if (d) {
+    std::vector<int64_t> idx(static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) idx[size_t(i)] = i % d->count;
+    plan.gather_u8(d->images.data(), d->labels.data(), idx.data(), batch);
+  } else {
+    Pcg32 rng(7, 1);
+    for (size_t i = 0; i < size_t(batch) * q.model.in_c * q.model.in_h * q.model.in_w; ++i) plan.input()[i] = float(rng.normal());
+  }
+  for (int i = 0; i < 3; ++i) plan.forward(batch);
+  int64_t reps = 0;
+  const auto t0 = Clock::now();
+  while (reps < 3 || since(t0) < min_s) plan.forward(batch), ++reps;
+  return since(t0) / double(reps) * 1e3;
+}
+
 
 // A folder of 64x64 RGB JPEGs (quality 90) in 10 classes, 2,000 train and 500 test images, under
 // a new temporary directory; removed by the caller.
@@ -438,7 +437,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
       r.name = name, r.what = "mnist-cnn forward pass, milliseconds per batch", r.weights = wr.path;
       r.threads = threads_or(b1 ? 1 : all), r.batch = batch_or(b1 ? 1 : 64);
       double fps = 0;
-      r.value = wr.int8 ? time_int8(wr.path, &train, r.batch, r.threads, isa, &fps, 0.5, o.denormals)
+      r.value = wr.int8 ? time_int8(wr.path, &train, r.batch, r.threads, isa_name(isa), &fps, 0.5, o.denormals)
                         : time_inference(cnn, train, r.batch, r.threads, isa, prec, &fps, o.layout, o.denormals, wr.path);
       r.unit = "ms";
       r.samples_per_s = r.batch / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
@@ -466,7 +465,7 @@ void run_one(const std::string& name, Precision prec, const BenchOptions& o, con
       if (wr.int8 && (prec != Precision::fp32 || !infer)) continue;
       double fps = 0;
       r.weights = wr.path;
-      r.value = wr.int8 ? time_int8(wr.path, nullptr, r.batch, r.threads, isa, &fps, 4.0, o.denormals)
+      r.value = wr.int8 ? time_int8(wr.path, nullptr, r.batch, r.threads, isa_name(isa), &fps, 4.0, o.denormals)
                         : convnext_run(m, r.batch, r.threads, isa, prec, !infer, &fps, o.layout, o.denormals, wr.path);
       r.unit = infer ? "ms" : "samples/s";
       r.samples_per_s = infer ? r.batch / (r.value / 1e3) : r.value;

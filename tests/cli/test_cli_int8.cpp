@@ -114,6 +114,28 @@ TEST_F(Int8Cli, ProfileOfTheInt8PlanIsTheFp32ProfilesTable) {
   expect_one_line_error(run(args + "--weights " + quote(wq.string()) + " --precision bf16"), {"--precision bf16", "int8"});
 }
 
+// `ember bench --model M --weights W,Wq`: a row per file, the quantized one timed by its int8 plan
+// (precision int8), each naming its file; a file of another model, or with an ONNX --model, is
+// refused (the weights were ignored before).
+TEST_F(Int8Cli, BenchModelTimesEachWeightFile) {
+  const fs::path w = trained_weights(), wq = quantized(w);
+  const Result r = run("bench --json --model mnist-mlp --batch-size 4 --threads 1 --weights " + quote(w.string()) + "," +
+                       quote(wq.string()));
+  ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.out << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["workloads"].size(), 2u) << r.out;
+  EXPECT_EQ(doc["workloads"][0]["precision"], "fp32");
+  EXPECT_EQ(doc["workloads"][0]["weights"], w.string());
+  EXPECT_EQ(doc["workloads"][1]["precision"], "int8");
+  EXPECT_EQ(doc["workloads"][1]["weights"], wq.string());
+  for (const auto& row : doc["workloads"]) {
+    EXPECT_EQ(row["name"], "model-infer-b4");
+    EXPECT_GT(row["value"].get<double>(), 0) << row.dump();
+  }
+  expect_one_line_error(run("bench --model mnist-cnn --batch-size 1 --weights " + quote(wq.string())),
+                        {"--weights", "mnist-mlp", "mnist-cnn"});
+}
+
 TEST_F(Int8Cli, InfoShowsScalesAndThePlan) {
   const fs::path wq = quantized(trained_weights());
   const Result r = run("info --weights " + quote(wq.string()));

@@ -13,6 +13,7 @@
 #include "ember/cpu.h"
 #include "ember/data.h"
 #include "ember/error.h"
+#include "ember/io.h"
 #include "ember/onnx.h"
 #include "ember/plan.h"
 #include "ember_support/json.h"
@@ -45,7 +46,7 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
   cmd->add_option("--data-folder", a.data_folder, "Image folder for the data-* workloads (default: 2,500 generated 64x64 JPEGs)");
   cmd->add_option("--model", a.model,
                   "Time only this model's forward pass (a built-in name, FILE.json, or FILE.onnx with its weights) at "
-                  "--batch-size (default: 1 and 64): workloads model-infer-bB");
+                  "--batch-size (default: 1 and 64): workloads model-infer-bB; with --weights, a row per file of the model");
   cmd->add_flag("--json", a.json, "Print one JSON document instead of the table");
   cmd->add_option("--weights", a.weights,
                   "Weight files (fp32, or quantized by `ember quantize`) the inference workloads of their model run with, "
@@ -57,15 +58,17 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
 namespace {
 
 // Milliseconds per forward pass of `model` at `batch` on random inputs: an inference plan (frozen),
-// the ONNX file's weights or random ones, 3 untimed passes, then the best of 3 rounds' means
+// the ONNX file's weights, a weight file's (`weights`) or random ones, 3 untimed passes, then the best of 3 rounds' means
 // (each round at least 3 passes and `seconds` / 3), as bench/onnxruntime_infer.js times its side.
 double time_model(const Model& model, const OnnxImport* onnx, int batch, int threads, const std::string& isa,
-                  Precision prec, double seconds, double* flops, const std::string& layout, Denormals dn) {
+                  Precision prec, double seconds, double* flops, const std::string& layout, Denormals dn,
+                  const std::string& weights) {
   PlanOptions po;
   po.batch = batch, po.threads = threads, po.isa = isa, po.training = false, po.precision = prec, po.layout = layout;
   po.denormals = dn;
   Plan plan(model, po);
   if (onnx) load_onnx_weights(plan, *onnx);
+  else if (!weights.empty()) load_weights(plan, weights);
   else plan.init_params(1);
   plan.freeze();
   *flops = plan.flops_per_sample(false);
@@ -142,6 +145,25 @@ class Reporter {
   nlohmann::json rows_ = nlohmann::json::array();
 };
 
+// --weights of `ember bench --model M`: each file with whether it is quantized (an int8 row), every
+// one of model M (its __metadata__.model); none given: {"", false} (random weights, or the ONNX
+// file's own).
+std::vector<std::pair<std::string, bool>> model_weight_files(const BenchArgs& a, const Model& model, bool onnx) {
+  if (a.weights.empty()) return {{"", false}};
+  if (onnx) throw Error("--weights: the ONNX --model " + quote_path(a.model) + " holds its own weights");
+  std::vector<std::pair<std::string, bool>> out;
+  for (const std::string& w : a.weights) {
+    const auto meta = read_weights_metadata(w);
+    const auto it = meta.find("model");
+    if (it == meta.end()) throw Error("--weights: " + quote_path(w) + " names no model (no __metadata__.model)");
+    const std::string name = parse_model_json(it->second, w + ": __metadata__.model").name;
+    if (name != model.name)
+      throw Error("--weights: " + quote_path(w) + " holds model '" + one_line(name) + "', not --model " + one_line(model.name));
+    out.push_back({w, meta.count("ember_quant") > 0});
+  }
+  return out;
+}
+
 // `ember bench --model M`: the forward pass of M (an ONNX file with its weights) at each batch.
 int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
   std::optional<OnnxImport> onnx;
@@ -156,20 +178,28 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
   Reporter rep(a, m, "random");
   const std::vector<int> batches = o.batch ? std::vector<int>{o.batch} : std::vector<int>{1, 64};
   const int rate = resolve_kernel_set(m.isa, "--isa").bf16_rate;
+  const std::vector<std::pair<std::string, bool>> files = model_weight_files(a, model, onnx.has_value());
   for (int b : batches) {
-    for (Precision prec : o.precisions) {
-      BenchResult r;
-      r.precision = precision_name(prec);
-      r.name = "model-infer-b" + std::to_string(b);
-      r.what = model.name + " forward pass of random inputs, milliseconds per batch";
-      r.threads = o.threads ? o.threads : m.hw_threads, r.batch = b;
-      double fps = 0;
-      r.value = naming_flags({{"isa", "--isa"}}, [&] { return time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout, o.denormals); });
-      r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
-      const double fma = r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops;
-      const double amx = r.threads == 1 ? m.amx_peak_gflops_1t : m.amx_peak_gflops;
-      r.peak_pct = 100 * r.gflops / (prec != Precision::bf16 ? fma : amx > 0 ? amx : rate * fma);
-      rep.row(r);
+    for (const auto& [file, quantized] : files) {
+      for (Precision prec : o.precisions) {
+        if (quantized && prec != o.precisions.front()) continue;  // a quantized file: one int8 row
+        BenchResult r;
+        r.precision = quantized ? "int8" : precision_name(prec);
+        r.name = "model-infer-b" + std::to_string(b);
+        r.what = model.name + " forward pass of random inputs, milliseconds per batch";
+        r.threads = o.threads ? o.threads : m.hw_threads, r.batch = b;
+        r.weights = file;
+        double fps = 0;
+        r.value = naming_flags({{"isa", "--isa"}}, [&] {
+          return quantized ? time_int8(file, nullptr, b, r.threads, a.isa, &fps, 2.0, o.denormals)
+                           : time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout, o.denormals, file);
+        });
+        r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
+        const double fma = r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops;
+        const double amx = r.threads == 1 ? m.amx_peak_gflops_1t : m.amx_peak_gflops;
+        r.peak_pct = 100 * r.gflops / (prec != Precision::bf16 || quantized ? fma : amx > 0 ? amx : rate * fma);
+        rep.row(r);
+      }
     }
   }
   rep.finish();

@@ -74,6 +74,11 @@ std::vector<std::string> convnext_workloads();
 // (RandomCrop(S, padding=4), flip) and the conversion to normalised floats, as a step sees them.
 std::vector<std::string> data_workloads();
 BenchMachine measure_machine(const std::string& isa);
+// Milliseconds per forward pass of an int8 plan of the quantized weights in `path` (3 untimed,
+// then at least 3 and min_s seconds) on kernel set isa ("": the best), inputs gathered from d (u8 images of the model's size) or
+// random normal ones when d is null; flops: per sample.
+double time_int8(const std::string& path, const Dataset* d, int batch, int threads, const std::string& isa, double* flops,
+                 double min_s, Denormals dn);
 // Fills x[0..n) with uniform values in [-1, 1) from pcg32(seed, stream): random inputs to time.
 void fill_uniform(float* x, size_t n, uint64_t seed, uint64_t stream);
 // Runs the chosen workloads on `train` data (any MNIST-shaped set), calling on_result after each.
