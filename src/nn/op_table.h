@@ -60,7 +60,9 @@ struct OpDesc {
   // The activation layouts it runs: "nchw", "nhwc" (channel-last images: the layout pass runs a
   // node nhwc only where its op declares it) and "flat" ([N, D]); the op test runs each.
   std::vector<const char*> layouts;
-  std::vector<const char*> dtypes;   // element types it runs ("f32", "f64"; "bf16": bf16 products)
+  // Element types it runs ("f32", "f64"; "bf16": bf16 products; "u8": the int8 plan runs it on u8
+  // activations, int8 weights, which int8_plan.cpp reads: an op without it runs fp32 there).
+  std::vector<const char*> dtypes;
   std::vector<OpField> fields;
   // Its parameters for this spec (a conv without bias has one), in the Layer's order.
   std::vector<OpParam> (*params)(const LayerSpec& s) = nullptr;

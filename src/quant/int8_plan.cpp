@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 
 #include "core/fp_mode.h"
 #include "ember/error.h"
@@ -16,6 +17,7 @@
 #include "kernels/int8_kernels.h"
 #include "kernels/ref/ref_batchnorm.h"
 #include "nn/input_u8.h"
+#include "nn/op_table.h"
 #include "quant/int8_ops.h"
 #include "quant/int8_plan_impl.h"
 #include "quant/node_run.h"
@@ -26,7 +28,13 @@ namespace ember {
 namespace int8plan {  // the compiler (its state and what int8_view.cpp uses: int8_plan_impl.h)
 
 const LayerSpec& spec(const Impl& m, int node) { return *m.g().nodes[size_t(node)].spec; }
-bool kind_is(const Impl& m, int node, LayerKind k) { return spec(m, node).kind == k; }
+// Whether the op declares "u8" (its descriptor's dtypes: the truth of what runs int8 here).
+bool runs_u8(LayerKind k) {
+  const auto& d = nn::op_desc(k).dtypes;
+  return std::any_of(d.begin(), d.end(), [](const char* s) { return std::string_view(s) == "u8"; });
+}
+// Node `node` is of kind k, an op that runs u8.
+bool kind_is(const Impl& m, int node, LayerKind k) { return spec(m, node).kind == k && runs_u8(k); }
 int only_reader(const Impl& m, int t) {
   const auto& r = m.g().tensors[size_t(t)].readers;
   return r.size() == 1 ? r[0] : -1;
@@ -57,6 +65,7 @@ Role base_role(const Impl& m, int i) {
   const LayerSpec& s = *n.spec;
   const nn::Dims in = m.g().tensors[size_t(n.in[0])].dims;
   const bool act_in = has_act(m, n.in[0]);  // the file's bias is in units of the input's scale
+  if (!runs_u8(s.kind)) return Role::fallback;
   if (s.kind == LayerKind::Conv2d && m.q.layer(n.param_prefix) && act_in) {
     if (s.groups == 1) return Role::gemm;
     if (s.groups == in.c && s.out % in.c == 0 && s.stride_h == s.stride_w) return Role::dw;
@@ -411,6 +420,10 @@ void describe_step(const Impl& m, int i, Role r, int out, Step& st) {
   }
   st.algorithm = r == Role::gemm ? "int8-gemm" : r == Role::dw ? "int8-depthwise" : r == Role::relu8 ? "u8-relu" : "u8-maxpool";
   if (r != Role::gemm && r != Role::dw) return;
+  // A u8 flatten before a Linear is no step of its own (the same bytes; an NHWC one's order is in the
+  // Linear's permuted columns): the Linear's unit runs it.
+  const int in_producer = m.g().tensors[size_t(n.in[0])].producer;
+  if (in_producer >= 0 && m.role[size_t(in_producer)] == Role::flatten8) st.ops.insert(st.ops.begin(), "flatten");
   st.weight_format = r == Role::gemm ? "int8-panels" : "int8-kcrs";
   st.post_ops = {"bias"};
   if (m.bn_of[size_t(i)] >= 0) st.ops.push_back("batchnorm2d"), st.post_ops.push_back("batchnorm2d-fold");

@@ -1,7 +1,8 @@
 // The generated op test (after ggml's test-backend-ops): every op of the op table (nn::op_table())
 // in small models, forward, loss and backward on every kernel set the CPU has (scalar, avx2,
 // avx512, and bf16 products on each), at 1-3 threads, in each dtype and layout the op declares,
-// against the f64 plan (the scalar references in double); the f64 backward against finite differences.
+// against the f64 plan (the scalar references in double); the f64 backward against finite differences;
+// dtype u8: the int8 plan on every int8 set against the int32 scalar reference, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -384,6 +385,7 @@ struct Tally {
   int ops = 0, models = 0, combinations = 0, failed = 0;
   double worst_fp32 = 0, worst_bf16 = 0, worst_bf16_sets = 0;  // error / tolerance
   std::map<std::string, std::set<std::string>> layouts;          // per layer kind name, the input layouts run
+  std::set<std::string> ran_u8;                                  // the ops some int8 plan ran in a u8 unit
   void report(const Gap& g, const std::string& what) {
     ++combinations;
     if (g.ratio <= 1) return;
@@ -472,8 +474,8 @@ void run_case(const nn::OpDesc& d, const Case& c, Tally& tally) {
 }
 
 // int8: every row's models quantized (random weights, calibrated on the row's inputs) and run by
-// the int8 plan on every int8 kernel set this CPU has, at 1 and 2 threads, against the scalar
-// reference set at 1 thread: bit-exact where every step is int8 (integer sums, the same epilogue
+// the int8 plan (the ops declaring "u8" in u8 units) on every int8 kernel set this CPU has, at 1
+// and 2 threads, against the scalar reference set at 1 thread: bit-exact where every step is int8 (integer sums, the same epilogue
 // arithmetic), within fp32 tolerance where an op runs fp32 between a dequantize and a quantize.
 // weight_bits 7: avx2 runs its VPMADDUBSW GEMM (gemm_w7), bit-exact too.
 void run_int8(const Case& c, Tally& tally, int* exact, int weight_bits) {
@@ -488,6 +490,8 @@ void run_int8(const Case& c, Tally& tally, int* exact, int weight_bits) {
     p.forward(c.batch);
     size_t D = 1;
     for (int d : p.output_dims()) D *= size_t(d);
+    for (const UnitInfo& u : p.units())
+      if (u.dtype == "u8") tally.ran_u8.insert(u.ops.begin(), u.ops.end());
     return std::make_pair(std::vector<float>(p.output(), p.output() + c.batch * D), p.node_paths());
   };
   const auto [ref, paths] = run("scalar", 1);
@@ -529,6 +533,11 @@ TEST(OpsAll, Int8OfEveryOpOnEveryInt8KernelSet) {
   }
   EXPECT_EQ(tally.failed, 0);
   EXPECT_GT(exact, 3) << "models whose every step is int8 (the bit-exact comparisons)";
+  // The dtype "u8" an op declares is the int8 plan's truth: each op that declares it ran in a u8
+  // unit of some row's model, and no op ran in one without declaring it.
+  for (const nn::OpDesc* d : nn::op_table())
+    EXPECT_EQ(declares(d->dtypes, "u8"), tally.ran_u8.count(d->name) > 0)
+        << d->name << (declares(d->dtypes, "u8") ? " declares u8 but no int8 plan ran it" : " ran in int8 without declaring u8");
   std::printf("int8: %d ops, %d combinations, %d models all int8 (bit-exact across sets)\n", all_int8, tally.combinations, exact);
 }
 
@@ -551,7 +560,7 @@ TEST(OpsAll, EveryRowUsesItsOp) {
   for (const nn::OpDesc* d : nn::op_table()) {
     const Row* row = find_row(d->name);
     if (!row) continue;  // EveryOpHasOneRow says
-    for (const char* dt : d->dtypes) EXPECT_TRUE(std::set<std::string>({"f32", "f64", "bf16"}).count(dt)) << d->name << ": dtype " << dt;
+    for (const char* dt : d->dtypes) EXPECT_TRUE(std::set<std::string>({"f32", "f64", "bf16", "u8"}).count(dt)) << d->name << ": dtype " << dt;
     for (const Case& c : cases_of(*d, *row)) {
       bool uses = false;
       for (const LayerSpec& s : c.model.layers) uses = uses || s.kind == d->kind;

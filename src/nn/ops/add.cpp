@@ -60,6 +60,7 @@ const OpDesc& op_desc_add() {
     o.onnx_export = export_add;
     o.onnx_import = import_add;
     o.onnx_from = {"Add"};
+    o.dtypes.push_back("u8");  // the int8 plan: a convolution's residual, in its requantization
     return o;
   }();
   return d;

@@ -191,6 +191,7 @@ const OpDesc& op_desc_batchnorm2d() {
     o.onnx = {"BatchNormalization"};
     o.layouts = {"nchw", "nhwc"};
     o.dtypes = fp_dtypes();
+    o.dtypes.push_back("u8");  // the int8 plan: folded into the requantization of the convolution before it
     o.fields = {eps_field(), momentum_field(), affine_field()};
     o.params = batchnorm_params;
     o.make = make_batchnorm2d;

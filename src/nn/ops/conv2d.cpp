@@ -196,6 +196,7 @@ const OpDesc& op_desc_conv2d() {
     o.onnx = {"Conv"};
     o.layouts = {"nchw", "nhwc"};  // nhwc: every shape but grouped non-depthwise ones
     o.dtypes = all_dtypes();
+    o.dtypes.push_back("u8");  // the int8 plan: groups 1 and depthwise, BatchNorm2d, the residual add and ReLU in its requantization
     o.fields = {
         {"out_channels", "int", nullptr,
          [](const JsonFields& r, const json& v, const std::string& p, LayerSpec& s) { s.out = r.integer(v, p, 1, 1 << 20); },

@@ -91,6 +91,7 @@ const OpDesc& op_desc_flatten() {
     o.onnx = {"Flatten"};
     o.layouts = {"nchw", "flat"};
     o.dtypes = fp_dtypes();
+    o.dtypes.push_back("u8");  // the int8 plan: the same u8 bytes, before a Linear
     o.example = example_model("flatten", R"({"type": "flatten"}, {"type": "linear", "out_features": 10})");
     o.make = make_as<Flatten>;
     o.onnx_export = export_flatten;

@@ -285,6 +285,7 @@ const OpDesc& op_desc_linear() {
     o.onnx = {"Gemm", "Conv"};
     o.layouts = {"flat", "nchw", "nhwc"};  // nchw, nhwc: over channels
     o.dtypes = all_dtypes();
+    o.dtypes.push_back("u8");  // the int8 plan: its GEMM, a ReLU after it in the requantization
     o.fields = {
         {"out_features", "int", nullptr,
          [](const JsonFields& r, const json& v, const std::string& p, LayerSpec& s) { s.out = r.integer(v, p, 1, 1 << 20); },

@@ -12,6 +12,7 @@ const OpDesc& op_desc_maxpool2d() {
     o.make = [](const LayerSpec& s) -> std::unique_ptr<Layer> { return std::make_unique<Pool2d>(s, true); };
     o.onnx_export = export_pool2d;
     o.onnx_import = import_pool2d;
+    o.dtypes.push_back("u8");  // the int8 plan: 2x2/2 windows, exact on u8
     return o;
   }();
   return d;

@@ -15,9 +15,13 @@ bool import_relu(OnnxIn& g, int node) { return onnx_import_node(g, node, LayerKi
 }  // namespace
 
 const OpDesc& op_desc_relu() {
-  static const OpDesc d = act_op<ActId::relu>(
-      LayerKind::ReLU, "relu", "max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool",
-      {"Relu"}, export_relu, import_relu);
+  static const OpDesc d = [] {
+    OpDesc o = act_op<ActId::relu>(LayerKind::ReLU, "relu",
+                                   "max(x, 0): in place after a convolution, fused with a conv and a 2x2 max-pool", {"Relu"},
+                                   export_relu, import_relu);
+    o.dtypes.push_back("u8");  // the int8 plan: exact on u8, or in a conv's or Linear's requantization
+    return o;
+  }();
   return d;
 }
 
