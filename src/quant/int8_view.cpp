@@ -119,6 +119,18 @@ std::vector<UnitInfo> Int8Plan::units() const {
   for (const int8plan::Step& st : impl_->steps) {
     UnitInfo u;
     u.name = st.what;
+    if (st.node >= 0) {  // as the fp32 plan names its units: the ops, then the layers ("linear+relu (4-5)")
+      const int last = st.kind == int8plan::Step::gemm || st.kind == int8plan::Step::dw
+                           ? impl_->g().tensors[size_t(impl_->final_of[size_t(st.node)])].producer
+                           : st.node;
+      const int first = !st.ops.empty() && st.ops[0] == "flatten" && st.kind == int8plan::Step::gemm  // a u8 flatten it runs
+                            ? impl_->g().tensors[size_t(impl_->g().nodes[size_t(st.node)].in[0])].producer
+                            : st.node;
+      std::string ops;
+      for (const std::string& o : st.ops) ops += (ops.empty() ? "" : "+") + o;
+      u.name = ops + " (" + std::to_string(first) + (last > first ? "-" + std::to_string(last) : "") + ")";
+      u.first_layer = first, u.last_layer = last;
+    }
     u.ops = st.ops;
     u.algorithm = st.algorithm;
     u.layout_in = u.layout_out = st.layout;
