@@ -32,7 +32,7 @@ struct Node {
   const LayerSpec* spec = nullptr; // into the Model, or into `own` (a node a pass made)
   std::shared_ptr<const LayerSpec> own;
   // A pass's own layer, not in the op table (identity_node); null: make_layer(*spec).
-  std::unique_ptr<Layer> (*make)(const LayerSpec&) = nullptr;
+  std::function<std::unique_ptr<Layer>(const LayerSpec&)> make;
   std::string label;            // for messages: "layers[3] (conv2d)" or "layers[3] (add \"b1\")"
   std::string param_prefix;     // "3" or the node's name: parameters are PREFIX.weight, PREFIX.bias
   int source = -1;              // its model layer's index (the unit's random stream); -1: made by a pass

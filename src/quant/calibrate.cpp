@@ -1,14 +1,19 @@
-// Post-training quantization (ember/quant.h): the fp32 model runs over the calibration inputs
-// node by node (NCHW) while an observer per tensor records its range (and, for percentile and
-// mse, a histogram); then every tensor gets u8 QParams and every Conv2d and Linear int8 weights.
+// Post-training quantization (ember/quant.h): an inference plan of the fp32 model, with an observer
+// node after every tensor (NCHW, unfused), runs over the calibration inputs while each observer
+// records its tensor's range (and, for percentile and mse, a histogram); then every tensor gets u8
+// QParams and every Conv2d and Linear int8 weights.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
 #include <limits>
 
-#include "core/fp_mode.h"
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "kernels/ref/ref_fake_quant.h"
+#include "nn/plan_impl.h"
+#include "ops/ops.h"
 #include "quant/int8_check.h"
 #include "quant/node_run.h"
 #include "quant/qat.h"
@@ -39,37 +44,72 @@ const QuantLayer* QuantizedWeights::layer(const std::string& prefix) const {
 namespace {
 using quant::Observer;
 
-// The fp32 forward over all calibration inputs, batch by batch; see(t, data, count) per tensor.
-template <class See>
-void calibration_pass(const quant::NodeGraph& ng, const std::vector<float>& values, const float* x, int n,
-                      ThreadPool& pool, const Kernels& k, See see) {
-  const nn::Graph& g = ng.g;
-  const int B = ng.batch;
-  std::vector<std::vector<float>> act(g.tensors.size());
-  for (size_t t = 0; t < g.tensors.size(); ++t) act[t].resize(size_t(B) * g.tensors[t].dims.size());
-  std::vector<float> ws(ng.ws_elems);
-  const ops::Exec e{k, pool};
-  const size_t D = g.tensors[0].dims.size();
-  for (int s0 = 0; s0 < n; s0 += B) {
-    const int m = std::min(B, n - s0);
-    std::copy(x + size_t(s0) * D, x + size_t(s0 + m) * D, act[0].data());
-    see(0, act[0].data(), size_t(m) * D);
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const nn::Node& node = g.nodes[i];
-      const float* xs[nn::kMaxInputs];
-      for (size_t j = 0; j < node.in.size(); ++j) xs[j] = act[size_t(node.in[j])].data();
-      std::vector<int32_t> idx(ng.idx_elems[i]);
-      std::vector<std::byte> saved(ng.saved_bytes[i]);
-      float* y = act[size_t(node.out)].data();
-      quant::run_node(ng, e, i, xs, y, values.data(), ws.data(), idx.data(), saved.data(), m);
-      see(size_t(node.out), y, size_t(m) * g.tensors[size_t(node.out)].dims.size());
-    }
-  }
-}
-
 // The tensor's name in QuantizedWeights::acts: "input", or its producer's parameter prefix.
 std::string tensor_name(const nn::Graph& g, size_t t) {
   return t == 0 ? "input" : g.nodes[size_t(g.tensors[t].producer)].param_prefix;
+}
+
+// What the observers report to: see(tensor name, values, count) during one calibration pass.
+using See = std::function<void(const std::string&, const float*, size_t)>;
+
+// An observer node's layer: y = x (in place: the plan gives it its input's storage), and the
+// tensor's values of this forward to *see.
+class Observe final : public nn::Layer {
+ public:
+  Observe(const LayerSpec& s, std::shared_ptr<const See> see, std::string name)
+      : Layer(s), see_(std::move(see)), name_(std::move(name)) {}
+  nn::Dims infer(const nn::Dims& in) override { return in_ = out_ = in; }
+  bool runs_in_place() const override { return true; }
+  bool layout_agnostic() const override { return true; }
+  void forward(const ops::Exec& e, const nn::Bufs& b, int n) override {
+    const size_t count = size_t(n) * in_.size();
+    const float* x = static_cast<const float*>(b.x);
+    if (b.y != b.x) ops::copy_or_add<float>(e, static_cast<float*>(b.y), x, count, false);
+    (*see_)(name_, x, count);
+  }
+  void backward(const ops::Exec&, const nn::Bufs&, int) override {}
+
+ private:
+  std::shared_ptr<const See> see_;
+  std::string name_;
+};
+
+// The observer pass: after the producer of every tensor (the input too), an observer node that
+// all the tensor's readers read instead (so no fusion joins nodes across it: each tensor is
+// stored, and seen, as its own node writes it).
+nn::GraphPass observer_pass(std::shared_ptr<const See> see) {
+  return [see](nn::Graph& g) {
+    const size_t tensors = g.tensors.size();
+    const int out = nn::output(g);
+    for (size_t t = 0; t < tensors; ++t) {
+      nn::Node n = nn::identity_node();
+      const std::string name = tensor_name(g, t);
+      n.make = [see, name](const LayerSpec& s) { return std::make_unique<Observe>(s, see, name); };
+      n.kind_name = "observe";
+      n.label = "observe " + name;
+      if (int(t) == out) nn::insert_after(g, g.tensors[t].producer, std::move(n));
+      else nn::insert_reader(g, int(t), std::move(n), std::vector<int>(g.tensors[t].readers));  // a copy: the edit grows g.tensors
+    }
+  };
+}
+
+// The fp32 forward over all calibration inputs: an inference plan of the model with observer
+// nodes (NCHW, unfused), batch by batch; see(name, data, count) per tensor and batch.
+void calibration_pass(const Model& model, const std::vector<float>& values, const float* x, int n, int batch,
+                      const QuantOptions& opt, const See& see) {
+  auto sink = std::make_shared<See>();
+  PlanOptions po;
+  po.batch = batch, po.threads = opt.threads, po.isa = opt.isa, po.training = false, po.denormals = opt.denormals;
+  po.layout = "nchw";
+  Plan plan = plan_impl::plan_with_passes(model, po, {observer_pass(sink)});
+  std::copy(values.begin(), values.end(), static_cast<float*>(plan.param_data()));
+  const size_t D = size_t(model.in_c) * model.in_h * model.in_w;
+  *sink = see;
+  for (int s0 = 0; s0 < n; s0 += batch) {
+    const int m = std::min(batch, n - s0);
+    std::copy(x + size_t(s0) * D, x + size_t(s0 + m) * D, static_cast<float*>(plan.input()));
+    plan.forward(m);
+  }
 }
 
 bool quantizable(const LayerSpec& s) { return s.kind == LayerKind::Conv2d || s.kind == LayerKind::Linear; }
@@ -165,21 +205,21 @@ QuantizedWeights quantize(const Model& model, const std::vector<float>& values, 
   for (const ParamInfo& p : ng.params) total = std::max(total, p.offset + p.size);
   if (values.size() != total)
     throw Error("quantize: " + std::to_string(values.size()) + " parameter values for a model of " + std::to_string(total));
-  ThreadPool pool(opt.threads, opt.denormals == Denormals::flush);
-  const FpModeScope fp(opt.denormals == Denormals::flush);  // this thread's share; its mode restored
-  const Kernels& k = kernels_for(resolve_isa(opt.isa, "quantize: isa"));
-  std::vector<Observer> obs(g.tensors.size());
-  calibration_pass(ng, values, x, n, pool, k, [&](size_t t, const float* d, size_t c) { obs[t].range(d, c); });
+  resolve_isa(opt.isa, "quantize: isa");
+  std::map<std::string, Observer> obs;
+  for (size_t t = 0; t < g.tensors.size(); ++t) obs[tensor_name(g, t)];
+  calibration_pass(model, values, x, n, ng.batch, opt, [&](const std::string& t, const float* d, size_t c) { obs.at(t).range(d, c); });
   if (opt.method != CalibMethod::minmax) {
-    for (Observer& o : obs) o.start_histogram();
-    calibration_pass(ng, values, x, n, pool, k, [&](size_t t, const float* d, size_t c) { obs[t].histogram(d, c); });
+    for (auto& [t, o] : obs) o.start_histogram();
+    calibration_pass(model, values, x, n, ng.batch, opt,
+                     [&](const std::string& t, const float* d, size_t c) { obs.at(t).histogram(d, c); });
   }
   QuantizedWeights q;
   q.model = model;
   q.params = ng.params;
   q.values = values;
   q.calib = {opt.method, n, opt.percentile, opt.data, opt.weight_bits};
-  for (size_t t = 0; t < g.tensors.size(); ++t) q.acts[tensor_name(g, t)] = obs[t].qparams(opt.method, opt.percentile);
+  for (size_t t = 0; t < g.tensors.size(); ++t) q.acts[tensor_name(g, t)] = obs.at(tensor_name(g, t)).qparams(opt.method, opt.percentile);
   for (const auto& [name, qp] : learnt) q.acts[name] = qp;
   q.calib.qat_ranges = int(learnt.size());
   round_to_half(q);

@@ -1,6 +1,7 @@
 // The fp32 nodes of int8 inference: a model's graph (resolved and inferred) whose layers run one
-// node at a time on caller buffers. Calibration runs every node so (NCHW, observing each tensor);
-// the int8 plan runs its fp32 nodes so (LayerNorm, GELU, ...) between a dequantize and a quantize.
+// node at a time on caller buffers: the int8 plan runs its fp32 nodes so (LayerNorm, GELU, ...)
+// between a dequantize and a quantize. Calibration reads the graph's tensors and parameters here
+// and runs an inference plan with observer nodes (calibrate.cpp).
 #pragma once
 #include <memory>
 #include <vector>

@@ -266,6 +266,30 @@ TEST(Int8Plan, NormParametersRoundToHalfAndSmallLayerScalesStayFp32) {
   for (size_t i = 0; i < ls.size; ++i) EXPECT_EQ(q.values[ls.offset + i], 1e-6f);
 }
 
+// Calibration is an inference plan run with observer nodes: its minmax QParams of the input and
+// of the model's output are those of the ranges an fp32 plan computes over the same samples, the
+// last (partial) batch included: its last sample alone holds the input's largest value.
+TEST(Int8Plan, CalibrationSeesEveryTensorOfEverySampleAsTheFp32PlanComputesIt) {
+  const Model m = builtin_model("mnist-cnn");
+  const int n = 40;  // calibration runs batches of 32: one whole, one of 8
+  std::vector<float> x = random_inputs(m, n, 5);
+  const size_t D = size_t(m.in_c) * m.in_h * m.in_w;
+  x[(n - 1) * D + D / 2] = 7.5f;
+  const std::vector<float> values = random_params(m, 3);
+  const QuantizedWeights q = quantize_model(m, values, x.data(), n, {});
+  const QParams in = quant::qparams_for_range(0.0, 7.5);
+  EXPECT_EQ(q.acts.at("input").scale, in.scale);
+  EXPECT_EQ(q.acts.at("input").zero_point, in.zero_point);
+  QuantizedWeights plain = q;
+  plain.values = values;
+  const std::vector<float> y = fp32_outputs(plain, x, n);
+  const auto [lo, hi] = std::minmax_element(y.begin(), y.end());
+  const QParams out = quant::qparams_for_range(*lo, *hi), got = q.acts.at("6");  // the last Linear's output
+  EXPECT_NEAR(got.scale, out.scale, 1e-5 * out.scale);
+  EXPECT_NEAR(got.zero_point, out.zero_point, 1);
+  EXPECT_EQ(q.acts.size(), 8u);  // the input and each of the 7 layers' outputs
+}
+
 TEST(Int8Plan, SameBitsForAnyThreadCount) {
   const Model m = builtin_model("mnist-cnn");
   const QuantizedWeights q = quantized(m, 32);
