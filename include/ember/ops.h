@@ -35,7 +35,8 @@ std::vector<OpInfo> op_infos();
 // "params": [{"name", "role"}], "example": {...}}], "fusions": [{"name", "plans", "layout"}]} (the
 // fusion table, in priority order; indent as json dumps: -1 compact).
 std::string ops_json(int indent = 2);
-// One line an op: name, inputs, fields, parameters, ONNX types.
+// One line an op: name, inputs, fields, parameters, ONNX types, and the dtypes and layouts it runs
+// ("runs: f32,f64,bf16,u8 nchw,nhwc").
 std::string ops_text();
 
 // The activations' names ("relu", "gelu-tanh", ...), "relu, sigmoid, ... or fastswish", and the

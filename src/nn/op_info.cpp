@@ -56,7 +56,10 @@ std::string ops_json(int indent) {
 std::string ops_text() {
   std::string out;
   for (const OpInfo& o : op_infos()) {
-    std::string fields, params, onnx;
+    std::string fields, params, onnx, runs;
+    for (const std::string& d : o.dtypes) runs += (runs.empty() ? "" : ",") + d;
+    runs += " ";
+    for (const std::string& l : o.layouts) runs += (runs.back() == ' ' ? "" : ",") + l;
     for (const OpFieldInfo& f : o.fields) fields += (fields.empty() ? "" : " ") + f.key + (f.required ? "" : "=" + f.fallback);
     for (const OpParamInfo& p : o.params) params += (params.empty() ? "" : " ") + p.name + ":" + p.role;
     for (const std::string& t : o.onnx) onnx += (onnx.empty() ? "" : ",") + t;
@@ -64,7 +67,7 @@ std::string ops_text() {
                                                             : std::to_string(o.min_inputs) + "-" + std::to_string(o.max_inputs);
     out += o.name + std::string(o.name.size() < 14 ? 14 - o.name.size() : 1, ' ') + "in " + inputs +
            "  fields: " + (fields.empty() ? "-" : fields) + "  params: " + (params.empty() ? "-" : params) +
-           "  onnx: " + (onnx.empty() ? "-" : onnx) + "\n" + std::string(14, ' ') + o.summary + "\n";
+           "  onnx: " + (onnx.empty() ? "-" : onnx) + "  runs: " + runs + "\n" + std::string(14, ' ') + o.summary + "\n";
   }
   out += "fusions (one unit each, in this order):\n";
   for (const nn::FusionInfo& f : nn::fusion_infos()) {

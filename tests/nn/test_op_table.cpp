@@ -220,6 +220,23 @@ TEST(OpTable, EveryOpBringsItsOnnxExportAndImport) {
   }
 }
 
+// `ember info --ops` (text): each op's line says the dtypes and layouts its descriptor declares
+// ("runs: f32,f64,bf16,u8 nchw,nhwc"), the same the JSON lists.
+TEST(OpTable, TheTextTableSaysWhatEachOpRuns) {
+  const std::string text = "\n" + ops_text();  // every line after a newline
+  for (const OpInfo& o : op_infos()) {
+    std::string runs;
+    for (const std::string& d : o.dtypes) runs += (runs.empty() ? "" : ",") + d;
+    runs += " ";
+    for (size_t i = 0; i < o.layouts.size(); ++i) runs += (i ? "," : "") + o.layouts[i];
+    const size_t line = text.find("\n" + o.name + " ");
+    ASSERT_NE(line, std::string::npos) << o.name;
+    EXPECT_NE(text.substr(line, text.find('\n', line + 1) - line).find("  runs: " + runs), std::string::npos) << o.name << ": " << runs;
+  }
+  EXPECT_NE(text.find("\nconv2d "), std::string::npos);
+  EXPECT_NE(text.find("runs: f32,f64,bf16,u8 nchw,nhwc"), std::string::npos) << "conv2d";
+}
+
 // Every fused unit a plan makes is a pattern of the fusion table that `ember info --ops --json`
 // lists ("<act>": any activation op), in a plan and layout the table gives it.
 TEST(OpTable, FusedUnitsArePatternsOfTheListedFusionTable) {
