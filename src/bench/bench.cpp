@@ -229,6 +229,8 @@ double time_sgemm(bool ta, bool tb, int M, int N, int K, int threads, Isa isa, b
 double time_int8(const std::string& path, const Dataset* d, int batch, int threads, const std::string& isa, double* flops,
                  double min_s, Denormals dn) {
   const QuantizedWeights q = load_quantized(path);
+  if (d && (d->rows != q.model.in_h || d->cols != q.model.in_w || d->channels != q.model.in_c || d->streamed()))
+    throw Error("weights: " + path + ": the data's images are not of its model's input size (or are not in memory)");
   Int8Plan plan(q, batch, threads, isa, dn);
   *flops = plan.flops_per_sample();
   if (d) {

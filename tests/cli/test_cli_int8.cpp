@@ -112,6 +112,9 @@ TEST_F(Int8Cli, ProfileOfTheInt8PlanIsTheFp32ProfilesTable) {
     }
   }
   expect_one_line_error(run(args + "--weights " + quote(wq.string()) + " --precision bf16"), {"--precision bf16", "int8"});
+  // Flags of a training run do nothing to an int8 forward, nor a model or seed to a quantized file: refused.
+  expect_one_line_error(run(args + "--weights " + quote(wq.string()) + " --epochs 2"), {"--epochs", "int8"});
+  expect_one_line_error(run(args + "--weights " + quote(wq.string()) + " --seed 3"), {"--seed", "quantized"});
 }
 
 // `ember bench --model M --weights W,Wq`: a row per file, the quantized one timed by its int8 plan
@@ -134,6 +137,9 @@ TEST_F(Int8Cli, BenchModelTimesEachWeightFile) {
   }
   expect_one_line_error(run("bench --model mnist-cnn --batch-size 1 --weights " + quote(wq.string())),
                         {"--weights", "mnist-mlp", "mnist-cnn"});
+  // A quantized file's int8 row runs beside fp32 rows: with bf16 alone it would be dropped, so it is refused.
+  expect_one_line_error(run("bench --model mnist-mlp --batch-size 1 --precision bf16 --weights " + quote(wq.string())),
+                        {"--weights", "quantized", "fp32"});
 }
 
 TEST_F(Int8Cli, InfoShowsScalesAndThePlan) {

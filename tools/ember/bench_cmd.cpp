@@ -2,6 +2,7 @@
 // samples/s, GFLOP/s and % of the FMA peak measured at start; --json prints one JSON document.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <cstdio>
 #include <sstream>
@@ -32,7 +33,7 @@ void add_bench_flags(CLI::App* cmd, BenchArgs& a) {
                   "(side by side); the GEMM rows name theirs (sgemm-*, sbgemm-*)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--layout", a.layout, "auto, nchw or nhwc: the model workloads' activation layout")->capture_default_str();
+  cmd->add_option("--layout", a.layout, "auto, nchw or nhwc: the model workloads' activation layout (int8 rows run the int8 plan's own: u8 channel-last)")->capture_default_str();
   cmd->add_option("--samples", a.samples, "Training samples timed per training workload")->capture_default_str();
   cmd->add_option("--warmup-samples", a.warmup_samples,
                   "cnn-train, mlp-train: samples trained untimed first, so that the timed ones start from a trained "
@@ -145,27 +146,45 @@ class Reporter {
   nlohmann::json rows_ = nlohmann::json::array();
 };
 
-// --weights of `ember bench --model M`: each file with whether it is quantized (an int8 row), every
-// one of model M (its __metadata__.model); none given: {"", false} (random weights, or the ONNX
-// file's own).
-std::vector<std::pair<std::string, bool>> model_weight_files(const BenchArgs& a, const Model& model, bool onnx) {
-  if (a.weights.empty()) return {{"", false}};
+// A --weights file of `ember bench --model M`: its path, whether it is quantized (an int8 row, run
+// with fp32 rows only, as the workloads' int8 rows are), and the model its metadata holds (M, as
+// fitted when the file was saved: the rows time that model, with those weights).
+struct ModelWeights {
+  std::string path;
+  bool quantized = false;
+  Model model;
+};
+
+// Each --weights file, checked before anything is measured; none given: one entry with no path
+// (random weights, or the ONNX file's own).
+std::vector<ModelWeights> model_weight_files(const BenchArgs& a, const Model& model, bool onnx,
+                                             const std::vector<Precision>& precisions) {
+  if (a.weights.empty()) return {{"", false, model}};
   if (onnx) throw Error("--weights: the ONNX --model " + quote_path(a.model) + " holds its own weights");
-  std::vector<std::pair<std::string, bool>> out;
+  const bool fp32 = std::find(precisions.begin(), precisions.end(), Precision::fp32) != precisions.end();
+  std::vector<ModelWeights> out;
   for (const std::string& w : a.weights) {
     const auto meta = read_weights_metadata(w);
     const auto it = meta.find("model");
     if (it == meta.end()) throw Error("--weights: " + quote_path(w) + " names no model (no __metadata__.model)");
-    const std::string name = parse_model_json(it->second, w + ": __metadata__.model").name;
-    if (name != model.name)
-      throw Error("--weights: " + quote_path(w) + " holds model '" + one_line(name) + "', not --model " + one_line(model.name));
-    out.push_back({w, meta.count("ember_quant") > 0});
+    const auto names = builtin_model_names();  // PyTorch-written files may name a built-in model
+    const Model held = std::find(names.begin(), names.end(), it->second) != names.end()
+                           ? builtin_model(it->second)
+                           : parse_model_json(it->second, w + ": __metadata__.model");
+    if (held.name != model.name)
+      throw Error("--weights: " + quote_path(w) + " holds model '" + one_line(held.name) + "', not --model " + one_line(model.name));
+    const bool quantized = meta.count("ember_quant") > 0;
+    if (quantized && !fp32)
+      throw Error("--weights: " + quote_path(w) + " is quantized: its int8 row runs with --precision fp32 (given: " +
+                  precision_name(precisions.front()) + " only)");
+    out.push_back({w, quantized, held});
   }
   return out;
 }
 
 // `ember bench --model M`: the forward pass of M (an ONNX file with its weights) at each batch.
-int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
+// note: says what the flags' run means on this CPU (emulated bf16), once its files are checked.
+int run_model_bench(const BenchArgs& a, const BenchOptions& o, const std::function<void()>& note) {
   std::optional<OnnxImport> onnx;
   Model model;
   if (is_onnx_path(a.model)) {
@@ -174,15 +193,16 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
   } else {
     model = model_flag(a.model);
   }
+  const std::vector<ModelWeights> files = model_weight_files(a, model, onnx.has_value(), o.precisions);
+  note();
   const BenchMachine m = naming_flags({{"isa", "--isa"}}, [&] { return measure_machine(a.isa); });
   Reporter rep(a, m, "random");
   const std::vector<int> batches = o.batch ? std::vector<int>{o.batch} : std::vector<int>{1, 64};
   const int rate = resolve_kernel_set(m.isa, "--isa").bf16_rate;
-  const std::vector<std::pair<std::string, bool>> files = model_weight_files(a, model, onnx.has_value());
   for (int b : batches) {
-    for (const auto& [file, quantized] : files) {
+    for (const auto& [file, quantized, held] : files) {
       for (Precision prec : o.precisions) {
-        if (quantized && prec != o.precisions.front()) continue;  // a quantized file: one int8 row
+        if (quantized && prec != Precision::fp32) continue;  // a quantized file: one int8 row, beside fp32's
         BenchResult r;
         r.precision = quantized ? "int8" : precision_name(prec);
         r.name = "model-infer-b" + std::to_string(b);
@@ -192,7 +212,7 @@ int run_model_bench(const BenchArgs& a, const BenchOptions& o) {
         double fps = 0;
         r.value = naming_flags({{"isa", "--isa"}}, [&] {
           return quantized ? time_int8(file, nullptr, b, r.threads, a.isa, &fps, 2.0, o.denormals)
-                           : time_model(model, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout, o.denormals, file);
+                           : time_model(held, onnx ? &*onnx : nullptr, b, r.threads, a.isa, prec, 2.0, &fps, a.layout, o.denormals, file);
         });
         r.unit = "ms", r.samples_per_s = b / (r.value / 1e3), r.gflops = fps * r.samples_per_s / 1e9;
         const double fma = r.threads == 1 ? m.peak_gflops_1t : m.peak_gflops;
@@ -233,8 +253,9 @@ int run_bench(const BenchArgs& a) {
     throw Error("--warmup-samples: expected -1 (one epoch) or 0..100000000, found " + std::to_string(o.warmup_samples));
   const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), Precision::bf16) != o.precisions.end();
   const KernelSet isa = resolve_kernel_set(a.isa, "--isa");
-  if (bf16 && isa.bf16_rate < 2) note_emulated_bf16(isa.name);
-  if (!a.model.empty()) return run_model_bench(a, o);
+  const auto note = [&] { if (bf16 && isa.bf16_rate < 2) note_emulated_bf16(isa.name); };
+  if (!a.model.empty()) return run_model_bench(a, o, note);
+  note();
   auto known = bench_workloads();
   for (const auto& n : convnext_workloads()) known.push_back(n);
   for (const auto& n : data_workloads()) known.push_back(n);

@@ -168,7 +168,7 @@ int run_quantize(QuantizeArgs a, const CLI::App& cmd);
 Model qat_model(const TrainArgs& a, bool freeze_given, const Model& model, const Dataset& train, int64_t steps,
                 QuantizedWeights* calibrated);
 void load_qat_start(Plan& plan, const std::string& weights, const QuantizedWeights& calibrated);
-// Post-training quantization of `model` with the fp32 weights in `weights` (""): its initial
+// Post-training quantization of `model` with the fp32 weights in `weights` ("": its initial
 // weights of init_seed), calibrated as o says on the first images of `train` (ember quantize,
 // eval and profile --precision int8 of fp32 weights).
 QuantizedWeights quantize_for(const CommonArgs& c, const Model& model, const std::string& weights, const Dataset& train,

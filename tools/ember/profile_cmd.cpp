@@ -1,7 +1,8 @@
 // `ember profile`: trains on a limited number of samples (default 1000, as the original
 // profiling build did) after a few warm-up steps, with the profiler on, and prints the per-layer
 // table; --trace, --json, --folded and --flame write the Chrome trace, profile.json, folded
-// stacks and an SVG flame graph of ember's own spans.
+// stacks and an SVG flame graph of ember's own spans. An int8 plan (--weights Wq, --precision
+// int8) is profiled over its forwards, in the same table.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -80,7 +81,17 @@ void write_profile_outputs(const ProfileArgs& a, const ProfiledPlan& plan, const
 // the model's initial ones of --seed) quantized here, minmax-calibrated on up to 512 of the
 // profiled images (as ember quantize would). data: the profiled images.
 QuantizedWeights int8_weights(TrainArgs& t, const CLI::App& cmd, int64_t limit, TrainTest* data) {
-  if (!t.weights.empty() && is_quantized_file(t.weights)) {
+  const bool stored = !t.weights.empty() && is_quantized_file(t.weights);
+  // Flags of a training run, which an int8 forward would ignore; with a quantized file, those
+  // that make the model and its weights too.
+  for (const char* f : {"--epochs", "--lr", "--optimizer", "--schedule", "--lr-min", "--t-max", "--step-size", "--gamma", "--l2",
+                        "--weight-decay", "--momentum", "--no-shuffle", "--metrics", "--show-batch", "--init", "--early-stop-tol",
+                        "--limit-train", "--qat", "--qat-freeze-after", "--qat-weight-bits", "--qat-calib-samples", "--save-dtype",
+                        "--profile", "--layout"})
+    if (cmd.count(f)) throw Error(std::string(f) + ": not used when profiling an int8 plan (its forwards only)");
+  for (const char* f : {"--model", "--act", "--seed"})
+    if (stored && cmd.count(f)) throw Error(std::string(f) + ": " + quote_path(t.weights) + " is quantized and holds its model and weights");
+  if (stored) {
     if (cmd.count("--precision") && t.common.precision != "int8")
       throw Error("--precision " + one_line(t.common.precision) + ": " + quote_path(t.weights) +
                   " is quantized (int8) and profiles int8 only");
@@ -96,6 +107,7 @@ QuantizedWeights int8_weights(TrainArgs& t, const CLI::App& cmd, int64_t limit, 
   *data = load_data_for(t.common, limit);
   QuantOptionsCli o;
   o.samples = int(std::min<int64_t>(limit, 512));
+  if (model.qat.on()) o.weight_bits = model.qat.weight_bits;  // as it was trained (ember eval does the same)
   return quantize_for(t.common, model, t.weights, data->train, o, t.seed);
 }
 
@@ -116,6 +128,8 @@ int run_profile_int8(ProfileArgs& a, const CLI::App& cmd) {
   plan.set_input_affine(scale, shift);
   if (data.train.rows != q.model.in_h || data.train.cols != q.model.in_w || data.train.channels != q.model.in_c)
     throw Error("--data: profiling int8 needs images of the model's input size");
+  if (data.train.streamed())
+    throw Error("--data: profiling int8 reads the images from memory, and this set is streamed from disk (raise --cache-mb)");
   std::vector<int64_t> idx(static_cast<size_t>(B));
   auto step = [&](int64_t s0, Profiler* p) {  // one batch from sample s0: gather, forward
     const int n = int(std::min<int64_t>(B, data.train.count - s0));
