@@ -100,7 +100,7 @@ struct NoScope {};  // the GEMMs' per-call set-up: none (AMX: its TileScope)
   }                                                                                                          \
   void gemm_bf16_packed_b_##set(bool ta, int M, int n, int K, float alpha, Bf16Operand A, int lda,           \
                                 const float* Bp, int N, int j0, float beta, float* C, int ldc) {             \
-    Scope scope;                                                                                             \
+    [[maybe_unused]] Scope scope;                                                                            \
     gemm_bf16_packed_b_t<T>(ta, M, n, K, alpha, A, lda, Bp, N, j0, beta, C, ldc);                            \
   }                                                                                                          \
   size_t pack_a_bf16_##set(bool ta, int M, int K, const float* A, int lda, float* dst) {                     \
@@ -108,6 +108,6 @@ struct NoScope {};  // the GEMMs' per-call set-up: none (AMX: its TileScope)
   }                                                                                                          \
   void gemm_bf16_packed_a_##set(bool tb, int m, int N, int K, float alpha, const float* Ap, int M, int i0,   \
                                 Bf16Operand B, int ldb, float beta, float* C, int ldc) {                     \
-    Scope scope;                                                                                             \
+    [[maybe_unused]] Scope scope;                                                                            \
     gemm_bf16_packed_a_t<T>(tb, m, N, K, alpha, Ap, M, i0, B, ldb, beta, C, ldc);                            \
   }
