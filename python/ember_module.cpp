@@ -407,6 +407,13 @@ class PyModel {
     return ember::model_to_json(a) == ember::model_to_json(b);
   }
 
+  // The int8 plan of quant_ for batch B and `threads`: the one kept, or made again for them.
+  ember::Int8Plan& int8_plan_for(int B, int threads) {
+    if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != threads)
+      int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, threads, "", denormals_);
+    return *int8_plan_;
+  }
+
   // The int8 plan for batch_size (0: 64) and the thread count fit would use, over s in order
   // without the GIL: after each batch of n samples from `start`, fn(start, n) reads it.
   template <class Fn>
@@ -414,9 +421,7 @@ class PyModel {
     const ember::PlanOptions o = options(batch_size, 64, 0, model_.recipe.optimizer);
     const int B = int(std::min<int64_t>(o.batch, s.n));
     py::gil_scoped_release nogil;
-    if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != o.threads)
-      int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, o.threads, "", denormals_);
-    ember::Int8Plan& p = *int8_plan_;
+    ember::Int8Plan& p = int8_plan_for(B, o.threads);
     const int32_t* labels = truth ? truth->label_data() : nullptr;
     for (int64_t start = 0; start < s.n; start += B) {
       const int n = int(std::min<int64_t>(B, s.n - start));
@@ -437,9 +442,7 @@ class PyModel {
     std::string json;
     {
       py::gil_scoped_release nogil;
-      if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != o.threads)
-        int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, o.threads, "", denormals_);
-      ember::Int8Plan& p = *int8_plan_;
+      ember::Int8Plan& p = int8_plan_for(B, o.threads);
       const ember::ProfiledPlan pp = ember::profiled_plan(p);
       ember::Profiler prof(p.threads(), int(pp.units.size()));
       p.set_profiler(&prof);
