@@ -19,9 +19,7 @@ bool image(const Tensor& t) { return !t.dims.flat(); }
 // Whether the node's op declares channel-last (its descriptor's layouts: the truth the layers
 // refine for their shapes, Layer::runs_nhwc); a pass's own node (no spec) says by its layer alone.
 bool declares_nhwc(const Node& n) {
-  if (!n.spec) return true;
-  const auto& l = op_desc(n.spec->kind).layouts;
-  return std::find_if(l.begin(), l.end(), [](const char* s) { return std::string_view(s) == "nhwc"; }) != l.end();
+  return !n.spec || op_declares_layout(n.spec->kind, "nhwc");
 }
 
 // Picks each node's layout in node order: nhwc where the layer runs it, the layout of its inputs

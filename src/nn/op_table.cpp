@@ -196,6 +196,14 @@ OpDesc make_op(LayerKind kind, const char* name, const char* summary) {
 std::vector<const char*> all_dtypes() { return {"f32", "f64", "bf16"}; }
 std::vector<const char*> fp_dtypes() { return {"f32", "f64"}; }
 
+namespace {
+bool lists(const std::vector<const char*>& v, std::string_view what) {
+  return std::find_if(v.begin(), v.end(), [&](const char* s) { return what == s; }) != v.end();
+}
+}  // namespace
+bool op_declares_layout(LayerKind kind, std::string_view what) { return lists(op_desc(kind).layouts, what); }
+bool op_declares_dtype(LayerKind kind, std::string_view what) { return lists(op_desc(kind).dtypes, what); }
+
 std::string example_model(const std::string& op, const std::string& layers_json) {
   return "{\"name\": \"example-" + op + "\", \"input\": [1, 28, 28], \"classes\": 10, \"layers\": [" + layers_json + "]}";
 }

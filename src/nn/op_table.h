@@ -100,6 +100,9 @@ json write_layer(const LayerSpec& s);
 OpDesc make_op(LayerKind kind, const char* name, const char* summary);
 std::vector<const char*> all_dtypes();                 // f32, f64, bf16
 std::vector<const char*> fp_dtypes();                  // f32, f64
+// Whether the op of `kind` lists `what` among its layouts or dtypes (the truth passes read).
+bool op_declares_layout(LayerKind kind, std::string_view what);
+bool op_declares_dtype(LayerKind kind, std::string_view what);
 OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx);
 // An activation that brings its own layer, ONNX export and import (nn/activation.h: act_op).
 OpDesc activation_op(LayerKind kind, const char* name, const char* summary, std::vector<const char*> onnx,

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
-#include <string_view>
 
 #include "core/fp_mode.h"
 #include "ember/error.h"
@@ -29,10 +28,7 @@ namespace int8plan {  // the compiler (its state and what int8_view.cpp uses: in
 
 const LayerSpec& spec(const Impl& m, int node) { return *m.g().nodes[size_t(node)].spec; }
 // Whether the op declares "u8" (its descriptor's dtypes: the truth of what runs int8 here).
-bool runs_u8(LayerKind k) {
-  const auto& d = nn::op_desc(k).dtypes;
-  return std::any_of(d.begin(), d.end(), [](const char* s) { return std::string_view(s) == "u8"; });
-}
+bool runs_u8(LayerKind k) { return nn::op_declares_dtype(k, "u8"); }
 // Node `node` is of kind k, an op that runs u8.
 bool kind_is(const Impl& m, int node, LayerKind k) { return spec(m, node).kind == k && runs_u8(k); }
 int only_reader(const Impl& m, int t) {
