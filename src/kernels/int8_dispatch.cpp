@@ -12,6 +12,7 @@ const char* int8_isa_name(Int8Isa isa) {
     case Int8Isa::avx2: return "avx2";
     case Int8Isa::avx_vnni: return "avx_vnni";
     case Int8Isa::avx512_vnni: return "avx512_vnni";
+    case Int8Isa::amx_int8: return "amx_int8";
   }
   return "?";
 }
@@ -24,12 +25,18 @@ bool int8_isa_supported(Int8Isa isa) {
     case Int8Isa::avx512_vnni:
       // isa_supported(avx512): F, BW, VL and DQ (the file builds with the fp32 set's AVX-512 flags).
       return isa_supported(Isa::avx512) && cpu_probe().avx512_vnni && isa_supported(Isa::avx2);
+    case Int8Isa::amx_int8:  // the amx set's checks (permission, tile state kept), then the int8 tiles
+      return isa_supported(Isa::amx) && cpu_probe().amx_int8 && int8_isa_supported(Int8Isa::avx512_vnni);
   }
   return false;
 }
 
 const Int8Kernels& int8_kernels(Int8Isa isa) {
   switch (isa) {
+    case Int8Isa::amx_int8: {
+      static const Int8Kernels t = int8_kernels_amx();
+      return t;
+    }
     case Int8Isa::avx512_vnni: {
       static const Int8Kernels t = int8_kernels_avx512_vnni();
       return t;
@@ -51,7 +58,9 @@ const Int8Kernels& int8_kernels(Int8Isa isa) {
 
 const Int8Kernels& int8_kernels_for(Isa isa) {
   switch (isa) {
-    case Isa::amx:  // int8 on tiles: not yet (issue 57); the avx512 set's VNNI kernels
+    case Isa::amx:
+      if (int8_isa_supported(Int8Isa::amx_int8)) return int8_kernels(Int8Isa::amx_int8);
+      [[fallthrough]];
     case Isa::avx512:
       if (int8_isa_supported(Int8Isa::avx512_vnni)) return int8_kernels(Int8Isa::avx512_vnni);
       if (int8_isa_supported(Int8Isa::avx_vnni)) return int8_kernels(Int8Isa::avx_vnni);

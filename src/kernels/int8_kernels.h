@@ -1,6 +1,6 @@
 // The int8 kernel table (issue 42, int8 inference): u8 x s8 GEMM with exact int32 sums, depthwise
-// convolution, quantize/dequantize and 2x2 max-pool on u8, each followed by one requantization
-// epilogue. One table per ISA (scalar, AVX2, AVX-VNNI, AVX-512 VNNI), chosen at run time next to
+// convolution, quantize/dequantize and max-pool on u8, each followed by one requantization
+// epilogue. One table per ISA (scalar, AVX2, AVX-VNNI, AVX-512 VNNI, AMX-INT8), chosen at run time next to
 // the fp32 table (kernels.h). Kernels take raw pointers and sizes; they never allocate, throw, log or start threads.
 #pragma once
 #include <cstddef>
@@ -10,8 +10,8 @@
 
 namespace ember {
 
-enum class Int8Isa { scalar, avx2, avx_vnni, avx512_vnni };
-const char* int8_isa_name(Int8Isa);  // "scalar", "avx2", "avx_vnni", "avx512_vnni"
+enum class Int8Isa { scalar, avx2, avx_vnni, avx512_vnni, amx_int8 };
+const char* int8_isa_name(Int8Isa);  // "scalar", "avx2", "avx_vnni", "avx512_vnni", "amx_int8"
 
 // Requantization epilogue, applied per output element (m, n) of a GEMM or depthwise conv:
 //   acc = (the kernel's exact int32 sum) + (bias ? bias[n] : 0)
@@ -58,9 +58,12 @@ using Int8DwFn = void (*)(const uint8_t* x, int32_t x_zp, const int8_t* w, const
 using QuantizeU8Fn = void (*)(uint8_t* q, const float* x, size_t n, float inv_scale, int32_t zp);
 // x[i] = float(int32(q[i]) - zp) * scale.
 using DequantizeU8Fn = void (*)(float* x, const uint8_t* q, size_t n, float scale, int32_t zp);
-// 2x2 max-pool, stride 2, NHWC u8, one sample: y[(p*Q + q)*C + c] = max of x's 2x2 window
-// (P = H / 2, Q = W / 2, floor).
-using MaxPool2U8Fn = void (*)(uint8_t* y, const uint8_t* x, int H, int W, int C);
+// Max-pool, NHWC u8, one sample, output rows p in [p0, p1): y[(p*Q + q)*C + c] = the max over the taps
+// (r, s) inside the image of x[(h*W + w)*C + c], h = p*stride_h - pad_h + r, w = q*stride_w - pad_w + s;
+// 0 (u8's least) where no tap is inside. Padding never wins (PyTorch's and ONNX's rule); max commutes
+// with the monotonic quantization, so this is the fp32 pool of the dequantized input, requantized.
+struct Int8PoolShape { int H, W, C, R, S, stride_h, stride_w, pad_h, pad_w, P, Q; };
+using MaxPoolU8Fn = void (*)(uint8_t* y, const uint8_t* x, const Int8PoolShape& s, int p0, int p1);
 
 struct Int8Kernels {
   Int8Isa isa;
@@ -74,15 +77,20 @@ struct Int8Kernels {
   Int8PackedBytesFn packed_b_bytes_w7;
   Int8PackBFn pack_b_w7;
   Int8GemmFn gemm_w7;
+  // Bytes of im2col rows the plan hands the GEMM per call (its A block, kept in cache): 32 KiB, L1 (the
+  // VNNI register tiles read A once per 64 columns); amx_int8 256 KiB, L2 (tiles want 32 rows or more).
+  int chunk_bytes = 32768;
   Int8DwFn dw;
   QuantizeU8Fn quantize;
   DequantizeU8Fn dequantize;
-  MaxPool2U8Fn maxpool2;
+  MaxPoolU8Fn maxpool;
 };
 // Whether this CPU runs a set (the one probe, kernels/cpu_probe.h: AVX512_VNNI with AVX-512 F/BW/VL/DQ,
-// AVX-VNNI for avx_vnni, avx2+fma for avx2; scalar always).
+// AVX-VNNI for avx_vnni, avx2+fma for avx2, AMX-INT8 with the fp32 set amx usable (tile permission and
+// state kept) and avx512_vnni for amx_int8; scalar always).
 bool int8_isa_supported(Int8Isa);
-// The int8 table for the fp32 kernel set `isa` (kernels.h): avx512 -> avx512_vnni where supported, else
+// The int8 table for the fp32 kernel set `isa` (kernels.h): amx -> amx_int8 where supported, else as avx512;
+// avx512 -> avx512_vnni where supported, else
 // avx_vnni where supported, else avx2; avx2 -> avx2 (so EMBER_ISA=avx2 behaves like an AVX2-only CPU, Zen 3);
 // scalar -> scalar. Static, immutable.
 const Int8Kernels& int8_kernels_for(Isa isa);
@@ -92,5 +100,6 @@ Int8Kernels int8_kernels_scalar();  // per-set constructors (ref/int8_ref.cpp, x
 Int8Kernels int8_kernels_avx2();
 Int8Kernels int8_kernels_avx_vnni();
 Int8Kernels int8_kernels_avx512_vnni();
+Int8Kernels int8_kernels_amx();  // the avx512_vnni table with its GEMM on tiles (x86/int8_amx.cpp)
 
 }  // namespace ember

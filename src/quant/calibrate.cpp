@@ -179,7 +179,7 @@ void quantize_layers(QuantizedWeights& q, const quant::NodeGraph& ng, const std:
   }
 }
 
-// The output of each exact u8 op (ReLU, 2x2 max-pool, flatten on u8 values) keeps its input's
+// The output of each exact u8 op (ReLU, max-pool, flatten on u8 values) keeps its input's
 // QParams in the int8 plan, and the reader refuses a file whose own pair there differs: those
 // calibrated on their own are replaced by their input's, and the layers quantized again when one
 // moved (a Linear after a flatten has its bias in that tensor's units).

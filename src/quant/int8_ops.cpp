@@ -43,7 +43,7 @@ void pack_gemm(const Int8Kernels& k, GemmOp& op, const std::vector<int8_t>& w_ro
     for (int j = 0; j < J; ++j) sum += w_rows[size_t(n) * J + j];
     op.bias[size_t(n)] = int32_t(int64_t(bias[size_t(n)]) - int64_t(op.x_zp) * sum);
   }
-  op.rows_per_chunk = std::clamp(32768 / std::max(op.J, 1), 8, 512);
+  op.rows_per_chunk = std::clamp(k.chunk_bytes / std::max(op.J, 1), 8, 512);
   const size_t image = size_t(op.H + 2 * op.pad_h) * size_t(op.W + 2 * op.pad_w) * size_t(op.C);
   op.pad_bytes = op.im2col && op.C <= 4 && (op.pad_h > 0 || op.pad_w > 0) && image <= (size_t(1) << 20) ? image + 16 : 0;
 }

@@ -1,5 +1,5 @@
 // The int8 plan (ember/quant.h): compiles a quantized model into steps. Conv2d (groups 1 or
-// depthwise), Linear, ReLU, 2x2 max-pool and flatten run on u8 NHWC activations, a Conv2d or
+// depthwise), Linear, ReLU, max-pool and flatten run on u8 NHWC activations, a Conv2d or
 // Linear taking the ReLU, the residual add (and a ReLU after it) into its requantization; every
 // other node runs its fp32 layer (channel-last where it can) with conversions inserted where a
 // tensor is read in another form than it was written. Buffers are placed by lifetime.
@@ -54,6 +54,20 @@ QParams u8_qparams(const Impl& m, int t) {
   return a == m.q.acts.end() ? QParams{} : a->second;
 }
 
+// Whether a max-pool runs on u8: always a 2x2/2 one (its output's pair must then be its input's:
+// check_exact_u8_outputs); another window when the file's pair at its output (if it has its own) is
+// the one its u8 input carries. Files written before ember ran those on u8 calibrated such a pool's
+// output on its own: that pool stays fp32 for them, as it ran (dequantize, pool, quantize).
+bool keeps_qparams(const Impl& m, const nn::Node& n) {
+  const LayerSpec& s = *n.spec;
+  if (s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0 &&
+      s.pad_h_end <= 0 && s.pad_w_end <= 0)
+    return true;
+  const auto own = m.q.acts.find(m.name(size_t(n.out)));
+  const QParams in = u8_qparams(m, n.in[0]);
+  return own == m.q.acts.end() || (own->second.scale == in.scale && own->second.zero_point == in.zero_point);
+}
+
 // The node's int8 role before fusion (by kind, parameters, shapes and which tensors have 8-bit
 // parameters).
 Role base_role(const Impl& m, int i) {
@@ -71,9 +85,7 @@ Role base_role(const Impl& m, int i) {
   const int p = m.g().tensors[size_t(n.in[0])].producer;
   const bool u8_in = p >= 0 && m.role[size_t(p)] != Role::fallback && has_qp(m, n.in[0]);
   if (s.kind == LayerKind::ReLU && u8_in) return Role::relu8;
-  if (s.kind == LayerKind::MaxPool2d && u8_in && s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 &&
-      s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0 && s.pad_h_end <= 0 && s.pad_w_end <= 0)
-    return Role::pool8;
+  if (s.kind == LayerKind::MaxPool2d && u8_in && keeps_qparams(m, n)) return Role::pool8;  // any window and padding
   if (s.kind == LayerKind::Flatten && u8_in && !m.g().tensors[size_t(n.out)].readers.empty()) {
     for (int r : m.g().tensors[size_t(n.out)].readers)
       if (!kind_is(m, r, LayerKind::Linear) || spec(m, r).over_channels || !m.q.layer(m.g().nodes[size_t(r)].param_prefix))
@@ -561,9 +573,15 @@ void run_step(Impl& m, const Step& st, int n) {
       const nn::Dims d = m.g().tensors[size_t(node->in[0])].dims, o = m.g().tensors[size_t(node->out)].dims;
       const uint8_t* src = m.at<uint8_t>(st.in);
       uint8_t* dst = m.at<uint8_t>(st.out);
-      m.pool->run([&](int t) {
-        const Range r = split_range(n, t, m.pool->size());
-        for (int64_t j = r.begin; j < r.end; ++j) m.k->maxpool2(dst + size_t(j) * o.size(), src + size_t(j) * d.size(), d.h, d.w, d.c);
+      const LayerSpec& s = *node->spec;
+      const Int8PoolShape ps{d.h, d.w, d.c, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, o.h, o.w};
+      m.pool->run([&](int t) {  // the n * P output rows split evenly
+        const Range r = split_range(int64_t(n) * o.h, t, m.pool->size());
+        for (int64_t row = r.begin; row < r.end;) {
+          const int64_t j = row / o.h, p0 = row % o.h, p1 = std::min<int64_t>(o.h, p0 + (r.end - row));
+          m.k->maxpool(dst + size_t(j) * o.size(), src + size_t(j) * d.size(), ps, int(p0), int(p1));
+          row += p1 - p0;
+        }
       });
       break;
     }

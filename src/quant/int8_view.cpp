@@ -93,7 +93,7 @@ std::map<std::string, std::string> u8_passthrough(const QuantizedWeights& q) {
 }
 }  // namespace quant
 
-// The file's own pair at the output of each exact u8 op (ReLU, 2x2 max-pool, flatten on u8) must
+// The file's own pair at the output of each exact u8 op (ReLU, max-pool, flatten on u8) must
 // be the QParams the plan keeps there, its input's: it would have no effect otherwise.
 void int8plan::check_exact_u8_outputs(const Impl& m) {
   for (size_t i = 0; i < m.g().nodes.size(); ++i) {

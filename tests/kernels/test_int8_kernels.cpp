@@ -23,7 +23,7 @@ using namespace ember;
 
 std::vector<Int8Isa> fast_sets() {
   std::vector<Int8Isa> v;
-  for (Int8Isa i : {Int8Isa::avx2, Int8Isa::avx_vnni, Int8Isa::avx512_vnni})
+  for (Int8Isa i : {Int8Isa::avx2, Int8Isa::avx_vnni, Int8Isa::avx512_vnni, Int8Isa::amx_int8})
     if (int8_isa_supported(i)) v.push_back(i);
   return v;
 }
@@ -106,6 +106,12 @@ std::string shape_name(int M, int N, int K, int variant) {
          " variant=" + std::to_string(variant);
 }
 
+Int8Isa want_avx512() {
+  return int8_isa_supported(Int8Isa::avx512_vnni) ? Int8Isa::avx512_vnni
+         : int8_isa_supported(Int8Isa::avx_vnni)  ? Int8Isa::avx_vnni
+                                                  : Int8Isa::avx2;
+}
+
 TEST(Int8Kernels, TablesAndNames) {
   std::string sets;
   for (Int8Isa isa : fast_sets()) sets += std::string(" ") + int8_isa_name(isa);
@@ -120,10 +126,10 @@ TEST(Int8Kernels, TablesAndNames) {
     EXPECT_EQ(int8_kernels_for(Isa::avx2).isa, Int8Isa::avx2);
   }
   if (isa_supported(Isa::avx512)) {
-    const Int8Isa want = int8_isa_supported(Int8Isa::avx512_vnni) ? Int8Isa::avx512_vnni
-                         : int8_isa_supported(Int8Isa::avx_vnni)  ? Int8Isa::avx_vnni
-                                                                  : Int8Isa::avx2;
-    EXPECT_EQ(int8_kernels_for(Isa::avx512).isa, want);
+    EXPECT_EQ(int8_kernels_for(Isa::avx512).isa, want_avx512());
+  }
+  if (isa_supported(Isa::amx)) {  // the amx set's int8 is on tiles where the CPU has AMX-INT8
+    EXPECT_EQ(int8_kernels_for(Isa::amx).isa, int8_isa_supported(Int8Isa::amx_int8) ? Int8Isa::amx_int8 : want_avx512());
   }
 }
 
@@ -188,6 +194,38 @@ TEST(Int8Kernels, GemmLargeKMatchesReference) {
       const Gemm g = make_gemm(s.M, s.N, s.K, uint32_t(100 + variant), variant);
       expect_sets_match(g, 0, s.N, shape_name(s.M, s.N, s.K, variant));
     }
+}
+
+// The shapes of the tile GEMM (amx_int8; 16 rows or more): rows around the 16-row tiles, the 32-row
+// blocks and the 128-row blocks, columns around the 16-column tiles and the 32-column strips, K around
+// the 64-byte tile depth (in place and through the buffer), column ranges, every epilogue variant.
+TEST(Int8Kernels, GemmTileShapesMatchReference) {
+  const int Ms[] = {16, 17, 31, 32, 33, 47, 48, 64, 100, 127, 128, 129, 300};
+  const int Ns[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 65, 96, 130};
+  const int Ks[] = {1, 4, 63, 64, 65, 127, 128, 129, 200, 576, 1000};
+  int i = 0;
+  for (int M : Ms)
+    for (int N : Ns) {
+      const int K = Ks[size_t(i) % std::size(Ks)], variant = (7 * i) % 84;
+      ++i;
+      const Gemm g = make_gemm(M, N, K, uint32_t(700 + i), variant);
+      expect_sets_match(g, 0, N, shape_name(M, N, K, variant));
+      if (N > 64) expect_sets_match(g, 64, N - 1, shape_name(M, N, K, variant) + " columns 64..N-1");
+    }
+  for (int variant = 0; variant < 84; ++variant) {
+    const Gemm g = make_gemm(40, 50, 130, uint32_t(900 + variant), variant);
+    expect_sets_match(g, 0, 50, shape_name(40, 50, 130, variant));
+  }
+  for (int8_t wv : {int8_t(-128), int8_t(127)}) {  // the largest sums, K = 4096, on 33 rows
+    Gemm g = make_gemm(33, 70, 4096, 9, 0);
+    std::fill(g.A.begin(), g.A.end(), uint8_t(255));
+    std::fill(g.w.begin(), g.w.end(), wv);
+    std::fill(g.scale.begin(), g.scale.end(), 1.0f);
+    g.ep = Int8Epilogue{};
+    g.ep.scale = g.scale.data();
+    g.ep.f32_out = true;
+    expect_sets_match(g, 0, 70, "extreme f32, 33 rows");
+  }
 }
 
 // Column ranges: n0 a multiple of 64 above 0, n1 short of N and not a multiple of anything.
@@ -391,25 +429,46 @@ TEST(Int8Kernels, DequantizeMatchesRuleAndReference) {
     }
 }
 
+// Max-pool windows: 2x2/2 (the seed CNN's), 3x3/2 pad 1 (ResNet's), 3x3/1 pad 1, 2x3 with strides
+// (1, 2) and padding after (ceil mode: windows past the image), and 1x1; every set against the
+// reference, which is checked against the rule (padding never wins; 0 where no tap is inside).
 TEST(Int8Kernels, MaxPoolMatchesReference) {
-  for (int C : {1, 31, 32, 33, 64, 65, 100})
-    for (int H : {2, 5, 8})
-      for (int W : {3, 4, 9}) {
-        const auto x = rnd<uint8_t>(size_t(H) * W * C, uint32_t(C * 100 + H * 10 + W), 0, 255);
-        const size_t ny = size_t(H / 2) * (W / 2) * C;
-        std::vector<uint8_t> want(ny + 7, 0x33);
-        int8_kernels(Int8Isa::scalar).maxpool2(want.data(), x.data(), H, W, C);
-        if (W / 2 >= 2) {
-          EXPECT_EQ(want[size_t(C)], std::max(std::max(x[size_t(C) * 2], x[size_t(C) * 3]),
-                                              std::max(x[size_t(W + 2) * C], x[size_t(W + 3) * C])))
-              << "the window of (0, 1), channel 0";
+  struct Win { int R, S, sh, sw, ph, pw, extra_p, extra_q; };
+  const Win wins[] = {{2, 2, 2, 2, 0, 0, 0, 0}, {3, 3, 2, 2, 1, 1, 0, 0}, {3, 3, 1, 1, 1, 1, 0, 0},
+                      {2, 3, 1, 2, 0, 1, 1, 1}, {1, 1, 1, 1, 0, 0, 0, 0}, {3, 3, 2, 2, 0, 0, 1, 2}};
+  for (const Win& v : wins)
+    for (int C : {1, 31, 32, 33, 64, 65, 100})
+      for (int H : {2, 5, 8})
+        for (int W : {3, 4, 9}) {
+          const int P = (H + 2 * v.ph - v.R) / v.sh + 1 + v.extra_p, Q = (W + 2 * v.pw - v.S) / v.sw + 1 + v.extra_q;
+          if (P < 1 || Q < 1) continue;
+          const Int8PoolShape sh{H, W, C, v.R, v.S, v.sh, v.sw, v.ph, v.pw, P, Q};
+          const auto x = rnd<uint8_t>(size_t(H) * W * C, uint32_t(C * 100 + H * 10 + W), 0, 255);
+          const size_t ny = size_t(P) * Q * C;
+          std::vector<uint8_t> want(ny + 7, 0x33);
+          int8_kernels(Int8Isa::scalar).maxpool(want.data(), x.data(), sh, 0, P);
+          for (int p = 0; p < P; ++p)
+            for (int q = 0; q < Q; ++q) {
+              int m = 0;  // the rule, channel C - 1
+              for (int r = 0; r < v.R; ++r)
+                for (int t = 0; t < v.S; ++t) {
+                  const int h = p * v.sh - v.ph + r, w = q * v.sw - v.pw + t;
+                  if (h >= 0 && h < H && w >= 0 && w < W) m = std::max(m, int(x[(size_t(h) * W + w) * C + C - 1]));
+                }
+              ASSERT_EQ(int(want[(size_t(p) * Q + q) * C + C - 1]), m) << "p=" << p << " q=" << q;
+            }
+          ASSERT_EQ(want[ny], 0x33) << "written past the output";
+          for (Int8Isa isa : fast_sets()) {
+            std::vector<uint8_t> got(ny + 7, 0x33);
+            int8_kernels(isa).maxpool(got.data(), x.data(), sh, 0, P);
+            ASSERT_EQ(got, want) << int8_isa_name(isa) << " C=" << C << " H=" << H << " W=" << W << " R=" << v.R;
+            if (P < 2) continue;
+            std::vector<uint8_t> part(ny + 7, 0x33);  // rows [1, P) only: row 0 untouched
+            int8_kernels(isa).maxpool(part.data(), x.data(), sh, 1, P);
+            ASSERT_TRUE(std::all_of(part.begin(), part.begin() + ptrdiff_t(size_t(Q) * C), [](uint8_t b) { return b == 0x33; }));
+            ASSERT_TRUE(std::equal(part.begin() + ptrdiff_t(size_t(Q) * C), part.end(), want.begin() + ptrdiff_t(size_t(Q) * C)));
+          }
         }
-        for (Int8Isa isa : fast_sets()) {
-          std::vector<uint8_t> got(ny + 7, 0x33);
-          int8_kernels(isa).maxpool2(got.data(), x.data(), H, W, C);
-          ASSERT_EQ(got, want) << int8_isa_name(isa) << " C=" << C << " H=" << H << " W=" << W;
-        }
-      }
 }
 
 }  // namespace

@@ -500,7 +500,8 @@ void run_int8(const Case& c, Tally& tally, int* exact, int weight_bits) {
   double scale = 0;
   for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
   const std::pair<const char*, Int8Isa> sets[] = {
-      {"scalar", Int8Isa::scalar}, {"avx2", Int8Isa::avx2}, {"avx_vnni", Int8Isa::avx_vnni}, {"avx512", Int8Isa::avx512_vnni}};
+      {"scalar", Int8Isa::scalar}, {"avx2", Int8Isa::avx2}, {"avx_vnni", Int8Isa::avx_vnni}, {"avx512", Int8Isa::avx512_vnni},
+      {"amx", Int8Isa::amx_int8}};
   for (const auto& [isa, set] : sets) {
     if (!int8_isa_supported(set)) continue;
     for (int threads : {1, 2}) {

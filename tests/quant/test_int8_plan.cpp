@@ -168,6 +168,30 @@ TEST(Int8Plan, TensorsWithoutActivationEntriesStayFp32) {
   EXPECT_EQ(later.at(4), "int8");
 }
 
+// A max-pool of any window (ResNet's 3x3/2, padding 1) runs exactly on u8 and `ember quantize`
+// gives its output the input's pair; a file whose pair there is its own (calibrated when ember ran
+// such pools in fp32) still loads and runs that pool fp32, as before, to the same values.
+TEST(Int8Plan, AnyMaxPoolRunsOnU8AndAFileWithItsOwnPoolPairRunsItFp32) {
+  const Model m = parse_model_json(R"({"input": [3, 12, 12], "classes": 5, "layers": [
+      {"type": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1}, {"type": "relu"},
+      {"type": "maxpool2d", "kernel": 3, "stride": 2, "padding": 1}, {"type": "flatten"},
+      {"type": "linear", "out_features": 5}]})", "pool");
+  const QuantizedWeights q = quantized(m, 16);
+  ASSERT_EQ(q.acts.at("2").scale, q.acts.at("1").scale);
+  ASSERT_EQ(q.acts.at("2").zero_point, q.acts.at("1").zero_point);
+  EXPECT_EQ(Int8Plan(q, 1, 1).node_paths().at(2), "int8");
+  const int n = 3;
+  const std::vector<float> x = random_inputs(m, n, 21);
+  const std::vector<float> exact = int8_outputs(q, x, n, 1, "scalar");
+  EXPECT_EQ(int8_outputs(q, x, n, 2), exact);
+  QuantizedWeights own = q;
+  own.acts.at("2").scale *= 1.25f;
+  EXPECT_EQ(Int8Plan(own, 1, 1).node_paths().at(2), "fp32");
+  // The fp32 pool of the dequantized values, quantized again at the Linear with its input's pair
+  // (the flatten's, kept from the ReLU): the u8 pool's values, as max commutes with the quantization.
+  EXPECT_EQ(int8_outputs(own, x, n, 1), exact);
+}
+
 // im2col (the fast runs of small channel counts, the window edges, strides, any starting pixel),
 // direct and through padded rows, against the plain per-tap definition.
 TEST(Int8Plan, Im2colMatchesThePerTapDefinition) {

@@ -46,15 +46,21 @@ void dequantize(float* x, const uint8_t* q, size_t n, float scale, int32_t zp) {
   for (size_t i = 0; i < n; ++i) x[i] = float(int32_t(q[i]) - zp) * scale;
 }
 
-// y[P, Q, C] = max over x[2p + i, 2q + j, C], i, j in {0, 1}.
-void maxpool2(uint8_t* y, const uint8_t* x, int H, int W, int C) {
-  const int P = H / 2, Q = W / 2;
-  for (int p = 0; p < P; ++p)
-    for (int q = 0; q < Q; ++q)
-      for (int c = 0; c < C; ++c) {
-        const uint8_t* t = x + ((size_t(2 * p) * W + 2 * q) * C + c);
-        const size_t row = size_t(W) * C;
-        y[(size_t(p) * Q + q) * C + c] = std::max(std::max(t[0], t[C]), std::max(t[row], t[row + C]));
+// y[P, Q, C] = max over the taps of each window inside x[H, W, C] (0 where none is).
+void maxpool(uint8_t* y, const uint8_t* x, const Int8PoolShape& s, int p0, int p1) {
+  for (int p = p0; p < p1; ++p)
+    for (int q = 0; q < s.Q; ++q)
+      for (int c = 0; c < s.C; ++c) {
+        uint8_t m = 0;
+        for (int r = 0; r < s.R; ++r) {
+          const int h = p * s.stride_h - s.pad_h + r;
+          if (h < 0 || h >= s.H) continue;
+          for (int t = 0; t < s.S; ++t) {
+            const int w = q * s.stride_w - s.pad_w + t;
+            if (w >= 0 && w < s.W) m = std::max(m, x[(size_t(h) * s.W + w) * s.C + c]);
+          }
+        }
+        y[(size_t(p) * s.Q + q) * s.C + c] = m;
       }
 }
 
@@ -70,7 +76,7 @@ Int8Kernels int8_kernels_scalar() {
   k.dw = dw;
   k.quantize = quantize;
   k.dequantize = dequantize;
-  k.maxpool2 = maxpool2;
+  k.maxpool = maxpool;
   return k;
 }
 

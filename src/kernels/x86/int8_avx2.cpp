@@ -182,7 +182,7 @@ Int8Kernels int8_kernels_avx2() {
   k.dw = dw_impl<V256>;
   k.quantize = quantize_impl<V256>;
   k.dequantize = dequantize_impl<V256>;
-  k.maxpool2 = maxpool2_impl<V256>;
+  k.maxpool = maxpool_impl<V256>;
   return k;
 }
 

@@ -52,11 +52,7 @@ struct V256 {
   static F addf(F a, F b) { return _mm256_add_ps(a, b); }
   static F maxf(F a, F b) { return _mm256_max_ps(a, b); }  // a > b ? a : b (NaN a -> b)
   static F minf(F a, F b) { return _mm256_min_ps(a, b); }  // a < b ? a : b
-  static void maxpool_bytes(uint8_t* y, const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d) {
-    auto ld = [](const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
-    const __m256i m = _mm256_max_epu8(_mm256_max_epu8(ld(a), ld(b)), _mm256_max_epu8(ld(c), ld(d)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), m);
-  }
+  static I max_u8(I a, I b) { return _mm256_max_epu8(a, b); }  // WB bytes as u8
 };
 
 #if defined(__AVX512F__)
@@ -97,11 +93,7 @@ struct V512 {
   static F addf(F a, F b) { return _mm512_add_ps(a, b); }
   static F maxf(F a, F b) { return _mm512_max_ps(a, b); }
   static F minf(F a, F b) { return _mm512_min_ps(a, b); }
-  static void maxpool_bytes(uint8_t* y, const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d) {
-    const __m512i m = _mm512_max_epu8(_mm512_max_epu8(_mm512_loadu_si512(a), _mm512_loadu_si512(b)),
-                                      _mm512_max_epu8(_mm512_loadu_si512(c), _mm512_loadu_si512(d)));
-    _mm512_storeu_si512(y, m);
-  }
+  static I max_u8(I a, I b) { return _mm512_max_epu8(a, b); }
 };
 #endif
 
@@ -187,19 +179,38 @@ void dequantize_impl(float* x, const uint8_t* q, size_t n, float scale, int32_t 
   for (; i < n; ++i) x[i] = float(int32_t(q[i]) - zp) * scale;
 }
 
-// y[P, Q, C] = max of the 2x2 windows of x[H, W, C], vectorized over channels.
+// Output rows [p0, p1) of the max-pool of x[H, W, C] (int8_kernels.h), vectorized over channels: each
+// window's taps clipped to the image once, WB channels at a time, then 16, then one by one.
 template <class V>
-void maxpool2_impl(uint8_t* y, const uint8_t* x, int H, int W, int C) {
-  const int P = H / 2, Q = W / 2;
-  const size_t row = size_t(W) * C;
-  for (int p = 0; p < P; ++p)
-    for (int q = 0; q < Q; ++q) {
-      const uint8_t* t = x + (size_t(2 * p) * W + 2 * q) * C;
-      uint8_t* o = y + (size_t(p) * Q + q) * C;
+void maxpool_impl(uint8_t* y, const uint8_t* x, const Int8PoolShape& s, int p0, int p1) {
+  const int C = s.C;
+  for (int p = p0; p < p1; ++p) {
+    const int h0 = std::max(0, p * s.stride_h - s.pad_h), h1 = std::min(s.H, p * s.stride_h - s.pad_h + s.R);
+    for (int q = 0; q < s.Q; ++q) {
+      const int w0 = std::max(0, q * s.stride_w - s.pad_w), w1 = std::min(s.W, q * s.stride_w - s.pad_w + s.S);
+      uint8_t* o = y + (size_t(p) * s.Q + q) * C;
       int c = 0;
-      for (; c + V::WB <= C; c += V::WB) V::maxpool_bytes(o + c, t + c, t + C + c, t + row + c, t + row + C + c);
-      for (; c < C; ++c) o[c] = std::max(std::max(t[c], t[C + c]), std::max(t[row + c], t[row + C + c]));
+      for (; c + V::WB <= C; c += V::WB) {
+        typename V::I m = V::zero();
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w) m = V::max_u8(m, V::loadi(x + (size_t(h) * s.W + w) * C + c));
+        V::storei(o + c, m);
+      }
+      for (; c + 16 <= C; c += 16) {  // 16 channels at a time (SSE2), then one by one
+        __m128i m = _mm_setzero_si128();
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w)
+            m = _mm_max_epu8(m, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + (size_t(h) * s.W + w) * C + c)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), m);
+      }
+      for (; c < C; ++c) {
+        uint8_t m = 0;
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w) m = std::max(m, x[(size_t(h) * s.W + w) * C + c]);
+        o[c] = m;
+      }
     }
+  }
 }
 
 }  // namespace

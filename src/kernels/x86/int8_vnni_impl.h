@@ -15,9 +15,10 @@ size_t vnni_packed_bytes(int N, int K) {
   return size_t((N + kVnniPanel - 1) / kVnniPanel) * kVnniPanel * size_t((K + 3) / 4 * 4);
 }
 
-// packed[panel j][g][c][i] = w[j*64 + c, 4g + i], zero past N and K.
-void vnni_pack(void* packed, const int8_t* w, int N, int K) {
-  const int Kp = (K + 3) / 4 * 4, panels = (N + kVnniPanel - 1) / kVnniPanel;
+// packed[panel j][g][c][i] = w[j*64 + c, 4g + i], zero past N and K; Kp (a multiple of 4, >= K) bytes of
+// k per column: each panel is 64 * Kp bytes.
+void vnni_pack_kp(void* packed, const int8_t* w, int N, int K, int Kp) {
+  const int panels = (N + kVnniPanel - 1) / kVnniPanel;
   int8_t* out = static_cast<int8_t*>(packed);
   for (int j = 0; j < panels; ++j)
     for (int g = 0; g < Kp / 4; ++g)
@@ -27,6 +28,7 @@ void vnni_pack(void* packed, const int8_t* w, int N, int K) {
           *out++ = n < N && k < K ? w[size_t(n) * K + k] : int8_t(0);
         }
 }
+void vnni_pack(void* packed, const int8_t* w, int N, int K) { vnni_pack_kp(packed, w, N, K, (K + 3) / 4 * 4); }
 
 // One cache block of k-groups for one register tile: which groups, where partial sums live.
 struct VnniBlock {
@@ -117,13 +119,14 @@ void vnni_rows_any(int rows, const VnniBlock& b, int m, int nb, int n1, const In
   }
 }
 
-// C[M, n0:n1] (kernels/int8_kernels.h): rows in blocks of kVnniMC, 64-column panels, K in cache blocks
-// of kVnniKCG groups (int32 partial sums on the stack between blocks), register tiles of D::kRows rows.
+// C[M, n0:n1] (kernels/int8_kernels.h): rows in blocks of kVnniMC, 64-column panels (of 64 * Kp bytes),
+// K in cache blocks of kVnniKCG groups (int32 partial sums on the stack between blocks), register tiles
+// of D::kRows rows.
 template <class D>
-void vnni_gemm(int M, int n0, int n1, int, int K, const uint8_t* A, int lda, const void* Bp, const Int8Epilogue& ep,
-               void* C, int ldc) {
+void vnni_gemm_kp(int M, int n0, int n1, int K, const uint8_t* A, int lda, const void* Bp, const Int8Epilogue& ep,
+                  void* C, int ldc, int Kp) {
   alignas(64) int32_t part[kVnniMC * kVnniPanel];
-  const int G = (K + 3) / 4, Kp = 4 * G;
+  const int G = (K + 3) / 4;
   const bool blocked = G > kVnniKCG;
   for (int m0 = 0; m0 < M; m0 += kVnniMC) {
     const int mc = std::min(kVnniMC, M - m0);
@@ -148,6 +151,25 @@ void vnni_gemm(int M, int n0, int n1, int, int K, const uint8_t* A, int lda, con
   }
 }
 
+template <class D>
+void vnni_gemm(int M, int n0, int n1, int, int K, const uint8_t* A, int lda, const void* Bp, const Int8Epilogue& ep,
+               void* C, int ldc) {
+  vnni_gemm_kp<D>(M, n0, n1, K, A, lda, Bp, ep, C, ldc, (K + 3) / 4 * 4);
+}
+
+#if defined(__AVX512VNNI__)
+struct D512 : V512 {
+  static constexpr int kRows = 6;         // rows per register tile
+  static constexpr int kTileVectors = 4;  // 64 columns: 24 accumulators of 32 zmm
+  // acc + u8 a x s8 b, no saturation (_mm512_dpbusd_epi32, written as asm: GCC 12 copies every
+  // accumulator once per step around the builtin).
+  static I dp(I acc, I a, I b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+    return acc;
+  }
+};
+#endif
+
 // The table of a VNNI set: its GEMM, the lane loops of int8_simd.h for the rest.
 template <class D>
 Int8Kernels vnni_table(Int8Isa isa, const char* name) {
@@ -160,7 +182,7 @@ Int8Kernels vnni_table(Int8Isa isa, const char* name) {
   k.dw = dw_impl<D>;
   k.quantize = quantize_impl<D>;
   k.dequantize = dequantize_impl<D>;
-  k.maxpool2 = maxpool2_impl<D>;
+  k.maxpool = maxpool_impl<D>;
   return k;
 }
 

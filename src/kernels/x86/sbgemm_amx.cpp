@@ -14,32 +14,13 @@
 
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
+#include "kernels/x86/amx_tiles.h"
 #include "kernels/x86/bf16_pairs.h"
 #include "kernels/x86/gemm_driver.h"
 #include "kernels/x86/gemm_bf16_packed.h"
 
 namespace ember {
 namespace {
-
-// Palette 1, tiles 0-7 all 16 rows x 64 bytes: tmm0-3 the C tiles (16 x 16 fp32), tmm4-5 the A
-// tiles (16 rows x 16 pairs), tmm6-7 the B tiles (16 pairs x 16 columns, pairs interleaved).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-static_assert(sizeof(TileConfig) == 64);
-
-// Loads the configuration on construction, releases the tiles on destruction: one per GEMM call.
-struct TileScope {
-  TileScope() {
-    static const TileConfig cfg{};
-    _tile_loadconfig(&cfg);
-  }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
 
 // A panel's depth is in chunks of 16 pairs (32 values of k), one tile's worth.
 constexpr int kChunk = 16;
