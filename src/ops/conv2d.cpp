@@ -170,9 +170,14 @@ void patchify_copy(float* col, size_t ld, float* x, const ConvShape& s) {
 void im2col_ld(float* col, size_t ld, const float* x, const ConvShape& s) {
   if (patchify(s) && s.S == 2) return patchify_copy<2, true>(col, ld, const_cast<float*>(x), s);
   if (patchify(s) && s.S == 4) return patchify_copy<4, true>(col, ld, const_cast<float*>(x), s);
-  for (int c = 0; c < s.C; ++c)
-    for (int r = 0; r < s.R; ++r)
-      for (int t = 0; t < s.S; ++t) {
+  const int sw = s.stride_w;
+  for (int t = 0; t < s.S; ++t) {
+    // Tap t of output column q reads w = q * sw + off: inside the row for q in [q0, q1).
+    const int off = t - s.pad_w;
+    const int q1 = s.W - 1 - off < 0 ? 0 : std::min(s.Q, (s.W - 1 - off) / sw + 1);
+    const int q0 = std::min(q1, off >= 0 ? 0 : (-off + sw - 1) / sw);
+    for (int c = 0; c < s.C; ++c)
+      for (int r = 0; r < s.R; ++r) {
         float* row = col + (size_t(c * s.R + r) * s.S + t) * ld;
         for (int p = 0; p < s.P; ++p) {
           const int h = p * s.stride_h - s.pad_h + r;
@@ -181,13 +186,15 @@ void im2col_ld(float* col, size_t ld, const float* x, const ConvShape& s) {
             std::fill(o, o + s.Q, 0.f);
             continue;
           }
-          const float* src = x + (size_t(c) * s.H + h) * s.W;
-          for (int q = 0; q < s.Q; ++q) {
-            const int w = q * s.stride_w - s.pad_w + t;
-            o[q] = w >= 0 && w < s.W ? src[w] : 0.f;
-          }
+          const float* src = x + (size_t(c) * s.H + h) * s.W;  // src[q0 * sw + off] is its first read: w >= 0
+          std::fill(o, o + q0, 0.f);
+          if (sw == 1) std::copy(src + q0 + off, src + q1 + off, o + q0);
+          else
+            for (int q = q0; q < q1; ++q) o[q] = src[q * sw + off];
+          std::fill(o + q1, o + s.Q, 0.f);
         }
       }
+  }
 }
 // dx[C, H, W] = the scatter of col (row stride ld): the adjoint of im2col_ld (dx overwritten).
 void col2im_ld(float* dx, const float* col, size_t ld, const ConvShape& s) {

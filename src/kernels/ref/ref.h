@@ -196,17 +196,15 @@ void maxpool2d_fwd(T* y, int32_t* argmax, const T* x, const PoolShape& s) {
       for (int q = 0; q < s.Q; ++q) {
         T best = -std::numeric_limits<T>::infinity();
         int32_t arg = -1;
-        for (int r = 0; r < s.R; ++r) {
-          const int h = p * s.stride_h - s.pad_h + r;
-          if (h < 0 || h >= s.H) continue;
-          for (int t = 0; t < s.S; ++t) {
-            const int w = q * s.stride_w - s.pad_w + t;
-            if (w < 0 || w >= s.W) continue;
+        // The window's taps inside the plane: rows [h0, h1), columns [w0, w1), in order.
+        const int h0 = std::max(0, p * s.stride_h - s.pad_h), h1 = std::min(s.H, p * s.stride_h - s.pad_h + s.R);
+        const int w0 = std::max(0, q * s.stride_w - s.pad_w), w1 = std::min(s.W, q * s.stride_w - s.pad_w + s.S);
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w) {
             const T v = xp[h * s.W + w];
             if (arg < 0 || v > best || std::isnan(v)) { best = v; arg = h * s.W + w; }
-            if (std::isnan(v)) break;
+            if (std::isnan(v)) break;  // the rest of this row: a NaN stays (a later row's NaN moves arg there)
           }
-        }
         y[nc * s.P * s.Q + p * s.Q + q] = best;
         argmax[nc * s.P * s.Q + p * s.Q + q] = arg;
       }
