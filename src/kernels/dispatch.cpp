@@ -141,6 +141,7 @@ Kernels scalar_table() {
   k.ln2d_fwd = ref::layernorm2d_fwd<float>;
   k.ln2d_bwd = ref::layernorm2d_bwd<float>;
   k.conv_s1_wgrad = ref::conv_s1_wgrad_f32;
+  k.maxpool_fwd = ref::maxpool2d_fwd_f32;
   k.relu_maxpool2 = ref::relu_maxpool2_f32;
   k.conv_s1_relu_pool = ref::conv_s1_relu_pool_f32;
   k.conv_s1_relu_pool_pack = ref::conv_relu_pool_pack_f32;

@@ -10,7 +10,7 @@
   X(pack_b_bf16) X(gemm_bf16_packed_b) X(pack_a_bf16) X(gemm_bf16_packed_a)                          \
   X(im2col) X(col2im) X(bias_rows) X(bias_channels) X(conv_s1_fwd) X(conv_s1_fwd_pack)           \
   X(dw_fwd) X(dw_bwd) X(dw_fwd_bf16) X(dw_bwd_bf16) X(dw_nhwc_fwd) X(dw_nhwc_bwd)        \
-  X(ln_fwd) X(ln_bwd) X(ln2d_fwd) X(ln2d_bwd) X(conv_s1_wgrad) X(relu_maxpool2)     \
+  X(ln_fwd) X(ln_bwd) X(ln2d_fwd) X(ln2d_bwd) X(conv_s1_wgrad) X(maxpool_fwd) X(relu_maxpool2)     \
   X(relu_maxpool2_bwd) X(conv_s1_relu_pool) X(conv_s1_relu_pool_pack) X(conv_s1_relu_pool_bf16)     \
   X(conv_s1_relu_pool_bf16_pack) X(conv_s1_pool_wgrad)                                               \
   X(conv_pool_background) X(linear_t1) X(linear_sp_fwd) X(linear_sp_wgrad) X(linear_sp_dgrad)       \

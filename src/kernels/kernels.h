@@ -107,6 +107,16 @@ struct ConvShape {
   int stride_h, stride_w, pad_h, pad_w, groups;
 };
 
+// Pooling geometry: x [N, C, H, W] -> y [N, C, P, Q], window R x S, stride, padding.
+struct PoolShape {
+  int N, C, H, W, P, Q, R, S, stride_h, stride_w, pad_h, pad_w;
+  bool count_pad = true;  // AvgPool2d: padding counted in the divisor; false: the window's input values only
+};
+// MaxPool2d forward of the N * C planes of x [N, C, H, W] (NCHW): y and argmax [N, C, P, Q] as
+// ref::maxpool2d_fwd gives them, bit for bit (the window's in-image taps in order, padding never
+// wins, a NaN wins and ends its row of taps; argmax the flat h * W + w inside the plane).
+using MaxPoolFwdFn = void (*)(float* y, int32_t* argmax, const float* x, const PoolShape& s);
+
 // col[(c*R + r)*S + s, p*Q + q] = x[c, p*stride_h - pad_h + r, q*stride_w - pad_w + s] (0 outside),
 // for c in [0, Cg): x is one sample's [Cg, H, W] slice, col is [Cg*R*S, P*Q].
 using Im2colFn = void (*)(float* col, const float* x, int Cg, const ConvShape& s);
@@ -399,6 +409,7 @@ struct Kernels {
   Ln2dFwdFn ln2d_fwd;
   Ln2dBwdFn ln2d_bwd;
   ConvS1WgradFn conv_s1_wgrad;
+  MaxPoolFwdFn maxpool_fwd;
   ReluMaxpool2Fn relu_maxpool2;
   ReluMaxpool2BwdFn relu_maxpool2_bwd;
   ConvS1ReluPoolFn conv_s1_relu_pool;
@@ -481,7 +492,7 @@ struct KernelRow {
   const char* by_set[kKernelSets];
 };
 // The function entries (EMBER_KERNEL_ENTRIES), then each activation's act_fwd.<name>, act_bwd.<name>.
-constexpr int kKernelEntries = 54;
+constexpr int kKernelEntries = 55;
 constexpr int kKernelRows = kKernelEntries + 2 * kActs;
 void kernel_rows(KernelRow (&rows)[kKernelRows]);
 

@@ -1,4 +1,5 @@
-// Pooling and pointwise activations: scalar reference kernels (f64) or the kernel table (f32),
+// Pooling and pointwise activations: scalar reference kernels (f64) or the kernel table (f32: the
+// activations, the nchw max-pool forward),
 // split across the pool by samples (pools) or by element ranges (activations).
 #include <cstring>
 #include <type_traits>
@@ -43,6 +44,8 @@ template <class T>
 void maxpool2d_fwd(const Exec& e, T* y, int32_t* argmax, const T* x, const ref::PoolShape& s, bool nhwc) {
   const size_t in = (size_t)s.C * s.H * s.W, out = (size_t)s.C * s.P * s.Q;
   over_samples(e, s, std::is_same_v<T, double>, [&](const ref::PoolShape& sub, int64_t n0) {
+    if constexpr (std::is_same_v<T, float>)  // nchw: the kernel table's (vectorized along q on avx2 / avx512)
+      if (!nhwc) return e.k.maxpool_fwd(y + n0 * out, argmax + n0 * out, x + n0 * in, sub);
     (nhwc ? ref::maxpool2d_fwd_nhwc<T> : ref::maxpool2d_fwd<T>)(y + n0 * out, argmax + n0 * out, x + n0 * in, sub);
   });
 }

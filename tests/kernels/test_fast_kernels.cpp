@@ -350,6 +350,42 @@ TEST(FastKernels, ConvPoolWgradMatchesReference) {
       }
 }
 
+// The nchw max-pool forward (maxpool_fwd) of every set against ref::maxpool2d_fwd, values and
+// argmax bit for bit: ResNet's 3x3/2 pad 1, 2x2/2, 3x3/1 pad 1, 2x3 strides (1, 2), stride 3
+// (the reference's path), a padding after (ceil mode), widths past and short of one vector; ties,
+// -inf, and NaN (several in one window and in one row of taps), nothing written past the output.
+TEST(FastKernels, MaxPoolForwardMatchesReferenceExactly) {
+  struct Case { int N, C, H, W, R, S, sh, sw, ph, pw, extra_q; };
+  const Case cases[] = {{2, 3, 32, 32, 3, 3, 2, 2, 1, 1, 0}, {1, 2, 8, 8, 2, 2, 2, 2, 0, 0, 0},
+                        {1, 2, 9, 40, 3, 3, 1, 1, 1, 1, 0}, {2, 1, 7, 37, 2, 3, 1, 2, 0, 1, 1},
+                        {1, 2, 10, 50, 3, 3, 3, 3, 1, 1, 0}, {1, 1, 5, 3, 3, 3, 2, 2, 1, 1, 1},
+                        {1, 3, 6, 70, 3, 3, 2, 2, 0, 0, 2}, {1, 1, 4, 5, 1, 1, 1, 1, 0, 0, 0}};
+  for (Isa isa : isas())
+    for (const Case& c : cases) {
+      PoolShape s{c.N, c.C, c.H, c.W, 0, 0, c.R, c.S, c.sh, c.sw, c.ph, c.pw};
+      s.P = (c.H + 2 * c.ph - c.R) / c.sh + 1;
+      s.Q = (c.W + 2 * c.pw - c.S) / c.sw + 1 + c.extra_q;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " H" + std::to_string(c.H) + " W" + std::to_string(c.W) + " R" +
+                   std::to_string(c.R) + " stride " + std::to_string(c.sh) + "," + std::to_string(c.sw));
+      auto x = rnd(size_t(c.N) * c.C * c.H * c.W, 9);
+      for (size_t i = 0; i < x.size(); i += 7) x[i] = 0.f;
+      for (size_t i = 3; i < x.size(); i += 11) x[i] = x[i - 1];
+      for (size_t i = 5; i < x.size(); i += 29) x[i] = -INFINITY;
+      for (size_t i = 19; i < x.size(); i += 97) x[i] = NAN, x[i + 1 < x.size() ? i + 1 : i] = -NAN;
+      if (x.size() > 2 * size_t(c.W) + 40) x[2 * c.W + 33] = NAN;  // a NaN in another row of the same windows
+      const size_t ny = size_t(c.N) * c.C * s.P * s.Q;
+      std::vector<float> y(ny + 4, 7.f), yr(ny);
+      std::vector<int32_t> a(ny + 4, 99), ar(ny);
+      kernels_for(isa).maxpool_fwd(y.data(), a.data(), x.data(), s);
+      ref::maxpool2d_fwd<float>(yr.data(), ar.data(), x.data(), s);
+      for (size_t i = 0; i < ny; ++i) {
+        ASSERT_EQ(std::memcmp(&y[i], &yr[i], 4), 0) << i << ": " << y[i] << " vs " << yr[i];
+        ASSERT_EQ(a[i], ar[i]) << i;
+      }
+      for (size_t i = ny; i < ny + 4; ++i) ASSERT_TRUE(y[i] == 7.f && a[i] == 99) << "written past the output";
+    }
+}
+
 TEST(FastKernels, ReluMaxpool2MatchesReferenceExactly) {
   const int shapes[][3] = {{32, 28, 28}, {1, 2, 2}, {3, 5, 7}, {2, 3, 33}, {5, 4, 64}, {1, 9, 1}};
   for (Isa isa : isas())

@@ -79,6 +79,10 @@ void conv_pool_wgrad_f32(float* dw, float* db, const float* dy, const int8_t* co
                          const ConvS1& d, float* ws) {
   conv_pool_wgrad<float>(dw, db, dy, code, xp, d, ws);
 }
+void maxpool2d_fwd_f32(float* y, int32_t* argmax, const float* x, const PoolShape& s) { maxpool2d_fwd<float>(y, argmax, x, s); }
+void maxpool2d_window_f32(float* y, int32_t* argmax, const float* xp, const PoolShape& s, int p, int q) {
+  maxpool2d_window<float>(y, argmax, xp, s, p, q);
+}
 void relu_maxpool2_f32(float* y, int32_t* code, const float* x, int K, int P, int Q) {
   relu_maxpool2<float>(y, code, x, K, P, Q);
 }

@@ -181,35 +181,39 @@ void col2im(T* dx, const T* col, int Cg, const ConvShape& s) {
       }
 }
 
-// Pooling geometry: x [N, C, H, W] -> y [N, C, P, Q], window R x S, stride, padding.
-struct PoolShape {
-  int N, C, H, W, P, Q, R, S, stride_h, stride_w, pad_h, pad_w;
-  bool count_pad = true;  // AvgPool2d: padding counted in the divisor; false: the window's input values only
-};
+using ember::PoolShape;  // kernels.h: the pooling geometry
 // MaxPool2d. argmax[N,C,P,Q] holds the flat h*W+w index of the max inside x's plane (a named
 // output of forward, used by backward). Padding never wins (it is -inf, as in PyTorch).
+// One window (p, q) of the plane xp [H, W]: its max over the in-image taps in order (rows
+// [h0, h1), columns [w0, w1)) into *y, its flat index into *argmax (-1 and -inf: no tap inside).
+template <class T>
+void maxpool2d_window(T* y, int32_t* argmax, const T* xp, const PoolShape& s, int p, int q) {
+  T best = -std::numeric_limits<T>::infinity();
+  int32_t arg = -1;
+  const int h0 = std::max(0, p * s.stride_h - s.pad_h), h1 = std::min(s.H, p * s.stride_h - s.pad_h + s.R);
+  const int w0 = std::max(0, q * s.stride_w - s.pad_w), w1 = std::min(s.W, q * s.stride_w - s.pad_w + s.S);
+  for (int h = h0; h < h1; ++h)
+    for (int w = w0; w < w1; ++w) {
+      const T v = xp[h * s.W + w];
+      if (arg < 0 || v > best || std::isnan(v)) { best = v; arg = h * s.W + w; }
+      if (std::isnan(v)) break;  // the rest of this row: a NaN stays (a later row's NaN moves arg there)
+    }
+  *y = best;
+  *argmax = arg;
+}
 template <class T>
 void maxpool2d_fwd(T* y, int32_t* argmax, const T* x, const PoolShape& s) {
-  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc) {
-    const T* xp = x + nc * s.H * s.W;
+  for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
     for (int p = 0; p < s.P; ++p)
       for (int q = 0; q < s.Q; ++q) {
-        T best = -std::numeric_limits<T>::infinity();
-        int32_t arg = -1;
-        // The window's taps inside the plane: rows [h0, h1), columns [w0, w1), in order.
-        const int h0 = std::max(0, p * s.stride_h - s.pad_h), h1 = std::min(s.H, p * s.stride_h - s.pad_h + s.R);
-        const int w0 = std::max(0, q * s.stride_w - s.pad_w), w1 = std::min(s.W, q * s.stride_w - s.pad_w + s.S);
-        for (int h = h0; h < h1; ++h)
-          for (int w = w0; w < w1; ++w) {
-            const T v = xp[h * s.W + w];
-            if (arg < 0 || v > best || std::isnan(v)) { best = v; arg = h * s.W + w; }
-            if (std::isnan(v)) break;  // the rest of this row: a NaN stays (a later row's NaN moves arg there)
-          }
-        y[nc * s.P * s.Q + p * s.Q + q] = best;
-        argmax[nc * s.P * s.Q + p * s.Q + q] = arg;
+        const size_t o = nc * s.P * s.Q + p * s.Q + q;
+        maxpool2d_window(y + o, argmax + o, x + nc * s.H * s.W, s, p, q);
       }
-  }
 }
+// The float instances, out of line (ref.cpp): the table's reference entry, and the edge windows of
+// the fast sets' kernel (their files are built with other ISA flags: no inline copies shared).
+void maxpool2d_fwd_f32(float* y, int32_t* argmax, const float* x, const PoolShape& s);
+void maxpool2d_window_f32(float* y, int32_t* argmax, const float* xp, const PoolShape& s, int p, int q);
 // dx[N,C,H,W] = scatter of dy through argmax (overwrites dx).
 template <class T>
 void maxpool2d_bwd(T* dx, const T* dy, const int32_t* argmax, const PoolShape& s) {

@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "kernels/x86/dw_nhwc_impl.h"
 #include "kernels/x86/linear_sparse.h"
+#include "kernels/ref/ref.h"
 #include "kernels/x86/simd.h"
 
 namespace ember {
@@ -64,6 +65,65 @@ void conv_s1_fwd(float* y, const float* xp, const float* w, const float* b, cons
   for (; k + 8 <= d.K; k += 8) conv_s1_fwd_block<S, 8>(y, xp, w, b, d, k);
   for (; k + 4 <= d.K; k += 4) conv_s1_fwd_block<S, 4>(y, xp, w, b, d, k);
   for (; k < d.K; ++k) conv_s1_fwd_block<S, 1>(y, xp, w, b, d, k);
+}
+
+// MaxPool2d forward, NCHW (MaxPoolFwdFn): per output row, the columns whose windows lie inside the
+// plane's width W lanes at a time (stride 1 or 2: the taps of a lane block are one load, or two
+// deinterleaved), the reference's rule lane-wise (take a tap when it is the first, greater, or NaN,
+// unless a NaN already ended this row of taps); the edge windows, and other strides, by the
+// reference's window (ref.cpp). Indices are carried as floats (exact below 2^24: checked).
+template <class S>
+void maxpool_row(float* y, int32_t* arg, const float* xp, const PoolShape& s, int p, int qa, int qb) {
+  using V = typename S::V;
+  alignas(64) float iota[S::W];
+  for (int j = 0; j < S::W; ++j) iota[j] = float(j * s.stride_w);
+  const V lanes = S::loadu(iota);
+  const int h0 = std::max(0, p * s.stride_h - s.pad_h), h1 = std::min(s.H, p * s.stride_h - s.pad_h + s.R);
+  for (int q = qa; q < qb; q += S::W) {
+    const int n = std::min(S::W, qb - q);
+    V best = S::set1(-__builtin_inff()), idx = S::set1(-1.0f);
+    typename S::C none = S::gt(S::set1(0.0f), idx);  // no tap taken yet: every lane
+    for (int h = h0; h < h1; ++h) {
+      typename S::C row_nan = S::isnan(S::zero());  // no lane
+      for (int t = 0; t < s.S; ++t) {
+        const int w = q * s.stride_w - s.pad_w + t;  // lane j reads column w + j * stride_w
+        const float* src = xp + size_t(h) * s.W + w;
+        V v;
+        if (s.stride_w == 1) {
+          v = S::load(src, S::mask(n));
+        } else {  // stride 2: the even lanes of 2W floats, loaded up to the last one read
+          V odd;
+          S::deinterleave(S::load(src, S::mask(2 * n - 1)), S::load(src + S::W, S::mask(2 * n - 1 - S::W)), &v, &odd);
+        }
+        const typename S::C take = S::c_andnot(S::c_or(S::c_or(none, S::gt(v, best)), S::isnan(v)), row_nan);
+        best = S::select(take, best, v);
+        idx = S::select(take, idx, S::add(S::set1(float(h * s.W + w)), lanes));
+        row_nan = S::c_or(row_nan, S::isnan(v));
+        none = S::c_andnot(none, take);
+      }
+    }
+    S::store(y + size_t(p) * s.Q + q, best, S::mask(n));
+    S::store_i32(arg + size_t(p) * s.Q + q, idx, S::mask(n));
+  }
+}
+
+template <class S>
+void maxpool_fwd(float* y, int32_t* argmax, const float* x, const PoolShape& s) {
+  const size_t planes = size_t(s.N) * s.C, HW = size_t(s.H) * s.W, PQ = size_t(s.P) * s.Q;
+  if ((s.stride_w != 1 && s.stride_w != 2) || HW > (size_t(1) << 24)) return ref::maxpool2d_fwd_f32(y, argmax, x, s);
+  // Columns [qa, qb): every tap of the window inside the width.
+  const int qa = std::min(s.Q, (s.pad_w + s.stride_w - 1) / s.stride_w);
+  const int qb = s.W - s.S + s.pad_w < 0 ? qa : std::max(qa, std::min(s.Q, (s.W - s.S + s.pad_w) / s.stride_w + 1));
+  for (size_t c = 0; c < planes; ++c) {
+    const float* xp = x + c * HW;
+    float* yp = y + c * PQ;
+    int32_t* ap = argmax + c * PQ;
+    for (int p = 0; p < s.P; ++p) {
+      for (int q = 0; q < qa; ++q) ref::maxpool2d_window_f32(yp + p * s.Q + q, ap + p * s.Q + q, xp, s, p, q);
+      maxpool_row<S>(yp, ap, xp, s, p, qa, qb);
+      for (int q = qb; q < s.Q; ++q) ref::maxpool2d_window_f32(yp + p * s.Q + q, ap + p * s.Q + q, xp, s, p, q);
+    }
+  }
 }
 
 // Pools 2x2 windows of two conv rows held as a0:a1 (row 2i) and b0:b1 (row 2i+1), 2W columns:
@@ -571,6 +631,7 @@ Kernels fast_table() {
   k.ln2d_bwd = ln2d_bwd_v8;
   k.conv_s1_fwd = conv_s1_fwd<S>;
   k.conv_s1_wgrad = conv_s1_wgrad<S>;
+  k.maxpool_fwd = maxpool_fwd<S>;
   k.relu_maxpool2 = relu_maxpool2<S>;
   k.relu_maxpool2_bwd = relu_maxpool2_bwd<S>;
   k.conv_s1_relu_pool = conv_s1_relu_pool<S>;

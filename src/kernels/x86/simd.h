@@ -55,6 +55,9 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, p));
   }
   static C eq(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+  static C isnan(V v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); }
+  static C c_or(C a, C b) { return C(a | b); }
+  static C c_andnot(C a, C b) { return C(a & ~b); }  // a and not b
   // Channel-lane conv kernels (conv_pool_cl.h): W int8 window codes as int32 lanes, the floats
   // at p in lanes whose code is >= 0 (0 elsewhere), an in-128-bit-lane permute by the codes' low
   // 2 bits, Inf/NaN lanes, and float codes (-1 .. 3) stored as n int8.
@@ -160,6 +163,9 @@ struct Avx2 {
   }
   static V load_i32(const int32_t* p, M m) { return _mm256_cvtepi32_ps(_mm256_maskload_epi32(p, m)); }
   static C eq(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  static C isnan(V v) { return _mm256_cmp_ps(v, v, _CMP_UNORD_Q); }
+  static C c_or(C a, C b) { return _mm256_or_ps(a, b); }
+  static C c_andnot(C a, C b) { return _mm256_andnot_ps(b, a); }  // a and not b
   using I = __m256i;
   static I load_codes(const int8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static V load_live(const float* p, I codes) { return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(codes, _mm256_set1_epi32(-1))); }
