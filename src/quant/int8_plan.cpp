@@ -59,6 +59,7 @@ QParams u8_qparams(const Impl& m, int t) {
 // the one its u8 input carries. Files written before ember ran those on u8 calibrated such a pool's
 // output on its own: that pool stays fp32 for them, as it ran (dequantize, pool, quantize).
 bool keeps_qparams(const Impl& m, const nn::Node& n) {
+  if (m.quantizing) return true;
   const LayerSpec& s = *n.spec;
   if (s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0 &&
       s.pad_h_end <= 0 && s.pad_w_end <= 0)

@@ -52,6 +52,8 @@ struct Int8Plan::Impl {
   std::string where = "int8 plan";       // how its errors start (the file's name when the reader checks one)
   bool pack = true;                      // false: steps and checks only (no packed weights, no arena)
   bool file_checks = false;              // the quantized file's checks too (check_exact_u8_outputs)
+  bool quantizing = false;               // `ember quantize` asks which ops are exact on u8: every max-pool
+                                         // is, whatever pair calibration gave its output (it then gets its input's)
   quant::NodeGraph ng;
   int batch = 1, threads = 1;
   std::unique_ptr<ThreadPool> pool;

@@ -51,12 +51,14 @@ QdqExport export_view(const Impl& m) {
 }
 
 // An Impl of q with steps and checks only (no packed weights, no arena).
-std::unique_ptr<Impl> analysed(QuantizedWeights q, const std::string& where, bool file_checks = false) {
+std::unique_ptr<Impl> analysed(QuantizedWeights q, const std::string& where, bool file_checks = false,
+                               bool quantizing = false) {
   auto m = std::make_unique<Impl>();
   m->q = std::move(q);
   m->where = where;
   m->pack = false;
   m->file_checks = file_checks;
+  m->quantizing = quantizing;
   build_steps(*m);
   return m;
 }
@@ -81,7 +83,7 @@ QuantizedWeights checked_for_int8(QuantizedWeights q, const std::string& where) 
 }
 
 std::map<std::string, std::string> u8_passthrough(const QuantizedWeights& q) {
-  const std::unique_ptr<Impl> m = analysed(q, "int8 plan");
+  const std::unique_ptr<Impl> m = analysed(q, "int8 plan", false, true);
   std::map<std::string, std::string> out;
   for (size_t i = 0; i < m->g().nodes.size(); ++i) {
     if (!exact_u8(m->role[i])) continue;

@@ -190,6 +190,17 @@ TEST(Int8Plan, AnyMaxPoolRunsOnU8AndAFileWithItsOwnPoolPairRunsItFp32) {
   // The fp32 pool of the dequantized values, quantized again at the Linear with its input's pair
   // (the flatten's, kept from the ReLU): the u8 pool's values, as max commutes with the quantization.
   EXPECT_EQ(int8_outputs(own, x, n, 1), exact);
+  // Without a ReLU before it, and calibrated by percentile or with a stride above the window,
+  // the pool's own range differs from its input's: `ember quantize` still makes it u8.
+  const Model m2 = parse_model_json(R"({"input": [3, 12, 12], "classes": 5, "layers": [
+      {"type": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
+      {"type": "maxpool2d", "kernel": 2, "stride": 3}, {"type": "flatten"},
+      {"type": "linear", "out_features": 5}]})", "pool2");
+  for (CalibMethod method : {CalibMethod::minmax, CalibMethod::percentile}) {
+    const QuantizedWeights q2 = quantized(m2, 16, method);
+    EXPECT_EQ(q2.acts.at("1").scale, q2.acts.at("0").scale);
+    EXPECT_EQ(Int8Plan(q2, 1, 1).node_paths().at(1), "int8");
+  }
 }
 
 // im2col (the fast runs of small channel counts, the window edges, strides, any starting pixel),
