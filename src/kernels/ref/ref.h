@@ -182,8 +182,6 @@ void col2im(T* dx, const T* col, int Cg, const ConvShape& s) {
 }
 
 using ember::PoolShape;  // kernels.h: the pooling geometry
-// MaxPool2d. argmax[N,C,P,Q] holds the flat h*W+w index of the max inside x's plane (a named
-// output of forward, used by backward). Padding never wins (it is -inf, as in PyTorch).
 // One window (p, q) of the plane xp [H, W]: its max over the in-image taps in order (rows
 // [h0, h1), columns [w0, w1)) into *y, its flat index into *argmax (-1 and -inf: no tap inside).
 template <class T>
@@ -201,6 +199,8 @@ void maxpool2d_window(T* y, int32_t* argmax, const T* xp, const PoolShape& s, in
   *y = best;
   *argmax = arg;
 }
+// MaxPool2d. argmax[N,C,P,Q] holds the flat h*W+w index of the max inside x's plane (a named
+// output of forward, used by backward). Padding never wins (it is -inf, as in PyTorch).
 template <class T>
 void maxpool2d_fwd(T* y, int32_t* argmax, const T* x, const PoolShape& s) {
   for (size_t nc = 0; nc < (size_t)s.N * s.C; ++nc)
