@@ -72,12 +72,11 @@ void conv_s1_fwd(float* y, const float* xp, const float* w, const float* b, cons
 // deinterleaved), the reference's rule lane-wise (take a tap when it is the first, greater, or NaN,
 // unless a NaN already ended this row of taps); the edge windows, and other strides, by the
 // reference's window (ref.cpp). Indices are carried as floats (exact below 2^24: checked).
+// lanes: lane j's column offset j * stride_w, as floats.
 template <class S>
-void maxpool_row(float* y, int32_t* arg, const float* xp, const PoolShape& s, int p, int qa, int qb) {
+void maxpool_row(float* y, int32_t* arg, const float* xp, const PoolShape& s, int p, int qa, int qb,
+                 typename S::V lanes) {
   using V = typename S::V;
-  alignas(64) float iota[S::W];
-  for (int j = 0; j < S::W; ++j) iota[j] = float(j * s.stride_w);
-  const V lanes = S::loadu(iota);
   const int h0 = std::max(0, p * s.stride_h - s.pad_h), h1 = std::min(s.H, p * s.stride_h - s.pad_h + s.R);
   for (int q = qa; q < qb; q += S::W) {
     const int n = std::min(S::W, qb - q);
@@ -114,13 +113,16 @@ void maxpool_fwd(float* y, int32_t* argmax, const float* x, const PoolShape& s) 
   // Columns [qa, qb): every tap of the window inside the width.
   const int qa = std::min(s.Q, (s.pad_w + s.stride_w - 1) / s.stride_w);
   const int qb = s.W - s.S + s.pad_w < 0 ? qa : std::max(qa, std::min(s.Q, (s.W - s.S + s.pad_w) / s.stride_w + 1));
+  alignas(64) float iota[S::W];
+  for (int j = 0; j < S::W; ++j) iota[j] = float(j * s.stride_w);
+  const typename S::V lanes = S::loadu(iota);
   for (size_t c = 0; c < planes; ++c) {
     const float* xp = x + c * HW;
     float* yp = y + c * PQ;
     int32_t* ap = argmax + c * PQ;
     for (int p = 0; p < s.P; ++p) {
       for (int q = 0; q < qa; ++q) ref::maxpool2d_window_f32(yp + p * s.Q + q, ap + p * s.Q + q, xp, s, p, q);
-      maxpool_row<S>(yp, ap, xp, s, p, qa, qb);
+      maxpool_row<S>(yp, ap, xp, s, p, qa, qb, lanes);
       for (int q = qb; q < s.Q; ++q) ref::maxpool2d_window_f32(yp + p * s.Q + q, ap + p * s.Q + q, xp, s, p, q);
     }
   }
