@@ -196,6 +196,18 @@ TEST(Int8Kernels, GemmLargeKMatchesReference) {
     }
 }
 
+// [M, 70] of K = 4096 with A all 255 and w all wv, f32 out at scale 1: the largest sums.
+Gemm extreme_gemm(int8_t wv, int M = 6) {
+  Gemm g = make_gemm(M, 70, 4096, 7, 0);
+  std::fill(g.A.begin(), g.A.end(), uint8_t(255));
+  std::fill(g.w.begin(), g.w.end(), wv);
+  std::fill(g.scale.begin(), g.scale.end(), 1.0f);
+  g.ep = Int8Epilogue{};
+  g.ep.scale = g.scale.data();
+  g.ep.f32_out = true;
+  return g;
+}
+
 // The shapes of the tile GEMM (amx_int8; 16 rows or more): rows around the 16-row tiles, the 32-row
 // blocks and the 128-row blocks, columns around the 16-column tiles and the 32-column strips, K around
 // the 64-byte tile depth (in place and through the buffer), column ranges, every epilogue variant.
@@ -216,16 +228,8 @@ TEST(Int8Kernels, GemmTileShapesMatchReference) {
     const Gemm g = make_gemm(40, 50, 130, uint32_t(900 + variant), variant);
     expect_sets_match(g, 0, 50, shape_name(40, 50, 130, variant));
   }
-  for (int8_t wv : {int8_t(-128), int8_t(127)}) {  // the largest sums, K = 4096, on 33 rows
-    Gemm g = make_gemm(33, 70, 4096, 9, 0);
-    std::fill(g.A.begin(), g.A.end(), uint8_t(255));
-    std::fill(g.w.begin(), g.w.end(), wv);
-    std::fill(g.scale.begin(), g.scale.end(), 1.0f);
-    g.ep = Int8Epilogue{};
-    g.ep.scale = g.scale.data();
-    g.ep.f32_out = true;
-    expect_sets_match(g, 0, 70, "extreme f32, 33 rows");
-  }
+  for (int8_t wv : {int8_t(-128), int8_t(127)})  // the largest sums, K = 4096, on 33 rows
+    expect_sets_match(extreme_gemm(wv, 33), 0, 70, "extreme f32, 33 rows");
 }
 
 // Column ranges: n0 a multiple of 64 above 0, n1 short of N and not a multiple of anything.
@@ -250,17 +254,6 @@ TEST(Int8Kernels, GemmEpiloguesMatchReference) {
     }
 }
 
-// [6, 70] of K = 4096 with A all 255 and w all wv, f32 out at scale 1: the largest sums.
-Gemm extreme_gemm(int8_t wv) {
-  Gemm g = make_gemm(6, 70, 4096, 7, 0);
-  std::fill(g.A.begin(), g.A.end(), uint8_t(255));
-  std::fill(g.w.begin(), g.w.end(), wv);
-  std::fill(g.scale.begin(), g.scale.end(), 1.0f);
-  g.ep = Int8Epilogue{};
-  g.ep.scale = g.scale.data();
-  g.ep.f32_out = true;
-  return g;
-}
 float first_f32(const std::vector<uint8_t>& C) {
   float v;
   std::memcpy(&v, C.data(), 4);
