@@ -13,14 +13,17 @@
 
 namespace ember {
 
-enum class DType { f32, f64 };  // f64 runs the scalar reference kernels (gradient checks)
+// A plan's element type: f32, or f64 (the scalar reference kernels: gradient checks). u8 is an
+// activation's type inside an int8 plan (its quantized tensors), never a plan's.
+enum class DType { f32, f64, u8 };
 
 // The arithmetic of the matrix products (convolutions through the GEMM, Linear): fp32, or bf16
 // products summed in fp32 (operands rounded to nearest even as the GEMM packs them; on CPUs with
 // AVX512_BF16, VDPBF16PS at twice the fp32 FMA rate). Everything else (LayerNorm, activations,
 // the loss, reductions, the optimizer, the fp32 master weights and their state) stays fp32.
-enum class Precision { fp32, bf16 };
-const char* precision_name(Precision p);  // "fp32", "bf16"
+// int8: an inference plan of a quantized model (Plan(QuantizedWeights, ...), ember/quant.h).
+enum class Precision { fp32, bf16, int8 };
+const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
 // "fp32" or "bf16"; anything else throws Error starting "WHAT: ".
 Precision parse_precision(const std::string& text, const std::string& what);
 
@@ -56,7 +59,10 @@ struct PlanOptions {
   // the same pass (Adam's kernel writes both); init_params and the non-const param_data() mark it
   // stale, and the next forward or backward rounds it again from the fp32 masters.
   Precision precision = Precision::fp32;
-  std::string isa;              // "scalar" | "avx2" | "avx512"; empty: the best the CPU has
+  // "scalar" | "avx2" | "avx512" | "amx"; empty: EMBER_ISA when set, else the best the CPU has. An
+  // int8 plan takes that set's int8 path, or an int8 set by name ("avx_vnni", "avx512_vnni") with
+  // the best fp32 set.
+  std::string isa;
   // "nchw" | "nhwc" | "auto" (empty: auto): nhwc runs every node that can channel-last, with
   // reorders at the edges (docs/design.md, the layout pass); auto picks nchw today. bf16 plans
   // run nchw. Parameters, checkpoints and outputs keep PyTorch's NCHW either way.
@@ -146,9 +152,17 @@ std::vector<ParamInfo> model_params(const Model& model);
 // The model's per-sample output dims (Plan::output_dims without a plan): [D] or [C, H, W].
 std::vector<int> model_output_dims(const Model& model);
 
+struct QuantizedWeights;  // ember/quant.h
+
 class Plan {
  public:
   Plan(const Model& model, const PlanOptions& options);
+  // An int8 inference plan of a quantized model (options.training false, dtype f32; precision is
+  // set to int8): Conv2d, Linear, ReLU, max-pool and flatten run on u8 NHWC activations with int32
+  // sums, the requantization carrying the bias, a BatchNorm2d, the residual add and the ReLU; every
+  // other node runs fp32 with quantize, dequantize and reorder units where a tensor changes form.
+  // Input and output stay fp32 NCHW.
+  Plan(const QuantizedWeights& q, const PlanOptions& options);
   struct Impl;  // opaque: defined in src/nn/plan_impl.h
   explicit Plan(std::unique_ptr<Impl> impl);  // internal: plan_impl::compile makes one
   ~Plan();

@@ -157,8 +157,8 @@ std::vector<Unit> fuse(Graph& g, bool enabled, bool training) {
       u.layer->infer_inputs(dims);
     }
     for (size_t k = i; k < i + count; ++k) {
-      const char* kind = g.nodes[k].kind_name ? g.nodes[k].kind_name : layer_kind_name(g.nodes[k].spec->kind);
-      u.kinds += std::string(k > i ? "+" : "") + kind;
+      const std::string kind = !g.nodes[k].kind_name.empty() ? g.nodes[k].kind_name : layer_kind_name(g.nodes[k].spec->kind);
+      u.kinds += (k > i ? "+" : "") + kind;
       if (k != i) g.nodes[k].layer.reset();
     }
     u.has_params = !u.layer->param_shapes().empty();

@@ -117,20 +117,21 @@ void infer(Graph& g, DType dt, int batch) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     std::vector<Dims> in;
-    for (int t : n.in) {
-      if (g.tensors[size_t(t)].dtype != dt)
-        throw Error(g.where + ": " + n.label + ": inputs of different dtypes");
-      in.push_back(g.tensors[size_t(t)].dims);
-    }
     n.layer = n.make ? n.make(*n.spec) : make_layer(*n.spec);
     n.layer->set_layout(n.layout);
+    for (size_t j = 0; j < n.in.size(); ++j) {
+      const Tensor& x = g.tensors[size_t(n.in[j])];
+      if (x.dtype != n.layer->input_dtype(int(j), dt))
+        throw Error(g.where + ": " + n.label + ": input " + std::to_string(j) + " of another dtype than the layer reads");
+      in.push_back(x.dims);
+    }
     Tensor& out = g.tensors[size_t(n.out)];
     try {
       out.dims = n.layer->infer_inputs(in);
     } catch (const Error& e) {
       throw Error(g.where + ": " + n.label + ": " + e.what());
     }
-    out.dtype = dt;
+    out.dtype = n.layer->output_dtype(dt);
     out.layout = out.dims.flat() ? Layout::flat : n.layout;
     if (out.dims.size() > max_elems)
       throw Error(g.where + ": " + n.label + ": activation too large for batch " + std::to_string(batch) +
@@ -272,7 +273,7 @@ Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::v
     if (t == 0 || t == out_t) last = end;
     Block& a = lt.act[size_t(lt.alias[t])];
     const bool fresh = a.bytes == 0;
-    a.bytes = std::max(a.bytes, size_t(batch) * x.dims.size() * elem_bytes);
+    a.bytes = std::max(a.bytes, size_t(batch) * x.dims.size() * (x.dtype == DType::u8 ? 1 : elem_bytes));
     a.first = fresh ? first : std::min(a.first, first);
     a.last = fresh ? last : std::max(a.last, last);
     if (!needs_grad[t]) continue;

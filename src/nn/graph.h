@@ -37,7 +37,7 @@ struct Node {
   std::string param_prefix;     // "3" or the node's name: parameters are PREFIX.weight, PREFIX.bias
   int source = -1;              // its model layer's index (the unit's random stream); -1: made by a pass
   Layout layout = Layout::nchw; // the layout of its image inputs and output (the layout pass's choice)
-  const char* kind_name = nullptr;  // a pass node's kind in unit names ("reorder"); null: the spec's
+  std::string kind_name;        // a pass node's kind in unit names ("reorder"); empty: the spec's
   std::vector<int> in;          // input tensors
   int out = -1;                 // output tensor
   std::unique_ptr<Layer> layer; // made by infer
@@ -100,9 +100,9 @@ using GraphPass = std::function<void(Graph&)>;
 // inputs for the layer kind, and a node whose output nothing reads (other than the last).
 Graph resolve(const Model& m);
 
-// Pass 2. Makes each node's layer and infers every tensor's dims, dtype (all `dt` today; the
-// slot is per tensor so that bf16 and int8 add cases, not structure) and layout (flat where
-// dims are [D], else nchw). Errors name the node. Passes that edit the graph run after it (they
+// Pass 2. Makes each node's layer and infers every tensor's dims, dtype (the layer's
+// output_dtype of `dt`: dt, or u8 for an int8 plan's quantized tensors; each input must be the
+// layer's input_dtype) and layout (flat where dims are [D], else nchw). Errors name the node. Passes that edit the graph run after it (they
 // see shapes), then infer runs again (GraphPass, plan_impl.h).
 // batch: a batch of any tensor must stay below 2^31 elements (the kernels index it with int).
 void infer(Graph& g, DType dt, int batch);
@@ -183,6 +183,6 @@ struct Lifetimes {
   std::vector<Block> act, grad;           // per tensor (grad blocks of tensors without one: 0 bytes)
 };
 Lifetimes lifetimes(const Graph& g, const std::vector<Unit>& units, const std::vector<bool>& needs_grad,
-                    bool training, int batch, size_t elem_bytes);
+                    bool training, int batch, size_t elem_bytes);  // elem_bytes: of every tensor but a u8 one (1)
 
 }  // namespace ember::nn

@@ -193,6 +193,14 @@ class Layer {
   virtual void set_layout(Layout l) { layout_ = l; }
   Layout layout() const { return layout_; }
 
+  // Element types (an int8 plan's units): of input j and of the output, given the plan's dtype.
+  virtual DType input_dtype(int j, DType plan) const { return plan; }
+  virtual DType output_dtype(DType plan) const { return plan; }
+  // A layer that describes its own unit (an int8 plan's: the model layers it runs, its u8 arithmetic)
+  // fills u's name, ops, algorithm, layouts, dtype, weight format and post-ops and returns true; the
+  // plan fills the rest. false: the plan describes it from the nodes and the other hooks.
+  virtual bool describe_unit(UnitInfo* u) const { return false; }
+
   virtual void forward(const ops::Exec& e, const Bufs& b, int n) = 0;
   virtual void backward(const ops::Exec& e, const Bufs& b, int n) = 0;
 
@@ -227,7 +235,7 @@ inline int out_size(int in, int k, int stride, int pad) { return int(out_size64(
 inline ConvShape conv2d_shape(const LayerSpec& s, const Dims& in, const Dims& out, int n) {
   return {n, in.c, in.h, in.w, s.out, s.kernel_h, s.kernel_w, out.h, out.w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.groups};
 }
-inline size_t esize(DType dt) { return dt == DType::f64 ? 8 : 4; }  // bytes of an element
+inline size_t esize(DType dt) { return dt == DType::f64 ? 8 : dt == DType::u8 ? 1 : 4; }  // bytes of an element
 
 // True when l[0..2] are Conv2d (stride 1), ReLU, MaxPool2d (2x2, stride 2, no padding) and the
 // conv, fed `in` (already checked by infer), outputs at least 2x2 (conv_relu_pool.cpp).

@@ -45,10 +45,10 @@ bool find_crossing(const Graph& g, int* tensor, Layout* to, std::vector<int>* re
     if (!image(x)) continue;
     for (int r : x.readers) {
       const Layout want = g.nodes[size_t(r)].layout;
-      if (want == x.layout || g.nodes[size_t(r)].kind_name) continue;  // kind_name: a reorder
+      if (want == x.layout || !g.nodes[size_t(r)].kind_name.empty()) continue;  // kind_name: a reorder
       readers->clear();
       for (int q : x.readers)
-        if (g.nodes[size_t(q)].layout == want && !g.nodes[size_t(q)].kind_name &&
+        if (g.nodes[size_t(q)].layout == want && g.nodes[size_t(q)].kind_name.empty() &&
             (readers->empty() || readers->back() != q))
           readers->push_back(q);
       *tensor = int(t), *to = want;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <type_traits>
 
@@ -193,7 +194,7 @@ void describe(Plan::Impl& m) {
   for (size_t i = 0; i < L; ++i) {  // per node, from its own layer (before fusion takes it)
     const nn::Node& n = m.g.nodes[i];
     LayerInfo li;
-    li.kind = n.kind_name ? n.kind_name : layer_kind_name(n.spec->kind);
+    li.kind = !n.kind_name.empty() ? n.kind_name : layer_kind_name(n.spec->kind);
     li.name = n.spec->name;
     li.in_shape = dims_vec(m.g.tensors[size_t(n.in[0])].dims);
     li.out_shape = dims_vec(m.g.tensors[size_t(n.out)].dims);
@@ -221,6 +222,10 @@ void describe_units(Plan::Impl& m) {
     info.layout_in = nn::layout_name(m.g.tensors[size_t(u.in[0])].layout);
     info.layout_out = nn::layout_name(m.g.tensors[size_t(u.out)].layout);
     const bool bf16 = m.opt.precision == Precision::bf16 && u.layer->bf16_products();
+    if (u.layer->describe_unit(&info)) {  // an int8 plan's unit
+      m.units.push_back(info);
+      continue;
+    }
     for (size_t a = 0, b; a <= u.kinds.size(); a = b + 1) {
       b = std::min(u.kinds.find('+', a), u.kinds.size());
       info.ops.push_back(u.kinds.substr(a, b - a));
@@ -243,8 +248,24 @@ void describe_units(Plan::Impl& m) {
 }
 }  // namespace
 
+namespace {
+// An int8 plan's fp32 nodes' parameters: the quantized file's fp32 values, by name.
+void copy_values(Plan::Impl& m, const plan_impl::Lowered& low) {
+  std::map<std::string, const ParamInfo*> by_name;
+  for (const ParamInfo& p : *low.params) by_name[p.name] = &p;
+  float* dst = m.at<float>(m.param_off);
+  for (const ParamInfo& p : m.params) {
+    const auto f = by_name.find(p.name);
+    if (f == by_name.end() || f->second->size != p.size || f->second->offset + p.size > low.values->size())
+      throw Error("internal: int8 plan: the fp32 parameter " + p.name + " is not in the quantized model's values");
+    std::memcpy(dst + p.offset, low.values->data() + f->second->offset, p.size * sizeof(float));
+  }
+}
+}  // namespace
+
 namespace plan_impl {
-std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes) {
+std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes,
+                                    Lowered* lowered) {
   auto impl = std::make_unique<Plan::Impl>();
   Plan::Impl& m = *impl;
   m.model = model;
@@ -258,14 +279,22 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     throw Error("precision: bf16 needs an f32 plan (f64 plans run the scalar references in double)");
   if (opt.precision == Precision::bf16 && model.qat.on())
     throw Error("precision: bf16 plans do not run quantization-aware training (the model has \"qat\"): use fp32");
-  m.k = &choose_kernels(opt);
+  if (opt.precision == Precision::int8 && !lowered)
+    throw Error("precision: an int8 plan is made from a quantized model (Plan(QuantizedWeights, options): ember quantize)");
+  m.k = lowered ? lowered->k : &choose_kernels(opt);
   m.esz = opt.dtype == DType::f64 ? 8 : 4;
   // bf16 plans stay nchw (their channel-last kernels are left for later: issue 41).
   const std::string layout = opt.layout.empty() ? "auto" : opt.layout;
   if (layout != "auto" && layout != "nchw" && layout != "nhwc")
     throw Error("layout: expected auto, nchw or nhwc, found '" + layout + "'");
-  m.g = compiled_graph(m.model, opt.dtype, opt.batch, opt.training, passes,  // passes 1-2 (and graph passes)
-                       opt.precision == Precision::bf16 ? "nchw" : layout);
+  if (lowered) {  // an int8 plan: its graph is made (infer makes the layers)
+    m.lowered = lowered->keep;
+    m.g = std::move(lowered->g);
+    nn::infer(m.g, opt.dtype, opt.batch);
+  } else {
+    m.g = compiled_graph(m.model, opt.dtype, opt.batch, opt.training, passes,  // passes 1-2 (and graph passes)
+                         opt.precision == Precision::bf16 ? "nchw" : layout);
+  }
   m.params = nn::graph_params(m.g);
   for (const ParamInfo& p : m.params) m.nparams += p.size;
   describe(m);
@@ -279,7 +308,7 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     needs_grad.assign(needs_grad.size(), false);
   }
   for (nn::Unit& u : m.us) {
-    u.layer->set_precision(opt.precision, u.backward);
+    u.layer->set_precision(opt.precision == Precision::int8 ? Precision::fp32 : opt.precision, u.backward);
     // f32 plans pack each weight once per parameter change: an inference plan once, a training
     // plan once per step (the optimizer's step moves Bufs::param_version), not once per call.
     const bool pack = opt.dtype == DType::f32;
@@ -310,6 +339,7 @@ std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, 
     throw Error(m.g.where + ": cannot allocate " + std::to_string(a.size() >> 20) + " MiB for the plan");
   }
   m.pool = std::make_unique<ThreadPool>(opt.threads, opt.denormals == Denormals::flush);
+  if (lowered) copy_values(m, *lowered);
   if (bg_mask != kNone) {
     m.bg.mask = a.at<float>(bg_mask);
     m.bg.value = a.at<float>(bg_value);
@@ -344,7 +374,7 @@ int Plan::threads() const { return impl_->pool->size(); }
 DType Plan::dtype() const { return impl_->opt.dtype; }
 Precision Plan::precision() const { return impl_->opt.precision; }
 
-const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : p == Precision::int8 ? "int8" : "fp32"; }
 
 namespace {
 // "WHAT: expected EXPECTED, found 'TEXT'", TEXT on one line however hostile (40 characters).

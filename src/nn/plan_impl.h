@@ -92,12 +92,28 @@ struct Plan::Impl {
     return {*k, *pool, side, opt.precision == Precision::bf16};
   }
   size_t out_tensor() const { return size_t(nn::output(g)); }
-  size_t tensor_bytes(size_t t) const { return size_t(opt.batch) * g.tensors[t].dims.size() * esz; }
+  size_t tensor_bytes(size_t t) const {
+    return size_t(opt.batch) * g.tensors[t].dims.size() * (g.tensors[t].dtype == DType::u8 ? 1 : esz);
+  }
+  // An int8 plan: what its graph's nodes point into (the quantized model, packed int8 weights).
+  std::shared_ptr<const void> lowered;
 };
 
 namespace plan_impl {
-// Compiles `model` (Plan's constructor), running `passes` on the graph after infer.
-std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
+// An int8 plan's graph (src/quant/int8_plan.cpp lowers a quantized model to it): its int8 steps
+// and fp32 nodes, the fp32 kernels they run with, what the nodes point into, and the fp32 values of
+// the model's parameters (`params`, by name: the fp32 nodes' are copied into the plan's).
+struct Lowered {
+  nn::Graph g;
+  const Kernels* k = nullptr;
+  std::shared_ptr<const void> keep;
+  const std::vector<float>* values = nullptr;
+  const std::vector<ParamInfo>* params = nullptr;
+};
+// Compiles `model` (Plan's constructor), running `passes` on the graph after infer; with
+// `lowered`, an inference plan of that graph instead of the model's (an int8 plan).
+std::unique_ptr<Plan::Impl> compile(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes,
+                                    Lowered* lowered = nullptr);
 // A plan compiled with graph passes (tests: a pass that inserts nodes changes no result).
 Plan plan_with_passes(const Model& model, const PlanOptions& opt, const std::vector<nn::GraphPass>& passes);
 // QAT: the fake-quantized weight copy from the masters (per output channel, ref_fake_quant.h),
