@@ -194,14 +194,8 @@ class PyModel {
     for (int v : dims) shape.push_back(v), per *= size_t(v);
     py::array_t<float> out(shape);
     float* o = out.mutable_data();
-    if (int8_) {
-      in_int8_batches(s, nullptr, batch_size, [&](int64_t start, int n) {
-        std::memcpy(o + size_t(start) * per, int8_plan_->output(), size_t(n) * per * sizeof(float));
-      });
-      return out;
-    }
-    in_eval_batches(s, nullptr, batch_size, [&](int64_t start, int n) {
-      const float* y = static_cast<const float*>(plan_->output());
+    in_eval_batches(s, nullptr, batch_size, [&](ember::Plan& p, int64_t start, int n) {
+      const float* y = static_cast<const float*>(p.output());
       std::memcpy(o + size_t(start) * per, y, size_t(n) * per * sizeof(float));
     });
     return out;
@@ -213,11 +207,10 @@ class PyModel {
     double loss_sum = 0;
     int64_t correct = 0;
     bool scores = false;
-    if (int8_) return evaluate_int8(s, truth, batch_size);
-    in_eval_batches(s, &truth, batch_size, [&](int64_t, int n) {
-      loss_sum += plan_->loss(n, false) * n;
-      scores = truth.per == 0 && plan_->has_class_scores();
-      if (scores) correct += plan_->correct(n);
+    in_eval_batches(s, &truth, batch_size, [&](ember::Plan& p, int64_t, int n) {
+      loss_sum += p.loss(n, false) * n;
+      scores = truth.per == 0 && p.has_class_scores();
+      if (scores) correct += p.correct(n);
     });
     py::dict r;
     r["loss"] = loss_sum / double(s.n);
@@ -260,15 +253,21 @@ class PyModel {
     const Samples s = samples_of(x, model_, "x");
     const Truth truth = truth_of(y, s.n, model_);
     as_value_error([&] { ember::check_integer("steps", steps, 1, 1000000); });
-    if (int8_) return profile_int8(s, steps, batch_size, threads);
-    ensure_plan(options(batch_size, model_.recipe.batch_size, threads, model_.recipe.optimizer), s.n, 1);
-    const int B = plan_->batch();
+    // An int8 model runs inference only: its profile is of forwards (`ember profile --weights Wq`).
+    ember::Plan& p = int8_ ? int8_plan_for(options(batch_size, 64, threads, model_.recipe.optimizer), s.n)
+                           : (ensure_plan(options(batch_size, model_.recipe.batch_size, threads, model_.recipe.optimizer), s.n, 1), *plan_);
+    const bool train = p.options().training;
+    const int B = p.batch();
     std::string json;
     {
       py::gil_scoped_release nogil;
-      ember::Plan& p = *plan_;
-      const float* w = static_cast<const float*>(std::as_const(p).param_data());
-      const std::vector<float> keep(w, w + p.param_count());
+      std::vector<float> keep;  // a training step moves the weights: they are put back after
+      if (train) keep.assign(static_cast<const float*>(std::as_const(p).param_data()),
+                             static_cast<const float*>(std::as_const(p).param_data()) + p.param_count());
+      auto restore = [&] {
+        p.set_profiler(nullptr);
+        if (train) std::memcpy(p.param_data(), keep.data(), keep.size() * sizeof(float));
+      };
       ember::Profiler prof(p.threads(), int(p.units().size()));
       p.set_profiler(&prof);
       std::vector<int64_t> index(static_cast<size_t>(B));
@@ -280,19 +279,19 @@ class PyModel {
           load_batch(p, s, &truth, index.data(), n);
           prof.record(0, ember::Phase::data, -1, t0, prof.now_ns());
           p.forward(n);
-          p.loss(n, true);
-          p.backward_step(n, model_.recipe.lr);
+          if (train) {
+            p.loss(n, true);
+            p.backward_step(n, model_.recipe.lr);
+          }
           prof.record(0, ember::Phase::step, -1, t0, prof.now_ns());
           prof.end_step(n);
           check_signals();
         }
       } catch (...) {
-        p.set_profiler(nullptr);
-        std::memcpy(p.param_data(), keep.data(), keep.size() * sizeof(float));
+        restore();
         throw;
       }
-      p.set_profiler(nullptr);
-      std::memcpy(p.param_data(), keep.data(), keep.size() * sizeof(float));
+      restore();
       const double peak = ember::measure_machine(p.isa_name()).peak_gflops_1t * p.threads();
       json = ember::profile_json(ember::summarize_profile(p, prof, peak));
     }
@@ -407,84 +406,12 @@ class PyModel {
     return ember::model_to_json(a) == ember::model_to_json(b);
   }
 
-  // The int8 plan of quant_ for batch B and `threads`: the one kept, or made again for them.
-  ember::Int8Plan& int8_plan_for(int B, int threads) {
-    if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != threads)
-      int8_plan_ = std::make_unique<ember::Int8Plan>(*quant_, B, threads, "", denormals_);
+  // The int8 plan of quant_ for o's batch (at most n) and threads: the one kept, or made again.
+  ember::Plan& int8_plan_for(const ember::PlanOptions& o, int64_t n) {
+    const int B = int(std::min<int64_t>(o.batch, n));
+    if (!int8_plan_ || int8_plan_->batch() != B || int8_plan_->threads() != o.threads)
+      int8_plan_ = std::make_unique<ember::Plan>(*quant_, ember::int8_plan_options(B, o.threads, "", denormals_));
     return *int8_plan_;
-  }
-
-  // The int8 plan for batch_size (0: 64) and the thread count fit would use, over s in order
-  // without the GIL: after each batch of n samples from `start`, fn(start, n) reads it.
-  template <class Fn>
-  void in_int8_batches(const Samples& s, const Truth* truth, int batch_size, Fn fn) {
-    const ember::PlanOptions o = options(batch_size, 64, 0, model_.recipe.optimizer);
-    const int B = int(std::min<int64_t>(o.batch, s.n));
-    py::gil_scoped_release nogil;
-    ember::Int8Plan& p = int8_plan_for(B, o.threads);
-    const int32_t* labels = truth ? truth->label_data() : nullptr;
-    for (int64_t start = 0; start < s.n; start += B) {
-      const int n = int(std::min<int64_t>(B, s.n - start));
-      for (int i = 0; i < n; ++i) {
-        copy_sample(s, start + i, p.input() + size_t(i) * s.per);
-        if (labels) p.labels()[i] = labels[start + i];
-      }
-      p.forward(n);
-      fn(start, n);
-      check_signals();
-    }
-  }
-  // profile() of the int8 plan: `steps` forwards of batches in order from the first sample, the
-  // table of `ember profile --weights Wq` (data and forward rows).
-  py::object profile_int8(const Samples& s, int steps, int batch_size, int threads) {
-    const ember::PlanOptions o = options(batch_size, 64, threads, model_.recipe.optimizer);
-    const int B = int(std::min<int64_t>(o.batch, s.n));
-    std::string json;
-    {
-      py::gil_scoped_release nogil;
-      ember::Int8Plan& p = int8_plan_for(B, o.threads);
-      const ember::ProfiledPlan pp = ember::profiled_plan(p);
-      ember::Profiler prof(p.threads(), int(pp.units.size()));
-      p.set_profiler(&prof);
-      try {
-        for (int64_t step = 0, start = 0; step < steps; ++step, start = (start + B) % s.n) {
-          const int n = int(std::min<int64_t>(B, s.n - start));
-          const int64_t t0 = prof.now_ns();
-          for (int i = 0; i < n; ++i) copy_sample(s, start + i, p.input() + size_t(i) * s.per);
-          prof.record(0, ember::Phase::data, -1, t0, prof.now_ns());
-          p.forward(n);
-          prof.record(0, ember::Phase::step, -1, t0, prof.now_ns());
-          prof.end_step(n);
-          check_signals();
-        }
-      } catch (...) {
-        p.set_profiler(nullptr);
-        throw;
-      }
-      p.set_profiler(nullptr);
-      const double peak = ember::measure_machine(p.isa_name()).peak_gflops_1t * p.threads();
-      json = ember::profile_json(ember::summarize_profile(pp, prof, peak));
-    }
-    return py::module_::import("json").attr("loads")(json);
-  }
-
-  // evaluate() of the int8 plan: classifiers on labels (loss: softmax cross-entropy; NaN for
-  // models trained with another loss).
-  py::dict evaluate_int8(const Samples& s, const Truth& truth, int batch_size) {
-    if (truth.per != 0) throw py::value_error("y: the int8 model evaluates class labels, not dense targets");
-    const std::vector<int> dims = as_value_error([&] { return ember::model_output_dims(model_); });
-    if (dims.size() != 1) throw py::value_error("evaluate: the int8 model's output is not class scores (use predict)");
-    const bool ce = model_.loss == ember::LossKind::SoftmaxCrossEntropy;
-    double loss_sum = 0;
-    int64_t correct = 0;
-    in_int8_batches(s, &truth, batch_size, [&](int64_t, int n) {
-      if (ce) loss_sum += int8_plan_->loss(n) * n;
-      correct += int8_plan_->correct(n);
-    });
-    py::dict r;
-    r["loss"] = ce ? loss_sum / double(s.n) : std::nan("");
-    r["accuracy"] = double(correct) / double(s.n);
-    return r;
   }
 
   // The plan again for o (the same model layout), with the same weights, optimizer state and mode.
@@ -507,20 +434,22 @@ class PyModel {
 
   // Forward passes over s in order, in evaluation mode without the GIL; after each batch of n
   // samples from `start`, fn(start, n) reads the plan.
+  // The plan is the int8 one where the precision is int8.
   template <class Fn>
   void in_eval_batches(const Samples& s, const Truth* truth, int batch_size, Fn fn) {
     const ember::PlanOptions o = options(batch_size, 64, 0, model_.recipe.optimizer);  // checked even when a plan exists
-    if (!plan_) ensure_plan(o, s.n, 1);
+    if (!int8_ && !plan_) ensure_plan(o, s.n, 1);
+    ember::Plan& p = int8_ ? int8_plan_for(o, s.n) : *plan_;
     py::gil_scoped_release nogil;
-    EvalMode mode(*plan_);
-    const int B = plan_->batch();
+    EvalMode mode(p);
+    const int B = p.batch();
     std::vector<int64_t> index(static_cast<size_t>(B));
     for (int64_t start = 0; start < s.n; start += B) {
       const int n = int(std::min<int64_t>(B, s.n - start));
       std::iota(index.begin(), index.begin() + n, start);
-      load_batch(*plan_, s, truth, index.data(), n);
-      plan_->forward(n);
-      fn(start, n);
+      load_batch(p, s, truth, index.data(), n);
+      p.forward(n);
+      fn(p, start, n);
       check_signals();
     }
   }
@@ -577,7 +506,7 @@ class PyModel {
   }
   std::shared_ptr<const ember::QuantizedWeights> quant_;   // Model.quantize, or load of a quantized file
   bool int8_ = false;                                      // precision "int8": quant_ runs (int8_plan_)
-  std::unique_ptr<ember::Int8Plan> int8_plan_;
+  std::unique_ptr<ember::Plan> int8_plan_;                  // its plan (inference)
 };
 
 // A parameter-free activation's kind from its model-format name ("relu", "gelu-tanh", ...): the

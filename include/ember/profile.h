@@ -39,7 +39,7 @@ struct ProfileSummary {
 };
 
 // What the reports read of a plan: its name, kernels, batch, threads, units (the profiler's unit
-// indices) and buffers. Plan and Int8Plan (ember/quant.h: profiled_plan) both give one; a unit
+// indices) and buffers. Every Plan (fp32, bf16, int8) gives one; a unit
 // whose dtype is "u8" is an int8 row (GOP/s, no peak: ember measures no int8 peak).
 struct ProfiledPlan {
   std::string model, isa, precision;  // precision: "fp32", "bf16" or "int8"

@@ -106,7 +106,7 @@ const char* int8_path_name(const std::string& isa);
 
 // What a QDQ export (ember/onnx_quant.h) writes: ember's int8 arithmetic as ONNX can state it, so
 // that ONNX Runtime rounds where and as ember does. q keeps activation entries only at the tensors
-// the Int8Plan holds in u8, with the QParams it rounds them by (a ReLU's, max-pool's or flatten's
+// the int8 plan holds in u8, with the QParams it rounds them by (a ReLU's, max-pool's or flatten's
 // are its input's), not on the fp32 outputs it gives LayerNorm nor inside what it fuses; and each
 // BatchNorm2d the plan folds into a Conv2d's requantization is folded into that layer as the plan
 // computes it: per output channel k (BN y = a x + c), int8 weights times sign(a_k), scale
@@ -120,68 +120,23 @@ struct QdqExport {
   std::map<std::string, std::string> folded_bn;  // Conv2d prefix -> the BatchNorm2d prefix it carries
 };
 
-// A quantized model compiled for a batch size: Conv2d, Linear, ReLU, max-pool, flatten and the
-// residual add run on u8 activations (NHWC) with int32 sums and requantization fused with the bias,
-// ReLU and the residual; every other op runs fp32 between a dequantize and a quantize.
-class Int8Plan {
- public:
-  // isa: an fp32 kernel set (scalar, avx2, avx512; empty: EMBER_ISA when set, else the best), whose int8 path it takes
-  // (int8_path_name), or an int8 set by name (avx_vnni, avx512_vnni) with the best fp32 set.
-  // denormals: the floating-point mode of its fp32 steps and requantization (PlanOptions::denormals).
-  Int8Plan(const QuantizedWeights& q, int batch, int threads = 1, const std::string& isa = "",
-           Denormals denormals = Denormals::flush);
-  ~Int8Plan();
-  Int8Plan(Int8Plan&&) noexcept;
-  Int8Plan& operator=(Int8Plan&&) noexcept;
-
-  int batch() const;
-  int threads() const;
-  const char* int8_path() const;          // int8_path_name of its kernels
-  const Model& model() const;
-  // Per node: "int8", "int8 (fused)", or "fp32" (a dequantize before, a quantize after where needed).
-  std::vector<std::string> node_paths() const;
-  std::string summary() const;            // one line per step: what runs, in which arithmetic
-  std::vector<UnitInfo> units() const;    // each step's descriptor (ember info --json)
-  // The tensors it holds in u8 (QuantizedWeights::acts names): where its arithmetic rounds an
-  // activation to 8 bits (a QDQ export puts its Q/DQ pairs there and nowhere else).
-  std::vector<std::string> u8_tensors() const;
-  // Those of them with QParams of their own (not a ReLU's, max-pool's or flatten's, which keep
-  // their input's): the tensors quantization-aware training fake-quantizes (Model::qat).
-  std::vector<std::string> qat_tensors() const;
-  // Its arithmetic as a QDQ export states it (qdq_export_view).
-  QdqExport qdq_export() const;
-
-  float* input();                         // [batch, C, H, W] fp32
-  int32_t* labels();                      // [batch]
-  // As Plan::gather_u8 (u8 images scaled by 1/255, or the per-channel affine) into the input.
-  void gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n);
-  void set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift);
-  // As Plan::set_profiler (ember profile): while set, each forward records every step as a
-  // forward span of its unit (the index into units()) on each thread of the pool; null: off.
-  void set_profiler(Profiler* p);
-  const char* isa_name() const;           // its fp32 kernel set (kernel_set_name)
-  std::vector<BufferInfo> buffers() const;  // largest first: arena, scratch, packed weights
-  void forward(int n);
-  const float* output() const;            // [batch, output dims] fp32
-  std::vector<int> output_dims() const;
-  int correct(int n) const;               // arg-max against labels()
-  double loss(int n) const;               // mean softmax cross-entropy of the first n (classifiers)
-  double flops_per_sample() const;        // a multiply-add as 2
-
-  struct Impl;
-
- private:
-  std::unique_ptr<Impl> impl_;
-};
+// A quantized model runs as an int8 Plan (ember/plan.h: Plan(QuantizedWeights, PlanOptions)), an
+// inference plan with these options (isa: as PlanOptions::isa, an int8 set's name included).
+PlanOptions int8_plan_options(int batch, int threads = 1, const std::string& isa = "", Denormals denormals = Denormals::flush);
+// What its lowering decides, without building one:
+// per model node "int8", "int8 (fused)", or "fp32" (a dequantize before, a quantize after where needed);
+std::vector<std::string> int8_node_paths(const QuantizedWeights& q);
+// the tensors it holds in u8 (QuantizedWeights::acts names): where its arithmetic rounds an
+// activation to 8 bits (a QDQ export puts its Q/DQ pairs there and nowhere else);
+std::vector<std::string> int8_u8_tensors(const QuantizedWeights& q);
+// those of them with QParams of their own (not a ReLU's, max-pool's or flatten's, which keep
+// their input's): the tensors quantization-aware training fake-quantizes (Model::qat);
+std::vector<std::string> int8_qat_tensors(const QuantizedWeights& q);
+// one line per step, in order: what runs, in which arithmetic, with the int8 kernels of isa
+// (as PlanOptions::isa; their 7-bit weight path named where it is taken).
+std::string int8_summary(const QuantizedWeights& q, const std::string& isa = "");
 
 QdqExport qdq_export_view(const QuantizedWeights& q);
-
-// The plan as the profile reports read it (ember/profile.h): its steps are the units, precision "int8".
-ProfiledPlan profiled_plan(const Int8Plan& plan);
-
-// Evaluates an int8 plan on all of `data` (as evaluate() does a Plan: a centre crop through the
-// Augment's deterministic path when one is given).
-EvalResult evaluate(Int8Plan& plan, const Dataset& data, const Augment* augment = nullptr);
 
 // The first n images of `data` (their order shuffled by `seed`) as the model's fp32 inputs
 // [n, C, H, W]: u8 / 255, or u8 * scale[c] + shift[c] with a per-channel affine (input_affine):

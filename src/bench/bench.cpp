@@ -231,15 +231,16 @@ double time_int8(const std::string& path, const Dataset* d, int batch, int threa
   const QuantizedWeights q = load_quantized(path);
   if (d && (d->rows != q.model.in_h || d->cols != q.model.in_w || d->channels != q.model.in_c || d->streamed()))
     throw Error("weights: " + path + ": the data's images are not of its model's input size (or are not in memory)");
-  Int8Plan plan(q, batch, threads, isa, dn);
-  *flops = plan.flops_per_sample();
+  Plan plan(q, int8_plan_options(batch, threads, isa, dn));
+  *flops = plan.flops_per_sample(false);
+  float* x = static_cast<float*>(plan.input());
   if (d) {
     std::vector<int64_t> idx(static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) idx[size_t(i)] = i % d->count;
     plan.gather_u8(d->images.data(), d->labels.data(), idx.data(), batch);
   } else {
     Pcg32 rng(7, 1);
-    for (size_t i = 0; i < size_t(batch) * q.model.in_c * q.model.in_h * q.model.in_w; ++i) plan.input()[i] = float(rng.normal());
+    for (size_t i = 0; i < size_t(batch) * q.model.in_c * q.model.in_h * q.model.in_w; ++i) x[i] = float(rng.normal());
   }
   for (int i = 0; i < 3; ++i) plan.forward(batch);
   int64_t reps = 0;

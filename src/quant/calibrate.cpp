@@ -15,7 +15,7 @@
 #include "nn/plan_impl.h"
 #include "ops/ops.h"
 #include "quant/int8_check.h"
-#include "quant/node_run.h"
+#include "quant/node_graph.h"
 #include "quant/qat.h"
 #include "quant/quant_math.h"
 

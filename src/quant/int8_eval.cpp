@@ -1,5 +1,4 @@
-// Evaluation of an int8 plan on a data set, and the calibration inputs of post-training
-// quantization (ember/quant.h).
+// The calibration inputs of post-training quantization (ember/quant.h).
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -7,27 +6,8 @@
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "nn/input_u8.h"
-#include "train/eval_batches.h"
 
 namespace ember {
-
-EvalResult evaluate(Int8Plan& plan, const Dataset& data, const Augment* augment) {
-  EvalResult r;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  eval_batches(
-      data, augment, plan.batch(), 0, data.count,
-      [&](const uint8_t* images, const uint8_t* labels, const int64_t* idx, int n) { plan.gather_u8(images, labels, idx, n); },
-      [&](const int64_t*, int n) {
-        plan.forward(n);
-        loss_sum += plan.loss(n) * n;
-        correct += plan.correct(n);
-      });
-  r.count = data.count;
-  r.loss = data.count ? loss_sum / double(data.count) : 0;
-  r.accuracy = data.count ? double(correct) / double(data.count) : 0;
-  return r;
-}
 
 std::vector<float> calibration_inputs(const Dataset& data, int n, uint64_t seed, const std::vector<double>& scale,
                                       const std::vector<double>& shift) {

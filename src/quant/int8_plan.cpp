@@ -1,25 +1,23 @@
-// The int8 plan (ember/quant.h): compiles a quantized model into steps. Conv2d (groups 1 or
-// depthwise), Linear, ReLU, max-pool and flatten run on u8 NHWC activations, a Conv2d or
-// Linear taking the ReLU, the residual add (and a ReLU after it) into its requantization; every
-// other node runs its fp32 layer (channel-last where it can) with conversions inserted where a
-// tensor is read in another form than it was written. Buffers are placed by lifetime.
+// The int8 lowering: a quantized model compiled into steps, then a graph that Plan runs
+// (Plan(QuantizedWeights, ...)). Conv2d (groups 1 or depthwise), Linear, ReLU, max-pool and flatten
+// run on u8 NHWC activations, a Conv2d or Linear taking the BatchNorm2d, the residual add and the
+// ReLU into its requantization; every other node is the plan's fp32 node (channel-last where it can),
+// with quantize, dequantize and transpose units where a tensor is read in another form than written.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
-#include "core/fp_mode.h"
 #include "ember/error.h"
-#include "ember/profiler.h"
 #include "ember/quant.h"
 #include "kernels/int8_kernels.h"
 #include "kernels/ref/ref_batchnorm.h"
-#include "nn/input_u8.h"
+#include "nn/plan_impl.h"
 #include "nn/op_table.h"
 #include "quant/int8_ops.h"
 #include "quant/int8_plan_impl.h"
-#include "quant/node_run.h"
+#include "quant/node_graph.h"
 #include "quant/quant_math.h"
 
 namespace ember {
@@ -242,15 +240,11 @@ void tensor_forms(Impl& m) {
   }
 }
 
-int new_block(Impl& m, int t, int form, int step) {
-  const TensorInfo& x = m.ts[size_t(t)];
-  nn::Block b;
-  b.bytes = size_t(m.batch) * size_t(x.C) * size_t(x.HW) * (form == kU8 ? 1 : 4);
-  b.first = b.last = step;
-  m.blocks.push_back(b);
-  return int(m.blocks.size()) - 1;
+// A new value of the lowered graph: tensor t in form f (its id is the graph's tensor id).
+int new_block(Impl& m, int t, int form) {
+  m.vals.push_back({t, form});
+  return int(m.vals.size()) - 1;
 }
-void read_block(Impl& m, int b) { m.blocks[size_t(b)].last = std::max(m.blocks[size_t(b)].last, int(m.steps.size())); }
 
 // Tensor t in form f for the next step: a conversion from its native form the first time.
 int form_of(Impl& m, int t, int f) {
@@ -263,15 +257,13 @@ int form_of(Impl& m, int t, int f) {
     c.kind = Step::convert;
     c.tensor = t, c.from = x.native, c.to = f;
     c.in = x.buf[x.native];
-    read_block(m, c.in);
-    c.out = x.buf[f] = new_block(m, t, f, int(m.steps.size()));
+    c.out = x.buf[f] = new_block(m, t, f);
     c.what = std::string(f == kU8 ? "quantize" : x.native == kU8 ? "dequantize" : "transpose") + " " + m.name(size_t(t));
     c.algorithm = f == kU8 ? "quantize" : x.native == kU8 ? "dequantize" : "transpose";
     c.ops = {c.algorithm};
     c.layout = f == kF32Nchw ? "nchw" : "nhwc";
     m.steps.push_back(c);
   }
-  read_block(m, x.buf[f]);
   return x.buf[f];
 }
 
@@ -465,11 +457,8 @@ void add_step(Impl& m, int i) {
       else add_dw(m, i, st);
     }
   }
-  // Inputs are read at this step (a later input's conversion may have come between).
-  for (int b : {st.in, st.res}) if (b >= 0) read_block(m, b);
-  for (int b : st.ins) read_block(m, b);
   TensorInfo& o = m.ts[size_t(out)];
-  st.out = o.buf[o.native] = new_block(m, out, o.native, int(m.steps.size()));
+  st.out = o.buf[o.native] = new_block(m, out, o.native);
   st.what = std::string(r == Role::fallback ? "fp32 " : "int8 ") + n.label;
   if (r == Role::gemm || r == Role::dw) {  // what its requantization carries
     if (m.bn_of[size_t(i)] >= 0) st.what += " + batchnorm2d";
@@ -512,103 +501,119 @@ void build_steps(Impl& m) {
   tensor_forms(m);
   check_scales(m);
   if (m.file_checks) check_exact_u8_outputs(m);
-  m.ts[0].buf[kF32Nchw] = new_block(m, 0, kF32Nchw, 0);
+  m.ts[0].buf[kF32Nchw] = new_block(m, 0, kF32Nchw);
   for (size_t i = 0; i < m.g().nodes.size(); ++i) add_step(m, int(i));
-  const int out = nn::output(m.g());
-  form_of(m, out, kF32Nchw);
-  const int end = int(m.steps.size()) + 1;
-  m.blocks[size_t(m.ts[0].buf[kF32Nchw])].last = end;
-  m.blocks[size_t(m.ts[size_t(out)].buf[kF32Nchw])].last = end;
+  form_of(m, nn::output(m.g()), kF32Nchw);
+  for (Step& st : m.steps) st.scratch = step_scratch(m, st);
 }
 
-void compile(Impl& m) {
-  build_steps(m);
-  const size_t placed = nn::place(m.blocks);
-  for (Step& st : m.steps) m.scratch_bytes = std::max(m.scratch_bytes, st.scratch = step_scratch(m, st));
-  m.arena.reserve(placed);
-  m.scratch_off = m.arena.reserve(m.scratch_bytes + 128);  // and the 128 bytes of slack the plan's own buffer had
-  m.arena.allocate();
-  for (size_t i = 0; i < m.g().nodes.size(); ++i) {
-    m.idx.emplace_back(m.ng.idx_elems[i]);
-    m.saved.emplace_back(m.ng.saved_bytes[i]);
+// One step of the lowered graph as the plan's layer: an int8 GEMM or depthwise convolution with its
+// requantization, a u8 ReLU or max-pool, or a conversion (quantize, dequantize, fp32 transpose).
+// It shares the compiler's state (the packed weights, the tensors' QParams) with the plan.
+class Int8Unit final : public nn::Layer {
+ public:
+  Int8Unit(const LayerSpec& s, std::shared_ptr<const Impl> m, int step) : Layer(s), m_(std::move(m)), st_(m_->steps[size_t(step)]) {}
+  nn::Dims infer(const nn::Dims& in) override { return out_dims(); }
+  nn::Dims infer_inputs(const std::vector<nn::Dims>& in) override { return out_dims(); }
+  DType input_dtype(int j, DType plan) const override { return form(j == 0 ? st_.in : st_.res) == kU8 ? DType::u8 : plan; }
+  DType output_dtype(DType plan) const override { return form(st_.out) == kU8 ? DType::u8 : plan; }
+  size_t workspace_elems(int, int) const override { return st_.scratch ? (st_.scratch + 128 + 3) / 4 : 0; }
+  double flops_per_sample() const override { return st_.flops; }
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
+  bool describe_unit(UnitInfo* u) const override;
+  void forward(const ops::Exec& e, const nn::Bufs& b, int n) override;
+  void backward(const ops::Exec&, const nn::Bufs&, int) override { throw Error("internal: an int8 unit has no backward"); }
+
+ private:
+  int form(int v) const { return v < 0 ? kF32Nchw : m_->vals[size_t(v)].form; }
+  nn::Dims out_dims() const { return m_->g().tensors[size_t(m_->vals[size_t(st_.out)].tensor)].dims; }
+  std::shared_ptr<const Impl> m_;
+  const Step& st_;
+};
+
+bool Int8Unit::describe_unit(UnitInfo* u) const {
+  const Impl& m = *m_;
+  u->name = st_.what;
+  if (st_.node >= 0) {  // as the fp32 plan names its units: the ops, then the model layers ("linear+relu (4-5)")
+    const bool fused = st_.kind == Step::gemm || st_.kind == Step::dw;
+    const int last = fused ? m.g().tensors[size_t(m.final_of[size_t(st_.node)])].producer : st_.node;
+    const int first = !st_.ops.empty() && st_.ops[0] == "flatten" && st_.kind == Step::gemm  // a u8 flatten it runs
+                          ? m.g().tensors[size_t(m.g().nodes[size_t(st_.node)].in[0])].producer
+                          : st_.node;
+    std::string ops;
+    for (const std::string& o : st_.ops) ops += (ops.empty() ? "" : "+") + o;
+    u->name = ops + " (" + std::to_string(first) + (last > first ? "-" + std::to_string(last) : "") + ")";
   }
-  m.labels.assign(size_t(m.batch), 0);
+  u->ops = st_.ops;
+  u->algorithm = st_.algorithm;
+  u->layout_in = u->layout_out = st_.layout;
+  u->dtype = st_.kind == Step::convert ? "f32" : "u8";
+  u->weight_format = st_.weight_format;
+  u->post_ops = st_.post_ops;
+  u->precision = Precision::int8;
+  return true;
 }
 
-void run_convert(Impl& m, const Step& st, int n, void* scratch) {
-  const TensorInfo& x = m.ts[size_t(st.tensor)];
-  float* sf = static_cast<float*>(scratch);
-  if (st.to == kU8)
-    quant::quantize_rows(*m.k, m.fk->transpose, *m.pool, m.at<uint8_t>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.from == kF32Nchw,
-                         x.qp.scale, x.qp.zero_point, sf);
-  else if (st.from == kU8)
-    quant::dequantize_rows(*m.k, m.fk->transpose, *m.pool, m.at<float>(st.out), m.at<uint8_t>(st.in), n, x.C, x.HW, st.to == kF32Nchw,
-                           x.qp.scale, x.qp.zero_point, sf);
-  else
-    quant::transpose_rows(m.fk->transpose, *m.pool, m.at<float>(st.out), m.at<float>(st.in), n, x.C, x.HW, st.to == kF32Nhwc);
-}
-
-void run_step(Impl& m, const Step& st, int n) {
-  std::byte* scratch = m.arena.base() + m.scratch_off;
-  const nn::Node* node = st.node >= 0 ? &m.g().nodes[size_t(st.node)] : nullptr;
-  switch (st.kind) {
+void Int8Unit::forward(const ops::Exec& e, const nn::Bufs& b, int n) {
+  const Impl& m = *m_;
+  const Int8Kernels& k = *m.k;
+  const nn::Node* node = st_.node >= 0 ? &m.g().nodes[size_t(st_.node)] : nullptr;
+  const uint8_t* x = static_cast<const uint8_t*>(b.x);
+  switch (st_.kind) {
     case Step::gemm:
     case Step::dw: {
-      Int8Epilogue ep = st.ep;
-      if (st.res >= 0) ep.res = m.at<uint8_t>(st.res);
-      if (st.kind == Step::gemm)
-        quant::run_gemm(*m.k, *m.pool, m.gemms[size_t(st.op)], ep, m.at<uint8_t>(st.in), m.at<std::byte>(st.out),
-                        reinterpret_cast<uint8_t*>(scratch), n);
+      Int8Epilogue ep = st_.ep;
+      if (st_.res >= 0) ep.res = static_cast<const uint8_t*>(b.xs[1]);
+      if (st_.kind == Step::gemm)
+        quant::run_gemm(k, e.pool, m.gemms[size_t(st_.op)], ep, x, static_cast<std::byte*>(b.y), static_cast<uint8_t*>(b.ws), n);
       else
-        quant::run_dw(*m.k, *m.pool, m.dws[size_t(st.op)], ep, m.at<uint8_t>(st.in), m.at<std::byte>(st.out), n);
+        quant::run_dw(k, e.pool, m.dws[size_t(st_.op)], ep, x, static_cast<std::byte*>(b.y), n);
       break;
     }
-    case Step::relu8: {
-      const TensorInfo& x = m.ts[size_t(node->in[0])];
-      const uint8_t z = uint8_t(x.qp.zero_point), *src = m.at<uint8_t>(st.in);
-      uint8_t* dst = m.at<uint8_t>(st.out);
-      for (size_t j = 0, e = size_t(n) * x.C * x.HW; j < e; ++j) dst[j] = std::max(src[j], z);
+    case Step::relu8: {  // [n, H, W, C] or [n, D] u8: max(x, zero point)
+      const TensorInfo& t = m.ts[size_t(node->in[0])];
+      const uint8_t z = uint8_t(t.qp.zero_point);
+      uint8_t* y = static_cast<uint8_t*>(b.y);
+      for (size_t j = 0, end = size_t(n) * t.C * t.HW; j < end; ++j) y[j] = std::max(x[j], z);
       break;
     }
-    case Step::pool8: {
+    case Step::pool8: {  // [n, H, W, C] -> [n, P, Q, C] u8
       const nn::Dims d = m.g().tensors[size_t(node->in[0])].dims, o = m.g().tensors[size_t(node->out)].dims;
-      const uint8_t* src = m.at<uint8_t>(st.in);
-      uint8_t* dst = m.at<uint8_t>(st.out);
+      uint8_t* y = static_cast<uint8_t*>(b.y);
       const LayerSpec& s = *node->spec;
       const Int8PoolShape ps{d.h, d.w, d.c, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, o.h, o.w};
-      m.pool->run([&](int t) {  // the n * P output rows split evenly
-        const Range r = split_range(int64_t(n) * o.h, t, m.pool->size());
+      e.pool.run([&](int t) {  // the n * P output rows split evenly
+        const Range r = split_range(int64_t(n) * o.h, t, e.pool.size());
         for (int64_t row = r.begin; row < r.end;) {
           const int64_t j = row / o.h, p0 = row % o.h, p1 = std::min<int64_t>(o.h, p0 + (r.end - row));
-          m.k->maxpool(dst + size_t(j) * o.size(), src + size_t(j) * d.size(), ps, int(p0), int(p1));
+          k.maxpool(y + size_t(j) * o.size(), x + size_t(j) * d.size(), ps, int(p0), int(p1));
           row += p1 - p0;
         }
       });
       break;
     }
-    case Step::fallback: {
-      const float* xs[nn::kMaxInputs];
-      for (size_t j = 0; j < st.ins.size(); ++j) xs[j] = m.at<float>(st.ins[j]);
-      const ops::Exec e{*m.fk, *m.pool};
-      quant::run_node(m.ng, e, size_t(st.node), xs, m.at<float>(st.out), m.q.values.data(), reinterpret_cast<float*>(scratch),
-                      m.idx[size_t(st.node)].data(), m.saved[size_t(st.node)].data(), n);
+    case Step::convert: {
+      const TensorInfo& t = m.ts[size_t(st_.tensor)];
+      float* sf = static_cast<float*>(b.ws);
+      if (st_.to == kU8)
+        quant::quantize_rows(k, e.k.transpose, e.pool, static_cast<uint8_t*>(b.y), static_cast<const float*>(b.x), n, t.C, t.HW,
+                             st_.from == kF32Nchw, t.qp.scale, t.qp.zero_point, sf);
+      else if (st_.from == kU8)
+        quant::dequantize_rows(k, e.k.transpose, e.pool, static_cast<float*>(b.y), x, n, t.C, t.HW, st_.to == kF32Nchw, t.qp.scale,
+                               t.qp.zero_point, sf);
+      else
+        quant::transpose_rows(e.k.transpose, e.pool, static_cast<float*>(b.y), static_cast<const float*>(b.x), n, t.C, t.HW,
+                              st_.to == kF32Nhwc);
       break;
     }
-    case Step::convert: run_convert(m, st, n, scratch); break;
+    case Step::fallback: throw Error("internal: an fp32 step lowered as an int8 unit");
   }
 }
-}  // namespace int8plan
 
-using namespace int8plan;
-
-Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std::string& isa, Denormals denormals)
-    : impl_(std::make_unique<Impl>()) {
-  if (batch < 1) throw Error("int8 plan: batch must be >= 1, found " + std::to_string(batch));
-  if (threads < 1) throw Error("int8 plan: threads must be >= 1, found " + std::to_string(threads));
-  Impl& m = *impl_;
-  m.q = q;
-  m.batch = batch, m.threads = threads;
-  // An int8 set by name (avx_vnni, avx512_vnni: tests and benchmarks) runs with the best fp32 set.
+// The int8 kernels of PlanOptions::isa: an int8 set by name (avx_vnni, avx512_vnni: tests and
+// benchmarks) with the best fp32 set, else the fp32 set's own int8 path.
+void choose_kernels(Impl& m, const std::string& isa) {
   const Int8Kernels* named = nullptr;
   for (Int8Isa s : {Int8Isa::avx_vnni, Int8Isa::avx512_vnni})
     if (isa == int8_isa_name(s)) {
@@ -618,131 +623,95 @@ Int8Plan::Int8Plan(const QuantizedWeights& q, int batch, int threads, const std:
   const Isa set = named ? best_isa() : resolve_isa_option(isa);  // "": EMBER_ISA, else the best
   m.fk = &kernels_for(set);
   m.k = named ? named : &int8_kernels_for(set);
-  m.pool = std::make_unique<ThreadPool>(threads, denormals == Denormals::flush);
-  compile(m);
-}
-Int8Plan::~Int8Plan() = default;
-Int8Plan::Int8Plan(Int8Plan&&) noexcept = default;
-Int8Plan& Int8Plan::operator=(Int8Plan&&) noexcept = default;
-
-int Int8Plan::batch() const { return impl_->batch; }
-int Int8Plan::threads() const { return impl_->threads; }
-const char* Int8Plan::int8_path() const { return impl_->k->name; }
-const Model& Int8Plan::model() const { return impl_->q.model; }
-float* Int8Plan::input() { return impl_->at<float>(impl_->ts[0].buf[kF32Nchw]); }
-int32_t* Int8Plan::labels() { return impl_->labels.data(); }
-void Int8Plan::set_profiler(Profiler* p) {
-  impl_->prof = p;
-  impl_->pool->set_profiler(p);
-}
-const char* Int8Plan::isa_name() const { return ember::isa_name(impl_->fk->isa); }
-
-std::vector<BufferInfo> Int8Plan::buffers() const {
-  const Impl& m = *impl_;
-  size_t packed = 0;
-  for (const quant::GemmOp& g : m.gemms) packed += g.packed.size() + g.bias.size() * 4 + g.scale.size() * 4;
-  for (const quant::DwOp& d : m.dws) packed += d.w.size() + d.bias.size() * 4 + d.scale.size() * 4;
-  std::vector<BufferInfo> out = {{"activations (u8 and fp32, placed by lifetime)", m.scratch_off},
-                                 {"scratch (the largest step's)", m.scratch_bytes},
-                                 {"int8 weights packed, with their int32 biases and scales", packed},
-                                 {"fp32 parameters (the fp32 steps' weights)", m.q.values.size() * sizeof(float)},
-                                 {"labels", m.labels.size() * sizeof(int32_t)}};
-  std::stable_sort(out.begin(), out.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
-  return out;
 }
 
-std::vector<std::string> Int8Plan::node_paths() const {
-  std::vector<std::string> out;
-  for (Role r : impl_->role)
-    out.push_back(r == Role::fallback ? "fp32" : r == Role::fused || r == Role::flatten8 ? "int8 (fused)" : "int8");
-  return out;
-}
-
-std::vector<std::string> Int8Plan::u8_tensors() const {
-  std::vector<std::string> out;
-  for (size_t t = 0; t < impl_->ts.size(); ++t)
-    if (impl_->ts[t].buf[kU8] >= 0) out.push_back(impl_->name(t));
-  return out;
-}
-
-std::vector<std::string> Int8Plan::qat_tensors() const {
-  const Impl& m = *impl_;
-  std::vector<std::string> out;
-  for (size_t t = 0; t < m.ts.size(); ++t) {
-    if (m.ts[t].buf[kU8] < 0) continue;
-    const int p = m.g().tensors[t].producer;
-    const Role r = p < 0 ? Role::fallback : m.role[size_t(p)];
-    if (r != Role::relu8 && r != Role::pool8 && r != Role::flatten8) out.push_back(m.name(t));
+// The steps as a graph: value v (a tensor in one form) is tensor v; an fp32 step is its model node
+// (channel-last where it runs so), every other step an Int8Unit node named by its ops.
+nn::Graph lowered_graph(const std::shared_ptr<const Impl>& m) {
+  nn::Graph g;
+  g.where = m->g().where;
+  g.tensors.resize(m->vals.size());
+  g.tensors[0].dims = m->g().tensors[0].dims;
+  for (size_t i = 0; i < m->steps.size(); ++i) {
+    const Step& st = m->steps[i];
+    nn::Node n;
+    if (st.kind == Step::fallback) {
+      const nn::Node& src = m->g().nodes[size_t(st.node)];
+      n.spec = src.spec, n.label = src.label, n.param_prefix = src.param_prefix, n.layout = src.layout, n.make = src.make;
+      n.source = st.node;
+      n.in = st.ins;
+    } else {
+      auto s = std::make_shared<LayerSpec>();
+      s->kind = LayerKind::DropPath;  // an op table entry without parameters (its layer is the unit's own)
+      if (st.node >= 0) s->name = m->g().nodes[size_t(st.node)].spec->name;
+      n.own = s, n.spec = s.get();
+      n.make = [m, i](const LayerSpec& spec) { return std::make_unique<Int8Unit>(spec, m, int(i)); };
+      for (const std::string& o : st.ops) n.kind_name += (n.kind_name.empty() ? "" : "+") + o;
+      n.label = st.what;
+      n.source = st.node;
+      n.layout = st.layout == "nchw" ? nn::Layout::nchw : nn::Layout::nhwc;
+      n.in = {st.in};
+      if (st.res >= 0) n.in.push_back(st.res);
+    }
+    n.out = st.out;
+    for (int t : n.in) g.tensors[size_t(t)].readers.push_back(int(g.nodes.size()));
+    g.tensors[size_t(n.out)].producer = int(g.nodes.size());
+    g.nodes.push_back(std::move(n));
   }
-  return out;
+  if (nn::output(g) != m->ts[size_t(nn::output(m->g()))].buf[kF32Nchw])
+    throw Error("internal: int8 plan: its last step does not write the fp32 output");
+  nn::check(g);
+  return g;
+}
+}  // namespace int8plan
+
+using namespace int8plan;
+
+namespace int8plan {
+std::unique_ptr<Plan::Impl> compile_int8(const QuantizedWeights& q, const PlanOptions& options) {
+  PlanOptions opt = options;
+  if (opt.training) throw Error("int8 plan: an int8 plan runs inference only (PlanOptions::training false)");
+  if (opt.dtype != DType::f32) throw Error("int8 plan: dtype must be f32 (its fp32 steps and its input and output)");
+  if (opt.batch < 1) throw Error("int8 plan: batch must be >= 1, found " + std::to_string(opt.batch));
+  if (opt.threads < 1) throw Error("int8 plan: threads must be >= 1, found " + std::to_string(opt.threads));
+  opt.precision = Precision::int8;
+  opt.fuse = false;  // the int8 steps are the units (their fusions made by the lowering)
+  auto m = std::make_shared<Impl>();
+  m->q = q;
+  m->q.model.qat = {};  // the plan runs the file's int8 arithmetic, not a fake-quantized copy
+  m->batch = opt.batch, m->threads = opt.threads;
+  choose_kernels(*m, opt.isa);
+  build_steps(*m);
+  plan_impl::Lowered low{lowered_graph(m), m->fk, m, &m->q.values, &m->ng.params};
+  return plan_impl::compile(m->q.model, opt, {}, &low);
+}
+}  // namespace int8plan
+
+Plan::Plan(const QuantizedWeights& q, const PlanOptions& options) : Plan(int8plan::compile_int8(q, options)) {}
+
+PlanOptions int8_plan_options(int batch, int threads, const std::string& isa, Denormals denormals) {
+  PlanOptions o;
+  o.batch = batch, o.threads = threads, o.isa = isa, o.denormals = denormals;
+  o.training = false;
+  o.precision = Precision::int8;
+  return o;
 }
 
-std::string Int8Plan::summary() const {
+const char* int8_path_name(const std::string& isa) {
+  Impl m;
+  choose_kernels(m, isa);
+  return m.k->name;
+}
+
+std::string int8_summary(const QuantizedWeights& q, const std::string& isa) {
+  Impl m;
+  m.q = q;
+  m.q.model.qat = {};
+  choose_kernels(m, isa);
+  build_steps(m);
   std::ostringstream os;
-  for (const Step& st : impl_->steps) os << "  " << st.what << "\n";
+  for (const Step& st : m.steps) os << "  " << st.what << "\n";
   return os.str();
 }
-
-void Int8Plan::forward(int n) {
-  Impl& m = *impl_;
-  if (n < 1 || n > m.batch) throw Error("int8 plan: forward of " + std::to_string(n) + " samples, batch " + std::to_string(m.batch));
-  const FpModeScope fp(m.pool->flushes_denormals());  // as the fp32 plan: core/fp_mode.h
-  for (size_t i = 0; i < m.steps.size(); ++i) timed(m.prof, Phase::forward, int(i), [&] { run_step(m, m.steps[i], n); });
-}
-
-const float* Int8Plan::output() const { return impl_->at<float>(impl_->ts[size_t(nn::output(impl_->g()))].buf[kF32Nchw]); }
-
-std::vector<int> Int8Plan::output_dims() const {
-  const nn::Dims d = impl_->g().tensors[size_t(nn::output(impl_->g()))].dims;
-  return d.flat() ? std::vector<int>{d.c} : std::vector<int>{d.c, d.h, d.w};
-}
-
-int Int8Plan::correct(int n) const {
-  const size_t D = impl_->g().tensors[size_t(nn::output(impl_->g()))].dims.size();
-  const float* y = output();
-  int ok = 0;
-  for (int i = 0; i < n; ++i) {
-    const float* r = y + size_t(i) * D;
-    ok += int(std::max_element(r, r + D) - r) == impl_->labels[size_t(i)];
-  }
-  return ok;
-}
-
-double Int8Plan::loss(int n) const {
-  const size_t D = impl_->g().tensors[size_t(nn::output(impl_->g()))].dims.size();
-  const float* y = output();
-  double sum = 0;
-  for (int i = 0; i < n; ++i) {
-    const float* r = y + size_t(i) * D;
-    const double mx = *std::max_element(r, r + D);
-    double z = 0;
-    for (size_t d = 0; d < D; ++d) z += std::exp(double(r[d]) - mx);
-    sum += std::log(z) + mx - r[std::clamp<int32_t>(impl_->labels[size_t(i)], 0, int32_t(D) - 1)];
-  }
-  return sum / std::max(n, 1);
-}
-
-double Int8Plan::flops_per_sample() const {
-  double f = 0;
-  for (const nn::Node& n : impl_->g().nodes) f += n.layer->flops_per_sample();
-  return f;
-}
-
-void Int8Plan::set_input_affine(const std::vector<double>& scale, const std::vector<double>& shift) {
-  impl_->in_scale = scale, impl_->in_shift = shift;
-}
-
-void Int8Plan::gather_u8(const uint8_t* images, const uint8_t* labels, const int64_t* index, int n) {
-  Impl& m = *impl_;
-  const size_t D = m.g().tensors[0].dims.size(), plane = D / size_t(m.q.model.in_c);
-  float* x = input();
-  for (int i = 0; i < n; ++i) {
-    const uint8_t* src = images + size_t(index[i]) * D;
-    nn::u8_to_input(x + size_t(i) * D, src, D, plane, m.in_scale, m.in_shift);
-    m.labels[size_t(i)] = labels[index[i]];
-  }
-}
-
-const char* int8_path_name(const std::string& isa) { return int8_kernels_for(resolve_isa_option(isa)).name; }
 
 }  // namespace ember

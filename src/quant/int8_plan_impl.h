@@ -1,18 +1,17 @@
-// The int8 plan's compiled state (Int8Plan::Impl) and the parts of its compiler (int8_plan.cpp)
-// that its QDQ export view and the quantized file's checks (int8_view.cpp) use.
+// The int8 lowering's state (int8plan::Impl): the compiler (int8_plan.cpp) that turns a quantized
+// model into steps, run by Plan as the units of its lowered graph, and the parts that its QDQ export
+// view and the quantized file's checks (int8_view.cpp) use.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "core/arena.h"
-#include "core/thread_pool.h"
 #include "ember/error.h"
 #include "ember/quant.h"
 #include "kernels/int8_kernels.h"
 #include "nn/graph.h"
 #include "quant/int8_ops.h"
-#include "quant/node_run.h"
+#include "quant/node_graph.h"
 #include "quant/quant_math.h"
 
 namespace ember {
@@ -23,7 +22,7 @@ enum class Role { fallback, gemm, dw, relu8, pool8, flatten8, fused };
 
 struct TensorInfo {
   QParams qp;
-  int buf[3] = {-1, -1, -1};  // block per form
+  int buf[3] = {-1, -1, -1};  // value per form (Impl::vals)
   int native = -1;            // the form its producer writes
   int C = 0, HW = 1;          // per-sample [C, H*W] (flat: HW 1)
   bool image = false;
@@ -34,11 +33,11 @@ struct Step {
   enum Kind { gemm, dw, relu8, pool8, fallback, convert } kind = fallback;
   int node = -1, op = -1;
   int tensor = -1, from = -1, to = -1;   // convert
-  int in = -1, res = -1, out = -1;       // blocks
-  std::vector<int> ins;                  // fallback: input blocks
+  int in = -1, res = -1, out = -1;       // values (Impl::vals)
+  std::vector<int> ins;                  // fallback: input values
   Int8Epilogue ep;
   std::string what;                      // for summary()
-  // Its descriptor (Int8Plan::units): the model ops, algorithm, layout, weight format, post-ops
+  // Its descriptor (the plan's UnitInfo): the model ops, algorithm, layout, weight format, post-ops
   // and scratch bytes.
   std::vector<std::string> ops, post_ops;
   std::string algorithm, layout, weight_format;
@@ -47,47 +46,39 @@ struct Step {
 };
 }  // namespace int8plan
 
-struct Int8Plan::Impl {
+namespace int8plan {
+struct Impl {
   QuantizedWeights q;
   std::string where = "int8 plan";       // how its errors start (the file's name when the reader checks one)
-  bool pack = true;                      // false: steps and checks only (no packed weights, no arena)
+  bool pack = true;                      // false: steps and checks only (no packed weights)
   bool file_checks = false;              // the quantized file's checks too (check_exact_u8_outputs)
   bool quantizing = false;               // `ember quantize` asks which ops are exact on u8: every max-pool
                                          // is, whatever pair calibration gave its output (it then gets its input's)
   quant::NodeGraph ng;
   int batch = 1, threads = 1;
-  std::unique_ptr<ThreadPool> pool;
   const Kernels* fk = nullptr;
   const Int8Kernels* k = nullptr;
-  std::vector<int8plan::Role> role;                // per node
+  std::vector<Role> role;                // per node
   std::vector<int> final_of;             // per gemm/dw node: the tensor its fused step writes
   std::vector<int> res_of;               // per gemm/dw node: the residual tensor, or -1
   std::vector<int> bn_of;                // per gemm/dw node: the BatchNorm2d folded into it, or -1
-  std::vector<int8plan::TensorInfo> ts;
-  std::vector<nn::Block> blocks;
+  std::vector<TensorInfo> ts;
+  struct Val {                           // a value of the lowered graph (its tensor id): a tensor in a form
+    int tensor, form;
+  };
+  std::vector<Val> vals;                 // 0: the fp32 NCHW input
   std::vector<quant::GemmOp> gemms;
   std::vector<quant::DwOp> dws;
-  std::vector<int8plan::Step> steps;
-  std::vector<std::vector<int32_t>> idx;
-  std::vector<std::vector<std::byte>> saved;
-  Arena arena;                           // the activations placed by lifetime, then the scratch
-  size_t scratch_off = 0, scratch_bytes = 0;
-  std::vector<int32_t> labels;
-  std::vector<double> in_scale, in_shift;
-  Profiler* prof = nullptr;              // Int8Plan::set_profiler
+  std::vector<Step> steps;
 
-  template <class T> T* at(int block) { return reinterpret_cast<T*>(arena.base() + blocks[size_t(block)].offset); }
-  template <class T> const T* at(int block) const {
-    return reinterpret_cast<const T*>(arena.base() + blocks[size_t(block)].offset);
-  }
   const nn::Graph& g() const { return ng.g; }
   std::string name(size_t t) const {
     return t == 0 ? "input" : g().nodes[size_t(g().tensors[t].producer)].param_prefix;
   }
 };
+}  // namespace int8plan
 
 namespace int8plan {
-using Impl = Int8Plan::Impl;
 
 inline bool exact_u8(Role r) { return r == Role::relu8 || r == Role::pool8 || r == Role::flatten8; }
 [[noreturn]] inline void fail(const Impl& m, const quant::Problem& p) {

@@ -1,4 +1,5 @@
-// The int8 plan's arithmetic as a QDQ export states it (qdq_export_view, Int8Plan::qdq_export) and
+// The int8 plan's arithmetic as a QDQ export states it (qdq_export_view), what its lowering decides
+// (int8_node_paths, int8_u8_tensors, int8_qat_tensors) and
 // the quantized file's checks against what the plan and the export compute (quant/int8_check.h),
 // both from the plan's steps without its packed weights or buffers (int8_plan_impl.h).
 #include <algorithm>
@@ -64,8 +65,6 @@ std::unique_ptr<Impl> analysed(QuantizedWeights q, const std::string& where, boo
 }
 }  // namespace
 
-QdqExport Int8Plan::qdq_export() const { return export_view(*impl_); }
-
 QdqExport qdq_export_view(const QuantizedWeights& q) { return export_view(*analysed(q, "export")); }
 
 namespace quant {
@@ -114,41 +113,31 @@ void int8plan::check_exact_u8_outputs(const Impl& m) {
   }
 }
 
-// Every step as a unit of `ember info --json`: int8 weights are packed when the plan is built (no
-// int8 call packs any); an fp32 fallback's layer reads its weight as stored and says what it packs.
-std::vector<UnitInfo> Int8Plan::units() const {
-  std::vector<UnitInfo> out;
-  for (const int8plan::Step& st : impl_->steps) {
-    UnitInfo u;
-    u.name = st.what;
-    if (st.node >= 0) {  // as the fp32 plan names its units: the ops, then the layers ("linear+relu (4-5)")
-      const int last = st.kind == int8plan::Step::gemm || st.kind == int8plan::Step::dw
-                           ? impl_->g().tensors[size_t(impl_->final_of[size_t(st.node)])].producer
-                           : st.node;
-      const int first = !st.ops.empty() && st.ops[0] == "flatten" && st.kind == int8plan::Step::gemm  // a u8 flatten it runs
-                            ? impl_->g().tensors[size_t(impl_->g().nodes[size_t(st.node)].in[0])].producer
-                            : st.node;
-      std::string ops;
-      for (const std::string& o : st.ops) ops += (ops.empty() ? "" : "+") + o;
-      u.name = ops + " (" + std::to_string(first) + (last > first ? "-" + std::to_string(last) : "") + ")";
-      u.first_layer = first, u.last_layer = last;
-    }
-    u.ops = st.ops;
-    u.algorithm = st.algorithm;
-    u.layout_in = u.layout_out = st.layout;
-    u.dtype = st.kind == int8plan::Step::fallback || st.kind == int8plan::Step::convert ? "f32" : "u8";
-    u.weight_format = st.weight_format;
-    u.post_ops = st.post_ops;
-    u.workspace_bytes = st.scratch;
-    u.weight_bytes_packed_per_call = st.packed_per_call;
-    u.flops_fwd = st.flops;
-    out.push_back(u);
-  }
+std::vector<std::string> int8_node_paths(const QuantizedWeights& q) {
+  const std::unique_ptr<Impl> m = analysed(q, "int8 plan");
+  std::vector<std::string> out;
+  for (Role r : m->role)
+    out.push_back(r == Role::fallback ? "fp32" : r == Role::fused || r == Role::flatten8 ? "int8 (fused)" : "int8");
   return out;
 }
 
-ProfiledPlan profiled_plan(const Int8Plan& plan) {
-  return {plan.model().name, plan.isa_name(), "int8", plan.batch(), plan.threads(), plan.units(), plan.buffers()};
+std::vector<std::string> int8_u8_tensors(const QuantizedWeights& q) {
+  const std::unique_ptr<Impl> m = analysed(q, "int8 plan");
+  std::vector<std::string> out;
+  for (size_t t = 0; t < m->ts.size(); ++t)
+    if (m->ts[t].buf[kU8] >= 0) out.push_back(m->name(t));
+  return out;
+}
+
+std::vector<std::string> int8_qat_tensors(const QuantizedWeights& q) {
+  const std::unique_ptr<Impl> m = analysed(q, "int8 plan");
+  std::vector<std::string> out;
+  for (size_t t = 0; t < m->ts.size(); ++t) {
+    if (m->ts[t].buf[kU8] < 0) continue;
+    const int p = m->g().tensors[t].producer;
+    if (p < 0 || !exact_u8(m->role[size_t(p)])) out.push_back(m->name(t));
+  }
+  return out;
 }
 
 }  // namespace ember

@@ -15,7 +15,7 @@
 #include "ember_support/json.h"
 #include "io/source.h"
 #include "quant/int8_check.h"
-#include "quant/node_run.h"
+#include "quant/node_graph.h"
 #include "quant/quant_math.h"
 
 namespace ember {

@@ -1,5 +1,5 @@
-// The batches of an evaluation, shared by evaluate(Plan&) (train.cpp) and evaluate(Int8Plan&)
-// (src/quant/int8_eval.cpp): samples [first, end) of a data set in order, through the BatchLoader
+// The batches of an evaluation (evaluate(Plan&), train.cpp): fp32, bf16 and int8 plans alike:
+// samples [first, end) of a data set in order, through the BatchLoader
 // (an Augment's deterministic path, or a streamed set's decoding) or straight from memory.
 #pragma once
 #include <algorithm>

@@ -153,10 +153,10 @@ TEST_F(QuantizedFile, ActivationEntriesAreOptionalExceptAQuantizedLayersInput) {
   const QuantizedWeights r = load_quantized(bad_);
   EXPECT_EQ(r.acts.count("6"), 0u);
   EXPECT_EQ(r.acts.size(), q_.acts.size() - 1);
-  Int8Plan plan(r, 2, 1);  // runs: the last linear layer writes fp32
-  std::fill(plan.input(), plan.input() + 2 * 784, 0.5f);
+  Plan plan(r, int8_plan_options(2, 1));  // runs: the last linear layer writes fp32
+  std::fill(static_cast<float*>(plan.input()), static_cast<float*>(plan.input()) + 2 * 784, 0.5f);
   plan.forward(2);
-  EXPECT_TRUE(std::isfinite(plan.output()[0]));
+  EXPECT_TRUE(std::isfinite(static_cast<const float*>(plan.output())[0]));
 }
 
 TEST_F(QuantizedFile, BadMetadata) {
@@ -253,10 +253,10 @@ TEST_F(QuantizedFile, TheMostExtremeAcceptedScalesExportAndImportBack) {
         const QuantizedWeights back = import_onnx_quantized_from_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "q.onnx");
         ASSERT_EQ(back.layers.size(), q.layers.size());
         for (size_t i = 0; i < q.layers.size(); ++i) EXPECT_EQ(back.layers[i].w_scale, q.layers[i].w_scale) << i;
-        Int8Plan a(q, 2, 1), b(back, 2, 1);
-        for (int i = 0; i < 2 * 784; ++i) a.input()[i] = b.input()[i] = float(i % 29) / 28.0f;
+        Plan a(q, int8_plan_options(2, 1)), b(back, int8_plan_options(2, 1));
+        for (int i = 0; i < 2 * 784; ++i) static_cast<float*>(a.input())[i] = static_cast<float*>(b.input())[i] = float(i % 29) / 28.0f;
         a.forward(2), b.forward(2);
-        EXPECT_EQ(std::memcmp(a.output(), b.output(), 2 * 10 * sizeof(float)), 0) << "the imported export computes otherwise";
+        EXPECT_EQ(std::memcmp(static_cast<const float*>(a.output()), static_cast<const float*>(b.output()), 2 * 10 * sizeof(float)), 0) << "the imported export computes otherwise";
       } catch (const Error& e) {
         ADD_FAILURE() << "a file that loads does not export and import back: " << e.what();
       }
@@ -280,10 +280,10 @@ TEST_F(QuantizedFile, AFusedAwayTensorsPairIsUnused) {
   f.set<uint8_t>("0.output_zero_point", 0, uint8_t(255));
   f.set<float>("0.output_scale", 0, 1e30f);
   f.write(bad_);
-  Int8Plan a(load_quantized(path_), 1, 1), b(load_quantized(bad_), 1, 1);
-  for (int i = 0; i < 784; ++i) a.input()[i] = b.input()[i] = float(i % 17) / 16.0f;
+  Plan a(load_quantized(path_), int8_plan_options(1, 1)), b(load_quantized(bad_), int8_plan_options(1, 1));
+  for (int i = 0; i < 784; ++i) static_cast<float*>(a.input())[i] = static_cast<float*>(b.input())[i] = float(i % 17) / 16.0f;
   a.forward(1), b.forward(1);
-  EXPECT_EQ(std::memcmp(a.output(), b.output(), 10 * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(static_cast<const float*>(a.output()), static_cast<const float*>(b.output()), 10 * sizeof(float)), 0);
   EXPECT_EQ(qdq_export_view(load_quantized(bad_)).q.acts.count("0"), 0u);
 }
 

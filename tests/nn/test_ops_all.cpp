@@ -485,14 +485,15 @@ void run_int8(const Case& c, Tally& tally, int* exact, int weight_bits) {
   qo.weight_bits = weight_bits;
   const QuantizedWeights q = quantize_model(c.model, values, x.data(), c.batch, qo);
   auto run = [&](const std::string& isa, int threads) {
-    Int8Plan p(q, c.batch, threads, isa);
-    std::copy(x.begin(), x.end(), p.input());
+    Plan p(q, int8_plan_options(c.batch, threads, isa));
+    std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
     p.forward(c.batch);
     size_t D = 1;
     for (int d : p.output_dims()) D *= size_t(d);
     for (const UnitInfo& u : p.units())
       if (u.dtype == "u8") tally.ran_u8.insert(u.ops.begin(), u.ops.end());
-    return std::make_pair(std::vector<float>(p.output(), p.output() + c.batch * D), p.node_paths());
+    const float* y = static_cast<const float*>(p.output());
+    return std::make_pair(std::vector<float>(y, y + c.batch * D), int8_node_paths(q));
   };
   const auto [ref, paths] = run("scalar", 1);
   const bool all_int8 = std::none_of(paths.begin(), paths.end(), [](const std::string& s) { return s == "fp32"; });

@@ -86,10 +86,11 @@ QuantizedWeights quantized_bn_model(int calib) {
 }
 
 std::vector<float> int8_outputs(const QuantizedWeights& q, const std::vector<float>& x, int n) {
-  Int8Plan p(q, n, 1);
-  std::copy(x.begin(), x.end(), p.input());
+  Plan p(q, int8_plan_options(n, 1));
+  std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
   p.forward(n);
-  return {p.output(), p.output() + size_t(n) * size_t(q.model.num_classes)};
+  const float* y = static_cast<const float*>(p.output());
+  return {y, y + size_t(n) * size_t(q.model.num_classes)};
 }
 
 QuantizedWeights import_bytes(const std::string& b) {
@@ -168,7 +169,7 @@ TEST(OnnxQdqBn, ABatchNormShiftBeyondInt32RunsFp32) {
   const int n = 64;
   const std::vector<float> calib = images(32, 5), x = images(n, 29);
   const QuantizedWeights q = quantize_model(m, v, calib.data(), 32, {});
-  EXPECT_EQ(Int8Plan(q, 1, 1).node_paths()[1], "fp32");
+  EXPECT_EQ(int8_node_paths(q)[1], "fp32");
   const auto [err, agree] = compare(int8_outputs(q, x, n), fp32_outputs(q, x, n), n);
   std::printf("int8 plan vs fp32, a BN shift beyond int32: max error %.3g of max |logit|, top-1 %d/%d\n", double(err), agree, n);
   EXPECT_LE(err, 0.05f);

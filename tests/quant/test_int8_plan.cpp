@@ -47,12 +47,13 @@ std::vector<float> fp32_outputs(const QuantizedWeights& q, const std::vector<flo
 
 std::vector<float> int8_outputs(const QuantizedWeights& q, const std::vector<float>& x, int n, int threads,
                                 const std::string& isa = "") {
-  Int8Plan p(q, n, threads, isa);
-  std::copy(x.begin(), x.end(), p.input());
+  Plan p(q, int8_plan_options(n, threads, isa));
+  std::copy(x.begin(), x.end(), static_cast<float*>(p.input()));
   p.forward(n);
   size_t D = 1;
   for (int d : p.output_dims()) D *= size_t(d);
-  return {p.output(), p.output() + size_t(n) * D};
+  const float* y = static_cast<const float*>(p.output());
+  return {y, y + size_t(n) * D};
 }
 
 double fq(double v, QParams q) { return quant::dequantize_value(quant::quantize_value(float(v), q), q); }
@@ -159,11 +160,11 @@ TEST(Int8Plan, TensorsWithoutActivationEntriesStayFp32) {
   double scale = 0, worst = 0;
   for (size_t i = 0; i < y.size(); ++i) scale = std::max(scale, std::fabs(ref[i])), worst = std::max(worst, std::fabs(y[i] - ref[i]));
   EXPECT_LE(worst, 0.02 * scale);
-  const std::vector<std::string> paths = Int8Plan(q, 1, 1).node_paths();
+  const std::vector<std::string> paths = int8_node_paths(q);
   EXPECT_EQ(paths.at(4), "int8");
   EXPECT_EQ(paths.at(6), "fp32");
   q.acts.erase("input");  // the conv cannot quantize its input now; the Linear after flatten still can
-  const std::vector<std::string> later = Int8Plan(q, 1, 1).node_paths();
+  const std::vector<std::string> later = int8_node_paths(q);
   for (int i : {0, 1, 2, 3, 6}) EXPECT_EQ(later.at(size_t(i)), "fp32") << i;
   EXPECT_EQ(later.at(4), "int8");
 }
@@ -179,14 +180,14 @@ TEST(Int8Plan, AnyMaxPoolRunsOnU8AndAFileWithItsOwnPoolPairRunsItFp32) {
   const QuantizedWeights q = quantized(m, 16);
   ASSERT_EQ(q.acts.at("2").scale, q.acts.at("1").scale);
   ASSERT_EQ(q.acts.at("2").zero_point, q.acts.at("1").zero_point);
-  EXPECT_EQ(Int8Plan(q, 1, 1).node_paths().at(2), "int8");
+  EXPECT_EQ(int8_node_paths(q).at(2), "int8");
   const int n = 3;
   const std::vector<float> x = random_inputs(m, n, 21);
   const std::vector<float> exact = int8_outputs(q, x, n, 1, "scalar");
   EXPECT_EQ(int8_outputs(q, x, n, 2), exact);
   QuantizedWeights own = q;
   own.acts.at("2").scale *= 1.25f;
-  EXPECT_EQ(Int8Plan(own, 1, 1).node_paths().at(2), "fp32");
+  EXPECT_EQ(int8_node_paths(own).at(2), "fp32");
   // The fp32 pool of the dequantized values, quantized again at the Linear with its input's pair
   // (the flatten's, kept from the ReLU): the u8 pool's values, as max commutes with the quantization.
   EXPECT_EQ(int8_outputs(own, x, n, 1), exact);
@@ -199,7 +200,7 @@ TEST(Int8Plan, AnyMaxPoolRunsOnU8AndAFileWithItsOwnPoolPairRunsItFp32) {
   for (CalibMethod method : {CalibMethod::minmax, CalibMethod::percentile}) {
     const QuantizedWeights q2 = quantized(m2, 16, method);
     EXPECT_EQ(q2.acts.at("1").scale, q2.acts.at("0").scale);
-    EXPECT_EQ(Int8Plan(q2, 1, 1).node_paths().at(1), "int8");
+    EXPECT_EQ(int8_node_paths(q2).at(1), "int8");
   }
 }
 

@@ -189,7 +189,7 @@ TEST(Qat, QuantizeKeepsTheLearntRangesAndInt8AgreesWithTheQatPlan) {
   const int n = 64;
   const std::vector<float> x = uniform(size_t(n) * 144, 0, 1, 8);
   const QuantizedWeights cal = quantize_model(m, std::vector<float>(fv, fv + f.param_count()), x.data(), n, {});
-  m.qat.tensors = Int8Plan(cal, 1, 1).qat_tensors();
+  m.qat.tensors = int8_qat_tensors(cal);
   EXPECT_EQ(m.qat.tensors, (std::vector<std::string>{"input", "1", "5"}));  // not the max-pool's, flatten's: they keep the ReLU's
   PlanOptions qo;
   qo.batch = n, qo.training = false;
@@ -215,10 +215,10 @@ TEST(Qat, QuantizeKeepsTheLearntRangesAndInt8AgreesWithTheQatPlan) {
     EXPECT_EQ(q.acts.at(t).scale, want.scale) << t;
     EXPECT_EQ(q.acts.at(t).zero_point, want.zero_point) << t;
   }
-  Int8Plan ip(q, n, 1, "scalar");
-  std::copy(x.begin(), x.end(), ip.input());
+  Plan ip(q, int8_plan_options(n, 1, "scalar"));
+  std::copy(x.begin(), x.end(), static_cast<float*>(ip.input()));
   ip.forward(n);
-  const float* y8 = ip.output();
+  const float* y8 = static_cast<const float*>(ip.output());
   const float* yq = static_cast<const float*>(qp.output());
   double scale = 0, worst = 0;
   int agree = 0;

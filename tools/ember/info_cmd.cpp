@@ -42,8 +42,8 @@ std::string unit_layout(const UnitInfo& u) {
 
 // The int8 plan of the model's initial weights once quantized (initial_quantized): its steps are the units.
 PlanDesc int8_plan(const Model& model, int batch) {
-  const Int8Plan plan(initial_quantized(model), batch, default_threads());
-  return {"inference", "int8", "nhwc", batch, plan.units(), {}, {}, 0};
+  const Plan plan(initial_quantized(model), int8_plan_options(batch, default_threads()));
+  return {"inference", "int8", "nhwc", batch, plan.units(), {}, plan.buffers(), plan.arena_bytes()};
 }
 
 std::vector<PlanDesc> describe_plans(const Model& model, const InfoArgs& a, int batch) {

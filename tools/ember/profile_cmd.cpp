@@ -120,7 +120,7 @@ int run_profile_int8(ProfileArgs& a, const CLI::App& cmd) {
   TrainTest data;
   const QuantizedWeights q = int8_weights(t, cmd, a.limit_samples, &data);
   const int B = clamp_batch(t.common.batch_size, data.train.count, "training set");
-  Int8Plan plan(q, B, t.common.threads, t.common.isa, parse_denormals(t.common.denormals, "--denormals"));
+  Plan plan(q, int8_plan_options(B, t.common.threads, t.common.isa, parse_denormals(t.common.denormals, "--denormals")));
   bool augmenting = false;
   const Augment aug = augment_of(t.common, q.model, data.train.channels, &augmenting);
   std::vector<double> scale, shift;
@@ -154,7 +154,7 @@ int run_profile_int8(ProfileArgs& a, const CLI::App& cmd) {
   plan.set_profiler(nullptr);
   const ProfileSummary s = summarize_profile(pp, prof, measure_machine(plan.isa_name()).peak_gflops_1t * plan.threads());
   std::printf("%s", format_profile(s).c_str());
-  std::printf("int8 kernels: %s\n", plan.int8_path());
+  std::printf("int8 kernels: %s\n", int8_path_name(t.common.isa));
   print_profiler_cost(prof, s, off_ms);
   write_profile_outputs(a, pp, prof, s);
   return 0;

@@ -85,7 +85,7 @@ Model qat_model(const TrainArgs& a, bool freeze_given, const Model& model, const
     throw Error("--qat-weight-bits: expected 7 or 8, found " + std::to_string(a.qat_weight_bits));
   *calibrated = quantize_for(a.common, model, a.weights, train, {a.qat_calib_samples, "minmax", 99.99, a.seed, a.qat_weight_bits});
   Model m = model;
-  m.qat.tensors = Int8Plan(*calibrated, 1, 1).qat_tensors();
+  m.qat.tensors = int8_qat_tensors(*calibrated);
   m.qat.weight_bits = a.qat_weight_bits;
   m.qat.freeze_after = freeze_given ? a.qat_freeze_after : steps / 2;
   if (!m.qat.on()) throw Error("--qat: the model has no tensor its int8 plan rounds to 8 bits (no Conv2d or Linear runs int8)");
@@ -177,7 +177,7 @@ int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
   a.common.batch_size = clamp_batch(a.common.batch_size, data.test.count, "test set");
   bool augmenting = false;
   const Augment aug = augment_of(a.common, q.model, data.test.channels, &augmenting);
-  Int8Plan plan(q, a.common.batch_size, a.common.threads, a.common.isa, parse_denormals(a.common.denormals, "--denormals"));
+  Plan plan(q, int8_plan_options(a.common.batch_size, a.common.threads, a.common.isa, parse_denormals(a.common.denormals, "--denormals")));
   std::vector<double> scale, shift;
   input_affine(aug, &scale, &shift);
   plan.set_input_affine(scale, shift);
@@ -185,7 +185,7 @@ int run_eval_int8(EvalArgs& a, const CLI::App& cmd) {
     if (!augmenting) throw Error("--data: the test images do not have the model's input size");
   const EvalResult r = evaluate(plan, data.test, augmenting ? &aug : nullptr);
   std::printf("ember eval: model %s, weights %s (int8, %s kernels%s): test accuracy %.2f%% (loss %.4f) on %lld images\n",
-              q.model.name.c_str(), one_line(from_onnx ? a.common.model : a.weights).c_str(), plan.int8_path(),
+              q.model.name.c_str(), one_line(from_onnx ? a.common.model : a.weights).c_str(), int8_path_name(a.common.isa),
               from_onnx ? ", QDQ ONNX" : stored ? "" : ", quantized on the fly",
               100 * r.accuracy, r.loss, (long long)r.count);
   if (!std::isfinite(r.loss)) throw Error("eval: the loss is " + std::to_string(r.loss) + ": the model's outputs are not finite");
@@ -208,8 +208,7 @@ void print_quantized(const std::string& path) {
                 l.prefix.c_str(), l.w_scale.size(), double(lo), double(hi), double(o.scale), o.zero_point);
   }
   // The int8 plan's steps: what runs in int8, in fp32, and the quantize / dequantize between.
-  const Int8Plan plan(q, 1, 1);
-  std::printf("int8 plan (%s kernels), in order:\n%s", plan.int8_path(), plan.summary().c_str());
+  std::printf("int8 plan (%s kernels), in order:\n%s", int8_path_name(""), int8_summary(q).c_str());
 }
 
 QuantizedWeights initial_quantized(const Model& model) {
@@ -227,8 +226,8 @@ QuantizedWeights initial_quantized(const Model& model) {
 
 void print_int8_plan_of(const Model& model) {
   try {
-    const Int8Plan plan(initial_quantized(model), 1, 1);
-    std::printf("\nint8 plan once quantized (`ember quantize`; %s kernels), in order:\n%s", plan.int8_path(), plan.summary().c_str());
+    const std::string summary = int8_summary(initial_quantized(model));
+    std::printf("\nint8 plan once quantized (`ember quantize`; %s kernels), in order:\n%s", int8_path_name(""), summary.c_str());
   } catch (const Error& e) {
     std::printf("\nint8 plan: none (%s)\n", e.what());
   }

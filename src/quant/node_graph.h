@@ -1,7 +1,6 @@
-// The fp32 nodes of int8 inference: a model's graph (resolved and inferred) whose layers run one
-// node at a time on caller buffers: the int8 plan runs its fp32 nodes so (LayerNorm, GELU, ...)
-// between a dequantize and a quantize. Calibration reads the graph's tensors and parameters here
-// and runs an inference plan with observer nodes (calibrate.cpp).
+// A quantized model's graph as the int8 lowering reads it (resolved and inferred, the nodes the
+// lowering runs fp32 channel-last where they can), with its parameters' offsets into the fp32
+// values: the lowering (int8_plan.cpp), calibration (calibrate.cpp) and the file reader use it.
 #pragma once
 #include <memory>
 #include <vector>
@@ -26,10 +25,5 @@ struct NodeGraph {
 // where their layer can (Layer::runs_nhwc or layout_agnostic): infer then runs again. Each layer is
 // prepared for inference (fp32, its algorithm chosen for batch and threads).
 NodeGraph make_node_graph(const Model& model, int batch, int threads, const std::vector<bool>& nhwc = {});
-
-// Runs node i's layer in eval mode: xs its inputs, y its output (f32, the node's layout),
-// values the fp32 parameters, ws/idx/saved scratch of the sizes above. n samples.
-void run_node(const NodeGraph& ng, const ops::Exec& e, size_t i, const float* const* xs, float* y,
-              const float* values, float* ws, int32_t* idx, void* saved, int n);
 
 }  // namespace ember::quant
