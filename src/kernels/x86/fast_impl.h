@@ -151,65 +151,6 @@ inline void pool_store(float* y, int32_t* code, typename S::V a0, typename S::V 
   S::store_i32(code, c, mo);
 }
 
-// Channels k0 .. k0+KB of the fused conv + ReLU + pool: two conv rows by 2W conv columns per
-// block (4 KB accumulators), pooled in registers; the conv output is never stored.
-template <class S, int KB>
-void conv_relu_pool_block(float* y, int32_t* code, const float* xp, const float* w, const float* b,
-                          const ConvS1& d, int k0) {
-  using V = typename S::V;
-  const int RS = d.R * d.S, P2 = d.P / 2, Q2 = d.Q / 2;
-  const size_t wk = size_t(d.C) * RS;  // weight stride between output channels
-  for (int i = 0; i < P2; ++i)
-    for (int j0 = 0; j0 < Q2; j0 += S::W) {
-      const int n = 2 * (Q2 - j0);  // conv columns of this block
-      const auto m0 = S::mask(n), m1 = S::mask(n - S::W), mo = S::mask(Q2 - j0);
-      V acc[KB][4];  // [channel][row 2i lo, hi; row 2i+1 lo, hi]
-#pragma GCC unroll 16
-      for (int j = 0; j < KB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = b ? S::set1(b[k0 + j]) : S::zero();
-      for (int c = 0; c < d.C; ++c)
-        for (int r = 0; r < d.R; ++r) {
-          const float* row0 = xp + (size_t(c) * d.Hp + 2 * i + r) * d.Wp + 2 * j0;
-          const float* row1 = row0 + d.Wp;
-          const float* wr = w + k0 * wk + size_t(c) * RS + r * d.S;
-          for (int s = 0; s < d.S; ++s) {
-            const V x0 = S::load(row0 + s, m0), x1 = S::load(row0 + s + S::W, m1);
-            const V x2 = S::load(row1 + s, m0), x3 = S::load(row1 + s + S::W, m1);
-#pragma GCC unroll 16
-            for (int j = 0; j < KB; ++j) {
-              const V wv = S::set1(wr[j * wk + s]);
-              acc[j][0] = S::fma(wv, x0, acc[j][0]);
-              acc[j][1] = S::fma(wv, x1, acc[j][1]);
-              acc[j][2] = S::fma(wv, x2, acc[j][2]);
-              acc[j][3] = S::fma(wv, x3, acc[j][3]);
-            }
-          }
-        }
-#pragma GCC unroll 16
-      for (int j = 0; j < KB; ++j) {
-        const size_t o = (size_t(k0 + j) * P2 + i) * Q2 + j0;
-        pool_store<S>(y + o, code + o, acc[j][0], acc[j][1], acc[j][2], acc[j][3], mo);
-      }
-    }
-}
-
-// The fused forward with lanes along a row: pooled codes come out [K, P/2 * Q/2] into ws and are
-// transposed to the channel-last contract. (Both fast tables use conv_pool_cl.h's
-// channel-lane kernel instead, which writes them channel-last directly.)
-template <class S>
-void conv_s1_relu_pool(float* y, int8_t* code, const float* xp, const float* w, const float* b,
-                       const ConvS1& d, float* ws, const float*) {  // reads w as stored: no packed form
-  constexpr int KB = S::W == 16 ? 6 : 2;  // 4 KB accumulators + 4 input vectors in registers
-  int32_t* km = reinterpret_cast<int32_t*>(ws);
-  int k = 0;
-  for (; k + KB <= d.K; k += KB) conv_relu_pool_block<S, KB>(y, km, xp, w, b, d, k);
-  if constexpr (KB > 2)
-    for (; k + 2 <= d.K; k += 2) conv_relu_pool_block<S, 2>(y, km, xp, w, b, d, k);
-  for (; k < d.K; ++k) conv_relu_pool_block<S, 1>(y, km, xp, w, b, d, k);
-  const size_t PQ2 = size_t(d.P / 2) * (d.Q / 2);
-  for (size_t wi = 0; wi < PQ2; ++wi)
-    for (int kk = 0; kk < d.K; ++kk) code[wi * d.K + kk] = int8_t(km[kk * PQ2 + wi]);
-}
-
 // dw for channels k0 .. k0+KB, input channel c, kernel row r, kernel columns s0 .. s0+SB.
 template <class S, int KB, int SB>
 void conv_s1_wgrad_block(float* dw, const float* dy, const float* xp, const ConvS1& d, int k0,
@@ -636,7 +577,6 @@ Kernels fast_table() {
   k.maxpool_fwd = maxpool_fwd<S>;
   k.relu_maxpool2 = relu_maxpool2<S>;
   k.relu_maxpool2_bwd = relu_maxpool2_bwd<S>;
-  k.conv_s1_relu_pool = conv_s1_relu_pool<S>;
   k.conv_s1_pool_wgrad = conv_pool_wgrad<S>;
   k.linear_t1 = linear_t1<S>;
   k.linear_sp_fwd = linear_sp_fwd<S>;
